@@ -1,0 +1,2 @@
+//! Benchmark placeholder, replaced by the predictor benchmark below.
+fn main() {}

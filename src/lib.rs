@@ -1,0 +1,12 @@
+//! Gleaner: a peer-to-peer cycle-sharing node that predicts its own temporal
+//! reliability — the probability that no resource failure (S3 CPU contention,
+//! S4 memory shortage, S5 revocation) hits a guest job in a future window.
+//!
+//! The library is layered so that dependencies point inward to [`model`]:
+//! `model` is pure (no I/O, no clock), `history` reads and stores host
+//! records, and `cli` turns command lines into calls. See ARCHITECTURE.md.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod cli;
+pub mod history;
+pub mod model;

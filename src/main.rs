@@ -1,0 +1,5 @@
+//! The `gleaner` binary: a thin shell over the library's CLI.
+
+fn main() {
+    println!("gleaner");
+}

@@ -1,0 +1,8 @@
+//! The pure model: the five states, host series, semi-Markov estimation and
+//! the reliability solver.
+//!
+//! Nothing here performs I/O, reads a clock, or knows about sled, libp2p or
+//! tokio: every function takes `now`, the data and the limits as parameters.
+
+pub mod series;
+pub mod state;

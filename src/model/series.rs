@@ -1,0 +1,365 @@
+//! A host's recorded samples as plain data, and the cursor that reads the
+//! five states off them at arbitrary times.
+//!
+//! `HostSeries` is what a trace file or the sled history turns into; it is
+//! kept column-wise because the predictor scans millions of rows. The rules
+//! for turning rows into states are those of `shared/trace-format.md`; this
+//! module must not know where the rows came from.
+
+use crate::model::state::{ExcursionTracker, State, Thresholds};
+use jiff::tz::TimeZone;
+
+/// One recorded sample: the row of a trace file.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// Unix seconds.
+    pub time: i64,
+    /// Host CPU load L_H in percent of the whole machine, guest excluded.
+    pub cpu: f64,
+    /// Memory available to a guest, MiB.
+    pub free_mib: u64,
+    /// False marks the start of a revocation (off, stopped, paused).
+    pub up: bool,
+}
+
+/// Default nominal sampling period, seconds (trace format v1).
+pub const DEFAULT_STEP_SECS: u32 = 6;
+/// Default longest silence that still counts as up, seconds (trace format v1).
+pub const DEFAULT_MAX_GAP_SECS: u64 = 120;
+
+/// A host's samples in time order, with the facts needed to read states off them.
+#[derive(Debug, Clone)]
+pub struct HostSeries {
+    /// Unix seconds, strictly increasing.
+    time: Vec<i64>,
+    cpu: Vec<f64>,
+    free_mib: Vec<u64>,
+    up: Vec<bool>,
+    /// Nominal sampling period: a long gap counts as down from `step` after the earlier row.
+    pub step_secs: u32,
+    /// Longest silence between rows that still counts as up.
+    pub max_gap_secs: u64,
+    /// The owner's time zone: days and times of day are local to it.
+    pub tz: TimeZone,
+}
+
+/// Why rows cannot form a series.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SeriesError {
+    #[error("row time {time} is not after the previous row's {previous}")]
+    NotIncreasing { previous: i64, time: i64 },
+    #[error("cpu load {0} is not a percentage between 0 and 100")]
+    BadCpu(f64),
+}
+
+impl HostSeries {
+    /// An empty series with the given sampling facts.
+    pub fn new(step_secs: u32, max_gap_secs: u64, tz: TimeZone) -> Self {
+        HostSeries {
+            time: Vec::new(),
+            cpu: Vec::new(),
+            free_mib: Vec::new(),
+            up: Vec::new(),
+            step_secs: step_secs.max(1),
+            max_gap_secs,
+            tz,
+        }
+    }
+
+    /// Appends a row, checking time order and the load range.
+    pub fn push(&mut self, s: Sample) -> Result<(), SeriesError> {
+        if let Some(&previous) = self.time.last() {
+            if s.time <= previous {
+                return Err(SeriesError::NotIncreasing {
+                    previous,
+                    time: s.time,
+                });
+            }
+        }
+        if !(s.cpu.is_finite() && (0.0..=100.0).contains(&s.cpu)) {
+            return Err(SeriesError::BadCpu(s.cpu));
+        }
+        self.time.push(s.time);
+        self.cpu.push(s.cpu);
+        self.free_mib.push(s.free_mib);
+        self.up.push(s.up);
+        Ok(())
+    }
+
+    /// Reserves room for `n` more rows.
+    pub fn reserve(&mut self, n: usize) {
+        self.time.reserve(n);
+        self.cpu.reserve(n);
+        self.free_mib.reserve(n);
+        self.up.reserve(n);
+    }
+
+    pub fn len(&self) -> usize {
+        self.time.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.time.is_empty()
+    }
+
+    /// Row `i`.
+    pub fn get(&self, i: usize) -> Option<Sample> {
+        Some(Sample {
+            time: *self.time.get(i)?,
+            cpu: self.cpu[i],
+            free_mib: self.free_mib[i],
+            up: self.up[i],
+        })
+    }
+
+    /// All rows in order.
+    pub fn samples(&self) -> impl Iterator<Item = Sample> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+
+    /// Time of the first row.
+    pub fn first_time(&self) -> Option<i64> {
+        self.time.first().copied()
+    }
+
+    /// Time of the last row.
+    pub fn last_time(&self) -> Option<i64> {
+        self.time.last().copied()
+    }
+
+    /// True when `[start, end]` lies between the first and the last row.
+    pub fn covers(&self, start: i64, end: i64) -> bool {
+        match (self.first_time(), self.last_time()) {
+            (Some(first), Some(last)) => first <= start && end <= last,
+            _ => false,
+        }
+    }
+
+    /// Index of the most recent row at or before `t`.
+    pub fn row_at(&self, t: i64) -> Option<usize> {
+        self.time.partition_point(|&x| x <= t).checked_sub(1)
+    }
+
+    /// True when the link from row `i` to row `i + 1` is unbroken: row `i`
+    /// is up and the silence after it is not longer than `max_gap`.
+    fn continues(&self, i: usize) -> bool {
+        match self.time.get(i + 1) {
+            Some(&next) => {
+                self.up[i] && (next.saturating_sub(self.time[i]) as u64) <= self.max_gap_secs
+            }
+            None => self.up[i],
+        }
+    }
+
+    /// A cursor placed at time `t`; `None` when `t` is before the first row.
+    pub fn cursor(&self, th: Thresholds, t: i64) -> Option<StateCursor<'_>> {
+        let row = self.row_at(t)?;
+        let mut tracker = ExcursionTracker::default();
+        if self.up[row] && th.is_hot(self.cpu[row]) {
+            let (start, before) = self.excursion_before(&th, row);
+            tracker.resume_excursion(start, before);
+        }
+        if self.up[row] {
+            // Later rows continue the excursion from this row's load.
+            tracker.observe(&th, self.time[row], self.cpu[row]);
+        }
+        Some(StateCursor {
+            series: self,
+            th,
+            row,
+            tracker,
+        })
+    }
+
+    /// Walks back from a hot row to find when its excursion began and what
+    /// state preceded it. The walk stops once the excursion is known to have
+    /// lasted the sustain time, so it reads at most that many seconds of rows.
+    fn excursion_before(&self, th: &Thresholds, row: usize) -> (i64, State) {
+        let sustain = i64::from(th.sustain_secs);
+        let mut first = row;
+        loop {
+            if self.time[row] - self.time[first] >= sustain {
+                return (self.time[first], State::S2);
+            }
+            if first == 0 || !self.continues(first - 1) {
+                return (self.time[first], State::S2);
+            }
+            let prev = first - 1;
+            if !th.is_hot(self.cpu[prev]) {
+                return (self.time[first], th.light_or_heavy(self.cpu[prev]));
+            }
+            first = prev;
+        }
+    }
+
+    /// The state at time `t` (one-off lookup; use a cursor for many).
+    pub fn state_at(&self, th: Thresholds, t: i64) -> Option<State> {
+        self.cursor(th, t).map(|mut c| c.state_at(t))
+    }
+
+    /// Writes the `m + 1` states at `start + k·step`, k = 0..=m, into `out`.
+    /// Returns false (and leaves `out` empty) when the window is not covered.
+    pub fn window_states(
+        &self,
+        th: Thresholds,
+        start: i64,
+        step: u32,
+        m: usize,
+        out: &mut Vec<State>,
+    ) -> bool {
+        out.clear();
+        let step = i64::from(step.max(1));
+        let end = start.saturating_add(step.saturating_mul(m as i64));
+        if !self.covers(start, end) {
+            return false;
+        }
+        let Some(mut cursor) = self.cursor(th, start) else {
+            return false;
+        };
+        out.reserve(m + 1);
+        for k in 0..=m as i64 {
+            out.push(cursor.state_at(start + k * step));
+        }
+        true
+    }
+}
+
+/// Reads states at non-decreasing times, advancing through the rows once.
+pub struct StateCursor<'a> {
+    series: &'a HostSeries,
+    th: Thresholds,
+    row: usize,
+    tracker: ExcursionTracker,
+}
+
+impl StateCursor<'_> {
+    /// The state at `t`. Times must not decrease between calls; a time after
+    /// the last row reads the last row's values (callers check coverage).
+    pub fn state_at(&mut self, t: i64) -> State {
+        let s = self.series;
+        while self.row + 1 < s.len() && s.time[self.row + 1] <= t {
+            if !s.continues(self.row) {
+                self.tracker.interrupt();
+            }
+            self.row += 1;
+            if s.up[self.row] {
+                self.tracker
+                    .observe(&self.th, s.time[self.row], s.cpu[self.row]);
+            } else {
+                self.tracker.interrupt();
+            }
+        }
+        let row = self.row;
+        if !s.up[row] {
+            return State::S5;
+        }
+        if let Some(&next) = s.time.get(row + 1) {
+            let gap = next.saturating_sub(s.time[row]) as u64;
+            if gap > s.max_gap_secs && t >= s.time[row].saturating_add(i64::from(s.step_secs)) {
+                return State::S5;
+            }
+        }
+        self.tracker
+            .state_at(&self.th, t, s.cpu[row], s.free_mib[row])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(rows: &[(i64, f64, u64, bool)]) -> HostSeries {
+        let mut s = HostSeries::new(6, 120, TimeZone::UTC);
+        for &(time, cpu, free_mib, up) in rows {
+            s.push(Sample {
+                time,
+                cpu,
+                free_mib,
+                up,
+            })
+            .unwrap();
+        }
+        s
+    }
+
+    #[test]
+    fn rows_hold_until_the_next_and_gaps_are_down() {
+        let s = series(&[
+            (0, 5.0, 100, true),
+            (6, 30.0, 100, true),
+            (500, 5.0, 100, true),
+        ]);
+        let th = Thresholds::default();
+        assert_eq!(s.state_at(th, 0), Some(State::S1));
+        assert_eq!(s.state_at(th, 7), Some(State::S2));
+        assert_eq!(s.state_at(th, 11), Some(State::S2));
+        assert_eq!(s.state_at(th, 12), Some(State::S5));
+        assert_eq!(s.state_at(th, 499), Some(State::S5));
+        assert_eq!(s.state_at(th, 500), Some(State::S1));
+        assert_eq!(s.state_at(th, -1), None);
+    }
+
+    #[test]
+    fn up_zero_row_is_revocation_until_next_row() {
+        let s = series(&[
+            (0, 5.0, 100, true),
+            (6, 0.0, 0, false),
+            (12, 5.0, 100, true),
+        ]);
+        let th = Thresholds::default();
+        assert_eq!(s.state_at(th, 6), Some(State::S5));
+        assert_eq!(s.state_at(th, 11), Some(State::S5));
+        assert_eq!(s.state_at(th, 12), Some(State::S1));
+    }
+
+    #[test]
+    fn cursor_placed_mid_excursion_agrees_with_walk_from_start() {
+        let mut rows = vec![(0, 30.0, 100, true)];
+        for k in 1..30 {
+            rows.push((k * 6, 80.0, 100, true));
+        }
+        rows.push((180, 10.0, 100, true));
+        let s = series(&rows);
+        let th = Thresholds::default();
+        let mut walk = s.cursor(th, 0).unwrap();
+        for t in 0..=180 {
+            let from_walk = walk.state_at(t);
+            assert_eq!(Some(from_walk), s.state_at(th, t), "t = {t}");
+        }
+        assert_eq!(s.state_at(th, 65), Some(State::S2));
+        assert_eq!(s.state_at(th, 66), Some(State::S3));
+        assert_eq!(s.state_at(th, 180), Some(State::S1));
+    }
+
+    #[test]
+    fn window_states_requires_coverage() {
+        let s = series(&[
+            (0, 5.0, 100, true),
+            (6, 5.0, 100, true),
+            (12, 5.0, 100, true),
+        ]);
+        let mut out = Vec::new();
+        assert!(s.window_states(Thresholds::default(), 0, 6, 2, &mut out));
+        assert_eq!(out, vec![State::S1; 3]);
+        assert!(!s.window_states(Thresholds::default(), 0, 6, 3, &mut out));
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn push_rejects_disorder_and_bad_load() {
+        let mut s = series(&[(10, 5.0, 100, true)]);
+        let bad = Sample {
+            time: 10,
+            cpu: 1.0,
+            free_mib: 1,
+            up: true,
+        };
+        assert!(s.push(bad).is_err());
+        let nan = Sample {
+            time: 11,
+            cpu: f64::NAN,
+            ..bad
+        };
+        assert!(s.push(nan).is_err());
+    }
+}
