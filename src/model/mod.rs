@@ -5,6 +5,7 @@
 //! tokio: every function takes `now`, the data and the limits as parameters.
 
 pub mod kernel;
+pub mod predict;
 pub mod series;
 pub mod solver;
 pub mod state;
