@@ -40,6 +40,11 @@ pub struct TraceHeader {
 pub struct Trace {
     pub header: TraceHeader,
     pub series: HostSeries,
+    /// Rows that repeated the previous row's time and replaced it. The format
+    /// asks for strictly increasing times, but real recorders (and the shared
+    /// synthetic samples) write a boot row and a sample in the same second;
+    /// the later row is the most recent one, so it wins. Callers warn.
+    pub replaced_rows: usize,
 }
 
 /// What is wrong with a trace, and where.
@@ -117,6 +122,7 @@ pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
     let mut in_header = true;
     let mut saw_magic = false;
     let mut series: Option<HostSeries> = None;
+    let mut replaced_rows = 0;
     for (index, raw) in lines.by_ref() {
         let line_no = index + 1;
         let line = parser.line_text(raw, line_no)?;
@@ -154,6 +160,16 @@ pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
         }
         let sample = parser.row(line, line_no)?;
         if let Some(s) = series.as_mut() {
+            let replaced = s.replace_last_if_same_time(sample).map_err(|_| {
+                parser.err(
+                    line_no,
+                    format!("cpu {} is not between 0 and 100", sample.cpu),
+                )
+            })?;
+            if replaced {
+                replaced_rows += 1;
+                continue;
+            }
             s.push(sample).map_err(|e| match e {
                 SeriesError::NotIncreasing { previous, time } => parser.err(
                     line_no,
@@ -177,6 +193,7 @@ pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
     Ok(Trace {
         header: parser.header,
         series,
+        replaced_rows,
     })
 }
 
@@ -446,7 +463,7 @@ mod tests {
         assert_eq!(line_of(&format!("{base}2,101,3,1\n")), 5);
         assert_eq!(line_of(&format!("{base}2,5,-3,1\n")), 5);
         assert_eq!(line_of(&format!("{base}2,5,3,2\n")), 5);
-        assert_eq!(line_of(&format!("{base}1,5,3,1\n")), 5);
+        assert_eq!(line_of(&format!("{base}0,5,3,1\n")), 5);
         assert_eq!(line_of(&format!("{base}2,5,3\n")), 5);
         assert_eq!(line_of(&format!("{base}2,5,3,1,9\n")), 5);
         assert_eq!(line_of(&format!("{base}2,NaN,3,1\n")), 5);
@@ -455,6 +472,21 @@ mod tests {
         assert_eq!(line_of("# gleaner-trace v1\n# tz: Mars/Olympus\n"), 2);
         assert_eq!(line_of("# gleaner-trace v1\n# step: 0\n"), 2);
         assert_eq!(line_of("# gleaner-trace v1\ntime,cpu\n"), 2);
+    }
+
+    #[test]
+    fn a_repeated_time_replaces_the_previous_row() {
+        let t = parse(
+            "# gleaner-trace v1\ntime,cpu,free_mib,up\n1,2,3,0\n5,2,3,1\n5,70,9,1\n6,1,1,1\n",
+        )
+        .unwrap();
+        assert_eq!(t.replaced_rows, 1);
+        assert_eq!(t.series.len(), 3);
+        let row = t.series.get(1).unwrap();
+        assert_eq!(
+            (row.time, row.cpu, row.free_mib, row.up),
+            (5, 70.0, 9, true)
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 use crate::model::kernel::{transient_index, HoldingTimeKernel, Method, RunObservations};
 use crate::model::series::HostSeries;
-use crate::model::solver::{failure_curves, first_sojourn_failure, FailureCurves, CAUSES};
+use crate::model::solver::{failure_by_cause, reliability, Start, CAUSES};
 use crate::model::state::{State, Thresholds};
 use jiff::civil::{Date, Weekday};
 use jiff::Timestamp;
@@ -201,7 +201,6 @@ fn geometry(series: &HostSeries, req: &PredictRequest) -> Result<(u32, usize), P
 #[derive(Debug, Clone)]
 pub struct WindowModel {
     pub kernel: HoldingTimeKernel,
-    pub curves: FailureCurves,
     pub history_days: Vec<HistoryDay>,
     /// Count of each state (S1..S5) at the start of the history windows.
     pub start_counts: [usize; 5],
@@ -209,7 +208,7 @@ pub struct WindowModel {
     pub steps: usize,
 }
 
-/// Estimates the kernel for the request's window and solves it.
+/// Estimates the kernel for the request's window.
 pub fn estimate_window(
     series: &HostSeries,
     req: &PredictRequest,
@@ -237,10 +236,8 @@ pub fn estimate_window(
         }
     }
     let kernel = obs.estimate(req.method);
-    let curves = failure_curves(&kernel, m);
     Ok(WindowModel {
         kernel,
-        curves,
         history_days: days,
         start_counts,
         step_secs: step,
@@ -261,39 +258,44 @@ pub fn predict(series: &HostSeries, req: &PredictRequest) -> Result<Prediction, 
     };
     let mut age_steps = None;
     let mut age_fallback = false;
+    let kernel = &model.kernel;
     let fail = match init {
         InitialState::Observed(state) => match transient_index(state) {
             Some(i) if req.age => {
                 let age = sojourn_age(series, req, &model, state);
                 age_steps = Some(age);
-                match model.kernel.rows[i].aged(age) {
-                    Some(aged) => first_sojourn_failure(&aged, 1 - i, &model.curves, m),
+                match kernel.rows[i].aged(age) {
+                    Some(first) => failure_by_cause(
+                        kernel,
+                        m,
+                        Start::FirstSojourn {
+                            from: i,
+                            first: &first,
+                        },
+                    ),
                     None => {
                         age_fallback = true;
-                        model.curves.by_cause(i, m)
+                        failure_by_cause(kernel, m, Start::in_row(i))
                     }
                 }
             }
-            Some(i) => model.curves.by_cause(i, m),
+            Some(i) => failure_by_cause(kernel, m, Start::in_row(i)),
             None => certain_failure(state),
         },
         InitialState::FromHistory(shares) => {
-            let mut acc = [0.0; CAUSES];
-            for state in State::ALL {
-                let share = shares[state.index()];
-                let f = match transient_index(state) {
-                    Some(i) => model.curves.by_cause(i, m),
-                    None => certain_failure(state),
-                };
+            // Windows that began failed count as failed, by their cause.
+            let mut acc = failure_by_cause(kernel, m, Start::Fresh([shares[0], shares[1]]));
+            for state in State::FAILURES {
+                let f = certain_failure(state);
                 for c in 0..CAUSES {
-                    acc[c] += share * f[c];
+                    acc[c] += shares[state.index()] * f[c];
                 }
             }
             acc
         }
     };
     let fail = fail.map(|v| v.clamp(0.0, 1.0));
-    let tr = (1.0 - fail.iter().sum::<f64>()).clamp(0.0, 1.0);
+    let tr = reliability(fail);
     Ok(Prediction {
         tr,
         fail_by_cause: fail,

@@ -86,6 +86,25 @@ impl HostSeries {
         Ok(())
     }
 
+    /// Replaces the last row with `s` when both have the same time; the later
+    /// of two rows with one timestamp is the most recent. Returns false (and
+    /// changes nothing) when the times differ or the series is empty.
+    pub fn replace_last_if_same_time(&mut self, s: Sample) -> Result<bool, SeriesError> {
+        let Some(last) = self.time.len().checked_sub(1) else {
+            return Ok(false);
+        };
+        if self.time[last] != s.time {
+            return Ok(false);
+        }
+        if !(s.cpu.is_finite() && (0.0..=100.0).contains(&s.cpu)) {
+            return Err(SeriesError::BadCpu(s.cpu));
+        }
+        self.cpu[last] = s.cpu;
+        self.free_mib[last] = s.free_mib;
+        self.up[last] = s.up;
+        Ok(true)
+    }
+
     /// Reserves room for `n` more rows.
     pub fn reserve(&mut self, n: usize) {
         self.time.reserve(n);
@@ -199,6 +218,10 @@ impl HostSeries {
 
     /// Writes the `m + 1` states at `start + k·step`, k = 0..=m, into `out`.
     /// Returns false (and leaves `out` empty) when the window is not covered.
+    ///
+    /// This is the predictor's hot loop, so it walks rows rather than steps:
+    /// each row's facts are worked out once and its steps filled from them.
+    /// It gives the same states as a [`StateCursor`] (a property test checks).
     pub fn window_states(
         &self,
         th: Thresholds,
@@ -213,16 +236,172 @@ impl HostSeries {
         if !self.covers(start, end) {
             return false;
         }
-        let Some(mut cursor) = self.cursor(th, start) else {
+        let Some(cursor) = self.cursor(th, start) else {
             return false;
         };
+        let (first_row, mut tracker) = (cursor.row, cursor.tracker);
+        let last_row = self.row_at(end).unwrap_or(first_row);
+        // Pass 1, branch-free over the window's rows: what each row says.
+        let codes = self.row_codes(&th, first_row, last_row);
+        // Pass 2: fill the steps, tracking excursions only where load is hot.
         out.reserve(m + 1);
-        for k in 0..=m as i64 {
-            out.push(cursor.state_at(start + k * step));
+        let sustain = i64::from(th.sustain_secs);
+        let mut row = first_row;
+        let mut t = start;
+        loop {
+            let code = codes[row - first_row];
+            if code & (CODE_HOT | CODE_GAP_AFTER) == 0 {
+                // A run of rows with this same cool code reads as one state,
+                // whatever step lands in it: fill all its steps at once.
+                let offset = row - first_row;
+                let run_end = codes[offset + 1..]
+                    .iter()
+                    .position(|&c| c != code)
+                    .map_or(last_row + 1, |p| row + 1 + p);
+                let next = self.time.get(run_end).copied().unwrap_or(i64::MAX);
+                let remaining = m + 1 - out.len();
+                let steps = if next == i64::MAX {
+                    remaining
+                } else {
+                    // t < next here, so at least one step falls in the run.
+                    (((next - t) + step - 1) / step).min(remaining as i64) as usize
+                };
+                out.extend(std::iter::repeat_n(cool_state(code), steps));
+                if out.len() > m {
+                    return true;
+                }
+                t += steps as i64 * step;
+                row = run_end - 1;
+                if code & CODE_DOWN != 0 {
+                    tracker.interrupt();
+                } else {
+                    tracker.observe_cool(light_state(code));
+                }
+                self.advance_codes(&th, &codes, first_row, last_row, &mut row, &mut tracker, t);
+                continue;
+            }
+            let next = self.time.get(row + 1).copied().unwrap_or(i64::MAX);
+            let down_from = if code & CODE_DOWN != 0 {
+                i64::MIN
+            } else if code & CODE_GAP_AFTER != 0 {
+                self.time[row].saturating_add(i64::from(self.step_secs))
+            } else {
+                i64::MAX
+            };
+            // Until `s3_from` the row reads as `early`; from then on as S3.
+            let (early, s3_from) = if code & CODE_LACKS_MEMORY != 0 {
+                (State::S4, i64::MAX)
+            } else if code & CODE_HOT != 0 {
+                match tracker.excursion_start() {
+                    Some(begun) => (
+                        tracker.state_at(&th, begun, self.cpu[row], self.free_mib[row]),
+                        begun.saturating_add(sustain),
+                    ),
+                    None => (State::S2, i64::MAX),
+                }
+            } else if code & CODE_HEAVY != 0 {
+                (State::S2, i64::MAX)
+            } else {
+                (State::S1, i64::MAX)
+            };
+            while t < next {
+                let state = if t >= down_from {
+                    State::S5
+                } else if t >= s3_from {
+                    State::S3
+                } else {
+                    early
+                };
+                out.push(state);
+                if out.len() > m {
+                    return true;
+                }
+                t += step;
+            }
+            self.advance_codes(&th, &codes, first_row, last_row, &mut row, &mut tracker, t);
         }
-        true
+    }
+
+    /// Advances `row` to the row that holds at `t`, feeding the tracker as
+    /// the cursor does.
+    #[allow(clippy::too_many_arguments)]
+    fn advance_codes(
+        &self,
+        th: &Thresholds,
+        codes: &[u8],
+        first_row: usize,
+        last_row: usize,
+        row: &mut usize,
+        tracker: &mut ExcursionTracker,
+        t: i64,
+    ) {
+        while *row < last_row && self.time[*row + 1] <= t {
+            if codes[*row - first_row] & (CODE_DOWN | CODE_GAP_AFTER) != 0 {
+                tracker.interrupt();
+            }
+            *row += 1;
+            let code = codes[*row - first_row];
+            if code & CODE_DOWN != 0 {
+                tracker.interrupt();
+            } else if code & CODE_HOT != 0 || tracker.excursion_start().is_some() {
+                tracker.observe(th, self.time[*row], self.cpu[*row]);
+            } else {
+                // The common cool row: only its light/heavy state matters.
+                tracker.observe_cool(light_state(code));
+            }
+        }
+    }
+
+    /// One byte per row in `first..=last` saying which rules it triggers.
+    fn row_codes(&self, th: &Thresholds, first: usize, last: usize) -> Vec<u8> {
+        let range = first..last + 1;
+        let times = &self.time[range.clone()];
+        // The row after `last` may not exist; a missing next row has no gap.
+        let next_times = &self.time[first + 1..(last + 2).min(self.len())];
+        let mut codes: Vec<u8> = self.cpu[range.clone()]
+            .iter()
+            .zip(&self.free_mib[range.clone()])
+            .zip(&self.up[range])
+            .map(|((&cpu, &free), &up)| {
+                (u8::from(cpu >= th.th1) * CODE_HEAVY)
+                    | (u8::from(cpu > th.th2) * CODE_HOT)
+                    | (u8::from(free < th.job_mem_mib) * CODE_LACKS_MEMORY)
+                    | (u8::from(!up) * CODE_DOWN)
+            })
+            .collect();
+        for ((code, &t), &next) in codes.iter_mut().zip(times).zip(next_times) {
+            *code |= u8::from(next.saturating_sub(t) as u64 > self.max_gap_secs) * CODE_GAP_AFTER;
+        }
+        codes
     }
 }
+
+/// S1 or S2 by the load bits of a row code.
+fn light_state(code: u8) -> State {
+    if code & CODE_HEAVY != 0 {
+        State::S2
+    } else {
+        State::S1
+    }
+}
+
+/// The state of a row that is neither hot nor followed by a gap.
+fn cool_state(code: u8) -> State {
+    if code & CODE_DOWN != 0 {
+        State::S5
+    } else if code & CODE_LACKS_MEMORY != 0 {
+        State::S4
+    } else {
+        light_state(code)
+    }
+}
+
+/// Row code bits for [`HostSeries::window_states`].
+const CODE_HEAVY: u8 = 1;
+const CODE_HOT: u8 = 2;
+const CODE_LACKS_MEMORY: u8 = 4;
+const CODE_DOWN: u8 = 8;
+const CODE_GAP_AFTER: u8 = 16;
 
 /// Reads states at non-decreasing times, advancing through the rows once.
 pub struct StateCursor<'a> {
@@ -343,6 +522,41 @@ mod tests {
         assert_eq!(out, vec![State::S1; 3]);
         assert!(!s.window_states(Thresholds::default(), 0, 6, 3, &mut out));
         assert!(out.is_empty());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn window_states_agrees_with_the_cursor(
+            rows in proptest::collection::vec((1i64..200, 0.0f64..100.0, 0u64..3, 0u8..10), 1..80),
+            offset in 0i64..50,
+            step in 1u32..40,
+            mem in 0u64..2,
+            sustain in 0u32..120,
+        ) {
+            let mut s = HostSeries::new(6, 60, TimeZone::UTC);
+            let mut t = 0;
+            for (dt, cpu, free_mib, up) in rows {
+                t += dt;
+                // Loads cluster around the thresholds so every rule fires.
+                let cpu = [cpu, 10.0, 30.0, 80.0][(up as usize) % 4];
+                s.push(Sample { time: t, cpu, free_mib, up: up != 0 }).unwrap();
+            }
+            let th = Thresholds { sustain_secs: sustain, job_mem_mib: mem, ..Thresholds::default() };
+            let start = s.first_time().unwrap() + offset;
+            let last = s.last_time().unwrap();
+            if start <= last {
+                let m = ((last - start) / i64::from(step)) as usize;
+                let mut out = Vec::new();
+                proptest::prop_assert!(s.window_states(th, start, step, m, &mut out));
+                proptest::prop_assert_eq!(out.len(), m + 1);
+                let mut cursor = s.cursor(th, start).unwrap();
+                for (k, &state) in out.iter().enumerate() {
+                    let at = start + k as i64 * i64::from(step);
+                    proptest::prop_assert_eq!(state, cursor.state_at(at), "k = {}", k);
+                    proptest::prop_assert_eq!(Some(state), s.state_at(th, at), "fresh cursor, k = {}", k);
+                }
+            }
+        }
     }
 
     #[test]

@@ -5,43 +5,46 @@
 //!
 //!   F_i^c(n) = A_i^c(n) + Σ_{l=1..n} q_{i,i'}(l) · F_{i'}^c(n − l),  F(0) = 0,
 //!
-//! with A_i^c(n) = Σ_{l ≤ n} q_ic(l) and i' the other of S1/S2. Because
-//! q is zero except at the holding times actually observed, the sum runs over
-//! the kernel's few non-zero entries, not over every l ≤ n: the work is
-//! O(m · entries) instead of the full recursion's O(m² · 25).
+//! with A_i^c(n) = Σ_{l ≤ n} q_ic(l) and i' the other of S1/S2. We solve the
+//! same recursion in its renewal form: e_j(n), the probability that a sojourn
+//! in transient state j begins at step n, obeys
+//!
+//!   e_j(n) = src_j(n) + Σ_{l=1..n} q_{j',j}(l) · e_{j'}(n − l),
+//!
+//! and F^c(m) = Σ_j Σ_{l ≤ m} q_jc(l) · E_j(m − l) with E_j the running sum of
+//! e_j. This carries one number per step instead of one per cause, and the
+//! start — a known state, a distribution over S1/S2, or a first sojourn
+//! conditioned on its age — is only a different source term. Because q is
+//! zero except at the holding times actually observed, each step sums over
+//! the kernel's few non-zero entries, not every l ≤ n: O(m · entries)
+//! instead of the full recursion's O(m² · 25).
 //! Pure code: a kernel in, probabilities out.
+
+// Index loops here mirror the subscripts of the equations above.
+#![allow(clippy::needless_range_loop)]
 
 use crate::model::kernel::{HoldingTimeKernel, KernelRow, TARGETS};
 
 /// Number of failure causes (S3, S4, S5).
 pub const CAUSES: usize = 3;
 
-/// F_i^c(n) for both transient start states i and every n = 0..=m.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FailureCurves {
-    /// Index 0: starting in S1, 1: starting in S2; each m + 1 entries of [S3, S4, S5].
-    curves: [Vec<[f64; CAUSES]>; 2],
+/// How the window starts.
+#[derive(Debug, Clone, Copy)]
+pub enum Start<'a> {
+    /// A fresh sojourn in S1 or S2 at step 0, with these probabilities
+    /// (they may sum to less than one when the rest starts failed).
+    Fresh([f64; 2]),
+    /// The first sojourn is in transient row `from` and follows `first`
+    /// (e.g. a row conditioned on the sojourn's age); later ones follow the kernel.
+    FirstSojourn { from: usize, first: &'a KernelRow },
 }
 
-impl FailureCurves {
-    /// Failure probability by cause within `n` steps, starting in transient row `i`.
-    pub fn by_cause(&self, i: usize, n: usize) -> [f64; CAUSES] {
-        self.curves[i].get(n).copied().unwrap_or([0.0; CAUSES])
-    }
-
-    /// Probability of any failure within `n` steps from transient row `i`.
-    pub fn failure(&self, i: usize, n: usize) -> f64 {
-        self.by_cause(i, n).iter().sum()
-    }
-
-    /// Temporal reliability over `n` steps from transient row `i`: 1 − Σ_c F_i^c(n).
-    pub fn reliability(&self, i: usize, n: usize) -> f64 {
-        (1.0 - self.failure(i, n)).clamp(0.0, 1.0)
-    }
-
-    /// The horizon m these curves were solved for.
-    pub fn horizon(&self) -> usize {
-        self.curves[0].len().saturating_sub(1)
+impl Start<'_> {
+    /// A certain start in transient row `i` (0 = S1, 1 = S2).
+    pub fn in_row(i: usize) -> Self {
+        let mut w = [0.0; 2];
+        w[i] = 1.0;
+        Start::Fresh(w)
     }
 }
 
@@ -73,68 +76,179 @@ fn prepare(row: &KernelRow) -> PreparedRow {
     p
 }
 
-/// Solves the recursion for every n up to `m` (the bounded-support solver).
-pub fn failure_curves(kernel: &HoldingTimeKernel, m: usize) -> FailureCurves {
-    let rows = [prepare(&kernel.rows[0]), prepare(&kernel.rows[1])];
-    let mut curves = [vec![[0.0; CAUSES]; m + 1], vec![[0.0; CAUSES]; m + 1]];
-    let mut absorbed = [[0.0; CAUSES]; 2];
-    let mut next_absorb = [0usize; 2];
-    let mut reachable = [0usize; 2];
-    for n in 1..=m {
-        for i in 0..2 {
-            let row = &rows[i];
-            while let Some(&(l, fail)) = row.absorb.get(next_absorb[i]) {
-                if l > n {
-                    break;
-                }
-                for c in 0..CAUSES {
-                    absorbed[i][c] += fail[c];
-                }
-                next_absorb[i] += 1;
-            }
-            while reachable[i] < row.other_l.len() && row.other_l[reachable[i]] <= n {
-                reachable[i] += 1;
-            }
-            let (own, other) = if i == 0 {
-                let (a, b) = curves.split_at_mut(1);
-                (&mut a[0], &b[0])
-            } else {
-                let (a, b) = curves.split_at_mut(1);
-                (&mut b[0], &a[0])
-            };
-            let mut acc = absorbed[i];
-            for k in 0..reachable[i] {
-                let q = row.other_q[k];
-                let f = other[n - row.other_l[k]];
-                acc[0] += q * f[0];
-                acc[1] += q * f[1];
-                acc[2] += q * f[2];
-            }
-            own[n] = acc;
-        }
+/// Block sizes of the two vectorised levels of the renewal sum. An entry
+/// with holding time l ≥ B only reads values from before the current block
+/// of B steps, so its whole contribution to the block is one contiguous
+/// `dst += q · src` that the compiler vectorises. Entries with l < INNER_BLOCK
+/// are summed step by step. The sizes were tuned on `benches/predict.rs`.
+const OUTER_BLOCK: usize = 512;
+const INNER_BLOCK: usize = 32;
+
+/// dst[k] += q · src[k]: one entry's contribution to one block.
+fn axpy(dst: &mut [f64], src: &[f64], q: f64) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d += q * s;
     }
-    FailureCurves { curves }
 }
 
-/// Failure by cause within `m` steps for a first sojourn described by
-/// `first` (for example a row conditioned on the sojourn's age), after which
-/// the process follows `curves`. `other` is the row index of the state the
-/// first sojourn would move to (the other transient state).
-pub fn first_sojourn_failure(
-    first: &KernelRow,
-    other: usize,
-    curves: &FailureCurves,
-    m: usize,
-) -> [f64; CAUSES] {
-    let mut acc = [0.0; CAUSES];
-    for e in first.entries.iter().take_while(|e| e.l as usize <= m) {
-        let l = e.l as usize;
-        let f = curves.by_cause(other, m - l);
-        for c in 0..CAUSES {
-            acc[c] += e.q[c + 1] + e.q[0] * f[c];
+/// Adds, for steps n in `lo..hi`, Σ q_k · from[n − l_k] over `entries`
+/// (all with l_k ≥ hi − lo, so every value read is already final).
+fn add_block<const B: usize>(
+    to: &mut [f64],
+    from: &[f64],
+    ls: &[usize],
+    qs: &[f64],
+    lo: usize,
+    hi: usize,
+) {
+    for (&l, &q) in ls.iter().zip(qs) {
+        if l >= hi {
+            break; // sorted: later entries reach before step 0
+        }
+        let first = lo.max(l);
+        // Full blocks have a fixed length, which the compiler unrolls.
+        if hi - first == B {
+            let dst = <&mut [f64; B]>::try_from(&mut to[first..hi]);
+            let src = <&[f64; B]>::try_from(&from[first - l..hi - l]);
+            if let (Ok(dst), Ok(src)) = (dst, src) {
+                for k in 0..B {
+                    dst[k] += q * src[k];
+                }
+                continue;
+            }
+        }
+        axpy(&mut to[first..hi], &from[first - l..hi - l], q);
+    }
+}
+
+/// The renewal sum over one row's entries towards the other state, level by level.
+struct Levels<'r> {
+    row: &'r PreparedRow,
+    /// Entries [0, near) have l < INNER_BLOCK; [near, mid) have l < OUTER_BLOCK.
+    near: usize,
+    mid: usize,
+}
+
+impl<'r> Levels<'r> {
+    fn new(row: &'r PreparedRow) -> Self {
+        let near = row.other_l.partition_point(|&l| l < INNER_BLOCK);
+        let mid = row.other_l.partition_point(|&l| l < OUTER_BLOCK);
+        Levels { row, near, mid }
+    }
+
+    fn outer(&self, to: &mut [f64], from: &[f64], lo: usize, hi: usize) {
+        let r = self.row;
+        add_block::<OUTER_BLOCK>(
+            to,
+            from,
+            &r.other_l[self.mid..],
+            &r.other_q[self.mid..],
+            lo,
+            hi,
+        );
+    }
+
+    fn inner(&self, to: &mut [f64], from: &[f64], lo: usize, hi: usize) {
+        let r = self.row;
+        let (ls, qs) = (
+            &r.other_l[self.near..self.mid],
+            &r.other_q[self.near..self.mid],
+        );
+        add_block::<INNER_BLOCK>(to, from, ls, qs, lo, hi);
+    }
+
+    fn step(&self, to: &mut [f64], from: &[f64], n: usize) {
+        let r = self.row;
+        // Near entries have l < INNER_BLOCK, so from there on all apply.
+        let count = if n >= INNER_BLOCK {
+            self.near
+        } else {
+            r.other_l[..self.near].partition_point(|&l| l <= n)
+        };
+        // Independent partial sums keep the adds from waiting on each other.
+        let mut acc = [0.0f64; 4];
+        let (ls, qs) = (&r.other_l[..count], &r.other_q[..count]);
+        for (l4, q4) in ls.chunks_exact(4).zip(qs.chunks_exact(4)) {
+            for k in 0..4 {
+                acc[k] += q4[k] * from[n - l4[k]];
+            }
+        }
+        let tail = count - count % 4;
+        let mut sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        for (&l, &q) in ls[tail..].iter().zip(&qs[tail..]) {
+            sum += q * from[n - l];
+        }
+        to[n] += sum;
+    }
+}
+
+/// Runs the renewal e_j(n) += Σ_l q_{j',j}(l) · e_{j'}(n − l) for n = 1..=m,
+/// on top of the source terms already in `entry`.
+fn renew(rows: &[PreparedRow; 2], entry: &mut [Vec<f64>; 2], m: usize) {
+    // levels[j] carries sojourns that end in the other state and begin one in j.
+    let levels = [Levels::new(&rows[1]), Levels::new(&rows[0])];
+    let [e1, e2] = entry;
+    let mut outer_lo = 1;
+    while outer_lo <= m {
+        let outer_hi = (outer_lo + OUTER_BLOCK).min(m + 1);
+        levels[0].outer(e1, e2, outer_lo, outer_hi);
+        levels[1].outer(e2, e1, outer_lo, outer_hi);
+        let mut inner_lo = outer_lo;
+        while inner_lo < outer_hi {
+            let inner_hi = (inner_lo + INNER_BLOCK).min(outer_hi);
+            levels[0].inner(e1, e2, inner_lo, inner_hi);
+            levels[1].inner(e2, e1, inner_lo, inner_hi);
+            for n in inner_lo..inner_hi {
+                levels[0].step(e1, e2, n);
+                levels[1].step(e2, e1, n);
+            }
+            inner_lo = inner_hi;
+        }
+        outer_lo = outer_hi;
+    }
+}
+
+/// Failure probability by cause (S3, S4, S5) within `m` steps (the
+/// bounded-support solver).
+pub fn failure_by_cause(kernel: &HoldingTimeKernel, m: usize, start: Start<'_>) -> [f64; CAUSES] {
+    let rows = [prepare(&kernel.rows[0]), prepare(&kernel.rows[1])];
+    let mut entry = [vec![0.0f64; m + 1], vec![0.0f64; m + 1]];
+    let mut failed = [0.0f64; CAUSES];
+    match start {
+        Start::Fresh(w) => {
+            entry[0][0] = w[0];
+            entry[1][0] = w[1];
+        }
+        Start::FirstSojourn { from, first } => {
+            let to = 1 - from.min(1);
+            for e in first.entries.iter().take_while(|e| e.l as usize <= m) {
+                entry[to][e.l as usize] += e.q[0];
+                for c in 0..CAUSES {
+                    failed[c] += e.q[c + 1];
+                }
+            }
         }
     }
-    acc
+    renew(&rows, &mut entry, m);
+    for (j, row) in rows.iter().enumerate() {
+        // Running sums: E_j(n) = Σ_{k ≤ n} e_j(k).
+        let cumulative = &mut entry[j];
+        for n in 1..=m {
+            cumulative[n] += cumulative[n - 1];
+        }
+        for &(l, fail) in row.absorb.iter().take_while(|(l, _)| *l <= m) {
+            let began = cumulative[m - l];
+            for c in 0..CAUSES {
+                failed[c] += fail[c] * began;
+            }
+        }
+    }
+    failed.map(|v| v.clamp(0.0, 1.0))
+}
+
+/// Temporal reliability from a failure-by-cause answer.
+pub fn reliability(fail: [f64; CAUSES]) -> f64 {
+    (1.0 - fail.iter().sum::<f64>()).clamp(0.0, 1.0)
 }
 
 /// The full interval-transition recursion of the papers' Eq. 3 over all five
@@ -181,9 +295,7 @@ pub fn reference_failure(kernel: &HoldingTimeKernel, m: usize) -> [[f64; CAUSES]
     }
     let mut out = [[0.0; CAUSES]; 2];
     for (i, o) in out.iter_mut().enumerate() {
-        for c in 0..CAUSES {
-            o[c] = p[m][i][2 + c];
-        }
+        o.copy_from_slice(&p[m][i][2..2 + CAUSES]);
     }
     out
 }
@@ -204,16 +316,19 @@ mod tests {
         }
     }
 
+    fn from_row(k: &HoldingTimeKernel, i: usize, m: usize) -> [f64; CAUSES] {
+        failure_by_cause(k, m, Start::in_row(i))
+    }
+
     #[test]
     fn single_failure_at_a_known_step() {
         // From S1: certain failure to S3 after 3 steps.
         let k = HoldingTimeKernel {
             rows: [row(&[(3, [0.0, 1.0, 0.0, 0.0])], 1), KernelRow::default()],
         };
-        let c = failure_curves(&k, 5);
-        assert_eq!(c.failure(0, 2), 0.0);
-        assert_eq!(c.by_cause(0, 3), [1.0, 0.0, 0.0]);
-        assert_eq!(c.reliability(1, 5), 1.0);
+        assert_eq!(from_row(&k, 0, 2), [0.0; 3]);
+        assert_eq!(from_row(&k, 0, 3), [1.0, 0.0, 0.0]);
+        assert_eq!(reliability(from_row(&k, 1, 5)), 1.0);
     }
 
     #[test]
@@ -225,10 +340,11 @@ mod tests {
                 row(&[(2, [0.0, 0.0, 0.0, 0.5])], 2),
             ],
         };
-        let c = failure_curves(&k, 4);
-        assert_eq!(c.by_cause(0, 2), [0.0, 0.0, 0.0]);
-        assert_eq!(c.by_cause(0, 3), [0.0, 0.0, 0.5]);
-        assert_eq!(c.by_cause(1, 2), [0.0, 0.0, 0.5]);
+        assert_eq!(from_row(&k, 0, 2), [0.0, 0.0, 0.0]);
+        assert_eq!(from_row(&k, 0, 3), [0.0, 0.0, 0.5]);
+        assert_eq!(from_row(&k, 1, 2), [0.0, 0.0, 0.5]);
+        let mixed = failure_by_cause(&k, 2, Start::Fresh([0.5, 0.25]));
+        assert_eq!(mixed, [0.0, 0.0, 0.125]);
     }
 
     /// A random sub-stochastic kernel row with holding times up to `max_l`.
@@ -258,25 +374,40 @@ mod tests {
     }
 
     proptest! {
+        // The blocked renewal has levels at 32 and 512 steps; long windows with
+        // long holding times exercise every level and the block edges.
+        #![proptest_config(ProptestConfig::with_cases(4))]
         #[test]
-        fn sparse_solver_equals_full_recursion(k in arb_kernel(30), m in 0usize..60) {
-            let c = failure_curves(&k, m);
+        fn sparse_solver_equals_full_recursion_on_long_windows(k in arb_kernel(700), m in 520usize..1100) {
             let full = reference_failure(&k, m);
             for i in 0..2 {
+                let f = from_row(&k, i, m);
                 for cause in 0..CAUSES {
-                    let d = (c.by_cause(i, m)[cause] - full[i][cause]).abs();
+                    prop_assert!((f[cause] - full[i][cause]).abs() <= 1e-12);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn sparse_solver_equals_full_recursion(k in arb_kernel(30), m in 0usize..60) {
+            let full = reference_failure(&k, m);
+            for i in 0..2 {
+                let f = from_row(&k, i, m);
+                for cause in 0..CAUSES {
+                    let d = (f[cause] - full[i][cause]).abs();
                     prop_assert!(d <= 1e-12, "i={} cause={} diff={}", i, cause, d);
                 }
             }
         }
 
         #[test]
-        fn reliability_is_a_probability_and_non_increasing(k in arb_kernel(50), m in 1usize..200) {
-            let c = failure_curves(&k, m);
+        fn reliability_is_a_probability_and_non_increasing(k in arb_kernel(50), m in 1usize..120) {
             for i in 0..2 {
                 let mut previous = 1.0;
                 for n in 0..=m {
-                    let tr = c.reliability(i, n);
+                    let tr = reliability(from_row(&k, i, n));
                     prop_assert!((0.0..=1.0).contains(&tr));
                     prop_assert!(tr <= previous + 1e-12, "TR rose at n={}", n);
                     previous = tr;
@@ -285,13 +416,22 @@ mod tests {
         }
 
         #[test]
-        fn first_sojourn_with_the_plain_row_equals_the_curve(k in arb_kernel(20), m in 0usize..50) {
-            let c = failure_curves(&k, m);
+        fn a_first_sojourn_with_the_plain_row_equals_a_fresh_start(k in arb_kernel(20), m in 0usize..50) {
             for i in 0..2 {
-                let f = first_sojourn_failure(&k.rows[i], 1 - i, &c, m);
+                let fresh = from_row(&k, i, m);
+                let first = failure_by_cause(&k, m, Start::FirstSojourn { from: i, first: &k.rows[i] });
                 for cause in 0..CAUSES {
-                    prop_assert!((f[cause] - c.by_cause(i, m)[cause]).abs() <= 1e-12);
+                    prop_assert!((fresh[cause] - first[cause]).abs() <= 1e-12);
                 }
+            }
+        }
+
+        #[test]
+        fn a_start_distribution_mixes_linearly(k in arb_kernel(20), m in 0usize..50, w in 0.0f64..=1.0) {
+            let mixed = failure_by_cause(&k, m, Start::Fresh([w, 1.0 - w]));
+            let (a, b) = (from_row(&k, 0, m), from_row(&k, 1, m));
+            for cause in 0..CAUSES {
+                prop_assert!((mixed[cause] - (w * a[cause] + (1.0 - w) * b[cause])).abs() <= 1e-12);
             }
         }
     }

@@ -222,6 +222,14 @@ impl ExcursionTracker {
         self.last_light = Some(th.light_or_heavy(cpu));
     }
 
+    /// Feeds the next up sample whose load is known to be at most Th2 and
+    /// whose light/heavy state is `light`: the same as [`Self::observe`] for
+    /// such a sample, without looking at the load again.
+    pub fn observe_cool(&mut self, light: State) {
+        self.start = None;
+        self.last_light = Some(light);
+    }
+
     /// Starts tracking as if an excursion had been going on since `start`,
     /// preceded by `before`. Used when a cursor is placed mid-trace.
     pub fn resume_excursion(&mut self, start: i64, before: State) {
