@@ -6,3 +6,4 @@
 
 pub mod series;
 pub mod state;
+pub mod timeseries;
