@@ -9,3 +9,4 @@ pub mod predict;
 pub mod series;
 pub mod solver;
 pub mod state;
+pub mod timeseries;
