@@ -239,13 +239,16 @@ impl HistoryStore {
         let transitions = tree(TREE_TRANSITIONS)?;
         let jobs = tree(TREE_JOBS)?;
         let meta = resolve_meta(&meta_tree, opts)?;
-        let paused = match meta_tree.get(KEY_PAUSED).map_err(sled_err("reading metadata"))? {
-            Some(v) => codec::decode_flag("paused", &v).map_err(|source| {
-                StoreError::CorruptMeta {
+        let paused = match meta_tree
+            .get(KEY_PAUSED)
+            .map_err(sled_err("reading metadata"))?
+        {
+            Some(v) => {
+                codec::decode_flag("paused", &v).map_err(|source| StoreError::CorruptMeta {
                     key: "paused",
                     source,
-                }
-            })?,
+                })?
+            }
             None => false,
         };
         let mut store = HistoryStore {
@@ -380,9 +383,7 @@ impl HistoryStore {
         let mut out = Vec::new();
         for item in self.transitions.range(time_key_range(&range)) {
             let (k, v) = item.map_err(sled_err("reading transitions"))?;
-            match codec::decode_time_key(&k)
-                .and_then(|t| codec::decode_state(&v).map(|s| (t, s)))
-            {
+            match codec::decode_time_key(&k).and_then(|t| codec::decode_state(&v).map(|s| (t, s))) {
                 Ok(row) => out.push(row),
                 Err(e) => self.note_corrupt("transitions", &e),
             }
@@ -532,7 +533,10 @@ impl HistoryStore {
             let key = codec::time_key(sample.time);
             match store_first {
                 Some(first) if sample.time >= first => {
-                    let stored = self.samples.get(key).map_err(sled_err("checking an import"))?;
+                    let stored = self
+                        .samples
+                        .get(key)
+                        .map_err(sled_err("checking an import"))?;
                     if stored.as_deref() != Some(&value[..]) {
                         return Err(StoreError::ImportOverlap {
                             time: sample.time,
@@ -639,10 +643,8 @@ impl HistoryStore {
             free_mib: 0,
             up: false,
         };
-        let value = codec::encode_sample(&down).map_err(|source| StoreError::BadSample {
-            time,
-            source,
-        })?;
+        let value =
+            codec::encode_sample(&down).map_err(|source| StoreError::BadSample { time, source })?;
         let s5 = codec::encode_state(State::S5);
         let heartbeat = codec::encode_i64(time);
         let paused = codec::encode_flag(true);
@@ -702,7 +704,10 @@ fn delete_before(tree: &Tree, cutoff: &[u8], keep_newest: bool) -> Result<u64, S
 
 fn time_key_range(
     range: &impl RangeBounds<i64>,
-) -> (Bound<[u8; codec::TIME_KEY_LEN]>, Bound<[u8; codec::TIME_KEY_LEN]>) {
+) -> (
+    Bound<[u8; codec::TIME_KEY_LEN]>,
+    Bound<[u8; codec::TIME_KEY_LEN]>,
+) {
     (
         range.start_bound().map(|&t| codec::time_key(t)),
         range.end_bound().map(|&t| codec::time_key(t)),
@@ -711,7 +716,10 @@ fn time_key_range(
 
 fn job_key_range(
     range: &impl RangeBounds<i64>,
-) -> (Bound<[u8; codec::JOB_KEY_LEN]>, Bound<[u8; codec::JOB_KEY_LEN]>) {
+) -> (
+    Bound<[u8; codec::JOB_KEY_LEN]>,
+    Bound<[u8; codec::JOB_KEY_LEN]>,
+) {
     // A time bound covers every sequence number within that second.
     let start = match range.start_bound() {
         Bound::Included(&t) => Bound::Included(codec::job_key(t, 0)),
