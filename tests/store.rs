@@ -62,12 +62,12 @@ fn samples_round_trip() {
     let store = open(dir.path(), T0);
     let written = record_run(&store, T0, 50);
     store
-        .record_sample(&sample(T0 + 300, 3.14159, u64::MAX))
+        .record_sample(&sample(T0 + 300, 12.34567, u64::MAX))
         .unwrap();
     let read = store.samples(..).unwrap();
     assert_eq!(&read[..50], &written[..]);
     // The store keeps the load at 0.01 % resolution and free memory exactly.
-    assert_eq!(read[50], sample(T0 + 300, 3.14, u64::MAX));
+    assert_eq!(read[50], sample(T0 + 300, 12.35, u64::MAX));
     assert_eq!(
         store.samples(T0 + 6..T0 + 18).unwrap(),
         written[1..3].to_vec()

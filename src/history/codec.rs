@@ -297,13 +297,13 @@ mod tests {
     fn samples_round_trip_at_hundredth_resolution() {
         let s = Sample {
             time: 1_125_532_800,
-            cpu: 3.14159,
+            cpu: 12.34567,
             free_mib: u64::MAX,
             up: true,
         };
         let back = decode_sample(&time_key(s.time), &encode_sample(&s).unwrap()).unwrap();
         assert_eq!(back.time, s.time);
-        assert_eq!(back.cpu, 3.14);
+        assert_eq!(back.cpu, 12.35);
         assert_eq!(back.free_mib, u64::MAX);
         assert!(back.up);
         assert_eq!(format!("{}", cpu_percent(7)), "0.07");
