@@ -203,7 +203,7 @@ impl Personality {
     /// resemble the lab samples in `shared/traces/synthetic` but differ.
     pub fn draw(rng: &mut impl Rng) -> Self {
         const MEMORIES: [u64; 5] = [1024, 2048, 2048, 3072, 4096];
-        const NIGHT_OFF: [f64; 5] = [0.0, 0.0, 0.05, 0.2, 0.5];
+        const NIGHT_OFF: [f64; 5] = [0.0, 0.0, 0.03, 0.1, 0.25];
         let total_mib = MEMORIES[rng.random_range(0..MEMORIES.len())];
         let system_mib = rng.random_range(250..=(total_mib / 3).max(300));
         let burst_mib = rng.random_range(50..=200);
@@ -220,23 +220,23 @@ impl Personality {
             weekend_presence: rng.random_range(0.05..0.35),
             arrival_hour: rng.random_range(7.0..11.0),
             arrival_spread_hours: rng.random_range(0.3..1.5),
-            session_hours: rng.random_range(3.0..9.0),
+            session_hours: rng.random_range(4.0..10.0),
             lunch_break_prob: rng.random_range(0.0..0.7),
-            evening_prob: rng.random_range(0.0..0.5),
+            evening_prob: rng.random_range(0.0..0.6),
             light_load: rng.random_range(4.0..12.0),
             heavy_load: rng.random_range(25.0..45.0),
-            light_dwell_secs: rng.random_range(60.0..300.0),
-            heavy_dwell_secs: rng.random_range(30.0..120.0),
+            light_dwell_secs: rng.random_range(45.0..180.0),
+            heavy_dwell_secs: rng.random_range(40.0..150.0),
             bursts_per_session_hour: rng.random_range(0.2..1.0),
             burst_mean_secs: rng.random_range(30.0..240.0),
             spikes_per_session_hour: rng.random_range(1.0..6.0),
             spikes_per_idle_hour: rng.random_range(0.05..0.5),
             hogs_per_session_hour: rng.random_range(0.05..0.15),
-            hog_mean_secs: rng.random_range(120.0..600.0),
+            hog_mean_secs: rng.random_range(180.0..900.0),
             reboots_per_day: rng.random_range(0.15..0.8),
             crash_share: rng.random_range(0.0..0.4),
             night_off_prob: NIGHT_OFF[rng.random_range(0..NIGHT_OFF.len())],
-            weekend_off_prob: rng.random_range(0.0..0.6),
+            weekend_off_prob: rng.random_range(0.0..0.3),
             nightly_job_prob: rng.random_range(0.0..0.5),
             nightly_job_hour: rng.random_range(1.0..5.0),
         }
@@ -544,19 +544,14 @@ fn plan_downs(
     }
     for pair in s.sessions.windows(2) {
         let (evening, morning) = (pair[0].end, pair[1].start);
-        // Only the long nights between working days count as switch-off chances.
-        if morning - evening < 4 * 3600 {
-            continue;
-        }
-        let weekendish = [evening, morning]
-            .iter()
-            .filter_map(|&t| local_date(&cfg.tz, t))
-            .any(|d| is_weekend(d) || d.weekday() == Weekday::Friday)
-            || morning - evening > 30 * 3600;
-        let chance = if weekendish {
-            p.weekend_off_prob
-        } else {
-            p.night_off_prob
+        // Owners switch off for a night or a weekend; a lab machine left
+        // behind for days stays on, so longer absences are no chance.
+        let away = morning - evening;
+        let chance = match (spans_weekend(&cfg.tz, evening, morning), away / 3600) {
+            (_, 0..4) => 0.0,
+            (false, 4..=20) => p.night_off_prob,
+            (true, 4..=72) => p.weekend_off_prob,
+            _ => 0.0,
         };
         if rng.random_bool(chance) {
             let off = evening + rng.random_range(120..1200);
@@ -584,6 +579,23 @@ fn plan_downs(
         down.silent = long_enough && rng.random_bool(p.crash_share);
     }
     s.downs = merged;
+}
+
+/// True when a Saturday or Sunday lies between the local dates of `from` and `to`.
+fn spans_weekend(tz: &TimeZone, from: i64, to: i64) -> bool {
+    let (Some(mut date), Some(last)) = (local_date(tz, from), local_date(tz, to)) else {
+        return false;
+    };
+    while date <= last {
+        if is_weekend(date) {
+            return true;
+        }
+        match date.tomorrow() {
+            Ok(next) => date = next,
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 /// Sorts episodes and joins overlapping ones (the earlier one's level wins).
@@ -835,7 +847,9 @@ mod tests {
             .filter(|w| w[0].up && w[1].up && w[1].time - w[0].time <= 120)
             .all(|w| w[1].time - w[0].time == 10));
         assert!(consecutive_up > rows.len() * 9 / 10);
-        assert!(rows.iter().all(|r| r.up || (r.cpu == 0.0 && r.free_mib == 0)));
+        assert!(rows
+            .iter()
+            .all(|r| r.up || (r.cpu == 0.0 && r.free_mib == 0)));
     }
 
     #[test]
@@ -850,7 +864,10 @@ mod tests {
                 complete += 1;
             }
         }
-        assert!(complete >= 8, "only {complete} of 10 seeds show all five states");
+        assert!(
+            complete >= 8,
+            "only {complete} of 10 seeds show all five states"
+        );
     }
 
     #[test]
@@ -902,7 +919,10 @@ mod tests {
             let office = |h: i8| (9..17).contains(&h);
             let work = mean_load(&trace.series, &c.tz, |w, h| weekday(w) && office(h));
             let rest = mean_load(&trace.series, &c.tz, |w, h| !weekday(w) && office(h));
-            assert!(work > rest, "seed {seed}: weekdays {work:.1} vs weekends {rest:.1}");
+            assert!(
+                work > rest,
+                "seed {seed}: weekdays {work:.1} vs weekends {rest:.1}"
+            );
         }
     }
 
@@ -923,7 +943,10 @@ mod tests {
         let t = generate(&tokyo);
         let own = mean_load(&t.series, &tokyo.tz, |w, h| weekday(w) && day(h));
         let wrong = mean_load(&t.series, &la.tz, |w, h| weekday(w) && day(h));
-        assert!(wrong < own / 2.0, "own clock {own:.1}, wrong clock {wrong:.1}");
+        assert!(
+            wrong < own / 2.0,
+            "own clock {own:.1}, wrong clock {wrong:.1}"
+        );
     }
 
     #[test]
