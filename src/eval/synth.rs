@@ -67,6 +67,8 @@ pub enum SynthError {
     TooManyRows { days: u32, step_secs: u32 },
     #[error("max_gap ({max_gap_secs} s) must be at least the step ({step_secs} s)")]
     GapBelowStep { max_gap_secs: u64, step_secs: u32 },
+    #[error("start {0} (Unix seconds) and the days after it must be valid times")]
+    StartOutOfRange(i64),
     #[error("cannot write the synthetic trace: {0}")]
     Write(#[from] io::Error),
 }
@@ -103,8 +105,10 @@ impl SynthConfig {
     }
 
     /// The same config starting at another Unix time.
-    pub fn with_start(self, start: i64) -> Self {
-        SynthConfig { start, ..self }
+    pub fn with_start(self, start: i64) -> Result<Self, SynthError> {
+        let cfg = SynthConfig { start, ..self };
+        cfg.validate()?;
+        Ok(cfg)
     }
 
     /// Checks that the config describes a trace we agree to make.
@@ -120,6 +124,11 @@ impl SynthConfig {
                 days: self.days,
                 step_secs: self.step_secs,
             });
+        }
+        if Timestamp::from_second(self.start).is_err()
+            || Timestamp::from_second(self.end()).is_err()
+        {
+            return Err(SynthError::StartOutOfRange(self.start));
         }
         if self.max_gap_secs < u64::from(self.step_secs) {
             return Err(SynthError::GapBelowStep {
@@ -689,7 +698,7 @@ fn sample_rows(
             if !down.silent || series.is_empty() {
                 push_row(&mut series, t, 0.0, 0.0, false);
             }
-            t = snap_up(cfg.start, step, down.end).max(t + step);
+            t = snap_up(cfg.start, step, down.end).max(t.saturating_add(step));
             continue;
         }
         let session = sessions.at(t);
@@ -725,7 +734,10 @@ fn sample_rows(
             p.idle_load * (1.0 + 1.2 * triangular(rng))
         };
         push_row(&mut series, t, cpu, free, true);
-        t += step;
+        let Some(next) = t.checked_add(step) else {
+            break;
+        };
+        t = next;
     }
     series
 }
@@ -838,15 +850,13 @@ mod tests {
         assert!(s.last_time().unwrap() >= c.end() - 86_400);
         let rows: Vec<Sample> = s.samples().collect();
         assert!(rows.iter().all(|r| (r.time - c.start) % 10 == 0));
-        let consecutive_up = rows
+        let linked: Vec<i64> = rows
             .windows(2)
             .filter(|w| w[0].up && w[1].up && w[1].time - w[0].time <= 120)
-            .count();
-        assert!(rows
-            .windows(2)
-            .filter(|w| w[0].up && w[1].up && w[1].time - w[0].time <= 120)
-            .all(|w| w[1].time - w[0].time == 10));
-        assert!(consecutive_up > rows.len() * 9 / 10);
+            .map(|w| w[1].time - w[0].time)
+            .collect();
+        assert!(linked.iter().all(|&dt| dt == 10));
+        assert!(linked.len() > rows.len() * 9 / 10);
         assert!(rows
             .iter()
             .all(|r| r.up || (r.cpu == 0.0 && r.free_mib == 0)));
@@ -976,6 +986,10 @@ mod tests {
             long.with_step(1),
             Err(SynthError::TooManyRows { .. })
         ));
+        assert!(matches!(
+            ok.clone().with_start(i64::MAX - 5),
+            Err(SynthError::StartOutOfRange(_))
+        ));
         let mut out = Vec::new();
         let bad = SynthConfig { step_secs: 0, ..ok };
         assert!(write_synth(&bad, &mut out).is_err());
@@ -990,7 +1004,8 @@ mod tests {
         }
         .with_step(300)
         .unwrap()
-        .with_start(1_700_000_123);
+        .with_start(1_700_000_123)
+        .unwrap();
         let trace = parse_trace(&bytes(&c), Path::new("x")).unwrap();
         assert_eq!(trace.series.first_time(), Some(1_700_000_123));
         assert!(trace
