@@ -8,5 +8,6 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cli;
+pub mod guest;
 pub mod history;
 pub mod model;
