@@ -139,8 +139,8 @@ mod tests {
     #[test]
     fn short_output_is_not_truncated() {
         let mut out = Vec::new();
-        let report = copy_capped(&b"hello"[..], &mut out, 100, || panic!("no truncation"))
-            .expect("copy");
+        let report =
+            copy_capped(&b"hello"[..], &mut out, 100, || panic!("no truncation")).expect("copy");
         assert_eq!(out, b"hello");
         assert!(!report.truncated());
     }

@@ -20,11 +20,11 @@ mod launch;
 mod orphan;
 pub mod procfs;
 
+pub use crate::model::policy::{GuestAction, GuestRunState, KillCause, Priority};
 pub use capture::{CaptureReport, Stream};
 pub use event::{
     Clock, EventSink, ExitInfo, GuestEvent, GuestEventKind, SandboxReport, SystemClock,
 };
-pub use crate::model::policy::{GuestAction, GuestRunState, KillCause, Priority};
 
 use capture::Capture;
 use jiff::Timestamp;
@@ -556,9 +556,7 @@ impl Supervisor {
 impl Drop for Supervisor {
     /// The node is going away (S5): the guest must not outlive it.
     fn drop(&mut self) {
-        if self.run_state() != GuestRunState::Idle
-            || self.guest.as_ref().is_some_and(|g| g.is_running())
-        {
+        if self.guest.as_ref().is_some_and(|g| g.is_running()) {
             let _ = self.apply(GuestAction::Kill(KillCause::Revocation));
             self.wait_exit(Duration::from_secs(2));
         }
@@ -630,8 +628,7 @@ fn make_job_dir(dir: &Path, work_dir: &Path, ids: Option<Ids>) -> Result<(), Sta
     std::fs::set_permissions(work_dir, std::fs::Permissions::from_mode(0o700))
         .map_err(fail(work_dir))?;
     if let Some(ids) = ids {
-        std::os::unix::fs::chown(work_dir, Some(ids.uid), Some(ids.gid))
-            .map_err(fail(work_dir))?;
+        std::os::unix::fs::chown(work_dir, Some(ids.uid), Some(ids.gid)).map_err(fail(work_dir))?;
     }
     Ok(())
 }
@@ -782,7 +779,9 @@ fn set_tree_nice(pid: i32, pgid: i32, nice: i32) -> (usize, usize, Option<io::Er
     for member in autogroups.into_values() {
         match write_autogroup_nice_retrying(member, nice) {
             Ok(()) => groups_set += 1,
-            Err(e) => tracing::warn!(pid = member, error = %e, "cannot set the guest's autogroup nice"),
+            Err(e) => {
+                tracing::warn!(pid = member, error = %e, "cannot set the guest's autogroup nice")
+            }
         }
     }
     (threads, groups_set, refused)

@@ -161,13 +161,33 @@ mod tests {
     fn table_of_decisions() {
         let cases: &[(State, bool, GuestRunState, Option<GuestAction>)] = &[
             (State::S1, false, Running(Normal), None),
-            (State::S1, false, Running(Background), Some(GuestAction::RunNormal)),
-            (State::S2, false, Running(Normal), Some(GuestAction::Renice19)),
+            (
+                State::S1,
+                false,
+                Running(Background),
+                Some(GuestAction::RunNormal),
+            ),
+            (
+                State::S2,
+                false,
+                Running(Normal),
+                Some(GuestAction::Renice19),
+            ),
             (State::S2, false, Running(Background), None),
             (State::S1, true, Running(Normal), Some(GuestAction::Suspend)),
-            (State::S2, true, Running(Background), Some(GuestAction::Suspend)),
+            (
+                State::S2,
+                true,
+                Running(Background),
+                Some(GuestAction::Suspend),
+            ),
             (State::S2, true, Suspended(Background), None),
-            (State::S1, false, Suspended(Background), Some(GuestAction::Resume)),
+            (
+                State::S1,
+                false,
+                Suspended(Background),
+                Some(GuestAction::Resume),
+            ),
             (
                 State::S3,
                 false,
