@@ -9,5 +9,6 @@
 
 pub mod cli;
 pub mod eval;
+pub mod guest;
 pub mod history;
 pub mod model;

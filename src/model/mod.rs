@@ -6,6 +6,7 @@
 
 pub mod kernel;
 pub mod predict;
+pub mod policy;
 pub mod series;
 pub mod solver;
 pub mod state;

@@ -1,0 +1,800 @@
+//! The guest supervisor: runs at most one guest process and carries out the
+//! policy's actions on it (renice, suspend, resume, kill).
+//!
+//! It owns the guest's process group, its job directory under the data dir,
+//! its sandbox (user switch, rlimits, namespaces, Landlock), its captured
+//! output and the pid file used to kill orphans after a crash. It must not know
+//! about sled, libp2p, tokio or the monitor: the node drives it through
+//! [`Supervisor::start`], [`Supervisor::apply`] and [`Supervisor::poll_exit`]
+//! and receives timestamped [`GuestEvent`]s through an [`EventSink`].
+//!
+//! The API is synchronous and never blocks for long (`poll_exit` is a
+//! `try_wait`); a tokio node calls it from its loop or `spawn_blocking`. The
+//! fork itself always happens on the supervisor's own launcher thread, because
+//! the parent-death signal is tied to the forking thread.
+
+mod capture;
+mod event;
+mod landlock;
+mod launch;
+mod orphan;
+pub mod procfs;
+
+pub use crate::model::policy::{GuestAction, GuestRunState, KillCause, Priority};
+pub use capture::{CaptureReport, Stream};
+pub use event::{
+    Clock, EventSink, ExitInfo, GuestEvent, GuestEventKind, SandboxReport, SystemClock,
+};
+
+use capture::Capture;
+use jiff::Timestamp;
+use launch::{ChildSetup, Ids, Launcher, Limit};
+use nix::errno::Errno;
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+use std::collections::BTreeMap;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The nice value of a guest in the background (S2) and at start.
+pub const BACKGROUND_NICE: i32 = 19;
+
+/// The `PATH` a guest gets; the node's own is not passed on.
+pub const GUEST_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Supervisor-wide settings (the `[guest]` config section).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestConfig {
+    /// The node's data dir: job directories go in `jobs/`, the pid file is `guest.pid`.
+    pub data_dir: PathBuf,
+    /// The user a guest runs as when the node is root (`guest.user`).
+    pub user: String,
+    /// Added to the declared memory for the address-space limit: address space
+    /// counts mappings, not use, and glibc reserves 64 MiB arenas per thread.
+    pub mem_headroom_mib: u64,
+    /// `RLIMIT_NOFILE` for the guest.
+    pub max_open_files: u64,
+    /// `RLIMIT_FSIZE` for the guest: the largest file it may write.
+    pub max_file_bytes: u64,
+}
+
+impl GuestConfig {
+    /// The defaults, with job directories under `data_dir`.
+    pub fn new(data_dir: impl Into<PathBuf>) -> GuestConfig {
+        GuestConfig {
+            data_dir: data_dir.into(),
+            user: "nobody".into(),
+            mem_headroom_mib: 512,
+            max_open_files: 256,
+            max_file_bytes: 1 << 30,
+        }
+    }
+
+    fn jobs_dir(&self) -> PathBuf {
+        self.data_dir.join("jobs")
+    }
+
+    fn pid_file(&self) -> PathBuf {
+        self.data_dir.join("guest.pid")
+    }
+}
+
+/// One guest to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestSpec {
+    /// Program and arguments; the program is looked up in [`GUEST_PATH`].
+    pub argv: Vec<String>,
+    /// Variables added to the few the guest always gets (`PATH`, `HOME`,
+    /// `TMPDIR`, `LANG`, `GLEANER_JOB_ID`); later entries win.
+    pub env: Vec<(String, String)>,
+    /// Declared memory; the address-space limit is this plus the headroom.
+    pub mem_mib: u64,
+    /// `RLIMIT_CPU` per process (SIGXCPU at the limit, SIGKILL 2 s later).
+    pub cpu_time_limit: Duration,
+    /// Wall-clock limit, suspension included, enforced by [`Supervisor::poll_exit`].
+    pub wall_limit: Duration,
+    /// Cap on each of stdout and stderr; output past it is dropped.
+    pub max_output_bytes: u64,
+    /// Let the guest use the network. Without it the guest gets a fresh
+    /// network namespace (or Landlock TCP rules) where the kernel allows.
+    pub allow_network: bool,
+    /// Overrides `guest.user` when the node is root. Never root itself; the
+    /// node should set this from its own config, not from a consumer.
+    pub user: Option<String>,
+}
+
+/// What [`Supervisor::start`] started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestHandle {
+    pub job_id: String,
+    /// The guest's pid, which is also its process group and session id.
+    pub pid: i32,
+    /// The job directory: `stdout`, `stderr` and `work/`.
+    pub dir: PathBuf,
+    /// The guest's working directory, the only place it may write.
+    pub work_dir: PathBuf,
+    pub sandbox: SandboxReport,
+}
+
+/// Whether the guest runs, is stopped or has ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestPhase {
+    Running,
+    Stopped,
+    Exited,
+}
+
+/// A snapshot of the guest for `gleaner status` and the scheduler.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuestStatus {
+    pub job_id: String,
+    pub pid: i32,
+    pub started_at: Timestamp,
+    pub phase: GuestPhase,
+    /// The main process's nice value as the kernel shows it (`None` once it has exited).
+    pub nice: Option<i32>,
+    /// The policy's view: the level last asked for and whether it is suspended.
+    pub run_state: GuestRunState,
+    /// Set when nice 0 was asked for but the kernel refused to lower nice.
+    pub nice_not_lowered: bool,
+    pub exit: Option<ExitInfo>,
+    pub kill_cause: Option<KillCause>,
+    /// Filled once the stream has closed.
+    pub stdout: Option<CaptureReport>,
+    pub stderr: Option<CaptureReport>,
+}
+
+/// Why the supervisor could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum SupervisorError {
+    #[error("cannot create the guest directory {path}: {source}")]
+    DataDir { path: PathBuf, source: io::Error },
+    #[error("cannot start the guest launcher thread: {0}")]
+    Launcher(io::Error),
+}
+
+/// Why a guest was not started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("a guest is already running (job {job_id}); the supervisor runs at most one")]
+    Busy { job_id: String },
+    #[error("the guest command line is empty")]
+    EmptyArgv,
+    #[error("job id {0:?} is not usable as a directory name (letters, digits, '.', '_', '-')")]
+    InvalidJobId(String),
+    #[error("invalid guest argument or environment entry {0:?}")]
+    InvalidText(String),
+    #[error("guest user {0:?} does not exist")]
+    UnknownUser(String),
+    #[error("refusing to run a guest as root (user {0:?} has uid 0)")]
+    RootGuest(String),
+    #[error("the node does not run as root, so the guest cannot run as {0:?}")]
+    CannotSwitchUser(String),
+    #[error("cannot prepare the job directory {path}: {source}")]
+    JobDir { path: PathBuf, source: io::Error },
+    #[error("cannot start the guest process: {0}")]
+    Spawn(io::Error),
+}
+
+/// Why an action could not be carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("no guest is running")]
+    NoGuest,
+    #[error("cannot signal the guest group: {0}")]
+    Signal(Errno),
+}
+
+/// The running (or last) guest.
+#[derive(Debug)]
+struct Guest {
+    handle: GuestHandle,
+    child: Child,
+    started_at: Timestamp,
+    wall_limit: Duration,
+    run_state: GuestRunState,
+    nice_not_lowered: bool,
+    kill_cause: Option<KillCause>,
+    exit: Option<ExitInfo>,
+    stdout: Capture,
+    stderr: Capture,
+}
+
+impl Guest {
+    fn pgid(&self) -> i32 {
+        self.handle.pid
+    }
+
+    fn is_running(&self) -> bool {
+        self.exit.is_none()
+    }
+}
+
+/// Runs at most one guest and applies policy actions to it.
+pub struct Supervisor {
+    config: GuestConfig,
+    clock: Arc<dyn Clock>,
+    sink: Arc<dyn EventSink>,
+    launcher: Launcher,
+    guest: Option<Guest>,
+}
+
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("config", &self.config)
+            .field("guest", &self.guest)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Supervisor {
+    /// Creates the job directory root and kills a guest group that a previous
+    /// run of the node left behind (recorded in the pid file).
+    pub fn new(
+        config: GuestConfig,
+        clock: Arc<dyn Clock>,
+        sink: Arc<dyn EventSink>,
+    ) -> Result<Supervisor, SupervisorError> {
+        let jobs = config.jobs_dir();
+        std::fs::create_dir_all(&jobs).map_err(|source| SupervisorError::DataDir {
+            path: jobs.clone(),
+            source,
+        })?;
+        let pid_file = config.pid_file();
+        if let Some(record) = orphan::read(&pid_file) {
+            if orphan::kill_if_live(&record) {
+                tracing::warn!(pgid = record.pgid, job = %record.job_id, "killed an orphaned guest");
+                sink.record(GuestEvent {
+                    at: clock.now(),
+                    job_id: record.job_id.clone(),
+                    kind: GuestEventKind::OrphanKilled { pgid: record.pgid },
+                });
+            }
+        }
+        if let Err(e) = orphan::remove(&pid_file) {
+            tracing::warn!(path = %pid_file.display(), error = %e, "cannot remove the guest pid file");
+        }
+        let launcher = Launcher::new().map_err(SupervisorError::Launcher)?;
+        Ok(Supervisor {
+            config,
+            clock,
+            sink,
+            launcher,
+            guest: None,
+        })
+    }
+
+    /// Starts a guest for `job_id` in a fresh directory `jobs/<job_id>`.
+    ///
+    /// Refuses while another guest is running. The guest starts at nice 19
+    /// (policy level `Background`); apply `RunNormal` when the host is in S1.
+    pub fn start(&mut self, job_id: &str, spec: GuestSpec) -> Result<GuestHandle, StartError> {
+        if let Some(g) = self.guest.as_ref().filter(|g| g.is_running()) {
+            return Err(StartError::Busy {
+                job_id: g.handle.job_id.clone(),
+            });
+        }
+        validate(job_id, &spec)?;
+        let ids = guest_ids(&self.config, &spec)?;
+        let dir = self.config.jobs_dir().join(job_id);
+        let work_dir = dir.join("work");
+        make_job_dir(&dir, &work_dir, ids)?;
+
+        let plan = SandboxPlan::prepare(&work_dir, ids, spec.allow_network);
+        for w in &plan.report.warnings {
+            tracing::warn!(job = job_id, "guest sandbox: {w}");
+        }
+        let setup = ChildSetup {
+            limits: limits(&self.config, &spec),
+            start_nice: BACKGROUND_NICE,
+            ids,
+            unshare_flags: plan.unshare_flags,
+            landlock_fd: plan.landlock.as_ref().map(|r| r.raw_fd()),
+            parent_pid: std::process::id() as libc::pid_t,
+        };
+        let mut command = Command::new(&spec.argv[0]);
+        command
+            .args(&spec.argv[1..])
+            .env_clear()
+            .envs(guest_env(job_id, &work_dir, &spec))
+            .current_dir(&work_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // SAFETY: `ChildSetup::apply` makes plain system calls and allocates nothing.
+        unsafe {
+            command.pre_exec(move || setup.apply());
+        }
+        let mut child = self.launcher.spawn(command).map_err(StartError::Spawn)?;
+        drop(plan.landlock);
+        let pid = child.id() as i32;
+
+        // Match the thread nice on the scheduling group the new session got.
+        if procfs::read_autogroup(pid).is_some() {
+            let _ = procfs::write_autogroup_nice(pid, BACKGROUND_NICE);
+        }
+        let (stdout, stderr) = match self.start_captures(&mut child, job_id, &dir, &spec) {
+            Ok(c) => c,
+            Err(source) => {
+                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+                let _ = child.wait();
+                return Err(StartError::JobDir { path: dir, source });
+            }
+        };
+        let record = orphan::GuestRecord {
+            job_id: job_id.to_string(),
+            pgid: pid,
+            starttime: procfs::read_stat(pid).map_or(0, |s| s.starttime),
+            boot_id: procfs::boot_id(),
+        };
+        if let Err(e) = orphan::write(&self.config.pid_file(), &record) {
+            tracing::warn!(error = %e, "cannot write the guest pid file; an orphan would survive a crash");
+        }
+        let handle = GuestHandle {
+            job_id: job_id.to_string(),
+            pid,
+            dir,
+            work_dir,
+            sandbox: plan.report,
+        };
+        let started_at = self.clock.now();
+        self.emit(
+            job_id,
+            GuestEventKind::Started {
+                pid,
+                dir: handle.dir.clone(),
+                sandbox: handle.sandbox.clone(),
+            },
+        );
+        self.guest = Some(Guest {
+            handle: handle.clone(),
+            child,
+            started_at,
+            wall_limit: spec.wall_limit,
+            run_state: GuestRunState::Running(Priority::Background),
+            nice_not_lowered: false,
+            kill_cause: None,
+            exit: None,
+            stdout,
+            stderr,
+        });
+        Ok(handle)
+    }
+
+    fn start_captures(
+        &self,
+        child: &mut Child,
+        job_id: &str,
+        dir: &Path,
+        spec: &GuestSpec,
+    ) -> io::Result<(Capture, Capture)> {
+        let cap = spec.max_output_bytes;
+        let (clock, sink, job) = (self.clock.clone(), self.sink.clone(), job_id.to_string());
+        let on_truncate: Arc<dyn Fn(Stream) + Send + Sync> = Arc::new(move |stream| {
+            sink.record(GuestEvent {
+                at: clock.now(),
+                job_id: job.clone(),
+                kind: GuestEventKind::OutputTruncated {
+                    stream,
+                    cap_bytes: cap,
+                },
+            })
+        });
+        let missing = || io::Error::other("the guest's output pipe is missing");
+        let out = child.stdout.take().ok_or_else(missing)?;
+        let err = child.stderr.take().ok_or_else(missing)?;
+        let stdout = Capture::start(out, dir, Stream::Stdout, cap, on_truncate.clone())?;
+        let stderr = Capture::start(err, dir, Stream::Stderr, cap, on_truncate)?;
+        Ok((stdout, stderr))
+    }
+
+    /// Carries out one policy action on the running guest.
+    pub fn apply(&mut self, action: GuestAction) -> Result<(), ApplyError> {
+        let guest = self
+            .guest
+            .as_mut()
+            .filter(|g| g.is_running())
+            .ok_or(ApplyError::NoGuest)?;
+        let (pid, pgid) = (guest.handle.pid, guest.pgid());
+        let job_id = guest.handle.job_id.clone();
+        let kind = match action {
+            GuestAction::Renice19 => {
+                let (threads, autogroups, _) = set_tree_nice(pid, pgid, BACKGROUND_NICE);
+                GuestEventKind::Reniced {
+                    nice: BACKGROUND_NICE,
+                    threads,
+                    autogroups,
+                }
+            }
+            GuestAction::RunNormal => {
+                let (threads, autogroups, refused) = set_tree_nice(pid, pgid, 0);
+                guest.nice_not_lowered = refused.is_some();
+                match refused {
+                    Some(err) => {
+                        // Keep every thread at 19 rather than a mix.
+                        set_tree_nice(pid, pgid, BACKGROUND_NICE);
+                        GuestEventKind::NiceNotLowered {
+                            reason: err.to_string(),
+                        }
+                    }
+                    None => GuestEventKind::Reniced {
+                        nice: 0,
+                        threads,
+                        autogroups,
+                    },
+                }
+            }
+            GuestAction::Suspend => {
+                signal_tree(pid, pgid, Signal::SIGSTOP).map_err(ApplyError::Signal)?;
+                GuestEventKind::Suspended
+            }
+            GuestAction::Resume => {
+                signal_tree(pid, pgid, Signal::SIGCONT).map_err(ApplyError::Signal)?;
+                GuestEventKind::Resumed
+            }
+            GuestAction::Kill(cause) => {
+                signal_tree(pid, pgid, Signal::SIGKILL).map_err(ApplyError::Signal)?;
+                guest.kill_cause.get_or_insert(cause);
+                GuestEventKind::KillSent { cause }
+            }
+        };
+        guest.run_state = crate::model::policy::after(guest.run_state, action);
+        if let GuestAction::Kill(_) = action {
+            // Still running until reaped; the policy must not act on it again.
+            guest.run_state = GuestRunState::Idle;
+        }
+        self.emit(&job_id, kind);
+        Ok(())
+    }
+
+    /// Checks, without blocking, whether the guest has ended; kills it first
+    /// if it has run past its wall-clock limit. Returns the final status once,
+    /// when the end is first seen. Members of the guest group that outlive
+    /// the main process are killed then.
+    pub fn poll_exit(&mut self) -> Option<GuestStatus> {
+        let now = self.clock.now();
+        let guest = self.guest.as_mut().filter(|g| g.is_running())?;
+        let over_time = now.as_millisecond() - guest.started_at.as_millisecond()
+            >= i64::try_from(guest.wall_limit.as_millis()).unwrap_or(i64::MAX);
+        if over_time && guest.kill_cause.is_none() {
+            let _ = self.apply(GuestAction::Kill(KillCause::WallTimeLimit));
+        }
+        let guest = self.guest.as_mut()?;
+        let status = guest.child.try_wait().ok()??;
+        let exit = exit_info(status);
+        guest.exit = Some(exit);
+        guest.run_state = GuestRunState::Idle;
+        let _ = signal_tree(guest.handle.pid, guest.pgid(), Signal::SIGKILL);
+        let (job_id, cause) = (guest.handle.job_id.clone(), guest.kill_cause);
+        if let Err(e) = orphan::remove(&self.config.pid_file()) {
+            tracing::warn!(error = %e, "cannot remove the guest pid file");
+        }
+        self.emit(&job_id, GuestEventKind::Exited { exit, cause });
+        self.status()
+    }
+
+    /// Polls until the guest ends or `timeout` passes (for shutdown and tests).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<GuestStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.poll_exit() {
+                return Some(status);
+            }
+            if !self.guest.as_ref().is_some_and(|g| g.is_running()) {
+                return self.status();
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The current (or last) guest's status; `None` if none was started.
+    pub fn status(&mut self) -> Option<GuestStatus> {
+        let g = self.guest.as_mut()?;
+        let stat = g
+            .is_running()
+            .then(|| procfs::read_stat(g.handle.pid))
+            .flatten();
+        let phase = match (&g.exit, &stat) {
+            (Some(_), _) => GuestPhase::Exited,
+            (None, Some(s)) if matches!(s.state, 'T' | 't') => GuestPhase::Stopped,
+            (None, _) => GuestPhase::Running,
+        };
+        Some(GuestStatus {
+            job_id: g.handle.job_id.clone(),
+            pid: g.handle.pid,
+            started_at: g.started_at,
+            phase,
+            nice: stat.map(|s| s.nice),
+            run_state: g.run_state,
+            nice_not_lowered: g.nice_not_lowered,
+            exit: g.exit,
+            kill_cause: g.kill_cause,
+            stdout: g.stdout.poll(),
+            stderr: g.stderr.poll(),
+        })
+    }
+
+    /// What the policy needs to know about the guest for `decide`.
+    pub fn run_state(&self) -> GuestRunState {
+        self.guest
+            .as_ref()
+            .filter(|g| g.is_running())
+            .map_or(GuestRunState::Idle, |g| g.run_state)
+    }
+
+    /// The pids of every live process of the guest (main process,
+    /// descendants, group and session members), so the monitor can subtract
+    /// the guest's CPU from the host load. Empty when no guest runs.
+    pub fn process_tree(&self) -> Vec<i32> {
+        match self.guest.as_ref().filter(|g| g.is_running()) {
+            Some(g) => procfs::guest_tree(g.handle.pid, g.pgid())
+                .into_iter()
+                .map(|p| p.pid)
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn emit(&self, job_id: &str, kind: GuestEventKind) {
+        self.sink.record(GuestEvent {
+            at: self.clock.now(),
+            job_id: job_id.to_string(),
+            kind,
+        });
+    }
+}
+
+impl Drop for Supervisor {
+    /// The node is going away (S5): the guest must not outlive it.
+    fn drop(&mut self) {
+        if self.guest.as_ref().is_some_and(|g| g.is_running()) {
+            let _ = self.apply(GuestAction::Kill(KillCause::Revocation));
+            self.wait_exit(Duration::from_secs(2));
+        }
+    }
+}
+
+fn validate(job_id: &str, spec: &GuestSpec) -> Result<(), StartError> {
+    let id_ok = !job_id.is_empty()
+        && job_id.len() <= 128
+        && !job_id.starts_with('.')
+        && job_id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !id_ok {
+        return Err(StartError::InvalidJobId(job_id.to_string()));
+    }
+    if spec.argv.is_empty() || spec.argv[0].is_empty() {
+        return Err(StartError::EmptyArgv);
+    }
+    for text in &spec.argv {
+        if text.contains('\0') {
+            return Err(StartError::InvalidText(text.clone()));
+        }
+    }
+    for (name, value) in &spec.env {
+        if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
+            return Err(StartError::InvalidText(format!("{name}={value}")));
+        }
+    }
+    Ok(())
+}
+
+/// The ids to switch to: only a root node switches, and never to root.
+fn guest_ids(config: &GuestConfig, spec: &GuestSpec) -> Result<Option<Ids>, StartError> {
+    let name = spec.user.as_deref().unwrap_or(&config.user);
+    if !nix::unistd::geteuid().is_root() {
+        let me = nix::unistd::User::from_uid(nix::unistd::geteuid())
+            .ok()
+            .flatten()
+            .map(|u| u.name);
+        return match &spec.user {
+            Some(wanted) if me.as_deref() != Some(wanted.as_str()) => {
+                Err(StartError::CannotSwitchUser(wanted.clone()))
+            }
+            _ => Ok(None),
+        };
+    }
+    let user = nix::unistd::User::from_name(name)
+        .ok()
+        .flatten()
+        .ok_or_else(|| StartError::UnknownUser(name.to_string()))?;
+    if user.uid.is_root() {
+        return Err(StartError::RootGuest(name.to_string()));
+    }
+    Ok(Some(Ids {
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+    }))
+}
+
+/// Makes `dir` (the supervisor's) and `work_dir` (the guest's) fresh.
+fn make_job_dir(dir: &Path, work_dir: &Path, ids: Option<Ids>) -> Result<(), StartError> {
+    let fail = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| StartError::JobDir { path, source }
+    };
+    std::fs::create_dir(dir).map_err(fail(dir))?;
+    std::fs::create_dir(work_dir).map_err(fail(work_dir))?;
+    std::fs::set_permissions(work_dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(fail(work_dir))?;
+    if let Some(ids) = ids {
+        std::os::unix::fs::chown(work_dir, Some(ids.uid), Some(ids.gid)).map_err(fail(work_dir))?;
+    }
+    Ok(())
+}
+
+/// The isolation this kernel allows for one guest, decided before the fork.
+struct SandboxPlan {
+    unshare_flags: libc::c_int,
+    landlock: Option<landlock::Ruleset>,
+    report: SandboxReport,
+}
+
+impl SandboxPlan {
+    fn prepare(work_dir: &Path, ids: Option<Ids>, allow_network: bool) -> SandboxPlan {
+        let mut warnings = Vec::new();
+        let namespaces = !allow_network && launch::can_unshare_net(ids);
+        if !allow_network && !namespaces {
+            warnings.push("no user and network namespace (the kernel refused unshare)".into());
+        }
+        let landlock = match landlock::abi_version() {
+            Some(abi) => match landlock::build(abi, work_dir, !allow_network && !namespaces) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    warnings.push(format!("Landlock ruleset not built: {e}"));
+                    None
+                }
+            },
+            None => {
+                warnings.push("Landlock is not available: writes are not confined".into());
+                None
+            }
+        };
+        let tcp_denied = landlock.as_ref().is_some_and(|r| r.denies_tcp);
+        let network_blocked = !allow_network && (namespaces || tcp_denied);
+        if !allow_network && !network_blocked {
+            warnings.push("the guest can reach the network".into());
+        }
+        SandboxPlan {
+            unshare_flags: if namespaces {
+                libc::CLONE_NEWUSER | libc::CLONE_NEWNET
+            } else {
+                0
+            },
+            report: SandboxReport {
+                uid: ids.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid),
+                namespaces,
+                landlock: landlock.is_some(),
+                network_blocked,
+                warnings,
+            },
+            landlock,
+        }
+    }
+}
+
+fn limits(config: &GuestConfig, spec: &GuestSpec) -> [Limit; launch::LIMIT_COUNT] {
+    let mib = 1024 * 1024;
+    let address_space = spec
+        .mem_mib
+        .saturating_add(config.mem_headroom_mib)
+        .saturating_mul(mib);
+    // Round up so a sub-second limit is not zero (which would mean "none left").
+    let cpu = spec.cpu_time_limit.as_secs() + u64::from(spec.cpu_time_limit.subsec_nanos() > 0);
+    let cpu = cpu.max(1);
+    let same = |resource, value| Limit {
+        resource,
+        soft: value,
+        hard: value,
+    };
+    [
+        same(libc::RLIMIT_AS, address_space),
+        Limit {
+            resource: libc::RLIMIT_CPU,
+            soft: cpu,
+            hard: cpu + 2,
+        },
+        same(libc::RLIMIT_FSIZE, config.max_file_bytes),
+        same(libc::RLIMIT_NOFILE, config.max_open_files),
+        same(libc::RLIMIT_CORE, 0),
+    ]
+}
+
+/// The guest's whole environment: a few fixed variables plus the spec's.
+fn guest_env(job_id: &str, work_dir: &Path, spec: &GuestSpec) -> BTreeMap<String, String> {
+    let work = work_dir.to_string_lossy().into_owned();
+    let mut env: BTreeMap<String, String> = [
+        ("PATH", GUEST_PATH.to_string()),
+        ("HOME", work.clone()),
+        ("TMPDIR", work),
+        ("LANG", "C.UTF-8".to_string()),
+        ("GLEANER_JOB_ID", job_id.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    env.extend(spec.env.iter().cloned());
+    env
+}
+
+fn exit_info(status: ExitStatus) -> ExitInfo {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitInfo::Code(code),
+        (None, Some(sig)) => ExitInfo::Signal(sig),
+        (None, None) => ExitInfo::Code(-1),
+    }
+}
+
+/// Sends `signal` to the guest's group and to every other process of its
+/// tree (a child that changed its group). A group that is already gone is
+/// not an error.
+fn signal_tree(pid: i32, pgid: i32, signal: Signal) -> Result<(), Errno> {
+    match killpg(Pid::from_raw(pgid), signal) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => return Err(e),
+    }
+    for p in procfs::guest_tree(pid, pgid) {
+        if p.pgrp != pgid {
+            let _ = kill(Pid::from_raw(p.pid), signal);
+        }
+    }
+    Ok(())
+}
+
+/// Sets `nice` on every thread of the guest tree and on each autogroup it
+/// uses. Returns the threads and autogroups changed, and the first
+/// permission error (lowering nice needs `CAP_SYS_NICE` or `RLIMIT_NICE`).
+fn set_tree_nice(pid: i32, pgid: i32, nice: i32) -> (usize, usize, Option<io::Error>) {
+    let mut threads = 0;
+    let mut refused = None;
+    let mut autogroups = BTreeMap::new();
+    for p in procfs::guest_tree(pid, pgid) {
+        for t in procfs::thread_stats(p.pid) {
+            // SAFETY: a plain system call; a thread that has gone gives ESRCH.
+            let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, t.pid as libc::id_t, nice) };
+            if rc == 0 {
+                threads += 1;
+            } else {
+                let err = io::Error::last_os_error();
+                if err.raw_os_error() != Some(libc::ESRCH) && refused.is_none() {
+                    refused = Some(err);
+                }
+            }
+        }
+        if let Some(group) = procfs::read_autogroup(p.pid) {
+            autogroups.entry(group.id).or_insert(p.pid);
+        }
+    }
+    let mut groups_set = 0;
+    for member in autogroups.into_values() {
+        match write_autogroup_nice_retrying(member, nice) {
+            Ok(()) => groups_set += 1,
+            Err(e) => {
+                tracing::warn!(pid = member, error = %e, "cannot set the guest's autogroup nice")
+            }
+        }
+    }
+    (threads, groups_set, refused)
+}
+
+/// Without `CAP_SYS_ADMIN` the kernel allows one autogroup nice change per
+/// 100 ms system-wide and answers EAGAIN in between.
+fn write_autogroup_nice_retrying(pid: i32, nice: i32) -> io::Result<()> {
+    match procfs::write_autogroup_nice(pid, nice) {
+        Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+            std::thread::sleep(Duration::from_millis(110));
+            procfs::write_autogroup_nice(pid, nice)
+        }
+        other => other,
+    }
+}
