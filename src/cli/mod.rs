@@ -7,6 +7,7 @@
 pub mod args;
 pub mod output;
 pub mod predict;
+pub mod trace;
 
 use clap::{Parser, Subcommand};
 
@@ -34,11 +35,14 @@ pub struct Cli {
 pub enum Command {
     /// Predict the temporal reliability of a host for a future window.
     Predict(predict::PredictArgs),
+    /// Tools for host trace files (format v1).
+    Trace(trace::TraceArgs),
 }
 
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Predict(args) => predict::run(&args, cli.json),
+        Command::Trace(args) => trace::run(&args),
     }
 }

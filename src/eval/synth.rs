@@ -311,6 +311,7 @@ pub fn generate(cfg: &SynthConfig) -> Trace {
             )),
         },
         series,
+        replaced_rows: 0,
     }
 }
 

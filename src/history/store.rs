@@ -503,6 +503,7 @@ impl HistoryStore {
                 source: Some(EXPORT_SOURCE.to_string()),
             },
             series: self.to_series(m.tz.clone(), m.step_secs, m.max_gap_secs)?,
+            replaced_rows: 0,
         })
     }
 

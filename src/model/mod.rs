@@ -5,8 +5,8 @@
 //! tokio: every function takes `now`, the data and the limits as parameters.
 
 pub mod kernel;
-pub mod predict;
 pub mod policy;
+pub mod predict;
 pub mod series;
 pub mod solver;
 pub mod state;
