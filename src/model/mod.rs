@@ -7,6 +7,7 @@
 pub mod kernel;
 pub mod policy;
 pub mod predict;
+pub mod predictor;
 pub mod series;
 pub mod solver;
 pub mod state;
