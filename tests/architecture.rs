@@ -1,0 +1,89 @@
+//! Checks the invariants ARCHITECTURE.md states about the code's layout:
+//! `model/` is pure, and every source file says what it is.
+
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("readable source dir") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Code lines only: comments cannot break the invariant.
+fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.starts_with("//"))
+}
+
+#[test]
+fn model_is_pure() {
+    // I/O, clocks, threads, processes and the outer layers are off limits.
+    let forbidden = [
+        "std::fs",
+        "std::net",
+        "std::process",
+        "std::thread",
+        "std::env",
+        "SystemTime",
+        "Instant::now",
+        "Timestamp::now",
+        "Zoned::now",
+        "tokio",
+        "sled",
+        "libp2p",
+        "crate::history",
+        "crate::monitor",
+        "crate::guest",
+        "crate::net",
+        "crate::node",
+        "crate::control",
+        "crate::consumer",
+        "crate::cli",
+        "crate::eval",
+        "println!",
+        "eprintln!",
+    ];
+    let mut offences = Vec::new();
+    for file in rust_files(&root().join("src/model")) {
+        let text = std::fs::read_to_string(&file).expect("readable");
+        for (line_no, line) in code_lines(&text) {
+            for word in forbidden {
+                if line.contains(word) {
+                    offences.push(format!("{}:{line_no}: {word}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(offences.is_empty(), "model/ must stay pure:\n{}", offences.join("\n"));
+}
+
+#[test]
+fn every_source_file_opens_with_a_module_doc() {
+    let mut missing = Vec::new();
+    for dir in ["src", "tests", "benches", "examples"] {
+        let path = root().join(dir);
+        if !path.exists() {
+            continue;
+        }
+        for file in rust_files(&path) {
+            let text = std::fs::read_to_string(&file).expect("readable");
+            if !text.trim_start().starts_with("//!") {
+                missing.push(file.display().to_string());
+            }
+        }
+    }
+    assert!(missing.is_empty(), "files without a //! doc:\n{}", missing.join("\n"));
+}
