@@ -4,5 +4,6 @@
 //! Nothing here performs I/O, reads a clock, or knows about sled, libp2p or
 //! tokio: every function takes `now`, the data and the limits as parameters.
 
+pub mod period;
 pub mod series;
 pub mod state;
