@@ -10,3 +10,4 @@
 pub mod cli;
 pub mod history;
 pub mod model;
+pub mod monitor;
