@@ -13,9 +13,11 @@
 //! the sampling period.
 
 use super::{LoadSource, RawSample, SampleError};
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::{ErrorKind, Read};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// Cumulative CPU time of the whole machine, in clock ticks summed over all CPUs.
@@ -40,6 +42,41 @@ struct ProcTimes {
     start: u64,
 }
 
+/// A `/proc` file kept open: re-reading it from offset 0 makes the kernel
+/// generate fresh contents, which saves the path lookup, open and close
+/// that dominate the cost of a sample.
+#[derive(Debug)]
+struct OpenFile {
+    path: PathBuf,
+    file: File,
+}
+
+impl OpenFile {
+    fn open(path: PathBuf) -> Result<Self, SampleError> {
+        match File::open(&path) {
+            Ok(file) => Ok(OpenFile { path, file }),
+            Err(source) => Err(SampleError::Read { path, source }),
+        }
+    }
+
+    /// The file's current contents, read into `bytes`.
+    fn read_fresh<'a>(&self, bytes: &'a mut Vec<u8>) -> Result<Cow<'a, str>, SampleError> {
+        read_all_at_zero(&self.file, bytes).map_err(|source| SampleError::Read {
+            path: self.path.clone(),
+            source,
+        })?;
+        Ok(String::from_utf8_lossy(bytes))
+    }
+}
+
+/// A guest process as last seen.
+#[derive(Debug)]
+struct GuestProcess {
+    times: ProcTimes,
+    /// Its open `stat` file; reading it fails once the process is gone.
+    stat: File,
+}
+
 /// A [`LoadSource`] reading `/proc` directly.
 #[derive(Debug)]
 pub struct ProcLoadSource {
@@ -47,15 +84,18 @@ pub struct ProcLoadSource {
     root: PathBuf,
     /// USER_HZ: the unit of every tick count in `/proc`.
     ticks_per_sec: u64,
+    stat: OpenFile,
+    uptime: OpenFile,
+    meminfo: OpenFile,
     /// Machine CPU times at the previous sample.
     prev_cpu: CpuTimes,
     /// Ticks since boot at the previous sample, to tell guest processes born
     /// since then (all their time is new) from ones seen for the first time.
     prev_uptime: u64,
     /// Guest processes at the previous sample.
-    guests: HashMap<i32, ProcTimes>,
+    guests: HashMap<i32, GuestProcess>,
     /// Reused read buffer, so a sample does not allocate.
-    buf: String,
+    bytes: Vec<u8>,
 }
 
 impl ProcLoadSource {
@@ -66,13 +106,17 @@ impl ProcLoadSource {
 
     /// Opens a `/proc`-shaped tree at `root` whose tick unit is `ticks_per_sec`.
     pub fn with_root(root: impl Into<PathBuf>, ticks_per_sec: u64) -> Result<Self, SampleError> {
+        let root = root.into();
         let mut source = ProcLoadSource {
-            root: root.into(),
+            stat: OpenFile::open(root.join("stat"))?,
+            uptime: OpenFile::open(root.join("uptime"))?,
+            meminfo: OpenFile::open(root.join("meminfo"))?,
+            root,
             ticks_per_sec: ticks_per_sec.max(1),
             prev_cpu: CpuTimes::default(),
             prev_uptime: 0,
             guests: HashMap::new(),
-            buf: String::with_capacity(4096),
+            bytes: Vec::with_capacity(8192),
         };
         source.prev_cpu = source.read_cpu()?;
         source.prev_uptime = source.read_uptime()?;
@@ -80,19 +124,17 @@ impl ProcLoadSource {
     }
 
     fn read_cpu(&mut self) -> Result<CpuTimes, SampleError> {
-        let path = self.root.join("stat");
-        read_into(&path, &mut self.buf)?;
-        parse_cpu_line(&self.buf).ok_or(SampleError::Parse {
-            path,
+        let text = self.stat.read_fresh(&mut self.bytes)?;
+        parse_cpu_line(&text).ok_or_else(|| SampleError::Parse {
+            path: self.stat.path.clone(),
             what: "no aggregate \"cpu\" line",
         })
     }
 
     fn read_uptime(&mut self) -> Result<u64, SampleError> {
-        let path = self.root.join("uptime");
-        read_into(&path, &mut self.buf)?;
-        let secs = parse_uptime_secs(&self.buf).ok_or(SampleError::Parse {
-            path,
+        let text = self.uptime.read_fresh(&mut self.bytes)?;
+        let secs = parse_uptime_secs(&text).ok_or_else(|| SampleError::Parse {
+            path: self.uptime.path.clone(),
             what: "no uptime in seconds",
         })?;
         // Truncation is fine: a tick is the resolution of the start times compared with it.
@@ -100,34 +142,50 @@ impl ProcLoadSource {
     }
 
     fn read_available_mib(&mut self) -> Result<u64, SampleError> {
-        let path = self.root.join("meminfo");
-        read_into(&path, &mut self.buf)?;
-        let kib = parse_available_kib(&self.buf).ok_or(SampleError::Parse {
-            path,
+        let text = self.meminfo.read_fresh(&mut self.bytes)?;
+        let kib = parse_available_kib(&text).ok_or_else(|| SampleError::Parse {
+            path: self.meminfo.path.clone(),
             what: "neither MemAvailable nor MemFree",
         })?;
         Ok(kib / 1024)
     }
 
-    /// Reads one process's times; `None` when it is gone (or went while reading).
-    fn read_proc_times(&mut self, pid: i32) -> Option<ProcTimes> {
-        let path = self.root.join(pid.to_string()).join("stat");
-        read_into(&path, &mut self.buf).ok()?;
-        parse_proc_stat(&self.buf).map(|(_, times)| times)
+    /// Reads one process's times through its already open `stat` file if it
+    /// has one (that fails once the process is gone, so a reused pid is
+    /// opened afresh); `None` when there is no such process now.
+    fn read_guest(&mut self, pid: i32, open: Option<File>) -> Option<(ProcTimes, File)> {
+        let parse = |bytes: &Vec<u8>| parse_proc_stat(&String::from_utf8_lossy(bytes));
+        if let Some(file) = open {
+            if read_all_at_zero(&file, &mut self.bytes).is_ok() {
+                if let Some((_, times)) = parse(&self.bytes) {
+                    return Some((times, file));
+                }
+            }
+        }
+        let file = File::open(self.root.join(pid.to_string()).join("stat")).ok()?;
+        read_all_at_zero(&file, &mut self.bytes).ok()?;
+        parse(&self.bytes).map(|(_, times)| (times, file))
     }
 
-    /// CPU ticks the guest tree used since the previous sample, and the new
-    /// per-process baseline.
+    /// CPU ticks the guest tree used since the previous sample; keeps the
+    /// per-process baseline for the next one.
     fn guest_ticks(&mut self, guest_pids: &[i32]) -> u64 {
-        let mut now: HashMap<i32, ProcTimes> = HashMap::with_capacity(guest_pids.len());
+        let mut previous = std::mem::take(&mut self.guests);
+        let baseline: Vec<(i32, ProcTimes)> = previous.iter().map(|(&p, g)| (p, g.times)).collect();
+        let mut now: HashMap<i32, GuestProcess> = HashMap::with_capacity(guest_pids.len());
         let mut used: u64 = 0;
         // How much each still-known process's reaped-children counter grew.
         let mut reaped_growth: HashMap<i32, u64> = HashMap::new();
         for &pid in guest_pids {
-            let Some(times) = self.read_proc_times(pid) else {
+            if now.contains_key(&pid) {
+                continue;
+            }
+            let prev = previous.remove(&pid);
+            let prev_times = prev.as_ref().map(|p| p.times);
+            let Some((times, stat)) = self.read_guest(pid, prev.map(|p| p.stat)) else {
                 continue;
             };
-            match self.guests.get(&pid) {
+            match prev_times {
                 Some(prev) if prev.start == times.start => {
                     used += times.own.saturating_sub(prev.own);
                     let growth = times.reaped.saturating_sub(prev.reaped);
@@ -139,14 +197,14 @@ impl ProcLoadSource {
                 // Older but never seen: no baseline yet, so nothing can be attributed.
                 _ => {}
             }
-            now.insert(pid, times);
+            now.insert(pid, GuestProcess { times, stat });
         }
         // A guest process that ended and was waited for by a parent in the
         // tree moved its whole life into the parent's reaped counter, which was
         // just counted; the part already counted at earlier samples must come
         // off again, but never more than the parent's counter actually grew.
         let mut overlap: u64 = 0;
-        for (pid, prev) in &self.guests {
+        for (pid, prev) in &baseline {
             if now.contains_key(pid) {
                 continue;
             }
@@ -288,6 +346,20 @@ fn read_into(path: &Path, buf: &mut String) -> Result<(), SampleError> {
             path: path.to_path_buf(),
             source,
         })
+}
+
+/// Reads an open file from its start to its end into `bytes` with positioned
+/// reads, so the same descriptor can be read again at the next sample.
+fn read_all_at_zero(file: &File, bytes: &mut Vec<u8>) -> std::io::Result<()> {
+    bytes.clear();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = file.read_at(&mut chunk, bytes.len() as u64)?;
+        if n == 0 {
+            return Ok(());
+        }
+        bytes.extend_from_slice(&chunk[..n]);
+    }
 }
 
 /// USER_HZ, the tick unit of `/proc`; 100 on every mainstream architecture.
@@ -518,6 +590,8 @@ mod tests {
             Err(SampleError::Read { .. })
         ));
         fs::write(dir.path().join("stat"), "garbage\n").unwrap();
+        fs::write(dir.path().join("uptime"), "1.00 1.00\n").unwrap();
+        fs::write(dir.path().join("meminfo"), MEMINFO).unwrap();
         assert!(matches!(
             ProcLoadSource::with_root(dir.path(), 100),
             Err(SampleError::Parse { .. })
