@@ -12,3 +12,4 @@ pub mod eval;
 pub mod guest;
 pub mod history;
 pub mod model;
+pub mod monitor;

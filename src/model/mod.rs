@@ -5,9 +5,11 @@
 //! tokio: every function takes `now`, the data and the limits as parameters.
 
 pub mod kernel;
+pub mod period;
 pub mod policy;
 pub mod predict;
 pub mod predictor;
+
 pub mod series;
 pub mod solver;
 pub mod state;
