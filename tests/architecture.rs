@@ -67,7 +67,11 @@ fn model_is_pure() {
             }
         }
     }
-    assert!(offences.is_empty(), "model/ must stay pure:\n{}", offences.join("\n"));
+    assert!(
+        offences.is_empty(),
+        "model/ must stay pure:\n{}",
+        offences.join("\n")
+    );
 }
 
 #[test]
@@ -85,5 +89,9 @@ fn every_source_file_opens_with_a_module_doc() {
             }
         }
     }
-    assert!(missing.is_empty(), "files without a //! doc:\n{}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "files without a //! doc:\n{}",
+        missing.join("\n")
+    );
 }

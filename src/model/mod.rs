@@ -9,7 +9,6 @@ pub mod period;
 pub mod policy;
 pub mod predict;
 pub mod predictor;
-
 pub mod series;
 pub mod solver;
 pub mod state;
