@@ -254,10 +254,7 @@ impl HostSeries {
                 // A run of rows with this same cool code reads as one state,
                 // whatever step lands in it: fill all its steps at once.
                 let offset = row - first_row;
-                let run_end = codes[offset + 1..]
-                    .iter()
-                    .position(|&c| c != code)
-                    .map_or(last_row + 1, |p| row + 1 + p);
+                let run_end = row + 1 + run_length(&codes[offset + 1..], code);
                 let next = self.time.get(run_end).copied().unwrap_or(i64::MAX);
                 let remaining = m + 1 - out.len();
                 let steps = if next == i64::MAX {
@@ -369,11 +366,42 @@ impl HostSeries {
                     | (u8::from(!up) * CODE_DOWN)
             })
             .collect();
+        // Times are strictly increasing, so next − t is positive and cannot overflow
+        // unless the two are ~2^63 apart, which `wrapping_sub` turns into a gap anyway.
+        let max_gap = i64::try_from(self.max_gap_secs).unwrap_or(i64::MAX);
         for ((code, &t), &next) in codes.iter_mut().zip(times).zip(next_times) {
-            *code |= u8::from(next.saturating_sub(t) as u64 > self.max_gap_secs) * CODE_GAP_AFTER;
+            let gap = next.wrapping_sub(t);
+            *code |= u8::from(gap > max_gap || gap < 0) * CODE_GAP_AFTER;
         }
         codes
     }
+}
+
+/// How many leading bytes of `codes` equal `code`, eight at a time.
+fn run_length(codes: &[u8], code: u8) -> usize {
+    let splat = u64::from_ne_bytes([code; 8]);
+    let mut chunks = codes.chunks_exact(8);
+    let mut n = 0;
+    for chunk in chunks.by_ref() {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let diff = u64::from_ne_bytes(word) ^ splat;
+        if diff != 0 {
+            // The first differing byte in memory order.
+            let bytes = if cfg!(target_endian = "little") {
+                diff.trailing_zeros()
+            } else {
+                diff.leading_zeros()
+            };
+            return n + (bytes / 8) as usize;
+        }
+        n += 8;
+    }
+    n + chunks
+        .remainder()
+        .iter()
+        .take_while(|&&c| c == code)
+        .count()
 }
 
 /// S1 or S2 by the load bits of a row code.
@@ -525,6 +553,12 @@ mod tests {
     }
 
     proptest::proptest! {
+        #[test]
+        fn run_length_counts_leading_equal_bytes(codes in proptest::collection::vec(0u8..3, 0..40), code in 0u8..3) {
+            let expected = codes.iter().take_while(|&&c| c == code).count();
+            proptest::prop_assert_eq!(run_length(&codes, code), expected);
+        }
+
         #[test]
         fn window_states_agrees_with_the_cursor(
             rows in proptest::collection::vec((1i64..200, 0.0f64..100.0, 0u64..3, 0u8..10), 1..80),
