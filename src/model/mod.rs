@@ -4,6 +4,7 @@
 //! Nothing here performs I/O, reads a clock, or knows about sled, libp2p or
 //! tokio: every function takes `now`, the data and the limits as parameters.
 
+pub mod baselines;
 pub mod kernel;
 pub mod period;
 pub mod policy;

@@ -114,6 +114,8 @@ pub enum PredictError {
     BadTime(i64),
     #[error("no {kind} before {date} has its whole window in the record: not enough history")]
     NoHistory { kind: &'static str, date: Date },
+    #[error("no usable sample in the window before {at}: a time-series model has nothing to fit")]
+    NoRecentSamples { at: i64 },
 }
 
 /// Mon–Fri or Sat–Sun: daily rhythms differ between the two.
@@ -121,7 +123,8 @@ pub fn is_weekend(d: Weekday) -> bool {
     matches!(d, Weekday::Saturday | Weekday::Sunday)
 }
 
-fn kind_name(weekend: bool) -> &'static str {
+/// "weekday" or "weekend day", for messages.
+pub fn kind_name(weekend: bool) -> &'static str {
     if weekend {
         "weekend day"
     } else {
@@ -176,7 +179,7 @@ pub fn history_days(
 }
 
 /// The checked geometry of a request: step d and steps m.
-fn geometry(series: &HostSeries, req: &PredictRequest) -> Result<(u32, usize), PredictError> {
+pub fn geometry(series: &HostSeries, req: &PredictRequest) -> Result<(u32, usize), PredictError> {
     let step = req.step_secs.unwrap_or(series.step_secs);
     if step == 0 {
         return Err(PredictError::ZeroStep);

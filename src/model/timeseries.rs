@@ -709,15 +709,33 @@ impl<'a> Recursion<'a> {
 
     /// Writes one path into `out` (its length is the horizon), adding
     /// `draw()` as the innovation of every step.
-    fn run(&mut self, out: &mut [f64], mut draw: impl FnMut() -> f64) {
+    fn run(&mut self, out: &mut [f64], draw: impl FnMut() -> f64) {
+        let steps = out.len();
+        self.run_until(steps, draw, |h, v| {
+            out[h] = v;
+            false
+        });
+    }
+
+    /// Runs one path of at most `steps` steps (no more than the horizon),
+    /// adding `draw()` as the innovation of every step and handing each value
+    /// to `visit(step, value)`; the path stops at the first step for which
+    /// `visit` returns true, and that step is returned.
+    fn run_until(
+        &mut self,
+        steps: usize,
+        mut draw: impl FnMut() -> f64,
+        mut visit: impl FnMut(usize, f64) -> bool,
+    ) -> Option<usize> {
         let lag = self.seed_values.len();
         let qlag = self.seed_innovations.len();
+        let steps = steps.min(self.values.len() - lag);
         self.values[..lag].copy_from_slice(&self.seed_values);
         self.innovations[..qlag].copy_from_slice(&self.seed_innovations);
         match &self.fitted.predictor {
             Predictor::Linear { ar, ma } => {
                 let mean = self.fitted.mean;
-                for (h, slot) in out.iter_mut().enumerate() {
+                for h in 0..steps {
                     let past = &self.values[h..lag + h];
                     let past_e = &self.innovations[h..qlag + h];
                     // Coefficient i multiplies the value i + 1 steps back.
@@ -731,20 +749,62 @@ impl<'a> Recursion<'a> {
                     y += e;
                     self.values[lag + h] = y;
                     self.innovations[qlag + h] = e;
-                    *slot = mean + y;
+                    if visit(h, mean + y) {
+                        return Some(h);
+                    }
                 }
             }
             Predictor::WindowMean { window } => {
                 let n = *window as f64;
                 let mut sum: f64 = self.values[..lag].iter().sum();
-                for (h, slot) in out.iter_mut().enumerate() {
+                for h in 0..steps {
                     let v = sum / n + draw();
                     sum += v - self.values[h];
                     self.values[lag + h] = v;
-                    *slot = v;
+                    if visit(h, v) {
+                        return Some(h);
+                    }
                 }
             }
         }
+        None
+    }
+}
+
+/// Simulates futures one path at a time so the caller can stop a path early
+/// (the probabilistic baselines stop at a path's first failure) and bring
+/// its own innovations. Seeding from the history happens once in
+/// [`PathSimulator::new`]; running a path allocates nothing.
+pub struct PathSimulator<'a> {
+    recursion: Recursion<'a>,
+    horizon: usize,
+}
+
+impl<'a> PathSimulator<'a> {
+    /// Prepares paths of up to `horizon` steps after `history` (oldest first).
+    pub fn new(fitted: &'a FittedModel, history: &[f64], horizon: usize) -> Self {
+        PathSimulator {
+            recursion: Recursion::new(fitted, history, horizon),
+            horizon,
+        }
+    }
+
+    /// The longest path this simulator runs.
+    pub fn horizon(&self) -> usize {
+        self.horizon
+    }
+
+    /// Runs one path of at most `steps` steps (capped at the horizon):
+    /// `draw()` gives each step's innovation (use the fitted residuals or
+    /// zero), `visit(step, value)` sees each simulated value and returns true
+    /// to stop the path there. Returns the step at which it stopped.
+    pub fn run_until(
+        &mut self,
+        steps: usize,
+        draw: impl FnMut() -> f64,
+        visit: impl FnMut(usize, f64) -> bool,
+    ) -> Option<usize> {
+        self.recursion.run_until(steps, draw, visit)
     }
 }
 

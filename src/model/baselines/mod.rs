@@ -1,0 +1,205 @@
+//! The baseline reliability methods the evaluation compares the semi-Markov
+//! predictor against, each a [`ReliabilityPredictor`], and the registry that
+//! names every method (`paper`, `km`, `km+age` and the baselines).
+//!
+//! - [`freq`]: share of same-kind history days whose window survived.
+//! - [`markov`]: a discrete-time Markov chain over S1..S5 (geometric holding times).
+//! - [`rippp`]: Wyckoff et al.'s remaining idle period probability by time-of-day zone.
+//! - [`linear`]: the papers' AR(8), BM(8), MA(8), ARMA(8,8), LAST on host load
+//!   and free memory, as an iterated point forecast and as simulated paths.
+//!
+//! Rules every method keeps: it reads only the state at W and rows at or
+//! before W (tests check this with [`truncated`]); a host already failed at W
+//! (S3, S4, S5) gets TR = 0, as in the semi-Markov predictor; randomness
+//! comes from a seed stored in the predictor, mixed with the request, so a
+//! forecast is a pure function of (series, request, seed).
+//! Pure code: no I/O, no clock. It must not know about traces on disk, the
+//! evaluation's scoring or the command line.
+
+pub mod freq;
+pub mod linear;
+pub mod markov;
+pub mod rippp;
+
+#[cfg(test)]
+mod tests;
+
+use crate::model::kernel::Method;
+use crate::model::predict::{
+    geometry, history_days, is_weekend, kind_name, PredictError, PredictRequest,
+};
+use crate::model::predictor::{ReliabilityForecast, ReliabilityPredictor, SemiMarkov};
+use crate::model::series::HostSeries;
+use crate::model::solver::CAUSES;
+use crate::model::state::State;
+use crate::model::timeseries::TimeSeriesModel;
+use jiff::Timestamp;
+
+pub use freq::Frequency;
+pub use linear::LinearBaseline;
+pub use markov::MarkovChain;
+pub use rippp::Rippp;
+
+/// Names of the linear time-series baselines, in the papers' order, with the model behind each.
+const LINEAR: [(&str, &str, TimeSeriesModel); 5] = [
+    ("ar8", "ar8-prob", TimeSeriesModel::Ar(8)),
+    ("bm8", "bm8-prob", TimeSeriesModel::Bm(8)),
+    ("ma8", "ma8-prob", TimeSeriesModel::Ma(8)),
+    ("arma8", "arma8-prob", TimeSeriesModel::Arma(8, 8)),
+    ("last", "last-prob", TimeSeriesModel::Last),
+];
+
+/// Every method name the registry knows, semi-Markov variants first.
+pub fn method_names() -> Vec<&'static str> {
+    let mut names = vec!["paper", "km", "km+age", "freq", "markov", "rippp"];
+    names.extend(LINEAR.iter().map(|(point, _, _)| *point));
+    names.extend(LINEAR.iter().map(|(_, prob, _)| *prob));
+    names
+}
+
+/// The method called `name` (see [`method_names`]); `seed` feeds the
+/// methods that simulate. `None` for an unknown name.
+pub fn method_by_name(name: &str, seed: u64) -> Option<Box<dyn ReliabilityPredictor>> {
+    let method: Box<dyn ReliabilityPredictor> = match name {
+        "paper" => Box::new(SemiMarkov {
+            method: Method::Paper,
+            age: false,
+        }),
+        "km" => Box::new(SemiMarkov {
+            method: Method::Km,
+            age: false,
+        }),
+        "km+age" => Box::new(SemiMarkov {
+            method: Method::Km,
+            age: true,
+        }),
+        "freq" => Box::new(Frequency),
+        "markov" => Box::new(MarkovChain),
+        "rippp" => Box::new(Rippp),
+        _ => {
+            let (model, probabilistic) = LINEAR.iter().find_map(|(point, prob, model)| {
+                if name == *point {
+                    Some((*model, false))
+                } else if name == *prob {
+                    Some((*model, true))
+                } else {
+                    None
+                }
+            })?;
+            Box::new(LinearBaseline::new(model, probabilistic, seed))
+        }
+    };
+    Some(method)
+}
+
+/// Why a list of method names was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MethodListError {
+    #[error("unknown method {name:?}; known methods: {known}")]
+    Unknown { name: String, known: String },
+    #[error("the method list is empty")]
+    Empty,
+}
+
+/// Parses a comma-separated list of method names (`km,freq,rippp`) or `all`.
+/// Names are trimmed, repeats dropped, the order kept.
+pub fn parse_method_list(list: &str) -> Result<Vec<&'static str>, MethodListError> {
+    let known = method_names();
+    if list.trim().eq_ignore_ascii_case("all") {
+        return Ok(known);
+    }
+    let mut chosen: Vec<&'static str> = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let lower = part.to_ascii_lowercase();
+        let name = known
+            .iter()
+            .find(|k| **k == lower)
+            .ok_or_else(|| MethodListError::Unknown {
+                name: part.to_string(),
+                known: known.join(", "),
+            })?;
+        if !chosen.contains(name) {
+            chosen.push(name);
+        }
+    }
+    if chosen.is_empty() {
+        return Err(MethodListError::Empty);
+    }
+    Ok(chosen)
+}
+
+/// A copy of `series` keeping only the rows at or before `at`: what a
+/// method could have known at W. The evaluation and the tests use it to
+/// check that no method peeks past W.
+pub fn truncated(series: &HostSeries, at: i64) -> HostSeries {
+    let mut out = HostSeries::new(series.step_secs, series.max_gap_secs, series.tz.clone());
+    let keep = series.row_at(at).map_or(0, |r| r + 1);
+    out.reserve(keep);
+    for sample in series.samples().take(keep) {
+        // Rows of a valid series stay valid in the same order.
+        let _ = out.push(sample);
+    }
+    out
+}
+
+/// The state at W when the record covers W; `None` when W lies beyond it.
+pub(crate) fn observed_state(series: &HostSeries, req: &PredictRequest) -> Option<State> {
+    if series.covers(req.at, req.at) {
+        series.state_at(req.thresholds, req.at)
+    } else {
+        None
+    }
+}
+
+/// The answer for a host already failed at W: the job is lost at once.
+pub(crate) fn certain_failure(state: State) -> ReliabilityForecast {
+    let mut fail = [0.0; CAUSES];
+    if let Some(c) = state.failure_index() {
+        fail[c] = 1.0;
+    }
+    ReliabilityForecast {
+        tr: if state.is_failure() { 0.0 } else { 1.0 },
+        fail_by_cause: Some(fail),
+    }
+}
+
+/// The error for a request with no usable same-kind history day.
+pub(crate) fn no_history(series: &HostSeries, at: i64) -> PredictError {
+    match Timestamp::from_second(at) {
+        Ok(ts) => {
+            let date = ts.to_zoned(series.tz.clone()).date();
+            PredictError::NoHistory {
+                kind: kind_name(is_weekend(date.weekday())),
+                date,
+            }
+        }
+        Err(_) => PredictError::BadTime(at),
+    }
+}
+
+/// Calls `visit` with the m + 1 states of the request's window on each of
+/// the same history days the semi-Markov predictor uses (the N most recent
+/// same-kind days before W's date whose window is in the record). Returns
+/// the number of windows visited, or the predictor's errors for a bad
+/// request or no history day.
+pub(crate) fn for_each_history_window(
+    series: &HostSeries,
+    req: &PredictRequest,
+    mut visit: impl FnMut(&[State]),
+) -> Result<usize, PredictError> {
+    let (step, m) = geometry(series, req)?;
+    let span = i64::from(step) * m as i64;
+    let days = history_days(series, req.at, span, req.days)?;
+    let mut states = Vec::with_capacity(m + 1);
+    let mut visited = 0;
+    for day in &days {
+        if series.window_states(req.thresholds, day.start, step, m, &mut states) {
+            visit(&states);
+            visited += 1;
+        }
+    }
+    if visited == 0 {
+        return Err(no_history(series, req.at));
+    }
+    Ok(visited)
+}
