@@ -6,3 +6,6 @@
 //! or the command line.
 
 pub mod synth;
+pub mod metrics;
+pub mod protocol;
+pub mod registry;
