@@ -9,3 +9,5 @@ pub mod synth;
 pub mod metrics;
 pub mod protocol;
 pub mod registry;
+pub mod summary;
+pub mod experiments;
