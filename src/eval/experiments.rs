@@ -50,7 +50,7 @@ pub fn training_size(
             ..cfg.clone()
         };
         let results = protocol::run(traces, methods, &cfg, threads, tick);
-        let scores = score(&results, &names, &cfg.lengths, 0, 0);
+        let scores = score(&results, &names, &cfg.lengths, 0, 0, threads);
         let per_method = scores
             .methods
             .into_iter()
@@ -250,7 +250,9 @@ pub fn noise(
                 let intervals: Vec<(i64, i64)> = (0..k)
                     .map(|_| {
                         let start = day.start + rng.random_range(0..3600);
-                        let hold = rng.random_range(noise.hold_secs.0..=noise.hold_secs.1.max(noise.hold_secs.0));
+                        let hold = rng.random_range(
+                            noise.hold_secs.0..=noise.hold_secs.1.max(noise.hold_secs.0),
+                        );
                         (start, start + hold)
                     })
                     .collect();
@@ -273,15 +275,19 @@ pub fn noise(
             .iter()
             .filter(|(c, _)| *c > 0.0)
             .map(|(c, n)| (n - c).abs() / c);
-        out.entry(k).or_default().entry(methods[m].name()).or_default().insert(
-            len,
-            Discrepancy {
-                n: abs.len(),
-                mean_abs: crate::eval::metrics::mean(abs.iter().copied()).unwrap_or(0.0),
-                max_abs: abs.iter().copied().fold(0.0, f64::max),
-                mean_rel: crate::eval::metrics::mean(rel),
-            },
-        );
+        out.entry(k)
+            .or_default()
+            .entry(methods[m].name())
+            .or_default()
+            .insert(
+                len,
+                Discrepancy {
+                    n: abs.len(),
+                    mean_abs: crate::eval::metrics::mean(abs.iter().copied()).unwrap_or(0.0),
+                    max_abs: abs.iter().copied().fold(0.0, f64::max),
+                    mean_rel: crate::eval::metrics::mean(rel),
+                },
+            );
     }
     out
 }
@@ -375,7 +381,10 @@ mod tests {
             assert_eq!(noisy.state_at(th, t), Some(expected), "t = {t}");
         }
         assert_eq!(noisy.last_time(), s.last_time());
-        assert_eq!(inject_down(&s, &[]).samples().collect::<Vec<_>>(), s.samples().collect::<Vec<_>>());
+        assert_eq!(
+            inject_down(&s, &[]).samples().collect::<Vec<_>>(),
+            s.samples().collect::<Vec<_>>()
+        );
     }
 
     #[test]

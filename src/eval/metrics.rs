@@ -19,7 +19,11 @@ pub const RELIABILITY_BINS: usize = 10;
 
 /// Mean of (p − y)²; `None` for no cases.
 pub fn brier(p: &[f64], y: &[bool]) -> Option<f64> {
-    mean(p.iter().zip(y).map(|(&p, &y)| (p - f64::from(u8::from(y))).powi(2)))
+    mean(
+        p.iter()
+            .zip(y)
+            .map(|(&p, &y)| (p - f64::from(u8::from(y))).powi(2)),
+    )
 }
 
 /// Mean of −ln p(y) with p clipped to [1e-4, 1 − 1e-4]; `None` for no cases.
@@ -127,7 +131,11 @@ pub fn reliability_table(p: &[f64], y: &[bool]) -> Vec<ReliabilityBin> {
 }
 
 fn bin_of(p: f64, bins: usize) -> usize {
-    let clamped = if p.is_finite() { p.clamp(0.0, 1.0) } else { 0.0 };
+    let clamped = if p.is_finite() {
+        p.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     ((clamped * bins as f64) as usize).min(bins - 1)
 }
 
@@ -173,11 +181,13 @@ pub fn bootstrap_interval(
     resamples: &[Vec<usize>],
     mut statistic: impl FnMut(&[usize]) -> Option<f64>,
 ) -> Option<Interval> {
-    let mut values: Vec<f64> = resamples
-        .iter()
-        .filter_map(|r| statistic(r))
-        .filter(|v| v.is_finite())
-        .collect();
+    percentile_interval(resamples.iter().filter_map(|r| statistic(r)).collect())
+}
+
+/// The central 95 % percentile interval of bootstrap values (non-finite
+/// ones are dropped); `None` when there are none.
+pub fn percentile_interval(mut values: Vec<f64>) -> Option<Interval> {
+    values.retain(|v| v.is_finite());
     if values.is_empty() {
         return None;
     }
@@ -258,7 +268,13 @@ mod tests {
         assert!(close(s.worst.unwrap(), 0.8));
         assert_eq!(group_accuracy(&[], &[]), None);
         // Over-prediction can drive accuracy below zero: 1 − 0.9/0.1.
-        let d = group_accuracy(&[1.0; 10], &[true, false, false, false, false, false, false, false, false, false]).unwrap();
+        let d = group_accuracy(
+            &[1.0; 10],
+            &[
+                true, false, false, false, false, false, false, false, false, false,
+            ],
+        )
+        .unwrap();
         assert!(close(d.accuracy.unwrap(), -8.0));
     }
 
@@ -280,7 +296,10 @@ mod tests {
         // ECE = (2·0.05 + 1·0.45 + 5·0.16) / 8.
         let ece = expected_calibration_error(&t).unwrap();
         assert!(close(ece, (2.0 * 0.05 + 0.45 + 5.0 * 0.16) / 8.0), "{ece}");
-        assert_eq!(expected_calibration_error(&reliability_table(&[], &[])), None);
+        assert_eq!(
+            expected_calibration_error(&reliability_table(&[], &[])),
+            None
+        );
         // A perfectly calibrated table has no error.
         let t = reliability_table(&[0.5, 0.5], &[true, false]);
         assert!(close(expected_calibration_error(&t).unwrap(), 0.0));

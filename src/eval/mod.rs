@@ -5,9 +5,11 @@
 //! states off them, but it knows nothing about the running node, the network
 //! or the command line.
 
-pub mod synth;
+pub mod experiments;
 pub mod metrics;
+pub mod plots;
 pub mod protocol;
 pub mod registry;
+pub mod report;
 pub mod summary;
-pub mod experiments;
+pub mod synth;

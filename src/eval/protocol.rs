@@ -194,7 +194,12 @@ pub struct TestCase {
 }
 
 /// The tested windows of one day, in (hour, length) order.
-pub fn day_cases(series: &HostSeries, trace: usize, date: Date, cfg: &ProtocolConfig) -> Vec<TestCase> {
+pub fn day_cases(
+    series: &HostSeries,
+    trace: usize,
+    date: Date,
+    cfg: &ProtocolConfig,
+) -> Vec<TestCase> {
     let step = cfg.step_for(series);
     let mut scratch = Vec::new();
     let mut cases = Vec::new();
@@ -203,7 +208,8 @@ pub fn day_cases(series: &HostSeries, trace: usize, date: Date, cfg: &ProtocolCo
             continue;
         };
         for &window_secs in &cfg.lengths {
-            let outcome = window_outcome(series, cfg.thresholds, at, window_secs, step, &mut scratch);
+            let outcome =
+                window_outcome(series, cfg.thresholds, at, window_secs, step, &mut scratch);
             if let Some((start, survived)) = outcome.filter(|(s, _)| s.is_transient()) {
                 cases.push(TestCase {
                     trace,
@@ -326,7 +332,9 @@ pub fn run(
                 };
                 let day = run_day(traces[trace], trace, date, methods, cfg);
                 // A poisoned lock only means another worker panicked; keep its data.
-                done.lock().unwrap_or_else(|p| p.into_inner()).push((i, day));
+                done.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((i, day));
                 tick();
             });
         }
@@ -423,8 +431,16 @@ mod tests {
         assert!(all.len() >= 25, "{} dates", all.len());
         assert_eq!(all[0], jiff::civil::date(2025, 9, 1));
         for kind in [DayKind::Weekday, DayKind::Weekend] {
-            let of_kind: Vec<Date> = all.iter().copied().filter(|d| DayKind::of(*d) == kind).collect();
-            let tested: Vec<Date> = days.iter().copied().filter(|d| DayKind::of(*d) == kind).collect();
+            let of_kind: Vec<Date> = all
+                .iter()
+                .copied()
+                .filter(|d| DayKind::of(*d) == kind)
+                .collect();
+            let tested: Vec<Date> = days
+                .iter()
+                .copied()
+                .filter(|d| DayKind::of(*d) == kind)
+                .collect();
             // The later half, the earlier (larger when odd) half kept for history.
             assert_eq!(tested.len(), of_kind.len() / 2, "{kind:?}");
             assert_eq!(tested[..], of_kind[of_kind.len() - tested.len()..]);
@@ -453,11 +469,21 @@ mod tests {
             let day = run_day(series, 0, date, &methods, &cfg);
             for scored in day.cases.iter().step_by(2) {
                 let cut = truncated_at(series, scored.case.at);
-                assert_eq!(cut.last_time(), Some(scored.case.at), "a row at W is needed");
+                assert_eq!(
+                    cut.last_time(),
+                    Some(scored.case.at),
+                    "a row at W is needed"
+                );
                 let req = request_for(&scored.case, &cfg);
                 for (m, method) in methods.iter().enumerate() {
                     let on_cut = method.forecast(&cut, &req).unwrap().tr;
-                    assert_eq!(on_cut, scored.tr[m], "{} at {:?}", method.name(), scored.case);
+                    assert_eq!(
+                        on_cut,
+                        scored.tr[m],
+                        "{} at {:?}",
+                        method.name(),
+                        scored.case
+                    );
                 }
                 checked += 1;
             }
@@ -478,10 +504,14 @@ mod tests {
         let methods = methods_from_list("km,paper", 1).unwrap();
         let one = run(&traces, &methods, &cfg, 1, &|| {});
         let two = run(&traces, &methods, &cfg, 2, &|| {});
-        let flat = |r: &[DayResult]| -> Vec<ScoredCase> { r.iter().flat_map(|d| d.cases.clone()).collect() };
+        let flat = |r: &[DayResult]| -> Vec<ScoredCase> {
+            r.iter().flat_map(|d| d.cases.clone()).collect()
+        };
         assert_eq!(flat(&one), flat(&two));
         assert!(flat(&one).len() > 20);
-        assert!(one.windows(2).all(|w| (w[0].trace, w[0].date) < (w[1].trace, w[1].date)));
+        assert!(one
+            .windows(2)
+            .all(|w| (w[0].trace, w[0].date) < (w[1].trace, w[1].date)));
         // Every tested window starts in S1 or S2 and lies in a test day.
         for c in flat(&one) {
             assert!(c.case.start.is_transient());

@@ -101,6 +101,9 @@ mod tests {
             methods_from_list("km,bogus", 1).err(),
             Some(MethodListError::Unknown("bogus".into()))
         );
-        assert_eq!(methods_from_list(" , ", 1).err(), Some(MethodListError::Empty));
+        assert_eq!(
+            methods_from_list(" , ", 1).err(),
+            Some(MethodListError::Empty)
+        );
     }
 }

@@ -9,13 +9,15 @@
 //! and seed give the same numbers. It knows nothing about files or timing.
 
 use crate::eval::metrics::{
-    self, bootstrap_interval, bootstrap_resamples, brier, brier_skill,
-    expected_calibration_error, group_accuracy, log_loss, reliability_table, summarise_accuracy,
-    GroupAccuracy, Interval, ReliabilityBin, LOG_LOSS_EPS,
+    self, bootstrap_resamples, brier, brier_skill, expected_calibration_error, group_accuracy,
+    log_loss, percentile_interval, reliability_table, summarise_accuracy, GroupAccuracy, Interval,
+    ReliabilityBin, LOG_LOSS_EPS,
 };
 use crate::eval::protocol::{DayKind, DayResult};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// The method Brier skill is measured against when it was run.
 pub const SKILL_REFERENCE: &str = "freq";
@@ -103,20 +105,21 @@ struct Row<'a> {
     y: bool,
 }
 
-/// Scores the protocol's results. `names` are the methods in result order.
+/// Scores the protocol's results on up to `threads` threads. `names` are
+/// the methods in result order.
 pub fn score(
     days: &[DayResult],
     names: &[String],
     lengths: &[u64],
     resamples: usize,
     seed: u64,
+    threads: usize,
 ) -> Scores {
     // The bootstrap's units: days with at least one case, in result order.
     let clusters: Vec<&DayResult> = days.iter().filter(|d| !d.cases.is_empty()).collect();
     let draws = bootstrap_resamples(clusters.len(), resamples, seed);
     let reference = names.iter().position(|n| n == SKILL_REFERENCE);
-    let mut methods = BTreeMap::new();
-    for (m, name) in names.iter().enumerate() {
+    let one = |m: usize| -> MethodSummary {
         let mut by_length = BTreeMap::new();
         for &len in lengths {
             let rows: Vec<Row> = clusters
@@ -134,7 +137,10 @@ pub fn score(
                         })
                 })
                 .collect();
-            by_length.insert(len, length_summary(&rows, m, reference, clusters.len(), &draws));
+            by_length.insert(
+                len,
+                length_summary(&rows, m, reference, clusters.len(), &draws),
+            );
         }
         let all: Vec<(f64, bool)> = clusters
             .iter()
@@ -157,15 +163,35 @@ pub fn score(
                 }
             }
         }
-        methods.insert(
-            name.clone(),
-            MethodSummary {
-                by_length,
-                overall,
-                refused,
-            },
-        );
-    }
+        MethodSummary {
+            by_length,
+            overall,
+            refused,
+        }
+    };
+    // Methods are scored independently, so threads only change the speed.
+    let next = AtomicUsize::new(0);
+    let done: Mutex<Vec<(usize, MethodSummary)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, names.len().max(1)) {
+            scope.spawn(|| loop {
+                let m = next.fetch_add(1, Ordering::Relaxed);
+                if m >= names.len() {
+                    break;
+                }
+                let summary = one(m);
+                done.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((m, summary));
+            });
+        }
+    });
+    let methods: BTreeMap<String, MethodSummary> = done
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .filter_map(|(m, summary)| Some((names.get(m)?.clone(), summary)))
+        .collect();
     Scores {
         methods,
         method_order: names.to_vec(),
@@ -189,8 +215,8 @@ struct ClusterSums {
     sq: f64,
     sq_ref: f64,
     ll: f64,
-    /// (group, Σp, Σy, n) in first-seen order.
-    groups: Vec<((usize, DayKind, u8), f64, usize, usize)>,
+    /// (dense group id, Σp, Σy, n) in first-seen order.
+    groups: Vec<(usize, f64, usize, usize)>,
 }
 
 fn length_summary(
@@ -211,7 +237,9 @@ fn length_summary(
     let accuracy = summarise_accuracy(&groups.values().copied().collect::<Vec<_>>());
     let reliability = reliability_table(&p, &y);
 
-    // Cluster sums for the bootstrap.
+    // Cluster sums for the bootstrap, with groups numbered in key order.
+    let ids: BTreeMap<(usize, DayKind, u8), usize> =
+        groups.keys().enumerate().map(|(i, &k)| (k, i)).collect();
     let mut sums = vec![ClusterSums::default(); clusters];
     for r in rows {
         let (p, y) = (r.tr[m], r.y);
@@ -222,48 +250,17 @@ fn length_summary(
         s.sq += (p - yf).powi(2);
         s.sq_ref += reference.map_or(0.0, |f| (r.tr[f] - yf).powi(2));
         s.ll += log_loss(&[p], &[y]).unwrap_or(0.0);
-        match s.groups.iter_mut().find(|g| g.0 == r.group) {
+        let id = ids.get(&r.group).copied().unwrap_or_default();
+        match s.groups.iter_mut().find(|g| g.0 == id) {
             Some(g) => {
                 g.1 += p;
                 g.2 += usize::from(y);
                 g.3 += 1;
             }
-            None => s.groups.push((r.group, p, usize::from(y), 1)),
+            None => s.groups.push((id, p, usize::from(y), 1)),
         }
     }
-    let total = |draw: &[usize], f: &dyn Fn(&ClusterSums) -> f64| -> f64 {
-        draw.iter().map(|&c| f(&sums[c])).sum()
-    };
-    let ratio = |draw: &[usize], f: &dyn Fn(&ClusterSums) -> f64| -> Option<f64> {
-        let n = total(draw, &|s| s.n as f64);
-        (n > 0.0).then(|| total(draw, f) / n)
-    };
-    let brier_of = |d: &[usize]| ratio(d, &|s| s.sq);
-    let skill_of = |d: &[usize]| {
-        let bs = brier_of(d)?;
-        let bs_ref = match reference {
-            Some(_) => ratio(d, &|s| s.sq_ref)?,
-            None => ratio(d, &|s| s.survived as f64).map(|r| r * (1.0 - r))?,
-        };
-        brier_skill(bs, bs_ref)
-    };
-    let accuracy_of = |d: &[usize]| {
-        let mut merged: BTreeMap<(usize, DayKind, u8), (f64, usize, usize)> = BTreeMap::new();
-        for &c in d {
-            for &(g, sp, sy, n) in &sums[c].groups {
-                let e = merged.entry(g).or_default();
-                e.0 += sp;
-                e.1 += sy;
-                e.2 += n;
-            }
-        }
-        let values = merged.values().filter(|e| e.1 > 0).map(|&(sp, sy, n)| {
-            let (mp, tr) = (sp / n as f64, sy as f64 / n as f64);
-            1.0 - (mp - tr).abs() / tr
-        });
-        metrics::mean(values)
-    };
-
+    let intervals = bootstrap_all(&sums, ids.len(), reference.is_some(), draws);
     let mut by_hour = BTreeMap::new();
     let hours: std::collections::BTreeSet<u8> = rows.iter().map(|r| r.group.2).collect();
     for hour in hours {
@@ -291,19 +288,87 @@ fn length_summary(
         mean_prediction: metrics::mean(p.iter().copied()),
         empirical_tr: metrics::mean(y.iter().map(|&y| f64::from(u8::from(y)))),
         brier: bs,
-        brier_ci: bootstrap_interval(draws, brier_of),
+        brier_ci: intervals.brier,
         brier_skill: bs.zip(bs_ref).and_then(|(a, b)| brier_skill(a, b)),
-        brier_skill_ci: bootstrap_interval(draws, skill_of),
+        brier_skill_ci: intervals.skill,
         log_loss: log_loss(&p, &y),
-        log_loss_ci: bootstrap_interval(draws, |d| ratio(d, &|s| s.ll)),
+        log_loss_ci: intervals.log_loss,
         accuracy_mean: accuracy.mean,
-        accuracy_mean_ci: bootstrap_interval(draws, accuracy_of),
+        accuracy_mean_ci: intervals.accuracy,
         accuracy_worst: accuracy.worst,
         groups: accuracy.groups,
         groups_excluded: accuracy.groups_excluded,
         ece: expected_calibration_error(&reliability),
         reliability,
         by_hour,
+    }
+}
+
+/// Bootstrap intervals of one method at one length.
+struct Intervals {
+    brier: Option<Interval>,
+    skill: Option<Interval>,
+    log_loss: Option<Interval>,
+    accuracy: Option<Interval>,
+}
+
+/// All four statistics of each resample in one pass over its days: the
+/// bootstrap is the scoring's hot loop.
+fn bootstrap_all(
+    sums: &[ClusterSums],
+    groups: usize,
+    has_reference: bool,
+    draws: &[Vec<usize>],
+) -> Intervals {
+    let mut values: [Vec<f64>; 4] = Default::default();
+    let mut merged = vec![(0.0f64, 0usize, 0usize); groups];
+    for draw in draws {
+        let (mut n, mut survived, mut sq, mut sq_ref, mut ll) = (0usize, 0usize, 0.0, 0.0, 0.0);
+        merged.fill((0.0, 0, 0));
+        for &c in draw {
+            let s = &sums[c];
+            n += s.n;
+            survived += s.survived;
+            sq += s.sq;
+            sq_ref += s.sq_ref;
+            ll += s.ll;
+            for &(g, sp, sy, gn) in &s.groups {
+                let e = &mut merged[g];
+                e.0 += sp;
+                e.1 += sy;
+                e.2 += gn;
+            }
+        }
+        if n == 0 {
+            continue;
+        }
+        let nf = n as f64;
+        let bs = sq / nf;
+        let bs_ref = if has_reference {
+            sq_ref / nf
+        } else {
+            let rate = survived as f64 / nf;
+            rate * (1.0 - rate)
+        };
+        values[0].push(bs);
+        values[2].push(ll / nf);
+        if let Some(skill) = brier_skill(bs, bs_ref) {
+            values[1].push(skill);
+        }
+        let accuracies = merged.iter().filter(|e| e.1 > 0).map(|&(sp, sy, gn)| {
+            let (mp, tr) = (sp / gn as f64, sy as f64 / gn as f64);
+            1.0 - (mp - tr).abs() / tr
+        });
+        if let Some(a) = metrics::mean(accuracies) {
+            values[3].push(a);
+        }
+    }
+    let [brier, skill, log_loss, accuracy] = values.map(percentile_interval);
+    Intervals {
+        brier,
+        skill,
+        log_loss,
+        accuracy,
     }
 }
 
@@ -360,11 +425,23 @@ mod tests {
     fn scores_match_the_metrics_by_hand() {
         let names = vec!["a".to_string(), "freq".to_string()];
         let days = vec![
-            day(1, vec![case(1, 8, 3600, true, &[0.9, 0.5]), case(1, 9, 3600, false, &[0.2, 0.5])]),
-            day(2, vec![case(2, 8, 3600, true, &[0.7, 0.5]), case(2, 9, 3600, false, &[0.4, 0.5])]),
+            day(
+                1,
+                vec![
+                    case(1, 8, 3600, true, &[0.9, 0.5]),
+                    case(1, 9, 3600, false, &[0.2, 0.5]),
+                ],
+            ),
+            day(
+                2,
+                vec![
+                    case(2, 8, 3600, true, &[0.7, 0.5]),
+                    case(2, 9, 3600, false, &[0.4, 0.5]),
+                ],
+            ),
             day(3, vec![]),
         ];
-        let s = score(&days, &names, &[3600, 7200], 500, 1);
+        let s = score(&days, &names, &[3600, 7200], 500, 1, 2);
         assert_eq!(s.skill_reference, "freq");
         assert_eq!(s.test_days, 2);
         let a = &s.methods["a"].by_length[&3600];
@@ -382,11 +459,11 @@ mod tests {
         let empty = &s.methods["a"].by_length[&7200];
         assert_eq!((empty.n, empty.brier, empty.brier_ci), (0, None, None));
         // Without freq, skill is against climatology: base rate 0.5, Brier 0.25.
-        let alone = score(&days, &names[..1], &[3600], 500, 1);
+        let alone = score(&days, &names[..1], &[3600], 500, 1, 1);
         assert_eq!(alone.skill_reference, CLIMATOLOGY);
         let a = &alone.methods["a"].by_length[&3600];
         assert!((a.brier_skill.unwrap() - 0.7).abs() < 1e-12);
         // Same inputs and seed, same numbers.
-        assert_eq!(s, score(&days, &names, &[3600, 7200], 500, 1));
+        assert_eq!(s, score(&days, &names, &[3600, 7200], 500, 1, 2));
     }
 }
