@@ -108,6 +108,8 @@ fn by_length(
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 15))
         .x_desc("window length T (h)")
         .y_desc(y_desc)
         .draw()
@@ -146,6 +148,8 @@ fn reliability_diagram(r: &EvalReport, path: &Path) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 15))
         .x_desc("predicted TR (bin mean)")
         .y_desc("observed survival")
         .draw()
