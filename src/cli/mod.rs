@@ -5,6 +5,7 @@
 //! read files and the clock; the model below it does neither.
 
 pub mod args;
+pub mod eval;
 pub mod output;
 pub mod predict;
 pub mod trace;
@@ -37,6 +38,8 @@ pub enum Command {
     Predict(predict::PredictArgs),
     /// Tools for host trace files (format v1).
     Trace(trace::TraceArgs),
+    /// Score reliability methods on host traces (rolling origin, no peeking).
+    Eval(eval::EvalArgs),
 }
 
 /// Runs the parsed command.
@@ -44,5 +47,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Predict(args) => predict::run(&args, cli.json),
         Command::Trace(args) => trace::run(&args),
+        Command::Eval(args) => eval::run(&args, cli.json),
     }
 }

@@ -101,25 +101,30 @@ pub enum MethodListError {
     Empty,
 }
 
-/// Parses a comma-separated list of method names (`km,freq,rippp`) or `all`.
-/// Names are trimmed, repeats dropped, the order kept.
+/// Parses a comma-separated list of method names (`km,freq,rippp`); `all`
+/// anywhere in the list stands for every method. Names are trimmed and
+/// case-folded, repeats dropped, the order kept.
 pub fn parse_method_list(list: &str) -> Result<Vec<&'static str>, MethodListError> {
     let known = method_names();
-    if list.trim().eq_ignore_ascii_case("all") {
-        return Ok(known);
-    }
     let mut chosen: Vec<&'static str> = Vec::new();
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let lower = part.to_ascii_lowercase();
-        let name = known
-            .iter()
-            .find(|k| **k == lower)
-            .ok_or_else(|| MethodListError::Unknown {
-                name: part.to_string(),
-                known: known.join(", "),
-            })?;
-        if !chosen.contains(name) {
-            chosen.push(name);
+        let expanded: Vec<&'static str> =
+            if lower == "all" {
+                known.clone()
+            } else {
+                let name = known.iter().find(|k| **k == lower).ok_or_else(|| {
+                    MethodListError::Unknown {
+                        name: part.to_string(),
+                        known: known.join(", "),
+                    }
+                })?;
+                vec![*name]
+            };
+        for name in expanded {
+            if !chosen.contains(&name) {
+                chosen.push(name);
+            }
         }
     }
     if chosen.is_empty() {

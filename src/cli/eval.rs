@@ -1,0 +1,450 @@
+//! `gleaner eval`: scores every reliability method on host traces with the
+//! rolling-origin protocol, and optionally runs the papers' training-size,
+//! cost and noise experiments.
+//!
+//! This command reads the traces, shows progress, times the run and writes
+//! the JSON, markdown and SVG outputs; the protocol, scores and experiments
+//! live in `eval`.
+
+use crate::cli::args::parse_duration;
+use crate::cli::output::{print_json, print_text};
+use crate::eval::experiments::{self, NoiseConfig};
+use crate::eval::plots::write_plots;
+use crate::eval::protocol::{self, KindFilter, ProtocolConfig};
+use crate::eval::registry::{methods_from_list, DEFAULT_METHOD};
+use crate::eval::report::{length_label, to_markdown, EvalReport, MethodTiming, Timing, TraceInfo};
+use crate::eval::summary::score;
+use crate::history::trace::{read_trace, Trace};
+use crate::model::predict::DEFAULT_DAYS;
+use crate::model::state::Thresholds;
+use anyhow::{bail, Context};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Fewest bootstrap resamples we accept for a 95 % interval.
+pub const MIN_RESAMPLES: usize = 500;
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Experiments besides the main protocol (they share its options):\n  \
+  --training-sizes 1-15   rerun the protocol for each number of history days N (papers' Fig. 6)\n  \
+  --cost                  time km predictions against T at --cost-step seconds (Fig. 4; timing only)\n  \
+  --noise                 inject 1..10 down periods of 60-1800 s after 08:00 into one history\n                          \
+  weekday and report |TR_noisy - TR_clean| per method and T (Fig. 8)"
+)]
+pub struct EvalArgs {
+    /// Host trace files (format v1).
+    #[arg(long, value_name = "FILE", num_args = 1.., required = true)]
+    pub trace: Vec<PathBuf>,
+
+    /// Comma-separated methods, or `all`.
+    #[arg(long, value_name = "LIST", default_value = "all")]
+    pub methods: String,
+
+    /// History days N given to every method.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_DAYS)]
+    pub days: usize,
+
+    /// Window lengths, comma-separated (seconds or 90m, 3h…).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_duration,
+          default_value = "1h,2h,3h,5h,10h")]
+    pub lengths: Vec<u64>,
+
+    /// Local start hours: ranges and lists such as `0-23` or `8,12-14`.
+    #[arg(long, value_name = "LIST", value_parser = parse_hours, default_value = "0-23")]
+    pub hours: HourList,
+
+    /// Which days are tested.
+    #[arg(long, value_enum, default_value_t = KindFilter::Both)]
+    pub kind: KindFilter,
+
+    /// Job working set in MiB; less free memory than this is a failure (S4).
+    #[arg(long, value_name = "MIB", default_value_t = 0)]
+    pub mem: u64,
+
+    /// Step of the state grid in seconds [default: each trace's step].
+    #[arg(long, value_name = "SECS")]
+    pub step: Option<u32>,
+
+    /// Share of each kind's days (earliest first) used only as history.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.5)]
+    pub test_from: f64,
+
+    /// Write the full result as JSON to FILE (the global `--json` prints it to stdout instead).
+    #[arg(long = "json-out", value_name = "FILE")]
+    pub json_out: Option<PathBuf>,
+
+    /// Write a markdown report to FILE.
+    #[arg(long, value_name = "FILE.md")]
+    pub report: Option<PathBuf>,
+
+    /// Write SVG charts into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub plots: Option<PathBuf>,
+
+    /// Seed for the bootstrap, the noise experiment and seeded methods.
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Bootstrap resamples over test days (at least 500).
+    #[arg(long, value_name = "B", default_value_t = 1000)]
+    pub resamples: usize,
+
+    /// Also rerun the protocol for these numbers of history days (e.g. `1-15`).
+    #[arg(long, value_name = "LIST", value_parser = parse_hours_or_days)]
+    pub training_sizes: Option<HourList>,
+
+    /// Also time km predictions against T (timing section only).
+    #[arg(long)]
+    pub cost: bool,
+
+    /// Grid step for the cost experiment, seconds (the papers sampled every 6 s).
+    #[arg(long, value_name = "SECS", default_value_t = 6)]
+    pub cost_step: u32,
+
+    /// Also run the noise-robustness experiment.
+    #[arg(long)]
+    pub noise: bool,
+
+    /// Trials per number of injected failures.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub noise_trials: usize,
+
+    /// Worker threads [default: up to 2].
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+
+    /// Load (percent) below which the host is lightly loaded (S1).
+    #[arg(long, value_name = "PCT", default_value_t = 20.0)]
+    pub th1: f64,
+
+    /// Load (percent) above which a guest is suspended, and killed once sustained.
+    #[arg(long, value_name = "PCT", default_value_t = 60.0)]
+    pub th2: f64,
+
+    /// Seconds load must stay above th2 before the guest is killed (S3).
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub sustain: u32,
+}
+
+/// A sorted list of small numbers, from `0-23` or `8,12-14`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HourList(pub Vec<u8>);
+
+fn parse_list(text: &str, max: u8, what: &str) -> Result<HourList, String> {
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let parse = |s: &str| -> Result<u8, String> {
+            s.trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|v| *v <= max)
+                .ok_or_else(|| format!("`{part}` is not a {what} from 0 to {max}"))
+        };
+        let (a, b) = (parse(a)?, parse(b)?);
+        if a > b {
+            return Err(format!("range `{part}` runs backwards"));
+        }
+        out.extend(a..=b);
+    }
+    out.sort_unstable();
+    out.dedup();
+    if out.is_empty() {
+        return Err(format!("no {what}s given"));
+    }
+    Ok(HourList(out))
+}
+
+/// Parses local hours: `0-23`, `8,12-14`.
+pub fn parse_hours(text: &str) -> Result<HourList, String> {
+    parse_list(text, 23, "hour")
+}
+
+fn parse_hours_or_days(text: &str) -> Result<HourList, String> {
+    let list = parse_list(text, u8::MAX, "day count")?;
+    if list.0.contains(&0) {
+        return Err("training sizes must be at least 1".to_string());
+    }
+    Ok(list)
+}
+
+/// The resolved options: checked values, ready for the library.
+fn protocol_config(args: &EvalArgs) -> anyhow::Result<ProtocolConfig> {
+    let thresholds = Thresholds {
+        th1: args.th1,
+        th2: args.th2,
+        sustain_secs: args.sustain,
+        job_mem_mib: args.mem,
+    };
+    thresholds.validate()?;
+    if !(0.0..1.0).contains(&args.test_from) {
+        bail!(
+            "--test-from must be at least 0 and below 1, got {}",
+            args.test_from
+        );
+    }
+    if args.step == Some(0) || args.cost_step == 0 {
+        bail!("steps must be at least one second");
+    }
+    if args.resamples < MIN_RESAMPLES {
+        bail!("--resamples must be at least {MIN_RESAMPLES}");
+    }
+    if args.days == 0 || args.days > crate::model::predict::MAX_DAYS {
+        bail!(
+            "--days must be between 1 and {}",
+            crate::model::predict::MAX_DAYS
+        );
+    }
+    let mut lengths = args.lengths.clone();
+    lengths.sort_unstable();
+    lengths.dedup();
+    Ok(ProtocolConfig {
+        lengths,
+        hours: args.hours.0.clone(),
+        kind: args.kind,
+        days: args.days,
+        thresholds,
+        step_secs: args.step,
+        test_from: args.test_from,
+    })
+}
+
+fn load(path: &Path) -> anyhow::Result<Trace> {
+    let trace = read_trace(path)?;
+    if trace.replaced_rows > 0 {
+        tracing::warn!(
+            "{}: {} rows repeated the previous row's time; the later row was kept",
+            path.display(),
+            trace.replaced_rows
+        );
+    }
+    Ok(trace)
+}
+
+/// The command line as typed, with the program called `gleaner`.
+fn command_line() -> String {
+    let mut parts = vec!["gleaner".to_string()];
+    for arg in std::env::args().skip(1) {
+        let plain = arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./,=+:".contains(c));
+        parts.push(if plain {
+            arg
+        } else {
+            format!("'{}'", arg.replace('\'', r"'\''"))
+        });
+    }
+    parts.join(" ")
+}
+
+fn progress(total: u64, quiet: bool) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    if quiet || !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} days, {elapsed} (eta {eta})")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+pub fn run(args: &EvalArgs, json: bool) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let cfg = protocol_config(args)?;
+    let methods = methods_from_list(&args.methods, args.seed)?;
+    let names: Vec<String> = methods.iter().map(|m| m.name()).collect();
+    let mut phases = BTreeMap::new();
+    let mut phase = Instant::now();
+    let mut lap = |name: &str, phases: &mut BTreeMap<String, f64>| {
+        phases.insert(name.to_string(), phase.elapsed().as_secs_f64());
+        phase = Instant::now();
+    };
+    let traces: Vec<Trace> = args
+        .trace
+        .iter()
+        .map(|p| load(p))
+        .collect::<Result<_, _>>()?;
+    lap("load", &mut phases);
+    let series: Vec<&_> = traces.iter().map(|t| &t.series).collect();
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(2)));
+    let work = protocol::work_items(&series, &cfg).len() as u64;
+    let sizes = args
+        .training_sizes
+        .as_ref()
+        .map(|l| l.0.iter().map(|&n| usize::from(n)).collect::<Vec<_>>());
+    let total = work * (1 + sizes.as_ref().map_or(0, |s| s.len() as u64));
+    let bar = progress(total, json);
+    bar.set_message("evaluating");
+    let tick = || bar.inc(1);
+
+    let days = protocol::run(&series, &methods, &cfg, threads, &tick);
+    lap("protocol", &mut phases);
+    let scores = score(
+        &days,
+        &names,
+        &cfg.lengths,
+        args.resamples,
+        args.seed,
+        threads,
+    );
+    lap("scoring", &mut phases);
+    let training_size = sizes.map(|sizes| {
+        bar.set_message("training sizes");
+        experiments::training_size(&series, &methods, &cfg, &sizes, threads, &tick)
+    });
+    let noise_config = args.noise.then(|| NoiseConfig {
+        trials: args.noise_trials,
+        ..NoiseConfig::new(args.seed)
+    });
+    let noise = noise_config.as_ref().map(|nc| {
+        bar.set_message("noise");
+        experiments::noise(&series, &methods, &cfg, nc)
+    });
+    let cost = args.cost.then(|| {
+        bar.set_message("cost");
+        experiments::cost(&series, &cfg, args.cost_step, 5)
+    });
+    bar.finish_and_clear();
+    lap("experiments", &mut phases);
+
+    let mut per_method = BTreeMap::new();
+    for (m, name) in names.iter().enumerate() {
+        let (time, calls) = days
+            .iter()
+            .filter_map(|d| d.time.get(m))
+            .fold((Duration::ZERO, 0), |(t, n), &(dt, dn)| (t + dt, n + dn));
+        per_method.insert(
+            name.clone(),
+            MethodTiming {
+                calls,
+                total_ms: time.as_secs_f64() * 1e3,
+                mean_us: if calls == 0 {
+                    0.0
+                } else {
+                    time.as_secs_f64() * 1e6 / calls as f64
+                },
+            },
+        );
+    }
+    let trace_infos = traces
+        .iter()
+        .zip(&args.trace)
+        .enumerate()
+        .map(|(i, (t, path))| TraceInfo {
+            path: path.display().to_string(),
+            host: t.header.host.clone(),
+            tz: t.header.tz_name.clone(),
+            step_s: t.series.step_secs,
+            rows: t.series.len(),
+            days: protocol::record_dates(&t.series).len(),
+            test_days: protocol::test_days(&t.series, &cfg).len(),
+            cases: days
+                .iter()
+                .filter(|d| d.trace == i)
+                .map(|d| d.cases.len())
+                .sum(),
+            replaced_rows: t.replaced_rows,
+        })
+        .collect();
+    let report = EvalReport {
+        default_method: DEFAULT_METHOD.to_string(),
+        command: command_line(),
+        seed: args.seed,
+        config: cfg.clone(),
+        traces: trace_infos,
+        scores,
+        training_size,
+        noise_config,
+        noise,
+        timing: Timing {
+            note: "Wall-clock times of this run; everything else in this report is reproducible from the inputs and the seed.".to_string(),
+            wall_s: started.elapsed().as_secs_f64(),
+            phases_s: phases,
+            threads,
+            per_method,
+            cost,
+        },
+    };
+    if let Some(path) = &args.json_out {
+        let text = serde_json::to_string_pretty(&report)?;
+        write_file(path, text.as_bytes())?;
+    }
+    if let Some(path) = &args.report {
+        write_file(path, to_markdown(&report).as_bytes())?;
+    }
+    if let Some(dir) = &args.plots {
+        write_plots(&report, dir)?;
+    }
+    if json {
+        print_json(&report)
+    } else {
+        print_text(&summary_text(&report))
+    }
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// A short table for people: Brier and accuracy per method and length.
+fn summary_text(r: &EvalReport) -> String {
+    let s = &r.scores;
+    let mut out = format!(
+        "{} traces, {} test days, {} methods (Brier / mean accuracy; skill against {}):\n",
+        r.traces.len(),
+        s.test_days,
+        s.method_order.len(),
+        s.skill_reference
+    );
+    out.push_str(&format!("{:<12}", "method"));
+    for &len in &r.config.lengths {
+        out.push_str(&format!("{:>20}", format!("T = {}", length_label(len))));
+    }
+    out.push('\n');
+    for name in &s.method_order {
+        out.push_str(&format!("{name:<12}"));
+        for len in &r.config.lengths {
+            let cell = s
+                .methods
+                .get(name)
+                .and_then(|m| m.by_length.get(len))
+                .map_or_else(String::new, |l| {
+                    format!(
+                        "{} / {}",
+                        l.brier.map_or("–".into(), |b| format!("{b:.4}")),
+                        l.accuracy_mean
+                            .map_or("–".into(), |a| format!("{:.1}%", a * 100.0))
+                    )
+                });
+            out.push_str(&format!("{cell:>20}"));
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!("({:.1} s)\n", r.timing.wall_s));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hour_lists() {
+        assert_eq!(parse_hours("0-23").unwrap().0, (0..24).collect::<Vec<u8>>());
+        assert_eq!(parse_hours("14,8, 12-13").unwrap().0, vec![8, 12, 13, 14]);
+        for bad in ["24", "5-3", "", "x", "-1"] {
+            assert!(parse_hours(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_hours_or_days("1-15").unwrap().0.len(), 15);
+        assert!(parse_hours_or_days("0-3").is_err());
+    }
+}
