@@ -286,6 +286,30 @@ mod tests {
         assert!(err.to_string().contains("trailing"), "{err}");
     }
 
+    /// Pins the byte layout PROTOCOL.md documents: u32 BE prefix, varint and zigzag
+    /// integers, enum variant indexes.
+    #[test]
+    fn the_documented_layout_holds() {
+        let q = ReliabilityQuery {
+            window_start_unix: -1,
+            length_secs: 300,
+            memory_mib: 7,
+        };
+        assert_eq!(
+            encode_frame(&q, RELIABILITY_REQUEST_CAP).unwrap(),
+            [0, 0, 0, 5, 1, 251, 0x2c, 0x01, 7]
+        );
+        let r = JobResponse::Rejected(RejectReason::HostState(WireState::S4));
+        assert_eq!(encode_body(&r).unwrap(), [1, 3, 3]);
+        let e = JobRequest::Event {
+            job_id: "j".into(),
+            seq: 0,
+            time_unix: 2,
+            kind: JobEventKind::Killed { cause: None },
+        };
+        assert_eq!(encode_body(&e).unwrap(), [1, 1, b'j', 0, 4, 4, 0]);
+    }
+
     #[test]
     fn a_short_body_is_an_error() {
         let frame = [0, 0, 0, 10, 1, 2];
