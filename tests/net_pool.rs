@@ -468,3 +468,35 @@ async fn reliability_query_latency() {
         micros[499], micros[989], micros[999]
     );
 }
+
+/// The relay preset (relay server, AutoNAT server) and the public preset (AutoNAT
+/// client, Kademlia client mode) build, connect and serve queries, here on loopback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_and_public_presets_run_and_serve() {
+    let mut relay_cfg = NetConfig::relay("public-pool", 0);
+    relay_cfg.listen = NetConfig::loopback("public-pool").listen;
+    let relay = spawn_node(relay_cfg, Serve::Answer).await;
+    let mut public_cfg = NetConfig::public("public-pool", vec![relay.addr.clone()]);
+    public_cfg.listen = NetConfig::loopback("public-pool").listen;
+    let member = spawn_node(public_cfg, Serve::Answer).await;
+    // Wait until both sides have the connection: the listener finishes its upgrade a
+    // moment after the dialer, and the relay has no address of the member otherwise.
+    let connected = wait_for(Duration::from_secs(5), || {
+        let (m, r) = (member.handle.clone(), relay.handle.clone());
+        async move {
+            let m_sees = m.connected_peers().await.ok()?.contains(&r.peer_id());
+            let r_sees = r.connected_peers().await.ok()?.contains(&m.peer_id());
+            (m_sees && r_sees).then_some(())
+        }
+    })
+    .await;
+    assert!(connected.is_some(), "the member bootstraps from the relay");
+    for (from, to) in [(&member, &relay), (&relay, &member)] {
+        let got = from
+            .handle
+            .query_reliability(to.handle.peer_id(), query(120))
+            .await
+            .unwrap();
+        assert_eq!(got, answer_for(&query(120)));
+    }
+}

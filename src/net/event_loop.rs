@@ -106,7 +106,9 @@ enum Served {
 
 type ServingFuture = futures::future::BoxFuture<'static, Served>;
 
-/// Everything the loop reacts to.
+/// Everything the loop reacts to. It lives for one iteration on the stack, so the size
+/// of the Swarm event variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 enum LoopEvent {
     Swarm(SwarmEvent<BehaviourEvent>),
     Command(Command),
@@ -280,17 +282,16 @@ impl EventLoop {
 
     fn on_behaviour_event(&mut self, event: BehaviourEvent) {
         match event {
-            BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
-                // Identify does not feed Kademlia by itself: add the peer's listen
-                // addresses when it speaks our DHT protocol.
+            // Identify does not feed Kademlia by itself: add the peer's listen addresses
+            // when it speaks our DHT protocol.
+            BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. })
                 if info
                     .protocols
                     .iter()
-                    .any(|p| *p == StreamProtocol::new(KAD_PROTOCOL))
-                {
-                    for addr in info.listen_addrs {
-                        self.swarm.behaviour_mut().kad.add_address(&peer_id, addr);
-                    }
+                    .any(|p| *p == StreamProtocol::new(KAD_PROTOCOL)) =>
+            {
+                for addr in info.listen_addrs {
+                    self.swarm.behaviour_mut().kad.add_address(&peer_id, addr);
                 }
             }
             BehaviourEvent::Mdns(mdns::Event::Discovered(found)) => {
@@ -334,19 +335,20 @@ impl EventLoop {
                 self.provide();
             }
             kad::Event::OutboundQueryProgressed {
-                id, result, step, ..
+                id,
+                result: QueryResult::GetProviders(result),
+                step,
+                ..
             } => {
-                if let QueryResult::GetProviders(result) = result {
-                    let me = *self.swarm.local_peer_id();
-                    if let Some((found, _)) = self.pending_hosts.get_mut(&id) {
-                        if let Ok(GetProvidersOk::FoundProviders { providers, .. }) = result {
-                            found.extend(providers.into_iter().filter(|p| *p != me));
-                        }
-                    }
-                    if step.last {
-                        if let Some((found, reply)) = self.pending_hosts.remove(&id) {
-                            let _ = reply.send(Ok(found.into_iter().collect()));
-                        }
+                let me = *self.swarm.local_peer_id();
+                if let (Some((found, _)), Ok(GetProvidersOk::FoundProviders { providers, .. })) =
+                    (self.pending_hosts.get_mut(&id), result)
+                {
+                    found.extend(providers.into_iter().filter(|p| *p != me));
+                }
+                if step.last {
+                    if let Some((found, reply)) = self.pending_hosts.remove(&id) {
+                        let _ = reply.send(Ok(found.into_iter().collect()));
                     }
                 }
             }

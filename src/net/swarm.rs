@@ -92,6 +92,33 @@ impl NetConfig {
         }
     }
 
+    /// A member of a public pool: no mDNS, Kademlia client until AutoNAT v2 confirms an
+    /// external address, joins through `bootstrap` (relays started with `--relay`).
+    pub fn public(pool: &str, bootstrap: Vec<Multiaddr>) -> Self {
+        Self {
+            bootstrap,
+            mdns: false,
+            kad_server: false,
+            autonat: true,
+            ..Self::lan(pool)
+        }
+    }
+
+    /// `gleaner node --relay`: a relay, AutoNAT server and DHT bootstrap for a public
+    /// pool, on a fixed port so others can put it in their bootstrap list.
+    pub fn relay(pool: &str, port: u16) -> Self {
+        Self {
+            listen: vec![
+                tcp_addr(Ipv4Addr::UNSPECIFIED, port),
+                quic_addr(Ipv4Addr::UNSPECIFIED, port),
+            ],
+            mdns: false,
+            kad_server: true,
+            relay_server: true,
+            ..Self::lan(pool)
+        }
+    }
+
     /// A pool on the loopback interface only, for tests: 127.0.0.1 TCP, no mDNS, no QUIC.
     pub fn loopback(pool: &str) -> Self {
         Self {
