@@ -13,3 +13,4 @@ pub mod guest;
 pub mod history;
 pub mod model;
 pub mod monitor;
+pub mod net;

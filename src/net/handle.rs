@@ -1,0 +1,240 @@
+//! The node's side of the network layer: a cloneable `NetHandle` that sends `Command`s to
+//! the task owning the Swarm and awaits each reply on a oneshot (the pattern of
+//! rust-libp2p's `examples/file-sharing`), and the `NetEvent`s that task sends back.
+//!
+//! This module knows the commands and events; it does not touch the Swarm.
+
+use std::time::Instant;
+
+use libp2p::{Multiaddr, PeerId};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::model::state::State;
+use crate::net::protocol::{JobRequest, JobResponse, ReliabilityQuery, ReliabilityResponse};
+
+/// Why a network operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NetError {
+    /// The peer did not answer within the request timeout.
+    #[error("the peer did not answer in time")]
+    Timeout,
+    /// The peer does not speak this protocol (or this version of it).
+    #[error("the peer does not support the protocol")]
+    UnsupportedProtocol,
+    /// We could not connect to the peer.
+    #[error("dial failed: {0}")]
+    Dial(String),
+    /// The connection closed before the answer came.
+    #[error("connection closed before the answer")]
+    ConnectionClosed,
+    /// The stream failed (including a frame the peer sent that we refused).
+    #[error("stream error: {0}")]
+    Io(String),
+    /// Listening on an address failed.
+    #[error("listen failed: {0}")]
+    Listen(String),
+    /// The task owning the Swarm has stopped.
+    #[error("the network task has stopped")]
+    Stopped,
+}
+
+/// The node's view of itself, published in announcements. The network layer adds the
+/// peer id, the addresses and the version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalStatus {
+    /// Logical CPUs.
+    pub logical_cpus: u32,
+    /// Total memory, MiB.
+    pub memory_mib: u64,
+    /// Raw score of the built-in CPU benchmark.
+    pub benchmark_score: u64,
+    /// Γ = P·A in thousandths.
+    pub relative_power_milli: u32,
+    /// Current state.
+    pub state: State,
+    /// True when the guest slot is free.
+    pub slot_free: bool,
+}
+
+/// A pool member as last announced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    /// Who.
+    pub peer: PeerId,
+    /// Where it says it can be reached.
+    pub addresses: Vec<Multiaddr>,
+    /// What it said about itself.
+    pub status: LocalStatus,
+    /// Its Gleaner version.
+    pub version: String,
+    /// When we last heard its announcement.
+    pub last_seen: Instant,
+}
+
+/// The way back for an inbound request: answer it once, or drop it to refuse (the
+/// requester then sees the stream close).
+#[derive(Debug)]
+pub struct Responder<T>(pub(crate) oneshot::Sender<T>);
+
+impl<T> Responder<T> {
+    /// Sends the answer. Returns it back if the request is gone (timed out, peer left).
+    pub fn send(self, answer: T) -> Result<(), T> {
+        self.0.send(answer)
+    }
+}
+
+/// What the network layer tells the node.
+#[derive(Debug)]
+pub enum NetEvent {
+    /// A peer asks for our reliability over a window.
+    ReliabilityQuery {
+        /// Who asks.
+        peer: PeerId,
+        /// The window.
+        query: ReliabilityQuery,
+        /// Where the answer goes.
+        reply: Responder<ReliabilityResponse>,
+    },
+    /// A job request (submit, event, fetch) from a peer allowed to make it.
+    JobRequest {
+        /// Who asks.
+        peer: PeerId,
+        /// The request.
+        request: JobRequest,
+        /// Where the answer goes.
+        reply: Responder<JobResponse>,
+    },
+    /// A member announced itself (first time or again).
+    MemberAnnounced(Member),
+    /// A member has not announced for longer than the member TTL.
+    MemberExpired(PeerId),
+}
+
+type Reply<T> = oneshot::Sender<Result<T, NetError>>;
+
+/// A request to the task owning the Swarm.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Listen {
+        addr: Multiaddr,
+        reply: Reply<()>,
+    },
+    ListenAddrs {
+        reply: oneshot::Sender<Vec<Multiaddr>>,
+    },
+    Dial {
+        addr: Multiaddr,
+        reply: Reply<PeerId>,
+    },
+    Announce {
+        status: LocalStatus,
+    },
+    QueryReliability {
+        peer: PeerId,
+        query: ReliabilityQuery,
+        reply: Reply<ReliabilityResponse>,
+    },
+    SendJobRequest {
+        peer: PeerId,
+        request: JobRequest,
+        reply: Reply<JobResponse>,
+    },
+    Members {
+        reply: oneshot::Sender<Vec<Member>>,
+    },
+    FindHosts {
+        reply: Reply<Vec<PeerId>>,
+    },
+    ConnectedPeers {
+        reply: oneshot::Sender<Vec<PeerId>>,
+    },
+}
+
+/// The cloneable handle to the network task. The task ends when the last handle is dropped.
+#[derive(Debug, Clone)]
+pub struct NetHandle {
+    pub(crate) commands: mpsc::Sender<Command>,
+    pub(crate) peer_id: PeerId,
+}
+
+impl NetHandle {
+    /// Our peer id.
+    pub fn peer_id(&self) -> PeerId {
+        self.peer_id
+    }
+
+    async fn call<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, NetError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(make(tx))
+            .await
+            .map_err(|_| NetError::Stopped)?;
+        rx.await.map_err(|_| NetError::Stopped)
+    }
+
+    /// Starts listening on `addr`.
+    pub async fn listen(&self, addr: Multiaddr) -> Result<(), NetError> {
+        self.call(|reply| Command::Listen { addr, reply }).await?
+    }
+
+    /// Addresses we listen on now.
+    pub async fn listen_addrs(&self) -> Result<Vec<Multiaddr>, NetError> {
+        self.call(|reply| Command::ListenAddrs { reply }).await
+    }
+
+    /// Dials `addr` (which must end in `/p2p/<peer id>`) and waits until connected.
+    pub async fn dial(&self, addr: Multiaddr) -> Result<PeerId, NetError> {
+        self.call(|reply| Command::Dial { addr, reply }).await?
+    }
+
+    /// Publishes our status now and keeps re-publishing it every announce interval.
+    pub async fn announce(&self, status: LocalStatus) -> Result<(), NetError> {
+        self.commands
+            .send(Command::Announce { status })
+            .await
+            .map_err(|_| NetError::Stopped)
+    }
+
+    /// Asks `peer` for its reliability over a window; fails with `Timeout` after the
+    /// configured request timeout.
+    pub async fn query_reliability(
+        &self,
+        peer: PeerId,
+        query: ReliabilityQuery,
+    ) -> Result<ReliabilityResponse, NetError> {
+        self.call(|reply| Command::QueryReliability { peer, query, reply })
+            .await?
+    }
+
+    /// Sends a job request (submit, event, fetch) to `peer`.
+    pub async fn job_request(
+        &self,
+        peer: PeerId,
+        request: JobRequest,
+    ) -> Result<JobResponse, NetError> {
+        self.call(|reply| Command::SendJobRequest {
+            peer,
+            request,
+            reply,
+        })
+        .await?
+    }
+
+    /// Pool members heard on gossip and not yet expired.
+    pub async fn members(&self) -> Result<Vec<Member>, NetError> {
+        self.call(|reply| Command::Members { reply }).await
+    }
+
+    /// Peers that provide the pool's DHT key (asks the DHT; excludes ourselves).
+    pub async fn find_hosts(&self) -> Result<Vec<PeerId>, NetError> {
+        self.call(|reply| Command::FindHosts { reply }).await?
+    }
+
+    /// Peers we have a connection to.
+    pub async fn connected_peers(&self) -> Result<Vec<PeerId>, NetError> {
+        self.call(|reply| Command::ConnectedPeers { reply }).await
+    }
+}

@@ -1,0 +1,17 @@
+//! The network layer of a pool: wire types, the frame codec, the node's identity key,
+//! and the libp2p Swarm with the handle through which the rest of the node talks to it.
+//!
+//! `net/` knows libp2p and the wire format; it does not know how reliability is
+//! computed or how jobs run: inbound requests leave as `NetEvent`s with a responder,
+//! and the node answers them.
+
+pub mod codec;
+pub mod event_loop;
+pub mod handle;
+pub mod identity;
+pub mod protocol;
+pub mod swarm;
+
+pub use event_loop::{start, EventLoop};
+pub use handle::{LocalStatus, Member, NetError, NetEvent, NetHandle, Responder};
+pub use swarm::{read_swarm_key, BuildError, NetConfig};

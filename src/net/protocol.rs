@@ -1,0 +1,327 @@
+//! The wire types of a Gleaner pool: every value that crosses the network, its
+//! protocol ids, gossipsub topics, DHT keys and size limits.
+//!
+//! Only the types in this module derive `Serialize`/`Deserialize` for the
+//! network; the rest of `net/` converts to and from them. This module knows
+//! nothing about libp2p behaviours, tokio or the node: it is plain data, so
+//! PROTOCOL.md can describe it field by field and another implementation can
+//! speak it. Changing a field here changes the wire format: bump the protocol
+//! id (`/1` → `/2`) when you do.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::state::State;
+
+/// Protocol id of the reliability query (request/response).
+pub const RELIABILITY_PROTOCOL: &str = "/gleaner/reliability/1";
+/// Protocol id of job submission, job events and output fetches (request/response).
+pub const JOB_PROTOCOL: &str = "/gleaner/job/1";
+/// Protocol id of our Kademlia DHT, so Gleaner pools never mix with the public IPFS DHT.
+pub const KAD_PROTOCOL: &str = "/gleaner/kad/1";
+/// Protocol version string sent in identify.
+pub const IDENTIFY_PROTOCOL_VERSION: &str = "/gleaner/1";
+
+/// Largest reliability request frame body, in bytes. A query is three integers.
+pub const RELIABILITY_REQUEST_CAP: u32 = 1024;
+/// Largest reliability response frame body, in bytes.
+pub const RELIABILITY_RESPONSE_CAP: u32 = 16 * 1024;
+/// Largest job request frame body: a submission carries its input files inline.
+pub const JOB_REQUEST_CAP: u32 = 8 * 1024 * 1024;
+/// Largest job response frame body: one output chunk plus framing.
+pub const JOB_RESPONSE_CAP: u32 = 2 * 1024 * 1024;
+/// Largest output chunk a host returns for one fetch; bigger outputs take several fetches.
+pub const OUTPUT_CHUNK_MAX: u32 = 1024 * 1024;
+/// Largest announcement a member publishes on gossipsub.
+pub const ANNOUNCE_MAX_BYTES: usize = 4 * 1024;
+/// Longest pool name: it becomes part of a topic and a DHT key.
+pub const POOL_NAME_MAX: usize = 64;
+
+/// Gossipsub topic on which members of `pool` announce themselves.
+pub fn announce_topic(pool: &str) -> String {
+    format!("gleaner/{pool}/announce/1")
+}
+
+/// Kademlia key that every member of `pool` provides, so a consumer finds hosts without
+/// waiting for gossip.
+pub fn pool_dht_key(pool: &str) -> Vec<u8> {
+    format!("/gleaner/pool/{pool}").into_bytes()
+}
+
+/// Checks a pool name: 1..=64 characters from `[A-Za-z0-9._-]`, so it is safe inside a
+/// topic and a key.
+pub fn valid_pool_name(pool: &str) -> bool {
+    !pool.is_empty()
+        && pool.len() <= POOL_NAME_MAX
+        && pool
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+/// The five host states on the wire (the model's `State`, kept separate so a model
+/// change cannot silently change the wire format).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum WireState {
+    /// Light host load.
+    S1,
+    /// Heavy host load: the guest runs reniced.
+    S2,
+    /// CPU contention: a guest would be killed.
+    S3,
+    /// Memory shortage: a guest would be killed.
+    S4,
+    /// Revocation: the node is off or paused by its owner.
+    S5,
+}
+
+impl From<State> for WireState {
+    fn from(s: State) -> Self {
+        match s {
+            State::S1 => WireState::S1,
+            State::S2 => WireState::S2,
+            State::S3 => WireState::S3,
+            State::S4 => WireState::S4,
+            State::S5 => WireState::S5,
+        }
+    }
+}
+
+impl From<WireState> for State {
+    fn from(s: WireState) -> Self {
+        match s {
+            WireState::S1 => State::S1,
+            WireState::S2 => State::S2,
+            WireState::S3 => State::S3,
+            WireState::S4 => State::S4,
+            WireState::S5 => State::S5,
+        }
+    }
+}
+
+/// What a pool member publishes on its announce topic every 30 s and on every state change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Announcement {
+    /// The member's peer id as bytes; must equal the gossipsub message source, or the
+    /// message is rejected (a peer cannot announce for another).
+    pub peer_id: Vec<u8>,
+    /// Multiaddrs (as bytes) the member can be dialled on.
+    pub addresses: Vec<Vec<u8>>,
+    /// Logical CPUs of the host.
+    pub logical_cpus: u32,
+    /// Total memory of the host, MiB.
+    pub memory_mib: u64,
+    /// Raw score of the built-in CPU benchmark (higher is faster); a consumer divides by
+    /// the best score it knows to get the relative power P of seed 004.
+    pub benchmark_score: u64,
+    /// Effective computing power Γ = P·A in thousandths (0..=1000), as the member sees it
+    /// against the best benchmark score it has heard in the pool.
+    pub relative_power_milli: u32,
+    /// The host's current state.
+    pub state: WireState,
+    /// True when the guest slot is free.
+    pub slot_free: bool,
+    /// Gleaner version of the member (`CARGO_PKG_VERSION`).
+    pub version: String,
+}
+
+/// `/gleaner/reliability/1` request: what is the reliability of a job that would run in
+/// this window with this much memory?
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReliabilityQuery {
+    /// Window start, Unix seconds.
+    pub window_start_unix: i64,
+    /// Window length, seconds.
+    pub length_secs: u64,
+    /// Memory the job declares, MiB (sets the S4 threshold).
+    pub memory_mib: u64,
+}
+
+/// Failure probability within the window, by cause.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FailureByCause {
+    /// Probability that the job ends in S3 (CPU contention).
+    pub s3: f64,
+    /// Probability that the job ends in S4 (memory shortage).
+    pub s4: f64,
+    /// Probability that the job ends in S5 (revocation).
+    pub s5: f64,
+}
+
+/// The host's answer, computed from its own history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReliabilityAnswer {
+    /// Temporal reliability TR: the probability of no failure in the window.
+    pub tr: f64,
+    /// Failure probability by cause.
+    pub failure: FailureByCause,
+    /// State the prediction starts from.
+    pub initial_state: WireState,
+    /// History days that went into the estimate.
+    pub days_used: u32,
+    /// Estimator name (e.g. `km`, `paper`).
+    pub method: String,
+    /// Effective computing power Γ = P·A in thousandths.
+    pub relative_power_milli: u32,
+    /// True when the guest slot is free now.
+    pub slot_free: bool,
+}
+
+/// `/gleaner/reliability/1` response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ReliabilityResponse {
+    /// The prediction.
+    Answer(ReliabilityAnswer),
+    /// The host cannot answer (too little history, bad window, paused); the reason is for humans.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One input file carried inline with a submission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputFile {
+    /// Relative path inside the job's work directory (no `..`, no leading `/`; the host checks).
+    pub path: String,
+    /// File contents.
+    pub data: Vec<u8>,
+}
+
+/// A job submission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSubmit {
+    /// Consumer-chosen job id, unique per consumer.
+    pub job_id: String,
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// Environment variables (the guest starts from an empty environment).
+    pub env: Vec<(String, String)>,
+    /// Input files written into the work directory before launch.
+    pub inputs: Vec<InputFile>,
+    /// Output files (relative paths) the consumer will fetch.
+    pub outputs: Vec<String>,
+    /// Memory the job declares, MiB.
+    pub memory_mib: u64,
+    /// Runtime the consumer expects, seconds.
+    pub expected_runtime_secs: u64,
+    /// Hard wall-time limit, seconds.
+    pub wall_time_limit_secs: u64,
+}
+
+/// Why a host refuses a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RejectReason {
+    /// The guest slot is taken.
+    Busy,
+    /// The consumer is not on the host's allowlist.
+    NotAllowed,
+    /// The job asks for more memory, time or input than the host offers.
+    TooBig,
+    /// The host is in S3, S4 or S5.
+    HostState(WireState),
+    /// Anything else (malformed job); the text is for humans.
+    Invalid(String),
+}
+
+/// What happened to a running job, reported by the host to the consumer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobEventKind {
+    /// The guest process started.
+    Started,
+    /// The guest was reniced (host entered S2).
+    Reniced,
+    /// The guest was suspended.
+    Suspended,
+    /// The guest was resumed.
+    Resumed,
+    /// The guest was killed; the cause is the state that forced it, or `None` for the wall-time limit.
+    Killed {
+        /// State that caused the kill.
+        cause: Option<WireState>,
+    },
+    /// The guest exited by itself.
+    Finished {
+        /// Exit status (or `128 + signal`).
+        exit_status: i32,
+    },
+}
+
+/// Which output of a job to fetch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutputName {
+    /// Captured standard output.
+    Stdout,
+    /// Captured standard error.
+    Stderr,
+    /// A declared output file, by relative path.
+    File(String),
+}
+
+/// `/gleaner/job/1` request. Consumer → host: `Submit`, `Fetch`; host → consumer: `Event`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobRequest {
+    /// Run this job.
+    Submit(JobSubmit),
+    /// A job event, sent by the host to the consumer that submitted the job.
+    Event {
+        /// The job.
+        job_id: String,
+        /// Sequence number per job, from 0, so the consumer sees gaps and duplicates.
+        seq: u32,
+        /// Unix seconds on the host.
+        time_unix: i64,
+        /// What happened.
+        kind: JobEventKind,
+    },
+    /// Read part of a job output: `len` bytes from `offset` (at most `OUTPUT_CHUNK_MAX`).
+    Fetch {
+        /// The job.
+        job_id: String,
+        /// Which output.
+        name: OutputName,
+        /// Byte offset.
+        offset: u64,
+        /// Bytes wanted.
+        len: u32,
+    },
+}
+
+/// `/gleaner/job/1` response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobResponse {
+    /// The job was accepted and will start.
+    Accepted,
+    /// The job was refused.
+    Rejected(RejectReason),
+    /// The consumer received an event.
+    EventAck,
+    /// A piece of output.
+    Chunk {
+        /// Bytes from the requested offset.
+        data: Vec<u8>,
+        /// Total size of the output, so the consumer knows when it is done and can refuse
+        /// outputs larger than its own cap.
+        total_len: u64,
+    },
+    /// The fetch or event named something the peer does not know or will not give.
+    NotFound,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_names_are_checked() {
+        assert!(valid_pool_name("lab-3.cs_dept"));
+        assert!(!valid_pool_name(""));
+        assert!(!valid_pool_name("a/b"));
+        assert!(!valid_pool_name(&"x".repeat(POOL_NAME_MAX + 1)));
+    }
+
+    #[test]
+    fn states_round_trip_through_the_wire_type() {
+        for s in State::ALL {
+            assert_eq!(State::from(WireState::from(s)), s);
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! Builds the libp2p Swarm of a pool member: transports, the composed behaviour and the
+//! settings that make small pools work (idle timeout, Kademlia mode, gossipsub mesh sizes).
+//!
+//! This module owns `NetConfig` and `build_swarm`; it does not run the Swarm (see
+//! `event_loop`) and knows nothing of the node's state or its config files.
+
+use std::collections::HashSet;
+use std::fs;
+use std::net::Ipv4Addr;
+use std::num::NonZeroUsize;
+use std::path::Path;
+use std::time::Duration;
+
+use libp2p::core::upgrade::Version;
+use libp2p::core::Transport;
+use libp2p::identity::Keypair;
+use libp2p::multiaddr::Protocol;
+use libp2p::pnet::{PnetConfig, PreSharedKey};
+use libp2p::request_response::{self, ProtocolSupport};
+use libp2p::swarm::behaviour::toggle::Toggle;
+use libp2p::swarm::NetworkBehaviour;
+use libp2p::{
+    autonat, dcutr, gossipsub, identify, kad, mdns, noise, ping, relay, tcp, yamux, Multiaddr,
+    PeerId, StreamProtocol, Swarm, SwarmBuilder,
+};
+
+use crate::net::codec::{JobCodec, ReliabilityCodec, JOB_CAPS, RELIABILITY_CAPS};
+use crate::net::protocol::{
+    valid_pool_name, ANNOUNCE_MAX_BYTES, IDENTIFY_PROTOCOL_VERSION, JOB_PROTOCOL, KAD_PROTOCOL,
+    RELIABILITY_PROTOCOL,
+};
+
+/// Largest swarm key file we read (the text form is about 90 bytes).
+const SWARM_KEY_FILE_MAX: u64 = 4096;
+
+/// Everything the network layer needs to start; the node fills it from its config.
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    /// Pool name; part of the announce topic and the DHT key.
+    pub pool: String,
+    /// Addresses to listen on (TCP and, unless a swarm key is set, QUIC).
+    pub listen: Vec<Multiaddr>,
+    /// Peers to dial at start, with `/p2p/<id>`; the first Kademlia contacts.
+    pub bootstrap: Vec<Multiaddr>,
+    /// Discover LAN peers by mDNS. Off in tests and public pools.
+    pub mdns: bool,
+    /// Kademlia server mode from the start. Needed in LAN and private pools, where no
+    /// external address is ever confirmed and Kademlia would otherwise stay a client.
+    pub kad_server: bool,
+    /// Pre-shared key of a private pool: TCP only, QUIC is then off (pnet wraps TCP only).
+    pub swarm_key: Option<PreSharedKey>,
+    /// Consumers allowed to submit jobs and fetch outputs; `None` allows everyone.
+    pub allowlist: Option<HashSet<PeerId>>,
+    /// Serve as a relay (with raised circuit limits) and AutoNAT server for a public pool.
+    pub relay_server: bool,
+    /// Probe our own addresses with AutoNAT v2 (public pools behind NAT).
+    pub autonat: bool,
+    /// How long an outbound request may take before it fails with a timeout.
+    pub request_timeout: Duration,
+    /// How long an idle connection is kept. The libp2p default (10 s) would close
+    /// Kademlia and request/response connections between queries.
+    pub idle_timeout: Duration,
+    /// How often we re-publish our announcement.
+    pub announce_interval: Duration,
+    /// A member not heard from for this long is dropped.
+    pub member_ttl: Duration,
+    /// How long the node may take to answer an inbound request before we drop it.
+    pub serve_timeout: Duration,
+}
+
+impl NetConfig {
+    /// A LAN pool: listen on every interface, mDNS on, Kademlia server, no relay.
+    pub fn lan(pool: &str) -> Self {
+        Self {
+            pool: pool.to_string(),
+            listen: vec![
+                tcp_addr(Ipv4Addr::UNSPECIFIED, 0),
+                quic_addr(Ipv4Addr::UNSPECIFIED, 0),
+            ],
+            bootstrap: Vec::new(),
+            mdns: true,
+            kad_server: true,
+            swarm_key: None,
+            allowlist: None,
+            relay_server: false,
+            autonat: false,
+            request_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            announce_interval: Duration::from_secs(30),
+            member_ttl: Duration::from_secs(95),
+            serve_timeout: Duration::from_secs(15),
+        }
+    }
+
+    /// A member of a public pool: no mDNS, Kademlia client until AutoNAT v2 confirms an
+    /// external address, joins through `bootstrap` (relays started with `--relay`).
+    pub fn public(pool: &str, bootstrap: Vec<Multiaddr>) -> Self {
+        Self {
+            bootstrap,
+            mdns: false,
+            kad_server: false,
+            autonat: true,
+            ..Self::lan(pool)
+        }
+    }
+
+    /// `gleaner node --relay`: a relay, AutoNAT server and DHT bootstrap for a public
+    /// pool, on a fixed port so others can put it in their bootstrap list.
+    pub fn relay(pool: &str, port: u16) -> Self {
+        Self {
+            listen: vec![
+                tcp_addr(Ipv4Addr::UNSPECIFIED, port),
+                quic_addr(Ipv4Addr::UNSPECIFIED, port),
+            ],
+            mdns: false,
+            kad_server: true,
+            relay_server: true,
+            ..Self::lan(pool)
+        }
+    }
+
+    /// A pool on the loopback interface only, for tests: 127.0.0.1 TCP, no mDNS, no QUIC.
+    pub fn loopback(pool: &str) -> Self {
+        Self {
+            listen: vec![tcp_addr(Ipv4Addr::LOCALHOST, 0)],
+            mdns: false,
+            ..Self::lan(pool)
+        }
+    }
+}
+
+/// `/ip4/<ip>/tcp/<port>`.
+pub fn tcp_addr(ip: Ipv4Addr, port: u16) -> Multiaddr {
+    Multiaddr::empty()
+        .with(Protocol::Ip4(ip))
+        .with(Protocol::Tcp(port))
+}
+
+/// `/ip4/<ip>/udp/<port>/quic-v1`.
+pub fn quic_addr(ip: Ipv4Addr, port: u16) -> Multiaddr {
+    Multiaddr::empty()
+        .with(Protocol::Ip4(ip))
+        .with(Protocol::Udp(port))
+        .with(Protocol::QuicV1)
+}
+
+/// Why the Swarm could not be built or a key not read.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The pool name is not usable in a topic.
+    #[error("pool name {0:?} must be 1..=64 characters of [A-Za-z0-9._-]")]
+    PoolName(String),
+    /// A transport or behaviour failed to initialise.
+    #[error("building the swarm: {0}")]
+    Swarm(String),
+    /// The swarm key file could not be read or parsed.
+    #[error("swarm key {path}: {reason}")]
+    SwarmKey {
+        /// The key file.
+        path: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// Reads a pnet swarm key file (`/key/swarm/psk/1.0.0/`, `/base16/`, 64 hex digits).
+/// Make one with:
+/// `printf '/key/swarm/psk/1.0.0/\n/base16/\n%s\n' "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" > swarm.key`
+pub fn read_swarm_key(path: &Path) -> Result<PreSharedKey, BuildError> {
+    let fail = |reason: String| BuildError::SwarmKey {
+        path: path.display().to_string(),
+        reason,
+    };
+    let len = fs::metadata(path).map_err(|e| fail(e.to_string()))?.len();
+    if len > SWARM_KEY_FILE_MAX {
+        return Err(fail(format!("{len} bytes is too long for a key")));
+    }
+    let text = fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    text.parse().map_err(|e| fail(format!("{e}")))
+}
+
+/// The composed behaviour of a pool member.
+#[derive(NetworkBehaviour)]
+pub(crate) struct Behaviour {
+    pub(crate) relay_client: relay::client::Behaviour,
+    pub(crate) relay_server: Toggle<relay::Behaviour>,
+    pub(crate) dcutr: dcutr::Behaviour,
+    pub(crate) autonat_client: Toggle<autonat::v2::client::Behaviour>,
+    pub(crate) autonat_server: Toggle<autonat::v2::server::Behaviour>,
+    pub(crate) identify: identify::Behaviour,
+    pub(crate) ping: ping::Behaviour,
+    pub(crate) kad: kad::Behaviour<kad::store::MemoryStore>,
+    pub(crate) gossipsub: gossipsub::Behaviour,
+    pub(crate) mdns: Toggle<mdns::tokio::Behaviour>,
+    pub(crate) reliability: request_response::Behaviour<ReliabilityCodec>,
+    pub(crate) job: request_response::Behaviour<JobCodec>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Gossipsub settings for meshes of 2–6 peers: the default D=6 (low 5) would leave every
+/// small pool "under-subscribed" and grafting forever, so the mesh aims at 3 and accepts 1.
+fn gossipsub_config() -> Result<gossipsub::Config, BoxError> {
+    Ok(gossipsub::ConfigBuilder::default()
+        .validation_mode(gossipsub::ValidationMode::Strict)
+        .validate_messages()
+        .mesh_n(3)
+        .mesh_n_low(1)
+        .mesh_n_high(6)
+        .mesh_outbound_min(1)
+        .gossip_lazy(3)
+        .heartbeat_interval(Duration::from_secs(1))
+        .max_transmit_size(ANNOUNCE_MAX_BYTES + 512)
+        .build()?)
+}
+
+fn build_behaviour(
+    key: &Keypair,
+    relay_client: relay::client::Behaviour,
+    cfg: &NetConfig,
+) -> Result<Behaviour, BoxError> {
+    let peer_id = key.public().to_peer_id();
+
+    let mut kad_cfg = kad::Config::new(StreamProtocol::new(KAD_PROTOCOL));
+    kad_cfg.set_query_timeout(Duration::from_secs(30));
+    let mut kad =
+        kad::Behaviour::with_config(peer_id, kad::store::MemoryStore::new(peer_id), kad_cfg);
+    if cfg.kad_server {
+        kad.set_mode(Some(kad::Mode::Server));
+    }
+
+    let gossipsub = gossipsub::Behaviour::new(
+        gossipsub::MessageAuthenticity::Signed(key.clone()),
+        gossipsub_config()?,
+    )?;
+
+    let mdns = if cfg.mdns {
+        Some(mdns::tokio::Behaviour::new(
+            mdns::Config::default(),
+            peer_id,
+        )?)
+    } else {
+        None
+    };
+
+    let relay_server = cfg.relay_server.then(|| {
+        // Our relays carry reliability queries and small jobs for volunteers behind NAT;
+        // the libp2p defaults (2 min, 128 KiB per circuit) are too tight for that.
+        let relay_cfg = relay::Config {
+            max_circuit_duration: Duration::from_secs(15 * 60),
+            max_circuit_bytes: 64 * 1024 * 1024,
+            ..Default::default()
+        };
+        relay::Behaviour::new(peer_id, relay_cfg)
+    });
+
+    let rr_cfg = request_response::Config::default().with_request_timeout(cfg.request_timeout);
+    let reliability = request_response::Behaviour::with_codec(
+        ReliabilityCodec::new(RELIABILITY_CAPS),
+        [(
+            StreamProtocol::new(RELIABILITY_PROTOCOL),
+            ProtocolSupport::Full,
+        )],
+        rr_cfg.clone(),
+    );
+    let job = request_response::Behaviour::with_codec(
+        JobCodec::new(JOB_CAPS),
+        [(StreamProtocol::new(JOB_PROTOCOL), ProtocolSupport::Full)],
+        rr_cfg,
+    );
+
+    Ok(Behaviour {
+        relay_client,
+        relay_server: relay_server.into(),
+        dcutr: dcutr::Behaviour::new(peer_id),
+        autonat_client: cfg
+            .autonat
+            .then(autonat::v2::client::Behaviour::default)
+            .into(),
+        autonat_server: cfg
+            .relay_server
+            .then(autonat::v2::server::Behaviour::default)
+            .into(),
+        identify: identify::Behaviour::new(identify::Config::new(
+            IDENTIFY_PROTOCOL_VERSION.to_string(),
+            key.public(),
+        )),
+        ping: ping::Behaviour::new(ping::Config::new()),
+        kad,
+        gossipsub,
+        mdns: mdns.into(),
+        reliability,
+        job,
+    })
+}
+
+/// Builds the Swarm: TCP+Noise+Yamux, QUIC, DNS and the relay client; with a swarm key,
+/// TCP wrapped in pnet and no QUIC.
+pub(crate) fn build_swarm(key: Keypair, cfg: &NetConfig) -> Result<Swarm<Behaviour>, BuildError> {
+    if !valid_pool_name(&cfg.pool) {
+        return Err(BuildError::PoolName(cfg.pool.clone()));
+    }
+    let err = |e: &dyn std::fmt::Display| BuildError::Swarm(e.to_string());
+    let idle = cfg.idle_timeout;
+    let swarm = match cfg.swarm_key {
+        None => SwarmBuilder::with_existing_identity(key)
+            .with_tokio()
+            .with_tcp(
+                tcp::Config::default().nodelay(true),
+                noise::Config::new,
+                yamux::Config::default,
+            )
+            .map_err(|e| err(&e))?
+            .with_quic()
+            .with_dns()
+            .map_err(|e| err(&e))?
+            .with_relay_client(noise::Config::new, yamux::Config::default)
+            .map_err(|e| err(&e))?
+            .with_behaviour(|key, relay| build_behaviour(key, relay, cfg))
+            .map_err(|e| err(&e))?
+            .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
+            .build(),
+        Some(psk) => SwarmBuilder::with_existing_identity(key)
+            .with_tokio()
+            .with_other_transport(|key| {
+                let noise = noise::Config::new(key)?;
+                Ok::<_, BoxError>(
+                    tcp::tokio::Transport::new(tcp::Config::default().nodelay(true))
+                        .and_then(move |socket, _| PnetConfig::new(psk).handshake(socket))
+                        .upgrade(Version::V1Lazy)
+                        .authenticate(noise)
+                        .multiplex(yamux::Config::default())
+                        .timeout(Duration::from_secs(20)),
+                )
+            })
+            .map_err(|e| err(&e))?
+            .with_dns()
+            .map_err(|e| err(&e))?
+            .with_relay_client(noise::Config::new, yamux::Config::default)
+            .map_err(|e| err(&e))?
+            .with_behaviour(|key, relay| build_behaviour(key, relay, cfg))
+            .map_err(|e| err(&e))?
+            .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
+            .build(),
+    };
+    Ok(swarm)
+}
+
+/// True when `addr` uses QUIC (skipped when a swarm key is set).
+pub(crate) fn is_quic(addr: &Multiaddr) -> bool {
+    addr.iter().any(|p| matches!(p, Protocol::QuicV1))
+}
+
+/// Limit on addresses we accept in one announcement.
+pub(crate) const ANNOUNCED_ADDRESSES_MAX: usize = 16;
+
+/// Bound for the inbound-request queue towards the node.
+pub(crate) const EVENT_QUEUE: NonZeroUsize = match NonZeroUsize::new(256) {
+    Some(n) => n,
+    None => NonZeroUsize::MIN,
+};

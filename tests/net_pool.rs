@@ -1,0 +1,502 @@
+//! Pool networking with real swarms on 127.0.0.1 TCP, in one process: discovery by the
+//! DHT and by gossip, reliability queries, hostile frames, timeouts, private pools and
+//! the consumer allowlist. mDNS is off; nodes bootstrap from each other's listen addresses.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::prelude::*;
+use gleaner::model::state::State;
+use gleaner::net::protocol::*;
+use gleaner::net::{start, LocalStatus, NetConfig, NetError, NetEvent, NetHandle, Responder};
+use libp2p::identity::Keypair;
+use libp2p::multiaddr::Protocol;
+use libp2p::pnet::PreSharedKey;
+use libp2p::request_response::{self, ProtocolSupport};
+use libp2p::swarm::SwarmEvent;
+use libp2p::{noise, tcp, yamux, Multiaddr, PeerId, StreamProtocol};
+use tokio_util::sync::CancellationToken;
+
+/// What the test responder does with requests.
+#[derive(Clone, Copy, PartialEq)]
+enum Serve {
+    /// Answer from the query, so the answer depends on what was asked.
+    Answer,
+    /// Keep the responders and never answer.
+    Never,
+}
+
+/// A running node; cancels its loop when dropped.
+struct Node {
+    handle: NetHandle,
+    addr: Multiaddr,
+    served_queries: Arc<AtomicUsize>,
+    served_submits: Arc<AtomicUsize>,
+    cancel: CancellationToken,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+fn config(pool: &str) -> NetConfig {
+    let mut cfg = NetConfig::loopback(pool);
+    cfg.announce_interval = Duration::from_millis(300);
+    cfg.request_timeout = Duration::from_secs(5);
+    cfg
+}
+
+fn answer_for(q: &ReliabilityQuery) -> ReliabilityResponse {
+    let tr = 1.0 / (1.0 + q.length_secs as f64 / 3600.0);
+    ReliabilityResponse::Answer(ReliabilityAnswer {
+        tr,
+        failure: FailureByCause {
+            s3: 1.0 - tr,
+            s4: 0.0,
+            s5: 0.0,
+        },
+        initial_state: WireState::S1,
+        days_used: (q.memory_mib % 30) as u32,
+        method: "km".into(),
+        relative_power_milli: 500,
+        slot_free: true,
+    })
+}
+
+async fn spawn_node(cfg: NetConfig, serve: Serve) -> Node {
+    let cancel = CancellationToken::new();
+    let (handle, mut events, event_loop) =
+        start(Keypair::generate_ed25519(), cfg, cancel.clone()).unwrap();
+    tokio::spawn(event_loop.run());
+    let served_queries = Arc::new(AtomicUsize::new(0));
+    let served_submits = Arc::new(AtomicUsize::new(0));
+    let (q, s) = (served_queries.clone(), served_submits.clone());
+    tokio::spawn(async move {
+        let mut held: Vec<Responder<ReliabilityResponse>> = Vec::new();
+        while let Some(event) = events.recv().await {
+            match event {
+                NetEvent::ReliabilityQuery { query, reply, .. } => {
+                    q.fetch_add(1, Ordering::SeqCst);
+                    match serve {
+                        Serve::Answer => {
+                            let _ = reply.send(answer_for(&query));
+                        }
+                        Serve::Never => held.push(reply),
+                    }
+                }
+                NetEvent::JobRequest { request, reply, .. } => {
+                    if matches!(request, JobRequest::Submit(_)) {
+                        s.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let _ = reply.send(JobResponse::Accepted);
+                }
+                _ => {}
+            }
+        }
+    });
+    let addr = wait_for(Duration::from_secs(5), || {
+        let h = handle.clone();
+        async move { h.listen_addrs().await.ok()?.into_iter().next() }
+    })
+    .await
+    .expect("node listens");
+    let addr = addr.with(Protocol::P2p(handle.peer_id()));
+    Node {
+        handle,
+        addr,
+        served_queries,
+        served_submits,
+        cancel,
+    }
+}
+
+/// Polls `probe` every 100 ms until it yields a value or `limit` passes.
+async fn wait_for<T, F, Fut>(limit: Duration, mut probe: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if let Some(v) = probe().await {
+            return Some(v);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+fn status(cpus: u32) -> LocalStatus {
+    LocalStatus {
+        logical_cpus: cpus,
+        memory_mib: 1024 * u64::from(cpus),
+        benchmark_score: 1000 * u64::from(cpus),
+        relative_power_milli: 250 * cpus,
+        state: State::S1,
+        slot_free: true,
+    }
+}
+
+fn query(length_secs: u64) -> ReliabilityQuery {
+    ReliabilityQuery {
+        window_start_unix: 1_700_000_000,
+        length_secs,
+        memory_mib: 256,
+    }
+}
+
+fn submit(job_id: &str) -> JobRequest {
+    JobRequest::Submit(JobSubmit {
+        job_id: job_id.into(),
+        argv: vec!["/bin/true".into()],
+        env: vec![],
+        inputs: vec![],
+        outputs: vec![],
+        memory_mib: 64,
+        expected_runtime_secs: 10,
+        wall_time_limit_secs: 60,
+    })
+}
+
+async fn three_nodes(pool: &str) -> (Node, Node, Node) {
+    let a = spawn_node(config(pool), Serve::Answer).await;
+    let mut cfg = config(pool);
+    cfg.bootstrap = vec![a.addr.clone()];
+    let b = spawn_node(cfg.clone(), Serve::Answer).await;
+    let c = spawn_node(cfg, Serve::Answer).await;
+    (a, b, c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_find_each_other_through_the_dht() {
+    let (a, b, c) = three_nodes("dht-pool").await;
+    // No announcements: only the DHT can tell B about C, which B never dialled.
+    let found = wait_for(Duration::from_secs(20), || {
+        let h = b.handle.clone();
+        let want: HashSet<PeerId> = [a.handle.peer_id(), c.handle.peer_id()].into();
+        async move {
+            let hosts: HashSet<PeerId> = h.find_hosts().await.ok()?.into_iter().collect();
+            want.is_subset(&hosts).then_some(hosts)
+        }
+    })
+    .await;
+    assert!(found.is_some(), "B never found A and C as providers");
+    assert!(!found.unwrap().contains(&b.handle.peer_id()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_find_each_other_through_gossip() {
+    let (a, b, c) = three_nodes("gossip-pool").await;
+    for (i, n) in [&a, &b, &c].into_iter().enumerate() {
+        n.handle.announce(status(i as u32 + 1)).await.unwrap();
+    }
+    for n in [&a, &b, &c] {
+        let others: HashSet<PeerId> = [&a, &b, &c]
+            .into_iter()
+            .map(|m| m.handle.peer_id())
+            .filter(|p| *p != n.handle.peer_id())
+            .collect();
+        let members = wait_for(Duration::from_secs(20), || {
+            let h = n.handle.clone();
+            let others = others.clone();
+            async move {
+                let members = h.members().await.ok()?;
+                let seen: HashSet<PeerId> = members.iter().map(|m| m.peer).collect();
+                (seen == others).then_some(members)
+            }
+        })
+        .await
+        .expect("every node hears the two others");
+        for m in members {
+            // The announcement carries what the sender said about itself.
+            assert_eq!(m.status.memory_mib, 1024 * u64::from(m.status.logical_cpus));
+            assert!(m
+                .addresses
+                .iter()
+                .all(|a| a.to_string().starts_with("/ip4/127.")));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reliability_query_round_trips() {
+    let a = spawn_node(config("rq"), Serve::Answer).await;
+    let b = spawn_node(config("rq"), Serve::Answer).await;
+    b.handle.dial(a.addr.clone()).await.unwrap();
+    for len in [600, 3600, 7200] {
+        let got = b
+            .handle
+            .query_reliability(a.handle.peer_id(), query(len))
+            .await
+            .unwrap();
+        assert_eq!(got, answer_for(&query(len)));
+    }
+    assert_eq!(a.served_queries.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_never_answers_times_out() {
+    let a = spawn_node(config("slow"), Serve::Never).await;
+    let mut cfg = config("slow");
+    cfg.request_timeout = Duration::from_secs(1);
+    let b = spawn_node(cfg, Serve::Answer).await;
+    b.handle.dial(a.addr.clone()).await.unwrap();
+    let started = Instant::now();
+    let got = b
+        .handle
+        .query_reliability(a.handle.peer_id(), query(60))
+        .await;
+    assert_eq!(got, Err(NetError::Timeout));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    // The silent node still works for others.
+    assert!(a.handle.members().await.is_ok());
+}
+
+/// A codec that writes whatever bytes it is given: the hostile client.
+#[derive(Clone, Default)]
+struct RawCodec;
+
+impl request_response::Codec for RawCodec {
+    type Protocol = StreamProtocol;
+    type Request = Vec<u8>;
+    type Response = Vec<u8>;
+
+    async fn read_request<T: AsyncRead + Unpin + Send>(
+        &mut self,
+        _: &StreamProtocol,
+        io: &mut T,
+    ) -> std::io::Result<Vec<u8>> {
+        let mut v = Vec::new();
+        io.take(1 << 20).read_to_end(&mut v).await?;
+        Ok(v)
+    }
+
+    async fn read_response<T: AsyncRead + Unpin + Send>(
+        &mut self,
+        _: &StreamProtocol,
+        io: &mut T,
+    ) -> std::io::Result<Vec<u8>> {
+        let mut v = Vec::new();
+        io.take(1 << 20).read_to_end(&mut v).await?;
+        if v.is_empty() {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(v)
+    }
+
+    async fn write_request<T: AsyncWrite + Unpin + Send>(
+        &mut self,
+        _: &StreamProtocol,
+        io: &mut T,
+        req: Vec<u8>,
+    ) -> std::io::Result<()> {
+        io.write_all(&req).await?;
+        io.close().await
+    }
+
+    async fn write_response<T: AsyncWrite + Unpin + Send>(
+        &mut self,
+        _: &StreamProtocol,
+        io: &mut T,
+        res: Vec<u8>,
+    ) -> std::io::Result<()> {
+        io.write_all(&res).await
+    }
+}
+
+/// Sends `bytes` on the reliability protocol to `target` and returns whether a response came.
+async fn send_raw(target: &Multiaddr, peer: PeerId, bytes: Vec<u8>) -> bool {
+    let mut swarm = libp2p::SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_tcp(
+            tcp::Config::default(),
+            noise::Config::new,
+            yamux::Config::default,
+        )
+        .unwrap()
+        .with_behaviour(|_| {
+            request_response::Behaviour::with_codec(
+                RawCodec,
+                [(
+                    StreamProtocol::new(RELIABILITY_PROTOCOL),
+                    ProtocolSupport::Outbound,
+                )],
+                request_response::Config::default().with_request_timeout(Duration::from_secs(5)),
+            )
+        })
+        .unwrap()
+        .build();
+    swarm.dial(target.clone()).unwrap();
+    let deadline = tokio::time::sleep(Duration::from_secs(10));
+    tokio::pin!(deadline);
+    let mut sent = false;
+    loop {
+        tokio::select! {
+            _ = &mut deadline => panic!("the hostile exchange neither failed nor finished"),
+            event = swarm.select_next_some() => match event {
+                SwarmEvent::ConnectionEstablished { .. } if !sent => {
+                    swarm.behaviour_mut().send_request(&peer, bytes.clone());
+                    sent = true;
+                }
+                SwarmEvent::Behaviour(request_response::Event::Message { .. }) => return true,
+                SwarmEvent::Behaviour(request_response::Event::OutboundFailure { .. }) => return false,
+                _ => {}
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_and_garbage_frames_are_refused_and_the_node_keeps_serving() {
+    let a = spawn_node(config("hostile"), Serve::Answer).await;
+    let peer = a.handle.peer_id();
+
+    // A length prefix of 4 GiB, then a few bytes.
+    assert!(!send_raw(&a.addr, peer, vec![0xff, 0xff, 0xff, 0xff, 1, 2, 3]).await);
+    // A plausible length and garbage inside.
+    let mut garbage = 20u32.to_be_bytes().to_vec();
+    garbage.extend_from_slice(&[0xfd; 20]);
+    assert!(!send_raw(&a.addr, peer, garbage).await);
+    // A well-formed frame through the same raw client is answered: the refusals above
+    // were about the frames, not the client.
+    let good = gleaner::net::codec::encode_frame(&query(3600), RELIABILITY_REQUEST_CAP).unwrap();
+    assert!(send_raw(&a.addr, peer, good).await);
+
+    // Garbage below libp2p: raw bytes on the TCP port.
+    let port = a
+        .addr
+        .iter()
+        .find_map(|p| match p {
+            Protocol::Tcp(port) => Some(port),
+            _ => None,
+        })
+        .unwrap();
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let _ = tcp.write_all(&[0xAB; 64 * 1024]);
+    drop(tcp);
+
+    // The node still serves a normal client, and the node saw only the good query.
+    let b = spawn_node(config("hostile"), Serve::Answer).await;
+    b.handle.dial(a.addr.clone()).await.unwrap();
+    let got = b.handle.query_reliability(peer, query(600)).await.unwrap();
+    assert_eq!(got, answer_for(&query(600)));
+    assert_eq!(a.served_queries.load(Ordering::SeqCst), 2);
+}
+
+fn psk(byte: u8) -> PreSharedKey {
+    PreSharedKey::new([byte; 32])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_pool_refuses_peers_with_another_key() {
+    let mut cfg = config("private");
+    cfg.swarm_key = Some(psk(1));
+    let a = spawn_node(cfg.clone(), Serve::Answer).await;
+    let member = spawn_node(cfg, Serve::Answer).await;
+    let mut other = config("private");
+    other.swarm_key = Some(psk(2));
+    let stranger = spawn_node(other, Serve::Answer).await;
+    let outsider = spawn_node(config("private"), Serve::Answer).await;
+
+    assert!(stranger.handle.dial(a.addr.clone()).await.is_err());
+    assert!(outsider.handle.dial(a.addr.clone()).await.is_err());
+    assert_eq!(
+        member.handle.dial(a.addr.clone()).await,
+        Ok(a.handle.peer_id())
+    );
+    let got = member
+        .handle
+        .query_reliability(a.handle.peer_id(), query(900))
+        .await
+        .unwrap();
+    assert_eq!(got, answer_for(&query(900)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_allowlisted_consumers_may_submit_jobs() {
+    let allowed = spawn_node(config("allow"), Serve::Answer).await;
+    let stranger = spawn_node(config("allow"), Serve::Answer).await;
+    let mut cfg = config("allow");
+    cfg.allowlist = Some([allowed.handle.peer_id()].into());
+    let host = spawn_node(cfg, Serve::Answer).await;
+    let host_id = host.handle.peer_id();
+    allowed.handle.dial(host.addr.clone()).await.unwrap();
+    stranger.handle.dial(host.addr.clone()).await.unwrap();
+
+    assert_eq!(
+        allowed.handle.job_request(host_id, submit("j1")).await,
+        Ok(JobResponse::Accepted)
+    );
+    assert_eq!(
+        stranger.handle.job_request(host_id, submit("j2")).await,
+        Ok(JobResponse::Rejected(RejectReason::NotAllowed))
+    );
+    assert_eq!(host.served_submits.load(Ordering::SeqCst), 1);
+}
+
+/// Round-trip latency of the reliability query on 127.0.0.1 over TCP.
+/// Run: `cargo test --release --test net_pool -- --ignored --nocapture reliability_query_latency`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn reliability_query_latency() {
+    let a = spawn_node(config("bench"), Serve::Answer).await;
+    let b = spawn_node(config("bench"), Serve::Answer).await;
+    b.handle.dial(a.addr.clone()).await.unwrap();
+    let peer = a.handle.peer_id();
+    for _ in 0..50 {
+        b.handle.query_reliability(peer, query(60)).await.unwrap();
+    }
+    let mut micros = Vec::with_capacity(1000);
+    for i in 0..1000 {
+        let t = Instant::now();
+        b.handle.query_reliability(peer, query(i)).await.unwrap();
+        micros.push(t.elapsed().as_micros());
+    }
+    micros.sort_unstable();
+    println!(
+        "reliability query round trip over 1000 queries: p50 {} µs, p99 {} µs, max {} µs",
+        micros[499], micros[989], micros[999]
+    );
+}
+
+/// The relay preset (relay server, AutoNAT server) and the public preset (AutoNAT
+/// client, Kademlia client mode) build, connect and serve queries, here on loopback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_and_public_presets_run_and_serve() {
+    let mut relay_cfg = NetConfig::relay("public-pool", 0);
+    relay_cfg.listen = NetConfig::loopback("public-pool").listen;
+    let relay = spawn_node(relay_cfg, Serve::Answer).await;
+    let mut public_cfg = NetConfig::public("public-pool", vec![relay.addr.clone()]);
+    public_cfg.listen = NetConfig::loopback("public-pool").listen;
+    let member = spawn_node(public_cfg, Serve::Answer).await;
+    // Wait until both sides have the connection: the listener finishes its upgrade a
+    // moment after the dialer, and the relay has no address of the member otherwise.
+    let connected = wait_for(Duration::from_secs(5), || {
+        let (m, r) = (member.handle.clone(), relay.handle.clone());
+        async move {
+            let m_sees = m.connected_peers().await.ok()?.contains(&r.peer_id());
+            let r_sees = r.connected_peers().await.ok()?.contains(&m.peer_id());
+            (m_sees && r_sees).then_some(())
+        }
+    })
+    .await;
+    assert!(connected.is_some(), "the member bootstraps from the relay");
+    for (from, to) in [(&member, &relay), (&relay, &member)] {
+        let got = from
+            .handle
+            .query_reliability(to.handle.peer_id(), query(120))
+            .await
+            .unwrap();
+        assert_eq!(got, answer_for(&query(120)));
+    }
+}
