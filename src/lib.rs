@@ -9,8 +9,10 @@
 
 pub mod cli;
 pub mod clock;
+pub mod control;
 pub mod eval;
 pub mod guest;
 pub mod history;
 pub mod model;
 pub mod monitor;
+pub mod node;
