@@ -117,6 +117,9 @@ mod tests {
     fn system_time_converts_both_ways_of_the_epoch() {
         assert_eq!(unix_secs(UNIX_EPOCH + Duration::from_secs(5)), 5);
         assert_eq!(unix_secs(UNIX_EPOCH - Duration::from_secs(5)), -5);
-        assert_eq!(timestamp_of(UNIX_EPOCH + Duration::from_secs(7)).as_second(), 7);
+        assert_eq!(
+            timestamp_of(UNIX_EPOCH + Duration::from_secs(7)).as_second(),
+            7
+        );
     }
 }

@@ -30,7 +30,9 @@ fn status_pause_and_resume_through_the_socket() {
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(err.contains(&node.pid().to_string()), "{err}");
 
-    let s = node.wait_status(Duration::from_secs(10), "a first sample", |s| s["state"] == "S1");
+    let s = node.wait_status(Duration::from_secs(10), "a first sample", |s| {
+        s["state"] == "S1"
+    });
     assert_eq!(s["cpu"], 5.0);
     assert_eq!(s["free_mib"], 8000);
     assert_eq!(s["period_secs"], 1.0);
@@ -40,7 +42,8 @@ fn status_pause_and_resume_through_the_socket() {
 
     let mut job = node.run_local(&["--runtime", "60s", "--", "sleep", "30"]);
     let started = job.wait_for("started", Duration::from_secs(10));
-    let paused: Value = serde_json::from_str(&node.run_ok(&["--json", "pause", "--for", "1h"])).unwrap();
+    let paused: Value =
+        serde_json::from_str(&node.run_ok(&["--json", "pause", "--for", "1h"])).unwrap();
     assert_eq!(paused["changed"], true);
     assert_eq!(paused["killed_job"], started["job_id"]);
     let exit = job.wait_for("exit", Duration::from_secs(10));
@@ -51,19 +54,28 @@ fn status_pause_and_resume_through_the_socket() {
     assert_eq!(s["state"], "S5");
     assert!(s["paused_until"].as_i64().unwrap() > s["now"].as_i64().unwrap() + 3000);
     // While paused no guest may start.
-    let refused = node.gleaner().args(["run-local", "--", "true"]).output().unwrap();
+    let refused = node
+        .gleaner()
+        .args(["run-local", "--", "true"])
+        .output()
+        .unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("paused"));
 
     let resumed: Value = serde_json::from_str(&node.run_ok(&["--json", "resume"])).unwrap();
     assert_eq!(resumed["changed"], true);
-    node.wait_status(Duration::from_secs(10), "sampling again after resume", |s| {
-        s["paused"] == false && s["state"] == "S1"
-    });
+    node.wait_status(
+        Duration::from_secs(10),
+        "sampling again after resume",
+        |s| s["paused"] == false && s["state"] == "S1",
+    );
     // The pause is in the history as a down row.
     let export = node.run_ok(&["history", "export"]);
     let trace = parse_trace(export.as_bytes(), Path::new("export")).unwrap();
-    assert!(trace.series.samples().any(|s| !s.up), "no down row for the pause");
+    assert!(
+        trace.series.samples().any(|s| !s.up),
+        "no down row for the pause"
+    );
     assert_eq!(node.stop().code(), Some(0));
 }
 
@@ -81,11 +93,15 @@ fn a_restart_after_a_gap_records_s5_and_keeps_history_and_job_log() {
         .map(|l| l["data"].as_str().unwrap())
         .collect();
     assert_eq!(stdout, "out\n");
-    assert!(lines.iter().any(|l| l["type"] == "stderr" && l["data"] == "err\n"));
+    assert!(lines
+        .iter()
+        .any(|l| l["type"] == "stderr" && l["data"] == "err\n"));
     // A long guest that the shutdown must kill with cause S5.
     let mut long = node.run_local(&["--", "sleep", "60"]);
     long.wait_for("started", Duration::from_secs(10));
-    node.wait_status(Duration::from_secs(10), "some samples", |s| s["samples"].as_u64() >= Some(3));
+    node.wait_status(Duration::from_secs(10), "some samples", |s| {
+        s["samples"].as_u64() >= Some(3)
+    });
     assert_eq!(node.stop().code(), Some(0), "clean exit on SIGTERM");
     let exit = long.wait_for("exit", Duration::from_secs(5));
     assert_eq!(exit["cause"], "Revocation");
@@ -96,7 +112,9 @@ fn a_restart_after_a_gap_records_s5_and_keeps_history_and_job_log() {
     std::thread::sleep(Duration::from_secs(4));
     node.start();
     assert!(
-        node.stdout_lines.iter().any(|l| l.contains("recorded as S5")),
+        node.stdout_lines
+            .iter()
+            .any(|l| l.contains("recorded as S5")),
         "{:?}",
         node.stdout_lines
     );
@@ -108,8 +126,12 @@ fn a_restart_after_a_gap_records_s5_and_keeps_history_and_job_log() {
         assert!(store.sample_count() > before.0, "history kept and extended");
         let events = store.job_events(..).unwrap();
         assert_eq!(events.len(), before.1, "job log kept");
-        assert!(events.iter().any(|e| e.kind == "exited" && e.detail.contains("Code")));
-        assert!(events.iter().any(|e| e.kind == "killed" && e.detail.contains("Revocation")));
+        assert!(events
+            .iter()
+            .any(|e| e.kind == "exited" && e.detail.contains("Code")));
+        assert!(events
+            .iter()
+            .any(|e| e.kind == "killed" && e.detail.contains("Revocation")));
         let s5 = store
             .transitions(..)
             .unwrap()
@@ -168,7 +190,9 @@ fn predict_through_the_node_and_from_the_stopped_database_agree() {
     // The stopped node's export works too, and the lock is free again after it.
     let out = node.dir.join("export.csv");
     node.run_ok(&["history", "export", "--out", out.to_str().unwrap()]);
-    assert!(std::fs::read_to_string(&out).unwrap().starts_with("# gleaner-trace v1"));
+    assert!(std::fs::read_to_string(&out)
+        .unwrap()
+        .starts_with("# gleaner-trace v1"));
     node.start();
     node.stop();
 }
@@ -206,7 +230,9 @@ fn first_run_creates_data_dir_and_a_commented_config_from_the_environment() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let ok = wait_until(Duration::from_secs(20), || data.join("control.sock").exists());
+    let ok = wait_until(Duration::from_secs(20), || {
+        data.join("control.sock").exists()
+    });
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
     }
@@ -214,7 +240,16 @@ fn first_run_creates_data_dir_and_a_commented_config_from_the_environment() {
     assert!(ok, "no control socket");
     assert!(status.success());
     let text = std::fs::read_to_string(conf.join("config.toml")).unwrap();
-    assert!(text.lines().filter(|l| !l.trim().is_empty()).all(|l| l.starts_with('#')));
-    assert_eq!(Config::parse(&text, Path::new("c")).unwrap(), Config::default());
-    assert!(!data.join("control.sock").exists(), "socket removed on shutdown");
+    assert!(text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .all(|l| l.starts_with('#')));
+    assert_eq!(
+        Config::parse(&text, Path::new("c")).unwrap(),
+        Config::default()
+    );
+    assert!(
+        !data.join("control.sock").exists(),
+        "socket removed on shutdown"
+    );
 }

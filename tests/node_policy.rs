@@ -19,7 +19,13 @@ fn a_burst_shorter_than_sustain_stops_the_guest_then_lets_it_run_again() {
     let script = "0 5 8000\n6 95 8000\n8 5 8000\n";
     let mut node = NodeFixture::new(&test_config(3, ""), Some(script));
     node.start();
-    let mut job = node.run_local(&["--runtime", "60s"].iter().chain(BUSY).copied().collect::<Vec<_>>());
+    let mut job = node.run_local(
+        &["--runtime", "60s"]
+            .iter()
+            .chain(BUSY)
+            .copied()
+            .collect::<Vec<_>>(),
+    );
     let pid = guest_pid(&job.wait_for("started", Duration::from_secs(10)));
 
     let mut states = Vec::new();
@@ -29,13 +35,20 @@ fn a_burst_shorter_than_sustain_stops_the_guest_then_lets_it_run_again() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let first_t = states.iter().position(|s| *s == Some('T'));
-    assert!(first_t.is_some(), "guest was never stopped: {states:?}\n{}", node.log());
+    assert!(
+        first_t.is_some(),
+        "guest was never stopped: {states:?}\n{}",
+        node.log()
+    );
     let after: Vec<_> = states[first_t.unwrap()..].iter().collect();
     assert!(
         after.iter().any(|s| matches!(s, Some('R') | Some('S'))),
         "guest stayed stopped: {states:?}"
     );
-    assert!(proc_state(pid).is_some_and(|s| s != 'T' && s != 'Z'), "guest alive and running at the end");
+    assert!(
+        proc_state(pid).is_some_and(|s| s != 'T' && s != 'Z'),
+        "guest alive and running at the end"
+    );
     let status = node.status();
     assert_eq!(status["guest"]["kill_cause"], serde_json::Value::Null);
     assert_eq!(status["guest"]["phase"], "running");
@@ -46,7 +59,13 @@ fn a_burst_longer_than_sustain_kills_the_guest_with_s3() {
     let script = "0 5 8000\n5 95 8000\n";
     let mut node = NodeFixture::new(&test_config(3, ""), Some(script));
     node.start();
-    let mut job = node.run_local(&["--runtime", "60s"].iter().chain(BUSY).copied().collect::<Vec<_>>());
+    let mut job = node.run_local(
+        &["--runtime", "60s"]
+            .iter()
+            .chain(BUSY)
+            .copied()
+            .collect::<Vec<_>>(),
+    );
     job.wait_for("started", Duration::from_secs(10));
     let exit = job.wait_for("exit", Duration::from_secs(20));
     assert_eq!(exit["cause"], "CpuContention", "{exit}");
@@ -58,9 +77,9 @@ fn a_burst_longer_than_sustain_kills_the_guest_with_s3() {
         .filter(|l| l["type"] == "event")
         .map(|l| {
             let k = &l["event"]["kind"];
-            k.as_str().map(str::to_string).unwrap_or_else(|| {
-                k.as_object().unwrap().keys().next().unwrap().clone()
-            })
+            k.as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| k.as_object().unwrap().keys().next().unwrap().clone())
         })
         .collect();
     let suspended = kinds.iter().position(|k| k == "Suspended");
@@ -74,7 +93,11 @@ fn free_memory_below_the_declared_working_set_kills_the_guest_with_s4() {
     let mut node = NodeFixture::new(&test_config(3, ""), Some(script));
     node.start();
     let mut job = node.run_local(
-        &["--mem", "500", "--runtime", "60s"].iter().chain(BUSY).copied().collect::<Vec<_>>(),
+        &["--mem", "500", "--runtime", "60s"]
+            .iter()
+            .chain(BUSY)
+            .copied()
+            .collect::<Vec<_>>(),
     );
     job.wait_for("started", Duration::from_secs(10));
     let exit = job.wait_for("exit", Duration::from_secs(20));
@@ -98,12 +121,20 @@ fn a_nice_0_hog_on_the_guests_cpu_makes_s2_and_starves_the_guest() {
         std::os::unix::process::CommandExt::pre_exec(&mut hog, || pin_self(&[0]));
     }
     let hog = HogGuard(hog.spawn().unwrap());
-    let mut job = node.run_local(&["--runtime", "60s"].iter().chain(BUSY).copied().collect::<Vec<_>>());
+    let mut job = node.run_local(
+        &["--runtime", "60s"]
+            .iter()
+            .chain(BUSY)
+            .copied()
+            .collect::<Vec<_>>(),
+    );
     let pid = guest_pid(&job.wait_for("started", Duration::from_secs(10)));
 
-    node.wait_status(Duration::from_secs(10), "S2 with the guest at nice 19", |s| {
-        s["state"] == "S2" && s["guest"]["nice"] == 19
-    });
+    node.wait_status(
+        Duration::from_secs(10),
+        "S2 with the guest at nice 19",
+        |s| s["state"] == "S2" && s["guest"]["nice"] == 19,
+    );
     let t0 = cpu_ticks(pid).unwrap();
     let start = Instant::now();
     std::thread::sleep(Duration::from_secs(3));
@@ -111,7 +142,11 @@ fn a_nice_0_hog_on_the_guests_cpu_makes_s2_and_starves_the_guest() {
     let share = used / start.elapsed().as_secs_f64();
     let status = node.status();
     assert_eq!(status["state"], "S2", "{status}");
-    assert!(share < 0.10, "guest got {:.1} % of the shared core", share * 100.0);
+    assert!(
+        share < 0.10,
+        "guest got {:.1} % of the shared core",
+        share * 100.0
+    );
     drop(hog);
 }
 
@@ -147,12 +182,22 @@ fn a_guest_without_network_cannot_reach_a_local_listener() {
 fn sigkill_of_the_node_leaves_no_guest_behind() {
     let mut node = NodeFixture::new(&test_config(3, ""), Some("0 5 8000\n"));
     node.start();
-    let mut job = node.run_local(&["--runtime", "60s"].iter().chain(BUSY).copied().collect::<Vec<_>>());
+    let mut job = node.run_local(
+        &["--runtime", "60s"]
+            .iter()
+            .chain(BUSY)
+            .copied()
+            .collect::<Vec<_>>(),
+    );
     let pid = guest_pid(&job.wait_for("started", Duration::from_secs(10)));
     assert!(proc_state(pid).is_some());
     node.kill9();
     let gone = wait_until(Duration::from_secs(1), || {
         matches!(proc_state(pid), None | Some('Z'))
     });
-    assert!(gone, "guest {pid} still {:?} 1 s after the node died", proc_state(pid));
+    assert!(
+        gone,
+        "guest {pid} still {:?} 1 s after the node died",
+        proc_state(pid)
+    );
 }

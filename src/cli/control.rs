@@ -106,14 +106,21 @@ fn status_text(r: &StatusReport) -> String {
                 .parse::<crate::model::state::State>()
                 .map(|s| s.describe())
                 .unwrap_or("");
-            let susp = if r.suspending { ", guest suspended" } else { "" };
+            let susp = if r.suspending {
+                ", guest suspended"
+            } else {
+                ""
+            };
             format!("{s} ({meaning}{susp})")
         }
         (None, false) => "not sampled yet".to_string(),
     };
     rows.push(("state".into(), state));
     if let Some(cpu) = r.cpu {
-        rows.push(("host load".into(), format!("{cpu:.1} % of all cores (guest excluded)")));
+        rows.push((
+            "host load".into(),
+            format!("{cpu:.1} % of all cores (guest excluded)"),
+        ));
     }
     if let Some(free) = r.free_mib {
         rows.push(("free memory".into(), format!("{free} MiB")));
@@ -216,11 +223,13 @@ pub fn predict(args: &PredictArgs, global: &Global) -> anyhow::Result<()> {
             with_offline_store(&paths, |store| {
                 let meta = store.meta();
                 let series = store.to_series(meta.tz.clone(), meta.step_secs, meta.max_gap_secs)?;
-                let at = args.at.unwrap_or_else(|| jiff::Timestamp::now().as_second());
+                let at = args
+                    .at
+                    .unwrap_or_else(|| jiff::Timestamp::now().as_second());
                 let mut request = PredictRequest::new(at, args.window, config.thresholds(args.mem));
                 request.days = config.history.days;
-                Ok(predict_report(&series, meta.host.clone(), &request)
-                    .context("cannot predict from the node's history")?)
+                predict_report(&series, meta.host.clone(), &request)
+                    .context("cannot predict from the node's history")
             })?
         }
         Err(e) => return Err(e.into()),
@@ -342,7 +351,12 @@ fn show_line(line: &StreamLine, quiet: bool) -> anyhow::Result<()> {
             let _ = std::io::stderr().write_all(data.as_bytes());
         }
         StreamLine::Started(s) if !quiet => {
-            eprintln!("gleaner: job {} started, pid {} in {}", s.job_id, s.pid, s.dir.display());
+            eprintln!(
+                "gleaner: job {} started, pid {} in {}",
+                s.job_id,
+                s.pid,
+                s.dir.display()
+            );
         }
         StreamLine::Event { event } if !quiet => {
             eprintln!("gleaner: job {}: {:?}", event.job_id, event.kind);

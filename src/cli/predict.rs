@@ -100,7 +100,11 @@ pub struct PredictReport {
 }
 
 /// Runs `predict --trace FILE`; without `--trace` the caller asks the node.
-pub fn run_on_trace(args: &PredictArgs, trace_path: &std::path::Path, json: bool) -> anyhow::Result<()> {
+pub fn run_on_trace(
+    args: &PredictArgs,
+    trace_path: &std::path::Path,
+    json: bool,
+) -> anyhow::Result<()> {
     let thresholds = Thresholds {
         th1: args.th1,
         th2: args.th2,

@@ -120,9 +120,15 @@ pub struct RunStarted {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum StreamLine {
     Started(RunStarted),
-    Stdout { data: String },
-    Stderr { data: String },
-    Event { event: GuestEvent },
+    Stdout {
+        data: String,
+    },
+    Stderr {
+        data: String,
+    },
+    Event {
+        event: GuestEvent,
+    },
     /// The job ended; `code` is the exit status a shell would show.
     Exit {
         code: i32,
@@ -130,7 +136,9 @@ pub enum StreamLine {
         cause: Option<KillCause>,
     },
     /// The stream ended without the job's end being seen.
-    Error { message: String },
+    Error {
+        message: String,
+    },
 }
 
 /// The answer to `POST /v1/history/import`.

@@ -63,13 +63,15 @@ impl ControlClient {
         body: Vec<u8>,
         content_type: &str,
     ) -> Result<Response<Incoming>, ClientError> {
-        let stream = UnixStream::connect(&self.socket)
-            .await
-            .map_err(|source| ClientError::NotRunning {
-                socket: self.socket.clone(),
-                source,
-            })?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        let stream =
+            UnixStream::connect(&self.socket)
+                .await
+                .map_err(|source| ClientError::NotRunning {
+                    socket: self.socket.clone(),
+                    source,
+                })?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         // The connection task ends with the response body; it needs no owner
         // beyond this request.
         tokio::spawn(async move {
@@ -97,7 +99,9 @@ impl ControlClient {
 
     /// `GET path`, decoding a JSON answer.
     pub async fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        let response = self.send(Method::GET, path, Vec::new(), "application/json").await?;
+        let response = self
+            .send(Method::GET, path, Vec::new(), "application/json")
+            .await?;
         decode(response).await
     }
 
@@ -108,13 +112,17 @@ impl ControlClient {
         body: &B,
     ) -> Result<T, ClientError> {
         let body = serde_json::to_vec(body)?;
-        let response = self.send(Method::POST, path, body, "application/json").await?;
+        let response = self
+            .send(Method::POST, path, body, "application/json")
+            .await?;
         decode(response).await
     }
 
     /// `GET path`, returning the body as text.
     pub async fn get_text(&self, path: &str) -> Result<String, ClientError> {
-        let response = self.send(Method::GET, path, Vec::new(), "text/plain").await?;
+        let response = self
+            .send(Method::GET, path, Vec::new(), "text/plain")
+            .await?;
         let bytes = response.into_body().collect().await?.to_bytes();
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }

@@ -180,8 +180,7 @@ async fn run_local(State(h): State<NodeHandle>, Json(request): Json<RunLocalRequ
         Err(e) => return e.into_response(),
     };
     let (tx, rx) = mpsc::channel::<Result<String, Infallible>>(64);
-    h.tracker
-        .spawn(stream_job(started, events, tx, h.clone()));
+    h.tracker.spawn(stream_job(started, events, tx, h.clone()));
     (
         [(header::CONTENT_TYPE, "application/jsonl")],
         Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),

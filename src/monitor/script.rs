@@ -98,7 +98,11 @@ mod tests {
 
     #[test]
     fn script_plays_each_line_from_its_time_and_holds_the_last() {
-        let s = ScriptedLoadSource::parse("# t cpu free\n0 5 4000\n10 90 4000 # burst\n12.5 5 100\n", Path::new("s")).unwrap();
+        let s = ScriptedLoadSource::parse(
+            "# t cpu free\n0 5 4000\n10 90 4000 # burst\n12.5 5 100\n",
+            Path::new("s"),
+        )
+        .unwrap();
         assert_eq!(s.at(0.0).cpu, 5.0);
         assert_eq!(s.at(9.9).cpu, 5.0);
         assert_eq!(s.at(10.0).cpu, 90.0);
@@ -108,7 +112,10 @@ mod tests {
     #[test]
     fn bad_scripts_are_refused() {
         for text in ["", "1 2", "0 150 10", "x 1 1"] {
-            assert!(ScriptedLoadSource::parse(text, Path::new("s")).is_err(), "{text:?}");
+            assert!(
+                ScriptedLoadSource::parse(text, Path::new("s")).is_err(),
+                "{text:?}"
+            );
         }
     }
 }

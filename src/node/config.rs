@@ -310,9 +310,15 @@ mod tests {
     #[test]
     fn defaults_document_parses_back_to_the_defaults() {
         let text = defaults_toml(false);
-        assert_eq!(Config::parse(&text, Path::new("d")).unwrap(), Config::default());
+        assert_eq!(
+            Config::parse(&text, Path::new("d")).unwrap(),
+            Config::default()
+        );
         let commented = defaults_toml(true);
-        assert_eq!(Config::parse(&commented, Path::new("d")).unwrap(), Config::default());
+        assert_eq!(
+            Config::parse(&commented, Path::new("d")).unwrap(),
+            Config::default()
+        );
     }
 
     #[test]
@@ -325,7 +331,10 @@ mod tests {
             }
         }
         for (s, k) in &keys {
-            let n = KEY_DOCS.iter().filter(|(ds, dk, _)| ds == s && dk == k).count();
+            let n = KEY_DOCS
+                .iter()
+                .filter(|(ds, dk, _)| ds == s && dk == k)
+                .count();
             assert_eq!(n, 1, "[{s}] {k} has {n} meanings");
         }
         assert_eq!(keys.len(), KEY_DOCS.len());

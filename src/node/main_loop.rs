@@ -545,11 +545,17 @@ impl Node {
             allow_network: guest_cfg.allow_network,
             user: None,
         };
-        let handle = self.parts.supervisor.start(&job_id, spec).map_err(|e| match e {
-            StartError::Busy { .. } => ApiError::conflict(e.to_string()),
-            StartError::Spawn(_) | StartError::JobDir { .. } => ApiError::internal(e.to_string()),
-            _ => ApiError::bad_request(e.to_string()),
-        })?;
+        let handle = self
+            .parts
+            .supervisor
+            .start(&job_id, spec)
+            .map_err(|e| match e {
+                StartError::Busy { .. } => ApiError::conflict(e.to_string()),
+                StartError::Spawn(_) | StartError::JobDir { .. } => {
+                    ApiError::internal(e.to_string())
+                }
+                _ => ApiError::bad_request(e.to_string()),
+            })?;
         self.guest_mem_mib = request.mem_mib;
         self.guest_live = true;
         self.refresh_guest_roots();

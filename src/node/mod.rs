@@ -162,7 +162,11 @@ async fn run_async(
     let store = HistoryStore::open(&paths.history_dir(), &options, clock.unix_secs())?;
     let down_secs = store.gap_on_open().map(|g| g.until - g.from);
     if let Some(gap) = store.gap_on_open() {
-        tracing::info!(from = gap.from, until = gap.until, "the node was off; recorded as S5");
+        tracing::info!(
+            from = gap.from,
+            until = gap.until,
+            "the node was off; recorded as S5"
+        );
     }
 
     // Guest events go from the supervisor (and its capture threads) into the loop.
@@ -260,8 +264,10 @@ async fn run_async(
 /// Cancels `shutdown` on SIGINT or SIGTERM (or when it is cancelled otherwise).
 async fn cancel_on_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
-    else {
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
         tracing::error!("cannot listen for SIGINT/SIGTERM; stop the node with SIGKILL");
         return;
     };

@@ -59,7 +59,10 @@ impl Paths {
         let data_dir = match (data_dir, from_env(DATA_DIR_ENV)) {
             (Some(flag), _) => flag.to_path_buf(),
             (None, Some(env)) => env,
-            (None, None) => project().ok_or(PathsError::NoHome)?.data_dir().to_path_buf(),
+            (None, None) => project()
+                .ok_or(PathsError::NoHome)?
+                .data_dir()
+                .to_path_buf(),
         };
         let config_file = match (config, from_env(CONFIG_DIR_ENV)) {
             (Some(flag), _) => flag.to_path_buf(),
@@ -188,8 +191,8 @@ mod tests {
         let p = Paths::resolve_with(None, None, env).unwrap();
         assert_eq!(p.data_dir, PathBuf::from("/env/data"));
         assert_eq!(p.config_file, PathBuf::from("/env/conf/config.toml"));
-        let p = Paths::resolve_with(Some(Path::new("/flag")), Some(Path::new("/c.toml")), env)
-            .unwrap();
+        let p =
+            Paths::resolve_with(Some(Path::new("/flag")), Some(Path::new("/c.toml")), env).unwrap();
         assert_eq!(p.data_dir, PathBuf::from("/flag"));
         assert_eq!(p.config_file, PathBuf::from("/c.toml"));
     }

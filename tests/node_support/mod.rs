@@ -204,7 +204,12 @@ impl NodeFixture {
     }
 
     /// Polls `status` until `pred` holds (panics after `timeout`).
-    pub fn wait_status(&self, timeout: Duration, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    pub fn wait_status(
+        &self,
+        timeout: Duration,
+        what: &str,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
         let deadline = Instant::now() + timeout;
         loop {
             let s = self.status();
