@@ -14,7 +14,7 @@ use super::api::{
 use super::ControlRequest;
 use crate::guest::{GuestEvent, GuestEventKind};
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -88,6 +88,11 @@ pub async fn serve(mut socket: ControlSocket, handle: NodeHandle) -> std::io::Re
     Ok(())
 }
 
+/// The largest trace `history import` takes through the socket (axum's
+/// default of 2 MB is a few weeks of samples); bigger files can be imported
+/// while the node is stopped.
+const MAX_IMPORT_BYTES: usize = 256 << 20;
+
 /// The routes, separate from the socket so tests can call them directly.
 pub fn router(handle: NodeHandle) -> Router {
     Router::new()
@@ -97,7 +102,10 @@ pub fn router(handle: NodeHandle) -> Router {
         .route(&format!("{PREFIX}/predict"), post(predict))
         .route(&format!("{PREFIX}/run"), post(run_local))
         .route(&format!("{PREFIX}/history/export"), get(export))
-        .route(&format!("{PREFIX}/history/import"), post(import))
+        .route(
+            &format!("{PREFIX}/history/import"),
+            post(import).layer(DefaultBodyLimit::max(MAX_IMPORT_BYTES)),
+        )
         .with_state(handle)
 }
 
