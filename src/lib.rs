@@ -8,9 +8,12 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cli;
+pub mod clock;
+pub mod control;
 pub mod eval;
 pub mod guest;
 pub mod history;
 pub mod model;
 pub mod monitor;
 pub mod net;
+pub mod node;

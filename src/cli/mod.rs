@@ -1,16 +1,22 @@
 //! Command-line interface: one `Cli` parsed by clap, one function per command.
 //!
 //! Commands return serializable values; `output` prints them as a sentence
-//! or table for people, or as JSON with the global `--json`. This layer may
-//! read files and the clock; the model below it does neither.
+//! or table for people, or as JSON with the global `--json`. `node` is the
+//! daemon; `status`, `pause`, `resume`, `run-local`, `history` and `predict`
+//! (without `--trace`) are clients of it. This layer may read files and the
+//! clock; the model below it does neither.
 
 pub mod args;
+pub mod control;
 pub mod eval;
+pub mod node;
 pub mod output;
 pub mod predict;
 pub mod trace;
 
+use crate::node::paths::Paths;
 use clap::{Parser, Subcommand};
+use std::path::PathBuf;
 
 /// Gleaner: share your computer's idle cycles, and know when they will be there.
 #[derive(Debug, Parser)]
@@ -28,14 +34,55 @@ pub struct Cli {
     #[arg(short, long, global = true)]
     pub quiet: bool,
 
+    /// The node's data dir [default: $GLEANER_DATA_DIR, else the platform's, e.g. ~/.local/share/gleaner].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// The config file [default: $GLEANER_CONFIG_DIR/config.toml, else e.g. ~/.config/gleaner/config.toml].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The options every command may use.
+#[derive(Debug, Clone)]
+pub struct Global {
+    pub json: bool,
+    pub quiet: bool,
+    pub data_dir: Option<PathBuf>,
+    pub config: Option<PathBuf>,
+}
+
+impl Global {
+    /// The node's paths with the documented precedence.
+    pub fn paths(&self) -> anyhow::Result<Paths> {
+        Ok(Paths::resolve(
+            self.data_dir.as_deref(),
+            self.config.as_deref(),
+        )?)
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the node: monitor this host, keep its history, run guests, answer clients.
+    Node(node::NodeArgs),
+    /// Show the node's state, load, guest and predicted reliability.
+    Status,
+    /// Withhold this machine (recorded as S5); kills a running guest.
+    Pause(control::PauseArgs),
+    /// Give the machine back after `pause`.
+    Resume,
     /// Predict the temporal reliability of a host for a future window.
     Predict(predict::PredictArgs),
+    /// Run a guest job on this node and stream its output; exits with the job's status.
+    RunLocal(control::RunLocalArgs),
+    /// Export or import the node's history.
+    History(control::HistoryArgs),
+    /// Show the configuration, or with --defaults every key's default and meaning.
+    Config(node::ConfigArgs),
     /// Tools for host trace files (format v1).
     Trace(trace::TraceArgs),
     /// Score reliability methods on host traces (rolling origin, no peeking).
@@ -44,9 +91,25 @@ pub enum Command {
 
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    let global = Global {
+        json: cli.json,
+        quiet: cli.quiet,
+        data_dir: cli.data_dir,
+        config: cli.config,
+    };
     match cli.command {
-        Command::Predict(args) => predict::run(&args, cli.json),
+        Command::Node(args) => node::run(&args, &global),
+        Command::Status => control::status(&global),
+        Command::Pause(args) => control::pause(&args, &global),
+        Command::Resume => control::resume(&global),
+        Command::Predict(args) => match &args.trace {
+            Some(trace) => predict::run_on_trace(&args, trace, global.json),
+            None => control::predict(&args, &global),
+        },
+        Command::RunLocal(args) => control::run_local(&args, &global),
+        Command::History(args) => control::history(&args, &global),
+        Command::Config(args) => node::config(&args, &global),
         Command::Trace(args) => trace::run(&args),
-        Command::Eval(args) => eval::run(&args, cli.json),
+        Command::Eval(args) => eval::run(&args, global.json),
     }
 }

@@ -1,4 +1,9 @@
-//! `gleaner predict`: temporal reliability of a host from a trace file.
+//! `gleaner predict`: temporal reliability of a host, from a trace file
+//! (`--trace`), from the running node, or from a stopped node's database.
+//!
+//! This module owns the prediction report and its sentence; the node builds
+//! the same report through [`predict_report`], so the answer reads the same
+//! whichever way it was computed.
 
 use crate::cli::args::{parse_duration, parse_time};
 use crate::cli::output::{print_json, print_text};
@@ -9,16 +14,16 @@ use crate::model::state::{State, Thresholds};
 use anyhow::Context;
 use clap::Args;
 use jiff::Timestamp;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Debug, Args)]
 pub struct PredictArgs {
-    /// Host trace file (format v1) to learn from.
+    /// Host trace file (format v1) to learn from [default: this node's own history].
     #[arg(long, value_name = "FILE")]
-    pub trace: PathBuf,
+    pub trace: Option<PathBuf>,
 
     /// Window start: RFC 3339 or Unix seconds [default: now].
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
@@ -62,7 +67,7 @@ pub struct PredictArgs {
 }
 
 /// The JSON answer of `gleaner predict --json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PredictReport {
     /// Probability that no failure hits a job in the window.
     pub tr: f64,
@@ -94,7 +99,12 @@ pub struct PredictReport {
     pub age_fallback: bool,
 }
 
-pub fn run(args: &PredictArgs, json: bool) -> anyhow::Result<()> {
+/// Runs `predict --trace FILE`; without `--trace` the caller asks the node.
+pub fn run_on_trace(
+    args: &PredictArgs,
+    trace_path: &std::path::Path,
+    json: bool,
+) -> anyhow::Result<()> {
     let thresholds = Thresholds {
         th1: args.th1,
         th2: args.th2,
@@ -102,11 +112,11 @@ pub fn run(args: &PredictArgs, json: bool) -> anyhow::Result<()> {
         job_mem_mib: args.mem,
     };
     thresholds.validate()?;
-    let trace = read_trace(&args.trace)?;
+    let trace = read_trace(trace_path)?;
     if trace.replaced_rows > 0 {
         tracing::warn!(
             "{}: {} rows repeated the previous row's time; the later row was kept",
-            args.trace.display(),
+            trace_path.display(),
             trace.replaced_rows
         );
     }
@@ -123,30 +133,45 @@ pub fn run(args: &PredictArgs, json: bool) -> anyhow::Result<()> {
         age: args.age,
         thresholds,
     };
+    let report = predict_report(&trace.series, trace.header.host.clone(), &request)
+        .with_context(|| format!("cannot predict from {}", trace_path.display()))?;
+    print_report(&report, json)
+}
+
+/// Prints a report as JSON or as a sentence.
+pub fn print_report(report: &PredictReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        print_json(report)
+    } else {
+        print_text(&sentence(report))
+    }
+}
+
+/// Predicts from `series` and builds the report, timing the estimation and solve.
+pub fn predict_report(
+    series: &crate::model::series::HostSeries,
+    host: Option<String>,
+    request: &PredictRequest,
+) -> Result<PredictReport, crate::model::predict::PredictError> {
     let started = Instant::now();
-    let prediction = predict(&trace.series, &request)
-        .with_context(|| format!("cannot predict from {}", args.trace.display()))?;
+    let prediction = predict(series, request)?;
     let elapsed_us = started.elapsed().as_micros() as u64;
+    let at = request.at;
     let at_local = Timestamp::from_second(at)
         .map(|ts| {
-            ts.to_zoned(trace.series.tz.clone())
+            ts.to_zoned(series.tz.clone())
                 .strftime("%Y-%m-%d %H:%M %Z")
                 .to_string()
         })
         .unwrap_or_default();
-    let report = report(
+    Ok(report(
         &prediction,
         at,
         at_local,
-        trace.header.host.clone(),
-        args.mem,
+        host,
+        request.thresholds.job_mem_mib,
         elapsed_us,
-    );
-    if json {
-        print_json(&report)
-    } else {
-        print_text(&sentence(&report, &prediction))
-    }
+    ))
 }
 
 fn report(
@@ -223,15 +248,16 @@ fn cause_phrase(cause: State) -> &'static str {
     }
 }
 
-fn sentence(r: &PredictReport, p: &Prediction) -> String {
+fn sentence(r: &PredictReport) -> String {
     let host = r.host.as_deref().unwrap_or("This host");
-    let start = match p.init {
-        InitialState::Observed(s) => format!("it is {} at the start", s.describe()),
-        InitialState::FromHistory(_) => "its state at the start is not yet known".to_string(),
+    let start = match r.init_state.parse::<State>() {
+        Ok(s) => format!("it is {} at the start", s.describe()),
+        Err(_) => "its state at the start is not yet known".to_string(),
     };
-    let kind = if p
+    let kind = if r
         .history_days
         .first()
+        .and_then(|d| d.parse::<jiff::civil::Date>().ok())
         .is_some_and(|d| crate::model::predict::is_weekend(d.weekday()))
     {
         "weekend days"
@@ -247,9 +273,9 @@ fn sentence(r: &PredictReport, p: &Prediction) -> String {
     );
     let worst = State::FAILURES
         .iter()
-        .zip(p.fail_by_cause)
+        .filter_map(|s| r.fail_by_cause.get(s.label()).map(|v| (*s, *v)))
         .max_by(|a, b| a.1.total_cmp(&b.1));
-    if let Some((&cause, risk)) = worst.filter(|(_, risk)| *risk > 0.0005) {
+    if let Some((cause, risk)) = worst.filter(|(_, risk)| *risk > 0.0005) {
         text.push_str(&format!(
             " Biggest risk: {} ({:.1} %).",
             cause_phrase(cause),

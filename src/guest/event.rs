@@ -10,20 +10,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-/// The time source for event stamps, so tests can fix it.
-pub trait Clock: Send + Sync {
-    fn now(&self) -> Timestamp;
-}
-
-/// The real wall clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Timestamp {
-        Timestamp::now()
-    }
-}
+/// The time source for event stamps is the crate-wide clock, so tests can fix it.
+pub use crate::clock::{Clock, SystemClock};
 
 /// Where events go. Called from the supervisor's caller and from the output
 /// capture threads, so it must be cheap and must not call back into the supervisor.

@@ -410,8 +410,8 @@ mod tests {
     }
 
     impl Clock for TokioClock {
-        fn now(&self) -> SystemTime {
-            self.base + self.start.elapsed()
+        fn now(&self) -> jiff::Timestamp {
+            crate::clock::timestamp_of(self.base + self.start.elapsed())
         }
     }
 

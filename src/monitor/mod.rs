@@ -12,10 +12,12 @@
 pub mod clock;
 pub mod live;
 pub mod proc;
+pub mod script;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use live::{run, Monitor, MonitorConfig, MonitorReading};
 pub use proc::{process_tree, ProcLoadSource};
+pub use script::ScriptedLoadSource;
 
 use std::path::PathBuf;
 

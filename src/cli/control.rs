@@ -1,0 +1,372 @@
+//! The node's client commands: `status`, `pause`, `resume`, `run-local`,
+//! `history export|import`, and `predict` without `--trace`. They talk to
+//! the running node over its control socket; `predict` and `history` fall
+//! back to the stopped node's database, opened under the data-dir lock so
+//! that a node cannot start on it meanwhile (sled allows one process).
+//!
+//! This module owns the printing of the answers; it must not compute them.
+
+use crate::cli::args::parse_duration;
+use crate::cli::output::{print_json, print_text};
+use crate::cli::predict::{predict_report, print_report, PredictArgs, PredictReport};
+use crate::cli::Global;
+use crate::control::api::{
+    ImportSummary, PauseReport, PauseRequest, PredictQuery, RunLocalRequest, StatusReport,
+    StreamLine, PREFIX,
+};
+use crate::control::client::{ClientError, ControlClient, LineReader};
+use crate::history::store::{HistoryStore, StoreOptions};
+use crate::history::trace::read_trace;
+use crate::model::predict::PredictRequest;
+use crate::node::config::Config;
+use crate::node::paths::{DataDirLock, Paths};
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use std::future::Future;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// Resume by itself after this long (90m, 2h); until `resume` otherwise.
+    #[arg(long = "for", value_name = "DUR", value_parser = parse_duration)]
+    pub for_secs: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunLocalArgs {
+    /// The job's working set in MiB: less free memory than this kills it (S4).
+    #[arg(long, value_name = "MIB", default_value_t = 0)]
+    pub mem: u64,
+    /// Wall-clock limit (90m, 2h) [default: the node's guest.max_runtime_secs].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub runtime: Option<u64>,
+    /// The command and its arguments, after `--`.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    #[command(subcommand)]
+    pub command: HistoryCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HistoryCommand {
+    /// Write the node's history as a trace (format v1).
+    Export {
+        /// Output file [default: stdout].
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Seed the node's history with a trace's rows (only before its first row).
+    Import {
+        /// Trace file (format v1).
+        file: PathBuf,
+    },
+}
+
+/// Runs `fut` on a small runtime of its own: client commands are one request.
+fn block_on<F: Future>(fut: F) -> anyhow::Result<F::Output> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    Ok(runtime.block_on(fut))
+}
+
+fn client(global: &Global) -> anyhow::Result<(Paths, ControlClient)> {
+    let paths = global.paths()?;
+    let client = ControlClient::new(&paths.socket());
+    Ok((paths, client))
+}
+
+pub fn status(global: &Global) -> anyhow::Result<()> {
+    let (_, client) = client(global)?;
+    let report: StatusReport = block_on(client.get_json(&format!("{PREFIX}/status")))??;
+    if global.json {
+        return print_json(&report);
+    }
+    print_text(&status_text(&report))
+}
+
+fn status_text(r: &StatusReport) -> String {
+    let mut rows: Vec<(String, String)> = vec![
+        ("node pid".into(), r.pid.to_string()),
+        ("data dir".into(), r.data_dir.display().to_string()),
+    ];
+    let state = match (&r.state, r.paused) {
+        (_, true) => match r.paused_until {
+            Some(t) => format!("S5 (paused by the owner until {})", local_time(t)),
+            None => "S5 (paused by the owner)".to_string(),
+        },
+        (Some(s), false) => {
+            let meaning = s
+                .parse::<crate::model::state::State>()
+                .map(|s| s.describe())
+                .unwrap_or("");
+            let susp = if r.suspending {
+                ", guest suspended"
+            } else {
+                ""
+            };
+            format!("{s} ({meaning}{susp})")
+        }
+        (None, false) => "not sampled yet".to_string(),
+    };
+    rows.push(("state".into(), state));
+    if let Some(cpu) = r.cpu {
+        rows.push((
+            "host load".into(),
+            format!("{cpu:.1} % of all cores (guest excluded)"),
+        ));
+    }
+    if let Some(free) = r.free_mib {
+        rows.push(("free memory".into(), format!("{free} MiB")));
+    }
+    if let Some(p) = r.period_secs {
+        rows.push(("monitor period".into(), format!("{p} s")));
+    }
+    rows.push(("samples".into(), r.samples.to_string()));
+    match &r.guest {
+        Some(g) => {
+            let nice = g.nice.map_or("-".to_string(), |n| n.to_string());
+            let mut text = format!(
+                "{} pid {} {} nice {nice} ({})",
+                g.job_id, g.pid, g.phase, g.run_state
+            );
+            if let Some(cause) = g.kill_cause {
+                text.push_str(&format!(", killed: {cause}"));
+            }
+            rows.push(("guest".into(), text));
+        }
+        None => rows.push(("guest".into(), "none".to_string())),
+    }
+    for p in &r.predictions {
+        let value = match (p.tr, &p.error) {
+            (Some(tr), _) => format!("{:.1} %", tr * 100.0),
+            (None, Some(e)) => format!("unknown ({e})"),
+            (None, None) => "unknown".to_string(),
+        };
+        let key = format!(
+            "TR next {}",
+            crate::cli::predict::human_duration(p.window_secs)
+        );
+        rows.push((key, value));
+    }
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    rows.iter()
+        .map(|(k, v)| format!("{k:width$}  {v}\n"))
+        .collect()
+}
+
+fn local_time(t: i64) -> String {
+    jiff::Timestamp::from_second(t)
+        .map(|ts| {
+            ts.to_zoned(jiff::tz::TimeZone::system())
+                .strftime("%Y-%m-%d %H:%M")
+                .to_string()
+        })
+        .unwrap_or_else(|_| t.to_string())
+}
+
+pub fn pause(args: &PauseArgs, global: &Global) -> anyhow::Result<()> {
+    let (_, client) = client(global)?;
+    let body = PauseRequest {
+        for_secs: args.for_secs,
+    };
+    let report: PauseReport = block_on(client.post_json(&format!("{PREFIX}/pause"), &body))??;
+    if global.json {
+        return print_json(&report);
+    }
+    let mut text = match (report.changed, report.until) {
+        (_, Some(t)) => format!("paused until {}", local_time(t)),
+        (true, None) => "paused until `gleaner resume`".to_string(),
+        (false, None) => "already paused".to_string(),
+    };
+    if let Some(job) = &report.killed_job {
+        text.push_str(&format!("; killed guest job {job}"));
+    }
+    print_text(&format!("{text}\n"))
+}
+
+pub fn resume(global: &Global) -> anyhow::Result<()> {
+    let (_, client) = client(global)?;
+    let report: PauseReport =
+        block_on(client.post_json(&format!("{PREFIX}/resume"), &serde_json::json!({})))??;
+    if global.json {
+        return print_json(&report);
+    }
+    print_text(if report.changed {
+        "resumed\n"
+    } else {
+        "was not paused\n"
+    })
+}
+
+/// `predict` without `--trace`: asks the node, or reads the stopped node's database.
+pub fn predict(args: &PredictArgs, global: &Global) -> anyhow::Result<()> {
+    let (paths, client) = client(global)?;
+    let query = PredictQuery {
+        window_secs: args.window,
+        at: args.at,
+        mem_mib: args.mem,
+    };
+    let answer: Result<PredictReport, ClientError> =
+        block_on(client.post_json(&format!("{PREFIX}/predict"), &query))?;
+    let report = match answer {
+        Ok(report) => report,
+        Err(e) if e.is_not_running() => {
+            tracing::debug!("no node answers; predicting from its database");
+            let config = Config::load(&paths.config_file)?;
+            with_offline_store(&paths, |store| {
+                let meta = store.meta();
+                let series = store.to_series(meta.tz.clone(), meta.step_secs, meta.max_gap_secs)?;
+                let at = args
+                    .at
+                    .unwrap_or_else(|| jiff::Timestamp::now().as_second());
+                let mut request = PredictRequest::new(at, args.window, config.thresholds(args.mem));
+                request.days = config.history.days;
+                predict_report(&series, meta.host.clone(), &request)
+                    .context("cannot predict from the node's history")
+            })?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    print_report(&report, global.json)
+}
+
+/// Opens the history of a stopped node, holding its lock meanwhile.
+fn with_offline_store<T>(
+    paths: &Paths,
+    f: impl FnOnce(&HistoryStore) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let dir = paths.history_dir();
+    if !dir.exists() {
+        anyhow::bail!(
+            "no node is running and there is no history at {} yet; start one with `gleaner node`",
+            dir.display()
+        );
+    }
+    let _lock = DataDirLock::acquire(paths).context(
+        "no node answers on the control socket, yet the data dir is locked (is a node starting or stopping?)",
+    )?;
+    let now = jiff::Timestamp::now().as_second();
+    let store = HistoryStore::open(&dir, &StoreOptions::default(), now)?;
+    f(&store)
+}
+
+pub fn history(args: &HistoryArgs, global: &Global) -> anyhow::Result<()> {
+    let (paths, client) = client(global)?;
+    match &args.command {
+        HistoryCommand::Export { out } => {
+            let text = match block_on(client.get_text(&format!("{PREFIX}/history/export")))? {
+                Ok(text) => text,
+                Err(e) if e.is_not_running() => with_offline_store(&paths, |store| {
+                    let mut buf = Vec::new();
+                    store.export(&mut buf)?;
+                    Ok(String::from_utf8_lossy(&buf).into_owned())
+                })?,
+                Err(e) => return Err(e.into()),
+            };
+            match out {
+                Some(path) => std::fs::write(path, text)
+                    .with_context(|| format!("cannot write {}", path.display())),
+                None => print_text(&text),
+            }
+        }
+        HistoryCommand::Import { file } => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let summary = match block_on(
+                client.post_text::<ImportSummary>(&format!("{PREFIX}/history/import"), text),
+            )? {
+                Ok(s) => s,
+                Err(e) if e.is_not_running() => with_offline_store(&paths, |store| {
+                    let trace = read_trace(file)?;
+                    let r = store.import(&trace)?;
+                    Ok(ImportSummary {
+                        added: r.added,
+                        already_present: r.already_present,
+                    })
+                })?,
+                Err(e) => return Err(e.into()),
+            };
+            if global.json {
+                print_json(&summary)
+            } else {
+                print_text(&format!(
+                    "imported {} rows ({} already present)\n",
+                    summary.added, summary.already_present
+                ))
+            }
+        }
+    }
+}
+
+/// `run-local`: runs a guest on this node and streams its output; the
+/// process exits with the job's status.
+pub fn run_local(args: &RunLocalArgs, global: &Global) -> anyhow::Result<()> {
+    let (_, client) = client(global)?;
+    let request = RunLocalRequest {
+        argv: args.command.clone(),
+        mem_mib: args.mem,
+        runtime_secs: args.runtime,
+    };
+    let json = global.json;
+    let quiet = global.quiet;
+    let code = block_on(async move {
+        let body = serde_json::to_vec(&request)?;
+        let response = client
+            .send(
+                hyper::Method::POST,
+                &format!("{PREFIX}/run"),
+                body,
+                "application/json",
+            )
+            .await?;
+        let mut lines = LineReader::new(response);
+        let mut code = 1;
+        while let Some(line) = lines.next::<StreamLine>().await? {
+            if json {
+                print_json(&line)?;
+            } else {
+                show_line(&line, quiet)?;
+            }
+            if let StreamLine::Exit { code: c, .. } = line {
+                code = c;
+            }
+        }
+        anyhow::Ok(code)
+    })??;
+    let _ = std::io::stdout().flush();
+    std::process::exit(code);
+}
+
+fn show_line(line: &StreamLine, quiet: bool) -> anyhow::Result<()> {
+    match line {
+        StreamLine::Stdout { data } => print_text(data)?,
+        StreamLine::Stderr { data } => {
+            let _ = std::io::stderr().write_all(data.as_bytes());
+        }
+        StreamLine::Started(s) if !quiet => {
+            eprintln!(
+                "gleaner: job {} started, pid {} in {}",
+                s.job_id,
+                s.pid,
+                s.dir.display()
+            );
+        }
+        StreamLine::Event { event } if !quiet => {
+            eprintln!("gleaner: job {}: {:?}", event.job_id, event.kind);
+        }
+        StreamLine::Exit { code, cause, .. } if !quiet => match cause {
+            Some(cause) => eprintln!("gleaner: job ended with status {code}: {cause}"),
+            None => eprintln!("gleaner: job ended with status {code}"),
+        },
+        StreamLine::Error { message } => eprintln!("gleaner: {message}"),
+        _ => {}
+    }
+    Ok(())
+}

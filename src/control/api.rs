@@ -1,0 +1,193 @@
+//! The control API's request and response bodies. Only these types cross
+//! the control socket; both the server and the client use them, so the two
+//! cannot drift apart. This module knows nothing about HTTP or the node.
+
+use crate::guest::{ExitInfo, GuestEvent, KillCause, SandboxReport};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The version prefix of every path; bumped on incompatible changes.
+pub const PREFIX: &str = "/v1";
+
+/// `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// The node's process id.
+    pub pid: u32,
+    pub data_dir: PathBuf,
+    /// Unix seconds when the node started, and now.
+    pub started_at: i64,
+    pub now: i64,
+    /// True while the owner withholds the machine (recorded as S5).
+    pub paused: bool,
+    /// When a `pause --for` ends, Unix seconds.
+    pub paused_until: Option<i64>,
+    /// The host's state at the last sample ("S1".."S5"); `None` before the first.
+    pub state: Option<String>,
+    /// Host CPU load L_H at the last sample, percent of all cores, guest excluded.
+    pub cpu: Option<f64>,
+    /// Memory available to a guest at the last sample, MiB.
+    pub free_mib: Option<u64>,
+    /// Load is above Th2 but not for the sustain time yet: a guest is suspended.
+    pub suspending: bool,
+    /// The monitor's regular sampling period, seconds.
+    pub period_secs: Option<f64>,
+    /// Unix seconds of the last sample.
+    pub last_sample: Option<i64>,
+    /// Samples in the history.
+    pub samples: usize,
+    pub guest: Option<GuestReport>,
+    /// Predicted temporal reliability from now for 1, 3 and 10 hours.
+    pub predictions: Vec<TrReport>,
+}
+
+/// The guest as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GuestReport {
+    pub job_id: String,
+    pub pid: i32,
+    /// "running", "stopped" or "exited".
+    pub phase: String,
+    /// The kernel's nice value of the main process (absent once exited).
+    pub nice: Option<i32>,
+    /// The policy's view, e.g. `Running(Background)`.
+    pub run_state: String,
+    pub mem_mib: u64,
+    pub started_at: i64,
+    pub exit: Option<ExitInfo>,
+    pub kill_cause: Option<KillCause>,
+}
+
+/// One predicted window of `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrReport {
+    pub window_secs: u64,
+    /// Probability that no failure hits a job in the window.
+    pub tr: Option<f64>,
+    /// Why there is no prediction (e.g. too little history).
+    pub error: Option<String>,
+}
+
+/// `POST /v1/pause`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PauseRequest {
+    /// Resume by itself after this many seconds.
+    pub for_secs: Option<u64>,
+}
+
+/// The answer to `pause` and `resume`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PauseReport {
+    pub paused: bool,
+    /// False when the node already was in the asked-for state.
+    pub changed: bool,
+    pub until: Option<i64>,
+    /// The job the pause killed, if one ran.
+    pub killed_job: Option<String>,
+}
+
+/// `POST /v1/predict`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictQuery {
+    pub window_secs: u64,
+    /// Window start, Unix seconds; now when absent.
+    pub at: Option<i64>,
+    /// The job's working set, MiB.
+    pub mem_mib: u64,
+}
+
+/// `POST /v1/run`: run a guest on this node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunLocalRequest {
+    pub argv: Vec<String>,
+    /// Declared working set, MiB.
+    pub mem_mib: u64,
+    /// Wall-clock limit, seconds; the node's `guest.max_runtime_secs` when absent.
+    pub runtime_secs: Option<u64>,
+}
+
+/// What the node started for a `run-local`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunStarted {
+    pub job_id: String,
+    pub pid: i32,
+    pub dir: PathBuf,
+    pub sandbox: SandboxReport,
+}
+
+/// One line of the `run-local` stream (JSON Lines).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamLine {
+    Started(RunStarted),
+    Stdout {
+        data: String,
+    },
+    Stderr {
+        data: String,
+    },
+    Event {
+        event: GuestEvent,
+    },
+    /// The job ended; `code` is the exit status a shell would show.
+    Exit {
+        code: i32,
+        exit: Option<ExitInfo>,
+        cause: Option<KillCause>,
+    },
+    /// The stream ended without the job's end being seen.
+    Error {
+        message: String,
+    },
+}
+
+/// The answer to `POST /v1/history/import`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImportSummary {
+    pub added: u64,
+    pub already_present: u64,
+}
+
+/// An error answer: HTTP status and a message for people.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError {
+            status: 400,
+            message: message.into(),
+        }
+    }
+    pub fn conflict(message: impl Into<String>) -> Self {
+        ApiError {
+            status: 409,
+            message: message.into(),
+        }
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError {
+            status: 500,
+            message: message.into(),
+        }
+    }
+    pub fn unavailable() -> Self {
+        ApiError {
+            status: 503,
+            message: "the node is shutting down".into(),
+        }
+    }
+}
+
+/// The exit status a shell shows for a job's end: the code, or 128 + signal.
+pub fn shell_code(exit: Option<ExitInfo>) -> i32 {
+    match exit {
+        Some(ExitInfo::Code(c)) => c,
+        Some(ExitInfo::Signal(s)) => 128 + s,
+        None => 1,
+    }
+}

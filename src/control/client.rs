@@ -1,0 +1,183 @@
+//! The control API client the CLI uses: one HTTP/1.1 request per Unix
+//! socket connection, JSON in and out, and a JSON Lines reader for the
+//! `run-local` stream.
+//!
+//! This module owns talking to the socket and turning error answers back
+//! into [`ClientError`]s. It must not know what the commands do with the
+//! answers, nor how the node computes them.
+
+use super::api::ApiError;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response};
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use tokio::net::UnixStream;
+
+/// Why a control request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("no node is running on {socket} ({source}); start one with `gleaner node`", socket = .socket.display())]
+    NotRunning {
+        socket: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("control connection: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("control request: {0}")]
+    Request(#[from] hyper::http::Error),
+    #[error("the node answered {status}: {message}")]
+    Api { status: u16, message: String },
+    #[error("cannot understand the node's answer: {0}")]
+    Decode(#[from] serde_json::Error),
+}
+
+impl ClientError {
+    /// True when there is no node to talk to (no socket, or nobody listening).
+    pub fn is_not_running(&self) -> bool {
+        matches!(self, ClientError::NotRunning { .. })
+    }
+}
+
+/// A client of one node's control socket.
+#[derive(Debug, Clone)]
+pub struct ControlClient {
+    socket: PathBuf,
+}
+
+impl ControlClient {
+    pub fn new(socket: &Path) -> ControlClient {
+        ControlClient {
+            socket: socket.to_path_buf(),
+        }
+    }
+
+    /// Sends one request and returns the response once its head is in;
+    /// error statuses become [`ClientError::Api`].
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Vec<u8>,
+        content_type: &str,
+    ) -> Result<Response<Incoming>, ClientError> {
+        let stream =
+            UnixStream::connect(&self.socket)
+                .await
+                .map_err(|source| ClientError::NotRunning {
+                    socket: self.socket.clone(),
+                    source,
+                })?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        // The connection task ends with the response body; it needs no owner
+        // beyond this request.
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "control connection ended with an error");
+            }
+        });
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, "gleaner")
+            .header(hyper::header::CONTENT_TYPE, content_type)
+            .body(Full::new(Bytes::from(body)))?;
+        let response = sender.send_request(request).await?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status().as_u16();
+        let bytes = response.into_body().collect().await?.to_bytes();
+        let message = serde_json::from_slice::<ApiError>(&bytes)
+            .map(|e| e.message)
+            .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned());
+        Err(ClientError::Api { status, message })
+    }
+
+    /// `GET path`, decoding a JSON answer.
+    pub async fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let response = self
+            .send(Method::GET, path, Vec::new(), "application/json")
+            .await?;
+        decode(response).await
+    }
+
+    /// `POST path` with a JSON body, decoding a JSON answer.
+    pub async fn post_json<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        let body = serde_json::to_vec(body)?;
+        let response = self
+            .send(Method::POST, path, body, "application/json")
+            .await?;
+        decode(response).await
+    }
+
+    /// `GET path`, returning the body as text.
+    pub async fn get_text(&self, path: &str) -> Result<String, ClientError> {
+        let response = self
+            .send(Method::GET, path, Vec::new(), "text/plain")
+            .await?;
+        let bytes = response.into_body().collect().await?.to_bytes();
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// `POST path` with a text body, decoding a JSON answer.
+    pub async fn post_text<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        text: String,
+    ) -> Result<T, ClientError> {
+        let response = self
+            .send(Method::POST, path, text.into_bytes(), "text/plain")
+            .await?;
+        decode(response).await
+    }
+}
+
+async fn decode<T: DeserializeOwned>(response: Response<Incoming>) -> Result<T, ClientError> {
+    let bytes = response.into_body().collect().await?.to_bytes();
+    Ok(serde_json::from_slice(&bytes)?)
+}
+
+/// Reads a JSON Lines body one value at a time.
+#[derive(Debug)]
+pub struct LineReader {
+    body: Incoming,
+    buf: Vec<u8>,
+}
+
+impl LineReader {
+    pub fn new(response: Response<Incoming>) -> LineReader {
+        LineReader {
+            body: response.into_body(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next value, or `None` at the end of the body.
+    pub async fn next<T: DeserializeOwned>(&mut self) -> Result<Option<T>, ClientError> {
+        loop {
+            if let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return Ok(Some(serde_json::from_slice(&line)?));
+            }
+            match self.body.frame().await {
+                Some(frame) => {
+                    if let Ok(data) = frame?.into_data() {
+                        self.buf.extend_from_slice(&data);
+                    }
+                }
+                None => return Ok(None),
+            }
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! The node's configuration file: a TOML document whose every key has a
+//! documented default, so an empty (or absent) file is a working config.
+//!
+//! This module owns the keys, their defaults, their meanings (printed by
+//! `gleaner config --defaults`) and their validation. Unknown keys are
+//! rejected with the key named, because a misspelt key silently falling back
+//! to its default is worse than an error. It must not know where the file
+//! lives (that is `node::paths`) nor start anything.
+
+use crate::model::period::PeriodPolicy;
+use crate::model::predict::DEFAULT_DAYS;
+use crate::model::series::DEFAULT_MAX_GAP_SECS;
+use crate::model::state::Thresholds;
+use crate::monitor::MonitorConfig;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The whole configuration. Every section and key may be left out.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub policy: PolicyConfig,
+    pub monitor: MonitorSection,
+    pub history: HistoryConfig,
+    pub guest: GuestSection,
+}
+
+/// `[policy]`: the five-state model's thresholds (seed 001, section 3.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    pub th1: f64,
+    pub th2: f64,
+    pub sustain_secs: u32,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        let t = Thresholds::default();
+        PolicyConfig {
+            th1: t.th1,
+            th2: t.th2,
+            sustain_secs: t.sustain_secs,
+        }
+    }
+}
+
+/// `[monitor]`: how often the host is sampled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MonitorSection {
+    pub min_period_secs: u64,
+    pub max_period_secs: u64,
+    pub stable_periods: u32,
+    pub extra_sample_chance: f64,
+    pub max_gap_secs: u64,
+}
+
+impl Default for MonitorSection {
+    fn default() -> Self {
+        let p = PeriodPolicy::default();
+        MonitorSection {
+            min_period_secs: p.min.as_secs(),
+            max_period_secs: p.max.as_secs(),
+            stable_periods: p.stable_periods,
+            extra_sample_chance: p.extra_sample_chance,
+            max_gap_secs: DEFAULT_MAX_GAP_SECS,
+        }
+    }
+}
+
+/// `[history]`: what is kept and what predictions learn from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistoryConfig {
+    pub days: usize,
+    pub retention_days: u32,
+    pub compact_every_secs: u64,
+    pub host: String,
+    pub tz: String,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            days: DEFAULT_DAYS,
+            retention_days: crate::history::store::DEFAULT_RETENTION_DAYS,
+            compact_every_secs: 3600,
+            host: String::new(),
+            tz: String::new(),
+        }
+    }
+}
+
+/// `[guest]`: limits on the one guest job the node runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GuestSection {
+    pub max_mem_mib: u64,
+    pub user: String,
+    pub allow_network: bool,
+    pub max_runtime_secs: u64,
+    pub max_output_mib: u64,
+}
+
+impl Default for GuestSection {
+    fn default() -> Self {
+        GuestSection {
+            max_mem_mib: 2048,
+            user: "nobody".to_string(),
+            allow_network: false,
+            max_runtime_secs: 24 * 3600,
+            max_output_mib: 64,
+        }
+    }
+}
+
+/// What each key means, in file order. `config --defaults` prints these
+/// above the keys; a test checks that every key has exactly one.
+pub const KEY_DOCS: &[(&str, &str, &str)] = &[
+    ("policy", "th1", "Host CPU load (percent of all cores, guest excluded) below which the host is lightly loaded (S1) and a guest runs at nice 0; from th1 to th2 it is busy (S2) and a guest runs at nice 19."),
+    ("policy", "th2", "Host CPU load above which the guest is suspended (SIGSTOP), and killed (S3) once the load stays above it for sustain_secs."),
+    ("policy", "sustain_secs", "How long the load must stay above th2 before the guest is killed (S3); shorter excursions only suspend it."),
+    ("monitor", "min_period_secs", "Shortest sampling period: used at start and after every state change; bounds how late a change is noticed."),
+    ("monitor", "max_period_secs", "Longest sampling period, reached by doubling while nothing changes; also the step of the stored history."),
+    ("monitor", "stable_periods", "Samples in a row without a state change before the period doubles."),
+    ("monitor", "extra_sample_chance", "Chance (0..1) of one random extra sample between two regular ones, to catch changes a long period would hide."),
+    ("monitor", "max_gap_secs", "A silence in the history longer than this means the node was off (S5, revocation)."),
+    ("history", "days", "Past days of the same kind (weekdays or weekend days) that predictions learn from."),
+    ("history", "retention_days", "Samples, transitions and job events older than this many days are deleted."),
+    ("history", "compact_every_secs", "How often old history is deleted."),
+    ("history", "host", "Host name written into exported traces; empty means the machine's host name."),
+    ("history", "tz", "IANA time zone of the owner (decides what a weekday is); empty means the system zone."),
+    ("guest", "max_mem_mib", "Largest working set (MiB) a guest may declare; free memory below the declared set kills the guest (S4)."),
+    ("guest", "user", "The user a guest runs as when the node runs as root; never root itself."),
+    ("guest", "allow_network", "Let guests use the network. Off, a guest gets its own empty network namespace (or Landlock TCP rules) where the kernel allows."),
+    ("guest", "max_runtime_secs", "Longest wall-clock time a guest may run, suspension included."),
+    ("guest", "max_output_mib", "Cap on each of a guest's stdout and stderr; output past it is dropped."),
+];
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config: [policy] {0}")]
+    Policy(#[from] crate::model::state::ThresholdError),
+    #[error("config: [monitor] {0}")]
+    Monitor(#[from] crate::model::period::PeriodPolicyError),
+    #[error("config: [{section}] {key}: {why}")]
+    Invalid {
+        section: &'static str,
+        key: &'static str,
+        why: String,
+    },
+    #[error("cannot write the config file {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl Config {
+    /// Parses a config document; `path` only names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim().replace('\n', " "),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads `path`; a missing file is the defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(source) => Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// Checks values that parse but make no sense.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.thresholds(0).validate()?;
+        self.period_policy().validate()?;
+        if self.monitor.max_gap_secs < self.monitor.max_period_secs {
+            return Err(ConfigError::Invalid {
+                section: "monitor",
+                key: "max_gap_secs",
+                why: format!(
+                    "{} is shorter than max_period_secs ({}): every pause between samples would count as the node being off",
+                    self.monitor.max_gap_secs, self.monitor.max_period_secs
+                ),
+            });
+        }
+        if self.history.retention_days == 0 {
+            return Err(ConfigError::Invalid {
+                section: "history",
+                key: "retention_days",
+                why: "must be at least 1".into(),
+            });
+        }
+        if self.history.compact_every_secs == 0 {
+            return Err(ConfigError::Invalid {
+                section: "history",
+                key: "compact_every_secs",
+                why: "must be at least 1".into(),
+            });
+        }
+        if self.guest.user.trim().is_empty() || self.guest.user == "root" {
+            return Err(ConfigError::Invalid {
+                section: "guest",
+                key: "user",
+                why: format!("{:?} is not a user a guest may run as", self.guest.user),
+            });
+        }
+        Ok(())
+    }
+
+    /// The model's thresholds, with the working set of the job at hand.
+    pub fn thresholds(&self, job_mem_mib: u64) -> Thresholds {
+        Thresholds {
+            th1: self.policy.th1,
+            th2: self.policy.th2,
+            sustain_secs: self.policy.sustain_secs,
+            job_mem_mib,
+        }
+    }
+
+    /// The monitor's adaptive period.
+    pub fn period_policy(&self) -> PeriodPolicy {
+        PeriodPolicy {
+            min: Duration::from_secs(self.monitor.min_period_secs),
+            max: Duration::from_secs(self.monitor.max_period_secs),
+            stable_periods: self.monitor.stable_periods,
+            extra_sample_chance: self.monitor.extra_sample_chance,
+        }
+    }
+
+    /// What the monitor needs. Its thresholds carry no working set: S4 for a
+    /// guest is judged by the node, which knows the guest's declared memory.
+    pub fn monitor_config(&self) -> MonitorConfig {
+        MonitorConfig {
+            thresholds: self.thresholds(0),
+            period: self.period_policy(),
+            max_gap: Duration::from_secs(self.monitor.max_gap_secs),
+        }
+    }
+}
+
+/// Every key with its default and meaning, as a TOML document that parses
+/// back to the defaults. With `commented`, the keys are commented out too
+/// (the file a first run writes: defaults can then change with upgrades).
+pub fn defaults_toml(commented: bool) -> String {
+    let table = match toml::Table::try_from(Config::default()) {
+        Ok(t) => t,
+        Err(e) => return format!("# cannot render the defaults: {e}\n"),
+    };
+    let mut out = String::from(
+        "# Gleaner node configuration. Every key is optional; shown are the defaults.\n\
+         # Precedence: command-line flags > environment > this file > defaults.\n",
+    );
+    let key_prefix = if commented { "# " } else { "" };
+    for (section, keys) in &table {
+        out.push_str(&format!("\n{key_prefix}[{section}]\n"));
+        let Some(keys) = keys.as_table() else {
+            continue;
+        };
+        for (key, value) in keys {
+            for (_, _, meaning) in KEY_DOCS.iter().filter(|(s, k, _)| s == section && k == key) {
+                out.push_str(&format!("#   {meaning}\n"));
+            }
+            out.push_str(&format!("{key_prefix}{key} = {value}\n"));
+        }
+    }
+    out
+}
+
+/// Writes the commented defaults to `path` unless a file is already there.
+/// Returns whether it wrote one.
+pub fn write_default_file(path: &Path) -> Result<bool, ConfigError> {
+    if path.exists() {
+        return Ok(false);
+    }
+    let err = |source| ConfigError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    std::fs::write(path, defaults_toml(true)).map_err(err)?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_document_parses_back_to_the_defaults() {
+        let text = defaults_toml(false);
+        assert_eq!(
+            Config::parse(&text, Path::new("d")).unwrap(),
+            Config::default()
+        );
+        let commented = defaults_toml(true);
+        assert_eq!(
+            Config::parse(&commented, Path::new("d")).unwrap(),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn every_key_has_exactly_one_meaning_and_every_meaning_a_key() {
+        let table = toml::Table::try_from(Config::default()).unwrap();
+        let mut keys = Vec::new();
+        for (section, t) in &table {
+            for key in t.as_table().unwrap().keys() {
+                keys.push((section.clone(), key.clone()));
+            }
+        }
+        for (s, k) in &keys {
+            let n = KEY_DOCS
+                .iter()
+                .filter(|(ds, dk, _)| ds == s && dk == k)
+                .count();
+            assert_eq!(n, 1, "[{s}] {k} has {n} meanings");
+        }
+        assert_eq!(keys.len(), KEY_DOCS.len());
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_by_name() {
+        let e = Config::parse("[policy]\nth3 = 5\n", Path::new("c.toml")).unwrap_err();
+        assert!(e.to_string().contains("th3"), "{e}");
+        let e = Config::parse("[polcy]\nth1 = 5\n", Path::new("c.toml")).unwrap_err();
+        assert!(e.to_string().contains("polcy"), "{e}");
+    }
+
+    #[test]
+    fn a_partial_file_keeps_the_other_defaults_and_bad_values_are_refused() {
+        let c = Config::parse("[policy]\nsustain_secs = 3\n", Path::new("c")).unwrap();
+        assert_eq!(c.policy.sustain_secs, 3);
+        assert_eq!(c.policy.th2, Config::default().policy.th2);
+        assert!(Config::parse("[policy]\nth1 = 70\nth2 = 60\n", Path::new("c")).is_err());
+        assert!(Config::parse("[monitor]\nmin_period_secs = 0\n", Path::new("c")).is_err());
+        assert!(Config::parse("[guest]\nuser = \"root\"\n", Path::new("c")).is_err());
+    }
+}

@@ -1,0 +1,337 @@
+//! Test fixture for integration tests of `gleaner node`: starts the real
+//! binary in a temp data dir with a given config (and optionally a scripted
+//! host load), waits for its "ready" line, and kills it on drop so a failed
+//! test never leaves a node (or its guest) behind.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gleaner")
+}
+
+/// A config for tests: short periods and sustain, no random extra samples.
+pub fn test_config(sustain_secs: u32, extra: &str) -> String {
+    format!(
+        "[policy]\nsustain_secs = {sustain_secs}\n\n[monitor]\nmin_period_secs = 1\nmax_period_secs = 1\nextra_sample_chance = 0.0\n{extra}"
+    )
+}
+
+/// One node process in its own temp dir.
+pub struct NodeFixture {
+    pub dir: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+    pub child: Option<Child>,
+    pub stdout_lines: Vec<String>,
+    /// CPUs to pin the node (and so its guests) to.
+    pub cpus: Option<Vec<usize>>,
+    pub script: Option<String>,
+}
+
+impl NodeFixture {
+    /// A fixture in a fresh temp dir with `config` (TOML) and, if given, a
+    /// load script (`secs cpu free_mib` lines); the node is not started yet.
+    pub fn new(config: &str, script: Option<&str>) -> NodeFixture {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path().to_path_buf();
+        std::fs::write(dir.join("config.toml"), config).unwrap();
+        NodeFixture {
+            dir,
+            _temp: Some(temp),
+            child: None,
+            stdout_lines: Vec::new(),
+            cpus: None,
+            script: script.map(str::to_string),
+        }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// A `gleaner` command aimed at this node.
+    pub fn gleaner(&self) -> Command {
+        let mut cmd = Command::new(bin());
+        cmd.arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--config")
+            .arg(self.dir.join("config.toml"))
+            .env_remove("RUST_LOG")
+            .env_remove("GLEANER_LOG")
+            .env_remove("GLEANER_DATA_DIR")
+            .env_remove("GLEANER_CONFIG_DIR");
+        cmd
+    }
+
+    /// Starts the node and waits for "ready" (panics after 30 s).
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "already started");
+        let mut cmd = self.gleaner();
+        cmd.arg("node")
+            .env("GLEANER_LOG", "gleaner=debug")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.dir.join("node.log"))
+                    .unwrap(),
+            ));
+        if let Some(script) = &self.script {
+            let path = self.dir.join("load.txt");
+            std::fs::write(&path, script).unwrap();
+            cmd.env("GLEANER_TEST_LOAD_SCRIPT", path);
+        }
+        if let Some(cpus) = self.cpus.clone() {
+            unsafe {
+                cmd.pre_exec(move || pin_self(&cpus));
+            }
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        self.child = Some(child);
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    let ready = line.starts_with("ready");
+                    self.stdout_lines.push(line);
+                    if ready {
+                        return;
+                    }
+                }
+                Err(_) => panic!(
+                    "node did not get ready; stdout {:?}; log:\n{}",
+                    self.stdout_lines,
+                    self.log()
+                ),
+            }
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("node.log")).unwrap_or_default()
+    }
+
+    /// SIGTERM and wait (panics after 15 s).
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "node did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Runs a client command and returns its stdout; panics on failure.
+    pub fn run_ok(&self, args: &[&str]) -> String {
+        let out = self.gleaner().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "gleaner {args:?} failed: {}\nnode log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    pub fn status(&self) -> Value {
+        serde_json::from_str(&self.run_ok(&["status", "--json"])).unwrap()
+    }
+
+    /// Starts `gleaner run-local --json` with `args`; its JSON lines arrive on the receiver.
+    pub fn run_local(&self, args: &[&str]) -> RunLocal {
+        let mut child = self
+            .gleaner()
+            .arg("--json")
+            .arg("run-local")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                    continue;
+                };
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        RunLocal {
+            child,
+            lines: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Polls `status` until `pred` holds (panics after `timeout`).
+    pub fn wait_status(
+        &self,
+        timeout: Duration,
+        what: &str,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let s = self.status();
+            if pred(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; last status {s}\nnode log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for NodeFixture {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A running `gleaner run-local`.
+pub struct RunLocal {
+    pub child: Child,
+    pub lines: mpsc::Receiver<Value>,
+    pub seen: Vec<Value>,
+}
+
+impl RunLocal {
+    /// Waits for a line of `type` (panics after `timeout`).
+    pub fn wait_for(&mut self, kind: &str, timeout: Duration) -> Value {
+        if let Some(v) = self.seen.iter().find(|v| v["type"] == kind) {
+            return v.clone();
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let v = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no `{kind}` line; saw {:?}", self.seen));
+            self.seen.push(v.clone());
+            if v["type"] == kind {
+                return v;
+            }
+        }
+    }
+
+    /// Waits for the process to end and returns its exit code.
+    pub fn finish(mut self, timeout: Duration) -> (i32, Vec<Value>) {
+        let deadline = Instant::now() + timeout;
+        let code = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status.code().unwrap_or(-1);
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("run-local did not end; saw {:?}", self.seen);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        while let Ok(v) = self.lines.recv_timeout(Duration::from_millis(500)) {
+            self.seen.push(v);
+        }
+        (code, std::mem::take(&mut self.seen))
+    }
+}
+
+impl Drop for RunLocal {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Pins the calling process to `cpus` (async-signal-safe: one system call).
+pub fn pin_self(cpus: &[usize]) -> std::io::Result<()> {
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The process state letter from /proc/PID/stat, `None` once it is gone.
+pub fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.chars().next()
+}
+
+/// utime + stime of a process, clock ticks.
+pub fn cpu_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+pub fn ticks_per_sec() -> u64 {
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as u64 }
+}
+
+pub fn wait_until(timeout: Duration, mut pred: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if pred() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    pred()
+}
+
+pub fn example_trace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bitbrains-60-3weeks.csv")
+}
