@@ -516,3 +516,41 @@ fn kill_9_loses_at_most_the_last_sample() {
         );
     }
 }
+
+#[test]
+fn a_trace_with_coarser_sampling_keeps_its_meaning_when_imported() {
+    // Rows every 300 s, silences up to 900 s still up: a store that reads
+    // rows with a 120 s max_gap must not see this host as always down.
+    let text = format!(
+        "# gleaner-trace v1\n# step: 300\n# max_gap: 900\ntime,cpu,free_mib,up\n\
+         {},5,800,1\n{},30,800,1\n{},90,800,1\n{},5,800,1\n{},5,800,1\n",
+        T0 - 10_000,
+        T0 - 9_700,
+        T0 - 9_400,
+        T0 - 9_100,
+        T0 - 7_000, // 2100 s after the previous row: down from +300 s
+    );
+    let trace = parse_trace(text.as_bytes(), Path::new("coarse.csv")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), T0 - 20_000);
+    store.import(&trace).unwrap();
+    let meta = store.meta().clone();
+    assert!(
+        meta.max_gap_secs < 300,
+        "the test needs a store with a finer gap rule"
+    );
+    let stored = store
+        .to_series(meta.tz.clone(), meta.step_secs, meta.max_gap_secs)
+        .unwrap();
+    let th = Thresholds::default();
+    for t in (T0 - 10_000)..=(T0 - 7_000) {
+        assert_eq!(
+            stored.state_at(th, t),
+            trace.series.state_at(th, t),
+            "state at {t}"
+        );
+    }
+    assert_eq!(stored.state_at(th, T0 - 9_000), Some(State::S1));
+    assert_eq!(stored.state_at(th, T0 - 8_000), Some(State::S5));
+    assert_eq!(stored.state_at(th, T0 - 9_500), Some(State::S2));
+}

@@ -526,7 +526,18 @@ impl HistoryStore {
         let store_first = self.first_sample_time()?;
         let mut report = ImportReport::default();
         let mut rows: Vec<([u8; codec::TIME_KEY_LEN], [u8; codec::SAMPLE_LEN])> = Vec::new();
-        for sample in trace.series.samples() {
+        // The store reads every row with its own step and max_gap; a trace
+        // sampled otherwise (say every 300 s) is re-expressed under those
+        // rules so that it means the same host, not one that is always down.
+        let (step, max_gap) = (self.meta.step_secs, self.meta.max_gap_secs);
+        let converted;
+        let series = if (trace.series.step_secs, trace.series.max_gap_secs) == (step, max_gap) {
+            &trace.series
+        } else {
+            converted = trace.series.with_gap_rules(step, max_gap);
+            &converted
+        };
+        for sample in series.samples() {
             let value = codec::encode_sample(&sample).map_err(|source| StoreError::BadSample {
                 time: sample.time,
                 source,
@@ -559,7 +570,7 @@ impl HistoryStore {
                 .map_err(sled_err("importing samples"))?;
             report.added += chunk.len() as u64;
         }
-        if let Some(last) = trace.series.last_time() {
+        if let Some(last) = series.last_time() {
             // A seeded node that never ran has been down since the trace ended.
             if self.heartbeat()?.is_none_or(|h| h < last) {
                 self.meta_tree

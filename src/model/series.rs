@@ -170,6 +170,60 @@ impl HostSeries {
         }
     }
 
+    /// The same host under other gap rules: rows that, read with
+    /// `step_secs` and `max_gap_secs`, give the same state at every covered
+    /// time as this series read with its own rules. Long up intervals get
+    /// copies of their row so no silence exceeds the new `max_gap`; a
+    /// silence this series counts as down gets an explicit `up = 0` row
+    /// where its down period begins. Used when a trace seeds a store that
+    /// keeps one step and gap for all rows. Exact for series whose `max_gap`
+    /// is at least their step, as the trace format intends; with a shorter
+    /// `max_gap` a silence can break an excursion without any down time,
+    /// which no other rules can express.
+    pub fn with_gap_rules(&self, step_secs: u32, max_gap_secs: u64) -> HostSeries {
+        let mut out = HostSeries::new(step_secs, max_gap_secs, self.tz.clone());
+        // Copies are spaced at the new gap (at least one second) so they never look like a gap.
+        let spacing = i64::try_from(max_gap_secs).unwrap_or(i64::MAX).max(1);
+        let own_step = i64::from(self.step_secs);
+        for i in 0..self.len() {
+            let Some(row) = self.get(i) else { break };
+            out.push_unchecked(row);
+            let Some(&next) = self.time.get(i + 1) else {
+                break;
+            };
+            if !row.up {
+                continue;
+            }
+            let down_from = if self.continues(i) {
+                next
+            } else {
+                row.time.saturating_add(own_step).min(next)
+            };
+            let mut t = row.time.saturating_add(spacing);
+            while t < down_from {
+                out.push_unchecked(Sample { time: t, ..row });
+                t = t.saturating_add(spacing);
+            }
+            if down_from < next {
+                out.push_unchecked(Sample {
+                    time: down_from,
+                    cpu: 0.0,
+                    free_mib: 0,
+                    up: false,
+                });
+            }
+        }
+        out
+    }
+
+    /// Appends a row already known to be in order and in range.
+    fn push_unchecked(&mut self, s: Sample) {
+        self.time.push(s.time);
+        self.cpu.push(s.cpu);
+        self.free_mib.push(s.free_mib);
+        self.up.push(s.up);
+    }
+
     /// A cursor placed at time `t`; `None` when `t` is before the first row.
     pub fn cursor(&self, th: Thresholds, t: i64) -> Option<StateCursor<'_>> {
         let row = self.row_at(t)?;
@@ -589,6 +643,34 @@ mod tests {
                     proptest::prop_assert_eq!(state, cursor.state_at(at), "k = {}", k);
                     proptest::prop_assert_eq!(Some(state), s.state_at(th, at), "fresh cursor, k = {}", k);
                 }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn other_gap_rules_keep_every_state(
+            rows in proptest::collection::vec((1i64..700, 0u8..4, 0u8..6), 1..40),
+            step in 1u32..400,
+            extra_gap in 0u64..400,
+            new_step in 1u32..400,
+            new_gap in 1u64..400,
+            sustain in 0u32..200,
+        ) {
+            let mut s = HostSeries::new(step, u64::from(step) + extra_gap, TimeZone::UTC);
+            let mut t = 0;
+            for (dt, load, up) in rows {
+                t += dt;
+                let cpu = [5.0, 30.0, 80.0, 95.0][load as usize];
+                s.push(Sample { time: t, cpu, free_mib: 100, up: up != 0 }).unwrap();
+            }
+            let th = Thresholds { sustain_secs: sustain, job_mem_mib: 50, ..Thresholds::default() };
+            let moved = s.with_gap_rules(new_step, new_gap);
+            let (first, last) = (s.first_time().unwrap(), s.last_time().unwrap());
+            proptest::prop_assert_eq!(moved.first_time(), Some(first));
+            proptest::prop_assert_eq!(moved.last_time(), Some(last));
+            for at in first..=last {
+                proptest::prop_assert_eq!(moved.state_at(th, at), s.state_at(th, at), "t = {}", at);
             }
         }
     }
