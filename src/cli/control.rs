@@ -359,7 +359,7 @@ fn show_line(line: &StreamLine, quiet: bool) -> anyhow::Result<()> {
             );
         }
         StreamLine::Event { event } if !quiet => {
-            eprintln!("gleaner: job {}: {:?}", event.job_id, event.kind);
+            eprintln!("gleaner: job {}: {}", event.job_id, event.kind);
         }
         StreamLine::Exit { code, cause, .. } if !quiet => match cause {
             Some(cause) => eprintln!("gleaner: job ended with status {code}: {cause}"),

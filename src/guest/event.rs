@@ -8,6 +8,7 @@ use super::capture::Stream;
 use crate::model::policy::KillCause;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
+use std::fmt;
 use std::path::PathBuf;
 
 /// The time source for event stamps is the crate-wide clock, so tests can fix it.
@@ -91,4 +92,44 @@ pub enum GuestEventKind {
     OutputTruncated { stream: Stream, cap_bytes: u64 },
     /// A guest group left by a previous run of the node was killed on start-up.
     OrphanKilled { pgid: i32 },
+}
+
+/// One line an owner reads, e.g. in `gleaner run-local`.
+impl fmt::Display for GuestEventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GuestEventKind::Started { pid, dir, sandbox } => {
+                write!(f, "started, pid {pid} in {}", dir.display())?;
+                if !sandbox.warnings.is_empty() {
+                    write!(f, " ({})", sandbox.warnings.join("; "))?;
+                }
+                Ok(())
+            }
+            GuestEventKind::Reniced { nice, threads, .. } => {
+                write!(f, "priority set to nice {nice} ({threads} threads)")
+            }
+            GuestEventKind::NiceNotLowered { reason } => {
+                write!(f, "stays at nice 19: {reason}")
+            }
+            GuestEventKind::Suspended => f.write_str("suspended: the owner's load is above th2"),
+            GuestEventKind::Resumed => f.write_str("resumed"),
+            GuestEventKind::KillSent { cause } => write!(f, "killed: {cause}"),
+            GuestEventKind::Exited { exit, cause } => {
+                match exit {
+                    ExitInfo::Code(code) => write!(f, "exited with code {code}")?,
+                    ExitInfo::Signal(sig) => write!(f, "ended by signal {sig}")?,
+                }
+                match cause {
+                    Some(cause) => write!(f, " ({cause})"),
+                    None => Ok(()),
+                }
+            }
+            GuestEventKind::OutputTruncated { stream, cap_bytes } => {
+                write!(f, "{stream:?} output cut at {cap_bytes} bytes")
+            }
+            GuestEventKind::OrphanKilled { pgid } => {
+                write!(f, "killed process group {pgid} left by an earlier run")
+            }
+        }
+    }
 }
