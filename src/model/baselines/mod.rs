@@ -6,7 +6,8 @@
 //! - [`markov`]: a discrete-time Markov chain over S1..S5 (geometric holding times).
 //! - [`rippp`]: Wyckoff et al.'s remaining idle period probability by time-of-day zone.
 //! - [`blend`]: the equal-weight mean of `km` and `freq` (`blend`), and of
-//!   `km`, `km+age` and `freq` (`blend+age`).
+//!   `km`, `km+age` and `freq` (`blend+age`); `stack` weights those three
+//!   by their Brier score on the host's own history days.
 //! - [`linear`]: the papers' AR(8), BM(8), MA(8), ARMA(8,8), LAST on host load
 //!   and free memory, as an iterated point forecast and as simulated paths.
 //!
@@ -38,7 +39,7 @@ use crate::model::state::State;
 use crate::model::timeseries::TimeSeriesModel;
 use jiff::Timestamp;
 
-pub use blend::Blend;
+pub use blend::{Blend, Stacked};
 pub use freq::Frequency;
 pub use linear::LinearBaseline;
 pub use markov::MarkovChain;
@@ -64,6 +65,7 @@ pub fn method_names() -> Vec<&'static str> {
         "rippp",
         "blend",
         "blend+age",
+        "stack",
     ];
     names.extend(LINEAR.iter().map(|(point, _, _)| *point));
     names.extend(LINEAR.iter().map(|(_, prob, _)| *prob));
@@ -95,6 +97,13 @@ pub fn method_by_name(name: &str, seed: u64) -> Option<Box<dyn ReliabilityPredic
                 parts.push(method_by_name("km+age", seed)?);
             }
             Box::new(Blend::new(name, parts)?)
+        }
+        "stack" => {
+            let parts = ["km", "km+age", "freq"]
+                .iter()
+                .map(|p| method_by_name(p, seed))
+                .collect::<Option<Vec<_>>>()?;
+            Box::new(Stacked::new(name, parts)?)
         }
         _ => {
             let (model, probabilistic) = LINEAR.iter().find_map(|(point, prob, model)| {
