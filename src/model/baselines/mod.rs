@@ -5,6 +5,9 @@
 //! - [`freq`]: share of same-kind history days whose window survived.
 //! - [`markov`]: a discrete-time Markov chain over S1..S5 (geometric holding times).
 //! - [`rippp`]: Wyckoff et al.'s remaining idle period probability by time-of-day zone.
+//! - [`blend`]: the equal-weight mean of `km` and `freq` (`blend`), and of
+//!   `km`, `km+age` and `freq` (`blend+age`); `stack` weights those three
+//!   by their Brier score on the host's own history days.
 //! - [`linear`]: the papers' AR(8), BM(8), MA(8), ARMA(8,8), LAST on host load
 //!   and free memory, as an iterated point forecast and as simulated paths.
 //!
@@ -16,6 +19,7 @@
 //! Pure code: no I/O, no clock. It must not know about traces on disk, the
 //! evaluation's scoring or the command line.
 
+pub mod blend;
 pub mod freq;
 pub mod linear;
 pub mod markov;
@@ -35,6 +39,7 @@ use crate::model::state::State;
 use crate::model::timeseries::TimeSeriesModel;
 use jiff::Timestamp;
 
+pub use blend::{Blend, Stacked};
 pub use freq::Frequency;
 pub use linear::LinearBaseline;
 pub use markov::MarkovChain;
@@ -51,7 +56,17 @@ const LINEAR: [(&str, &str, TimeSeriesModel); 5] = [
 
 /// Every method name the registry knows, semi-Markov variants first.
 pub fn method_names() -> Vec<&'static str> {
-    let mut names = vec!["paper", "km", "km+age", "freq", "markov", "rippp"];
+    let mut names = vec![
+        "paper",
+        "km",
+        "km+age",
+        "freq",
+        "markov",
+        "rippp",
+        "blend",
+        "blend+age",
+        "stack",
+    ];
     names.extend(LINEAR.iter().map(|(point, _, _)| *point));
     names.extend(LINEAR.iter().map(|(_, prob, _)| *prob));
     names
@@ -76,6 +91,20 @@ pub fn method_by_name(name: &str, seed: u64) -> Option<Box<dyn ReliabilityPredic
         "freq" => Box::new(Frequency),
         "markov" => Box::new(MarkovChain),
         "rippp" => Box::new(Rippp),
+        "blend" | "blend+age" => {
+            let mut parts = vec![method_by_name("km", seed)?, method_by_name("freq", seed)?];
+            if name == "blend+age" {
+                parts.push(method_by_name("km+age", seed)?);
+            }
+            Box::new(Blend::new(name, parts)?)
+        }
+        "stack" => {
+            let parts = ["km", "km+age", "freq"]
+                .iter()
+                .map(|p| method_by_name(p, seed))
+                .collect::<Option<Vec<_>>>()?;
+            Box::new(Stacked::new(name, parts)?)
+        }
         _ => {
             let (model, probabilistic) = LINEAR.iter().find_map(|(point, prob, model)| {
                 if name == *point {

@@ -318,7 +318,7 @@ fn linear_baselines_forecast_memory_only_for_a_working_set() {
 #[test]
 fn registry_round_trips_every_name() {
     let names = method_names();
-    assert_eq!(names.len(), 16);
+    assert_eq!(names.len(), 19);
     for name in &names {
         let method = method_by_name(name, 1).unwrap();
         assert_eq!(method.name(), *name);
@@ -373,4 +373,126 @@ fn no_method_peeks_past_w() {
         }
     }
     assert!(checked >= 40, "only {checked} forecasts succeeded");
+}
+
+#[test]
+fn blend_is_the_mean_of_km_and_freq() {
+    // Same series as the freq tests: some days fail, so km and freq differ.
+    let s = freq_series(|_| 5.0, |day| day % 3 == 0);
+    let at = MONDAY + 15 * DAY + 9 * HOUR;
+    let req = request(at, 2 * 3600, instant_kill());
+    let km = method_by_name("km", 1).unwrap().forecast(&s, &req).unwrap();
+    let freq = method_by_name("freq", 1)
+        .unwrap()
+        .forecast(&s, &req)
+        .unwrap();
+    let blend = method_by_name("blend", 1)
+        .unwrap()
+        .forecast(&s, &req)
+        .unwrap();
+    assert!(
+        (km.tr - freq.tr).abs() > 1e-3,
+        "km {} freq {}",
+        km.tr,
+        freq.tr
+    );
+    assert!((blend.tr - (km.tr + freq.tr) / 2.0).abs() < 1e-12);
+    let (bf, kf, ff) = (
+        blend.fail_by_cause.unwrap(),
+        km.fail_by_cause.unwrap(),
+        freq.fail_by_cause.unwrap(),
+    );
+    for c in 0..CAUSES {
+        assert!((bf[c] - (kf[c] + ff[c]) / 2.0).abs() < 1e-12);
+    }
+    let with_age = method_by_name("blend+age", 1)
+        .unwrap()
+        .forecast(&s, &req)
+        .unwrap();
+    let aged = method_by_name("km+age", 1)
+        .unwrap()
+        .forecast(&s, &req)
+        .unwrap();
+    assert!((with_age.tr - (km.tr + freq.tr + aged.tr) / 3.0).abs() < 1e-12);
+}
+
+#[test]
+fn blend_refuses_what_its_parts_refuse_and_needs_parts() {
+    let s = freq_series(|_| 5.0, |_| false);
+    // No weekday before the first day: no history.
+    let req = request(MONDAY + 9 * HOUR, 3600, instant_kill());
+    let blend = method_by_name("blend", 1).unwrap();
+    assert!(matches!(
+        blend.forecast(&s, &req),
+        Err(PredictError::NoHistory { .. })
+    ));
+    assert!(Blend::new("empty", Vec::new()).is_none());
+    let b = Blend::new("pair", vec![Box::new(Frequency), Box::new(MarkovChain)]).unwrap();
+    assert_eq!(b.part_names(), vec!["freq", "markov"]);
+}
+
+#[test]
+fn mean_forecast_drops_causes_unless_every_part_has_them() {
+    let a = ReliabilityForecast {
+        tr: 0.2,
+        fail_by_cause: Some([0.8, 0.0, 0.0]),
+    };
+    let b = ReliabilityForecast {
+        tr: 0.6,
+        fail_by_cause: None,
+    };
+    let m = blend::mean_forecast(&[a, b]);
+    assert!((m.tr - 0.4).abs() < 1e-12);
+    assert_eq!(m.fail_by_cause, None);
+    let m = blend::mean_forecast(&[a, a]);
+    assert_eq!(m.fail_by_cause, Some([0.8, 0.0, 0.0]));
+}
+
+#[test]
+fn inverse_brier_weights_favour_the_part_that_did_better() {
+    // Part 0 had Brier 0.0, part 1 had 0.18 over 10 windows.
+    let w = blend::inverse_brier_weights(&[0.0, 1.8], 10);
+    assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+    let want0 = (1.0 / blend::BRIER_FLOOR) / (1.0 / blend::BRIER_FLOOR + 1.0 / 0.2);
+    assert!((w[0] - want0).abs() < 1e-12, "{w:?}");
+    assert_eq!(blend::inverse_brier_weights(&[3.0, 1.0], 0), vec![0.5, 0.5]);
+    let f = blend::weighted_forecast(
+        &[
+            ReliabilityForecast {
+                tr: 1.0,
+                fail_by_cause: Some([0.0; CAUSES]),
+            },
+            ReliabilityForecast {
+                tr: 0.0,
+                fail_by_cause: Some([1.0, 0.0, 0.0]),
+            },
+        ],
+        &[0.75, 0.25],
+    );
+    assert!((f.tr - 0.75).abs() < 1e-12);
+    assert_eq!(f.fail_by_cause, Some([0.25, 0.0, 0.0]));
+}
+
+#[test]
+fn stack_weights_parts_by_their_history_and_stays_between_them() {
+    // Even days fail: the parts (freq, markov) disagree, and the stacked
+    // forecast is their mix with the weights it reports.
+    let s = freq_series(|_| 5.0, |day| day % 2 == 0);
+    let at = MONDAY + 15 * DAY + 9 * HOUR;
+    let req = request(at, 2 * 3600, instant_kill());
+    let stack = Stacked::new("s", vec![Box::new(Frequency), Box::new(MarkovChain)]).unwrap();
+    let w = stack.weights(&s, &req).unwrap();
+    assert_eq!(w.len(), 2);
+    assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+    let f = stack.forecast(&s, &req).unwrap();
+    let a = Frequency.forecast(&s, &req).unwrap().tr;
+    let b = MarkovChain.forecast(&s, &req).unwrap().tr;
+    assert!(f.tr >= a.min(b) - 1e-12 && f.tr <= a.max(b) + 1e-12);
+    assert!((f.tr - (w[0] * a + w[1] * b)).abs() < 1e-12);
+    // The registry's stack reads nothing past W either (checked for all
+    // names in no_method_peeks_past_w); here it must answer.
+    assert!(method_by_name("stack", 1)
+        .unwrap()
+        .forecast(&s, &req)
+        .is_ok());
 }
