@@ -4,6 +4,8 @@
 //! values or a clear message out. Resolving them against files or a running
 //! node happens in the commands.
 
+use crate::model::state::{ThresholdError, Thresholds};
+use clap::Args;
 use jiff::Timestamp;
 
 /// Longest duration accepted anywhere on the command line (one year).
@@ -58,6 +60,36 @@ pub fn parse_time(text: &str) -> Result<i64, String> {
         .map_err(|_| {
             format!("`{t}` is not a time: use RFC 3339 (2025-10-06T09:00:00-04:00) or Unix seconds")
         })
+}
+
+/// The five-state model's thresholds, shared by every command that classifies states.
+#[derive(Debug, Clone, Args)]
+pub struct ThresholdArgs {
+    /// Load (percent) below which the host is lightly loaded (S1).
+    #[arg(long, value_name = "PCT", default_value_t = 20.0)]
+    pub th1: f64,
+
+    /// Load (percent) above which a guest is suspended, and killed once sustained.
+    #[arg(long, value_name = "PCT", default_value_t = 60.0)]
+    pub th2: f64,
+
+    /// Seconds load must stay above th2 before the guest is killed (S3).
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub sustain: u32,
+}
+
+impl ThresholdArgs {
+    /// The checked thresholds for a job of `job_mem_mib` MiB.
+    pub fn resolve(&self, job_mem_mib: u64) -> Result<Thresholds, ThresholdError> {
+        let thresholds = Thresholds {
+            th1: self.th1,
+            th2: self.th2,
+            sustain_secs: self.sustain,
+            job_mem_mib,
+        };
+        thresholds.validate()?;
+        Ok(thresholds)
+    }
 }
 
 #[cfg(test)]

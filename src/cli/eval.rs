@@ -7,6 +7,7 @@
 //! live in `eval`.
 
 use crate::cli::args::parse_duration;
+use crate::cli::args::ThresholdArgs;
 use crate::cli::output::{print_json, print_text};
 use crate::eval::experiments::{self, NoiseConfig};
 use crate::eval::plots::write_plots;
@@ -16,7 +17,6 @@ use crate::eval::report::{length_label, to_markdown, EvalReport, MethodTiming, T
 use crate::eval::summary::score;
 use crate::history::trace::{read_trace, Trace};
 use crate::model::predict::DEFAULT_DAYS;
-use crate::model::state::Thresholds;
 use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -118,17 +118,8 @@ pub struct EvalArgs {
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
 
-    /// Load (percent) below which the host is lightly loaded (S1).
-    #[arg(long, value_name = "PCT", default_value_t = 20.0)]
-    pub th1: f64,
-
-    /// Load (percent) above which a guest is suspended, and killed once sustained.
-    #[arg(long, value_name = "PCT", default_value_t = 60.0)]
-    pub th2: f64,
-
-    /// Seconds load must stay above th2 before the guest is killed (S3).
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
-    pub sustain: u32,
+    #[command(flatten)]
+    pub thresholds: ThresholdArgs,
 }
 
 /// A sorted list of small numbers, from `0-23` or `8,12-14`.
@@ -175,13 +166,7 @@ fn parse_hours_or_days(text: &str) -> Result<HourList, String> {
 
 /// The resolved options: checked values, ready for the library.
 fn protocol_config(args: &EvalArgs) -> anyhow::Result<ProtocolConfig> {
-    let thresholds = Thresholds {
-        th1: args.th1,
-        th2: args.th2,
-        sustain_secs: args.sustain,
-        job_mem_mib: args.mem,
-    };
-    thresholds.validate()?;
+    let thresholds = args.thresholds.resolve(args.mem)?;
     if !(0.0..1.0).contains(&args.test_from) {
         bail!(
             "--test-from must be at least 0 and below 1, got {}",

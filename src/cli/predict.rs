@@ -5,12 +5,13 @@
 //! the same report through [`predict_report`], so the answer reads the same
 //! whichever way it was computed.
 
+use crate::cli::args::ThresholdArgs;
 use crate::cli::args::{parse_duration, parse_time};
 use crate::cli::output::{print_json, print_text};
 use crate::history::trace::read_trace;
 use crate::model::kernel::Method;
 use crate::model::predict::{predict, InitialState, PredictRequest, Prediction, DEFAULT_DAYS};
-use crate::model::state::{State, Thresholds};
+use crate::model::state::State;
 use anyhow::Context;
 use clap::Args;
 use jiff::Timestamp;
@@ -53,17 +54,8 @@ pub struct PredictArgs {
     #[arg(long)]
     pub age: bool,
 
-    /// Load (percent) below which the host is lightly loaded (S1).
-    #[arg(long, value_name = "PCT", default_value_t = 20.0)]
-    pub th1: f64,
-
-    /// Load (percent) above which a guest is suspended, and killed once sustained.
-    #[arg(long, value_name = "PCT", default_value_t = 60.0)]
-    pub th2: f64,
-
-    /// Seconds load must stay above th2 before the guest is killed (S3).
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
-    pub sustain: u32,
+    #[command(flatten)]
+    pub thresholds: ThresholdArgs,
 }
 
 /// The JSON answer of `gleaner predict --json`.
@@ -105,13 +97,7 @@ pub fn run_on_trace(
     trace_path: &std::path::Path,
     json: bool,
 ) -> anyhow::Result<()> {
-    let thresholds = Thresholds {
-        th1: args.th1,
-        th2: args.th2,
-        sustain_secs: args.sustain,
-        job_mem_mib: args.mem,
-    };
-    thresholds.validate()?;
+    let thresholds = args.thresholds.resolve(args.mem)?;
     let trace = read_trace(trace_path)?;
     if trace.replaced_rows > 0 {
         tracing::warn!(
