@@ -482,13 +482,12 @@ fn renice19_sets_every_thread_and_the_autogroup_and_runnormal_undoes_it() {
         let after = procfs::read_autogroup(pid).unwrap();
         assert_eq!(after.id, before.id);
         assert_eq!(after.nice, 19);
-        assert_ne!(
-            after.id,
-            procfs::read_autogroup(std::process::id() as i32)
-                .unwrap()
-                .id,
-            "the guest has an autogroup of its own"
-        );
+        // A process that never called setsid (e.g. a test run under a container's
+        // init) sits in the root task group and its autogroup file is empty: that
+        // is a different group from the guest's, which is all this checks.
+        if let Some(ours) = procfs::read_autogroup(std::process::id() as i32) {
+            assert_ne!(after.id, ours.id, "the guest has an autogroup of its own");
+        }
     }
     assert_eq!(
         fx.sup.run_state(),
