@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod clock;
+pub mod consumer;
 pub mod control;
 pub mod eval;
 pub mod guest;

@@ -89,6 +89,7 @@ fn spec(argv: &[&str]) -> GuestSpec {
         max_output_bytes: 1 << 20,
         allow_network: false,
         user: None,
+        inputs: Vec::new(),
     }
 }
 

@@ -6,6 +6,32 @@ use crate::guest::{ExitInfo, GuestEvent, KillCause, SandboxReport};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+pub use crate::consumer::job::{SubmitLine, SubmitRequest};
+pub use crate::consumer::survey::HostReport;
+
+/// `POST /v1/hosts`: survey the pool for a window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostsQuery {
+    /// Window start, Unix seconds (default: now).
+    pub at: Option<i64>,
+    pub window_secs: u64,
+    pub mem_mib: u64,
+    /// Queries per host (more than 1 measures round trips).
+    pub rounds: u32,
+}
+
+/// The answer to `hosts`: every member found, ranked ones first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostsReport {
+    pub pool: String,
+    /// Our own peer id.
+    pub peer_id: String,
+    pub window_start_unix: i64,
+    pub window_secs: u64,
+    pub mem_mib: u64,
+    pub hosts: Vec<HostReport>,
+}
+
 /// The version prefix of every path; bumped on incompatible changes.
 pub const PREFIX: &str = "/v1";
 

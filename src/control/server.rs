@@ -8,8 +8,8 @@
 //! receiver of guest events.
 
 use super::api::{
-    shell_code, ApiError, PauseRequest, PredictQuery, RunLocalRequest, RunStarted, StreamLine,
-    PREFIX,
+    shell_code, ApiError, HostsQuery, HostsReport, PauseRequest, PredictQuery, RunLocalRequest,
+    RunStarted, StreamLine, SubmitLine, SubmitRequest, PREFIX,
 };
 use super::ControlRequest;
 use crate::guest::{GuestEvent, GuestEventKind};
@@ -40,6 +40,20 @@ pub struct NodeHandle {
     pub tracker: TaskTracker,
     /// Cancelled when the node shuts down.
     pub shutdown: CancellationToken,
+    /// The pool, when networking is on (`hosts` and `submit` need it).
+    pub net: Option<crate::net::NetHandle>,
+    /// Where hosts' job events reach the submit tasks.
+    pub inbox: crate::consumer::Inbox,
+    pub consumer: ConsumerSettings,
+}
+
+/// What `submit` takes from the node's config.
+#[derive(Debug, Clone)]
+pub struct ConsumerSettings {
+    pub max_retries: u32,
+    /// Largest output brought back, bytes.
+    pub max_output_bytes: u64,
+    pub pool: String,
 }
 
 /// The bound socket; the file is removed when this is dropped.
@@ -93,6 +107,11 @@ pub async fn serve(mut socket: ControlSocket, handle: NodeHandle) -> std::io::Re
 /// while the node is stopped.
 const MAX_IMPORT_BYTES: usize = 256 << 20;
 
+/// The largest `submit` body: the inputs travel inline (base64) and must fit
+/// the job protocol's frame once decoded.
+const MAX_SUBMIT_BYTES: usize =
+    (crate::net::protocol::JOB_REQUEST_CAP as usize) * 4 / 3 + 64 * 1024;
+
 /// The routes, separate from the socket so tests can call them directly.
 pub fn router(handle: NodeHandle) -> Router {
     Router::new()
@@ -101,6 +120,11 @@ pub fn router(handle: NodeHandle) -> Router {
         .route(&format!("{PREFIX}/resume"), post(resume))
         .route(&format!("{PREFIX}/predict"), post(predict))
         .route(&format!("{PREFIX}/run"), post(run_local))
+        .route(&format!("{PREFIX}/hosts"), post(hosts))
+        .route(
+            &format!("{PREFIX}/submit"),
+            post(submit).layer(DefaultBodyLimit::max(MAX_SUBMIT_BYTES)),
+        )
         .route(&format!("{PREFIX}/history/export"), get(export))
         .route(
             &format!("{PREFIX}/history/import"),
@@ -315,4 +339,109 @@ impl Tail {
         self.offset += buf.len() as u64;
         buf
     }
+}
+
+fn pool_of(h: &NodeHandle) -> Result<crate::net::NetHandle, ApiError> {
+    h.net.clone().ok_or_else(|| {
+        ApiError::conflict("this node is not in a pool ([net] enabled = false or --no-net)")
+    })
+}
+
+async fn hosts(State(h): State<NodeHandle>, Json(query): Json<HostsQuery>) -> Response {
+    let net = match pool_of(&h) {
+        Ok(n) => n,
+        Err(e) => return e.into_response(),
+    };
+    let survey = crate::consumer::survey::SurveyQuery {
+        window_start_unix: query
+            .at
+            .unwrap_or_else(|| jiff::Timestamp::now().as_second()),
+        window_secs: query.window_secs.max(1),
+        mem_mib: query.mem_mib,
+        rounds: query.rounds.clamp(1, 100_000),
+    };
+    match crate::consumer::survey::survey(&net, survey).await {
+        Ok(mut hosts) => {
+            let exclude = std::collections::HashSet::new();
+            let order: Vec<String> = crate::consumer::rank::rank(&hosts, &exclude)
+                .iter()
+                .map(|r| r.peer.clone())
+                .collect();
+            // Ranked hosts first in rank order, then the rest by peer id.
+            hosts.sort_by_key(|r| {
+                (
+                    order
+                        .iter()
+                        .position(|p| *p == r.peer)
+                        .unwrap_or(usize::MAX),
+                    r.peer.clone(),
+                )
+            });
+            Json(HostsReport {
+                pool: h.consumer.pool.clone(),
+                peer_id: net.peer_id().to_base58(),
+                window_start_unix: survey.window_start_unix,
+                window_secs: survey.window_secs,
+                mem_mib: survey.mem_mib,
+                hosts,
+            })
+            .into_response()
+        }
+        Err(e) => ApiError::internal(e.to_string()).into_response(),
+    }
+}
+
+async fn submit(State(h): State<NodeHandle>, Json(request): Json<SubmitRequest>) -> Response {
+    let net = match pool_of(&h) {
+        Ok(n) => n,
+        Err(e) => return e.into_response(),
+    };
+    if request.argv.is_empty() {
+        return ApiError::bad_request("the command line is empty").into_response();
+    }
+    let (lines_tx, mut lines_rx) = mpsc::channel::<SubmitLine>(64);
+    let (tx, rx) = mpsc::channel::<Result<String, Infallible>>(64);
+    let settings = crate::consumer::job::JobSettings {
+        max_retries: h.consumer.max_retries,
+        max_output_bytes: h.consumer.max_output_bytes,
+        ..crate::consumer::job::JobSettings::default()
+    };
+    let base_id = format!(
+        "{}-{}",
+        jiff::Timestamp::now().as_second(),
+        rand::random::<u32>()
+    );
+    let inbox = h.inbox.clone();
+    let shutdown = h.shutdown.clone();
+    h.tracker.spawn(async move {
+        let job = crate::consumer::job::run_job(
+            &net,
+            &inbox,
+            &base_id,
+            &request,
+            settings,
+            || jiff::Timestamp::now().as_second(),
+            lines_tx,
+        );
+        tokio::select! {
+            _ = job => {}
+            _ = shutdown.cancelled() => {}
+        }
+    });
+    h.tracker.spawn(async move {
+        while let Some(line) = lines_rx.recv().await {
+            let Ok(mut text) = serde_json::to_string(&line) else {
+                continue;
+            };
+            text.push('\n');
+            if tx.send(Ok(text)).await.is_err() {
+                return;
+            }
+        }
+    });
+    (
+        [(header::CONTENT_TYPE, "application/jsonl")],
+        Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
+    )
+        .into_response()
 }

@@ -106,6 +106,23 @@ pub struct GuestSpec {
     /// Overrides `guest.user` when the node is root. Never root itself; the
     /// node should set this from its own config, not from a consumer.
     pub user: Option<String>,
+    /// Files written into the work directory before launch (relative paths,
+    /// checked by [`safe_relative_path`]; owned by the guest's user).
+    pub inputs: Vec<(String, Vec<u8>)>,
+}
+
+/// True for a path that stays inside the directory it is joined to: relative,
+/// only normal components (no `..`, `.`, root or prefix), no NUL, not empty,
+/// at most 255 bytes a component and 1024 in all.
+pub fn safe_relative_path(path: &str) -> bool {
+    // Checked on the text, not through `Path::components`, which quietly
+    // drops `.` and doubled slashes.
+    !path.is_empty()
+        && path.len() <= 1024
+        && !path.contains('\0')
+        && path
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != ".." && part.len() <= 255)
 }
 
 /// What [`Supervisor::start`] started.
@@ -285,6 +302,7 @@ impl Supervisor {
         let dir = self.config.jobs_dir().join(job_id);
         let work_dir = dir.join("work");
         make_job_dir(&dir, &work_dir, ids)?;
+        write_inputs(&work_dir, &spec.inputs, ids)?;
 
         let plan = SandboxPlan::prepare(&work_dir, ids, spec.allow_network);
         for w in &plan.report.warnings {
@@ -524,6 +542,11 @@ impl Supervisor {
     }
 
     /// What the policy needs to know about the guest for `decide`.
+    /// The directory a job with this id gets (`stdout`, `stderr`, `work/`).
+    pub fn job_dir(&self, job_id: &str) -> PathBuf {
+        self.config.jobs_dir().join(job_id)
+    }
+
     pub fn run_state(&self) -> GuestRunState {
         self.guest
             .as_ref()
@@ -581,6 +604,11 @@ fn validate(job_id: &str, spec: &GuestSpec) -> Result<(), StartError> {
             return Err(StartError::InvalidText(text.clone()));
         }
     }
+    for (name, _) in &spec.inputs {
+        if !safe_relative_path(name) {
+            return Err(StartError::InvalidText(format!("input path {name}")));
+        }
+    }
     for (name, value) in &spec.env {
         if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
             return Err(StartError::InvalidText(format!("{name}={value}")));
@@ -629,6 +657,37 @@ fn make_job_dir(dir: &Path, work_dir: &Path, ids: Option<Ids>) -> Result<(), Sta
         .map_err(fail(work_dir))?;
     if let Some(ids) = ids {
         std::os::unix::fs::chown(work_dir, Some(ids.uid), Some(ids.gid)).map_err(fail(work_dir))?;
+    }
+    Ok(())
+}
+
+/// Writes the job's input files into its work directory, owned by the guest.
+fn write_inputs(
+    work_dir: &Path,
+    inputs: &[(String, Vec<u8>)],
+    ids: Option<Ids>,
+) -> Result<(), StartError> {
+    for (name, data) in inputs {
+        let path = work_dir.join(name);
+        let fail = |source| StartError::JobDir {
+            path: path.clone(),
+            source,
+        };
+        if let Some(parent) = path.parent().filter(|p| *p != work_dir) {
+            std::fs::create_dir_all(parent).map_err(fail)?;
+            if let Some(ids) = ids {
+                let mut dir = parent;
+                while dir != work_dir {
+                    std::os::unix::fs::chown(dir, Some(ids.uid), Some(ids.gid)).map_err(fail)?;
+                    let Some(up) = dir.parent() else { break };
+                    dir = up;
+                }
+            }
+        }
+        std::fs::write(&path, data).map_err(fail)?;
+        if let Some(ids) = ids {
+            std::os::unix::fs::chown(&path, Some(ids.uid), Some(ids.gid)).map_err(fail)?;
+        }
     }
     Ok(())
 }

@@ -9,6 +9,7 @@
 //! (`model::period`), nor what is done with a reading (recording, predicting,
 //! renicing the guest): readings leave through a channel.
 
+pub mod bench;
 pub mod clock;
 pub mod live;
 pub mod proc;

@@ -198,6 +198,15 @@ impl NetHandle {
             .map_err(|_| NetError::Stopped)
     }
 
+    /// Like [`announce`](Self::announce) without waiting: for the node loop, which
+    /// must not block on the network. A full queue drops this status (the next
+    /// change or the periodic re-publish carries a newer one).
+    pub fn try_announce(&self, status: LocalStatus) -> Result<(), NetError> {
+        self.commands
+            .try_send(Command::Announce { status })
+            .map_err(|_| NetError::Stopped)
+    }
+
     /// Asks `peer` for its reliability over a window; fails with `Timeout` after the
     /// configured request timeout.
     pub async fn query_reliability(

@@ -24,6 +24,7 @@ pub struct Config {
     pub monitor: MonitorSection,
     pub history: HistoryConfig,
     pub guest: GuestSection,
+    pub net: NetSection,
 }
 
 /// `[policy]`: the five-state model's thresholds (seed 001, section 3.3).
@@ -102,6 +103,7 @@ pub struct GuestSection {
     pub allow_network: bool,
     pub max_runtime_secs: u64,
     pub max_output_mib: u64,
+    pub enabled: bool,
 }
 
 impl Default for GuestSection {
@@ -112,6 +114,50 @@ impl Default for GuestSection {
             allow_network: false,
             max_runtime_secs: 24 * 3600,
             max_output_mib: 64,
+            enabled: true,
+        }
+    }
+}
+
+/// `[net]`: the pool this node joins. The defaults make a LAN pool: listen on
+/// every interface, find neighbours by mDNS, dial nothing else.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetSection {
+    pub enabled: bool,
+    pub pool: String,
+    pub listen: Vec<String>,
+    pub bootstrap: Vec<String>,
+    pub mdns: bool,
+    pub kad_server: bool,
+    pub autonat: bool,
+    pub relay: bool,
+    pub swarm_key_file: String,
+    pub allowlist: Vec<String>,
+    pub request_timeout_secs: u64,
+    pub announce_secs: u64,
+    pub max_retries: u32,
+}
+
+impl Default for NetSection {
+    fn default() -> Self {
+        NetSection {
+            enabled: true,
+            pool: "home".to_string(),
+            listen: vec![
+                "/ip4/0.0.0.0/tcp/0".to_string(),
+                "/ip4/0.0.0.0/udp/0/quic-v1".to_string(),
+            ],
+            bootstrap: Vec::new(),
+            mdns: true,
+            kad_server: true,
+            autonat: false,
+            relay: false,
+            swarm_key_file: String::new(),
+            allowlist: Vec::new(),
+            request_timeout_secs: 10,
+            announce_secs: 30,
+            max_retries: 3,
         }
     }
 }
@@ -137,6 +183,20 @@ pub const KEY_DOCS: &[(&str, &str, &str)] = &[
     ("guest", "allow_network", "Let guests use the network. Off, a guest gets its own empty network namespace (or Landlock TCP rules) where the kernel allows."),
     ("guest", "max_runtime_secs", "Longest wall-clock time a guest may run, suspension included."),
     ("guest", "max_output_mib", "Cap on each of a guest's stdout and stderr; output past it is dropped."),
+    ("guest", "enabled", "Host guest jobs from the pool. Off (`gleaner node --no-guest`), the node is consumer-only: it still submits jobs and answers queries, and refuses jobs."),
+    ("net", "enabled", "Join a pool over libp2p. Off (`--no-net`), the node only measures, remembers and runs local jobs."),
+    ("net", "pool", "Pool name (letters, digits, '.', '_', '-'; at most 64): the gossipsub topic and DHT key members share."),
+    ("net", "listen", "Multiaddrs to listen on; port 0 picks a free port. QUIC is skipped in private pools (the swarm key wraps TCP only)."),
+    ("net", "bootstrap", "Peers to dial at start, as multiaddrs ending in /p2p/<peer id>: the way into a pool without mDNS."),
+    ("net", "mdns", "Find pool members on the local network by mDNS (right for homes; ignores loopback)."),
+    ("net", "kad_server", "Answer DHT queries from the start. Needed in LAN and private pools, where no external address is ever confirmed."),
+    ("net", "autonat", "Probe our addresses with AutoNAT v2 and use relays and hole punching when behind NAT (public pools)."),
+    ("net", "relay", "Serve as a relay, AutoNAT server and bootstrap peer of a public pool (`gleaner node --relay`)."),
+    ("net", "swarm_key_file", "Pre-shared key file of a private pool (see netconf/README.md to make one); empty means an open pool."),
+    ("net", "allowlist", "Peer ids allowed to submit jobs here; empty allows every pool member."),
+    ("net", "request_timeout_secs", "How long a query or job request to a peer may take before it counts as failed."),
+    ("net", "announce_secs", "How often this node announces itself on the pool's gossipsub topic (also on every state change)."),
+    ("net", "max_retries", "How many times `gleaner submit` resubmits a job elsewhere after its host killed it, left or revoked it."),
 ];
 
 /// Why the configuration cannot be used.
@@ -217,6 +277,7 @@ impl Config {
                 why: "must be at least 1".into(),
             });
         }
+        self.net.validate()?;
         if self.guest.user.trim().is_empty() || self.guest.user == "root" {
             return Err(ConfigError::Invalid {
                 section: "guest",
@@ -255,6 +316,55 @@ impl Config {
             period: self.period_policy(),
             max_gap: Duration::from_secs(self.monitor.max_gap_secs),
         }
+    }
+}
+
+impl NetSection {
+    /// Checks every address, peer id and bound, naming the key that is wrong.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, why: String| ConfigError::Invalid {
+            section: "net",
+            key,
+            why,
+        };
+        if !crate::net::protocol::valid_pool_name(&self.pool) {
+            return Err(invalid(
+                "pool",
+                format!("{:?}: use 1-64 letters, digits, '.', '_' or '-'", self.pool),
+            ));
+        }
+        for a in &self.listen {
+            a.parse::<libp2p::Multiaddr>()
+                .map_err(|e| invalid("listen", format!("{a:?}: {e}")))?;
+        }
+        for a in &self.bootstrap {
+            let addr = a
+                .parse::<libp2p::Multiaddr>()
+                .map_err(|e| invalid("bootstrap", format!("{a:?}: {e}")))?;
+            if !matches!(
+                addr.iter().last(),
+                Some(libp2p::multiaddr::Protocol::P2p(_))
+            ) {
+                return Err(invalid(
+                    "bootstrap",
+                    format!("{a:?} does not end in /p2p/<peer id>"),
+                ));
+            }
+        }
+        for p in &self.allowlist {
+            p.parse::<libp2p::PeerId>()
+                .map_err(|e| invalid("allowlist", format!("{p:?}: {e}")))?;
+        }
+        if !(1..=600).contains(&self.request_timeout_secs) {
+            return Err(invalid("request_timeout_secs", "must be 1..=600".into()));
+        }
+        if !(1..=3600).contains(&self.announce_secs) {
+            return Err(invalid("announce_secs", "must be 1..=3600".into()));
+        }
+        if self.max_retries > 100 {
+            return Err(invalid("max_retries", "must be at most 100".into()));
+        }
+        Ok(())
     }
 }
 

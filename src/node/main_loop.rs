@@ -27,7 +27,14 @@ use crate::model::predict::PredictRequest;
 use crate::model::series::{HostSeries, Sample};
 use crate::model::state::State;
 use crate::monitor::MonitorReading;
+use crate::net::protocol::{
+    FailureByCause, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
+    ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, WireState,
+};
+use crate::net::{LocalStatus, NetEvent, NetHandle, Responder};
 use crate::node::config::Config;
+use crate::node::pool::{self, RemoteJob, RemoteJobs};
+use libp2p::PeerId;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +65,8 @@ pub enum Event {
     Compact,
     /// A `pause --for` has run out.
     PauseOver,
+    /// A peer asked something, or the pool changed.
+    Net(NetEvent),
     /// SIGINT/SIGTERM: stop.
     Shutdown,
 }
@@ -74,6 +83,21 @@ pub struct NodeParts {
     /// Guest events, for `run-local` streams.
     pub events: broadcast::Sender<GuestEvent>,
     pub tracker: TaskTracker,
+    /// The pool, when networking is on.
+    pub net: Option<NetHandle>,
+    /// Where job events from hosts go to the submit tasks waiting for them.
+    pub inbox: crate::consumer::Inbox,
+    /// This host as announced: CPUs, memory, benchmark score.
+    pub hardware: Hardware,
+}
+
+/// What this host announces about its hardware.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hardware {
+    pub logical_cpus: u32,
+    pub memory_mib: u64,
+    /// Score of the built-in CPU benchmark.
+    pub benchmark_score: u64,
 }
 
 /// The loop's inputs.
@@ -81,8 +105,14 @@ pub struct Inputs {
     pub readings: mpsc::Receiver<MonitorReading>,
     pub guest_events: mpsc::UnboundedReceiver<GuestEvent>,
     pub control: mpsc::Receiver<ControlRequest>,
+    /// Requests from peers (never yields when networking is off).
+    pub net: mpsc::Receiver<NetEvent>,
     pub shutdown: CancellationToken,
 }
+
+/// How stale the cached history may be when answering peers: a prediction
+/// learns from whole past days, so a minute of missing samples changes nothing.
+const SERIES_CACHE_SECS: i64 = 60;
 
 /// The node's state between events.
 pub struct Node {
@@ -101,6 +131,14 @@ pub struct Node {
     /// When a `pause --for` ends: Unix seconds and the timer deadline.
     pause_until: Option<(i64, Instant)>,
     jobs_started: u64,
+    /// Jobs peers submitted here.
+    remote: RemoteJobs,
+    /// The history as a series, with the sample count and time it was built at.
+    series_cache: Option<(usize, i64, Arc<HostSeries>)>,
+    /// The best benchmark score heard in the pool (ours included).
+    best_score: u64,
+    /// State and slot last announced, to announce only changes.
+    announced: Option<(State, bool)>,
 }
 
 impl Node {
@@ -115,6 +153,10 @@ impl Node {
             guest_live: false,
             pause_until: None,
             jobs_started: 0,
+            remote: RemoteJobs::default(),
+            series_cache: None,
+            best_score: 0,
+            announced: None,
         }
     }
 
@@ -135,6 +177,7 @@ impl Node {
                 Some(e) = inputs.guest_events.recv() => Event::Guest(e),
                 Some(r) = inputs.readings.recv() => Event::Reading(r),
                 Some(c) = inputs.control.recv() => Event::Control(c),
+                Some(n) = inputs.net.recv() => Event::Net(n),
                 _ = guest_tick.tick(), if guest_running => Event::GuestTick,
                 _ = compact.tick() => Event::Compact,
                 _ = sleep_until(pause_deadline), if pause_deadline.is_some() => Event::PauseOver,
@@ -145,6 +188,7 @@ impl Node {
                 Event::Control(c) => self.on_control(c),
                 Event::GuestTick => self.poll_guest(),
                 Event::Compact => self.compact(),
+                Event::Net(n) => self.on_net(n),
                 Event::PauseOver => {
                     if let Err(e) = self.resume() {
                         tracing::error!(error = %e, "cannot end the pause");
@@ -204,6 +248,7 @@ impl Node {
         self.last = Some(r);
         self.apply_policy();
         self.refresh_guest_roots();
+        self.announce_if_changed();
     }
 
     /// The host's state as the running guest sees it: S4 when free memory is
@@ -275,6 +320,7 @@ impl Node {
         self.guest_mem_mib = 0;
         self.guest_live = false;
         self.refresh_guest_roots();
+        self.announce_if_changed();
     }
 
     fn on_guest_event(&mut self, e: GuestEvent) {
@@ -289,6 +335,7 @@ impl Node {
             tracing::error!(error = %err, "cannot write the job log");
         }
         tracing::info!(job = %e.job_id, kind = entry.kind, "guest event");
+        self.forward_to_consumer(&e);
         // Nobody listening is fine.
         let _ = self.parts.events.send(e);
     }
@@ -544,6 +591,7 @@ impl Node {
             max_output_bytes: guest_cfg.max_output_mib.saturating_mul(1 << 20),
             allow_network: guest_cfg.allow_network,
             user: None,
+            inputs: Vec::new(),
         };
         let handle = self
             .parts
@@ -601,5 +649,300 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// The pool: what peers ask of this host, and what it tells them.
+impl Node {
+    fn on_net(&mut self, event: NetEvent) {
+        match event {
+            NetEvent::ReliabilityQuery { query, reply, .. } => {
+                self.answer_reliability(query, reply)
+            }
+            NetEvent::JobRequest {
+                peer,
+                request,
+                reply,
+            } => match request {
+                JobRequest::Submit(submit) => {
+                    let answer = match self.accept_remote(peer, submit) {
+                        Ok(()) => JobResponse::Accepted,
+                        Err(reason) => JobResponse::Rejected(reason),
+                    };
+                    let _ = reply.send(answer);
+                }
+                JobRequest::Fetch {
+                    job_id,
+                    name,
+                    offset,
+                    len,
+                } => self.serve_fetch(peer, &job_id, name, offset, len, reply),
+                JobRequest::Event {
+                    job_id,
+                    seq,
+                    time_unix,
+                    kind,
+                } => {
+                    let event = crate::consumer::HostJobEvent {
+                        seq,
+                        time_unix,
+                        kind,
+                    };
+                    let answer = if self.parts.inbox.deliver(peer, &job_id, event) {
+                        JobResponse::EventAck
+                    } else {
+                        JobResponse::NotFound
+                    };
+                    let _ = reply.send(answer);
+                }
+            },
+            NetEvent::MemberAnnounced(member) => {
+                self.best_score = self.best_score.max(member.status.benchmark_score);
+            }
+            NetEvent::MemberExpired(_) => {}
+        }
+    }
+
+    /// True when a guest could start here now.
+    fn slot_free(&self) -> bool {
+        self.parts.config.guest.enabled && !self.guest_live && !self.parts.store.is_paused()
+    }
+
+    /// The host's state as peers see it.
+    fn pool_state(&self) -> State {
+        if self.parts.store.is_paused() {
+            State::S5
+        } else {
+            self.last.map_or(State::S1, |r| r.state)
+        }
+    }
+
+    /// Γ = P·A in thousandths, with A from the last reading's owner load.
+    fn power_milli(&self) -> u32 {
+        let own = self.parts.hardware.benchmark_score;
+        let load = self.last.map_or(0.0, |r| r.cpu);
+        crate::monitor::bench::effective_power_milli(own, self.best_score, load)
+    }
+
+    fn local_status(&self) -> LocalStatus {
+        let hw = self.parts.hardware;
+        LocalStatus {
+            logical_cpus: hw.logical_cpus,
+            memory_mib: hw.memory_mib,
+            benchmark_score: hw.benchmark_score,
+            relative_power_milli: self.power_milli(),
+            state: self.pool_state(),
+            slot_free: self.slot_free(),
+        }
+    }
+
+    /// Announces on a change of state or slot (the network task re-publishes
+    /// the last status every announce interval by itself).
+    fn announce_if_changed(&mut self) {
+        let Some(net) = &self.parts.net else {
+            return;
+        };
+        let now = (self.pool_state(), self.slot_free());
+        if self.announced == Some(now) {
+            return;
+        }
+        if net.try_announce(self.local_status()).is_ok() {
+            self.announced = Some(now);
+        }
+    }
+
+    /// The history as a series, rebuilt at most once a `SERIES_CACHE_SECS`
+    /// (and whenever samples were imported or deleted in bulk).
+    fn cached_series(&mut self) -> Result<Arc<HostSeries>, ApiError> {
+        let now = self.now();
+        let count = self.parts.store.sample_count();
+        if let Some((n, built, series)) = &self.series_cache {
+            let fresh = now - built < SERIES_CACHE_SECS && count.abs_diff(*n) < 1000;
+            if fresh {
+                return Ok(series.clone());
+            }
+        }
+        let series = Arc::new(self.series()?);
+        self.series_cache = Some((count, now, series.clone()));
+        Ok(series)
+    }
+
+    /// Answers a peer's reliability query from this host's own history, off the loop.
+    fn answer_reliability(&mut self, q: ReliabilityQuery, reply: Responder<ReliabilityResponse>) {
+        let power = self.power_milli();
+        let slot_free = self.slot_free();
+        if self.parts.store.is_paused() {
+            let _ = reply.send(ReliabilityResponse::Answer(ReliabilityAnswer {
+                tr: 0.0,
+                failure: FailureByCause {
+                    s3: 0.0,
+                    s4: 0.0,
+                    s5: 1.0,
+                },
+                initial_state: WireState::S5,
+                days_used: 0,
+                method: String::new(),
+                relative_power_milli: power,
+                slot_free,
+            }));
+            return;
+        }
+        let series = match self.cached_series() {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = reply.send(ReliabilityResponse::Unavailable { reason: e.message });
+                return;
+            }
+        };
+        let request = self.predict_request(q.window_start_unix, q.length_secs, q.memory_mib);
+        let fallback_state = WireState::from(self.pool_state());
+        self.parts.tracker.spawn_blocking(move || {
+            let answer = match predict_report(&series, None, &request) {
+                Ok(r) => ReliabilityResponse::Answer(ReliabilityAnswer {
+                    tr: r.tr,
+                    failure: FailureByCause {
+                        s3: r.fail_by_cause.get("S3").copied().unwrap_or(0.0),
+                        s4: r.fail_by_cause.get("S4").copied().unwrap_or(0.0),
+                        s5: r.fail_by_cause.get("S5").copied().unwrap_or(0.0),
+                    },
+                    initial_state: r
+                        .init_state
+                        .parse::<State>()
+                        .ok()
+                        .map_or(fallback_state, WireState::from),
+                    days_used: u32::try_from(r.days_used).unwrap_or(u32::MAX),
+                    method: serde_json::to_value(r.method)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                    relative_power_milli: power,
+                    slot_free,
+                }),
+                Err(e) => ReliabilityResponse::Unavailable {
+                    reason: e.to_string(),
+                },
+            };
+            let _ = reply.send(answer);
+        });
+    }
+
+    /// Starts a peer's job if this host can take it.
+    fn accept_remote(&mut self, consumer: PeerId, submit: JobSubmit) -> Result<(), RejectReason> {
+        let Some(net) = self.parts.net.clone() else {
+            return Err(RejectReason::NotAllowed);
+        };
+        if !self.parts.config.guest.enabled {
+            return Err(RejectReason::Invalid(
+                "this node hosts no guests (consumer-only)".into(),
+            ));
+        }
+        let state = self.pool_state();
+        if matches!(state, State::S3 | State::S4 | State::S5) {
+            return Err(RejectReason::HostState(state.into()));
+        }
+        if self.guest_live {
+            return Err(RejectReason::Busy);
+        }
+        pool::check_submit(&submit, &self.parts.config.guest)?;
+        let th = self.parts.config.thresholds(submit.memory_mib);
+        if self.last.is_some_and(|r| th.lacks_memory(r.free_mib)) {
+            return Err(RejectReason::HostState(WireState::S4));
+        }
+        self.jobs_started += 1;
+        let local_id = format!("remote-{}-{}", self.now(), self.jobs_started);
+        let guest_cfg = &self.parts.config.guest;
+        let wall = Duration::from_secs(submit.wall_time_limit_secs.max(1));
+        let spec = GuestSpec {
+            argv: submit.argv,
+            env: submit.env,
+            mem_mib: submit.memory_mib,
+            cpu_time_limit: wall,
+            wall_limit: wall,
+            max_output_bytes: guest_cfg.max_output_mib.saturating_mul(1 << 20),
+            allow_network: guest_cfg.allow_network,
+            user: None,
+            inputs: submit
+                .inputs
+                .into_iter()
+                .map(|f| (f.path, f.data))
+                .collect(),
+        };
+        // Register before starting, so the Started event finds the job.
+        let events = pool::spawn_event_sender(net, consumer, &self.parts.tracker);
+        self.remote.add(RemoteJob {
+            consumer,
+            consumer_job_id: submit.job_id.clone(),
+            local_id: local_id.clone(),
+            dir: self.parts.supervisor.job_dir(&local_id),
+            outputs: submit.outputs,
+            seq: 0,
+            events,
+        });
+        match self.parts.supervisor.start(&local_id, spec) {
+            Ok(_) => {}
+            Err(StartError::Busy { .. }) => return Err(RejectReason::Busy),
+            Err(e) => {
+                tracing::warn!(error = %e, %consumer, "cannot start a remote job");
+                return Err(RejectReason::Invalid(format!("cannot start: {e}")));
+            }
+        }
+        tracing::info!(job = %local_id, %consumer, consumer_job = %submit.job_id, "remote job started");
+        self.guest_mem_mib = submit.memory_mib;
+        self.guest_live = true;
+        self.refresh_guest_roots();
+        self.apply_policy();
+        self.announce_if_changed();
+        Ok(())
+    }
+
+    /// Sends a guest event of a remote job to its consumer, in order.
+    fn forward_to_consumer(&mut self, e: &GuestEvent) {
+        let Some(kind) = pool::wire_event(&e.kind) else {
+            return;
+        };
+        let Some(job) = self.remote.by_local_id(&e.job_id) else {
+            return;
+        };
+        let request = JobRequest::Event {
+            job_id: job.consumer_job_id.clone(),
+            seq: job.seq,
+            time_unix: e.at.as_second(),
+            kind,
+        };
+        job.seq += 1;
+        let _ = job.events.send(request);
+    }
+
+    /// Serves a piece of a remote job's output to the consumer that submitted it.
+    fn serve_fetch(
+        &mut self,
+        peer: PeerId,
+        job_id: &str,
+        name: OutputName,
+        offset: u64,
+        len: u32,
+        reply: Responder<JobResponse>,
+    ) {
+        let path = self
+            .remote
+            .by_consumer(peer, job_id)
+            .and_then(|job| pool::output_path(job, &name));
+        let Some(path) = path else {
+            let _ = reply.send(JobResponse::NotFound);
+            return;
+        };
+        let captured = matches!(name, OutputName::Stdout | OutputName::Stderr);
+        self.parts.tracker.spawn_blocking(move || {
+            let read = if captured {
+                pool::read_chunk_or_empty(&path, offset, len)
+            } else {
+                pool::read_chunk(&path, offset, len)
+            };
+            let answer = match read {
+                Ok((data, total_len)) => JobResponse::Chunk { data, total_len },
+                Err(_) => JobResponse::NotFound,
+            };
+            let _ = reply.send(answer);
+        });
     }
 }

@@ -13,6 +13,7 @@
 pub mod config;
 pub mod main_loop;
 pub mod paths;
+pub mod pool;
 
 use crate::clock::{Clock, SystemClock};
 use crate::control::server::{serve, ControlSocket, NodeHandle};
@@ -52,6 +53,10 @@ pub enum NodeError {
     },
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("network identity: {0}")]
+    Identity(#[from] crate::net::identity::IdentityError),
+    #[error("cannot join the pool: {0}")]
+    Net(#[from] crate::net::BuildError),
 }
 
 /// What the node prints once it is ready.
@@ -67,6 +72,15 @@ pub struct Ready {
     pub tz: String,
     /// Seconds the node was off before this start (recorded as S5), if any.
     pub down_secs: Option<i64>,
+    /// The pool, when networking is on.
+    pub pool: Option<String>,
+    /// Our peer id, when networking is on.
+    pub peer_id: Option<String>,
+    /// Where peers can dial us, each ending in `/p2p/<peer id>` (usable as a
+    /// bootstrap address of another node).
+    pub listen: Vec<String>,
+    /// True when this node hosts guests for the pool.
+    pub hosts_guests: bool,
 }
 
 /// The history store options the node's config implies.
@@ -185,6 +199,18 @@ async fn run_async(
         path: socket_path.clone(),
         source,
     })?;
+    let inbox = crate::consumer::Inbox::default();
+    let (net, net_rx) = if config.net.enabled {
+        let (h, rx) = start_net(paths, config, &shutdown, &tracker)?;
+        (Some(h), rx)
+    } else {
+        // A receiver whose sender is gone: the loop's net branch never fires.
+        (None, mpsc::channel(1).1)
+    };
+    let listen = match &net {
+        Some(h) => dialable_addrs(h).await,
+        None => Vec::new(),
+    };
     let (control_tx, control_rx) = mpsc::channel(32);
     let (events_tx, _) = broadcast::channel(256);
     let handle = NodeHandle {
@@ -192,6 +218,13 @@ async fn run_async(
         events: events_tx.clone(),
         tracker: tracker.clone(),
         shutdown: shutdown.clone(),
+        net: net.clone(),
+        inbox: inbox.clone(),
+        consumer: crate::control::server::ConsumerSettings {
+            max_retries: config.net.max_retries,
+            max_output_bytes: config.guest.max_output_mib.saturating_mul(1 << 20),
+            pool: config.net.pool.clone(),
+        },
     };
     tracker.spawn(async move {
         if let Err(e) = serve(socket, handle).await {
@@ -224,6 +257,10 @@ async fn run_async(
         host: store.meta().host.clone().unwrap_or_default(),
         tz: store.meta().tz_name.clone(),
         down_secs,
+        pool: net.as_ref().map(|_| config.net.pool.clone()),
+        peer_id: net.as_ref().map(|h| h.peer_id().to_base58()),
+        listen,
+        hosts_guests: config.guest.enabled,
     });
 
     let node = main_loop::Node::new(main_loop::NodeParts {
@@ -235,11 +272,15 @@ async fn run_async(
         guest_roots: roots_tx,
         events: events_tx,
         tracker: tracker.clone(),
+        net,
+        inbox,
+        hardware: hardware(),
     });
     node.run(main_loop::Inputs {
         readings: readings_rx,
         guest_events: guest_rx,
         control: control_rx,
+        net: net_rx,
         shutdown: shutdown.clone(),
     })
     .await;
@@ -259,6 +300,60 @@ async fn run_async(
     tracing::info!("stopped");
     drop(lock);
     Ok(())
+}
+
+/// Starts the network task: identity from the data dir, settings from `[net]`.
+fn start_net(
+    paths: &Paths,
+    config: &Config,
+    shutdown: &CancellationToken,
+    tracker: &TaskTracker,
+) -> Result<(crate::net::NetHandle, mpsc::Receiver<crate::net::NetEvent>), NodeError> {
+    let key = crate::net::identity::load_or_create(&paths.data_dir)?;
+    let net_config = pool::net_config(&config.net)?;
+    if net_config.mdns {
+        tracing::info!("mDNS on: LAN members find this node (turn off with --no-mdns)");
+    }
+    let (handle, events, event_loop) = crate::net::start(key, net_config, shutdown.clone())?;
+    tracker.spawn(event_loop.run());
+    tracing::info!(peer = %handle.peer_id(), pool = %config.net.pool, "joined the pool");
+    Ok((handle, events))
+}
+
+/// The addresses we listen on with our peer id appended, waiting briefly for
+/// the listeners to come up (port 0 is resolved only then).
+async fn dialable_addrs(net: &crate::net::NetHandle) -> Vec<String> {
+    for _ in 0..40 {
+        if let Ok(addrs) = net.listen_addrs().await {
+            if !addrs.is_empty() {
+                let p2p = libp2p::multiaddr::Protocol::P2p(net.peer_id());
+                return addrs
+                    .into_iter()
+                    .map(|a| a.with(p2p.clone()).to_string())
+                    .collect();
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Vec::new()
+}
+
+/// Logical CPUs, total memory and the benchmark score (a few tens of ms).
+fn hardware() -> main_loop::Hardware {
+    let memory_mib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib / 1024);
+    main_loop::Hardware {
+        logical_cpus: std::thread::available_parallelism()
+            .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+        memory_mib,
+        benchmark_score: crate::monitor::bench::cpu_score(),
+    }
 }
 
 /// Cancels `shutdown` on SIGINT or SIGTERM (or when it is cancelled otherwise).

@@ -1,0 +1,376 @@
+//! The node's side of the pool: the network settings its config implies, and
+//! the host's handling of peers' requests — reliability answers from its own
+//! history, remote job submissions checked against its limits, job events sent
+//! back to the consumer in order, and output fetches confined to the job's
+//! directory.
+//!
+//! The node loop calls these; this module owns no task of its own except the
+//! per-job event sender. It must not know the Swarm (that is `net`) nor how a
+//! guest is sandboxed (`guest`).
+
+use std::collections::{HashSet, VecDeque};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use libp2p::{Multiaddr, PeerId};
+use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
+
+use crate::guest::{safe_relative_path, ExitInfo, GuestEventKind, KillCause};
+use crate::net::protocol::{
+    JobEventKind, JobRequest, JobSubmit, OutputName, RejectReason, WireState, OUTPUT_CHUNK_MAX,
+};
+use crate::net::{read_swarm_key, BuildError, NetConfig, NetHandle};
+use crate::node::config::{GuestSection, NetSection};
+
+/// The network settings `[net]` implies. Addresses and peer ids were checked
+/// when the config was loaded; the swarm key file is read here.
+pub fn net_config(net: &NetSection) -> Result<NetConfig, BuildError> {
+    let mut cfg = NetConfig::lan(&net.pool);
+    let parse = |list: &[String]| -> Result<Vec<Multiaddr>, BuildError> {
+        list.iter()
+            .map(|a| {
+                a.parse()
+                    .map_err(|e| BuildError::Swarm(format!("address {a:?}: {e}")))
+            })
+            .collect()
+    };
+    cfg.listen = parse(&net.listen)?;
+    cfg.bootstrap = parse(&net.bootstrap)?;
+    cfg.mdns = net.mdns;
+    cfg.kad_server = net.kad_server || net.relay;
+    cfg.autonat = net.autonat;
+    cfg.relay_server = net.relay;
+    cfg.swarm_key = if net.swarm_key_file.is_empty() {
+        None
+    } else {
+        Some(read_swarm_key(Path::new(&net.swarm_key_file))?)
+    };
+    cfg.allowlist = if net.allowlist.is_empty() {
+        None
+    } else {
+        Some(
+            net.allowlist
+                .iter()
+                .map(|p| {
+                    p.parse::<PeerId>()
+                        .map_err(|e| BuildError::Swarm(format!("allowlist {p:?}: {e}")))
+                })
+                .collect::<Result<HashSet<_>, _>>()?,
+        )
+    };
+    cfg.request_timeout = Duration::from_secs(net.request_timeout_secs);
+    cfg.announce_interval = Duration::from_secs(net.announce_secs);
+    cfg.member_ttl = Duration::from_secs(net.announce_secs.saturating_mul(3).saturating_add(5));
+    Ok(cfg)
+}
+
+/// Most arguments, environment entries, inputs or outputs a job may carry.
+const MAX_LIST: usize = 256;
+/// Longest argument or environment entry, bytes.
+const MAX_TEXT: usize = 64 * 1024;
+
+/// Checks a submission against this host's limits, before anything is
+/// written. The reason goes back to the consumer.
+pub fn check_submit(s: &JobSubmit, guest: &GuestSection) -> Result<(), RejectReason> {
+    let invalid = |why: String| Err(RejectReason::Invalid(why));
+    let id_ok = !s.job_id.is_empty()
+        && s.job_id.len() <= 64
+        && s.job_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !id_ok {
+        return invalid("the job id must be 1-64 letters, digits, '.', '_' or '-'".into());
+    }
+    if s.argv.is_empty() || s.argv[0].is_empty() {
+        return invalid("the command line is empty".into());
+    }
+    if [s.argv.len(), s.env.len(), s.inputs.len(), s.outputs.len()]
+        .iter()
+        .any(|&n| n > MAX_LIST)
+    {
+        return invalid(format!(
+            "more than {MAX_LIST} arguments, variables, inputs or outputs"
+        ));
+    }
+    let texts = s.argv.iter().chain(s.env.iter().flat_map(|(k, v)| [k, v]));
+    for t in texts {
+        if t.len() > MAX_TEXT || t.contains('\0') {
+            return invalid("an argument or variable is too long or holds NUL".into());
+        }
+    }
+    if s.env.iter().any(|(k, _)| k.is_empty() || k.contains('=')) {
+        return invalid("an environment variable has an empty name or '=' in it".into());
+    }
+    let paths = s.inputs.iter().map(|i| &i.path).chain(s.outputs.iter());
+    for p in paths {
+        if !safe_relative_path(p) {
+            return invalid(format!(
+                "{p:?} is not a relative path inside the job directory"
+            ));
+        }
+    }
+    if s.memory_mib > guest.max_mem_mib || s.wall_time_limit_secs > guest.max_runtime_secs {
+        return Err(RejectReason::TooBig);
+    }
+    if s.wall_time_limit_secs == 0 {
+        return invalid("the wall-time limit must be at least one second".into());
+    }
+    Ok(())
+}
+
+/// A job a peer submitted here.
+#[derive(Debug)]
+pub struct RemoteJob {
+    /// The consumer that submitted it; the only peer it answers.
+    pub consumer: PeerId,
+    /// The consumer's id for it.
+    pub consumer_job_id: String,
+    /// Our id (its directory name).
+    pub local_id: String,
+    /// Job directory (`stdout`, `stderr`, `work/`).
+    pub dir: PathBuf,
+    /// Output files the consumer declared.
+    pub outputs: Vec<String>,
+    /// Next event sequence number.
+    pub seq: u32,
+    /// The ordered event queue to the consumer.
+    pub events: mpsc::UnboundedSender<JobRequest>,
+}
+
+/// Remote jobs, the running one and the last few finished (their outputs stay
+/// fetchable until they fall off).
+#[derive(Debug, Default)]
+pub struct RemoteJobs {
+    jobs: VecDeque<RemoteJob>,
+}
+
+/// Finished remote jobs whose outputs can still be fetched.
+const KEEP_JOBS: usize = 16;
+
+impl RemoteJobs {
+    pub fn add(&mut self, job: RemoteJob) {
+        if self.jobs.len() >= KEEP_JOBS {
+            self.jobs.pop_front();
+        }
+        self.jobs.push_back(job);
+    }
+
+    pub fn by_local_id(&mut self, id: &str) -> Option<&mut RemoteJob> {
+        self.jobs.iter_mut().find(|j| j.local_id == id)
+    }
+
+    pub fn by_consumer(&self, consumer: PeerId, job_id: &str) -> Option<&RemoteJob> {
+        self.jobs
+            .iter()
+            .find(|j| j.consumer == consumer && j.consumer_job_id == job_id)
+    }
+}
+
+/// The wire event for a guest event, if the consumer needs to hear of it.
+pub fn wire_event(kind: &GuestEventKind) -> Option<JobEventKind> {
+    match kind {
+        GuestEventKind::Started { .. } => Some(JobEventKind::Started),
+        GuestEventKind::Reniced { nice, .. } if *nice > 0 => Some(JobEventKind::Reniced),
+        GuestEventKind::Suspended => Some(JobEventKind::Suspended),
+        GuestEventKind::Resumed => Some(JobEventKind::Resumed),
+        GuestEventKind::Exited { cause: Some(c), .. } => Some(JobEventKind::Killed {
+            cause: kill_state(*c),
+        }),
+        GuestEventKind::Exited { exit, cause: None } => Some(JobEventKind::Finished {
+            exit_status: match exit {
+                ExitInfo::Code(c) => *c,
+                ExitInfo::Signal(s) => 128 + s,
+            },
+        }),
+        _ => None,
+    }
+}
+
+/// The failure state behind a kill; `None` for the wall-time limit, and S5 for a cancel
+/// (the host withdrew the job).
+fn kill_state(cause: KillCause) -> Option<WireState> {
+    match cause {
+        KillCause::Cancelled => Some(WireState::S5),
+        other => other.state().map(WireState::from),
+    }
+}
+
+/// Starts the task that sends a job's events to its consumer one at a time,
+/// in order, each retried a few times.
+pub fn spawn_event_sender(
+    net: NetHandle,
+    consumer: PeerId,
+    tracker: &TaskTracker,
+) -> mpsc::UnboundedSender<JobRequest> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<JobRequest>();
+    tracker.spawn(async move {
+        while let Some(event) = rx.recv().await {
+            for attempt in 0..3u32 {
+                match net.job_request(consumer, event.clone()).await {
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::debug!(%consumer, error = %e, attempt, "cannot send a job event");
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    }
+                }
+            }
+        }
+    });
+    tx
+}
+
+/// The file behind an output name, confined to the job: stdout and stderr,
+/// or a declared output file whose real path (symlinks resolved) lies inside
+/// the work directory.
+pub fn output_path(job: &RemoteJob, name: &OutputName) -> Option<PathBuf> {
+    match name {
+        OutputName::Stdout => Some(job.dir.join("stdout")),
+        OutputName::Stderr => Some(job.dir.join("stderr")),
+        OutputName::File(f) => {
+            if !job.outputs.iter().any(|o| o == f) || !safe_relative_path(f) {
+                return None;
+            }
+            let work = job.dir.join("work").canonicalize().ok()?;
+            let real = work.join(f).canonicalize().ok()?;
+            real.starts_with(&work).then_some(real)
+        }
+    }
+}
+
+/// Reads up to `len` bytes (at most one chunk) from `offset`; returns them with
+/// the file's size. The last component is opened without following symlinks.
+pub fn read_chunk(path: &Path, offset: u64, len: u32) -> std::io::Result<(Vec<u8>, u64)> {
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let total = meta.len();
+    let want = u64::from(len.min(OUTPUT_CHUNK_MAX));
+    let mut data = Vec::new();
+    if offset < total && want > 0 {
+        file.seek(SeekFrom::Start(offset))?;
+        Read::by_ref(&mut file).take(want).read_to_end(&mut data)?;
+    }
+    Ok((data, total))
+}
+
+/// A file that may not exist yet (stdout before the first write) reads as empty.
+pub fn read_chunk_or_empty(path: &Path, offset: u64, len: u32) -> std::io::Result<(Vec<u8>, u64)> {
+    match read_chunk(path, offset, len) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((Vec::new(), 0)),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::protocol::InputFile;
+
+    fn submit() -> JobSubmit {
+        JobSubmit {
+            job_id: "j-1".into(),
+            argv: vec!["sh".into(), "-c".into(), "true".into()],
+            env: vec![("A".into(), "1".into())],
+            inputs: vec![InputFile {
+                path: "in/data.txt".into(),
+                data: b"x".to_vec(),
+            }],
+            outputs: vec!["out.txt".into()],
+            memory_mib: 100,
+            expected_runtime_secs: 60,
+            wall_time_limit_secs: 60,
+        }
+    }
+
+    #[test]
+    fn submissions_are_checked_against_the_limits() {
+        let g = GuestSection::default();
+        assert_eq!(check_submit(&submit(), &g), Ok(()));
+        let mut s = submit();
+        s.memory_mib = g.max_mem_mib + 1;
+        assert_eq!(check_submit(&s, &g), Err(RejectReason::TooBig));
+        for bad in ["../x", "/etc/passwd", "a/../../b", "", "a/./b"] {
+            let mut s = submit();
+            s.outputs = vec![bad.into()];
+            assert!(
+                matches!(check_submit(&s, &g), Err(RejectReason::Invalid(_))),
+                "{bad}"
+            );
+        }
+        let mut s = submit();
+        s.job_id = "../../x".into();
+        assert!(check_submit(&s, &g).is_err());
+        let mut s = submit();
+        s.argv.clear();
+        assert!(check_submit(&s, &g).is_err());
+        let mut s = submit();
+        s.env = vec![("A=B".into(), "c".into())];
+        assert!(check_submit(&s, &g).is_err());
+    }
+
+    #[test]
+    fn outputs_cannot_escape_the_work_dir_through_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        std::fs::write(work.join("out.txt"), b"result").unwrap();
+        std::fs::write(dir.path().join("secret"), b"owner's").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret"), work.join("link")).unwrap();
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let job = RemoteJob {
+            consumer: PeerId::random(),
+            consumer_job_id: "j".into(),
+            local_id: "l".into(),
+            dir: dir.path().to_path_buf(),
+            outputs: vec!["out.txt".into(), "link".into()],
+            seq: 0,
+            events: tx,
+        };
+        let out = output_path(&job, &OutputName::File("out.txt".into())).unwrap();
+        assert_eq!(read_chunk(&out, 0, 1024).unwrap(), (b"result".to_vec(), 6));
+        assert_eq!(read_chunk(&out, 2, 2).unwrap(), (b"su".to_vec(), 6));
+        assert_eq!(read_chunk(&out, 99, 2).unwrap(), (Vec::new(), 6));
+        assert!(output_path(&job, &OutputName::File("link".into())).is_none());
+        assert!(output_path(&job, &OutputName::File("undeclared".into())).is_none());
+        assert!(read_chunk(&work.join("link"), 0, 10).is_err());
+    }
+
+    #[test]
+    fn guest_events_map_to_wire_events() {
+        assert_eq!(
+            wire_event(&GuestEventKind::Exited {
+                exit: ExitInfo::Signal(9),
+                cause: Some(KillCause::CpuContention)
+            }),
+            Some(JobEventKind::Killed {
+                cause: Some(WireState::S3)
+            })
+        );
+        assert_eq!(
+            wire_event(&GuestEventKind::Exited {
+                exit: ExitInfo::Code(3),
+                cause: None
+            }),
+            Some(JobEventKind::Finished { exit_status: 3 })
+        );
+        assert_eq!(
+            wire_event(&GuestEventKind::Exited {
+                exit: ExitInfo::Signal(9),
+                cause: Some(KillCause::WallTimeLimit)
+            }),
+            Some(JobEventKind::Killed { cause: None })
+        );
+        assert_eq!(
+            wire_event(&GuestEventKind::Suspended),
+            Some(JobEventKind::Suspended)
+        );
+    }
+}
