@@ -68,7 +68,7 @@ pub enum HistoryCommand {
 }
 
 /// Runs `fut` on a small runtime of its own: client commands are one request.
-fn block_on<F: Future>(fut: F) -> anyhow::Result<F::Output> {
+pub(crate) fn block_on<F: Future>(fut: F) -> anyhow::Result<F::Output> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -76,7 +76,7 @@ fn block_on<F: Future>(fut: F) -> anyhow::Result<F::Output> {
     Ok(runtime.block_on(fut))
 }
 
-fn client(global: &Global) -> anyhow::Result<(Paths, ControlClient)> {
+pub(crate) fn client(global: &Global) -> anyhow::Result<(Paths, ControlClient)> {
     let paths = global.paths()?;
     let client = ControlClient::new(&paths.socket());
     Ok((paths, client))

@@ -11,6 +11,7 @@ pub mod control;
 pub mod eval;
 pub mod node;
 pub mod output;
+pub mod pool;
 pub mod predict;
 pub mod trace;
 
@@ -87,6 +88,12 @@ pub enum Command {
     Trace(trace::TraceArgs),
     /// Score reliability methods on host traces (rolling origin, no peeking).
     Eval(eval::EvalArgs),
+    /// List the pool's hosts with their reliability for a window, best first.
+    Hosts(pool::HostsArgs),
+    /// Run a job on the pool's most reliable host; exits with the job's status.
+    Submit(pool::SubmitArgs),
+    /// Make the pre-shared key of a private pool.
+    SwarmKey(pool::SwarmKeyArgs),
 }
 
 /// Runs the parsed command.
@@ -111,5 +118,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Config(args) => node::config(&args, &global),
         Command::Trace(args) => trace::run(&args),
         Command::Eval(args) => eval::run(&args, global.json),
+        Command::Hosts(args) => pool::hosts(&args, &global),
+        Command::Submit(args) => pool::submit(&args, &global),
+        Command::SwarmKey(args) => pool::swarm_key(&args),
     }
 }

@@ -9,9 +9,70 @@ use crate::cli::Global;
 use crate::node::config::{defaults_toml, Config};
 use crate::node::Ready;
 use clap::Args;
+use std::path::PathBuf;
 
+/// Flags of `gleaner node`; each overrides its key in the config file.
 #[derive(Debug, Args)]
-pub struct NodeArgs {}
+pub struct NodeArgs {
+    /// Pool to join ([net] pool).
+    #[arg(long, value_name = "NAME")]
+    pub pool: Option<String>,
+    /// Listen on this multiaddr instead of [net] listen (repeatable), e.g. /ip4/127.0.0.1/tcp/0.
+    #[arg(long, value_name = "MULTIADDR")]
+    pub listen: Vec<String>,
+    /// Dial this peer at start (repeatable), e.g. /ip4/192.0.2.7/tcp/4001/p2p/12D3Koo...
+    #[arg(long, value_name = "MULTIADDR")]
+    pub bootstrap: Vec<String>,
+    /// Do not look for LAN members by mDNS.
+    #[arg(long)]
+    pub no_mdns: bool,
+    /// Private pool: the pre-shared key file (`gleaner swarm-key new` makes one).
+    #[arg(long, value_name = "FILE")]
+    pub swarm_key: Option<PathBuf>,
+    /// Accept jobs only from this peer id (repeatable; adds to [net] allowlist).
+    #[arg(long, value_name = "PEER_ID")]
+    pub allow: Vec<String>,
+    /// Serve as a relay, AutoNAT server and bootstrap peer for a public pool.
+    #[arg(long)]
+    pub relay: bool,
+    /// Consumer only: submit jobs and answer queries, host no guests.
+    #[arg(long)]
+    pub no_guest: bool,
+    /// No pool at all: measure, remember and run local jobs only.
+    #[arg(long)]
+    pub no_net: bool,
+}
+
+impl NodeArgs {
+    /// Applies the flags over the file's values.
+    pub fn apply(&self, config: &mut Config) {
+        let net = &mut config.net;
+        if let Some(p) = &self.pool {
+            net.pool = p.clone();
+        }
+        if !self.listen.is_empty() {
+            net.listen = self.listen.clone();
+        }
+        net.bootstrap.extend(self.bootstrap.iter().cloned());
+        if self.no_mdns {
+            net.mdns = false;
+        }
+        if let Some(k) = &self.swarm_key {
+            net.swarm_key_file = k.display().to_string();
+        }
+        net.allowlist.extend(self.allow.iter().cloned());
+        if self.relay {
+            net.relay = true;
+            net.mdns = false;
+        }
+        if self.no_net {
+            net.enabled = false;
+        }
+        if self.no_guest {
+            config.guest.enabled = false;
+        }
+    }
+}
 
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
@@ -21,9 +82,11 @@ pub struct ConfigArgs {
 }
 
 /// Runs the node until SIGINT/SIGTERM.
-pub fn run(_args: &NodeArgs, global: &Global) -> anyhow::Result<()> {
+pub fn run(args: &NodeArgs, global: &Global) -> anyhow::Result<()> {
     let paths = global.paths()?;
-    let config = Config::load(&paths.config_file)?;
+    let mut config = Config::load(&paths.config_file)?;
+    args.apply(&mut config);
+    config.validate()?;
     let json = global.json;
     crate::node::run(&paths, &config, |ready| {
         // Tests and scripts wait for this; stdout is flushed by print_text.
@@ -51,6 +114,13 @@ fn ready_text(r: &Ready) -> String {
             "was off for:    {} (recorded as S5)\n",
             crate::cli::predict::human_duration(u64::try_from(down).unwrap_or(0))
         ));
+    }
+    if let (Some(pool), Some(peer)) = (&r.pool, &r.peer_id) {
+        let role = if r.hosts_guests { "hosts guests" } else { "consumer only" };
+        text.push_str(&format!("pool:           {pool} ({role})\npeer id:        {peer}\n"));
+        for addr in &r.listen {
+            text.push_str(&format!("listening:      {addr}\n"));
+        }
     }
     text.push_str(&format!("ready (pid {})\n", r.pid));
     text
