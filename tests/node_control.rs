@@ -207,7 +207,7 @@ fn config_defaults_parse_back_and_unknown_keys_are_named() {
         assert!(text.contains(&format!("[{section}]")) && text.contains(&format!("\n{key} = ")));
     }
     std::fs::write(node.dir.join("config.toml"), "[guest]\nmax_mem = 5\n").unwrap();
-    let out = node.gleaner().arg("node").output().unwrap();
+    let out = node.gleaner().args(["node", "--no-net"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("max_mem"));
 }
@@ -218,7 +218,8 @@ fn first_run_creates_data_dir_and_a_commented_config_from_the_environment() {
     let data = temp.path().join("d");
     let conf = temp.path().join("c");
     let mut child = std::process::Command::new(bin())
-        .arg("node")
+        // The default config joins a LAN pool with mDNS: not here.
+        .args(["node", "--no-net"])
         .env("GLEANER_DATA_DIR", &data)
         .env("GLEANER_CONFIG_DIR", &conf)
         .env("GLEANER_TEST_LOAD_SCRIPT", {

@@ -242,7 +242,26 @@ fn with_offline_store<T>(
     paths: &Paths,
     f: impl FnOnce(&HistoryStore) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
+    with_offline_store_opts(paths, None, f)
+}
+
+/// Like [`with_offline_store`]; with `create` (the node's store options) a
+/// node that never ran gets its data dir and history made, as its first
+/// start would (`history import` seeds a new node this way).
+fn with_offline_store_opts<T>(
+    paths: &Paths,
+    create: Option<StoreOptions>,
+    f: impl FnOnce(&HistoryStore) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     let dir = paths.history_dir();
+    if let Some(options) = create.filter(|_| !dir.exists()) {
+        paths.create_data_dir()?;
+        let _lock =
+            DataDirLock::acquire(paths).context("the data dir is locked (is a node starting?)")?;
+        let now = jiff::Timestamp::now().as_second();
+        let store = HistoryStore::open(&dir, &options, now)?;
+        return f(&store);
+    }
     if !dir.exists() {
         anyhow::bail!(
             "no node is running and there is no history at {} yet; start one with `gleaner node`",
@@ -283,14 +302,18 @@ pub fn history(args: &HistoryArgs, global: &Global) -> anyhow::Result<()> {
                 client.post_text::<ImportSummary>(&format!("{PREFIX}/history/import"), text),
             )? {
                 Ok(s) => s,
-                Err(e) if e.is_not_running() => with_offline_store(&paths, |store| {
-                    let trace = read_trace(file)?;
-                    let r = store.import(&trace)?;
-                    Ok(ImportSummary {
-                        added: r.added,
-                        already_present: r.already_present,
-                    })
-                })?,
+                Err(e) if e.is_not_running() => {
+                    let config = Config::load(&paths.config_file)?;
+                    let options = crate::node::store_options(&config);
+                    with_offline_store_opts(&paths, Some(options), |store| {
+                        let trace = read_trace(file)?;
+                        let r = store.import(&trace)?;
+                        Ok(ImportSummary {
+                            added: r.added,
+                            already_present: r.already_present,
+                        })
+                    })?
+                }
                 Err(e) => return Err(e.into()),
             };
             if global.json {

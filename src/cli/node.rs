@@ -116,8 +116,14 @@ fn ready_text(r: &Ready) -> String {
         ));
     }
     if let (Some(pool), Some(peer)) = (&r.pool, &r.peer_id) {
-        let role = if r.hosts_guests { "hosts guests" } else { "consumer only" };
-        text.push_str(&format!("pool:           {pool} ({role})\npeer id:        {peer}\n"));
+        let role = if r.hosts_guests {
+            "hosts guests"
+        } else {
+            "consumer only"
+        };
+        text.push_str(&format!(
+            "pool:           {pool} ({role})\npeer id:        {peer}\n"
+        ));
         for addr in &r.listen {
             text.push_str(&format!("listening:      {addr}\n"));
         }

@@ -216,7 +216,10 @@ fn submit_request(args: &SubmitArgs) -> anyhow::Result<SubmitRequest> {
             bail!("inputs total {total} bytes; a job carries at most {budget} bytes of input");
         }
         let data = std::fs::read(&local).with_context(|| format!("input {}", local.display()))?;
-        inputs.push((remote, base64::engine::general_purpose::STANDARD.encode(data)));
+        inputs.push((
+            remote,
+            base64::engine::general_purpose::STANDARD.encode(data),
+        ));
     }
     for o in &args.output {
         if !safe_relative_path(o) {
@@ -303,9 +306,10 @@ fn show(line: &SubmitLine, quiet: bool, outputs: &mut OutputFiles) -> anyhow::Re
             say(format!("job {job_id} accepted by {}", short(host)))
         }
         SubmitLine::Event { host, event, .. } => say(format!("{}: {event}", short(host))),
-        SubmitLine::HostFailed { host, reason } => {
-            say(format!("{} failed the job: {reason}; trying another host", short(host)))
-        }
+        SubmitLine::HostFailed { host, reason } => say(format!(
+            "{} failed the job: {reason}; trying another host",
+            short(host)
+        )),
         SubmitLine::Output { name, data } => {
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(data)
@@ -350,7 +354,6 @@ fn new_swarm_key(bytes: [u8; 32]) -> String {
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!("/key/swarm/psk/1.0.0/\n/base16/\n{hex}\n")
 }
-
 
 #[cfg(test)]
 mod tests {

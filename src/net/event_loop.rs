@@ -318,6 +318,14 @@ impl EventLoop {
                     .gossipsub
                     .report_message_validation_result(&message_id, &propagation_source, verdict);
             }
+            BehaviourEvent::Gossipsub(gossipsub::Event::Subscribed { peer_id, topic })
+                if topic == self.topic.hash() =>
+            {
+                // A peer that joins the topic has not heard our last announcement
+                // (it went out before it was there): tell it now, not in 30 s.
+                tracing::debug!(%peer_id, "a peer subscribed to the pool's topic");
+                self.publish_announcement();
+            }
             BehaviourEvent::Reliability(event) => self.on_reliability_event(event),
             BehaviourEvent::Job(event) => self.on_job_event(event),
             _ => {}

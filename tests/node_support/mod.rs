@@ -16,10 +16,16 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_gleaner")
 }
 
-/// A config for tests: short periods and sustain, no random extra samples.
+/// The `[net]` section every test node gets: loopback only, no mDNS (the
+/// workplace's network rule; mDNS ignores loopback anyway).
+pub const LOOPBACK_NET: &str =
+    "[net]\nmdns = false\nlisten = [\"/ip4/127.0.0.1/tcp/0\"]\nannounce_secs = 2\n";
+
+/// A config for tests: short periods and sustain, no random extra samples,
+/// networking on loopback only. `extra` lands in `[monitor]`.
 pub fn test_config(sustain_secs: u32, extra: &str) -> String {
     format!(
-        "[policy]\nsustain_secs = {sustain_secs}\n\n[monitor]\nmin_period_secs = 1\nmax_period_secs = 1\nextra_sample_chance = 0.0\n{extra}"
+        "[policy]\nsustain_secs = {sustain_secs}\n\n{LOOPBACK_NET}\n[monitor]\nmin_period_secs = 1\nmax_period_secs = 1\nextra_sample_chance = 0.0\n{extra}"
     )
 }
 
@@ -32,6 +38,8 @@ pub struct NodeFixture {
     /// CPUs to pin the node (and so its guests) to.
     pub cpus: Option<Vec<usize>>,
     pub script: Option<String>,
+    /// Extra flags after `gleaner node`.
+    pub node_args: Vec<String>,
 }
 
 impl NodeFixture {
@@ -48,6 +56,7 @@ impl NodeFixture {
             stdout_lines: Vec::new(),
             cpus: None,
             script: script.map(str::to_string),
+            node_args: Vec::new(),
         }
     }
 
@@ -74,6 +83,7 @@ impl NodeFixture {
         assert!(self.child.is_none(), "already started");
         let mut cmd = self.gleaner();
         cmd.arg("node")
+            .args(&self.node_args)
             .env("GLEANER_LOG", "gleaner=debug")
             .stdout(Stdio::piped())
             .stderr(Stdio::from(
@@ -123,6 +133,14 @@ impl NodeFixture {
                 ),
             }
         }
+    }
+
+    /// A value the node printed when ready, e.g. `peer id` or `listening`.
+    pub fn ready_value(&self, key: &str) -> Option<String> {
+        let prefix = format!("{key}:");
+        self.stdout_lines
+            .iter()
+            .find_map(|l| l.strip_prefix(&prefix).map(|v| v.trim().to_string()))
     }
 
     pub fn pid(&self) -> i32 {

@@ -1,0 +1,374 @@
+//! Pools of real `gleaner node` processes on 127.0.0.1 (static bootstrap, no
+//! mDNS): discovery, `gleaner hosts` with TRs from each host's own history,
+//! remote jobs with inputs, outputs and exit status, a host killed mid-job,
+//! private pools, the allowlist, and hostile frames against a live node.
+
+mod net_support;
+mod node_support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use node_support::{test_config, NodeFixture};
+use serde_json::Value;
+
+/// Steady owner load for every node: 5 % CPU, 8000 MiB free (S1).
+const QUIET_HOST: &str = "0 5 8000\n";
+
+/// A trace of the last 21 days, one row a minute, in which the owner's load
+/// exceeds Th2 for the first `busy_minutes` of every hour (S3 once sustained).
+fn history(busy_minutes: u64) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let end = now - now % 60 - 120;
+    let mut text = String::from(
+        "# gleaner-trace v1\n# host: test\n# tz: UTC\n# step: 60\ntime,cpu,free_mib,up\n",
+    );
+    let mut t = end - 21 * 86_400;
+    while t <= end {
+        let cpu = if (t / 60) % 60 < busy_minutes {
+            95.0
+        } else {
+            5.0
+        };
+        text.push_str(&format!("{t},{cpu},8000,1\n"));
+        t += 60;
+    }
+    text
+}
+
+/// A node of a loopback pool, not started yet; `history` (a trace) is imported first.
+fn pool_node(history: Option<&str>, flags: &[&str]) -> NodeFixture {
+    let mut node = NodeFixture::new(&test_config(60, ""), Some(QUIET_HOST));
+    if let Some(trace) = history {
+        let path = node.dir.join("history.csv");
+        std::fs::write(&path, trace).unwrap();
+        node.run_ok(&["history", "import", path.to_str().unwrap()]);
+    }
+    node.node_args = flags.iter().map(|s| s.to_string()).collect();
+    node
+}
+
+fn started(mut node: NodeFixture) -> NodeFixture {
+    node.start();
+    node
+}
+
+fn addr(node: &NodeFixture) -> String {
+    node.ready_value("listening")
+        .expect("the node prints its address")
+}
+
+fn peer(node: &NodeFixture) -> String {
+    node.ready_value("peer id")
+        .expect("the node prints its peer id")
+}
+
+fn hosts(node: &NodeFixture) -> Value {
+    serde_json::from_str(&node.run_ok(&["hosts", "--json", "--window", "1h"])).unwrap()
+}
+
+fn host_entry<'a>(report: &'a Value, peer: &str) -> Option<&'a Value> {
+    report["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["peer"] == peer)
+}
+
+/// Polls `hosts` until `ok` holds (panics after `limit`), returns the last report.
+fn hosts_until(node: &NodeFixture, limit: Duration, ok: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let report = hosts(node);
+        if ok(&report) {
+            return report;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "hosts never satisfied the test: {report:#}\nlog:\n{}",
+            node.log()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// `gleaner --json submit` with its lines arriving on a channel.
+struct Submit {
+    child: Child,
+    lines: mpsc::Receiver<Value>,
+    seen: Vec<Value>,
+}
+
+impl Submit {
+    fn start(node: &NodeFixture, args: &[&str]) -> Submit {
+        let mut child = node
+            .gleaner()
+            .arg("--json")
+            .arg("submit")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if tx.send(v).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Submit {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a line matching `pred` (panics after 60 s).
+    fn wait_for(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) => {
+                    self.seen.push(v.clone());
+                    if pred(&v) {
+                        return v;
+                    }
+                }
+                Err(_) => panic!("no {what} line; saw {:#?}", self.seen),
+            }
+        }
+    }
+
+    /// Waits for the command to end; returns its exit code and every line.
+    fn finish(mut self) -> (i32, Vec<Value>) {
+        let status = self.child.wait().unwrap();
+        while let Ok(v) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push(v);
+        }
+        (status.code().unwrap_or(-1), self.seen)
+    }
+}
+
+fn output_of(lines: &[Value], name: &str) -> String {
+    let mut bytes = Vec::new();
+    for l in lines
+        .iter()
+        .filter(|l| l["type"] == "output" && l["name"] == name)
+    {
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(l["data"].as_str().unwrap())
+            .unwrap();
+        bytes.extend(data);
+    }
+    String::from_utf8(bytes).unwrap()
+}
+
+#[test]
+fn a_pool_of_three_nodes_ranks_by_tr_runs_jobs_and_survives_a_host_killed_mid_job() {
+    let steady = started(pool_node(Some(&history(0)), &[]));
+    let bootstrap = addr(&steady);
+    let flaky = started(pool_node(Some(&history(20)), &["--bootstrap", &bootstrap]));
+    let consumer = started(pool_node(None, &["--bootstrap", &bootstrap, "--no-guest"]));
+    let (steady_id, flaky_id) = (peer(&steady), peer(&flaky));
+
+    // Both hosts are found through the DHT and through gossip, and answer with
+    // TRs from their own histories: the steady host ranks first.
+    let report = hosts_until(&consumer, Duration::from_secs(40), |r| {
+        [&steady_id, &flaky_id].iter().all(|p| {
+            host_entry(r, p).is_some_and(|h| {
+                h["tr"].is_number()
+                    && h["found_by"].as_array().unwrap().len() == 2
+                    && h["state"] == "S1"
+            })
+        })
+    });
+    let steady_tr = host_entry(&report, &steady_id).unwrap()["tr"]
+        .as_f64()
+        .unwrap();
+    let flaky_tr = host_entry(&report, &flaky_id).unwrap()["tr"]
+        .as_f64()
+        .unwrap();
+    assert!(steady_tr > 0.9 && flaky_tr < steady_tr - 0.3, "{report:#}");
+    assert_eq!(report["hosts"][0]["peer"], steady_id.as_str(), "best first");
+    assert!(
+        host_entry(&report, &peer(&consumer)).is_none(),
+        "a node does not list itself"
+    );
+    // A consumer-only node answers queries but offers no slot.
+    let from_steady = hosts_until(&steady, Duration::from_secs(20), |r| {
+        host_entry(r, &peer(&consumer)).is_some_and(|h| h["slot_free"] == false)
+    });
+    assert!(host_entry(&from_steady, &flaky_id).is_some());
+
+    // A job with an input file runs on the best host; its stdout, stderr, output
+    // file and exit status come back.
+    let input = consumer.dir.join("words.txt");
+    std::fs::write(&input, "hello pool\n").unwrap();
+    let out_dir = consumer.dir.join("results");
+    let job = Submit::start(
+        &consumer,
+        &[
+            "--runtime",
+            "5m",
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            "upper.txt",
+            "--output-dir",
+            out_dir.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "cat words.txt; tr a-z A-Z < words.txt > upper.txt; echo warn >&2; exit 3",
+        ],
+    );
+    let (code, lines) = job.finish();
+    assert_eq!(code, 3, "{lines:#?}");
+    let done = lines.iter().find(|l| l["type"] == "done").unwrap();
+    assert_eq!(done["host"], steady_id.as_str());
+    assert_eq!(output_of(&lines, "stdout"), "hello pool\n");
+    assert_eq!(output_of(&lines, "stderr"), "warn\n");
+    assert_eq!(output_of(&lines, "upper.txt"), "HELLO POOL\n");
+
+    // The host dies mid-job: the job completes on the other host.
+    let mut job = Submit::start(
+        &consumer,
+        &[
+            "--runtime",
+            "5m",
+            "--",
+            "sh",
+            "-c",
+            "sleep 3; echo survived",
+        ],
+    );
+    let submitted = job.wait_for("submitted", |l| l["type"] == "submitted");
+    assert_eq!(submitted["host"], steady_id.as_str());
+    job.wait_for("started", |l| {
+        l["type"] == "event" && l["event"] == "started"
+    });
+    let mut steady = steady;
+    steady.kill9();
+    let (code, lines) = job.finish();
+    assert_eq!(code, 0, "{lines:#?}");
+    assert!(lines
+        .iter()
+        .any(|l| l["type"] == "host_failed" && l["host"] == steady_id.as_str()));
+    let done = lines.iter().find(|l| l["type"] == "done").unwrap();
+    assert_eq!(done["host"], flaky_id.as_str());
+    assert_eq!(done["attempts"], 2);
+    assert_eq!(output_of(&lines, "stdout"), "survived\n");
+    drop(flaky);
+}
+
+#[test]
+fn a_private_pool_keeps_out_other_keys_and_only_allowlisted_consumers_submit() {
+    let temp = tempfile::tempdir().unwrap();
+    let key = |name: &str, byte: u8| {
+        let path = temp.path().join(name);
+        let hex: String = std::iter::repeat_n(format!("{byte:02x}"), 32).collect();
+        std::fs::write(&path, format!("/key/swarm/psk/1.0.0/\n/base16/\n{hex}\n")).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let (ours, theirs) = (key("ours.key", 0x11), key("theirs.key", 0x22));
+    let allowed = started(pool_node(None, &["--swarm-key", &ours, "--no-guest"]));
+    let refused = started(pool_node(None, &["--swarm-key", &ours, "--no-guest"]));
+    let stranger = started(pool_node(None, &["--swarm-key", &theirs]));
+    let allowed_id = peer(&allowed);
+    let host = started(pool_node(
+        None,
+        &[
+            "--swarm-key",
+            &ours,
+            "--allow",
+            &allowed_id,
+            "--bootstrap",
+            &addr(&allowed),
+            "--bootstrap",
+            &addr(&refused),
+            "--bootstrap",
+            &addr(&stranger),
+        ],
+    ));
+    let host_id = peer(&host);
+    hosts_until(&allowed, Duration::from_secs(30), |r| {
+        host_entry(r, &host_id).is_some_and(|h| h["answered"] == true)
+    });
+    hosts_until(&refused, Duration::from_secs(30), |r| {
+        host_entry(r, &host_id).is_some_and(|h| h["answered"] == true)
+    });
+
+    let (code, lines) = Submit::start(&allowed, &["--", "echo", "inside"]).finish();
+    assert_eq!(code, 0, "{lines:#?}");
+    assert_eq!(output_of(&lines, "stdout"), "inside\n");
+
+    let (code, lines) = Submit::start(&refused, &["--", "echo", "outside"]).finish();
+    assert_eq!(code, 75, "{lines:#?}");
+    assert!(lines.iter().any(|l| l["type"] == "rejected"
+        && l["host"] == host_id.as_str()
+        && l["reason"].as_str().unwrap().contains("NotAllowed")));
+
+    // The node with another key never got in, though the host dialled it.
+    let report = hosts(&stranger);
+    assert!(report["hosts"].as_array().unwrap().is_empty(), "{report:#}");
+    let from_host = hosts(&host);
+    assert!(
+        host_entry(&from_host, &peer(&stranger)).is_none(),
+        "{from_host:#}"
+    );
+    assert!(
+        host_entry(&from_host, &allowed_id).is_some(),
+        "{from_host:#}"
+    );
+    assert!(host.log().contains("joined the pool"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_and_oversized_frames_are_refused_and_the_node_keeps_serving() {
+    let node = started(pool_node(None, &[]));
+    let target: libp2p::Multiaddr = addr(&node).parse().unwrap();
+    let peer_id: libp2p::PeerId = peer(&node).parse().unwrap();
+
+    assert!(!net_support::send_raw(&target, peer_id, vec![0xff, 0xff, 0xff, 0xff, 1, 2]).await);
+    let mut garbage = 24u32.to_be_bytes().to_vec();
+    garbage.extend_from_slice(&[0xfd; 24]);
+    assert!(!net_support::send_raw(&target, peer_id, garbage).await);
+    // Garbage below libp2p: raw bytes on the TCP port.
+    let port = target
+        .iter()
+        .find_map(|p| match p {
+            libp2p::multiaddr::Protocol::Tcp(port) => Some(port),
+            _ => None,
+        })
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let _ = tcp.write_all(&[0xAB; 64 * 1024]);
+    }
+    // A well-formed query still gets an answer from the live node.
+    let query = gleaner::net::protocol::ReliabilityQuery {
+        window_start_unix: 0,
+        length_secs: 3600,
+        memory_mib: 0,
+    };
+    let good =
+        gleaner::net::codec::encode_frame(&query, gleaner::net::protocol::RELIABILITY_REQUEST_CAP)
+            .unwrap();
+    assert!(net_support::send_raw(&target, peer_id, good).await);
+    let status = node.status();
+    assert_eq!(status["pid"], node.pid(), "{status:#}");
+}
