@@ -406,4 +406,32 @@ async fn relay_and_public_presets_run_and_serve() {
             .unwrap();
         assert_eq!(got, answer_for(&query(120)));
     }
+
+    // The member listens through the relay: a third peer reaches it over a circuit
+    // (on loopback it could dial directly; the circuit address forces the relay path).
+    let mut other_cfg = NetConfig::public("public-pool", vec![relay.addr.clone()]);
+    other_cfg.listen = NetConfig::loopback("public-pool").listen;
+    other_cfg.autonat = false;
+    let other = spawn_node(other_cfg, Serve::Answer).await;
+    let circuit = relay
+        .addr
+        .clone()
+        .with(Protocol::P2pCircuit)
+        .with(Protocol::P2p(member.handle.peer_id()));
+    let reached = wait_for(Duration::from_secs(10), || {
+        let (h, addr) = (other.handle.clone(), circuit.clone());
+        async move { h.dial(addr).await.ok() }
+    })
+    .await;
+    assert_eq!(
+        reached,
+        Some(member.handle.peer_id()),
+        "dial over {circuit}"
+    );
+    let got = other
+        .handle
+        .query_reliability(member.handle.peer_id(), query(60))
+        .await
+        .unwrap();
+    assert_eq!(got, answer_for(&query(60)));
 }

@@ -36,6 +36,9 @@ use crate::net::swarm::{
     ANNOUNCED_ADDRESSES_MAX, EVENT_QUEUE,
 };
 
+/// The circuit relay v2 protocol a relay offers (identify lists it).
+const RELAY_HOP_PROTOCOL: &str = "/libp2p/circuit/relay/0.2.0/hop";
+
 /// Commands waiting in the channel before `NetHandle` calls wait.
 const COMMAND_QUEUE: usize = 64;
 
@@ -81,6 +84,7 @@ pub fn start(
         serving: FuturesUnordered::new(),
         members: HashMap::new(),
         status: None,
+        relays_reserved: HashSet::new(),
     };
     event_loop.dial_bootstrap();
     Ok((
@@ -133,6 +137,8 @@ pub struct EventLoop {
     serving: FuturesUnordered<ServingFuture>,
     members: HashMap<PeerId, Member>,
     status: Option<LocalStatus>,
+    /// Relays we listen through.
+    relays_reserved: HashSet<PeerId>,
 }
 
 impl EventLoop {
@@ -162,6 +168,29 @@ impl EventLoop {
             }
         }
         tracing::debug!("network loop stopped");
+    }
+
+    /// A member of a public pool (AutoNAT on) that may sit behind NAT listens through
+    /// each bootstrap peer that offers a relay: peers then reach it over a circuit and
+    /// DCUtR upgrades the connection to a direct one where the NATs allow.
+    fn reserve_relay(&mut self, relay: PeerId) {
+        if !self.cfg.autonat || self.cfg.relay_server || !self.relays_reserved.insert(relay) {
+            return;
+        }
+        let Some(addr) = self
+            .cfg
+            .bootstrap
+            .iter()
+            .find(|a| peer_of(a) == Some(relay))
+            .cloned()
+        else {
+            return;
+        };
+        let circuit = addr.with(libp2p::multiaddr::Protocol::P2pCircuit);
+        match self.swarm.listen_on(circuit.clone()) {
+            Ok(_) => tracing::info!(%circuit, "listening through a relay"),
+            Err(e) => tracing::warn!(%circuit, "cannot listen through the relay: {e}"),
+        }
     }
 
     fn dial_bootstrap(&mut self) {
@@ -249,6 +278,13 @@ impl EventLoop {
         match event {
             SwarmEvent::NewListenAddr { address, .. } => {
                 tracing::info!(%address, "listening");
+                // A relay runs on a reachable machine by definition, and libp2p's relay
+                // serves reservations only with a confirmed external address: confirm
+                // our listen addresses (a relay behind NAT would need its public one in
+                // `listen`).
+                if self.cfg.relay_server && !is_unspecified(&address) {
+                    self.swarm.add_external_address(address);
+                }
             }
             SwarmEvent::ConnectionEstablished {
                 peer_id,
@@ -284,14 +320,15 @@ impl EventLoop {
         match event {
             // Identify does not feed Kademlia by itself: add the peer's listen addresses
             // when it speaks our DHT protocol.
-            BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. })
-                if info
-                    .protocols
-                    .iter()
-                    .any(|p| *p == StreamProtocol::new(KAD_PROTOCOL)) =>
-            {
-                for addr in info.listen_addrs {
-                    self.swarm.behaviour_mut().kad.add_address(&peer_id, addr);
+            BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
+                let protocols = &info.protocols;
+                if protocols.contains(&StreamProtocol::new(RELAY_HOP_PROTOCOL)) {
+                    self.reserve_relay(peer_id);
+                }
+                if protocols.contains(&StreamProtocol::new(KAD_PROTOCOL)) {
+                    for addr in info.listen_addrs {
+                        self.swarm.behaviour_mut().kad.add_address(&peer_id, addr);
+                    }
                 }
             }
             BehaviourEvent::Mdns(mdns::Event::Discovered(found)) => {
