@@ -32,6 +32,11 @@ pub struct SynthArgs {
     /// Sampling period in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 6)]
     pub step: u32,
+    /// End the trace at the start of this time's local day (`now`, RFC 3339 or
+    /// Unix seconds) instead of starting on 2025-09-01: recent history for a
+    /// demo node (`gleaner history import`).
+    #[arg(long, value_name = "TIME", value_parser = parse_end)]
+    pub end: Option<i64>,
     /// Output file; `-` writes to stdout.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
@@ -44,7 +49,10 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<()> {
 }
 
 fn synth(a: &SynthArgs) -> anyhow::Result<()> {
-    let cfg = SynthConfig::new(a.seed, a.days, &a.tz)?.with_step(a.step)?;
+    let mut cfg = SynthConfig::new(a.seed, a.days, &a.tz)?.with_step(a.step)?;
+    if let Some(end) = a.end {
+        cfg = cfg.ending_on_date_of(end)?;
+    }
     if a.out.as_os_str() == "-" {
         let stdout = std::io::stdout();
         return match write_synth(&cfg, stdout.lock()) {
@@ -74,4 +82,12 @@ fn is_broken_pipe(e: &crate::eval::synth::SynthError) -> bool {
         source = err.source();
     }
     false
+}
+
+/// `now` or a time as `--at` takes it.
+fn parse_end(text: &str) -> Result<i64, String> {
+    if text.trim() == "now" {
+        return Ok(jiff::Timestamp::now().as_second());
+    }
+    crate::cli::args::parse_time(text)
 }

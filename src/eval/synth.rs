@@ -111,6 +111,26 @@ impl SynthConfig {
         Ok(cfg)
     }
 
+    /// The same config starting at local midnight `days` days before the local
+    /// date of `end`, so the trace covers the whole days before that date: the
+    /// history a node started at `end` would have (demos, seeding a node).
+    pub fn ending_on_date_of(self, end: i64) -> Result<Self, SynthError> {
+        let out_of_range = || SynthError::StartOutOfRange(end);
+        let date = Timestamp::from_second(end)
+            .map_err(|_| out_of_range())?
+            .to_zoned(self.tz.clone())
+            .date();
+        let first = date
+            .checked_sub(jiff::Span::new().days(i64::from(self.days)))
+            .map_err(|_| out_of_range())?;
+        let start = self
+            .tz
+            .to_timestamp(first.to_datetime(Time::midnight()))
+            .map_err(|_| out_of_range())?
+            .as_second();
+        self.with_start(start)
+    }
+
     /// Checks that the config describes a trace we agree to make.
     pub fn validate(&self) -> Result<(), SynthError> {
         if !(1..=MAX_STEP_SECS).contains(&self.step_secs) {

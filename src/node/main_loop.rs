@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// How often a running guest is checked for its end (and its wall limit).
-const GUEST_POLL: Duration = Duration::from_millis(200);
+const GUEST_POLL: Duration = Duration::from_millis(50);
 /// How long shutdown waits for the killed guest to be reaped.
 const GUEST_KILL_WAIT: Duration = Duration::from_secs(2);
 /// The windows `status` predicts for.
@@ -133,8 +133,9 @@ pub struct Node {
     jobs_started: u64,
     /// Jobs peers submitted here.
     remote: RemoteJobs,
-    /// The history as a series, with the sample count and time it was built at.
-    series_cache: Option<(usize, i64, Arc<HostSeries>)>,
+    /// The history as a series and the time it was built at; dropped when the
+    /// history changes in bulk (import, retention).
+    series_cache: Option<(i64, Arc<HostSeries>)>,
     /// The best benchmark score heard in the pool (ours included).
     best_score: u64,
     /// State and slot last announced, to announce only changes.
@@ -341,6 +342,7 @@ impl Node {
     }
 
     fn compact(&mut self) {
+        self.series_cache = None;
         let now = self.now();
         match self
             .parts
@@ -387,6 +389,7 @@ impl Node {
                 let _ = reply.send(answer);
             }
             ControlRequest::Import { text, reply } => {
+                self.series_cache = None;
                 let _ = reply.send(import(&self.parts.store, &text));
             }
         }
@@ -752,18 +755,17 @@ impl Node {
     }
 
     /// The history as a series, rebuilt at most once a `SERIES_CACHE_SECS`
-    /// (and whenever samples were imported or deleted in bulk).
+    /// (and after an import or a retention pass). Counting samples to detect
+    /// changes would cost more than the query: sled counts by walking the tree.
     fn cached_series(&mut self) -> Result<Arc<HostSeries>, ApiError> {
         let now = self.now();
-        let count = self.parts.store.sample_count();
-        if let Some((n, built, series)) = &self.series_cache {
-            let fresh = now - built < SERIES_CACHE_SECS && count.abs_diff(*n) < 1000;
-            if fresh {
+        if let Some((built, series)) = &self.series_cache {
+            if (0..SERIES_CACHE_SECS).contains(&(now - built)) {
                 return Ok(series.clone());
             }
         }
         let series = Arc::new(self.series()?);
-        self.series_cache = Some((count, now, series.clone()));
+        self.series_cache = Some((now, series.clone()));
         Ok(series)
     }
 
