@@ -11,10 +11,15 @@ use crate::node::Ready;
 use clap::Args;
 
 #[derive(Debug, Args)]
-pub struct NodeArgs {}
+pub struct NodeArgs {
+    #[command(flatten)]
+    pub out: crate::cli::JsonFlag,
+}
 
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
+    #[command(flatten)]
+    pub out: crate::cli::JsonFlag,
     /// Print every key with its default and meaning (a valid config file).
     #[arg(long)]
     pub defaults: bool,
