@@ -50,14 +50,7 @@ fn eval(dir: &Path, traces: &[&Path], extra: &[&str]) {
             "500",
         ])
         .args([
-            "--json-out",
-            "e.json",
-            "--report",
-            "e.md",
-            "--plots",
-            "plots",
-            "--seed",
-            "9",
+            "--json", "e.json", "--report", "e.md", "--plots", "plots", "--seed", "9",
         ])
         .args(extra)
         .output()
@@ -100,7 +93,10 @@ fn eval_writes_json_report_and_plots_reproducibly() {
         serde_json::from_slice(&std::fs::read(dir.path().join("e.json")).unwrap()).unwrap()
     };
     let first = read_json();
-    assert_eq!(first["default_method"], "km");
+    assert_eq!(
+        first["default_method"],
+        gleaner::model::baselines::DEFAULT_METHOD
+    );
     assert_eq!(first["traces"].as_array().unwrap().len(), 2);
     for name in ["paper", "km", "km+age"] {
         for len in ["3600", "10800"] {
@@ -207,6 +203,44 @@ fn global_json_prints_the_report_and_bad_options_are_refused() {
             .unwrap()
             > 0
     );
+
+    // `--json FILE` writes the file and prints the table; `--json-out` is the same option.
+    for option in ["--json", "--json-out"] {
+        let file = dir.path().join(format!("{option}.json"));
+        let out = gleaner()
+            .args(["eval", "--methods", "km", "--lengths", "2h", "--hours", "9"])
+            .arg(option)
+            .arg(&file)
+            .arg("--trace")
+            .arg(&a)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{option}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("T = 2h"),
+            "{option}"
+        );
+        let v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(v["method_order"], serde_json::json!(["km"]), "{option}");
+    }
+    // The top-level `gleaner --json eval` still prints the JSON.
+    let out = gleaner()
+        .args([
+            "--json",
+            "eval",
+            "--methods",
+            "km",
+            "--lengths",
+            "2h",
+            "--hours",
+            "9",
+        ])
+        .arg("--trace")
+        .arg(&a)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["method_order"], serde_json::json!(["km"]));
 
     for bad in [
         &["--methods", "nonsense"][..],

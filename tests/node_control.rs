@@ -38,6 +38,10 @@ fn status_pause_and_resume_through_the_socket() {
     assert_eq!(s["period_secs"], 1.0);
     assert_eq!(s["paused"], false);
     assert_eq!(s["predictions"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        s["prediction_method"],
+        gleaner::model::baselines::DEFAULT_METHOD
+    );
     assert_eq!(s["guest"], Value::Null);
 
     let mut job = node.run_local(&["--runtime", "60s", "--", "sleep", "30"]);
@@ -177,6 +181,10 @@ fn predict_through_the_node_and_from_the_stopped_database_agree() {
     let tr = live["tr"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&tr));
     assert!(live["days_used"].as_u64().unwrap() >= 1, "{live}");
+    assert_eq!(live["method"], gleaner::model::baselines::DEFAULT_METHOD);
+    let km_args = [&args[..], &["--method", "km"]].concat();
+    let live_km: Value = serde_json::from_str(&node.run_ok(&km_args)).unwrap();
+    assert_eq!(live_km["method"], "km");
 
     let export = node.run_ok(&["history", "export"]);
     assert!(export.starts_with("# gleaner-trace v1"));
@@ -187,6 +195,9 @@ fn predict_through_the_node_and_from_the_stopped_database_agree() {
     let offline: Value = serde_json::from_str(&node.run_ok(&args)).unwrap();
     assert_eq!(offline["tr"], live["tr"], "node {live}\noffline {offline}");
     assert_eq!(offline["history_days"], live["history_days"]);
+    assert_eq!(offline["method"], live["method"]);
+    let offline_km: Value = serde_json::from_str(&node.run_ok(&km_args)).unwrap();
+    assert_eq!(offline_km["tr"], live_km["tr"]);
     // The stopped node's export works too, and the lock is free again after it.
     let out = node.dir.join("export.csv");
     node.run_ok(&["history", "export", "--out", out.to_str().unwrap()]);

@@ -8,7 +8,9 @@
 
 use crate::cli::args::parse_duration;
 use crate::cli::output::{print_json, print_text};
-use crate::cli::predict::{predict_report, print_report, PredictArgs, PredictReport};
+use crate::cli::predict::{
+    predict_report, print_report, PredictArgs, PredictReport, ReportRequest,
+};
 use crate::cli::Global;
 use crate::control::api::{
     ImportSummary, PauseReport, PauseRequest, PredictQuery, RunLocalRequest, StatusReport,
@@ -28,6 +30,8 @@ use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct PauseArgs {
+    #[command(flatten)]
+    pub out: crate::cli::JsonFlag,
     /// Resume by itself after this long (90m, 2h); until `resume` otherwise.
     #[arg(long = "for", value_name = "DUR", value_parser = parse_duration)]
     pub for_secs: Option<u64>,
@@ -35,6 +39,8 @@ pub struct PauseArgs {
 
 #[derive(Debug, Args)]
 pub struct RunLocalArgs {
+    #[command(flatten)]
+    pub out: crate::cli::JsonFlag,
     /// The job's working set in MiB: less free memory than this kills it (S4).
     #[arg(long, value_name = "MIB", default_value_t = 0)]
     pub mem: u64,
@@ -48,6 +54,8 @@ pub struct RunLocalArgs {
 
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
+    #[command(flatten)]
+    pub out: crate::cli::JsonFlag,
     #[command(subcommand)]
     pub command: HistoryCommand,
 }
@@ -149,10 +157,18 @@ fn status_text(r: &StatusReport) -> String {
             (None, Some(e)) => format!("unknown ({e})"),
             (None, None) => "unknown".to_string(),
         };
-        let key = format!(
-            "TR next {}",
-            crate::cli::predict::human_duration(p.window_secs)
-        );
+        let key = if r.prediction_method.is_empty() {
+            format!(
+                "TR next {}",
+                crate::cli::predict::human_duration(p.window_secs)
+            )
+        } else {
+            format!(
+                "TR next {} ({})",
+                crate::cli::predict::human_duration(p.window_secs),
+                r.prediction_method
+            )
+        };
         rows.push((key, value));
     }
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
@@ -207,11 +223,13 @@ pub fn resume(global: &Global) -> anyhow::Result<()> {
 
 /// `predict` without `--trace`: asks the node, or reads the stopped node's database.
 pub fn predict(args: &PredictArgs, global: &Global) -> anyhow::Result<()> {
+    let method = args.method_name()?;
     let (paths, client) = client(global)?;
     let query = PredictQuery {
         window_secs: args.window,
         at: args.at,
         mem_mib: args.mem,
+        method: method.clone(),
     };
     let answer: Result<PredictReport, ClientError> =
         block_on(client.post_json(&format!("{PREFIX}/predict"), &query))?;
@@ -226,8 +244,9 @@ pub fn predict(args: &PredictArgs, global: &Global) -> anyhow::Result<()> {
                 let at = args
                     .at
                     .unwrap_or_else(|| jiff::Timestamp::now().as_second());
-                let mut request = PredictRequest::new(at, args.window, config.thresholds(args.mem));
-                request.days = config.history.days;
+                let mut window = PredictRequest::new(at, args.window, config.thresholds(args.mem));
+                window.days = config.history.days;
+                let request = ReportRequest::with_method(window, method.as_deref());
                 predict_report(&series, meta.host.clone(), &request)
                     .context("cannot predict from the node's history")
             })?

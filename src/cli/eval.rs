@@ -74,9 +74,11 @@ pub struct EvalArgs {
     #[arg(long, value_name = "FRACTION", default_value_t = 0.5)]
     pub test_from: f64,
 
-    /// Write the full result as JSON to FILE (the global `--json` prints it to stdout instead).
-    #[arg(long = "json-out", value_name = "FILE")]
-    pub json_out: Option<PathBuf>,
+    /// Write the full result as JSON to FILE and print the summary table;
+    /// `--json` alone (or `--json -`) prints the JSON to stdout instead.
+    #[arg(long = "json", value_name = "FILE", num_args = 0..=1,
+          default_missing_value = "-", visible_alias = "json-out")]
+    pub json: Option<PathBuf>,
 
     /// Write a markdown report to FILE.
     #[arg(long, value_name = "FILE.md")]
@@ -240,7 +242,14 @@ fn progress(total: u64, quiet: bool) -> ProgressBar {
     bar
 }
 
-pub fn run(args: &EvalArgs, json: bool) -> anyhow::Result<()> {
+/// Where `--json` sends the report: stdout for `-` (or `gleaner --json eval`).
+fn json_file(args: &EvalArgs) -> Option<&Path> {
+    args.json.as_deref().filter(|p| *p != Path::new("-"))
+}
+
+/// `global_json` is the top-level `gleaner --json eval …`.
+pub fn run(args: &EvalArgs, global_json: bool) -> anyhow::Result<()> {
+    let json = global_json || args.json.as_deref() == Some(Path::new("-"));
     let started = Instant::now();
     let cfg = protocol_config(args)?;
     let methods = methods_from_list(&args.methods, args.seed)?;
@@ -359,7 +368,7 @@ pub fn run(args: &EvalArgs, json: bool) -> anyhow::Result<()> {
             cost,
         },
     };
-    if let Some(path) = &args.json_out {
+    if let Some(path) = json_file(args) {
         let text = serde_json::to_string_pretty(&report)?;
         write_file(path, text.as_bytes())?;
     }

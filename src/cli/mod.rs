@@ -1,7 +1,8 @@
 //! Command-line interface: one `Cli` parsed by clap, one function per command.
 //!
 //! Commands return serializable values; `output` prints them as a sentence
-//! or table for people, or as JSON with the global `--json`. `node` is the
+//! or table for people, or as JSON with `--json` (before or after the
+//! command's name; `eval` has its own `--json [FILE]`). `node` is the
 //! daemon; `status`, `pause`, `resume`, `run-local`, `history` and `predict`
 //! (without `--trace`) are clients of it. This layer may read files and the
 //! clock; the model below it does neither.
@@ -16,15 +17,15 @@ pub mod predict;
 pub mod trace;
 
 use crate::node::paths::Paths;
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 /// Gleaner: share your computer's idle cycles, and know when they will be there.
 #[derive(Debug, Parser)]
 #[command(name = "gleaner", version, about, long_about = None)]
 pub struct Cli {
-    /// Print one JSON value instead of text.
-    #[arg(long, global = true)]
+    /// Print one JSON value instead of text (also accepted after the command's name).
+    #[arg(long)]
     pub json: bool,
 
     /// More log output (repeat for more).
@@ -45,6 +46,17 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `--json` after a command's name. The top-level `--json` is not a global
+/// flag so that `eval` can have its own `--json [FILE]` (clap refuses two
+/// `--json` in one command); every other command flattens this one, which
+/// is global within that command's subcommands.
+#[derive(Debug, Clone, Copy, Default, Args)]
+pub struct JsonFlag {
+    /// Print one JSON value instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
 }
 
 /// The options every command may use.
@@ -71,11 +83,11 @@ pub enum Command {
     /// Run the node: monitor this host, keep its history, run guests, answer clients.
     Node(node::NodeArgs),
     /// Show the node's state, load, guest and predicted reliability.
-    Status,
+    Status(JsonFlag),
     /// Withhold this machine (recorded as S5); kills a running guest.
     Pause(control::PauseArgs),
     /// Give the machine back after `pause`.
-    Resume,
+    Resume(JsonFlag),
     /// Predict the temporal reliability of a host for a future window.
     Predict(predict::PredictArgs),
     /// Run a guest job on this node and stream its output; exits with the job's status.
@@ -96,19 +108,39 @@ pub enum Command {
     SwarmKey(pool::SwarmKeyArgs),
 }
 
+impl Command {
+    /// True when `--json` was given after the command's name (not for
+    /// `eval`, whose `--json` takes a file).
+    fn json_flag(&self) -> bool {
+        match self {
+            Command::Node(a) => a.out.json,
+            Command::Status(f) | Command::Resume(f) => f.json,
+            Command::Pause(a) => a.out.json,
+            Command::Predict(a) => a.out.json,
+            Command::RunLocal(a) => a.out.json,
+            Command::History(a) => a.out.json,
+            Command::Config(a) => a.out.json,
+            Command::Trace(a) => a.out.json,
+            Command::Hosts(a) => a.out.json,
+            Command::Submit(a) => a.out.json,
+            Command::Eval(_) | Command::SwarmKey(_) => false,
+        }
+    }
+}
+
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     let global = Global {
-        json: cli.json,
+        json: cli.json || cli.command.json_flag(),
         quiet: cli.quiet,
         data_dir: cli.data_dir,
         config: cli.config,
     };
     match cli.command {
         Command::Node(args) => node::run(&args, &global),
-        Command::Status => control::status(&global),
+        Command::Status(_) => control::status(&global),
         Command::Pause(args) => control::pause(&args, &global),
-        Command::Resume => control::resume(&global),
+        Command::Resume(_) => control::resume(&global),
         Command::Predict(args) => match &args.trace {
             Some(trace) => predict::run_on_trace(&args, trace, global.json),
             None => control::predict(&args, &global),
@@ -121,5 +153,65 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Hosts(args) => pool::hosts(&args, &global),
         Command::Submit(args) => pool::submit(&args, &global),
         Command::SwarmKey(args) => pool::swarm_key(&args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from([&["gleaner"], args].concat()).expect("parses")
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn json_before_or_after_the_command() {
+        for args in [
+            &["--json", "status"][..],
+            &["status", "--json"],
+            &["history", "export", "--json"],
+            &["--json", "predict", "--window", "1h"],
+            &["predict", "--window", "1h", "--json"],
+            &["hosts", "--json"],
+            &["submit", "--json", "--", "true"],
+            &["--json", "submit", "--", "true"],
+        ] {
+            let cli = parse(args);
+            assert!(cli.json || cli.command.json_flag(), "{args:?}");
+        }
+        assert!(!parse(&["status"]).command.json_flag());
+    }
+
+    #[test]
+    fn eval_json_takes_an_optional_file() {
+        let eval_json = |args: &[&str]| match parse(args).command {
+            Command::Eval(e) => e.json.map(|p| p.display().to_string()),
+            _ => panic!("not eval"),
+        };
+        assert_eq!(
+            eval_json(&["eval", "--json", "r.json", "--trace", "a"]),
+            Some("r.json".into())
+        );
+        assert_eq!(
+            eval_json(&["eval", "--json-out", "r.json", "--trace", "a"]),
+            Some("r.json".into())
+        );
+        assert_eq!(
+            eval_json(&["eval", "--json", "--trace", "a", "b"]),
+            Some("-".into())
+        );
+        assert_eq!(
+            eval_json(&["eval", "--trace", "a", "--json"]),
+            Some("-".into())
+        );
+        assert_eq!(eval_json(&["eval", "--trace", "a"]), None);
+        let top = parse(&["--json", "eval", "--trace", "a"]);
+        assert!(top.json);
     }
 }

@@ -41,6 +41,8 @@ pub struct NodeArgs {
     /// No pool at all: measure, remember and run local jobs only.
     #[arg(long)]
     pub no_net: bool,
+    #[command(flatten)]
+    pub out: crate::cli::JsonFlag,
 }
 
 impl NodeArgs {
@@ -76,6 +78,8 @@ impl NodeArgs {
 
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
+    #[command(flatten)]
+    pub out: crate::cli::JsonFlag,
     /// Print every key with its default and meaning (a valid config file).
     #[arg(long)]
     pub defaults: bool,

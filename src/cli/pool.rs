@@ -36,6 +36,8 @@ pub struct HostsArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub rounds: u32,
+    #[command(flatten)]
+    pub out: crate::cli::JsonFlag,
 }
 
 #[derive(Debug, Args)]
@@ -65,6 +67,8 @@ pub struct SubmitArgs {
     /// The command and its arguments, after `--`.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
+    #[command(flatten)]
+    pub out: crate::cli::JsonFlag,
 }
 
 #[derive(Debug, Args)]

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct TraceArgs {
+    #[command(flatten)]
+    pub out: crate::cli::JsonFlag,
     #[command(subcommand)]
     pub command: TraceCommand,
 }

@@ -65,6 +65,9 @@ pub struct StatusReport {
     pub guest: Option<GuestReport>,
     /// Predicted temporal reliability from now for 1, 3 and 10 hours.
     pub predictions: Vec<TrReport>,
+    /// The method behind `predictions` (the node's default).
+    #[serde(default)]
+    pub prediction_method: String,
 }
 
 /// The guest as `status` shows it.
@@ -120,6 +123,10 @@ pub struct PredictQuery {
     pub at: Option<i64>,
     /// The job's working set, MiB.
     pub mem_mib: u64,
+    /// The method to answer with (a name `gleaner eval` knows); the node's
+    /// default (`model::baselines::DEFAULT_METHOD`) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
 }
 
 /// `POST /v1/run`: run a guest on this node.

@@ -7,10 +7,10 @@
 use crate::model::predictor::ReliabilityPredictor;
 
 use crate::model::baselines::parse_method_list;
+/// The method the reports single out: the registry's default, the one
+/// `gleaner predict` and the node use.
+pub use crate::model::baselines::DEFAULT_METHOD;
 pub use crate::model::baselines::{method_by_name, method_names, MethodListError};
-
-/// The method the reports single out: the censoring-aware semi-Markov predictor.
-pub const DEFAULT_METHOD: &str = "km";
 
 /// Every method name `all` stands for, in report order.
 pub fn all_names() -> Vec<String> {

@@ -808,6 +808,153 @@ impl<'a> PathSimulator<'a> {
     }
 }
 
+/// Simulates many futures of one fitted model in lockstep: each call to
+/// [`PathBatch::step`] advances every live path by one step. State is kept
+/// column-wise (one row per lag, one column per path), so the inner loops
+/// run over paths and compile to vector code, and only the last `lag`
+/// values and `q` innovations of each path are kept: memory does not grow
+/// with the horizon. A caller ends a path with [`PathBatch::drop_path`]
+/// (swap-remove: the last live path takes its column), which is how a
+/// simulation stops each path at its first failure.
+pub struct PathBatch<'a> {
+    fitted: &'a FittedModel,
+    /// Columns in use (live paths), and allocated.
+    live: usize,
+    width: usize,
+    /// Past values: `lag` rows of `width`; row `head` is the oldest.
+    values: Vec<f64>,
+    head: usize,
+    /// Past innovations: `qlag` rows of `width`; row `ehead` is the oldest.
+    innovations: Vec<f64>,
+    ehead: usize,
+    /// Window means: each path's sum of its `lag` past values.
+    sums: Vec<f64>,
+    /// The values of the last step, as levels (the mean added back).
+    out: Vec<f64>,
+}
+
+impl<'a> PathBatch<'a> {
+    /// `paths` futures of `fitted` after `history` (oldest first), seeded
+    /// as [`PathSimulator`] seeds each path.
+    pub fn new(fitted: &'a FittedModel, history: &[f64], paths: usize) -> Self {
+        let seed = Recursion::new(fitted, history, 0);
+        let width = paths;
+        let lag = seed.seed_values.len();
+        let qlag = seed.seed_innovations.len();
+        let mut values = vec![0.0; lag * width];
+        for (row, v) in values.chunks_exact_mut(width.max(1)).zip(&seed.seed_values) {
+            row.fill(*v);
+        }
+        let mut innovations = vec![0.0; qlag * width];
+        for (row, e) in innovations
+            .chunks_exact_mut(width.max(1))
+            .zip(&seed.seed_innovations)
+        {
+            row.fill(*e);
+        }
+        let sum: f64 = seed.seed_values.iter().sum();
+        PathBatch {
+            fitted,
+            live: paths,
+            width,
+            values,
+            head: 0,
+            innovations,
+            ehead: 0,
+            sums: vec![sum; width],
+            out: vec![0.0; width],
+        }
+    }
+
+    /// Paths still running.
+    pub fn live(&self) -> usize {
+        self.live
+    }
+
+    /// Advances every live path one step, adding `draws[i]` as path `i`'s
+    /// innovation (`draws` holds at least [`Self::live`] values), and
+    /// returns the new values, one per live path.
+    pub fn step(&mut self, draws: &[f64]) -> &[f64] {
+        let n = self.live;
+        let w = self.width;
+        let draws = &draws[..n];
+        let out = &mut self.out[..n];
+        match &self.fitted.predictor {
+            Predictor::Linear { ar, ma } => {
+                let lag = ar.len();
+                let qlag = ma.len();
+                out.fill(0.0);
+                // Coefficient i multiplies the value i + 1 steps back: row
+                // head + lag - 1 - i of the ring.
+                for (i, a) in ar.iter().enumerate() {
+                    let row = (self.head + lag - 1 - i) % lag;
+                    let past = &self.values[row * w..row * w + n];
+                    for (o, v) in out.iter_mut().zip(past) {
+                        *o += a * v;
+                    }
+                }
+                for (j, t) in ma.iter().enumerate() {
+                    let row = (self.ehead + qlag - 1 - j) % qlag;
+                    let past = &self.innovations[row * w..row * w + n];
+                    for (o, e) in out.iter_mut().zip(past) {
+                        *o += t * e;
+                    }
+                }
+                for (o, e) in out.iter_mut().zip(draws) {
+                    *o += e;
+                }
+                if lag > 0 {
+                    let row = self.head;
+                    self.values[row * w..row * w + n].copy_from_slice(out);
+                    self.head = (self.head + 1) % lag;
+                }
+                if qlag > 0 {
+                    let row = self.ehead;
+                    self.innovations[row * w..row * w + n].copy_from_slice(draws);
+                    self.ehead = (self.ehead + 1) % qlag;
+                }
+                let mean = self.fitted.mean;
+                for o in out.iter_mut() {
+                    *o += mean;
+                }
+            }
+            Predictor::WindowMean { window } => {
+                let lag = *window;
+                let len = lag as f64;
+                let row = self.head;
+                let oldest = &mut self.values[row * w..row * w + n];
+                let sums = &mut self.sums[..n];
+                for (((o, s), old), e) in out.iter_mut().zip(sums).zip(oldest).zip(draws) {
+                    let v = *s / len + e;
+                    *s += v - *old;
+                    *old = v;
+                    *o = v;
+                }
+                self.head = (self.head + 1) % lag;
+            }
+        }
+        &self.out[..n]
+    }
+
+    /// Ends path `i`: the last live path moves into its column.
+    pub fn drop_path(&mut self, i: usize) {
+        let last = self.live.saturating_sub(1);
+        if i > last {
+            return;
+        }
+        let w = self.width;
+        for row in self.values.chunks_exact_mut(w.max(1)) {
+            row[i] = row[last];
+        }
+        for row in self.innovations.chunks_exact_mut(w.max(1)) {
+            row[i] = row[last];
+        }
+        self.sums[i] = self.sums[last];
+        self.out[i] = self.out[last];
+        self.live = last;
+    }
+}
+
 /// The papers' forecast: the point forecast iterated `horizon` steps past the
 /// end of `history` (future innovations set to zero).
 pub fn forecast(fitted: &FittedModel, history: &[f64], horizon: usize) -> Vec<f64> {
@@ -1393,6 +1540,64 @@ mod tests {
         let none =
             share_of_paths_without_failure(&th, grid, ExcursionTracker::default(), &[], &[], 2);
         assert_eq!(none, None);
+    }
+
+    /// Each path of a [`PathBatch`] is the path [`PathSimulator`] runs with
+    /// the same innovations, also after other paths were dropped.
+    #[test]
+    fn lockstep_paths_match_one_path_at_a_time() {
+        let data = simulate_arma(&[0.5, -0.2], &[0.4], 30.0, 400, 3);
+        let innovation = |path: usize, h: usize| ((path * 31 + h * 7) % 13) as f64 - 6.0;
+        for model in TimeSeriesModel::PAPER_SUITE {
+            let fitted = fit(model, &data).unwrap();
+            let horizon = 40;
+            let paths = 5;
+            let want: Vec<Vec<f64>> = (0..paths)
+                .map(|p| {
+                    let mut sim = PathSimulator::new(&fitted, &data, horizon);
+                    let mut values = Vec::new();
+                    let mut h = 0;
+                    sim.run_until(
+                        horizon,
+                        || {
+                            h += 1;
+                            innovation(p, h - 1)
+                        },
+                        |_, v| {
+                            values.push(v);
+                            false
+                        },
+                    );
+                    values
+                })
+                .collect();
+            let mut batch = PathBatch::new(&fitted, &data, paths);
+            // Column i holds path ids[i]; path 1 ends after step 9, path 4 after step 19.
+            let mut ids: Vec<usize> = (0..paths).collect();
+            let by_step: Vec<Vec<f64>> = (0..horizon)
+                .map(|h| want.iter().map(|path| path[h]).collect())
+                .collect();
+            for (h, expected) in by_step.iter().enumerate() {
+                let draws: Vec<f64> = ids.iter().map(|&p| innovation(p, h)).collect();
+                let got = batch.step(&draws).to_vec();
+                assert_eq!(got.len(), ids.len());
+                for (v, &p) in got.iter().zip(&ids) {
+                    assert!(
+                        (v - expected[p]).abs() < 1e-9,
+                        "{model} path {p} step {h}: {v} vs {}",
+                        expected[p]
+                    );
+                }
+                for ended in [(9, 1), (19, 4)] {
+                    if h == ended.0 {
+                        let i = ids.iter().position(|&p| p == ended.1).unwrap();
+                        batch.drop_path(i);
+                        ids.swap_remove(i);
+                    }
+                }
+            }
+            assert_eq!(batch.live(), 3);
+        }
     }
 
     fn any_model() -> impl Strategy<Value = TimeSeriesModel> {

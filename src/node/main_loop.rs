@@ -9,7 +9,7 @@
 //! and out to `run-local` streams. This module must not know HTTP (that is
 //! `control::server`) nor how states are defined (`model`).
 
-use crate::cli::predict::{predict_report, PredictReport};
+use crate::cli::predict::{is_known_method, predict_report, PredictReport, ReportRequest};
 use crate::clock::Clock;
 use crate::control::api::{
     ApiError, GuestReport, ImportSummary, PauseReport, PredictQuery, RunLocalRequest, RunStarted,
@@ -476,7 +476,14 @@ impl Node {
             }
         };
         let at = query.at.unwrap_or_else(|| self.now());
-        let request = self.predict_request(at, query.window_secs, query.mem_mib);
+        if let Some(method) = query.method.as_deref().filter(|m| !is_known_method(m)) {
+            let _ = reply.send(Err(ApiError::bad_request(format!(
+                "cannot predict: unknown method {method:?}"
+            ))));
+            return;
+        }
+        let window = self.predict_request(at, query.window_secs, query.mem_mib);
+        let request = ReportRequest::with_method(window, query.method.as_deref());
         let host = self.parts.store.meta().host.clone();
         self.parts.tracker.spawn_blocking(move || {
             let answer = predict_report(&series, host, &request)
@@ -525,6 +532,7 @@ impl Node {
             samples: self.parts.store.sample_count(),
             guest,
             predictions: Vec::new(),
+            prediction_method: crate::model::baselines::DEFAULT_METHOD.to_string(),
         };
         let series = match self.series() {
             Ok(s) => s,
@@ -541,21 +549,21 @@ impl Node {
                 return;
             }
         };
-        let requests: Vec<PredictRequest> = STATUS_WINDOWS_SECS
+        let requests: Vec<ReportRequest> = STATUS_WINDOWS_SECS
             .iter()
-            .map(|&w| self.predict_request(now, w, 0))
+            .map(|&w| ReportRequest::new(self.predict_request(now, w, 0)))
             .collect();
         self.parts.tracker.spawn_blocking(move || {
             report.predictions = requests
                 .iter()
-                .map(|r| match crate::model::predict::predict(&series, r) {
+                .map(|r| match predict_report(&series, None, r) {
                     Ok(p) => TrReport {
-                        window_secs: r.window_secs,
+                        window_secs: r.window.window_secs,
                         tr: Some(p.tr),
                         error: None,
                     },
                     Err(e) => TrReport {
-                        window_secs: r.window_secs,
+                        window_secs: r.window.window_secs,
                         tr: None,
                         error: Some(e.to_string()),
                     },
@@ -796,7 +804,10 @@ impl Node {
                 return;
             }
         };
-        let request = self.predict_request(q.window_start_unix, q.length_secs, q.memory_mib);
+        let request = ReportRequest::with_method(
+            self.predict_request(q.window_start_unix, q.length_secs, q.memory_mib),
+            None,
+        );
         let fallback_state = WireState::from(self.pool_state());
         self.parts.tracker.spawn_blocking(move || {
             let answer = match predict_report(&series, None, &request) {
@@ -813,10 +824,7 @@ impl Node {
                         .ok()
                         .map_or(fallback_state, WireState::from),
                     days_used: u32::try_from(r.days_used).unwrap_or(u32::MAX),
-                    method: serde_json::to_value(r.method)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default(),
+                    method: r.method,
                     relative_power_milli: power,
                     slot_free,
                 }),

@@ -8,7 +8,8 @@
 //!   included; TR is 1 when no S3/S4 is entered, else 0.
 //! - probabilistic (`ar8-prob`, …): [`PATHS`] futures are simulated with
 //!   bootstrapped fitted innovations; TR is the share of paths entering no
-//!   S3/S4. A path stops at its first failure.
+//!   S3/S4. The paths run in lockstep, column-wise, and a path stops at its
+//!   first failure.
 //!
 //! Resampling: the value at a grid time is that of the row in force then;
 //! where the record reads S5 (down, or a long silence) or has no row, the
@@ -32,8 +33,7 @@ use crate::model::series::HostSeries;
 use crate::model::solver::CAUSES;
 use crate::model::state::{ExcursionTracker, State, Thresholds};
 use crate::model::timeseries::{
-    first_failure_in_forecast, fit, forecast, FittedModel, ForecastGrid, PathSimulator,
-    TimeSeriesModel,
+    first_failure_in_forecast, fit, forecast, FittedModel, ForecastGrid, PathBatch, TimeSeriesModel,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -270,10 +270,13 @@ fn point_failure(
     fail
 }
 
-/// Shares of [`PATHS`] simulated futures failing by S3 and by S4. Load and
-/// memory paths are independent, so each path's load part runs to its first
-/// S3 and its memory part only up to that step; S4 wins a tie, as in the
-/// state rules.
+/// Shares of [`PATHS`] simulated futures failing by S3 and by S4. The
+/// paths run in lockstep ([`PathBatch`]): each step draws one innovation
+/// per live path for load (and one for free memory), and a path ends at its
+/// first failure. Load and memory paths are independent; S4 wins a tie, as
+/// in the state rules. When no innovation can vary (every residual equal,
+/// as on a host whose load never changed), all paths are the same and one
+/// is simulated.
 fn simulated_failures(
     th: &Thresholds,
     grid: ForecastGrid,
@@ -285,50 +288,83 @@ fn simulated_failures(
 ) -> [f64; CAUSES] {
     let step = i64::from(grid.step_secs);
     let sustain = i64::from(th.sustain_secs);
-    let mut cpu_sim = PathSimulator::new(cpu.0, cpu.1, m);
-    let cpu_pool = cpu.0.residuals();
-    let mut mem_sim = mem.map(|(fitted, history)| (PathSimulator::new(fitted, history, m), fitted));
     let job_mem = th.job_mem_mib as f64;
+    let cpu_pool = cpu.0.residuals();
+    let mem_pool = mem.map(|(fitted, _)| fitted.residuals());
+    let paths = if all_equal(cpu_pool) && mem_pool.is_none_or(all_equal) {
+        1
+    } else {
+        PATHS
+    };
+    let mut cpu_batch = PathBatch::new(cpu.0, cpu.1, paths);
+    let mut mem_batch = mem.map(|(fitted, history)| PathBatch::new(fitted, history, paths));
+    let mut trackers = vec![tracker; paths];
+    let mut bits = vec![0u32; paths];
+    let mut cpu_draws = vec![0.0; paths];
+    let mut mem_draws = vec![0.0; paths];
+    // Per live path, how it ended this step: 0 still running, 3 or 4 for S3/S4.
+    let mut ended = vec![0u8; paths];
     let (mut s3, mut s4) = (0usize, 0usize);
-    for _ in 0..PATHS {
-        let mut tr = tracker;
-        let contention = cpu_sim.run_until(
-            m,
-            || draw(cpu_pool, rng),
-            |h, load| {
-                let t = grid.start_time + h as i64 * step;
-                tr.observe(th, t, load.clamp(0.0, 100.0));
-                tr.excursion_start().is_some_and(|s| t - s >= sustain)
-            },
-        );
-        // Memory only matters up to (and including) the step load fails.
-        let horizon = contention.map_or(m, |h| h + 1);
-        let shortage = match &mut mem_sim {
-            Some((sim, fitted)) => {
-                let pool = fitted.residuals();
-                sim.run_until(
-                    horizon,
-                    || draw(pool, rng),
-                    |_, free| free.max(0.0) < job_mem,
-                )
+    for h in 0..m {
+        let live = cpu_batch.live();
+        if live == 0 {
+            break;
+        }
+        let t = grid.start_time + h as i64 * step;
+        let ended = &mut ended[..live];
+        draw_into(cpu_pool, rng, &mut bits[..live], &mut cpu_draws[..live]);
+        let loads = cpu_batch.step(&cpu_draws);
+        for ((tr, load), end) in trackers.iter_mut().zip(loads).zip(ended.iter_mut()) {
+            tr.observe(th, t, load.clamp(0.0, 100.0));
+            let contention = tr.excursion_start().is_some_and(|s| t - s >= sustain);
+            *end = if contention { 3 } else { 0 };
+        }
+        if let (Some(batch), Some(pool)) = (mem_batch.as_mut(), mem_pool) {
+            draw_into(pool, rng, &mut bits[..live], &mut mem_draws[..live]);
+            // A shortage wins over contention at the same step.
+            for (free, end) in batch.step(&mem_draws).iter().zip(ended.iter_mut()) {
+                if free.max(0.0) < job_mem {
+                    *end = 4;
+                }
             }
-            None => None,
-        };
-        match (contention, shortage) {
-            (_, Some(_)) => s4 += 1,
-            (Some(_), None) => s3 += 1,
-            (None, None) => {}
+        }
+        // Highest column first, so each swap-remove moves a path still running.
+        for i in (0..live).rev() {
+            match ended[i] {
+                3 => s3 += 1,
+                4 => s4 += 1,
+                _ => continue,
+            }
+            cpu_batch.drop_path(i);
+            if let Some(batch) = mem_batch.as_mut() {
+                batch.drop_path(i);
+            }
+            trackers.swap_remove(i);
         }
     }
-    let n = PATHS as f64;
+    // Each simulated path stands for PATHS / paths of the reported ones.
+    let n = paths as f64;
     [s3 as f64 / n, s4 as f64 / n, 0.0]
 }
 
-/// One bootstrapped innovation (zero for a model without residuals).
-fn draw(pool: &[f64], rng: &mut ChaCha8Rng) -> f64 {
+/// True when every value is the same (or there is none): innovations drawn
+/// from such a pool cannot make two paths differ.
+fn all_equal(pool: &[f64]) -> bool {
+    pool.windows(2).all(|w| w[0] == w[1])
+}
+
+/// One bootstrapped innovation per slot of `out`, drawn from `pool` (zero
+/// for a model without residuals). The index is the high half of
+/// `u32 × len` (Lemire's multiply-shift without rejection): its bias is
+/// below len / 2³², far under the Monte Carlo error of 200 paths.
+fn draw_into(pool: &[f64], rng: &mut ChaCha8Rng, bits: &mut [u32], out: &mut [f64]) {
     if pool.is_empty() {
-        0.0
-    } else {
-        pool[rng.random_range(0..pool.len())]
+        out.fill(0.0);
+        return;
+    }
+    rng.fill(bits);
+    let len = pool.len() as u64;
+    for (o, b) in out.iter_mut().zip(bits.iter()) {
+        *o = pool[((u64::from(*b) * len) >> 32) as usize];
     }
 }

@@ -54,6 +54,12 @@ const LINEAR: [(&str, &str, TimeSeriesModel); 5] = [
     ("last", "last-prob", TimeSeriesModel::Last),
 ];
 
+/// The method `gleaner predict`, the node (`status`, its predictions) and
+/// the evaluation's reports use unless told otherwise: the one with the best
+/// Brier skill against `freq` pooled over the shared traces (see
+/// `docs/accuracy.md` for the run and the rule that chose it).
+pub const DEFAULT_METHOD: &str = "km";
+
 /// Every method name the registry knows, semi-Markov variants first.
 pub fn method_names() -> Vec<&'static str> {
     let mut names = vec![
