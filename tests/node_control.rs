@@ -157,7 +157,9 @@ fn read_store<T>(data: &Path, f: impl FnOnce(&HistoryStore) -> T) -> T {
 #[test]
 fn predict_through_the_node_and_from_the_stopped_database_agree() {
     // A history step matching the imported trace's periods (300 s rows, 900 s gaps).
-    let config = "[monitor]\nmax_period_secs = 8\nmax_gap_secs = 900\n";
+    // The 2013 trace is older than the default retention (8 weeks).
+    let config =
+        "[monitor]\nmax_period_secs = 8\nmax_gap_secs = 900\n\n[history]\nretention_days = 10000\n";
     let mut node = NodeFixture::new(config, Some("0 5 8000\n"));
     node.start();
     let trace = example_trace();

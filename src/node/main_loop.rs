@@ -165,9 +165,12 @@ impl Node {
     pub async fn run(mut self, mut inputs: Inputs) {
         let mut guest_tick = tokio::time::interval(GUEST_POLL);
         guest_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut compact = tokio::time::interval(Duration::from_secs(
-            self.parts.config.history.compact_every_secs,
-        ));
+        // The first retention pass runs before any request is served, so a
+        // client never races it (an import older than the retention would
+        // otherwise survive or vanish depending on which event came first).
+        self.compact();
+        let every = Duration::from_secs(self.parts.config.history.compact_every_secs);
+        let mut compact = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         compact.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let guest_running = self.guest_live;

@@ -166,6 +166,10 @@ async fn run_async(
     config: &Config,
     on_ready: impl FnOnce(&Ready),
 ) -> Result<(), NodeError> {
+    // Signals are caught from the start: a SIGTERM that arrives while the node
+    // is still starting (its socket already visible) must shut it down cleanly,
+    // not kill it with the default action.
+    let signals = ShutdownSignals::register();
     paths.create_data_dir()?;
     // The lock is taken before anything in the data dir is touched, and
     // dropped last (end of this function), after the store is closed.
@@ -246,7 +250,7 @@ async fn run_async(
         shutdown.clone(),
         readings_tx,
     ));
-    tracker.spawn(cancel_on_signal(shutdown.clone()));
+    tracker.spawn(cancel_on_signal(signals, shutdown.clone()));
 
     on_ready(&Ready {
         pid: std::process::id(),
@@ -356,13 +360,28 @@ fn hardware() -> main_loop::Hardware {
     }
 }
 
+/// SIGINT and SIGTERM streams, registered before the node does anything else.
+struct ShutdownSignals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    fn register() -> Option<ShutdownSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(int), Ok(term)) => Some(ShutdownSignals { int, term }),
+            _ => None,
+        }
+    }
+}
+
 /// Cancels `shutdown` on SIGINT or SIGTERM (or when it is cancelled otherwise).
-async fn cancel_on_signal(shutdown: CancellationToken) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
+async fn cancel_on_signal(signals: Option<ShutdownSignals>, shutdown: CancellationToken) {
+    let Some(ShutdownSignals { mut int, mut term }) = signals else {
         tracing::error!("cannot listen for SIGINT/SIGTERM; stop the node with SIGKILL");
         return;
     };

@@ -48,6 +48,13 @@ impl NodeFixture {
     pub fn new(config: &str, script: Option<&str>) -> NodeFixture {
         let temp = tempfile::tempdir().unwrap();
         let dir = temp.path().to_path_buf();
+        // Test nodes never use mDNS or a non-loopback address (workplace rule),
+        // whatever else the test's config says.
+        let config = if config.contains("[net]") {
+            config.to_string()
+        } else {
+            format!("{config}\n{LOOPBACK_NET}")
+        };
         std::fs::write(dir.join("config.toml"), config).unwrap();
         NodeFixture {
             dir,
