@@ -58,7 +58,7 @@ const LINEAR: [(&str, &str, TimeSeriesModel); 5] = [
 /// the evaluation's reports use unless told otherwise: the one with the best
 /// Brier skill against `freq` pooled over the shared traces (see
 /// `docs/accuracy.md` for the run and the rule that chose it).
-pub const DEFAULT_METHOD: &str = "km";
+pub const DEFAULT_METHOD: &str = "stack";
 
 /// Every method name the registry knows, semi-Markov variants first.
 pub fn method_names() -> Vec<&'static str> {
@@ -72,6 +72,7 @@ pub fn method_names() -> Vec<&'static str> {
         "blend",
         "blend+age",
         "stack",
+        "stack+markov",
     ];
     names.extend(LINEAR.iter().map(|(point, _, _)| *point));
     names.extend(LINEAR.iter().map(|(_, prob, _)| *prob));
@@ -104,8 +105,12 @@ pub fn method_by_name(name: &str, seed: u64) -> Option<Box<dyn ReliabilityPredic
             }
             Box::new(Blend::new(name, parts)?)
         }
-        "stack" => {
-            let parts = ["km", "km+age", "freq"]
+        "stack" | "stack+markov" => {
+            let mut names = vec!["km", "km+age", "freq"];
+            if name == "stack+markov" {
+                names.push("markov");
+            }
+            let parts = names
                 .iter()
                 .map(|p| method_by_name(p, seed))
                 .collect::<Option<Vec<_>>>()?;
