@@ -242,6 +242,11 @@ fn a_pool_of_three_nodes_ranks_by_tr_runs_jobs_and_survives_a_host_killed_mid_jo
     assert_eq!(output_of(&lines, "stdout"), "hello pool\n");
     assert_eq!(output_of(&lines, "stderr"), "warn\n");
     assert_eq!(output_of(&lines, "upper.txt"), "HELLO POOL\n");
+    assert_eq!(
+        std::fs::read_to_string(out_dir.join("upper.txt")).unwrap(),
+        "HELLO POOL\n",
+        "declared outputs land in --output-dir (also with --json)"
+    );
 
     // The host dies mid-job: the job completes on the other host.
     let mut job = Submit::start(

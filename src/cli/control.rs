@@ -16,7 +16,7 @@ use crate::control::api::{
     ImportSummary, PauseReport, PauseRequest, PredictQuery, RunLocalRequest, StatusReport,
     StreamLine, PREFIX,
 };
-use crate::control::client::{ClientError, ControlClient, LineReader};
+use crate::control::client::{ClientError, ControlClient};
 use crate::history::store::{HistoryStore, StoreOptions};
 use crate::history::trace::read_trace;
 use crate::model::predict::PredictRequest;
@@ -359,16 +359,9 @@ pub fn run_local(args: &RunLocalArgs, global: &Global) -> anyhow::Result<()> {
     let json = global.json;
     let quiet = global.quiet;
     let code = block_on(async move {
-        let body = serde_json::to_vec(&request)?;
-        let response = client
-            .send(
-                hyper::Method::POST,
-                &format!("{PREFIX}/run"),
-                body,
-                "application/json",
-            )
+        let mut lines = client
+            .post_stream(&format!("{PREFIX}/run"), &request)
             .await?;
-        let mut lines = LineReader::new(response);
         let mut code = 1;
         while let Some(line) = lines.next::<StreamLine>().await? {
             if json {

@@ -20,7 +20,6 @@ use crate::cli::control::{block_on, client};
 use crate::cli::output::{print_json, print_text};
 use crate::cli::Global;
 use crate::control::api::{HostReport, HostsQuery, HostsReport, SubmitLine, SubmitRequest, PREFIX};
-use crate::control::client::LineReader;
 use crate::guest::safe_relative_path;
 use crate::net::protocol::JOB_REQUEST_CAP;
 
@@ -158,21 +157,21 @@ pub fn submit(args: &SubmitArgs, global: &Global) -> anyhow::Result<()> {
     let quiet = global.quiet;
     let output_dir = args.output_dir.clone();
     let code = block_on(async move {
-        let body = serde_json::to_vec(&request)?;
-        let response = client
-            .send(
-                hyper::Method::POST,
-                &format!("{PREFIX}/submit"),
-                body,
-                "application/json",
-            )
+        let mut lines = client
+            .post_stream(&format!("{PREFIX}/submit"), &request)
             .await?;
-        let mut lines = LineReader::new(response);
         let mut outputs = OutputFiles::new(output_dir);
         let mut code = EXIT_NOT_RUN;
         while let Some(line) = lines.next::<SubmitLine>().await? {
             if json {
                 print_json(&line)?;
+                // Declared output files are written with --json too; stdout
+                // and stderr stay in the JSON lines (stdout is the stream).
+                if let SubmitLine::Output { name, data } = &line {
+                    if name != "stdout" && name != "stderr" {
+                        outputs.write(name, &decode_output(data)?)?;
+                    }
+                }
             } else {
                 show(&line, quiet, &mut outputs)?;
             }
@@ -285,6 +284,12 @@ impl OutputFiles {
     }
 }
 
+fn decode_output(data: &str) -> anyhow::Result<Vec<u8>> {
+    base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .context("the node sent output that is not base64")
+}
+
 fn show(line: &SubmitLine, quiet: bool, outputs: &mut OutputFiles) -> anyhow::Result<()> {
     let say = |text: String| {
         if !quiet {
@@ -315,9 +320,7 @@ fn show(line: &SubmitLine, quiet: bool, outputs: &mut OutputFiles) -> anyhow::Re
             short(host)
         )),
         SubmitLine::Output { name, data } => {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(data)
-                .context("the node sent output that is not base64")?;
+            let bytes = decode_output(data)?;
             match name.as_str() {
                 "stdout" => std::io::stdout().write_all(&bytes)?,
                 "stderr" => std::io::stderr().write_all(&bytes)?,

@@ -118,6 +118,20 @@ impl ControlClient {
         decode(response).await
     }
 
+    /// `POST path` with a JSON body whose answer is a stream of JSON lines
+    /// (`run-local`, `submit`).
+    pub async fn post_stream<B: Serialize>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<LineReader, ClientError> {
+        let body = serde_json::to_vec(body)?;
+        let response = self
+            .send(Method::POST, path, body, "application/json")
+            .await?;
+        Ok(LineReader::new(response))
+    }
+
     /// `GET path`, returning the body as text.
     pub async fn get_text(&self, path: &str) -> Result<String, ClientError> {
         let response = self

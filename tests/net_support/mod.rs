@@ -14,6 +14,13 @@ use libp2p::{noise, tcp, yamux, Multiaddr, PeerId, StreamProtocol};
 #[derive(Clone, Default)]
 struct RawCodec;
 
+/// The whole stream, at most 1 MiB.
+async fn read_all<T: AsyncRead + Unpin + Send>(io: &mut T) -> std::io::Result<Vec<u8>> {
+    let mut v = Vec::new();
+    io.take(1 << 20).read_to_end(&mut v).await?;
+    Ok(v)
+}
+
 impl request_response::Codec for RawCodec {
     type Protocol = StreamProtocol;
     type Request = Vec<u8>;
@@ -24,9 +31,7 @@ impl request_response::Codec for RawCodec {
         _: &StreamProtocol,
         io: &mut T,
     ) -> std::io::Result<Vec<u8>> {
-        let mut v = Vec::new();
-        io.take(1 << 20).read_to_end(&mut v).await?;
-        Ok(v)
+        read_all(io).await
     }
 
     async fn read_response<T: AsyncRead + Unpin + Send>(
@@ -34,8 +39,7 @@ impl request_response::Codec for RawCodec {
         _: &StreamProtocol,
         io: &mut T,
     ) -> std::io::Result<Vec<u8>> {
-        let mut v = Vec::new();
-        io.take(1 << 20).read_to_end(&mut v).await?;
+        let v = read_all(io).await?;
         if v.is_empty() {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
