@@ -541,12 +541,17 @@ impl Supervisor {
         })
     }
 
-    /// What the policy needs to know about the guest for `decide`.
     /// The directory a job with this id gets (`stdout`, `stderr`, `work/`).
     pub fn job_dir(&self, job_id: &str) -> PathBuf {
         self.config.jobs_dir().join(job_id)
     }
 
+    /// The directory holding every job's directory.
+    pub fn jobs_dir(&self) -> PathBuf {
+        self.config.jobs_dir()
+    }
+
+    /// What the policy needs to know about the guest for `decide`.
     pub fn run_state(&self) -> GuestRunState {
         self.guest
             .as_ref()

@@ -169,6 +169,13 @@ impl Node {
         // client never races it (an import older than the retention would
         // otherwise survive or vanish depending on which event came first).
         self.compact();
+        let stale = pool::remove_stale_remote_dirs(&self.parts.supervisor.jobs_dir());
+        if stale > 0 {
+            tracing::info!(
+                stale,
+                "removed peers' job directories left by an earlier run"
+            );
+        }
         let every = Duration::from_secs(self.parts.config.history.compact_every_secs);
         let mut compact = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         compact.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -862,7 +869,12 @@ impl Node {
             return Err(RejectReason::HostState(WireState::S4));
         }
         self.jobs_started += 1;
-        let local_id = format!("remote-{}-{}", self.now(), self.jobs_started);
+        let local_id = format!(
+            "{}{}-{}",
+            pool::REMOTE_PREFIX,
+            self.now(),
+            self.jobs_started
+        );
         let guest_cfg = &self.parts.config.guest;
         let wall = Duration::from_secs(submit.wall_time_limit_secs.max(1));
         let spec = GuestSpec {
@@ -882,7 +894,7 @@ impl Node {
         };
         // Register before starting, so the Started event finds the job.
         let events = pool::spawn_event_sender(net, consumer, &self.parts.tracker);
-        self.remote.add(RemoteJob {
+        let evicted = self.remote.add(RemoteJob {
             consumer,
             consumer_job_id: submit.job_id.clone(),
             local_id: local_id.clone(),
@@ -891,6 +903,11 @@ impl Node {
             seq: 0,
             events,
         });
+        if let Some(old) = evicted {
+            self.parts
+                .tracker
+                .spawn_blocking(move || pool::remove_job_dir(&old.dir));
+        }
         match self.parts.supervisor.start(&local_id, spec) {
             Ok(_) => {}
             Err(StartError::Busy { .. }) => return Err(RejectReason::Busy),

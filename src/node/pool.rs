@@ -151,11 +151,16 @@ pub struct RemoteJobs {
 const KEEP_JOBS: usize = 16;
 
 impl RemoteJobs {
-    pub fn add(&mut self, job: RemoteJob) {
-        if self.jobs.len() >= KEEP_JOBS {
-            self.jobs.pop_front();
-        }
+    /// Adds a job; returns the oldest one when it falls off the list (its
+    /// directory is then the caller's to delete: nobody can fetch it any more).
+    pub fn add(&mut self, job: RemoteJob) -> Option<RemoteJob> {
+        let evicted = if self.jobs.len() >= KEEP_JOBS {
+            self.jobs.pop_front()
+        } else {
+            None
+        };
         self.jobs.push_back(job);
+        evicted
     }
 
     pub fn by_local_id(&mut self, id: &str) -> Option<&mut RemoteJob> {
@@ -167,6 +172,43 @@ impl RemoteJobs {
             .iter()
             .find(|j| j.consumer == consumer && j.consumer_job_id == job_id)
     }
+}
+
+/// Prefix of the directory names of peers' jobs under the jobs dir.
+pub const REMOTE_PREFIX: &str = "remote-";
+
+/// Deletes a remote job's directory (stdout, stderr, work dir), logging failures:
+/// a peer's outputs must not fill the volunteer's disk.
+pub fn remove_job_dir(dir: &Path) {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => tracing::debug!(dir = %dir.display(), "removed a finished remote job"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a remote job's directory")
+        }
+    }
+}
+
+/// Deletes the directories of peers' jobs left by an earlier run of the node:
+/// their consumers can no longer fetch them (the job list lives in memory).
+/// The owner's own `run-local` jobs are kept.
+pub fn remove_stale_remote_dirs(jobs_dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(jobs_dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let is_remote = entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(REMOTE_PREFIX);
+        // file_type does not follow symlinks: only real directories go.
+        if is_remote && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_job_dir(&entry.path());
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// The wire event for a guest event, if the consumer needs to hear of it.
@@ -208,18 +250,39 @@ pub fn spawn_event_sender(
     let (tx, mut rx) = mpsc::unbounded_channel::<JobRequest>();
     tracker.spawn(async move {
         while let Some(event) = rx.recv().await {
-            for attempt in 0..3u32 {
+            let attempts = event_attempts(&event);
+            for attempt in 0..attempts {
                 match net.job_request(consumer, event.clone()).await {
                     Ok(_) => break,
                     Err(e) => {
                         tracing::debug!(%consumer, error = %e, attempt, "cannot send a job event");
-                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        if attempt + 1 < attempts {
+                            tokio::time::sleep(event_retry_delay(attempt)).await;
+                        }
                     }
                 }
             }
         }
     });
     tx
+}
+
+/// How often an event is tried. The end of a job (killed or finished) is
+/// worth a minute of retries: a consumer that misses it waits for the
+/// wall-time limit before it tries elsewhere. Progress events are not.
+fn event_attempts(event: &JobRequest) -> u32 {
+    match event {
+        JobRequest::Event {
+            kind: JobEventKind::Killed { .. } | JobEventKind::Finished { .. },
+            ..
+        } => 16,
+        _ => 3,
+    }
+}
+
+/// Backoff between tries: 300 ms doubling up to 8 s (16 tries span ~90 s).
+fn event_retry_delay(attempt: u32) -> Duration {
+    Duration::from_millis(300u64.saturating_mul(1 << attempt.min(5))).min(Duration::from_secs(8))
 }
 
 /// The file behind an output name, confined to the job: stdout and stderr,
@@ -314,6 +377,67 @@ mod tests {
         let mut s = submit();
         s.env = vec![("A=B".into(), "c".into())];
         assert!(check_submit(&s, &g).is_err());
+    }
+
+    fn job(local_id: &str, dir: PathBuf) -> RemoteJob {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        RemoteJob {
+            consumer: PeerId::random(),
+            consumer_job_id: local_id.into(),
+            local_id: local_id.into(),
+            dir,
+            outputs: Vec::new(),
+            seq: 0,
+            events: tx,
+        }
+    }
+
+    #[test]
+    fn the_end_of_a_job_is_retried_longer_than_progress() {
+        let event = |kind| JobRequest::Event {
+            job_id: "j".into(),
+            seq: 0,
+            time_unix: 0,
+            kind,
+        };
+        let finished = event(JobEventKind::Finished { exit_status: 0 });
+        let killed = event(JobEventKind::Killed { cause: None });
+        let started = event(JobEventKind::Started);
+        assert!(event_attempts(&finished) > event_attempts(&started));
+        assert_eq!(event_attempts(&finished), event_attempts(&killed));
+        let total: Duration = (0..event_attempts(&finished) - 1)
+            .map(event_retry_delay)
+            .sum();
+        assert!(total >= Duration::from_secs(60), "{total:?}");
+        assert!(total <= Duration::from_secs(120), "{total:?}");
+        assert_eq!(event_retry_delay(0), Duration::from_millis(300));
+        assert_eq!(event_retry_delay(30), Duration::from_secs(8));
+    }
+
+    #[test]
+    fn the_oldest_job_falls_off_and_stale_remote_dirs_go() {
+        let mut jobs = RemoteJobs::default();
+        for i in 0..KEEP_JOBS {
+            assert!(jobs.add(job(&format!("j{i}"), PathBuf::new())).is_none());
+        }
+        let evicted = jobs.add(job("last", PathBuf::new())).unwrap();
+        assert_eq!(evicted.local_id, "j0");
+        assert!(jobs.by_local_id("j0").is_none());
+        assert!(jobs.by_local_id("last").is_some());
+
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join(format!("{REMOTE_PREFIX}1-0"));
+        std::fs::create_dir_all(old.join("work/sub")).unwrap();
+        std::fs::write(old.join("work/sub/out"), b"x").unwrap();
+        let local = dir.path().join("local-1");
+        std::fs::create_dir(&local).unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("remote-link")).unwrap();
+        assert_eq!(remove_stale_remote_dirs(dir.path()), 1);
+        assert!(!old.exists());
+        assert!(local.exists(), "the owner's own jobs stay");
+        assert!(elsewhere.path().exists(), "symlinks are not followed");
+        assert_eq!(remove_stale_remote_dirs(&dir.path().join("none")), 0);
     }
 
     #[test]
