@@ -364,6 +364,14 @@ async fn garbage_and_oversized_frames_are_refused_and_the_node_keeps_serving() {
         let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         let _ = tcp.write_all(&[0xAB; 64 * 1024]);
     }
+    // An unknown protocol version is refused at negotiation.
+    for unknown in ["/gleaner/reliability/2", "/gleaner/job/2"] {
+        assert_eq!(
+            net_support::send_raw_on(unknown, &target, peer_id, vec![0, 0, 0, 0]).await,
+            net_support::RawOutcome::Unsupported,
+            "{unknown}"
+        );
+    }
     // A well-formed query still gets an answer from the live node.
     let query = gleaner::net::protocol::ReliabilityQuery {
         window_start_unix: 0,

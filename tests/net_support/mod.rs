@@ -66,8 +66,29 @@ impl request_response::Codec for RawCodec {
     }
 }
 
+/// How a raw exchange ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RawOutcome {
+    /// The peer answered (with anything).
+    Answered,
+    /// The peer does not speak the protocol (negotiation failed).
+    Unsupported,
+    /// The request failed otherwise (stream reset, timeout, ...).
+    Failed,
+}
+
 /// Sends `bytes` on the reliability protocol to `target` and returns whether a response came.
 pub async fn send_raw(target: &Multiaddr, peer: PeerId, bytes: Vec<u8>) -> bool {
+    send_raw_on(RELIABILITY_PROTOCOL, target, peer, bytes).await == RawOutcome::Answered
+}
+
+/// Sends `bytes` as one request on `protocol` to `target`.
+pub async fn send_raw_on(
+    protocol: &'static str,
+    target: &Multiaddr,
+    peer: PeerId,
+    bytes: Vec<u8>,
+) -> RawOutcome {
     let mut swarm = libp2p::SwarmBuilder::with_new_identity()
         .with_tokio()
         .with_tcp(
@@ -79,10 +100,7 @@ pub async fn send_raw(target: &Multiaddr, peer: PeerId, bytes: Vec<u8>) -> bool 
         .with_behaviour(|_| {
             request_response::Behaviour::with_codec(
                 RawCodec,
-                [(
-                    StreamProtocol::new(RELIABILITY_PROTOCOL),
-                    ProtocolSupport::Outbound,
-                )],
+                [(StreamProtocol::new(protocol), ProtocolSupport::Outbound)],
                 request_response::Config::default().with_request_timeout(Duration::from_secs(5)),
             )
         })
@@ -100,8 +118,17 @@ pub async fn send_raw(target: &Multiaddr, peer: PeerId, bytes: Vec<u8>) -> bool 
                     swarm.behaviour_mut().send_request(&peer, bytes.clone());
                     sent = true;
                 }
-                SwarmEvent::Behaviour(request_response::Event::Message { .. }) => return true,
-                SwarmEvent::Behaviour(request_response::Event::OutboundFailure { .. }) => return false,
+                SwarmEvent::Behaviour(request_response::Event::Message { .. }) => {
+                    return RawOutcome::Answered
+                }
+                SwarmEvent::Behaviour(request_response::Event::OutboundFailure { error, .. }) => {
+                    return match error {
+                        request_response::OutboundFailure::UnsupportedProtocols => {
+                            RawOutcome::Unsupported
+                        }
+                        _ => RawOutcome::Failed,
+                    }
+                }
                 _ => {}
             }
         }
