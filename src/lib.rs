@@ -18,3 +18,4 @@ pub mod model;
 pub mod monitor;
 pub mod net;
 pub mod node;
+pub mod report;

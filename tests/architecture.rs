@@ -1,5 +1,6 @@
 //! Checks the invariants ARCHITECTURE.md states about the code's layout:
-//! `model/` is pure, and every source file says what it is.
+//! `model/` is pure, only the command line uses `cli/`, and every source
+//! file says what it is.
 
 use std::path::{Path, PathBuf};
 
@@ -80,6 +81,29 @@ fn model_is_pure() {
     assert!(
         offences.is_empty(),
         "model/ must stay pure:\n{}",
+        offences.join("\n")
+    );
+}
+
+#[test]
+fn only_the_command_line_uses_the_cli_module() {
+    // The CLI is the outermost layer: the node, the control API and the rest
+    // must not reach back into it (shared code lives in the inner modules).
+    let mut offences = Vec::new();
+    for file in rust_files(&root().join("src")) {
+        if file.starts_with(root().join("src/cli")) || file.ends_with("main.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("readable");
+        for (line_no, line) in code_lines(&text) {
+            if line.contains("crate::cli") {
+                offences.push(format!("{}:{line_no}", file.display()));
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "only src/cli and main.rs may use crate::cli:\n{}",
         offences.join("\n")
     );
 }

@@ -1,34 +1,23 @@
 //! `gleaner predict`: temporal reliability of a host, from a trace file
 //! (`--trace`), from the running node, or from a stopped node's database.
 //!
-//! This module owns the prediction report and its sentence; the node builds
-//! the same report through [`predict_report`], so the answer reads the same
-//! whichever way it was computed. Any method of the registry
-//! (`model::baselines::method_by_name`) can answer; unless told otherwise it
-//! is [`DEFAULT_METHOD`].
+//! The report itself is `crate::report` (the node builds the same one); this
+//! module parses the command line and turns a report into a sentence.
 
 use crate::cli::args::ThresholdArgs;
 use crate::cli::args::{parse_duration, parse_time};
 use crate::cli::output::{print_json, print_text};
 use crate::history::trace::read_trace;
-use crate::model::baselines::{method_by_name, method_names, DEFAULT_METHOD};
-use crate::model::kernel::Method;
-use crate::model::predict::{
-    estimate_window, predict, InitialState, PredictError, PredictRequest, Prediction, DEFAULT_DAYS,
-};
-use crate::model::series::HostSeries;
+use crate::model::baselines::{method_names, DEFAULT_METHOD};
+use crate::model::predict::{PredictRequest, DEFAULT_DAYS};
 use crate::model::state::State;
+pub use crate::report::{
+    is_known_method, predict_report, PredictReport, ReportError, ReportRequest,
+};
 use anyhow::Context;
 use clap::Args;
 use jiff::Timestamp;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Instant;
-
-/// Seed of the methods that simulate (the `-prob` time-series methods):
-/// fixed, so the same history and request always give the same answer.
-pub const PREDICT_SEED: u64 = 1;
 
 #[derive(Debug, Args)]
 pub struct PredictArgs {
@@ -78,24 +67,6 @@ fn method_help() -> String {
     )
 }
 
-/// The semi-Markov kernel methods `predict` answers with its full working
-/// (runs, sojourn age): the registry's `paper`, `km`, `km+age`, and
-/// `paper+age`, which only `--age` reaches.
-fn kernel_method(name: &str) -> Option<(Method, bool)> {
-    match name {
-        "paper" => Some((Method::Paper, false)),
-        "km" => Some((Method::Km, false)),
-        "paper+age" => Some((Method::Paper, true)),
-        "km+age" => Some((Method::Km, true)),
-        _ => None,
-    }
-}
-
-/// True when `name` is a method [`predict_report`] can answer with.
-pub fn is_known_method(name: &str) -> bool {
-    kernel_method(name).is_some() || method_names().contains(&name)
-}
-
 /// Parses `--method`: a registry name, case-folded.
 fn parse_method(text: &str) -> Result<String, String> {
     let name = text.trim().to_ascii_lowercase();
@@ -124,88 +95,6 @@ impl PredictArgs {
             ),
         }
     }
-}
-
-/// What [`predict_report`] answers: a window and the method that forecasts it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReportRequest {
-    /// The window, history days, step and thresholds. Its `method` and
-    /// `age` fields are not read: [`ReportRequest::method`] says which
-    /// method answers.
-    pub window: PredictRequest,
-    /// A method name of the registry (see `model::baselines::method_names`)
-    /// or `paper+age`.
-    pub method: String,
-}
-
-impl ReportRequest {
-    /// `window` answered by [`DEFAULT_METHOD`].
-    pub fn new(window: PredictRequest) -> Self {
-        ReportRequest {
-            window,
-            method: DEFAULT_METHOD.to_string(),
-        }
-    }
-
-    /// `window` answered by `method`, or by [`DEFAULT_METHOD`] when `None`.
-    pub fn with_method(window: PredictRequest, method: Option<&str>) -> Self {
-        ReportRequest {
-            window,
-            method: method.unwrap_or(DEFAULT_METHOD).to_string(),
-        }
-    }
-}
-
-/// Why [`predict_report`] gave no report.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ReportError {
-    #[error("unknown method {name:?}; known methods: {known}")]
-    UnknownMethod { name: String, known: String },
-    #[error(transparent)]
-    Predict(#[from] PredictError),
-}
-
-/// The JSON answer of `gleaner predict --json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PredictReport {
-    /// Probability that no failure hits a job in the window.
-    pub tr: f64,
-    /// State at the window start, or `unknown` when the record does not reach it.
-    pub init_state: String,
-    /// When `init_state` is unknown: the share of each state at the start of the history windows.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub init_distribution: Option<BTreeMap<String, f64>>,
-    /// Same-kind history days in the record for this window: what the
-    /// kernel methods, `freq`, `markov`, `rippp` and the blends learn from
-    /// (the time-series methods fit the T seconds before W instead).
-    pub days_used: usize,
-    /// Local dates of the history days, most recent first.
-    pub history_days: Vec<String>,
-    /// The method that answered (a registry name, e.g. `km`, `blend+age`).
-    pub method: String,
-    pub window_s: u64,
-    pub step_s: u32,
-    pub steps: usize,
-    /// Failure probability by cause (S3, S4, S5), as the method gives it:
-    /// the kernel's solution for `paper`/`km`, the history windows' first
-    /// failures for `freq`, the chain's for `markov`, the weighted mean of
-    /// the parts' for the blends and `stack`, the simulated paths' (S5
-    /// always 0) for the time-series methods. Empty for a method that does
-    /// not split failures by cause (`rippp`): then only `tr` is known.
-    pub fail_by_cause: BTreeMap<String, f64>,
-    /// Time the method took to forecast, excluding loading the file.
-    pub elapsed_us: u64,
-    /// Window start, Unix seconds, and in the host's time zone.
-    pub at: i64,
-    pub at_local: String,
-    pub host: Option<String>,
-    pub mem_mib: u64,
-    /// Runs of S1 and S2 in the history windows, as the kernel counts them.
-    pub runs: BTreeMap<String, usize>,
-    /// Age in steps of the sojourn in progress at W (`km+age`, `paper+age` only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub age_steps: Option<u32>,
-    pub age_fallback: bool,
 }
 
 /// Runs `predict --trace FILE`; without `--trace` the caller asks the node.
@@ -245,198 +134,6 @@ pub fn print_report(report: &PredictReport, json: bool) -> anyhow::Result<()> {
         print_json(report)
     } else {
         print_text(&sentence(report))
-    }
-}
-
-/// Predicts from `series` with the request's method and builds the report,
-/// timing the method's forecast.
-pub fn predict_report(
-    series: &HostSeries,
-    host: Option<String>,
-    request: &ReportRequest,
-) -> Result<PredictReport, ReportError> {
-    let window = &request.window;
-    let (answer, elapsed_us) = match kernel_method(&request.method) {
-        Some((method, age)) => {
-            let req = PredictRequest {
-                method,
-                age,
-                ..window.clone()
-            };
-            let started = Instant::now();
-            let prediction = predict(series, &req)?;
-            let elapsed_us = started.elapsed().as_micros() as u64;
-            (Answer::from(prediction), elapsed_us)
-        }
-        None => {
-            let predictor = method_by_name(&request.method, PREDICT_SEED).ok_or_else(|| {
-                ReportError::UnknownMethod {
-                    name: request.method.clone(),
-                    known: method_names().join(", "),
-                }
-            })?;
-            let started = Instant::now();
-            let forecast = predictor.forecast(series, window)?;
-            let elapsed_us = started.elapsed().as_micros() as u64;
-            let context = window_context(series, window)?;
-            let answer = Answer {
-                tr: forecast.tr,
-                fail_by_cause: forecast.fail_by_cause,
-                ..context
-            };
-            (answer, elapsed_us)
-        }
-    };
-    let at = window.at;
-    let at_local = Timestamp::from_second(at)
-        .map(|ts| {
-            ts.to_zoned(series.tz.clone())
-                .strftime("%Y-%m-%d %H:%M %Z")
-                .to_string()
-        })
-        .unwrap_or_default();
-    Ok(PredictReport {
-        at,
-        at_local,
-        host,
-        mem_mib: window.thresholds.job_mem_mib,
-        elapsed_us,
-        ..report(&answer, &request.method)
-    })
-}
-
-/// A method's answer with what the record says about the window: history
-/// days, start state, runs (a kernel method's [`Prediction`], or another
-/// method's forecast with [`window_context`]).
-#[derive(Debug, Clone, PartialEq)]
-struct Answer {
-    tr: f64,
-    fail_by_cause: Option<[f64; crate::model::solver::CAUSES]>,
-    init: Option<InitialState>,
-    history_days: Vec<jiff::civil::Date>,
-    window_secs: u64,
-    step_secs: u32,
-    steps: usize,
-    runs: [usize; 2],
-    age_steps: Option<u32>,
-    age_fallback: bool,
-}
-
-impl From<Prediction> for Answer {
-    fn from(p: Prediction) -> Self {
-        Answer {
-            tr: p.tr,
-            fail_by_cause: Some(p.fail_by_cause),
-            init: Some(p.init),
-            history_days: p.history_days,
-            window_secs: p.window_secs,
-            step_secs: p.step_secs,
-            steps: p.steps,
-            runs: p.runs,
-            age_steps: p.age_steps,
-            age_fallback: p.age_fallback,
-        }
-    }
-}
-
-/// The window's context as the kernel methods see it, without solving:
-/// the history days and runs of the `km` estimate and the state at W (or
-/// the start states of the history windows when the record stops before
-/// W). A method that needs no history day (the time-series methods) may
-/// answer where there is none: then the context has no days and no
-/// distribution.
-fn window_context(series: &HostSeries, window: &PredictRequest) -> Result<Answer, PredictError> {
-    let req = PredictRequest {
-        method: Method::Km,
-        age: false,
-        ..window.clone()
-    };
-    let (step, steps) = crate::model::predict::geometry(series, &req)?;
-    let model = match estimate_window(series, &req) {
-        Ok(model) => Some(model),
-        Err(PredictError::NoHistory { .. }) => None,
-        Err(e) => return Err(e),
-    };
-    let observed = series
-        .covers(req.at, req.at)
-        .then(|| series.state_at(req.thresholds, req.at))
-        .flatten();
-    let init = match (observed, &model) {
-        (Some(state), _) => Some(InitialState::Observed(state)),
-        (None, Some(model)) => {
-            let total = model.start_counts.iter().sum::<usize>().max(1) as f64;
-            Some(InitialState::FromHistory(
-                model.start_counts.map(|c| c as f64 / total),
-            ))
-        }
-        (None, None) => None,
-    };
-    Ok(Answer {
-        tr: 0.0,
-        fail_by_cause: None,
-        init,
-        history_days: model
-            .as_ref()
-            .map(|m| m.history_days.iter().map(|d| d.date).collect())
-            .unwrap_or_default(),
-        window_secs: req.window_secs,
-        step_secs: step,
-        steps,
-        runs: model
-            .as_ref()
-            .map_or([0, 0], |m| [m.kernel.rows[0].runs, m.kernel.rows[1].runs]),
-        age_steps: None,
-        age_fallback: false,
-    })
-}
-
-/// The report's fields that come from the answer (time and host are the caller's).
-fn report(p: &Answer, method: &str) -> PredictReport {
-    let fail_by_cause = p
-        .fail_by_cause
-        .map(|fail| {
-            State::FAILURES
-                .iter()
-                .zip(fail)
-                .map(|(s, v)| (s.label().to_string(), v))
-                .collect()
-        })
-        .unwrap_or_default();
-    let (init_state, init_distribution) = match p.init {
-        Some(InitialState::Observed(s)) => (s.label().to_string(), None),
-        Some(InitialState::FromHistory(shares)) => (
-            "unknown".to_string(),
-            Some(
-                State::ALL
-                    .iter()
-                    .map(|s| (s.label().to_string(), shares[s.index()]))
-                    .collect(),
-            ),
-        ),
-        None => ("unknown".to_string(), None),
-    };
-    PredictReport {
-        tr: p.tr,
-        init_state,
-        init_distribution,
-        days_used: p.history_days.len(),
-        history_days: p.history_days.iter().map(|d| d.to_string()).collect(),
-        method: method.to_string(),
-        window_s: p.window_secs,
-        step_s: p.step_secs,
-        steps: p.steps,
-        fail_by_cause,
-        elapsed_us: 0,
-        at: 0,
-        at_local: String::new(),
-        host: None,
-        mem_mib: 0,
-        runs: [("S1", p.runs[0]), ("S2", p.runs[1])]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
-        age_steps: p.age_steps,
-        age_fallback: p.age_fallback,
     }
 }
 

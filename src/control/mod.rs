@@ -17,7 +17,7 @@ pub mod api;
 pub mod client;
 pub mod server;
 
-use crate::cli::predict::PredictReport;
+use crate::report::PredictReport;
 use api::{
     ApiError, ImportSummary, PauseReport, PredictQuery, RunLocalRequest, RunStarted, StatusReport,
 };

@@ -9,7 +9,6 @@
 //! and out to `run-local` streams. This module must not know HTTP (that is
 //! `control::server`) nor how states are defined (`model`).
 
-use crate::cli::predict::{is_known_method, predict_report, PredictReport, ReportRequest};
 use crate::clock::Clock;
 use crate::control::api::{
     ApiError, GuestReport, ImportSummary, PauseReport, PredictQuery, RunLocalRequest, RunStarted,
@@ -34,6 +33,7 @@ use crate::net::protocol::{
 use crate::net::{LocalStatus, NetEvent, NetHandle, Responder};
 use crate::node::config::Config;
 use crate::node::pool::{self, RemoteJob, RemoteJobs};
+use crate::report::{is_known_method, predict_report, PredictReport, ReportRequest};
 use libp2p::PeerId;
 use std::path::PathBuf;
 use std::sync::Arc;
