@@ -903,18 +903,28 @@ impl Node {
             seq: 0,
             events,
         });
+        let started = self.parts.supervisor.start(&local_id, spec);
+        if let Err(e) = started {
+            // Not started: the job leaves the list again, the one it pushed
+            // out comes back (its outputs stay fetchable), and whatever the
+            // start left on disk goes.
+            if let Some(failed) = self.remote.undo_add(evicted) {
+                self.parts
+                    .tracker
+                    .spawn_blocking(move || pool::remove_job_dir(&failed.dir));
+            }
+            return Err(match e {
+                StartError::Busy { .. } => RejectReason::Busy,
+                e => {
+                    tracing::warn!(error = %e, %consumer, "cannot start a remote job");
+                    RejectReason::Invalid(format!("cannot start: {e}"))
+                }
+            });
+        }
         if let Some(old) = evicted {
             self.parts
                 .tracker
                 .spawn_blocking(move || pool::remove_job_dir(&old.dir));
-        }
-        match self.parts.supervisor.start(&local_id, spec) {
-            Ok(_) => {}
-            Err(StartError::Busy { .. }) => return Err(RejectReason::Busy),
-            Err(e) => {
-                tracing::warn!(error = %e, %consumer, "cannot start a remote job");
-                return Err(RejectReason::Invalid(format!("cannot start: {e}")));
-            }
         }
         tracing::info!(job = %local_id, %consumer, consumer_job = %submit.job_id, "remote job started");
         self.guest_mem_mib = submit.memory_mib;

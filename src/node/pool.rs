@@ -22,7 +22,7 @@ use crate::guest::{safe_relative_path, ExitInfo, GuestEventKind, KillCause};
 use crate::net::protocol::{
     JobEventKind, JobRequest, JobSubmit, OutputName, RejectReason, WireState, OUTPUT_CHUNK_MAX,
 };
-use crate::net::{read_swarm_key, BuildError, NetConfig, NetHandle};
+use crate::net::{read_swarm_key, BuildError, NetConfig, NetError, NetHandle};
 use crate::node::config::{GuestSection, NetSection};
 
 /// The network settings `[net]` implies. Addresses and peer ids were checked
@@ -163,6 +163,16 @@ impl RemoteJobs {
         evicted
     }
 
+    /// Takes back the last [`RemoteJobs::add`] (a job that did not start):
+    /// returns it and puts the job it pushed out back in front.
+    pub fn undo_add(&mut self, evicted: Option<RemoteJob>) -> Option<RemoteJob> {
+        let last = self.jobs.pop_back();
+        if let Some(old) = evicted {
+            self.jobs.push_front(old);
+        }
+        last
+    }
+
     pub fn by_local_id(&mut self, id: &str) -> Option<&mut RemoteJob> {
         self.jobs.iter_mut().find(|j| j.local_id == id)
     }
@@ -178,13 +188,41 @@ impl RemoteJobs {
 pub const REMOTE_PREFIX: &str = "remote-";
 
 /// Deletes a remote job's directory (stdout, stderr, work dir), logging failures:
-/// a peer's outputs must not fill the volunteer's disk.
-pub fn remove_job_dir(dir: &Path) {
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => tracing::debug!(dir = %dir.display(), "removed a finished remote job"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+/// a peer's outputs must not fill the volunteer's disk. A guest running as the
+/// node's user may have taken write permission off its own directories, so
+/// permission is given back (to directories only, never through a symlink)
+/// before a second try. True when the directory is gone.
+pub fn remove_job_dir(dir: &Path) -> bool {
+    let mut result = std::fs::remove_dir_all(dir);
+    if matches!(&result, Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied) {
+        make_dirs_writable(dir);
+        result = std::fs::remove_dir_all(dir);
+    }
+    match result {
+        Ok(()) => {
+            tracing::debug!(dir = %dir.display(), "removed a finished remote job");
+            true
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
         Err(e) => {
-            tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a remote job's directory")
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a remote job's directory");
+            false
+        }
+    }
+}
+
+/// Sets every directory under `dir` (itself included) to mode 0700; symlinks
+/// are neither followed nor changed.
+fn make_dirs_writable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let is_dir = std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_dir());
+    if !is_dir {
+        return;
+    }
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            make_dirs_writable(&entry.path());
         }
     }
 }
@@ -203,8 +241,8 @@ pub fn remove_stale_remote_dirs(jobs_dir: &Path) -> usize {
             .to_string_lossy()
             .starts_with(REMOTE_PREFIX);
         // file_type does not follow symlinks: only real directories go.
-        if is_remote && entry.file_type().is_ok_and(|t| t.is_dir()) {
-            remove_job_dir(&entry.path());
+        if is_remote && entry.file_type().is_ok_and(|t| t.is_dir()) && remove_job_dir(&entry.path())
+        {
             removed += 1;
         }
     }
@@ -254,6 +292,8 @@ pub fn spawn_event_sender(
             for attempt in 0..attempts {
                 match net.job_request(consumer, event.clone()).await {
                     Ok(_) => break,
+                    // The node is shutting down: no retry can succeed.
+                    Err(NetError::Stopped) => return,
                     Err(e) => {
                         tracing::debug!(%consumer, error = %e, attempt, "cannot send a job event");
                         if attempt + 1 < attempts {
@@ -424,6 +464,12 @@ mod tests {
         assert_eq!(evicted.local_id, "j0");
         assert!(jobs.by_local_id("j0").is_none());
         assert!(jobs.by_local_id("last").is_some());
+        // A job that did not start gives its place back.
+        let failed = jobs.undo_add(Some(evicted)).unwrap();
+        assert_eq!(failed.local_id, "last");
+        assert!(jobs.by_local_id("j0").is_some());
+        assert!(jobs.by_local_id("last").is_none());
+        assert!(jobs.add(job("again", PathBuf::new())).is_some());
 
         let dir = tempfile::tempdir().unwrap();
         let old = dir.path().join(format!("{REMOTE_PREFIX}1-0"));
@@ -438,6 +484,31 @@ mod tests {
         assert!(local.exists(), "the owner's own jobs stay");
         assert!(elsewhere.path().exists(), "symlinks are not followed");
         assert_eq!(remove_stale_remote_dirs(&dir.path().join("none")), 0);
+    }
+
+    #[test]
+    fn a_guest_cannot_keep_its_directory_by_taking_write_permission_off() {
+        // Meaningful when the tests run as an ordinary user (root ignores the
+        // mode bits); as root it still checks that symlinks are not followed.
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let job = dir.path().join(format!("{REMOTE_PREFIX}2-0"));
+        let locked = job.join("work/locked");
+        std::fs::create_dir_all(&locked).unwrap();
+        std::fs::write(locked.join("f"), b"x").unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o500)).unwrap();
+        std::os::unix::fs::symlink(outside.path(), job.join("work/link")).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o500)).unwrap();
+        std::fs::set_permissions(job.join("work"), std::fs::Permissions::from_mode(0o500)).unwrap();
+        assert!(remove_job_dir(&job));
+        assert!(!job.exists());
+        let mode = std::fs::metadata(outside.path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o500, "a symlink's target is left alone");
+        std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     }
 
     #[test]
