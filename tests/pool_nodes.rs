@@ -257,9 +257,6 @@ fn a_pool_of_three_nodes_ranks_by_tr_runs_jobs_and_survives_a_host_killed_mid_jo
     let mut job = Submit::start(
         &consumer,
         &[
-            // The flaky host fails in the first 20 minutes of every hour: a
-            // 2 h window always holds one, whatever the time of day, so the
-            // ranking never ties (a 5 min window at minute 30 would).
             "--runtime",
             "2h",
             "--limit",

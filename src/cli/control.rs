@@ -8,9 +8,7 @@
 
 use crate::cli::args::parse_duration;
 use crate::cli::output::{print_json, print_text};
-use crate::cli::predict::{
-    predict_report, print_report, PredictArgs, PredictReport, ReportRequest,
-};
+use crate::cli::predict::{print_report, PredictArgs};
 use crate::cli::Global;
 use crate::control::api::{
     ImportSummary, PauseReport, PauseRequest, PredictQuery, RunLocalRequest, StatusReport,
@@ -22,6 +20,7 @@ use crate::history::trace::read_trace;
 use crate::model::predict::PredictRequest;
 use crate::node::config::Config;
 use crate::node::paths::{DataDirLock, Paths};
+use crate::report::{predict_report, PredictReport, ReportRequest};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use std::future::Future;

@@ -191,6 +191,15 @@ pub fn submit(args: &SubmitArgs, global: &Global) -> anyhow::Result<()> {
 const EXIT_NOT_RUN: i32 = 75;
 
 fn submit_request(args: &SubmitArgs) -> anyhow::Result<SubmitRequest> {
+    // The progress stream names stdout and stderr by these words: an output
+    // file called so would be mistaken for them.
+    if let Some(name) = args
+        .output
+        .iter()
+        .find(|o| *o == "stdout" || *o == "stderr")
+    {
+        bail!("--output {name}: that name is reserved for the job's own {name}; rename the file");
+    }
     let mut inputs = Vec::new();
     let mut total = 0u64;
     // Inputs travel inline in one job frame: refuse early what would not fit.
@@ -365,6 +374,26 @@ fn new_swarm_key(bytes: [u8; 32]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_files_cannot_take_the_names_of_the_streams() {
+        let args = |output: &str| SubmitArgs {
+            mem: 0,
+            runtime: 60,
+            limit: None,
+            input: Vec::new(),
+            output: vec![output.to_string()],
+            output_dir: PathBuf::from("."),
+            env: Vec::new(),
+            command: vec!["true".into()],
+            out: crate::cli::JsonFlag { json: false },
+        };
+        for reserved in ["stdout", "stderr"] {
+            let err = submit_request(&args(reserved)).unwrap_err().to_string();
+            assert!(err.contains("reserved"), "{err}");
+        }
+        assert!(submit_request(&args("result.txt")).is_ok());
+    }
 
     #[test]
     fn a_new_swarm_key_parses_as_a_pnet_key() {

@@ -11,9 +11,7 @@ use crate::history::trace::read_trace;
 use crate::model::baselines::{method_names, DEFAULT_METHOD};
 use crate::model::predict::{PredictRequest, DEFAULT_DAYS};
 use crate::model::state::State;
-pub use crate::report::{
-    is_known_method, predict_report, PredictReport, ReportError, ReportRequest,
-};
+use crate::report::{is_known_method, predict_report, PredictReport, ReportRequest};
 use anyhow::Context;
 use clap::Args;
 use jiff::Timestamp;
