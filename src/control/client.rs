@@ -111,11 +111,7 @@ impl ControlClient {
         path: &str,
         body: &B,
     ) -> Result<T, ClientError> {
-        let body = serde_json::to_vec(body)?;
-        let response = self
-            .send(Method::POST, path, body, "application/json")
-            .await?;
-        decode(response).await
+        decode(self.post(path, body).await?).await
     }
 
     /// `POST path` with a JSON body whose answer is a stream of JSON lines
@@ -125,11 +121,18 @@ impl ControlClient {
         path: &str,
         body: &B,
     ) -> Result<LineReader, ClientError> {
+        Ok(LineReader::new(self.post(path, body).await?))
+    }
+
+    /// `POST path` with `body` as JSON.
+    async fn post<B: Serialize>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<Response<Incoming>, ClientError> {
         let body = serde_json::to_vec(body)?;
-        let response = self
-            .send(Method::POST, path, body, "application/json")
-            .await?;
-        Ok(LineReader::new(response))
+        self.send(Method::POST, path, body, "application/json")
+            .await
     }
 
     /// `GET path`, returning the body as text.
