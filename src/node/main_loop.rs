@@ -544,7 +544,9 @@ impl Node {
             predictions: Vec::new(),
             prediction_method: crate::model::baselines::DEFAULT_METHOD.to_string(),
         };
-        let series = match self.series() {
+        // The cached series (at most a minute old, rebuilt after an import):
+        // decoding the whole history on every `status` would stall the loop.
+        let series = match self.cached_series() {
             Ok(s) => s,
             Err(e) => {
                 report.predictions = STATUS_WINDOWS_SECS
