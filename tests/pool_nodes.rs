@@ -6,13 +6,10 @@
 mod net_support;
 mod node_support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
-use node_support::{test_config, NodeFixture};
+use node_support::{test_config, JsonStream, NodeFixture};
 use serde_json::Value;
 
 /// Steady owner load for every node: 5 % CPU, 8000 MiB free (S1).
@@ -98,69 +95,13 @@ fn hosts_until(node: &NodeFixture, limit: Duration, ok: impl Fn(&Value) -> bool)
     }
 }
 
-/// `gleaner --json submit` with its lines arriving on a channel.
-struct Submit {
-    child: Child,
-    lines: mpsc::Receiver<Value>,
-    seen: Vec<Value>,
+/// `gleaner --json submit ARGS` through `node`.
+fn submit(node: &NodeFixture, args: &[&str]) -> JsonStream {
+    node.json_stream("submit", args)
 }
 
-impl Submit {
-    fn start(node: &NodeFixture, args: &[&str]) -> Submit {
-        let mut child = node
-            .gleaner()
-            .arg("--json")
-            .arg("submit")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    if tx.send(v).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        Submit {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Waits for a line matching `pred` (panics after 60 s).
-    fn wait_for(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(v) => {
-                    self.seen.push(v.clone());
-                    if pred(&v) {
-                        return v;
-                    }
-                }
-                Err(_) => panic!("no {what} line; saw {:#?}", self.seen),
-            }
-        }
-    }
-
-    /// Waits for the command to end; returns its exit code and every line.
-    fn finish(mut self) -> (i32, Vec<Value>) {
-        let status = self.child.wait().unwrap();
-        while let Ok(v) = self.lines.recv_timeout(Duration::from_secs(5)) {
-            self.seen.push(v);
-        }
-        (status.code().unwrap_or(-1), self.seen)
-    }
-}
+/// How long a submitted job may take here, retries on another host included.
+const JOB_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn output_of(lines: &[Value], name: &str) -> String {
     let mut bytes = Vec::new();
@@ -218,7 +159,7 @@ fn a_pool_of_three_nodes_ranks_by_tr_runs_jobs_and_survives_a_host_killed_mid_jo
     let input = consumer.dir.join("words.txt");
     std::fs::write(&input, "hello pool\n").unwrap();
     let out_dir = consumer.dir.join("results");
-    let job = Submit::start(
+    let job = submit(
         &consumer,
         &[
             // The flaky host fails in the first 20 minutes of every hour: a
@@ -240,7 +181,7 @@ fn a_pool_of_three_nodes_ranks_by_tr_runs_jobs_and_survives_a_host_killed_mid_jo
             "cat words.txt; tr a-z A-Z < words.txt > upper.txt; echo warn >&2; exit 3",
         ],
     );
-    let (code, lines) = job.finish();
+    let (code, lines) = job.finish(JOB_TIMEOUT);
     assert_eq!(code, 3, "{lines:#?}");
     let done = lines.iter().find(|l| l["type"] == "done").unwrap();
     assert_eq!(done["host"], steady_id.as_str());
@@ -254,7 +195,7 @@ fn a_pool_of_three_nodes_ranks_by_tr_runs_jobs_and_survives_a_host_killed_mid_jo
     );
 
     // The host dies mid-job: the job completes on the other host.
-    let mut job = Submit::start(
+    let mut job = submit(
         &consumer,
         &[
             "--runtime",
@@ -267,14 +208,14 @@ fn a_pool_of_three_nodes_ranks_by_tr_runs_jobs_and_survives_a_host_killed_mid_jo
             "sleep 3; echo survived",
         ],
     );
-    let submitted = job.wait_for("submitted", |l| l["type"] == "submitted");
+    let submitted = job.wait_for("submitted", Duration::from_secs(60));
     assert_eq!(submitted["host"], steady_id.as_str());
-    job.wait_for("started", |l| {
+    job.wait_until("started", Duration::from_secs(60), |l| {
         l["type"] == "event" && l["event"] == "started"
     });
     let mut steady = steady;
     steady.kill9();
-    let (code, lines) = job.finish();
+    let (code, lines) = job.finish(JOB_TIMEOUT);
     assert_eq!(code, 0, "{lines:#?}");
     assert!(lines
         .iter()
@@ -323,11 +264,11 @@ fn a_private_pool_keeps_out_other_keys_and_only_allowlisted_consumers_submit() {
         host_entry(r, &host_id).is_some_and(|h| h["answered"] == true)
     });
 
-    let (code, lines) = Submit::start(&allowed, &["--", "echo", "inside"]).finish();
+    let (code, lines) = submit(&allowed, &["--", "echo", "inside"]).finish(JOB_TIMEOUT);
     assert_eq!(code, 0, "{lines:#?}");
     assert_eq!(output_of(&lines, "stdout"), "inside\n");
 
-    let (code, lines) = Submit::start(&refused, &["--", "echo", "outside"]).finish();
+    let (code, lines) = submit(&refused, &["--", "echo", "outside"]).finish(JOB_TIMEOUT);
     assert_eq!(code, 75, "{lines:#?}");
     assert!(lines.iter().any(|l| l["type"] == "rejected"
         && l["host"] == host_id.as_str()

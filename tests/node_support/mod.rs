@@ -198,14 +198,20 @@ impl NodeFixture {
     }
 
     /// Starts `gleaner run-local --json` with `args`; its JSON lines arrive on the receiver.
-    pub fn run_local(&self, args: &[&str]) -> RunLocal {
+    pub fn run_local(&self, args: &[&str]) -> JsonStream {
+        self.json_stream("run-local", args)
+    }
+
+    /// Starts `gleaner --json COMMAND ARGS` (`run-local`, `submit`) and reads
+    /// its JSON lines on a thread.
+    pub fn json_stream(&self, command: &str, args: &[&str]) -> JsonStream {
         let mut child = self
             .gleaner()
             .arg("--json")
-            .arg("run-local")
+            .arg(command)
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(Stdio::null())
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
@@ -221,7 +227,8 @@ impl NodeFixture {
                 }
             }
         });
-        RunLocal {
+        JsonStream {
+            command: command.to_string(),
             child,
             lines: rx,
             seen: Vec::new(),
@@ -261,16 +268,27 @@ impl Drop for NodeFixture {
 }
 
 /// A running `gleaner run-local`.
-pub struct RunLocal {
+pub struct JsonStream {
+    command: String,
     pub child: Child,
     pub lines: mpsc::Receiver<Value>,
     pub seen: Vec<Value>,
 }
 
-impl RunLocal {
+impl JsonStream {
     /// Waits for a line of `type` (panics after `timeout`).
     pub fn wait_for(&mut self, kind: &str, timeout: Duration) -> Value {
-        if let Some(v) = self.seen.iter().find(|v| v["type"] == kind) {
+        self.wait_until(kind, timeout, |v| v["type"] == kind)
+    }
+
+    /// Waits for a line matching `pred`, `what` naming it (panics after `timeout`).
+    pub fn wait_until(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        if let Some(v) = self.seen.iter().find(|v| pred(v)) {
             return v.clone();
         }
         let deadline = Instant::now() + timeout;
@@ -279,9 +297,9 @@ impl RunLocal {
             let v = self
                 .lines
                 .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no `{kind}` line; saw {:?}", self.seen));
+                .unwrap_or_else(|_| panic!("no `{what}` line; saw {:#?}", self.seen));
             self.seen.push(v.clone());
-            if v["type"] == kind {
+            if pred(&v) {
                 return v;
             }
         }
@@ -296,7 +314,7 @@ impl RunLocal {
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!("run-local did not end; saw {:?}", self.seen);
+                panic!("{} did not end; saw {:#?}", self.command, self.seen);
             }
             std::thread::sleep(Duration::from_millis(50));
         };
@@ -307,7 +325,7 @@ impl RunLocal {
     }
 }
 
-impl Drop for RunLocal {
+impl Drop for JsonStream {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
