@@ -15,7 +15,7 @@
 //! back along ARMA/MA → AR → lower-order AR → BM → LAST, and every step is
 //! recorded in [`FittedModel::fallbacks`].
 
-use crate::model::state::{ExcursionTracker, State, Thresholds};
+use crate::state::{ExcursionTracker, State, Thresholds};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use std::fmt;

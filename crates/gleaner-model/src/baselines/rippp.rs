@@ -34,10 +34,10 @@
 //! Pure code; it must not know how the evaluation scores it.
 
 use super::{certain_failure, no_history, observed_state};
-use crate::model::predict::{geometry, history_days, PredictError, PredictRequest};
-use crate::model::predictor::{ReliabilityForecast, ReliabilityPredictor};
-use crate::model::series::HostSeries;
-use crate::model::state::{State, Thresholds};
+use crate::predict::{geometry, history_days, PredictError, PredictRequest};
+use crate::predictor::{ReliabilityForecast, ReliabilityPredictor};
+use crate::series::HostSeries;
+use crate::state::{State, Thresholds};
 use jiff::civil::Date;
 use jiff::tz::TimeZone;
 use jiff::Timestamp;

@@ -27,12 +27,12 @@
 //! predictor's seed and the request, so answers are reproducible.
 
 use super::{certain_failure, observed_state};
-use crate::model::predict::{geometry, PredictError, PredictRequest};
-use crate::model::predictor::{ReliabilityForecast, ReliabilityPredictor};
-use crate::model::series::HostSeries;
-use crate::model::solver::CAUSES;
-use crate::model::state::{ExcursionTracker, State, Thresholds};
-use crate::model::timeseries::{
+use crate::predict::{geometry, PredictError, PredictRequest};
+use crate::predictor::{ReliabilityForecast, ReliabilityPredictor};
+use crate::series::HostSeries;
+use crate::solver::CAUSES;
+use crate::state::{ExcursionTracker, State, Thresholds};
+use crate::timeseries::{
     first_failure_in_forecast, fit, forecast, FittedModel, ForecastGrid, PathBatch, TimeSeriesModel,
 };
 use rand::{Rng, SeedableRng};

@@ -3,9 +3,8 @@
 
 use super::rippp::{self, Basis, Zone};
 use super::*;
-use crate::eval::synth::{generate, SynthConfig};
-use crate::model::series::Sample;
-use crate::model::state::Thresholds;
+use crate::series::Sample;
+use crate::state::Thresholds;
 use jiff::tz::TimeZone;
 
 /// Monday 2025-09-01 00:00 UTC.
@@ -343,36 +342,6 @@ fn truncated_keeps_rows_up_to_w() {
     assert_eq!(t.len(), 2);
     assert_eq!(t.last_time(), Some(MONDAY + 60));
     assert_eq!(truncated(&s, MONDAY - 1).len(), 0);
-}
-
-#[test]
-fn no_method_peeks_past_w() {
-    let trace = generate(&SynthConfig::new(11, 17, "UTC").unwrap());
-    let series = &trace.series;
-    let start = series.first_time().unwrap();
-    let th = Thresholds {
-        job_mem_mib: 256,
-        ..Thresholds::default()
-    };
-    let mut checked = 0;
-    for (day, hour) in [(14, 8), (15, 13), (16, 21)] {
-        // W on a row, so the state at W reads the same from both copies.
-        let nominal = start + day * DAY + hour * HOUR;
-        let row = series.row_at(nominal).unwrap();
-        let at = series.get(row).unwrap().time;
-        let cut = truncated(series, at);
-        let req = request(at, 2 * 3600, th);
-        for name in method_names() {
-            let method = method_by_name(name, 3).unwrap();
-            let full = method.forecast(series, &req);
-            let known = method.forecast(&cut, &req);
-            assert_eq!(full, known, "{name} at {at}");
-            if full.is_ok() {
-                checked += 1;
-            }
-        }
-    }
-    assert!(checked >= 40, "only {checked} forecasts succeeded");
 }
 
 #[test]

@@ -23,7 +23,7 @@
 // Index loops here mirror the subscripts of the equations above.
 #![allow(clippy::needless_range_loop)]
 
-use crate::model::kernel::{HoldingTimeKernel, KernelRow, TARGETS};
+use crate::kernel::{HoldingTimeKernel, KernelRow, TARGETS};
 
 /// Number of failure causes (S3, S4, S5).
 pub const CAUSES: usize = 3;
@@ -333,7 +333,7 @@ const _: () = assert!(TARGETS == CAUSES + 1);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::kernel::{KernelEntry, KernelRow};
+    use crate::kernel::{KernelEntry, KernelRow};
     use proptest::prelude::*;
 
     fn row(entries: &[(u32, [f64; 4])], runs: usize) -> KernelRow {

@@ -9,10 +9,10 @@
 //! distribution of states at the start of the history windows.
 //! Pure code: the caller passes W ("now") and the series.
 
-use crate::model::kernel::{transient_index, HoldingTimeKernel, Method, RunObservations};
-use crate::model::series::HostSeries;
-use crate::model::solver::{failure_by_cause, reliability, Start, CAUSES};
-use crate::model::state::{State, Thresholds};
+use crate::kernel::{transient_index, HoldingTimeKernel, Method, RunObservations};
+use crate::series::HostSeries;
+use crate::solver::{failure_by_cause, reliability, Start, CAUSES};
+use crate::state::{State, Thresholds};
 use jiff::civil::{Date, Weekday};
 use jiff::Timestamp;
 
@@ -367,7 +367,7 @@ fn sojourn_age(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::series::Sample;
+    use crate::series::Sample;
     use jiff::tz::TimeZone;
 
     /// A UTC series from `start` with one row per step, `cpu(t)` giving the load.

@@ -6,7 +6,7 @@
 //! pure [`decide`] function. It knows nothing about processes, signals or
 //! clocks: the supervisor in `guest/` carries the actions out.
 
-use crate::model::state::State;
+use crate::state::State;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 

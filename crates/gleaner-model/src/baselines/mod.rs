@@ -28,15 +28,13 @@ pub mod rippp;
 #[cfg(test)]
 mod tests;
 
-use crate::model::kernel::Method;
-use crate::model::predict::{
-    geometry, history_days, is_weekend, kind_name, PredictError, PredictRequest,
-};
-use crate::model::predictor::{ReliabilityForecast, ReliabilityPredictor, SemiMarkov};
-use crate::model::series::HostSeries;
-use crate::model::solver::CAUSES;
-use crate::model::state::State;
-use crate::model::timeseries::TimeSeriesModel;
+use crate::kernel::Method;
+use crate::predict::{geometry, history_days, is_weekend, kind_name, PredictError, PredictRequest};
+use crate::predictor::{ReliabilityForecast, ReliabilityPredictor, SemiMarkov};
+use crate::series::HostSeries;
+use crate::solver::CAUSES;
+use crate::state::State;
+use crate::timeseries::TimeSeriesModel;
 use jiff::Timestamp;
 
 pub use blend::{Blend, Stacked};

@@ -19,11 +19,11 @@
 //! Pure code; it must not know how the evaluation scores it.
 
 use super::{certain_failure, for_each_history_window, observed_state};
-use crate::model::predict::{PredictError, PredictRequest};
-use crate::model::predictor::{ReliabilityForecast, ReliabilityPredictor};
-use crate::model::series::HostSeries;
-use crate::model::solver::CAUSES;
-use crate::model::state::State;
+use crate::predict::{PredictError, PredictRequest};
+use crate::predictor::{ReliabilityForecast, ReliabilityPredictor};
+use crate::series::HostSeries;
+use crate::solver::CAUSES;
+use crate::state::State;
 
 /// The Markov chain baseline; it has no parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

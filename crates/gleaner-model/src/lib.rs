@@ -3,6 +3,10 @@
 //!
 //! Nothing here performs I/O, reads a clock, or knows about sled, libp2p or
 //! tokio: every function takes `now`, the data and the limits as parameters.
+//! The crate's dependency list keeps those libraries out; `clippy.toml`
+//! beside the manifest forbids std's file, network, process and clock calls
+//! and jiff's `now` and system time zone.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod baselines;
 pub mod kernel;

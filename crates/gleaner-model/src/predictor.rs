@@ -5,10 +5,10 @@
 //! It must only use what was known at W: the state at W and rows before it
 //! (the evaluation checks this by truncating the series at W). Pure code.
 
-use crate::model::kernel::Method;
-use crate::model::predict::{predict, PredictError, PredictRequest};
-use crate::model::series::HostSeries;
-use crate::model::solver::CAUSES;
+use crate::kernel::Method;
+use crate::predict::{predict, PredictError, PredictRequest};
+use crate::series::HostSeries;
+use crate::solver::CAUSES;
 
 /// What every method answers.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -21,10 +21,10 @@
 //! error (the parts use the same history days, so they refuse together).
 //! Pure code; it must not know how the evaluation scores it.
 
-use crate::model::predict::{geometry, history_days, PredictError, PredictRequest};
-use crate::model::predictor::{ReliabilityForecast, ReliabilityPredictor};
-use crate::model::series::HostSeries;
-use crate::model::solver::CAUSES;
+use crate::predict::{geometry, history_days, PredictError, PredictRequest};
+use crate::predictor::{ReliabilityForecast, ReliabilityPredictor};
+use crate::series::HostSeries;
+use crate::solver::CAUSES;
 
 /// The equal-weight mean of its parts' forecasts.
 pub struct Blend {

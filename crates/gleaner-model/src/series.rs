@@ -6,7 +6,7 @@
 //! for turning rows into states are those of `shared/trace-format.md`; this
 //! module must not know where the rows came from.
 
-use crate::model::state::{ExcursionTracker, State, Thresholds};
+use crate::state::{ExcursionTracker, State, Thresholds};
 use jiff::tz::TimeZone;
 
 /// One recorded sample: the row of a trace file.

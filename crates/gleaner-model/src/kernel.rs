@@ -7,7 +7,7 @@
 //! q_ij(l) = Q_i(j)·H_ij(l) with one of two estimators (see [`Method`]).
 //! Pure code: sequences in, kernel out.
 
-use crate::model::state::State;
+use crate::state::State;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;

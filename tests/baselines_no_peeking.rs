@@ -1,0 +1,46 @@
+//! The no-peeking rule on a synthetic lab trace: every registry method gives
+//! the same forecast from a series cut at W as from the whole series. It lives
+//! here, not in the model crate, because the synthetic host generator writes
+//! trace files and so belongs to the binary crate.
+
+use gleaner::eval::synth::{generate, SynthConfig};
+use gleaner::model::baselines::{method_by_name, method_names, truncated};
+use gleaner::model::predict::PredictRequest;
+use gleaner::model::state::Thresholds;
+
+const DAY: i64 = 86_400;
+const HOUR: i64 = 3600;
+
+fn request(at: i64, window: u64, th: Thresholds) -> PredictRequest {
+    PredictRequest::new(at, window, th)
+}
+
+#[test]
+fn no_method_peeks_past_w() {
+    let trace = generate(&SynthConfig::new(11, 17, "UTC").unwrap());
+    let series = &trace.series;
+    let start = series.first_time().unwrap();
+    let th = Thresholds {
+        job_mem_mib: 256,
+        ..Thresholds::default()
+    };
+    let mut checked = 0;
+    for (day, hour) in [(14, 8), (15, 13), (16, 21)] {
+        // W on a row, so the state at W reads the same from both copies.
+        let nominal = start + day * DAY + hour * HOUR;
+        let row = series.row_at(nominal).unwrap();
+        let at = series.get(row).unwrap().time;
+        let cut = truncated(series, at);
+        let req = request(at, 2 * 3600, th);
+        for name in method_names() {
+            let method = method_by_name(name, 3).unwrap();
+            let full = method.forecast(series, &req);
+            let known = method.forecast(&cut, &req);
+            assert_eq!(full, known, "{name} at {at}");
+            if full.is_ok() {
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 40, "only {checked} forecasts succeeded");
+}
