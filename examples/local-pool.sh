@@ -7,7 +7,7 @@
 # Every node listens on 127.0.0.1 only, mDNS is off and nodes bootstrap from
 # the first one; each gets three weeks of synthetic owner history ending today
 # (`gleaner trace synth --end now`), so hosts answer with real TRs. The live
-# owner load is scripted as quiet (the test hook GLEANER_TEST_LOAD_SCRIPT), so
+# owner load is scripted as quiet (`gleaner node --owner-load FILE`), so
 # the demo does not depend on how busy this machine is
 # (`LOAD_SCRIPT=real examples/local-pool.sh` lets the nodes measure it).
 # Everything lives in a temp dir that is removed at the end. Needs only cargo.
@@ -25,9 +25,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
+OWNER_LOAD=()
 if [ "${LOAD_SCRIPT:-}" != real ]; then
     echo "0 5 8000" > "$DIR/quiet-owner.txt"
-    export GLEANER_TEST_LOAD_SCRIPT="$DIR/quiet-owner.txt"
+    OWNER_LOAD=(--owner-load "$DIR/quiet-owner.txt")
 fi
 g() { local n=$1; shift; "$B" --data-dir "$DIR/n$n/data" --config "$DIR/n$n/config.toml" "$@"; }
 ms() { date +%s%3N; }
@@ -48,7 +49,7 @@ done
 # start N [flags...]: runs node N and waits for "ready" (not in a subshell: PIDS must stick).
 start() {
     local n=$1; shift
-    "$B" --data-dir "$DIR/n$n/data" --config "$DIR/n$n/config.toml" node "$@" > "$DIR/n$n/out" 2> "$DIR/n$n/log" &
+    "$B" --data-dir "$DIR/n$n/data" --config "$DIR/n$n/config.toml" node "${OWNER_LOAD[@]}" "$@" > "$DIR/n$n/out" 2> "$DIR/n$n/log" &
     PIDS[$n]=$!
     for _ in $(seq 100); do grep -q '^ready' "$DIR/n$n/out" 2>/dev/null && break; sleep 0.1; done
 }

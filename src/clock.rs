@@ -42,6 +42,39 @@ pub fn timestamp_of(t: SystemTime) -> Timestamp {
     })
 }
 
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now(&self) -> Timestamp {
+        (**self).now()
+    }
+}
+
+/// Wall time that moves with tokio's clock from a chosen start: under
+/// paused time (tests) it follows virtual time, so a node run in-process
+/// stamps its samples with the time its timers see.
+#[derive(Debug, Clone)]
+pub struct TokioClock {
+    start_ms: i64,
+    started: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock showing `unix_secs` now and advancing with tokio's time.
+    pub fn starting_at(unix_secs: i64) -> Self {
+        TokioClock {
+            start_ms: unix_secs.saturating_mul(1000),
+            started: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Timestamp {
+        let elapsed = i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let ms = self.start_ms.saturating_add(elapsed);
+        Timestamp::from_millisecond(ms).unwrap_or(Timestamp::MAX)
+    }
+}
+
 /// The machine's real-time clock. Unlike a monotonic clock it keeps running
 /// while the machine sleeps, which is what lets the monitor notice the gap.
 #[derive(Debug, Clone, Copy, Default)]

@@ -3,9 +3,9 @@
 //! `status` and `/v1/predict`, and its answers to the pool, so the answer
 //! reads the same whichever way it was computed. Any method of the registry
 //! (`model::baselines::method_by_name`) can answer; unless told otherwise it
-//! is [`DEFAULT_METHOD`]. Not in `model/` because it times the forecast.
+//! is the registry's default ([`MethodId::default`]). Not in `model/` because it times the forecast.
 
-use crate::model::baselines::{method_by_name, method_names, DEFAULT_METHOD};
+use crate::model::baselines::MethodId;
 use crate::model::kernel::Method;
 use crate::model::predict::{
     estimate_window, predict, InitialState, PredictError, PredictRequest, Prediction,
@@ -21,24 +21,6 @@ use std::time::Instant;
 /// fixed, so the same history and request always give the same answer.
 pub const PREDICT_SEED: u64 = 1;
 
-/// The semi-Markov kernel methods `predict` answers with its full working
-/// (runs, sojourn age): the registry's `paper`, `km`, `km+age`, and
-/// `paper+age`, which only `--age` reaches.
-fn kernel_method(name: &str) -> Option<(Method, bool)> {
-    match name {
-        "paper" => Some((Method::Paper, false)),
-        "km" => Some((Method::Km, false)),
-        "paper+age" => Some((Method::Paper, true)),
-        "km+age" => Some((Method::Km, true)),
-        _ => None,
-    }
-}
-
-/// True when `name` is a method [`predict_report`] can answer with.
-pub fn is_known_method(name: &str) -> bool {
-    kernel_method(name).is_some() || method_names().contains(&name)
-}
-
 /// What [`predict_report`] answers: a window and the method that forecasts it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReportRequest {
@@ -46,25 +28,23 @@ pub struct ReportRequest {
     /// `age` fields are not read: [`ReportRequest::method`] says which
     /// method answers.
     pub window: PredictRequest,
-    /// A method name of the registry (see `model::baselines::method_names`)
-    /// or `paper+age`.
-    pub method: String,
+    pub method: MethodId,
 }
 
 impl ReportRequest {
-    /// `window` answered by [`DEFAULT_METHOD`].
+    /// `window` answered by the default method.
     pub fn new(window: PredictRequest) -> Self {
         ReportRequest {
             window,
-            method: DEFAULT_METHOD.to_string(),
+            method: MethodId::default(),
         }
     }
 
     /// `window` answered by `method`, or by [`DEFAULT_METHOD`] when `None`.
-    pub fn with_method(window: PredictRequest, method: Option<&str>) -> Self {
+    pub fn with_method(window: PredictRequest, method: Option<MethodId>) -> Self {
         ReportRequest {
             window,
-            method: method.unwrap_or(DEFAULT_METHOD).to_string(),
+            method: method.unwrap_or_default(),
         }
     }
 }
@@ -121,6 +101,34 @@ pub struct PredictReport {
     pub age_fallback: bool,
 }
 
+/// A forecast as the node hands it to the wire: typed, no JSON shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Forecast {
+    /// Probability that no failure hits a job in the window.
+    pub tr: f64,
+    /// Failure probability by cause (S3, S4, S5), for methods that split it.
+    pub fail_by_cause: Option<[f64; crate::model::solver::CAUSES]>,
+    /// The state at W, or the history's mix when the record stops before W;
+    /// `None` when neither is known.
+    pub initial: Option<InitialState>,
+    /// Same-kind history days the forecast learned from.
+    pub days_used: usize,
+    pub method: MethodId,
+}
+
+/// Forecasts the request's window: the typed answer the node gives peers and
+/// `status`, and the core of [`predict_report`].
+pub fn forecast(series: &HostSeries, request: &ReportRequest) -> Result<Forecast, ReportError> {
+    let (answer, _) = answer(series, request)?;
+    Ok(Forecast {
+        tr: answer.tr,
+        fail_by_cause: answer.fail_by_cause,
+        initial: answer.init,
+        days_used: answer.history_days.len(),
+        method: request.method,
+    })
+}
+
 /// Predicts from `series` with the request's method and builds the report,
 /// timing the method's forecast.
 pub fn predict_report(
@@ -129,37 +137,7 @@ pub fn predict_report(
     request: &ReportRequest,
 ) -> Result<PredictReport, ReportError> {
     let window = &request.window;
-    let (answer, elapsed_us) = match kernel_method(&request.method) {
-        Some((method, age)) => {
-            let req = PredictRequest {
-                method,
-                age,
-                ..window.clone()
-            };
-            let started = Instant::now();
-            let prediction = predict(series, &req)?;
-            let elapsed_us = started.elapsed().as_micros() as u64;
-            (Answer::from(prediction), elapsed_us)
-        }
-        None => {
-            let predictor = method_by_name(&request.method, PREDICT_SEED).ok_or_else(|| {
-                ReportError::UnknownMethod {
-                    name: request.method.clone(),
-                    known: method_names().join(", "),
-                }
-            })?;
-            let started = Instant::now();
-            let forecast = predictor.forecast(series, window)?;
-            let elapsed_us = started.elapsed().as_micros() as u64;
-            let context = window_context(series, window)?;
-            let answer = Answer {
-                tr: forecast.tr,
-                fail_by_cause: forecast.fail_by_cause,
-                ..context
-            };
-            (answer, elapsed_us)
-        }
-    };
+    let (answer, elapsed_us) = answer(series, request)?;
     let at = window.at;
     let at_local = Timestamp::from_second(at)
         .map(|ts| {
@@ -174,7 +152,48 @@ pub fn predict_report(
         host,
         mem_mib: window.thresholds.job_mem_mib,
         elapsed_us,
-        ..report(&answer, &request.method)
+        ..report(&answer, request.method.as_str())
+    })
+}
+
+/// The method's answer with the window's context, and the microseconds the
+/// method's forecast took.
+fn answer(series: &HostSeries, request: &ReportRequest) -> Result<(Answer, u64), ReportError> {
+    let window = &request.window;
+    Ok(match request.method.kernel() {
+        Some((method, age)) => {
+            let req = PredictRequest {
+                method,
+                age,
+                ..window.clone()
+            };
+            let started = Instant::now();
+            let prediction = predict(series, &req)?;
+            let elapsed_us = started.elapsed().as_micros() as u64;
+            (Answer::from(prediction), elapsed_us)
+        }
+        None => {
+            let predictor = request.method.predictor(PREDICT_SEED).ok_or_else(|| {
+                ReportError::UnknownMethod {
+                    name: request.method.to_string(),
+                    known: MethodId::all()
+                        .iter()
+                        .map(|m| m.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }
+            })?;
+            let started = Instant::now();
+            let forecast = predictor.forecast(series, window)?;
+            let elapsed_us = started.elapsed().as_micros() as u64;
+            let context = window_context(series, window)?;
+            let answer = Answer {
+                tr: forecast.tr,
+                fail_by_cause: forecast.fail_by_cause,
+                ..context
+            };
+            (answer, elapsed_us)
+        }
     })
 }
 

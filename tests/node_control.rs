@@ -235,7 +235,8 @@ fn first_run_creates_data_dir_and_a_commented_config_from_the_environment() {
         .args(["node", "--no-net"])
         .env("GLEANER_DATA_DIR", &data)
         .env("GLEANER_CONFIG_DIR", &conf)
-        .env("GLEANER_TEST_LOAD_SCRIPT", {
+        .arg("--owner-load")
+        .arg({
             let p = temp.path().join("load");
             std::fs::write(&p, "0 5 8000\n").unwrap();
             p

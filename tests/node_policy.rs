@@ -1,5 +1,5 @@
 //! The five-state policy through the real node: a scripted host load (the
-//! `GLEANER_TEST_LOAD_SCRIPT` hook) or a real CPU hog drives the node, whose
+//! `--owner-load` option) or a real CPU hog drives the node, whose
 //! guest is a real busy loop started with `gleaner run-local`.
 
 mod node_support;

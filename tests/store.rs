@@ -198,9 +198,9 @@ fn pause_and_resume_withhold_the_machine() {
     {
         let mut store = open(dir.path(), T0);
         record_run(&store, T0, 10);
-        assert!(store.pause(paused_at).unwrap());
+        assert!(store.pause(paused_at, None).unwrap());
         assert!(
-            !store.pause(paused_at + 1).unwrap(),
+            !store.pause(paused_at + 1, None).unwrap(),
             "second pause is a no-op"
         );
         assert!(store.is_paused());

@@ -136,6 +136,9 @@ fn status_text(r: &StatusReport) -> String {
         rows.push(("monitor period".into(), format!("{p} s")));
     }
     rows.push(("samples".into(), r.samples.to_string()));
+    if !r.owner_load.is_empty() {
+        rows.push(("owner load".into(), r.owner_load.clone()));
+    }
     match &r.guest {
         Some(g) => {
             let nice = g.nice.map_or("-".to_string(), |n| n.to_string());
@@ -228,7 +231,9 @@ pub fn predict(args: &PredictArgs, global: &Global) -> anyhow::Result<()> {
         window_secs: args.window,
         at: args.at,
         mem_mib: args.mem,
-        method: method.clone(),
+        method: method.map(|m| m.to_string()),
+        days: None,
+        step_secs: None,
     };
     let answer: Result<PredictReport, ClientError> =
         block_on(client.post_json(&format!("{PREFIX}/predict"), &query))?;
@@ -245,7 +250,7 @@ pub fn predict(args: &PredictArgs, global: &Global) -> anyhow::Result<()> {
                     .unwrap_or_else(|| jiff::Timestamp::now().as_second());
                 let mut window = PredictRequest::new(at, args.window, config.thresholds(args.mem));
                 window.days = config.history.days;
-                let request = ReportRequest::with_method(window, method.as_deref());
+                let request = ReportRequest::with_method(window, method);
                 predict_report(&series, meta.host.clone(), &request)
                     .context("cannot predict from the node's history")
             })?

@@ -41,6 +41,11 @@ pub struct NodeArgs {
     /// No pool at all: measure, remember and run local jobs only.
     #[arg(long)]
     pub no_net: bool,
+    /// Replay the owner's load from FILE instead of measuring this host: a
+    /// script (`secs cpu free_mib` per line) or a trace in format v1. For
+    /// demos and tests; `gleaner status` says the load is replayed.
+    #[arg(long, value_name = "FILE")]
+    pub owner_load: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub out: crate::cli::JsonFlag,
 }
@@ -92,7 +97,7 @@ pub fn run(args: &NodeArgs, global: &Global) -> anyhow::Result<()> {
     args.apply(&mut config);
     config.validate()?;
     let json = global.json;
-    crate::node::run(&paths, &config, |ready| {
+    crate::node::start(&paths, &config, args.owner_load.as_deref(), |ready| {
         // Tests and scripts wait for this; stdout is flushed by print_text.
         let _ = if json {
             print_json(ready)

@@ -8,10 +8,10 @@ use crate::cli::args::ThresholdArgs;
 use crate::cli::args::{parse_duration, parse_time};
 use crate::cli::output::{print_json, print_text};
 use crate::history::trace::read_trace;
-use crate::model::baselines::{method_names, DEFAULT_METHOD};
+use crate::model::baselines::{method_names, MethodId, DEFAULT_METHOD};
 use crate::model::predict::{PredictRequest, DEFAULT_DAYS};
 use crate::model::state::State;
-use crate::report::{is_known_method, predict_report, PredictReport, ReportRequest};
+use crate::report::{predict_report, PredictReport, ReportRequest};
 use anyhow::Context;
 use clap::Args;
 use jiff::Timestamp;
@@ -46,7 +46,7 @@ pub struct PredictArgs {
     pub step: Option<u32>,
 
     #[arg(long, value_name = "METHOD", value_parser = parse_method, help = method_help())]
-    pub method: Option<String>,
+    pub method: Option<MethodId>,
 
     /// Condition the semi-Markov kernel's first sojourn on how long the
     /// current state has lasted: `km` becomes `km+age` (also without
@@ -66,28 +66,24 @@ fn method_help() -> String {
 }
 
 /// Parses `--method`: a registry name, case-folded.
-fn parse_method(text: &str) -> Result<String, String> {
-    let name = text.trim().to_ascii_lowercase();
-    if is_known_method(&name) {
-        Ok(name)
-    } else {
-        Err(format!(
-            "unknown method `{text}`; known methods: {}",
-            method_names().join(", ")
-        ))
-    }
+fn parse_method(text: &str) -> Result<MethodId, String> {
+    text.trim()
+        .to_ascii_lowercase()
+        .parse::<MethodId>()
+        .map_err(|e| e.to_string())
 }
 
 impl PredictArgs {
     /// The method asked for, with `--age` applied; `None` means the default.
-    pub fn method_name(&self) -> anyhow::Result<Option<String>> {
+    pub fn method_name(&self) -> anyhow::Result<Option<MethodId>> {
         if !self.age {
-            return Ok(self.method.clone());
+            return Ok(self.method);
         }
-        match self.method.as_deref() {
-            None | Some("km") => Ok(Some("km+age".to_string())),
-            Some("paper") => Ok(Some("paper+age".to_string())),
-            Some(name) if name.ends_with("+age") => Ok(Some(name.to_string())),
+        let aged = |name: &str| name.parse::<MethodId>().map(Some).map_err(Into::into);
+        match self.method.map(MethodId::as_str) {
+            None | Some("km") => aged("km+age"),
+            Some("paper") => aged("paper+age"),
+            Some(name) if name.ends_with("+age") => Ok(self.method),
             Some(name) => anyhow::bail!(
                 "--age conditions the semi-Markov kernel and applies to `km` and `paper`, not `{name}`"
             ),
@@ -120,7 +116,7 @@ pub fn run_on_trace(
         days: args.days,
         ..PredictRequest::new(at, args.window, thresholds)
     };
-    let request = ReportRequest::with_method(window, method.as_deref());
+    let request = ReportRequest::with_method(window, method);
     let report = predict_report(&trace.series, trace.header.host.clone(), &request)
         .with_context(|| format!("cannot predict from {}", trace_path.display()))?;
     print_report(&report, json)

@@ -3,22 +3,304 @@
 //! to the best host, follow it, fetch its outputs and resubmit elsewhere when
 //! the host kills the job, disappears or revokes it ([`job`]).
 //!
+//! The consumer is one of the node's three actors: a task with a cloneable
+//! [`ConsumerHandle`] and a [`ConsumerCommand`] enum. It owns the surveys,
+//! the ranking and the submissions (each submission runs as its own task the
+//! actor spawns and tracks); job events that hosts send back reach it through
+//! the pool host and wait in the [`Inbox`] for the submission that expects
+//! them.
+//!
 //! This module talks to peers only through [`crate::net::NetHandle`] (or, in
-//! tests, any [`job::JobPool`]); it does not know sockets or the Swarm. Job
-//! events that hosts send back arrive at the node loop, which hands them to
-//! the [`Inbox`] where the waiting job picks them up.
+//! tests, any [`job::JobPool`]); it does not know sockets, HTTP or the Swarm,
+//! and reads time only through the node's [`Clock`].
 
 pub mod job;
 pub mod rank;
 pub mod survey;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use libp2p::PeerId;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
+use crate::clock::Clock;
 use crate::net::protocol::JobEventKind;
+use crate::net::{NetError, NetHandle};
+use job::{run_job, JobSettings, SubmitLine, SubmitRequest};
+use survey::{HostReport, SurveyQuery};
+
+/// Why the consumer could not do what it was asked.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConsumerError {
+    #[error("the command line is empty")]
+    EmptyCommand,
+    #[error("cannot ask the pool: {0}")]
+    Pool(String),
+    #[error("the node is shutting down")]
+    Unavailable,
+}
+
+impl From<NetError> for ConsumerError {
+    fn from(e: NetError) -> Self {
+        ConsumerError::Pool(e.to_string())
+    }
+}
+
+/// What `hosts` asks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostsQuery {
+    /// Window start, Unix seconds; now when absent.
+    pub at: Option<i64>,
+    pub window_secs: u64,
+    pub mem_mib: u64,
+    /// Queries per host (more than 1 measures round trips), 1..=100 000.
+    pub rounds: u32,
+}
+
+/// The pool's hosts for a window, ranked ones first in rank order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostsView {
+    pub our_peer_id: PeerId,
+    pub query: SurveyQuery,
+    pub hosts: Vec<HostReport>,
+}
+
+/// A request to the consumer actor.
+#[derive(Debug)]
+pub enum ConsumerCommand {
+    Hosts {
+        query: HostsQuery,
+        reply: oneshot::Sender<Result<HostsView, ConsumerError>>,
+    },
+    /// Run a job on the pool; progress goes to `lines` until the job ends or
+    /// the receiver is dropped.
+    Submit {
+        request: SubmitRequest,
+        lines: mpsc::Sender<SubmitLine>,
+        reply: oneshot::Sender<Result<(), ConsumerError>>,
+    },
+    /// A host reported an event of a job we submitted; `reply` says whether
+    /// a submission waits for it.
+    HostEvent {
+        host: PeerId,
+        job_id: String,
+        event: HostJobEvent,
+        reply: oneshot::Sender<bool>,
+    },
+}
+
+/// The cloneable way to the consumer actor.
+#[derive(Debug, Clone)]
+pub struct ConsumerHandle {
+    commands: mpsc::Sender<ConsumerCommand>,
+}
+
+impl ConsumerHandle {
+    pub async fn hosts(&self, query: HostsQuery) -> Result<HostsView, ConsumerError> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(ConsumerCommand::Hosts { query, reply })
+            .await
+            .map_err(|_| ConsumerError::Unavailable)?;
+        rx.await.map_err(|_| ConsumerError::Unavailable)?
+    }
+
+    pub async fn submit(
+        &self,
+        request: SubmitRequest,
+        lines: mpsc::Sender<SubmitLine>,
+    ) -> Result<(), ConsumerError> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(ConsumerCommand::Submit {
+                request,
+                lines,
+                reply,
+            })
+            .await
+            .map_err(|_| ConsumerError::Unavailable)?;
+        rx.await.map_err(|_| ConsumerError::Unavailable)?
+    }
+
+    /// Hands a host's job event to the submission waiting for it.
+    pub async fn deliver(&self, host: PeerId, job_id: String, event: HostJobEvent) -> bool {
+        let (reply, rx) = oneshot::channel();
+        let sent = self
+            .commands
+            .send(ConsumerCommand::HostEvent {
+                host,
+                job_id,
+                event,
+                reply,
+            })
+            .await;
+        sent.is_ok() && rx.await.unwrap_or(false)
+    }
+}
+
+/// What a submission takes from the node's config.
+#[derive(Debug, Clone, Copy)]
+pub struct ConsumerSettings {
+    pub max_retries: u32,
+    /// Largest output brought back, bytes.
+    pub max_output_bytes: u64,
+}
+
+/// The consumer actor.
+pub struct Consumer {
+    net: NetHandle,
+    clock: Arc<dyn Clock>,
+    settings: ConsumerSettings,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    inbox: Inbox,
+    commands: mpsc::Receiver<ConsumerCommand>,
+    /// Submissions made since start; with the start time it names jobs
+    /// uniquely (no randomness needed).
+    submitted: u64,
+    started_ms: i64,
+}
+
+impl Consumer {
+    pub fn new(
+        net: NetHandle,
+        clock: Arc<dyn Clock>,
+        settings: ConsumerSettings,
+        tracker: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> (Consumer, ConsumerHandle) {
+        let (tx, commands) = mpsc::channel(32);
+        let started_ms = clock.now().as_millisecond();
+        (
+            Consumer {
+                net,
+                clock,
+                settings,
+                tracker,
+                shutdown,
+                inbox: Inbox::default(),
+                commands,
+                submitted: 0,
+                started_ms,
+            },
+            ConsumerHandle { commands: tx },
+        )
+    }
+
+    /// Serves commands until shutdown or until every handle is gone.
+    pub async fn run(mut self) {
+        loop {
+            let command = tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                c = self.commands.recv() => match c {
+                    Some(c) => c,
+                    None => return,
+                },
+            };
+            match command {
+                ConsumerCommand::Hosts { query, reply } => self.hosts(query, reply),
+                ConsumerCommand::Submit {
+                    request,
+                    lines,
+                    reply,
+                } => {
+                    let _ = reply.send(self.submit(request, lines));
+                }
+                ConsumerCommand::HostEvent {
+                    host,
+                    job_id,
+                    event,
+                    reply,
+                } => {
+                    let _ = reply.send(self.inbox.deliver(host, &job_id, event));
+                }
+            }
+        }
+    }
+
+    /// Surveys in its own task: a survey waits for every host's answer.
+    fn hosts(
+        &mut self,
+        query: HostsQuery,
+        reply: oneshot::Sender<Result<HostsView, ConsumerError>>,
+    ) {
+        let survey = SurveyQuery {
+            window_start_unix: query.at.unwrap_or_else(|| self.clock.unix_secs()),
+            window_secs: query.window_secs.max(1),
+            mem_mib: query.mem_mib,
+            rounds: query.rounds.clamp(1, 100_000),
+        };
+        let net = self.net.clone();
+        self.tracker.spawn(async move {
+            let answer = match survey::survey(&net, survey).await {
+                Ok(mut hosts) => {
+                    let order: Vec<String> = rank::rank(&hosts, &HashSet::new())
+                        .iter()
+                        .map(|r| r.peer.clone())
+                        .collect();
+                    // Ranked hosts first in rank order, then the rest by peer id.
+                    hosts.sort_by_key(|r| {
+                        (
+                            order
+                                .iter()
+                                .position(|p| *p == r.peer)
+                                .unwrap_or(usize::MAX),
+                            r.peer.clone(),
+                        )
+                    });
+                    Ok(HostsView {
+                        our_peer_id: net.peer_id(),
+                        query: survey,
+                        hosts,
+                    })
+                }
+                Err(e) => Err(e.into()),
+            };
+            let _ = reply.send(answer);
+        });
+    }
+
+    /// Starts a submission in its own task.
+    fn submit(
+        &mut self,
+        request: SubmitRequest,
+        lines: mpsc::Sender<SubmitLine>,
+    ) -> Result<(), ConsumerError> {
+        if request.argv.first().is_none_or(|a| a.is_empty()) {
+            return Err(ConsumerError::EmptyCommand);
+        }
+        self.submitted += 1;
+        let base_id = format!("{}-{}", self.started_ms, self.submitted);
+        let settings = JobSettings {
+            max_retries: self.settings.max_retries,
+            max_output_bytes: self.settings.max_output_bytes,
+            ..JobSettings::default()
+        };
+        let net = self.net.clone();
+        let inbox = self.inbox.clone();
+        let clock = self.clock.clone();
+        let shutdown = self.shutdown.clone();
+        self.tracker.spawn(async move {
+            let job = run_job(
+                &net,
+                &inbox,
+                &base_id,
+                &request,
+                settings,
+                || clock.unix_secs(),
+                lines,
+            );
+            tokio::select! {
+                _ = job => {}
+                _ = shutdown.cancelled() => {}
+            }
+        });
+        Ok(())
+    }
+}
 
 /// One job event a host reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,8 +316,8 @@ pub struct HostJobEvent {
 type Key = (PeerId, String);
 
 /// Where job events from hosts wait for the consumer task that submitted the
-/// job. Shared by the node loop (which delivers) and the submit tasks (which
-/// register); an event from a peer for a job it was not given is refused.
+/// job. Shared by the consumer actor (which delivers) and the submit tasks
+/// (which register); an event from a peer for a job it was not given is refused.
 #[derive(Debug, Clone, Default)]
 pub struct Inbox {
     waiting: Arc<Mutex<HashMap<Key, mpsc::UnboundedSender<HostJobEvent>>>>,

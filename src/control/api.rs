@@ -68,6 +68,10 @@ pub struct StatusReport {
     /// The method behind `predictions` (the node's default).
     #[serde(default)]
     pub prediction_method: String,
+    /// Where the owner's load comes from: "measured on this host", or
+    /// "replayed from FILE" under `gleaner node --owner-load FILE`.
+    #[serde(default)]
+    pub owner_load: String,
 }
 
 /// The guest as `status` shows it.
@@ -127,6 +131,12 @@ pub struct PredictQuery {
     /// default (`model::baselines::DEFAULT_METHOD`) when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
+    /// History days to learn from; the node's `[history] days` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub days: Option<usize>,
+    /// Discretisation step, seconds; the history's own when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_secs: Option<u32>,
 }
 
 /// `POST /v1/run`: run a guest on this node.

@@ -1,20 +1,26 @@
-//! The control API server: an axum router on a Unix socket that forwards
-//! each request to the node loop as a [`ControlRequest`] and waits for the
-//! reply, plus the `run-local` stream (job events and output as JSON Lines).
+//! The control API server: a thin adapter from HTTP/JSON on a Unix socket to
+//! typed calls on the node's actor handles (the host loop, the consumer),
+//! plus the `run-local` stream (job events and output as JSON Lines).
 //!
 //! This module owns the socket (created mode 0600, removed on drop), the
-//! routes and the mapping of errors to HTTP statuses. It must not know how
-//! the node answers: it holds only a channel to the loop and a broadcast
-//! receiver of guest events.
+//! routes, the conversion between wire bodies (`api`) and domain values, and
+//! the one mapping of domain errors ([`HostError`], [`ConsumerError`]) to
+//! HTTP statuses. It must not know how the node answers: HTTP and JSON stop
+//! here.
 
 use super::api::{
-    shell_code, ApiError, HostsQuery, HostsReport, PauseRequest, PredictQuery, RunLocalRequest,
-    RunStarted, StreamLine, SubmitLine, SubmitRequest, PREFIX,
+    shell_code, ApiError, GuestReport, HostsQuery, HostsReport, ImportSummary, PauseReport,
+    PauseRequest, PredictQuery, RunLocalRequest, RunStarted, StatusReport, StreamLine, SubmitLine,
+    SubmitRequest, TrReport, PREFIX,
 };
-use super::ControlRequest;
-use crate::guest::{GuestEvent, GuestEventKind};
+use crate::consumer::{ConsumerError, ConsumerHandle};
+use crate::guest::{GuestEvent, GuestEventKind, GuestPhase};
+use crate::model::baselines::MethodId;
+use crate::node::host_loop::{
+    GuestJob, GuestOrigin, GuestStart, HostError, HostHandle, HostStatus, PauseOutcome,
+};
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -25,35 +31,51 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::net::UnixListener;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// What every handler needs: the way to the node loop.
+/// What every handler needs: the handles of the node's actors.
 #[derive(Debug, Clone)]
-pub struct NodeHandle {
-    /// Requests to the node loop.
-    pub requests: mpsc::Sender<ControlRequest>,
-    /// Guest events as the node records them, for `run-local` streams.
-    pub events: broadcast::Sender<GuestEvent>,
+pub struct ControlHandles {
+    pub host: HostHandle,
+    /// The consumer, when the node is in a pool (`hosts` and `submit` need it).
+    pub consumer: Option<ConsumerHandle>,
+    /// The pool's name and our peer id, when in a pool.
+    pub pool: Option<String>,
+    pub peer_id: Option<String>,
     /// Owner of the stream tasks, so shutdown waits for them.
     pub tracker: TaskTracker,
     /// Cancelled when the node shuts down.
     pub shutdown: CancellationToken,
-    /// The pool, when networking is on (`hosts` and `submit` need it).
-    pub net: Option<crate::net::NetHandle>,
-    /// Where hosts' job events reach the submit tasks.
-    pub inbox: crate::consumer::Inbox,
-    pub consumer: ConsumerSettings,
 }
 
-/// What `submit` takes from the node's config.
-#[derive(Debug, Clone)]
-pub struct ConsumerSettings {
-    pub max_retries: u32,
-    /// Largest output brought back, bytes.
-    pub max_output_bytes: u64,
-    pub pool: String,
+impl From<HostError> for ApiError {
+    /// The one place a host's refusal becomes an HTTP status.
+    fn from(e: HostError) -> Self {
+        let message = e.to_string();
+        match e {
+            HostError::Paused | HostError::Busy { .. } | HostError::HostState(_) => {
+                ApiError::conflict(message)
+            }
+            HostError::TooMuchMemory { .. } | HostError::Invalid(_) => {
+                ApiError::bad_request(message)
+            }
+            HostError::Internal(_) => ApiError::internal(message),
+            HostError::Unavailable => ApiError::unavailable(),
+        }
+    }
+}
+
+impl From<ConsumerError> for ApiError {
+    fn from(e: ConsumerError) -> Self {
+        let message = e.to_string();
+        match e {
+            ConsumerError::EmptyCommand => ApiError::bad_request(message),
+            ConsumerError::Pool(_) => ApiError::internal(message),
+            ConsumerError::Unavailable => ApiError::unavailable(),
+        }
+    }
 }
 
 /// The bound socket; the file is removed when this is dropped.
@@ -89,7 +111,7 @@ impl Drop for ControlSocket {
 
 /// Serves the API on `socket` until `handle.shutdown` is cancelled; then
 /// stops accepting and waits for open requests to finish.
-pub async fn serve(mut socket: ControlSocket, handle: NodeHandle) -> std::io::Result<()> {
+pub async fn serve(mut socket: ControlSocket, handle: ControlHandles) -> std::io::Result<()> {
     let Some(listener) = socket.listener.take() else {
         return Ok(());
     };
@@ -113,7 +135,7 @@ const MAX_SUBMIT_BYTES: usize =
     (crate::net::protocol::JOB_REQUEST_CAP as usize) * 4 / 3 + 64 * 1024;
 
 /// The routes, separate from the socket so tests can call them directly.
-pub fn router(handle: NodeHandle) -> Router {
+pub fn router(handle: ControlHandles) -> Router {
     Router::new()
         .route(&format!("{PREFIX}/status"), get(status))
         .route(&format!("{PREFIX}/pause"), post(pause))
@@ -140,76 +162,167 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Sends a request to the node loop and waits for its answer.
-async fn ask<T>(
-    h: &NodeHandle,
-    make: impl FnOnce(oneshot::Sender<T>) -> ControlRequest,
-) -> Result<T, ApiError> {
-    let (tx, rx) = oneshot::channel();
-    h.requests
-        .send(make(tx))
-        .await
-        .map_err(|_| ApiError::unavailable())?;
-    rx.await.map_err(|_| ApiError::unavailable())
-}
-
-async fn status(State(h): State<NodeHandle>) -> Response {
-    match ask(&h, |reply| ControlRequest::Status { reply }).await {
-        Ok(report) => Json(report).into_response(),
-        Err(e) => e.into_response(),
+async fn status(State(h): State<ControlHandles>) -> Response {
+    match h.host.status().await {
+        Ok(status) => Json(status_report(status)).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 
-async fn pause(State(h): State<NodeHandle>, Json(req): Json<PauseRequest>) -> Response {
-    let answer = ask(&h, |reply| ControlRequest::Pause {
-        for_secs: req.for_secs,
-        reply,
-    })
-    .await;
-    json_result(answer.and_then(|r| r))
+/// The wire form of the host's status.
+fn status_report(s: HostStatus) -> StatusReport {
+    let guest = s.guest.map(|(g, mem_mib)| GuestReport {
+        job_id: g.job_id,
+        pid: g.pid,
+        phase: match g.phase {
+            GuestPhase::Running => "running",
+            GuestPhase::Stopped => "stopped",
+            GuestPhase::Exited => "exited",
+        }
+        .to_string(),
+        nice: g.nice,
+        run_state: format!("{:?}", g.run_state),
+        mem_mib,
+        started_at: g.started_at.as_second(),
+        exit: g.exit,
+        kill_cause: g.kill_cause,
+    });
+    StatusReport {
+        pid: std::process::id(),
+        data_dir: s.data_dir,
+        started_at: s.started_at,
+        now: s.now,
+        paused: s.paused,
+        paused_until: s.paused_until,
+        state: s.state.map(|st| st.label().to_string()),
+        cpu: s.last.map(|r| r.cpu),
+        free_mib: s.last.map(|r| r.free_mib),
+        suspending: !s.paused && s.last.is_some_and(|r| r.suspending),
+        period_secs: s.last.map(|r| r.period.as_secs_f64()),
+        last_sample: s.last.map(|r| r.time),
+        samples: usize::try_from(s.samples).unwrap_or(usize::MAX),
+        guest,
+        predictions: s
+            .predictions
+            .into_iter()
+            .map(|(window_secs, tr)| match tr {
+                Ok(tr) => TrReport {
+                    window_secs,
+                    tr: Some(tr),
+                    error: None,
+                },
+                Err(e) => TrReport {
+                    window_secs,
+                    tr: None,
+                    error: Some(e),
+                },
+            })
+            .collect(),
+        prediction_method: s.method.to_string(),
+        owner_load: s.owner_load.to_string(),
+    }
 }
 
-async fn resume(State(h): State<NodeHandle>) -> Response {
-    let answer = ask(&h, |reply| ControlRequest::Resume { reply }).await;
-    json_result(answer.and_then(|r| r))
+fn pause_report(p: PauseOutcome) -> PauseReport {
+    PauseReport {
+        paused: p.paused,
+        changed: p.changed,
+        until: p.until,
+        killed_job: p.killed_job,
+    }
 }
 
-async fn predict(State(h): State<NodeHandle>, Json(query): Json<PredictQuery>) -> Response {
-    let answer = ask(&h, |reply| ControlRequest::Predict { query, reply }).await;
-    json_result(answer.and_then(|r| r))
+async fn pause(State(h): State<ControlHandles>, Json(req): Json<PauseRequest>) -> Response {
+    json_result(h.host.pause(req.for_secs).await.map(pause_report))
 }
 
-async fn export(State(h): State<NodeHandle>) -> Response {
-    match ask(&h, |reply| ControlRequest::Export { reply })
-        .await
-        .and_then(|r| r)
-    {
+async fn resume(State(h): State<ControlHandles>) -> Response {
+    json_result(h.host.resume().await.map(pause_report))
+}
+
+async fn predict(State(h): State<ControlHandles>, Json(query): Json<PredictQuery>) -> Response {
+    let method = match query.method.as_deref().map(str::parse::<MethodId>) {
+        None => None,
+        Some(Ok(m)) => Some(m),
+        Some(Err(e)) => {
+            return ApiError::bad_request(format!("cannot predict: {e}")).into_response();
+        }
+    };
+    let query = crate::node::host_loop::PredictQuery {
+        window_secs: query.window_secs,
+        at: query.at,
+        mem_mib: query.mem_mib,
+        method,
+        days: query.days,
+        step_secs: query.step_secs,
+    };
+    json_result(h.host.predict(query).await)
+}
+
+async fn export(State(h): State<ControlHandles>) -> Response {
+    match h.host.export().await {
         Ok(text) => ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response(),
-        Err(e) => e.into_response(),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 
-async fn import(State(h): State<NodeHandle>, text: String) -> Response {
-    let answer = ask(&h, |reply| ControlRequest::Import { text, reply }).await;
-    json_result(answer.and_then(|r| r))
+async fn import(
+    State(h): State<ControlHandles>,
+    Query(q): Query<ImportQuery>,
+    text: String,
+) -> Response {
+    let name = q.name.unwrap_or_else(|| "the imported trace".to_string());
+    json_result(h.host.import(text, name).await.map(|o| ImportSummary {
+        added: o.added,
+        already_present: o.already_present,
+    }))
 }
 
-fn json_result<T: serde::Serialize>(r: Result<T, ApiError>) -> Response {
+/// `POST /v1/history/import?name=FILE`: the file the owner named, for errors.
+#[derive(Debug, serde::Deserialize)]
+struct ImportQuery {
+    name: Option<String>,
+}
+
+fn json_result<T: serde::Serialize, E: Into<ApiError>>(r: Result<T, E>) -> Response {
     match r {
         Ok(v) => Json(v).into_response(),
-        Err(e) => e.into_response(),
+        Err(e) => e.into().into_response(),
     }
 }
 
-async fn run_local(State(h): State<NodeHandle>, Json(request): Json<RunLocalRequest>) -> Response {
+async fn run_local(
+    State(h): State<ControlHandles>,
+    Json(request): Json<RunLocalRequest>,
+) -> Response {
+    if request.argv.first().is_none_or(|a| a.is_empty()) {
+        return ApiError::bad_request("the command line is empty").into_response();
+    }
     // Subscribe before the job starts so that no event of it is missed.
-    let events = h.events.subscribe();
-    let started = match ask(&h, |reply| ControlRequest::RunLocal { request, reply })
+    let events = h.host.subscribe_events();
+    let job = GuestJob {
+        argv: request.argv,
+        env: Vec::new(),
+        mem_mib: request.mem_mib,
+        runtime_secs: request.runtime_secs,
+        inputs: Vec::new(),
+    };
+    let started = match h
+        .host
+        .start_guest(GuestStart {
+            origin: GuestOrigin::Local,
+            job_id: None,
+            job,
+        })
         .await
-        .and_then(|r| r)
     {
-        Ok(s) => s,
-        Err(e) => return e.into_response(),
+        Ok(g) => RunStarted {
+            job_id: g.job_id,
+            pid: g.pid,
+            dir: g.dir,
+            sandbox: g.sandbox,
+        },
+        Err(e) => return ApiError::from(e).into_response(),
     };
     let (tx, rx) = mpsc::channel::<Result<String, Infallible>>(64);
     h.tracker.spawn(stream_job(started, events, tx, h.clone()));
@@ -236,7 +349,7 @@ async fn stream_job(
     started: RunStarted,
     mut events: broadcast::Receiver<GuestEvent>,
     tx: mpsc::Sender<Result<String, Infallible>>,
-    h: NodeHandle,
+    h: ControlHandles,
 ) {
     let job_id = started.job_id.clone();
     let mut stdout = Tail::new(started.dir.join("stdout"));
@@ -258,7 +371,7 @@ async fn stream_job(
             text.push('\n');
             if tx.send(Ok(text)).await.is_err() {
                 if ended.is_none() {
-                    let _ = h.requests.send(ControlRequest::Cancel { job_id }).await;
+                    h.host.cancel(job_id).await;
                 }
                 return;
             }
@@ -341,93 +454,47 @@ impl Tail {
     }
 }
 
-fn pool_of(h: &NodeHandle) -> Result<crate::net::NetHandle, ApiError> {
-    h.net.clone().ok_or_else(|| {
+fn consumer_of(h: &ControlHandles) -> Result<ConsumerHandle, ApiError> {
+    h.consumer.clone().ok_or_else(|| {
         ApiError::conflict("this node is not in a pool ([net] enabled = false or --no-net)")
     })
 }
 
-async fn hosts(State(h): State<NodeHandle>, Json(query): Json<HostsQuery>) -> Response {
-    let net = match pool_of(&h) {
-        Ok(n) => n,
+async fn hosts(State(h): State<ControlHandles>, Json(query): Json<HostsQuery>) -> Response {
+    let consumer = match consumer_of(&h) {
+        Ok(c) => c,
         Err(e) => return e.into_response(),
     };
-    let survey = crate::consumer::survey::SurveyQuery {
-        window_start_unix: query
-            .at
-            .unwrap_or_else(|| jiff::Timestamp::now().as_second()),
-        window_secs: query.window_secs.max(1),
+    let query = crate::consumer::HostsQuery {
+        at: query.at,
+        window_secs: query.window_secs,
         mem_mib: query.mem_mib,
-        rounds: query.rounds.clamp(1, 100_000),
+        rounds: query.rounds,
     };
-    match crate::consumer::survey::survey(&net, survey).await {
-        Ok(mut hosts) => {
-            let exclude = std::collections::HashSet::new();
-            let order: Vec<String> = crate::consumer::rank::rank(&hosts, &exclude)
-                .iter()
-                .map(|r| r.peer.clone())
-                .collect();
-            // Ranked hosts first in rank order, then the rest by peer id.
-            hosts.sort_by_key(|r| {
-                (
-                    order
-                        .iter()
-                        .position(|p| *p == r.peer)
-                        .unwrap_or(usize::MAX),
-                    r.peer.clone(),
-                )
-            });
-            Json(HostsReport {
-                pool: h.consumer.pool.clone(),
-                peer_id: net.peer_id().to_base58(),
-                window_start_unix: survey.window_start_unix,
-                window_secs: survey.window_secs,
-                mem_mib: survey.mem_mib,
-                hosts,
-            })
-            .into_response()
-        }
-        Err(e) => ApiError::internal(e.to_string()).into_response(),
+    match consumer.hosts(query).await {
+        Ok(view) => Json(HostsReport {
+            pool: h.pool.clone().unwrap_or_default(),
+            peer_id: view.our_peer_id.to_base58(),
+            window_start_unix: view.query.window_start_unix,
+            window_secs: view.query.window_secs,
+            mem_mib: view.query.mem_mib,
+            hosts: view.hosts,
+        })
+        .into_response(),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 
-async fn submit(State(h): State<NodeHandle>, Json(request): Json<SubmitRequest>) -> Response {
-    let net = match pool_of(&h) {
-        Ok(n) => n,
+async fn submit(State(h): State<ControlHandles>, Json(request): Json<SubmitRequest>) -> Response {
+    let consumer = match consumer_of(&h) {
+        Ok(c) => c,
         Err(e) => return e.into_response(),
     };
-    if request.argv.is_empty() {
-        return ApiError::bad_request("the command line is empty").into_response();
-    }
     let (lines_tx, mut lines_rx) = mpsc::channel::<SubmitLine>(64);
+    if let Err(e) = consumer.submit(request, lines_tx).await {
+        return ApiError::from(e).into_response();
+    }
     let (tx, rx) = mpsc::channel::<Result<String, Infallible>>(64);
-    let settings = crate::consumer::job::JobSettings {
-        max_retries: h.consumer.max_retries,
-        max_output_bytes: h.consumer.max_output_bytes,
-        ..crate::consumer::job::JobSettings::default()
-    };
-    let base_id = format!(
-        "{}-{}",
-        jiff::Timestamp::now().as_second(),
-        rand::random::<u32>()
-    );
-    let inbox = h.inbox.clone();
-    let shutdown = h.shutdown.clone();
-    h.tracker.spawn(async move {
-        let job = crate::consumer::job::run_job(
-            &net,
-            &inbox,
-            &base_id,
-            &request,
-            settings,
-            || jiff::Timestamp::now().as_second(),
-            lines_tx,
-        );
-        tokio::select! {
-            _ = job => {}
-            _ = shutdown.cancelled() => {}
-        }
-    });
     h.tracker.spawn(async move {
         while let Some(line) = lines_rx.recv().await {
             let Ok(mut text) = serde_json::to_string(&line) else {

@@ -53,6 +53,8 @@ const KEY_STEP: &[u8] = b"step";
 const KEY_MAX_GAP: &[u8] = b"max_gap";
 const KEY_HEARTBEAT: &[u8] = b"heartbeat";
 const KEY_PAUSED: &[u8] = b"paused";
+/// When a timed pause ends (Unix seconds, i64 BE); absent for an open-ended one.
+const KEY_PAUSE_UNTIL: &[u8] = b"pause_until";
 
 /// How to open a store. `None` fields keep the value stored in the database
 /// (or the trace-format default for a new one); `Some` replaces it, because
@@ -198,7 +200,8 @@ fn tx_err(doing: &'static str) -> impl Fn(TransactionError<()>) -> StoreError {
     }
 }
 
-type TxResult = Result<(), ConflictableTransactionError<()>>;
+/// A transaction that says whether it added a sample row.
+type TxNew = Result<bool, ConflictableTransactionError<()>>;
 
 /// The node's history database.
 pub struct HistoryStore {
@@ -210,6 +213,11 @@ pub struct HistoryStore {
     meta: StoreMeta,
     /// Cached copy of the stored pause flag.
     paused: bool,
+    /// Cached copy of the stored end of a timed pause.
+    pause_until: Option<i64>,
+    /// Sample rows stored, kept up to date so `status` never walks the tree
+    /// (sled's `len` is a full scan). Counted once at open.
+    samples_len: AtomicU64,
     flush_every_record: bool,
     /// The down interval recorded by `open`, for the caller to log.
     gap_on_open: Option<DownInterval>,
@@ -276,6 +284,19 @@ impl HistoryStore {
             }
             None => false,
         };
+        let pause_until = match meta_tree
+            .get(KEY_PAUSE_UNTIL)
+            .map_err(sled_err("reading metadata"))?
+        {
+            Some(v) if paused => Some(codec::decode_i64("pause_until", &v).map_err(|source| {
+                StoreError::CorruptMeta {
+                    key: "pause_until",
+                    source,
+                }
+            })?),
+            _ => None,
+        };
+        let samples_len = AtomicU64::new(samples.len() as u64);
         let mut store = HistoryStore {
             db,
             meta_tree,
@@ -284,6 +305,8 @@ impl HistoryStore {
             jobs,
             meta,
             paused,
+            pause_until,
+            samples_len,
             flush_every_record: opts.flush_every_record,
             gap_on_open: None,
             corrupt_skipped: AtomicU64::new(0),
@@ -350,28 +373,44 @@ impl HistoryStore {
                 .map_err(sled_err("writing the heartbeat"))?;
         } else {
             let key = codec::time_key(sample.time);
-            (&self.samples, &self.meta_tree)
-                .transaction(|(samples, meta)| -> TxResult {
-                    samples.insert(&key[..], &value[..])?;
+            let added = (&self.samples, &self.meta_tree)
+                .transaction(|(samples, meta)| -> TxNew {
+                    let old = samples.insert(&key[..], &value[..])?;
                     meta.insert(KEY_HEARTBEAT, &heartbeat[..])?;
-                    Ok(())
+                    Ok(old.is_none())
                 })
                 .map_err(tx_err("recording a sample"))?;
+            self.count_new_sample(added);
         }
         self.flush_record()
     }
 
     /// Records that the owner withholds the machine from `now` on: a down
-    /// row, an S5 transition and the pause flag. Returns false (and writes
-    /// nothing) if already paused.
-    pub fn pause(&mut self, now: i64) -> Result<bool, StoreError> {
-        if self.paused {
-            return Ok(false);
+    /// row, an S5 transition and the pause flag, and the pause's end when it
+    /// is timed (so it survives a restart). Returns false if already paused;
+    /// then only the end is updated.
+    pub fn pause(&mut self, now: i64, until: Option<i64>) -> Result<bool, StoreError> {
+        let changed = !self.paused;
+        if changed {
+            self.write_down_row(now, true)?;
+            self.paused = true;
         }
-        self.write_down_row(now, true)?;
-        self.paused = true;
+        match until {
+            Some(t) => self
+                .meta_tree
+                .insert(KEY_PAUSE_UNTIL, &codec::encode_i64(t)[..])
+                .map(|_| ()),
+            None => self.meta_tree.remove(KEY_PAUSE_UNTIL).map(|_| ()),
+        }
+        .map_err(sled_err("recording the pause's end"))?;
+        self.pause_until = until;
         self.flush_record()?;
-        Ok(true)
+        Ok(changed)
+    }
+
+    /// When the current timed pause ends, Unix seconds.
+    pub fn pause_until(&self) -> Option<i64> {
+        self.pause_until.filter(|_| self.paused)
     }
 
     /// Records that the owner gives the machine back at `now`. No row is
@@ -383,11 +422,13 @@ impl HistoryStore {
         }
         let mut batch = Batch::default();
         batch.insert(KEY_PAUSED, &codec::encode_flag(false)[..]);
+        batch.remove(KEY_PAUSE_UNTIL);
         batch.insert(KEY_HEARTBEAT, &codec::encode_i64(now)[..]);
         self.meta_tree
             .apply_batch(batch)
             .map_err(sled_err("clearing the pause flag"))?;
         self.paused = false;
+        self.pause_until = None;
         self.flush_record()?;
         Ok(true)
     }
@@ -456,9 +497,15 @@ impl HistoryStore {
         Ok(out)
     }
 
-    /// Number of stored sample rows (corrupt ones included).
-    pub fn sample_count(&self) -> usize {
-        self.samples.len()
+    /// Number of stored sample rows (corrupt ones included), O(1).
+    pub fn sample_count(&self) -> u64 {
+        self.samples_len.load(Ordering::Relaxed)
+    }
+
+    fn count_new_sample(&self, added: bool) {
+        if added {
+            self.samples_len.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The newest readable sample.
@@ -594,6 +641,8 @@ impl HistoryStore {
                 .apply_batch(batch)
                 .map_err(sled_err("importing samples"))?;
             report.added += chunk.len() as u64;
+            self.samples_len
+                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
         }
         if let Some(last) = series.last_time() {
             // A seeded node that never ran has been down since the trace ended.
@@ -618,6 +667,11 @@ impl HistoryStore {
             transitions_removed: delete_before(&self.transitions, &cutoff_key, true)?,
             job_events_removed: delete_before(&self.jobs, &cutoff_key, false)?,
         };
+        let _ = self
+            .samples_len
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(report.samples_removed))
+            });
         self.flush()?;
         Ok(report)
     }
@@ -685,17 +739,19 @@ impl HistoryStore {
         let s5 = codec::encode_state(State::S5);
         let heartbeat = codec::encode_i64(time);
         let paused = codec::encode_flag(true);
-        (&self.samples, &self.transitions, &self.meta_tree)
-            .transaction(|(samples, transitions, meta)| -> TxResult {
-                samples.insert(&key[..], &value[..])?;
+        let added = (&self.samples, &self.transitions, &self.meta_tree)
+            .transaction(|(samples, transitions, meta)| -> TxNew {
+                let old = samples.insert(&key[..], &value[..])?;
                 transitions.insert(&key[..], &s5[..])?;
                 if set_paused {
                     meta.insert(KEY_PAUSED, &paused[..])?;
                     meta.insert(KEY_HEARTBEAT, &heartbeat[..])?;
                 }
-                Ok(())
+                Ok(old.is_none())
             })
-            .map_err(tx_err("recording a down row"))
+            .map_err(tx_err("recording a down row"))?;
+        self.count_new_sample(added);
+        Ok(())
     }
 
     fn note_corrupt(&self, tree: &str, e: &CodecError) {

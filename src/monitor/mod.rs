@@ -13,12 +13,12 @@ pub mod bench;
 pub mod clock;
 pub mod live;
 pub mod proc;
-pub mod script;
+pub mod replay;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use live::{run, Monitor, MonitorConfig, MonitorReading};
 pub use proc::{process_tree, ProcLoadSource};
-pub use script::ScriptedLoadSource;
+pub use replay::OwnerLoadReplay;
 
 use std::path::PathBuf;
 
@@ -43,6 +43,15 @@ pub trait LoadSource {
     /// Scripted sources take the roots as they are.
     fn guest_tree(&mut self, roots: &[i32]) -> Vec<i32> {
         roots.to_vec()
+    }
+}
+
+impl<S: LoadSource + ?Sized> LoadSource for Box<S> {
+    fn sample(&mut self, guest_pids: &[i32]) -> Result<RawSample, SampleError> {
+        (**self).sample(guest_pids)
+    }
+    fn guest_tree(&mut self, roots: &[i32]) -> Vec<i32> {
+        (**self).guest_tree(roots)
     }
 }
 

@@ -1,33 +1,44 @@
-//! `gleaner node`: the daemon. It wires the resource monitor, the history
-//! store, the guest policy and supervisor, and the local control API into one
-//! loop (see [`main_loop`]) and owns start-up and shutdown.
+//! `gleaner node`, the daemon: three actors around the history store, the
+//! guest supervisor and the network (see ARCHITECTURE.md for the picture).
 //!
-//! Start-up: resolve and create the data dir, take the data-dir lock (one
-//! node per data dir), write a commented config on first run, open the
-//! history (which records S5 for the time the node was off), kill an orphaned
-//! guest, bind the control socket (mode 0600), start the monitor, report
-//! "ready". This module must not know how states are defined or predicted
-//! (`model`), how the host is measured (`monitor`) or how a guest is
-//! sandboxed (`guest`); it only connects them.
+//! - the *host loop* ([`host_loop`]): store, monitor readings, supervisor, policy;
+//! - the *pool host* ([`pool_host`]): peers' jobs, their event queues, output
+//!   fetches, reliability answers and announcements;
+//! - the *consumer* ([`crate::consumer`]): surveys, ranking, submissions.
+//!
+//! [`run`] takes its resources — control listener, owner-load source, clock,
+//! store, network, shutdown token — so tests run whole nodes in-process under
+//! paused time (mini-redis `server::run(listener, shutdown)`); [`start`] is
+//! the binary's start-up that makes them from paths and config: resolve and
+//! create the data dir, take the data-dir lock (one node per data dir), write
+//! a commented config on first run, open the history (which records S5 for
+//! the time the node was off), bind the control socket (mode 0600), join the
+//! pool, then [`run`]. This module only connects the parts: it must not know
+//! how states are defined (`model`), how the host is measured (`monitor`) or
+//! how a guest is sandboxed (`guest`).
 
 pub mod config;
-pub mod main_loop;
+pub mod host_loop;
 pub mod paths;
 pub mod pool;
+pub mod pool_host;
 
 use crate::clock::{Clock, SystemClock};
-use crate::control::server::{serve, ControlSocket, NodeHandle};
+use crate::consumer::{Consumer, ConsumerHandle, ConsumerSettings};
+use crate::control::server::{serve, ControlHandles, ControlSocket};
 use crate::guest::{GuestConfig, GuestEvent, Supervisor, SupervisorError};
 use crate::history::store::{HistoryStore, StoreError, StoreOptions};
-use crate::monitor::script::{ScriptedLoadSource, LOAD_SCRIPT_ENV};
-use crate::monitor::{LoadSource, Monitor, ProcLoadSource, RawSample, SampleError};
+use crate::monitor::{LoadSource, Monitor, OwnerLoadReplay, ProcLoadSource, SampleError};
 use config::Config;
+use host_loop::{HostHandle, HostInputs, HostLoop, HostParts};
 use paths::{DataDirLock, LockError, Paths, PathsError};
+use pool_host::{PoolHost, PoolHostHandle, PoolHostInputs, PoolHostParts};
 use rand::SeedableRng;
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tokio::sync::{broadcast, mpsc, watch};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -115,55 +126,274 @@ fn tz_name(config: &Config) -> String {
         .to_string()
 }
 
-/// Where the node's load samples come from: `/proc`, or a script (tests).
-#[derive(Debug)]
-enum HostLoad {
-    Proc(ProcLoadSource),
-    Script(ScriptedLoadSource),
+/// Where the owner's load comes from, as `status` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnerLoad {
+    /// Measured from `/proc` (the normal case).
+    Measured,
+    /// Replayed from a script or trace file (`--owner-load FILE`).
+    Replayed(PathBuf),
+    /// Supplied by the program that embeds the node (tests).
+    Supplied(String),
 }
 
-impl HostLoad {
-    fn new() -> Result<HostLoad, SampleError> {
-        match std::env::var_os(LOAD_SCRIPT_ENV).filter(|v| !v.is_empty()) {
+impl std::fmt::Display for OwnerLoad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OwnerLoad::Measured => f.write_str("measured on this host"),
+            OwnerLoad::Replayed(path) => write!(f, "replayed from {}", path.display()),
+            OwnerLoad::Supplied(what) => write!(f, "supplied: {what}"),
+        }
+    }
+}
+
+/// The owner's load source with what `status` says of it.
+pub struct OwnerLoadSource {
+    pub source: Box<dyn LoadSource + Send>,
+    pub description: OwnerLoad,
+}
+
+impl OwnerLoadSource {
+    /// `/proc`, or a replay of `file` when one is given.
+    pub fn new(file: Option<&Path>) -> Result<OwnerLoadSource, SampleError> {
+        match file {
             Some(path) => {
-                tracing::warn!(script = ?path, "test hook: host load is scripted, not measured");
-                Ok(HostLoad::Script(ScriptedLoadSource::from_file(
-                    std::path::Path::new(&path),
-                )?))
+                tracing::warn!(file = %path.display(), "owner load is replayed from a file, not measured");
+                Ok(OwnerLoadSource {
+                    source: Box::new(OwnerLoadReplay::from_file(path)?),
+                    description: OwnerLoad::Replayed(path.to_path_buf()),
+                })
             }
-            None => Ok(HostLoad::Proc(ProcLoadSource::new()?)),
+            None => Ok(OwnerLoadSource {
+                source: Box::new(ProcLoadSource::new()?),
+                description: OwnerLoad::Measured,
+            }),
         }
     }
 }
 
-impl LoadSource for HostLoad {
-    fn sample(&mut self, guest_pids: &[i32]) -> Result<RawSample, SampleError> {
-        match self {
-            HostLoad::Proc(s) => s.sample(guest_pids),
-            HostLoad::Script(s) => s.sample(guest_pids),
-        }
-    }
-    fn guest_tree(&mut self, roots: &[i32]) -> Vec<i32> {
-        match self {
-            HostLoad::Proc(s) => s.guest_tree(roots),
-            HostLoad::Script(s) => s.guest_tree(roots),
-        }
-    }
+/// What this host announces about its hardware.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hardware {
+    pub logical_cpus: u32,
+    pub memory_mib: u64,
+    /// Score of the built-in CPU benchmark.
+    pub benchmark_score: u64,
 }
 
-/// Runs the node until SIGINT or SIGTERM. `on_ready` is called once
-/// everything is up (to print the paths and the "ready" line).
-pub fn run(paths: &Paths, config: &Config, on_ready: impl FnOnce(&Ready)) -> Result<(), NodeError> {
+/// The pool, when the node joins one: the handle and events of a started
+/// network task and the task itself, for [`run`] to own.
+pub struct NetResources {
+    pub handle: crate::net::NetHandle,
+    pub events: mpsc::Receiver<crate::net::NetEvent>,
+    pub event_loop: crate::net::EventLoop,
+}
+
+/// Everything a node runs on. The caller makes these, so a test can hand in
+/// a temp-dir store, a replayed load, a clock that follows paused time and a
+/// socket in a temp dir.
+pub struct NodeResources {
+    pub config: Config,
+    pub data_dir: PathBuf,
+    pub store: HistoryStore,
+    pub control: ControlSocket,
+    pub owner_load: OwnerLoadSource,
+    pub clock: Arc<dyn Clock>,
+    pub net: Option<NetResources>,
+    /// Cancelled to stop the node; [`run`] returns once it has stopped.
+    pub shutdown: CancellationToken,
+    pub hardware: Hardware,
+    /// Seed of the monitor's random extra samples.
+    pub monitor_seed: u64,
+}
+
+/// The running node's handles, given to `on_ready` (tests drive the actors
+/// through them; the binary prints its "ready" line).
+#[derive(Debug, Clone)]
+pub struct Running {
+    pub host: HostHandle,
+    pub pool_host: Option<PoolHostHandle>,
+    pub consumer: Option<ConsumerHandle>,
+    /// Where peers can dial us, each ending in `/p2p/<peer id>`.
+    pub listen: Vec<String>,
+    pub peer_id: Option<String>,
+}
+
+/// Runs a node on `resources` until `resources.shutdown` is cancelled, then
+/// stops it in order (see the end of this function).
+pub async fn run(
+    resources: NodeResources,
+    on_ready: impl FnOnce(&Running),
+) -> Result<(), NodeError> {
+    let NodeResources {
+        config,
+        data_dir,
+        store,
+        control,
+        owner_load,
+        clock,
+        net,
+        shutdown,
+        hardware,
+        monitor_seed,
+    } = resources;
+    let tracker = TaskTracker::new();
+
+    // Guest events go from the supervisor (and its capture threads) into the host loop.
+    let (guest_tx, guest_rx) = mpsc::unbounded_channel::<GuestEvent>();
+    let sink = move |event: GuestEvent| {
+        let _ = guest_tx.send(event);
+    };
+    let mut guest_config = GuestConfig::new(&data_dir);
+    guest_config.user = config.guest.user.clone();
+    let supervisor = Supervisor::new(guest_config, clock.clone(), Arc::new(sink))?;
+    let stale = pool::remove_stale_remote_dirs(&supervisor.jobs_dir());
+    if stale > 0 {
+        tracing::info!(
+            stale,
+            "removed peers' job directories left by an earlier run"
+        );
+    }
+
+    let (to_pool, pool_guest_events) = match net {
+        Some(_) => {
+            let (tx, rx) = mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        }
+        None => (None, None),
+    };
+    let (roots_tx, roots_rx) = watch::channel(Vec::new());
+    let (host, host_handle) = HostLoop::new(HostParts {
+        config: config.clone(),
+        data_dir: data_dir.clone(),
+        store,
+        supervisor,
+        clock: clock.clone(),
+        guest_roots: roots_tx,
+        tracker: tracker.clone(),
+        to_pool,
+        owner_load: owner_load.description.clone(),
+    });
+
+    let mut running = Running {
+        host: host_handle.clone(),
+        pool_host: None,
+        consumer: None,
+        listen: Vec::new(),
+        peer_id: None,
+    };
+    if let (Some(net), Some(pool_guest_events)) = (net, pool_guest_events) {
+        let NetResources {
+            handle,
+            events,
+            event_loop,
+        } = net;
+        tracker.spawn(event_loop.run());
+        let (consumer, consumer_handle) = Consumer::new(
+            handle.clone(),
+            clock.clone(),
+            ConsumerSettings {
+                max_retries: config.net.max_retries,
+                max_output_bytes: config.guest.max_output_mib.saturating_mul(1 << 20),
+            },
+            tracker.clone(),
+            shutdown.clone(),
+        );
+        tracker.spawn(consumer.run());
+        let (pool_host, pool_handle) = PoolHost::new(PoolHostParts {
+            config: config.clone(),
+            net: handle.clone(),
+            host: host_handle.clone(),
+            consumer: consumer_handle.clone(),
+            clock: clock.clone(),
+            tracker: tracker.clone(),
+            hardware,
+        });
+        tracker.spawn(pool_host.run(PoolHostInputs {
+            net: events,
+            guest_events: pool_guest_events,
+            shutdown: shutdown.clone(),
+        }));
+        running.listen = dialable_addrs(&handle).await;
+        running.peer_id = Some(handle.peer_id().to_base58());
+        running.pool_host = Some(pool_handle);
+        running.consumer = Some(consumer_handle);
+    }
+
+    let handles = ControlHandles {
+        host: host_handle,
+        consumer: running.consumer.clone(),
+        pool: running.peer_id.as_ref().map(|_| config.net.pool.clone()),
+        peer_id: running.peer_id.clone(),
+        tracker: tracker.clone(),
+        shutdown: shutdown.clone(),
+    };
+    tracker.spawn(async move {
+        if let Err(e) = serve(control, handles).await {
+            tracing::error!(error = %e, "the control API stopped");
+        }
+    });
+
+    let (readings_tx, readings_rx) = mpsc::channel(16);
+    let monitor = Monitor::new(
+        config.monitor_config(),
+        owner_load.source,
+        clock.clone(),
+        rand::rngs::StdRng::seed_from_u64(monitor_seed),
+    );
+    tracker.spawn(crate::monitor::run(
+        monitor,
+        roots_rx,
+        shutdown.clone(),
+        readings_tx,
+    ));
+
+    on_ready(&running);
+    drop(running);
+
+    host.run(HostInputs {
+        readings: readings_rx,
+        guest_events: guest_rx,
+        shutdown: shutdown.clone(),
+    })
+    .await;
+
+    // Shutdown, continued (the host loop has killed the guest and flushed
+    // the store): make sure every task sees the token, then wait for them —
+    // the control server (which waits for open requests and streams), the
+    // pool host, the consumer, the network task and the monitor.
+    shutdown.cancel();
+    tracker.close();
+    if tokio::time::timeout(Duration::from_secs(5), tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("some tasks did not stop within 5 s; leaving them");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Runs the node from its paths and config until SIGINT or SIGTERM.
+/// `on_ready` is called once everything is up (to print the paths and the
+/// "ready" line).
+pub fn start(
+    paths: &Paths,
+    config: &Config,
+    owner_load_file: Option<&Path>,
+    on_ready: impl FnOnce(&Ready),
+) -> Result<(), NodeError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(NodeError::Runtime)?;
-    runtime.block_on(run_async(paths, config, on_ready))
+    runtime.block_on(start_async(paths, config, owner_load_file, on_ready))
 }
 
-async fn run_async(
+async fn start_async(
     paths: &Paths,
     config: &Config,
+    owner_load_file: Option<&Path>,
     on_ready: impl FnOnce(&Ready),
 ) -> Result<(), NodeError> {
     // Signals are caught from the start: a SIGTERM that arrives while the node
@@ -186,124 +416,55 @@ async fn run_async(
             "the node was off; recorded as S5"
         );
     }
-
-    // Guest events go from the supervisor (and its capture threads) into the loop.
-    let (guest_tx, guest_rx) = mpsc::unbounded_channel::<GuestEvent>();
-    let sink = move |event: GuestEvent| {
-        let _ = guest_tx.send(event);
-    };
-    let mut guest_config = GuestConfig::new(&paths.data_dir);
-    guest_config.user = config.guest.user.clone();
-    let supervisor = Supervisor::new(guest_config, clock.clone(), Arc::new(sink))?;
-
+    let host = store.meta().host.clone().unwrap_or_default();
+    let tz = store.meta().tz_name.clone();
     let shutdown = CancellationToken::new();
-    let tracker = TaskTracker::new();
     let socket_path = paths.socket();
-    let socket = ControlSocket::bind(&socket_path).map_err(|source| NodeError::Socket {
+    let control = ControlSocket::bind(&socket_path).map_err(|source| NodeError::Socket {
         path: socket_path.clone(),
         source,
     })?;
-    let inbox = crate::consumer::Inbox::default();
-    let (net, net_rx) = if config.net.enabled {
-        let (h, rx) = start_net(paths, config, &shutdown, &tracker)?;
-        (Some(h), rx)
+    let net = if config.net.enabled {
+        Some(start_net(paths, config, &shutdown)?)
     } else {
-        // A receiver whose sender is gone: the loop's net branch never fires.
-        (None, mpsc::channel(1).1)
+        None
     };
-    let listen = match &net {
-        Some(h) => dialable_addrs(h).await,
-        None => Vec::new(),
-    };
-    let (control_tx, control_rx) = mpsc::channel(32);
-    let (events_tx, _) = broadcast::channel(256);
-    let handle = NodeHandle {
-        requests: control_tx,
-        events: events_tx.clone(),
-        tracker: tracker.clone(),
-        shutdown: shutdown.clone(),
-        net: net.clone(),
-        inbox: inbox.clone(),
-        consumer: crate::control::server::ConsumerSettings {
-            max_retries: config.net.max_retries,
-            max_output_bytes: config.guest.max_output_mib.saturating_mul(1 << 20),
-            pool: config.net.pool.clone(),
-        },
-    };
-    tracker.spawn(async move {
-        if let Err(e) = serve(socket, handle).await {
-            tracing::error!(error = %e, "the control API stopped");
-        }
-    });
-
-    let (roots_tx, roots_rx) = watch::channel(Vec::new());
-    let (readings_tx, readings_rx) = mpsc::channel(16);
-    let monitor = Monitor::new(
-        config.monitor_config(),
-        HostLoad::new()?,
-        SystemClock,
-        rand::rngs::StdRng::from_os_rng(),
-    );
-    tracker.spawn(crate::monitor::run(
-        monitor,
-        roots_rx,
-        shutdown.clone(),
-        readings_tx,
-    ));
-    tracker.spawn(cancel_on_signal(signals, shutdown.clone()));
-
-    on_ready(&Ready {
-        pid: std::process::id(),
-        data_dir: paths.data_dir.clone(),
-        config_file: paths.config_file.clone(),
-        config_created,
-        socket: socket_path,
-        host: store.meta().host.clone().unwrap_or_default(),
-        tz: store.meta().tz_name.clone(),
-        down_secs,
-        pool: net.as_ref().map(|_| config.net.pool.clone()),
-        peer_id: net.as_ref().map(|h| h.peer_id().to_base58()),
-        listen,
-        hosts_guests: config.guest.enabled,
-    });
-
-    let node = main_loop::Node::new(main_loop::NodeParts {
+    let owner_load = OwnerLoadSource::new(owner_load_file)?;
+    let signal_task = tokio::spawn(cancel_on_signal(signals, shutdown.clone()));
+    let resources = NodeResources {
         config: config.clone(),
         data_dir: paths.data_dir.clone(),
         store,
-        supervisor,
-        clock,
-        guest_roots: roots_tx,
-        events: events_tx,
-        tracker: tracker.clone(),
+        control,
+        owner_load,
+        clock: clock.clone(),
         net,
-        inbox,
-        hardware: hardware(),
-    });
-    node.run(main_loop::Inputs {
-        readings: readings_rx,
-        guest_events: guest_rx,
-        control: control_rx,
-        net: net_rx,
         shutdown: shutdown.clone(),
+        hardware: hardware(),
+        monitor_seed: u64::try_from(clock.now().as_nanosecond() & i128::from(u64::MAX))
+            .unwrap_or(0),
+    };
+    let pool = config.net.pool.clone();
+    let result = run(resources, |running| {
+        on_ready(&Ready {
+            pid: std::process::id(),
+            data_dir: paths.data_dir.clone(),
+            config_file: paths.config_file.clone(),
+            config_created,
+            socket: socket_path,
+            host,
+            tz,
+            down_secs,
+            pool: running.peer_id.as_ref().map(|_| pool),
+            peer_id: running.peer_id.clone(),
+            listen: running.listen.clone(),
+            hosts_guests: config.guest.enabled,
+        })
     })
     .await;
-
-    // Shutdown, continued (the loop has killed the guest and flushed the
-    // store): make sure every task sees the token, then wait for them —
-    // the control server (which waits for open requests and streams), the
-    // monitor and the signal listener.
-    shutdown.cancel();
-    tracker.close();
-    if tokio::time::timeout(std::time::Duration::from_secs(5), tracker.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!("some tasks did not stop within 5 s; leaving them");
-    }
-    tracing::info!("stopped");
+    signal_task.abort();
     drop(lock);
-    Ok(())
+    result
 }
 
 /// Starts the network task: identity from the data dir, settings from `[net]`.
@@ -311,17 +472,19 @@ fn start_net(
     paths: &Paths,
     config: &Config,
     shutdown: &CancellationToken,
-    tracker: &TaskTracker,
-) -> Result<(crate::net::NetHandle, mpsc::Receiver<crate::net::NetEvent>), NodeError> {
+) -> Result<NetResources, NodeError> {
     let key = crate::net::identity::load_or_create(&paths.data_dir)?;
     let net_config = pool::net_config(&config.net)?;
     if net_config.mdns {
         tracing::info!("mDNS on: LAN members find this node (turn off with --no-mdns)");
     }
     let (handle, events, event_loop) = crate::net::start(key, net_config, shutdown.clone())?;
-    tracker.spawn(event_loop.run());
     tracing::info!(peer = %handle.peer_id(), pool = %config.net.pool, "joined the pool");
-    Ok((handle, events))
+    Ok(NetResources {
+        handle,
+        events,
+        event_loop,
+    })
 }
 
 /// The addresses we listen on with our peer id appended, waiting briefly for
@@ -343,7 +506,7 @@ async fn dialable_addrs(net: &crate::net::NetHandle) -> Vec<String> {
 }
 
 /// Logical CPUs, total memory and the benchmark score (a few tens of ms).
-fn hardware() -> main_loop::Hardware {
+pub fn hardware() -> Hardware {
     let memory_mib = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|text| {
@@ -352,7 +515,7 @@ fn hardware() -> main_loop::Hardware {
                 .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
         })
         .map_or(0, |kib| kib / 1024);
-    main_loop::Hardware {
+    Hardware {
         logical_cpus: std::thread::available_parallelism()
             .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
         memory_mib,

@@ -163,18 +163,20 @@ impl RemoteJobs {
         evicted
     }
 
-    /// Takes back the last [`RemoteJobs::add`] (a job that did not start):
-    /// returns it and puts the job it pushed out back in front.
-    pub fn undo_add(&mut self, evicted: Option<RemoteJob>) -> Option<RemoteJob> {
-        let last = self.jobs.pop_back();
-        if let Some(old) = evicted {
-            self.jobs.push_front(old);
-        }
-        last
-    }
-
     pub fn by_local_id(&mut self, id: &str) -> Option<&mut RemoteJob> {
         self.jobs.iter_mut().find(|j| j.local_id == id)
+    }
+
+    /// Who submitted each job kept here, oldest first.
+    pub fn summaries(&self) -> Vec<crate::node::pool_host::RemoteJobSummary> {
+        self.jobs
+            .iter()
+            .map(|j| crate::node::pool_host::RemoteJobSummary {
+                consumer: j.consumer,
+                consumer_job_id: j.consumer_job_id.clone(),
+                local_id: j.local_id.clone(),
+            })
+            .collect()
     }
 
     pub fn by_consumer(&self, consumer: PeerId, job_id: &str) -> Option<&RemoteJob> {
@@ -464,12 +466,13 @@ mod tests {
         assert_eq!(evicted.local_id, "j0");
         assert!(jobs.by_local_id("j0").is_none());
         assert!(jobs.by_local_id("last").is_some());
-        // A job that did not start gives its place back.
-        let failed = jobs.undo_add(Some(evicted)).unwrap();
-        assert_eq!(failed.local_id, "last");
-        assert!(jobs.by_local_id("j0").is_some());
-        assert!(jobs.by_local_id("last").is_none());
-        assert!(jobs.add(job("again", PathBuf::new())).is_some());
+        // Jobs are registered only once they started, so the list holds
+        // started jobs only; the next one pushes out the next oldest.
+        assert_eq!(
+            jobs.add(job("again", PathBuf::new())).unwrap().local_id,
+            "j1"
+        );
+        assert_eq!(jobs.summaries().len(), KEEP_JOBS);
 
         let dir = tempfile::tempdir().unwrap();
         let old = dir.path().join(format!("{REMOTE_PREFIX}1-0"));

@@ -103,7 +103,7 @@ impl NodeFixture {
         if let Some(script) = &self.script {
             let path = self.dir.join("load.txt");
             std::fs::write(&path, script).unwrap();
-            cmd.env("GLEANER_TEST_LOAD_SCRIPT", path);
+            cmd.arg("--owner-load").arg(path);
         }
         if let Some(cpus) = self.cpus.clone() {
             unsafe {

@@ -25,6 +25,8 @@ pub mod linear;
 pub mod markov;
 pub mod rippp;
 
+mod method_id;
+pub use method_id::{MethodId, UnknownMethod};
 #[cfg(test)]
 mod tests;
 

@@ -1,0 +1,1022 @@
+//! The host loop: the actor that owns this machine's side of the node — the
+//! history store, the guest supervisor, the monitor's readings and the
+//! five-state policy. Every input (readings, guest events, [`HostCommand`]s
+//! from the control API and the pool host, timers, shutdown) is selected into
+//! one closed [`Event`] and handled in one `match` (rust-analyzer's
+//! `main_loop`), so the store and the supervisor have a single owner.
+//!
+//! A reading flows: record the sample (and a transition when the state
+//! changed) → judge the guest's state (S4 against its declared memory) →
+//! policy `decide` → supervisor `apply`. Guest events flow into the job log,
+//! out to `run-local` streams (a broadcast) and to the pool host (an
+//! unbounded channel, so no remote job's event is ever dropped).
+//!
+//! This module must not know HTTP or JSON (that is `control`), the Swarm
+//! (`net`), peers' jobs (`pool_host`) nor how states are defined (`model`).
+//! Its answers are domain values and its errors a [`HostError`].
+
+use crate::clock::Clock;
+use crate::guest::{
+    GuestAction, GuestEvent, GuestEventKind, GuestHandle, GuestPhase, GuestRunState, GuestSpec,
+    GuestStatus, KillCause, StartError, Supervisor,
+};
+use crate::history::store::{HistoryStore, JobEvent};
+use crate::history::trace::parse_trace;
+use crate::model::baselines::MethodId;
+use crate::model::policy::decide;
+use crate::model::predict::PredictRequest;
+use crate::model::series::{HostSeries, Sample};
+use crate::model::state::State;
+use crate::monitor::MonitorReading;
+use crate::node::config::Config;
+use crate::node::OwnerLoad;
+use crate::report::{forecast, predict_report, Forecast, PredictReport, ReportRequest};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// How often a running guest is checked for its end (and its wall limit).
+const GUEST_POLL: Duration = Duration::from_millis(50);
+/// How long shutdown waits for the killed guest to be reaped.
+const GUEST_KILL_WAIT: Duration = Duration::from_secs(2);
+/// The windows `status` predicts for.
+pub const STATUS_WINDOWS_SECS: [u64; 3] = [3600, 3 * 3600, 10 * 3600];
+/// How stale the cached history may be when predicting: a prediction learns
+/// from whole past days, so a minute of missing samples changes nothing.
+const SERIES_CACHE_SECS: i64 = 60;
+/// Longest `pause --for`: a year. Longer pauses are refused at the edge; this
+/// bound keeps every instant computed from it representable.
+pub const MAX_PAUSE_SECS: u64 = 366 * 86_400;
+
+/// Why the host loop refused or could not do what it was asked. The control
+/// API maps these to HTTP statuses and the pool host to wire reasons; this
+/// type knows neither.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HostError {
+    #[error("the owner has paused this node; `gleaner resume` first")]
+    Paused,
+    #[error("a guest is already running here (job {job_id})")]
+    Busy { job_id: String },
+    #[error("the host is in {0} now and takes no guest")]
+    HostState(State),
+    #[error(
+        "the job declares {asked} MiB; this node accepts at most {limit} MiB ([guest] max_mem_mib)"
+    )]
+    TooMuchMemory { asked: u64, limit: u64 },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Internal(String),
+    #[error("the node is shutting down")]
+    Unavailable,
+}
+
+/// A request to the host loop, with the channel its answer goes back on.
+#[derive(Debug)]
+pub enum HostCommand {
+    Status {
+        reply: oneshot::Sender<HostStatus>,
+    },
+    Pause {
+        for_secs: Option<u64>,
+        reply: oneshot::Sender<Result<PauseOutcome, HostError>>,
+    },
+    Resume {
+        reply: oneshot::Sender<Result<PauseOutcome, HostError>>,
+    },
+    /// The full prediction report for `gleaner predict` through the node.
+    Predict {
+        query: PredictQuery,
+        reply: oneshot::Sender<Result<PredictReport, HostError>>,
+    },
+    /// A typed forecast for a peer's reliability query.
+    Forecast {
+        at: i64,
+        window_secs: u64,
+        mem_mib: u64,
+        reply: oneshot::Sender<Result<Forecast, HostError>>,
+    },
+    /// Start a guest (the owner's `run-local`, or a peer's job via the pool host).
+    StartGuest {
+        start: GuestStart,
+        reply: oneshot::Sender<Result<GuestHandle, HostError>>,
+    },
+    /// Kill the guest if it is running job `job_id`.
+    Cancel {
+        job_id: String,
+    },
+    Export {
+        reply: oneshot::Sender<Result<String, HostError>>,
+    },
+    Import {
+        text: String,
+        /// The file the owner named, for errors.
+        source_name: String,
+        reply: oneshot::Sender<Result<ImportOutcome, HostError>>,
+    },
+}
+
+/// What `predict` through the node asks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PredictQuery {
+    pub window_secs: u64,
+    /// Window start, Unix seconds; now when absent.
+    pub at: Option<i64>,
+    pub mem_mib: u64,
+    /// The node's default when absent.
+    pub method: Option<MethodId>,
+    /// History days; the node's `[history] days` when absent.
+    pub days: Option<usize>,
+    /// Discretisation step; the series' own when absent.
+    pub step_secs: Option<u32>,
+}
+
+/// Who asks for a guest, which decides its job id's prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestOrigin {
+    /// The owner's `run-local`.
+    Local,
+    /// A peer's job, accepted by the pool host.
+    Remote,
+}
+
+/// A guest to start.
+#[derive(Debug, Clone)]
+pub struct GuestStart {
+    pub origin: GuestOrigin,
+    /// The local job id (the pool host names remote jobs itself); `None`
+    /// lets the host loop name a local one.
+    pub job_id: Option<String>,
+    pub job: GuestJob,
+}
+
+/// What the job itself asks for; the host loop adds the node's limits
+/// ([`guest_spec`], the one place a [`GuestSpec`] is built).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuestJob {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Declared working set, MiB.
+    pub mem_mib: u64,
+    /// Wall-clock limit; the node's `[guest] max_runtime_secs` when absent
+    /// and never above it.
+    pub runtime_secs: Option<u64>,
+    /// Files written into the work directory before launch.
+    pub inputs: Vec<(String, Vec<u8>)>,
+}
+
+/// The answer to `pause` and `resume`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PauseOutcome {
+    pub paused: bool,
+    /// False when the node already was in the asked-for state.
+    pub changed: bool,
+    /// When a timed pause ends, Unix seconds.
+    pub until: Option<i64>,
+    /// The job the pause killed, if one ran.
+    pub killed_job: Option<String>,
+}
+
+/// The answer to an import.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImportOutcome {
+    pub added: u64,
+    pub already_present: u64,
+}
+
+/// The node as `status` shows it.
+#[derive(Debug, Clone)]
+pub struct HostStatus {
+    pub data_dir: PathBuf,
+    pub started_at: i64,
+    pub now: i64,
+    pub paused: bool,
+    pub paused_until: Option<i64>,
+    /// The state a guest sees (S4 below its declared memory); S5 while paused.
+    pub state: Option<State>,
+    pub last: Option<MonitorReading>,
+    pub samples: u64,
+    pub guest: Option<(GuestStatus, u64)>,
+    /// TR for each of [`STATUS_WINDOWS_SECS`], or why there is none.
+    pub predictions: Vec<(u64, Result<f64, String>)>,
+    pub method: MethodId,
+    pub owner_load: OwnerLoad,
+}
+
+/// What the host loop publishes on every change, for the pool host's
+/// announcements and answers (a `watch`: readers see the latest, never block it).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct HostSnapshot {
+    /// The state peers see: the last reading's, S5 while paused, `None` before the first.
+    pub state: Option<State>,
+    pub paused: bool,
+    /// A guest could start here now.
+    pub slot_free: bool,
+    /// The owner's CPU load at the last reading, percent.
+    pub cpu: Option<f64>,
+    /// Memory free for a guest at the last reading, MiB.
+    pub free_mib: Option<u64>,
+}
+
+/// The cloneable way to the host loop.
+#[derive(Debug, Clone)]
+pub struct HostHandle {
+    commands: mpsc::Sender<HostCommand>,
+    snapshot: watch::Receiver<HostSnapshot>,
+    events: broadcast::Sender<GuestEvent>,
+}
+
+impl HostHandle {
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> HostCommand,
+    ) -> Result<T, HostError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(make(tx))
+            .await
+            .map_err(|_| HostError::Unavailable)?;
+        rx.await.map_err(|_| HostError::Unavailable)
+    }
+
+    pub async fn status(&self) -> Result<HostStatus, HostError> {
+        self.ask(|reply| HostCommand::Status { reply }).await
+    }
+
+    pub async fn pause(&self, for_secs: Option<u64>) -> Result<PauseOutcome, HostError> {
+        self.ask(|reply| HostCommand::Pause { for_secs, reply })
+            .await?
+    }
+
+    pub async fn resume(&self) -> Result<PauseOutcome, HostError> {
+        self.ask(|reply| HostCommand::Resume { reply }).await?
+    }
+
+    pub async fn predict(&self, query: PredictQuery) -> Result<PredictReport, HostError> {
+        self.ask(|reply| HostCommand::Predict { query, reply })
+            .await?
+    }
+
+    pub async fn forecast(
+        &self,
+        at: i64,
+        window_secs: u64,
+        mem_mib: u64,
+    ) -> Result<Forecast, HostError> {
+        self.ask(|reply| HostCommand::Forecast {
+            at,
+            window_secs,
+            mem_mib,
+            reply,
+        })
+        .await?
+    }
+
+    pub async fn start_guest(&self, start: GuestStart) -> Result<GuestHandle, HostError> {
+        self.ask(|reply| HostCommand::StartGuest { start, reply })
+            .await?
+    }
+
+    /// Kills the guest if it runs `job_id` (a `run-local` client went away).
+    pub async fn cancel(&self, job_id: String) {
+        let _ = self.commands.send(HostCommand::Cancel { job_id }).await;
+    }
+
+    pub async fn export(&self) -> Result<String, HostError> {
+        self.ask(|reply| HostCommand::Export { reply }).await?
+    }
+
+    pub async fn import(
+        &self,
+        text: String,
+        source_name: String,
+    ) -> Result<ImportOutcome, HostError> {
+        self.ask(|reply| HostCommand::Import {
+            text,
+            source_name,
+            reply,
+        })
+        .await?
+    }
+
+    /// The latest snapshot, without asking the loop.
+    pub fn snapshot(&self) -> watch::Receiver<HostSnapshot> {
+        self.snapshot.clone()
+    }
+
+    /// Guest events from now on, for `run-local` streams (subscribe before
+    /// starting the job so no event of it is missed).
+    pub fn subscribe_events(&self) -> broadcast::Receiver<GuestEvent> {
+        self.events.subscribe()
+    }
+}
+
+/// Everything the loop reacts to.
+#[derive(Debug)]
+enum Event {
+    /// The monitor classified a sample of the host.
+    Reading(MonitorReading),
+    /// The supervisor reported something about the guest.
+    Guest(GuestEvent),
+    /// A command from a handle.
+    Command(HostCommand),
+    /// Time to check whether the running guest has ended.
+    GuestTick,
+    /// Time to delete history older than the retention.
+    Compact,
+    /// A `pause --for` has run out.
+    PauseOver,
+    /// SIGINT/SIGTERM (or the caller's token): stop.
+    Shutdown,
+}
+
+/// What the host loop is made of.
+pub struct HostParts {
+    pub config: Config,
+    pub data_dir: PathBuf,
+    pub store: HistoryStore,
+    pub supervisor: Supervisor,
+    pub clock: Arc<dyn Clock>,
+    /// The guest's processes, for the monitor to leave out of L_H.
+    pub guest_roots: watch::Sender<Vec<i32>>,
+    pub tracker: TaskTracker,
+    /// Guest events for the pool host (remote jobs' events go back to their consumers).
+    pub to_pool: Option<mpsc::UnboundedSender<GuestEvent>>,
+    pub owner_load: OwnerLoad,
+}
+
+/// The loop's inputs.
+pub struct HostInputs {
+    pub readings: mpsc::Receiver<MonitorReading>,
+    pub guest_events: mpsc::UnboundedReceiver<GuestEvent>,
+    pub shutdown: CancellationToken,
+}
+
+/// The host loop's state between events.
+pub struct HostLoop {
+    parts: HostParts,
+    commands: mpsc::Receiver<HostCommand>,
+    snapshot: watch::Sender<HostSnapshot>,
+    events: broadcast::Sender<GuestEvent>,
+    started_at: i64,
+    /// The last reading, for status and to judge a guest started between readings.
+    last: Option<MonitorReading>,
+    /// The state of the last recorded transition (`None` after a pause, so
+    /// the first sample after `resume` records one).
+    recorded_state: Option<State>,
+    /// The running guest's declared working set, MiB (S4 below it).
+    guest_mem_mib: u64,
+    /// A guest was started and its end not yet seen (it may be killed but
+    /// not reaped, when the policy no longer acts on it).
+    guest_live: bool,
+    /// When a `pause --for` ends: Unix seconds and the timer deadline.
+    pause_until: Option<(i64, Instant)>,
+    local_jobs_started: u64,
+    /// The history as a series and the time it was built at; dropped when the
+    /// history changes in bulk (import, retention).
+    series_cache: Option<(i64, Arc<HostSeries>)>,
+}
+
+impl HostLoop {
+    /// The loop and its handle; nothing runs until [`HostLoop::run`].
+    pub fn new(parts: HostParts) -> (HostLoop, HostHandle) {
+        let (commands_tx, commands) = mpsc::channel(64);
+        let (snapshot, snapshot_rx) = watch::channel(HostSnapshot::default());
+        let (events, _) = broadcast::channel(256);
+        let started_at = parts.clock.unix_secs();
+        let handle = HostHandle {
+            commands: commands_tx,
+            snapshot: snapshot_rx,
+            events: events.clone(),
+        };
+        let mut host = HostLoop {
+            parts,
+            commands,
+            snapshot,
+            events,
+            started_at,
+            last: None,
+            recorded_state: None,
+            guest_mem_mib: 0,
+            guest_live: false,
+            pause_until: None,
+            local_jobs_started: 0,
+            series_cache: None,
+        };
+        host.restore_pause();
+        host.publish();
+        (host, handle)
+    }
+
+    /// Runs until shutdown; then kills the guest (S5) and flushes the store.
+    pub async fn run(mut self, mut inputs: HostInputs) {
+        let mut guest_tick = tokio::time::interval(GUEST_POLL);
+        guest_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first retention pass runs before any request is served, so a
+        // client never races it (an import older than the retention would
+        // otherwise survive or vanish depending on which event came first).
+        self.compact();
+        let every = Duration::from_secs(self.parts.config.history.compact_every_secs.max(1));
+        let first = Instant::now()
+            .checked_add(every)
+            .unwrap_or_else(Instant::now);
+        let mut compact = tokio::time::interval_at(first, every);
+        compact.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let guest_running = self.guest_live;
+            let pause_deadline = self.pause_until.map(|(_, at)| at);
+            let event = tokio::select! {
+                biased;
+                _ = inputs.shutdown.cancelled() => Event::Shutdown,
+                Some(e) = inputs.guest_events.recv() => Event::Guest(e),
+                Some(r) = inputs.readings.recv() => Event::Reading(r),
+                Some(c) = self.commands.recv() => Event::Command(c),
+                _ = guest_tick.tick(), if guest_running => Event::GuestTick,
+                _ = compact.tick() => Event::Compact,
+                _ = sleep_until(pause_deadline), if pause_deadline.is_some() => Event::PauseOver,
+            };
+            match event {
+                Event::Reading(r) => self.on_reading(r),
+                Event::Guest(e) => self.on_guest_event(e),
+                Event::Command(c) => self.on_command(c),
+                Event::GuestTick => self.poll_guest(),
+                Event::Compact => self.compact(),
+                Event::PauseOver => {
+                    if let Err(e) = self.resume() {
+                        tracing::error!(error = %e, "cannot end the pause");
+                    }
+                }
+                Event::Shutdown => break,
+            }
+            self.publish();
+        }
+        self.shut_down(&mut inputs.guest_events);
+    }
+
+    /// Shutdown order, part 1 (the rest is in `node::run`):
+    /// 1. the token was cancelled, so the monitor stops sampling and the
+    ///    control server stops accepting;
+    /// 2. the guest is killed with cause S5 (revocation) and reaped, so it
+    ///    never outlives the node;
+    /// 3. the guest events still queued (kill, exit) go to the job log and to
+    ///    open `run-local` streams, and the store is flushed.
+    fn shut_down(&mut self, guest_events: &mut mpsc::UnboundedReceiver<GuestEvent>) {
+        if self.parts.supervisor.run_state() != GuestRunState::Idle {
+            self.kill_guest(KillCause::Revocation);
+        }
+        if self.guest_live {
+            self.parts.supervisor.wait_exit(GUEST_KILL_WAIT);
+            self.guest_ended();
+        }
+        while let Ok(e) = guest_events.try_recv() {
+            self.on_guest_event(e);
+        }
+        if let Err(e) = self.parts.store.flush() {
+            tracing::error!(error = %e, "cannot flush the history on shutdown");
+        }
+    }
+
+    fn now(&self) -> i64 {
+        self.parts.clock.unix_secs()
+    }
+
+    /// Publishes the snapshot when it changed.
+    fn publish(&self) {
+        let paused = self.parts.store.is_paused();
+        let snapshot = HostSnapshot {
+            state: if paused {
+                Some(State::S5)
+            } else {
+                self.last.map(|r| r.state)
+            },
+            paused,
+            slot_free: self.parts.config.guest.enabled && !self.guest_live && !paused,
+            cpu: self.last.map(|r| r.cpu),
+            free_mib: self.last.map(|r| r.free_mib),
+        };
+        self.snapshot.send_if_modified(|s| {
+            let changed = *s != snapshot;
+            *s = snapshot;
+            changed
+        });
+    }
+
+    fn on_reading(&mut self, r: MonitorReading) {
+        let store = &mut self.parts.store;
+        if !store.is_paused() && self.recorded_state != Some(r.state) {
+            match store.record_transition(r.time, r.state) {
+                Ok(()) => self.recorded_state = Some(r.state),
+                Err(e) => tracing::error!(error = %e, "cannot record a state transition"),
+            }
+            tracing::info!(state = %r.state, cpu = r.cpu, free_mib = r.free_mib, "host state");
+        }
+        let sample = Sample {
+            time: r.time,
+            cpu: r.cpu,
+            free_mib: r.free_mib,
+            up: true,
+        };
+        if let Err(e) = store.record_sample(&sample) {
+            tracing::error!(error = %e, "cannot record a sample");
+        }
+        self.last = Some(r);
+        self.apply_policy();
+        self.refresh_guest_roots();
+    }
+
+    /// The host's state as the running guest sees it: S4 when free memory is
+    /// below the guest's declared working set, else the monitor's state.
+    fn guest_state(&self) -> Option<(State, bool)> {
+        let r = self.last?;
+        let th = self.parts.config.thresholds(self.guest_mem_mib);
+        let state = if th.lacks_memory(r.free_mib) {
+            State::S4
+        } else {
+            r.state
+        };
+        Some((state, r.suspending))
+    }
+
+    /// Applies policy actions until the policy is satisfied (at most two are
+    /// needed: a resume and then a priority change).
+    fn apply_policy(&mut self) {
+        if self.parts.store.is_paused() {
+            if self.parts.supervisor.run_state() != GuestRunState::Idle {
+                self.kill_guest(KillCause::Revocation);
+            }
+            return;
+        }
+        let Some((state, suspending)) = self.guest_state() else {
+            return;
+        };
+        for _ in 0..3 {
+            let current = self.parts.supervisor.run_state();
+            let Some(action) = decide(state, suspending, current) else {
+                break;
+            };
+            tracing::debug!(?action, %state, suspending, "guest policy");
+            if let Err(e) = self.parts.supervisor.apply(action) {
+                tracing::warn!(error = %e, ?action, "cannot apply the guest policy");
+                break;
+            }
+        }
+    }
+
+    fn kill_guest(&mut self, cause: KillCause) {
+        if let Err(e) = self.parts.supervisor.apply(GuestAction::Kill(cause)) {
+            tracing::warn!(error = %e, %cause, "cannot kill the guest");
+        }
+    }
+
+    /// Tells the monitor which processes are the guest's, so their CPU is
+    /// not counted as the owner's. Session and group members are included,
+    /// so a guest that daemonizes is still left out.
+    fn refresh_guest_roots(&mut self) {
+        let tree = self.parts.supervisor.process_tree();
+        self.parts.guest_roots.send_if_modified(|roots| {
+            if *roots == tree {
+                false
+            } else {
+                *roots = tree;
+                true
+            }
+        });
+    }
+
+    fn poll_guest(&mut self) {
+        if self.parts.supervisor.poll_exit().is_some() {
+            self.guest_ended();
+        }
+    }
+
+    fn guest_ended(&mut self) {
+        self.guest_mem_mib = 0;
+        self.guest_live = false;
+        self.refresh_guest_roots();
+    }
+
+    fn on_guest_event(&mut self, e: GuestEvent) {
+        let detail = serde_json::to_string(&e.kind).unwrap_or_default();
+        let entry = JobEvent {
+            time: e.at.as_second(),
+            job: e.job_id.clone(),
+            kind: event_name(&e.kind).to_string(),
+            detail,
+        };
+        if let Err(err) = self.parts.store.record_job_event(&entry) {
+            tracing::error!(error = %err, "cannot write the job log");
+        }
+        tracing::info!(job = %e.job_id, kind = entry.kind, "guest event");
+        if let Some(pool) = &self.parts.to_pool {
+            let _ = pool.send(e.clone());
+        }
+        // Nobody listening is fine.
+        let _ = self.events.send(e);
+    }
+
+    fn compact(&mut self) {
+        self.series_cache = None;
+        let now = self.now();
+        match self
+            .parts
+            .store
+            .compact(now, self.parts.config.history.retention_days)
+        {
+            Ok(r) if r.samples_removed + r.transitions_removed + r.job_events_removed > 0 => {
+                tracing::info!(?r, "deleted history past the retention");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "cannot delete old history"),
+        }
+    }
+
+    fn on_command(&mut self, command: HostCommand) {
+        match command {
+            HostCommand::Status { reply } => self.status(reply),
+            HostCommand::Pause { for_secs, reply } => {
+                let _ = reply.send(self.pause(for_secs));
+            }
+            HostCommand::Resume { reply } => {
+                let _ = reply.send(self.resume());
+            }
+            HostCommand::Predict { query, reply } => self.predict(query, reply),
+            HostCommand::Forecast {
+                at,
+                window_secs,
+                mem_mib,
+                reply,
+            } => self.forecast(at, window_secs, mem_mib, reply),
+            HostCommand::StartGuest { start, reply } => {
+                let _ = reply.send(self.start_guest(start));
+            }
+            HostCommand::Cancel { job_id } => {
+                let running = self
+                    .parts
+                    .supervisor
+                    .status()
+                    .filter(|s| s.phase != GuestPhase::Exited);
+                if running.is_some_and(|s| s.job_id == job_id) {
+                    self.kill_guest(KillCause::Cancelled);
+                }
+            }
+            HostCommand::Export { reply } => {
+                let mut out = Vec::new();
+                let answer = match self.parts.store.export(&mut out) {
+                    Ok(_) => Ok(String::from_utf8_lossy(&out).into_owned()),
+                    Err(e) => Err(HostError::Internal(e.to_string())),
+                };
+                let _ = reply.send(answer);
+            }
+            HostCommand::Import {
+                text,
+                source_name,
+                reply,
+            } => {
+                self.series_cache = None;
+                let _ = reply.send(import(&mut self.parts.store, &text, &source_name));
+            }
+        }
+    }
+
+    /// A timed pause survives a restart: the store keeps its end. One that
+    /// ran out while the node was off ends now; one still running gets its
+    /// timer back.
+    fn restore_pause(&mut self) {
+        if !self.parts.store.is_paused() {
+            return;
+        }
+        let Some(until) = self.parts.store.pause_until() else {
+            return;
+        };
+        let left = until.saturating_sub(self.now());
+        if left <= 0 {
+            if let Err(e) = self.resume() {
+                tracing::error!(error = %e, "cannot end a pause that ran out while the node was off");
+            }
+            return;
+        }
+        let left = u64::try_from(left)
+            .unwrap_or(MAX_PAUSE_SECS)
+            .min(MAX_PAUSE_SECS);
+        let deadline = Instant::now().checked_add(Duration::from_secs(left));
+        self.pause_until = deadline.map(|d| (until, d));
+        tracing::info!(until, "still paused by the owner (S5) until the saved end");
+    }
+
+    fn pause(&mut self, for_secs: Option<u64>) -> Result<PauseOutcome, HostError> {
+        if for_secs.is_some_and(|s| s == 0 || s > MAX_PAUSE_SECS) {
+            return Err(HostError::Invalid(format!(
+                "a timed pause lasts 1 s to {MAX_PAUSE_SECS} s (a year)"
+            )));
+        }
+        let now = self.now();
+        // Both ends are computed (and bounded) before anything is saved, so a
+        // refused pause leaves no trace.
+        let until = for_secs.and_then(|secs| {
+            let at = Instant::now().checked_add(Duration::from_secs(secs))?;
+            Some((now.saturating_add(i64::try_from(secs).ok()?), at))
+        });
+        if for_secs.is_some() && until.is_none() {
+            return Err(HostError::Invalid("the pause's end is out of range".into()));
+        }
+        let changed = self
+            .parts
+            .store
+            .pause(now, until.map(|u| u.0))
+            .map_err(|e| HostError::Internal(e.to_string()))?;
+        self.recorded_state = None;
+        let killed_job = match self.parts.supervisor.status() {
+            Some(s) if s.phase != GuestPhase::Exited => {
+                self.kill_guest(KillCause::Revocation);
+                Some(s.job_id)
+            }
+            _ => None,
+        };
+        self.pause_until = until;
+        tracing::info!(until = ?self.pause_until.map(|p| p.0), "paused by the owner (S5)");
+        Ok(PauseOutcome {
+            paused: true,
+            changed,
+            until: self.pause_until.map(|p| p.0),
+            killed_job,
+        })
+    }
+
+    fn resume(&mut self) -> Result<PauseOutcome, HostError> {
+        let changed = self
+            .parts
+            .store
+            .resume(self.now())
+            .map_err(|e| HostError::Internal(e.to_string()))?;
+        self.pause_until = None;
+        self.recorded_state = None;
+        if changed {
+            tracing::info!("resumed by the owner");
+        }
+        Ok(PauseOutcome {
+            paused: false,
+            changed,
+            until: None,
+            killed_job: None,
+        })
+    }
+
+    fn predict_request(&self, at: i64, window_secs: u64, mem_mib: u64) -> PredictRequest {
+        let mut request =
+            PredictRequest::new(at, window_secs, self.parts.config.thresholds(mem_mib));
+        request.days = self.parts.config.history.days;
+        request
+    }
+
+    /// The history as a series, rebuilt at most once a `SERIES_CACHE_SECS`
+    /// (and after an import or a retention pass).
+    fn cached_series(&mut self) -> Result<Arc<HostSeries>, HostError> {
+        let now = self.now();
+        if let Some((built, series)) = &self.series_cache {
+            if (0..SERIES_CACHE_SECS).contains(&(now - built)) {
+                return Ok(series.clone());
+            }
+        }
+        let meta = self.parts.store.meta();
+        let series = self
+            .parts
+            .store
+            .to_series(meta.tz.clone(), meta.step_secs, meta.max_gap_secs)
+            .map_err(|e| HostError::Internal(e.to_string()))?;
+        let series = Arc::new(series);
+        self.series_cache = Some((now, series.clone()));
+        Ok(series)
+    }
+
+    /// Solving runs off the loop (on the blocking pool): it can take tens
+    /// of milliseconds for long windows, and samples must keep flowing.
+    fn predict(
+        &mut self,
+        query: PredictQuery,
+        reply: oneshot::Sender<Result<PredictReport, HostError>>,
+    ) {
+        let series = match self.cached_series() {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        let at = query.at.unwrap_or_else(|| self.now());
+        let mut window = self.predict_request(at, query.window_secs, query.mem_mib);
+        if let Some(days) = query.days {
+            window.days = days;
+        }
+        window.step_secs = query.step_secs.or(window.step_secs);
+        let request = ReportRequest::with_method(window, query.method);
+        let host = self.parts.store.meta().host.clone();
+        self.parts.tracker.spawn_blocking(move || {
+            let answer = predict_report(&series, host, &request)
+                .map_err(|e| HostError::Invalid(format!("cannot predict: {e}")));
+            let _ = reply.send(answer);
+        });
+    }
+
+    /// A peer's question, answered with a typed forecast off the loop.
+    fn forecast(
+        &mut self,
+        at: i64,
+        window_secs: u64,
+        mem_mib: u64,
+        reply: oneshot::Sender<Result<Forecast, HostError>>,
+    ) {
+        let series = match self.cached_series() {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        let request = ReportRequest::new(self.predict_request(at, window_secs, mem_mib));
+        self.parts.tracker.spawn_blocking(move || {
+            let answer = forecast(&series, &request).map_err(|e| HostError::Invalid(e.to_string()));
+            let _ = reply.send(answer);
+        });
+    }
+
+    fn status(&mut self, reply: oneshot::Sender<HostStatus>) {
+        let now = self.now();
+        let paused = self.parts.store.is_paused();
+        let guest = self
+            .parts
+            .supervisor
+            .status()
+            .map(|s| (s, self.guest_mem_mib));
+        let mut status = HostStatus {
+            data_dir: self.parts.data_dir.clone(),
+            started_at: self.started_at,
+            now,
+            paused,
+            paused_until: self.pause_until.map(|p| p.0),
+            state: if paused {
+                Some(State::S5)
+            } else {
+                self.guest_state().map(|(s, _)| s)
+            },
+            last: self.last,
+            samples: self.parts.store.sample_count(),
+            guest,
+            predictions: Vec::new(),
+            method: MethodId::default(),
+            owner_load: self.parts.owner_load.clone(),
+        };
+        // The cached series (at most a minute old, rebuilt after an import):
+        // decoding the whole history on every `status` would stall the loop.
+        let series = match self.cached_series() {
+            Ok(s) => s,
+            Err(e) => {
+                status.predictions = STATUS_WINDOWS_SECS
+                    .iter()
+                    .map(|&w| (w, Err(e.to_string())))
+                    .collect();
+                let _ = reply.send(status);
+                return;
+            }
+        };
+        let requests: Vec<ReportRequest> = STATUS_WINDOWS_SECS
+            .iter()
+            .map(|&w| ReportRequest::new(self.predict_request(now, w, 0)))
+            .collect();
+        self.parts.tracker.spawn_blocking(move || {
+            status.predictions = requests
+                .iter()
+                .map(|r| {
+                    let tr = forecast(&series, r)
+                        .map(|f| f.tr)
+                        .map_err(|e| e.to_string());
+                    (r.window.window_secs, tr)
+                })
+                .collect();
+            let _ = reply.send(status);
+        });
+    }
+
+    /// Starts a guest if this host can take it now.
+    fn start_guest(&mut self, start: GuestStart) -> Result<GuestHandle, HostError> {
+        let guest_cfg = &self.parts.config.guest;
+        if self.parts.store.is_paused() {
+            return Err(HostError::Paused);
+        }
+        if start.job.mem_mib > guest_cfg.max_mem_mib {
+            return Err(HostError::TooMuchMemory {
+                asked: start.job.mem_mib,
+                limit: guest_cfg.max_mem_mib,
+            });
+        }
+        if start.origin == GuestOrigin::Remote {
+            if let Some(state) = self
+                .last
+                .map(|r| r.state)
+                .filter(|s| matches!(s, State::S3 | State::S4 | State::S5))
+            {
+                return Err(HostError::HostState(state));
+            }
+            let th = self.parts.config.thresholds(start.job.mem_mib);
+            if self.last.is_some_and(|r| th.lacks_memory(r.free_mib)) {
+                return Err(HostError::HostState(State::S4));
+            }
+        }
+        if self.guest_live {
+            let job_id = self
+                .parts
+                .supervisor
+                .status()
+                .map(|s| s.job_id)
+                .unwrap_or_default();
+            return Err(HostError::Busy { job_id });
+        }
+        let job_id = match start.job_id {
+            Some(id) => id,
+            None => {
+                self.local_jobs_started += 1;
+                format!("local-{}-{}", self.now(), self.local_jobs_started)
+            }
+        };
+        let mem_mib = start.job.mem_mib;
+        let spec = guest_spec(&self.parts.config, start.job);
+        let handle = self
+            .parts
+            .supervisor
+            .start(&job_id, spec)
+            .map_err(|e| match e {
+                StartError::Busy { job_id } => HostError::Busy { job_id },
+                StartError::Spawn(_) | StartError::JobDir { .. } => {
+                    HostError::Internal(e.to_string())
+                }
+                _ => HostError::Invalid(e.to_string()),
+            })?;
+        self.guest_mem_mib = mem_mib;
+        self.guest_live = true;
+        self.refresh_guest_roots();
+        // Judge the new guest by the last reading at once, not at the next sample.
+        self.apply_policy();
+        Ok(handle)
+    }
+}
+
+fn import(
+    store: &mut HistoryStore,
+    text: &str,
+    source_name: &str,
+) -> Result<ImportOutcome, HostError> {
+    let trace = parse_trace(text.as_bytes(), std::path::Path::new(source_name))
+        .map_err(|e| HostError::Invalid(e.to_string()))?;
+    let report = store
+        .import(&trace)
+        .map_err(|e| HostError::Invalid(e.to_string()))?;
+    Ok(ImportOutcome {
+        added: report.added,
+        already_present: report.already_present,
+    })
+}
+
+/// The job-log kind of a guest event.
+fn event_name(kind: &GuestEventKind) -> &'static str {
+    match kind {
+        GuestEventKind::Started { .. } => "started",
+        GuestEventKind::Reniced { .. } => "reniced",
+        GuestEventKind::NiceNotLowered { .. } => "nice_not_lowered",
+        GuestEventKind::Suspended => "suspended",
+        GuestEventKind::Resumed => "resumed",
+        GuestEventKind::KillSent { .. } => "killed",
+        GuestEventKind::Exited { .. } => "exited",
+        GuestEventKind::OutputTruncated { .. } => "output_truncated",
+        GuestEventKind::OrphanKilled { .. } => "orphan_killed",
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A guest's spec, built one way for local and remote jobs: limits from the
+/// node's `[guest]` config (the runtime at most `max_runtime_secs`, at least
+/// a second), the job's own argv, environment, memory and input files.
+pub fn guest_spec(config: &Config, job: GuestJob) -> GuestSpec {
+    let guest = &config.guest;
+    let max = guest.max_runtime_secs.max(1);
+    let limit = Duration::from_secs(job.runtime_secs.unwrap_or(max).clamp(1, max));
+    GuestSpec {
+        argv: job.argv,
+        env: job.env,
+        mem_mib: job.mem_mib,
+        cpu_time_limit: limit,
+        wall_limit: limit,
+        max_output_bytes: guest.max_output_mib.saturating_mul(1 << 20),
+        allow_network: guest.allow_network,
+        user: None,
+        inputs: job.inputs,
+    }
+}
