@@ -68,6 +68,10 @@ pub struct StatusReport {
     /// The method behind `predictions` (the node's default).
     #[serde(default)]
     pub prediction_method: String,
+    /// How the pool reaches this node (AutoNAT, relays, hole punching); `None`
+    /// without networking.
+    #[serde(default)]
+    pub network: Option<crate::net::Reachability>,
 }
 
 /// The guest as `status` shows it.

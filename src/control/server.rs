@@ -155,7 +155,11 @@ async fn ask<T>(
 
 async fn status(State(h): State<NodeHandle>) -> Response {
     match ask(&h, |reply| ControlRequest::Status { reply }).await {
-        Ok(report) => Json(report).into_response(),
+        Ok(mut report) => {
+            // Read from the network task's snapshot, not the node loop.
+            report.network = h.net.as_ref().map(crate::net::NetHandle::reachability);
+            Json(report).into_response()
+        }
         Err(e) => e.into_response(),
     }
 }

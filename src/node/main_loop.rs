@@ -543,6 +543,7 @@ impl Node {
             guest,
             predictions: Vec::new(),
             prediction_method: crate::model::baselines::DEFAULT_METHOD.to_string(),
+            network: None,
         };
         // The cached series (at most a minute old, rebuilt after an import):
         // decoding the whole history on every `status` would stall the loop.
