@@ -173,10 +173,67 @@ fn status_text(r: &StatusReport) -> String {
         };
         rows.push((key, value));
     }
+    if let Some(n) = &r.network {
+        network_rows(n, &mut rows);
+    }
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     rows.iter()
         .map(|(k, v)| format!("{k:width$}  {v}\n"))
         .collect()
+}
+
+/// The `status` rows about reachability: behind NAT or not, where peers reach us,
+/// relay slots and hole punching.
+fn network_rows(n: &crate::net::Reachability, rows: &mut Vec<(String, String)>) {
+    use crate::net::NatStatus;
+    let nat = match n.nat {
+        NatStatus::Unknown => "not known yet",
+        NatStatus::Private => "behind NAT (peers reach this node through a relay)",
+        NatStatus::Public => "directly reachable",
+    };
+    rows.push((
+        "reachability".into(),
+        format!(
+            "{nat} (AutoNAT: {} ok, {} failed)",
+            n.autonat_ok, n.autonat_failed
+        ),
+    ));
+    let at = if n.reachable_at.is_empty() {
+        "no confirmed address".to_string()
+    } else {
+        n.reachable_at.join(", ")
+    };
+    rows.push(("reachable at".into(), at));
+    for r in &n.relays {
+        let state = if r.reserved {
+            "slot reserved".to_string()
+        } else {
+            format!(
+                "no slot ({})",
+                r.last_error.as_deref().unwrap_or("reserving")
+            )
+        };
+        rows.push((
+            "relay".into(),
+            format!("{} {state}, {} reservations", r.relay, r.reservations),
+        ));
+    }
+    if n.dcutr_upgraded > 0 || n.dcutr_failed > 0 {
+        rows.push((
+            "hole punching".into(),
+            format!("{} upgraded, {} failed", n.dcutr_upgraded, n.dcutr_failed),
+        ));
+    }
+    let direct = n.peers.iter().filter(|p| p.direct > 0).count();
+    let relayed = n
+        .peers
+        .iter()
+        .filter(|p| p.direct == 0 && p.relayed > 0)
+        .count();
+    rows.push((
+        "peers".into(),
+        format!("{direct} direct, {relayed} through a relay only"),
+    ));
 }
 
 fn local_time(t: i64) -> String {

@@ -72,6 +72,10 @@ pub struct StatusReport {
     /// "replayed from FILE" under `gleaner node --owner-load FILE`.
     #[serde(default)]
     pub owner_load: String,
+    /// How the pool reaches this node (AutoNAT, relays, hole punching); `None`
+    /// without networking.
+    #[serde(default)]
+    pub network: Option<crate::net::Reachability>,
 }
 
 /// The guest as `status` shows it.

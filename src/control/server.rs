@@ -44,6 +44,8 @@ pub struct ControlHandles {
     /// The pool's name and our peer id, when in a pool.
     pub pool: Option<String>,
     pub peer_id: Option<String>,
+    /// The network task, for its reachability snapshot.
+    pub net: Option<crate::net::NetHandle>,
     /// Owner of the stream tasks, so shutdown waits for them.
     pub tracker: TaskTracker,
     /// Cancelled when the node shuts down.
@@ -164,7 +166,12 @@ impl IntoResponse for ApiError {
 
 async fn status(State(h): State<ControlHandles>) -> Response {
     match h.host.status().await {
-        Ok(status) => Json(status_report(status)).into_response(),
+        Ok(status) => {
+            let mut report = status_report(status);
+            // Read from the network task's snapshot, not the host loop.
+            report.network = h.net.as_ref().map(crate::net::NetHandle::reachability);
+            Json(report).into_response()
+        }
         Err(e) => ApiError::from(e).into_response(),
     }
 }
@@ -220,6 +227,7 @@ fn status_report(s: HostStatus) -> StatusReport {
             .collect(),
         prediction_method: s.method.to_string(),
         owner_load: s.owner_load.to_string(),
+        network: None,
     }
 }
 

@@ -10,19 +10,20 @@
 //! reliability is computed or how jobs run.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
+use libp2p::core::transport::ListenerId;
 use libp2p::core::ConnectedPoint;
 use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance};
 use libp2p::identity::Keypair;
 use libp2p::kad::{self, GetProvidersOk, QueryId, QueryResult, RecordKey};
 use libp2p::request_response::{self, OutboundFailure, OutboundRequestId, ResponseChannel};
-use libp2p::swarm::dial_opts::DialOpts;
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionId, SwarmEvent};
-use libp2p::{identify, mdns, Multiaddr, PeerId, StreamProtocol, Swarm};
-use tokio::sync::{mpsc, oneshot};
+use libp2p::{autonat, dcutr, identify, mdns, relay, Multiaddr, PeerId, StreamProtocol, Swarm};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::net::codec::{decode_body, encode_body};
@@ -31,6 +32,7 @@ use crate::net::protocol::{
     announce_topic, pool_dht_key, Announcement, JobRequest, JobResponse, RejectReason,
     ReliabilityResponse, ANNOUNCE_MAX_BYTES, KAD_PROTOCOL,
 };
+use crate::net::reachability::{AddressScope, PeerLink, Reachability};
 use crate::net::swarm::{
     build_swarm, is_quic, Behaviour, BehaviourEvent, BuildError, NetConfig,
     ANNOUNCED_ADDRESSES_MAX, EVENT_QUEUE,
@@ -42,6 +44,22 @@ const RELAY_HOP_PROTOCOL: &str = "/libp2p/circuit/relay/0.2.0/hop";
 /// Commands waiting in the channel before `NetHandle` calls wait.
 const COMMAND_QUEUE: usize = 64;
 
+/// First wait before re-dialing a lost bootstrap peer or re-reserving a lost relay
+/// slot; doubled after each failure up to `RETRY_MAX`.
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+/// Longest wait between two attempts at a lost bootstrap peer or relay.
+const RETRY_MAX: Duration = Duration::from_secs(30);
+/// How long a relayed connection stays open beside a new direct one to the same peer.
+const RELAYED_GRACE: Duration = Duration::from_secs(3);
+
+/// What a finished wait means.
+enum Timer {
+    /// Try a lost bootstrap peer or relay slot again.
+    Retry(PeerId),
+    /// Close relayed connections to this peer if a direct one exists.
+    DropRelayed(PeerId),
+}
+
 /// Builds the Swarm, starts listening and dials the bootstrap peers. Returns the handle,
 /// the stream of events for the node, and the loop, which the caller spawns:
 /// `tokio::spawn(event_loop.run())`. The loop ends when `cancel` fires or the last
@@ -52,7 +70,8 @@ pub fn start(
     cancel: CancellationToken,
 ) -> Result<(NetHandle, mpsc::Receiver<NetEvent>, EventLoop), BuildError> {
     let peer_id = key.public().to_peer_id();
-    let mut swarm = build_swarm(key, &cfg)?;
+    let scope = AddressScope::of(&cfg.listen, cfg.autonat || cfg.relay_server);
+    let mut swarm = build_swarm(key, &cfg, scope)?;
     let topic = IdentTopic::new(announce_topic(&cfg.pool));
     swarm
         .behaviour_mut()
@@ -70,6 +89,14 @@ pub fn start(
     }
     let (commands_tx, commands) = mpsc::channel(COMMAND_QUEUE);
     let (events, events_rx) = mpsc::channel(EVENT_QUEUE.get());
+    let mut initial = Reachability::default();
+    initial.settle_nat(cfg.relay_server);
+    let (reach, reach_rx) = watch::channel(initial);
+    let bootstrap_peers = cfg
+        .bootstrap
+        .iter()
+        .filter_map(|a| Some((peer_of(a)?, a.clone())))
+        .collect();
     let mut event_loop = EventLoop {
         swarm,
         cfg,
@@ -85,12 +112,22 @@ pub fn start(
         members: HashMap::new(),
         status: None,
         relays_reserved: HashSet::new(),
+        scope,
+        reach,
+        relay_listeners: HashMap::new(),
+        relay_capable: HashSet::new(),
+        bootstrap_peers,
+        backoff: HashMap::new(),
+        retrying: HashSet::new(),
+        timers: FuturesUnordered::new(),
+        links: HashMap::new(),
     };
     event_loop.dial_bootstrap();
     Ok((
         NetHandle {
             commands: commands_tx,
             peer_id,
+            reachability: reach_rx,
         },
         events_rx,
         event_loop,
@@ -119,6 +156,8 @@ enum LoopEvent {
     Served(Served),
     AnnounceTick,
     ExpireTick,
+    /// A wait is over: another attempt at a lost peer, or dropping relayed connections.
+    Timer(Timer),
     Stop,
 }
 
@@ -137,8 +176,26 @@ pub struct EventLoop {
     serving: FuturesUnordered<ServingFuture>,
     members: HashMap<PeerId, Member>,
     status: Option<LocalStatus>,
-    /// Relays we listen through.
+    /// Relays we listen through (or are trying to).
     relays_reserved: HashSet<PeerId>,
+    /// Which addresses we keep and tell.
+    scope: AddressScope,
+    /// The snapshot `status` reads.
+    reach: watch::Sender<Reachability>,
+    /// Our listeners through relays, so a closed one can be re-opened.
+    relay_listeners: HashMap<ListenerId, PeerId>,
+    /// Peers that said (identify) they serve as relays.
+    relay_capable: HashSet<PeerId>,
+    /// Bootstrap peers and the address we dial them at; kept connected.
+    bootstrap_peers: HashMap<PeerId, Multiaddr>,
+    /// Wait before the next attempt at each lost bootstrap peer or relay.
+    backoff: HashMap<PeerId, Duration>,
+    /// Peers with an attempt scheduled (at most one each).
+    retrying: HashSet<PeerId>,
+    /// Scheduled attempts and clean-ups.
+    timers: FuturesUnordered<futures::future::BoxFuture<'static, Timer>>,
+    /// Open connections per peer, and whether each goes through a relay.
+    links: HashMap<PeerId, HashMap<ConnectionId, bool>>,
 }
 
 impl EventLoop {
@@ -155,6 +212,7 @@ impl EventLoop {
                     None => LoopEvent::Stop,
                 },
                 Some(served) = self.serving.next(), if !self.serving.is_empty() => LoopEvent::Served(served),
+                Some(timer) = self.timers.next(), if !self.timers.is_empty() => LoopEvent::Timer(timer),
                 _ = announce.tick() => LoopEvent::AnnounceTick,
                 _ = expire.tick() => LoopEvent::ExpireTick,
             };
@@ -165,6 +223,8 @@ impl EventLoop {
                 LoopEvent::Served(s) => self.on_served(s),
                 LoopEvent::AnnounceTick => self.publish_announcement(),
                 LoopEvent::ExpireTick => self.expire_members(),
+                LoopEvent::Timer(Timer::Retry(peer)) => self.retry(peer),
+                LoopEvent::Timer(Timer::DropRelayed(peer)) => self.drop_relayed(peer),
             }
         }
         tracing::debug!("network loop stopped");
@@ -174,23 +234,123 @@ impl EventLoop {
     /// each bootstrap peer that offers a relay: peers then reach it over a circuit and
     /// DCUtR upgrades the connection to a direct one where the NATs allow.
     fn reserve_relay(&mut self, relay: PeerId) {
-        if !self.cfg.autonat || self.cfg.relay_server || !self.relays_reserved.insert(relay) {
+        if !self.cfg.autonat || self.cfg.relay_server || self.relays_reserved.contains(&relay) {
             return;
         }
-        let Some(addr) = self
-            .cfg
-            .bootstrap
-            .iter()
-            .find(|a| peer_of(a) == Some(relay))
-            .cloned()
-        else {
+        let Some(addr) = self.bootstrap_peers.get(&relay).cloned() else {
             return;
         };
         let circuit = addr.with(libp2p::multiaddr::Protocol::P2pCircuit);
         match self.swarm.listen_on(circuit.clone()) {
-            Ok(_) => tracing::info!(%circuit, "listening through a relay"),
-            Err(e) => tracing::warn!(%circuit, "cannot listen through the relay: {e}"),
+            Ok(id) => {
+                tracing::info!(%circuit, "listening through a relay");
+                self.relays_reserved.insert(relay);
+                self.relay_listeners.insert(id, relay);
+                let key = relay.to_base58();
+                self.reach.send_modify(|r| {
+                    r.relay_mut(&key);
+                });
+            }
+            Err(e) => {
+                tracing::warn!(%circuit, "cannot listen through the relay: {e}");
+                self.schedule_retry(relay);
+            }
         }
+    }
+
+    /// Schedules one more attempt at a lost bootstrap peer or relay slot, after a wait
+    /// that doubles with each failure: a relay that restarts is back within seconds,
+    /// one that is gone costs one dial every `RETRY_MAX`.
+    fn schedule_retry(&mut self, peer: PeerId) {
+        if !self.bootstrap_peers.contains_key(&peer) || !self.retrying.insert(peer) {
+            return;
+        }
+        let wait = self.backoff.get(&peer).copied().unwrap_or(RETRY_FIRST);
+        self.backoff.insert(peer, (wait * 2).min(RETRY_MAX));
+        tracing::debug!(%peer, ?wait, "will try the bootstrap peer again");
+        self.start_timer(wait, Timer::Retry(peer));
+    }
+
+    fn start_timer(&mut self, wait: Duration, timer: Timer) {
+        self.timers.push(
+            async move {
+                tokio::time::sleep(wait).await;
+                timer
+            }
+            .boxed(),
+        );
+    }
+
+    /// Closes our relayed connections to `peer` once a direct one exists (hole
+    /// punched, or dialed): request-response spreads requests over every connection,
+    /// and job data must not squeeze through the relay's circuit limits.
+    fn drop_relayed(&mut self, peer: PeerId) {
+        let Some(conns) = self.links.get(&peer) else {
+            return;
+        };
+        if !conns.values().any(|relayed| !relayed) {
+            return;
+        }
+        let relayed: Vec<ConnectionId> = conns
+            .iter()
+            .filter(|(_, relayed)| **relayed)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in relayed {
+            tracing::debug!(%peer, "closing the relayed connection: a direct one exists");
+            self.swarm.close_connection(id);
+        }
+    }
+
+    /// The wait for `peer` is over: dial it if we lost it, or reserve a slot again if
+    /// we are connected to a relay we no longer listen through.
+    fn retry(&mut self, peer: PeerId) {
+        self.retrying.remove(&peer);
+        if self.swarm.is_connected(&peer) {
+            if self.relay_capable.contains(&peer) {
+                self.reserve_relay(peer);
+            }
+            return;
+        }
+        let Some(addr) = self.bootstrap_peers.get(&peer).cloned() else {
+            return;
+        };
+        let opts = DialOpts::peer_id(peer)
+            .addresses(vec![addr.clone()])
+            .condition(PeerCondition::DisconnectedAndNotDialing)
+            .build();
+        if let Err(e) = self.swarm.dial(opts) {
+            tracing::debug!(%addr, "bootstrap re-dial not started: {e}");
+            self.schedule_retry(peer);
+        }
+    }
+
+    /// Publishes the confirmed external addresses and the connections to `status`.
+    fn refresh_reach(&mut self) {
+        let reachable: Vec<String> = self
+            .swarm
+            .external_addresses()
+            .map(ToString::to_string)
+            .collect();
+        let mut peers: Vec<PeerLink> = self
+            .links
+            .iter()
+            .map(|(peer, conns)| {
+                let relayed = conns.values().filter(|r| **r).count();
+                PeerLink {
+                    peer: peer.to_base58(),
+                    direct: u32::try_from(conns.len() - relayed).unwrap_or(u32::MAX),
+                    relayed: u32::try_from(relayed).unwrap_or(u32::MAX),
+                }
+            })
+            .collect();
+        peers.sort_by(|a, b| a.peer.cmp(&b.peer));
+        let relay_server = self.cfg.relay_server;
+        self.reach.send_modify(|r| {
+            r.reachable_at = reachable;
+            r.peers = peers;
+            r.settle_nat(relay_server);
+        });
     }
 
     fn dial_bootstrap(&mut self) {
@@ -203,6 +363,9 @@ impl EventLoop {
             }
             if let Err(e) = self.swarm.dial(addr.clone()) {
                 tracing::warn!(%addr, "bootstrap dial failed: {e}");
+                if let Some(peer) = peer_of(&addr) {
+                    self.schedule_retry(peer);
+                }
             }
         }
     }
@@ -282,8 +445,38 @@ impl EventLoop {
                 // serves reservations only with a confirmed external address: confirm
                 // our listen addresses (a relay behind NAT would need its public one in
                 // `listen`).
-                if self.cfg.relay_server && !is_unspecified(&address) {
+                // Only addresses a peer could use: a relay listening on 0.0.0.0 also
+                // gets 127.0.0.1, which would send every home to itself.
+                if self.cfg.relay_server && self.scope.usable(&address) {
                     self.swarm.add_external_address(address);
+                }
+                self.publish_announcement();
+            }
+            SwarmEvent::ExpiredListenAddr { .. }
+            | SwarmEvent::ExternalAddrConfirmed { .. }
+            | SwarmEvent::ExternalAddrExpired { .. } => {
+                self.refresh_reach();
+                self.publish_announcement();
+            }
+            SwarmEvent::ListenerClosed {
+                listener_id,
+                reason,
+                ..
+            } => {
+                if let Some(relay) = self.relay_listeners.remove(&listener_id) {
+                    let why = match reason {
+                        Ok(()) => "the relay connection closed".to_string(),
+                        Err(e) => e.to_string(),
+                    };
+                    tracing::info!(%relay, "no longer listening through the relay: {why}");
+                    self.relays_reserved.remove(&relay);
+                    let key = relay.to_base58();
+                    self.reach.send_modify(|r| {
+                        let entry = r.relay_mut(&key);
+                        entry.reserved = false;
+                        entry.last_error = Some(why);
+                    });
+                    self.schedule_retry(relay);
                 }
             }
             SwarmEvent::ConnectionEstablished {
@@ -295,20 +488,54 @@ impl EventLoop {
                 if let Some(reply) = self.pending_dial.remove(&connection_id) {
                     let _ = reply.send(Ok(peer_id));
                 }
-                if let ConnectedPoint::Dialer { address, .. } = endpoint {
-                    self.swarm
-                        .behaviour_mut()
-                        .kad
-                        .add_address(&peer_id, address);
+                let relayed = endpoint.is_relayed();
+                let conns = self.links.entry(peer_id).or_default();
+                conns.insert(connection_id, relayed);
+                if conns.values().any(|r| *r) && conns.values().any(|r| !r) {
+                    // A grace period lets requests already on the relayed connection end.
+                    self.start_timer(RELAYED_GRACE, Timer::DropRelayed(peer_id));
                 }
+                if self.bootstrap_peers.contains_key(&peer_id) {
+                    self.backoff.remove(&peer_id);
+                }
+                if let ConnectedPoint::Dialer { address, .. } = endpoint {
+                    if self.scope.usable(&address) {
+                        self.swarm
+                            .behaviour_mut()
+                            .kad
+                            .add_address(&peer_id, address);
+                    }
+                }
+                self.refresh_reach();
+            }
+            SwarmEvent::ConnectionClosed {
+                peer_id,
+                connection_id,
+                num_established,
+                ..
+            } => {
+                if let Some(conns) = self.links.get_mut(&peer_id) {
+                    conns.remove(&connection_id);
+                    if conns.is_empty() {
+                        self.links.remove(&peer_id);
+                    }
+                }
+                if num_established == 0 {
+                    self.schedule_retry(peer_id);
+                }
+                self.refresh_reach();
             }
             SwarmEvent::OutgoingConnectionError {
                 connection_id,
+                peer_id,
                 error,
                 ..
             } => {
                 if let Some(reply) = self.pending_dial.remove(&connection_id) {
                     let _ = reply.send(Err(NetError::Dial(error.to_string())));
+                }
+                if let Some(peer) = peer_id.filter(|p| !self.swarm.is_connected(p)) {
+                    self.schedule_retry(peer);
                 }
             }
             SwarmEvent::Behaviour(event) => self.on_behaviour_event(event),
@@ -323,14 +550,20 @@ impl EventLoop {
             BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
                 let protocols = &info.protocols;
                 if protocols.contains(&StreamProtocol::new(RELAY_HOP_PROTOCOL)) {
+                    self.relay_capable.insert(peer_id);
                     self.reserve_relay(peer_id);
                 }
                 if protocols.contains(&StreamProtocol::new(KAD_PROTOCOL)) {
                     for addr in info.listen_addrs {
-                        self.swarm.behaviour_mut().kad.add_address(&peer_id, addr);
+                        if self.scope.usable(&addr) {
+                            self.swarm.behaviour_mut().kad.add_address(&peer_id, addr);
+                        }
                     }
                 }
             }
+            BehaviourEvent::RelayClient(event) => self.on_relay_client_event(event),
+            BehaviourEvent::AutonatClient(event) => self.on_autonat_event(event),
+            BehaviourEvent::Dcutr(event) => self.on_dcutr_event(event),
             BehaviourEvent::Mdns(mdns::Event::Discovered(found)) => {
                 for (peer, addr) in found {
                     self.swarm
@@ -401,6 +634,65 @@ impl EventLoop {
         }
     }
 
+    fn on_relay_client_event(&mut self, event: relay::client::Event) {
+        if let relay::client::Event::ReservationReqAccepted {
+            relay_peer_id,
+            renewal,
+            ..
+        } = event
+        {
+            tracing::info!(relay = %relay_peer_id, renewal, "relay reservation accepted");
+            self.backoff.remove(&relay_peer_id);
+            let key = relay_peer_id.to_base58();
+            self.reach.send_modify(|r| {
+                let entry = r.relay_mut(&key);
+                entry.reserved = true;
+                if !renewal {
+                    entry.reservations = entry.reservations.saturating_add(1);
+                }
+            });
+        }
+    }
+
+    fn on_autonat_event(&mut self, event: autonat::v2::client::Event) {
+        let addr = event.tested_addr;
+        match event.result {
+            Ok(()) => {
+                tracing::info!(%addr, server = %event.server, "AutoNAT: reachable");
+                self.reach
+                    .send_modify(|r| r.autonat_ok = r.autonat_ok.saturating_add(1));
+            }
+            Err(e) => {
+                tracing::info!(%addr, server = %event.server, "AutoNAT: not reachable: {e}");
+                let why = format!("{addr}: {e}");
+                self.reach.send_modify(|r| {
+                    r.autonat_failed = r.autonat_failed.saturating_add(1);
+                    r.autonat_last_error = Some(why);
+                });
+            }
+        }
+        self.refresh_reach();
+    }
+
+    fn on_dcutr_event(&mut self, event: dcutr::Event) {
+        let peer = event.remote_peer_id;
+        match event.result {
+            Ok(_) => {
+                tracing::info!(%peer, "hole punched: direct connection");
+                self.reach
+                    .send_modify(|r| r.dcutr_upgraded = r.dcutr_upgraded.saturating_add(1));
+            }
+            Err(e) => {
+                tracing::info!(%peer, "hole punching failed: {e}");
+                let why = format!("{peer}: {e}");
+                self.reach.send_modify(|r| {
+                    r.dcutr_failed = r.dcutr_failed.saturating_add(1);
+                    r.dcutr_last_error = Some(why);
+                });
+            }
+        }
+    }
+
     fn provide(&mut self) {
         let key = RecordKey::new(&pool_dht_key(&self.cfg.pool));
         if let Err(e) = self.swarm.behaviour_mut().kad.start_providing(key) {
@@ -422,7 +714,9 @@ impl EventLoop {
         let Some(member) = member_from(source, announcement) else {
             return MessageAcceptance::Reject;
         };
-        for addr in &member.addresses {
+        // Only addresses we could reach: another home's loopback or LAN address
+        // would send the dial to ourselves or nowhere.
+        for addr in member.addresses.iter().filter(|a| self.scope.usable(a)) {
             self.swarm
                 .behaviour_mut()
                 .kad
@@ -437,14 +731,27 @@ impl EventLoop {
         let Some(status) = self.status.clone() else {
             return;
         };
-        let addresses = self
+        // Confirmed external addresses first (the relayed one once a reservation
+        // holds), then listen addresses a peer could use: never loopback outside a
+        // loopback pool, never LAN addresses in a public one.
+        let mut told: Vec<Multiaddr> = Vec::new();
+        for a in self
             .swarm
             .external_addresses()
             .chain(self.swarm.listeners())
-            .filter(|a| !is_unspecified(a))
-            .take(ANNOUNCED_ADDRESSES_MAX)
-            .map(|a| a.to_vec())
-            .collect();
+            .filter(|a| self.scope.usable(a))
+        {
+            if told.len() < ANNOUNCED_ADDRESSES_MAX && !told.contains(a) {
+                told.push(a.clone());
+            }
+        }
+        let announced: Vec<String> = told.iter().map(ToString::to_string).collect();
+        self.reach.send_if_modified(|r| {
+            let changed = r.announced != announced;
+            r.announced = announced;
+            changed
+        });
+        let addresses = told.iter().map(Multiaddr::to_vec).collect();
         let announcement = Announcement {
             peer_id: self.swarm.local_peer_id().to_bytes(),
             addresses,
@@ -645,14 +952,6 @@ fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
         Some(libp2p::multiaddr::Protocol::P2p(peer)) => Some(peer),
         _ => None,
     }
-}
-
-fn is_unspecified(addr: &Multiaddr) -> bool {
-    addr.iter().any(|p| match p {
-        libp2p::multiaddr::Protocol::Ip4(ip) => ip.is_unspecified(),
-        libp2p::multiaddr::Protocol::Ip6(ip) => ip.is_unspecified(),
-        _ => false,
-    })
 }
 
 /// Turns a decoded announcement into a member, or `None` if it lies about its sender or

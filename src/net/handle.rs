@@ -7,10 +7,11 @@
 use std::time::Instant;
 
 use libp2p::{Multiaddr, PeerId};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::model::state::State;
 use crate::net::protocol::{JobRequest, JobResponse, ReliabilityQuery, ReliabilityResponse};
+use crate::net::reachability::Reachability;
 
 /// Why a network operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -155,12 +156,20 @@ pub(crate) enum Command {
 pub struct NetHandle {
     pub(crate) commands: mpsc::Sender<Command>,
     pub(crate) peer_id: PeerId,
+    /// The network task's current view of how others reach us.
+    pub(crate) reachability: watch::Receiver<Reachability>,
 }
 
 impl NetHandle {
     /// Our peer id.
     pub fn peer_id(&self) -> PeerId {
         self.peer_id
+    }
+
+    /// How others reach us now (AutoNAT verdict, relay slots, hole punching,
+    /// connections); never waits for the network task.
+    pub fn reachability(&self) -> Reachability {
+        self.reachability.borrow().clone()
     }
 
     async fn call<T>(

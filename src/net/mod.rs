@@ -10,8 +10,10 @@ pub mod event_loop;
 pub mod handle;
 pub mod identity;
 pub mod protocol;
+pub mod reachability;
 pub mod swarm;
 
 pub use event_loop::{start, EventLoop};
 pub use handle::{LocalStatus, Member, NetError, NetEvent, NetHandle, Responder};
+pub use reachability::{NatStatus, Reachability};
 pub use swarm::{read_swarm_key, BuildError, NetConfig};

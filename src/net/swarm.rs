@@ -29,6 +29,7 @@ use crate::net::protocol::{
     valid_pool_name, ANNOUNCE_MAX_BYTES, IDENTIFY_PROTOCOL_VERSION, JOB_PROTOCOL, KAD_PROTOCOL,
     RELIABILITY_PROTOCOL,
 };
+use crate::net::reachability::AddressScope;
 
 /// Largest swarm key file we read (the text form is about 90 bytes).
 const SWARM_KEY_FILE_MAX: u64 = 4096;
@@ -218,6 +219,7 @@ fn build_behaviour(
     key: &Keypair,
     relay_client: relay::client::Behaviour,
     cfg: &NetConfig,
+    scope: AddressScope,
 ) -> Result<Behaviour, BoxError> {
     let peer_id = key.public().to_peer_id();
 
@@ -281,10 +283,15 @@ fn build_behaviour(
             .relay_server
             .then(autonat::v2::server::Behaviour::default)
             .into(),
-        identify: identify::Behaviour::new(identify::Config::new(
-            IDENTIFY_PROTOCOL_VERSION.to_string(),
-            key.public(),
-        )),
+        // In a public pool identify tells only confirmed external addresses (the relayed
+        // one among them): our listen addresses are loopback and LAN addresses no other
+        // home can reach. No identify cache either: the addresses we dial come from
+        // Kademlia, which is fed only addresses `AddressScope` keeps.
+        identify: identify::Behaviour::new(
+            identify::Config::new(IDENTIFY_PROTOCOL_VERSION.to_string(), key.public())
+                .with_hide_listen_addrs(scope == AddressScope::Public)
+                .with_cache_size(0),
+        ),
         ping: ping::Behaviour::new(ping::Config::new()),
         kad,
         gossipsub,
@@ -296,7 +303,11 @@ fn build_behaviour(
 
 /// Builds the Swarm: TCP+Noise+Yamux, QUIC, DNS and the relay client; with a swarm key,
 /// TCP wrapped in pnet and no QUIC.
-pub(crate) fn build_swarm(key: Keypair, cfg: &NetConfig) -> Result<Swarm<Behaviour>, BuildError> {
+pub(crate) fn build_swarm(
+    key: Keypair,
+    cfg: &NetConfig,
+    scope: AddressScope,
+) -> Result<Swarm<Behaviour>, BuildError> {
     if !valid_pool_name(&cfg.pool) {
         return Err(BuildError::PoolName(cfg.pool.clone()));
     }
@@ -316,7 +327,7 @@ pub(crate) fn build_swarm(key: Keypair, cfg: &NetConfig) -> Result<Swarm<Behavio
             .map_err(|e| err(&e))?
             .with_relay_client(noise::Config::new, yamux::Config::default)
             .map_err(|e| err(&e))?
-            .with_behaviour(|key, relay| build_behaviour(key, relay, cfg))
+            .with_behaviour(|key, relay| build_behaviour(key, relay, cfg, scope))
             .map_err(|e| err(&e))?
             .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
             .build(),
@@ -338,7 +349,7 @@ pub(crate) fn build_swarm(key: Keypair, cfg: &NetConfig) -> Result<Swarm<Behavio
             .map_err(|e| err(&e))?
             .with_relay_client(noise::Config::new, yamux::Config::default)
             .map_err(|e| err(&e))?
-            .with_behaviour(|key, relay| build_behaviour(key, relay, cfg))
+            .with_behaviour(|key, relay| build_behaviour(key, relay, cfg, scope))
             .map_err(|e| err(&e))?
             .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
             .build(),

@@ -282,6 +282,7 @@ pub async fn run(
         listen: Vec::new(),
         peer_id: None,
     };
+    let net_handle = net.as_ref().map(|n| n.handle.clone());
     if let (Some(net), Some(pool_guest_events)) = (net, pool_guest_events) {
         let NetResources {
             handle,
@@ -325,6 +326,7 @@ pub async fn run(
         consumer: running.consumer.clone(),
         pool: running.peer_id.as_ref().map(|_| config.net.pool.clone()),
         peer_id: running.peer_id.clone(),
+        net: net_handle,
         tracker: tracker.clone(),
         shutdown: shutdown.clone(),
     };

@@ -40,6 +40,8 @@ pub struct NodeFixture {
     pub script: Option<String>,
     /// Extra flags after `gleaner node`.
     pub node_args: Vec<String>,
+    /// A named network namespace (`ip netns`) to start the node in.
+    pub netns: Option<String>,
 }
 
 impl NodeFixture {
@@ -64,6 +66,7 @@ impl NodeFixture {
             cpus: None,
             script: script.map(str::to_string),
             node_args: Vec::new(),
+            netns: None,
         }
     }
 
@@ -110,7 +113,25 @@ impl NodeFixture {
                 cmd.pre_exec(move || pin_self(&cpus));
             }
         }
+        // The namespace file stays open until the child has execed (`spawn` returns).
+        let netns = self.netns.as_ref().map(|ns| {
+            std::fs::File::open(Path::new("/run/netns").join(ns))
+                .unwrap_or_else(|e| panic!("network namespace {ns}: {e}"))
+        });
+        if let Some(file) = &netns {
+            use std::os::fd::AsRawFd;
+            let fd = file.as_raw_fd();
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let mut child = cmd.spawn().unwrap();
+        drop(netns);
         let stdout = child.stdout.take().unwrap();
         self.child = Some(child);
         let (tx, rx) = mpsc::channel();
