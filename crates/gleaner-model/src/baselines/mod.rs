@@ -22,6 +22,7 @@
 pub mod blend;
 pub mod freq;
 pub mod linear;
+pub mod logistic;
 pub mod markov;
 pub mod rippp;
 
@@ -40,6 +41,7 @@ use jiff::Timestamp;
 pub use blend::{Blend, Stacked};
 pub use freq::Frequency;
 pub use linear::LinearBaseline;
+pub use logistic::Logistic;
 pub use markov::MarkovChain;
 pub use rippp::Rippp;
 
@@ -71,6 +73,7 @@ pub fn method_names() -> Vec<&'static str> {
         "blend+age",
         "stack",
         "stack+markov",
+        "logistic",
     ];
     names.extend(LINEAR.iter().map(|(point, _, _)| *point));
     names.extend(LINEAR.iter().map(|(_, prob, _)| *prob));
@@ -96,6 +99,7 @@ pub fn method_by_name(name: &str, seed: u64) -> Option<Box<dyn ReliabilityPredic
         "freq" => Box::new(Frequency),
         "markov" => Box::new(MarkovChain),
         "rippp" => Box::new(Rippp),
+        "logistic" => Box::new(Logistic::shared()),
         "blend" | "blend+age" => {
             let mut parts = vec![method_by_name("km", seed)?, method_by_name("freq", seed)?];
             if name == "blend+age" {
