@@ -52,7 +52,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// Half-life of a training window's weight, in days before W's date.
 pub const HALF_LIFE_DAYS: f64 = 28.0;
 /// Pseudo-windows of the `age` share added to the same-hour share.
-pub const TOD_PSEUDO: f64 = 2.0;
+pub const TOD_PSEUDO: f64 = 1.0;
 /// Pseudo-windows of the state's share added to an age bucket's share.
 pub const AGE_PSEUDO: f64 = 4.0;
 /// L2 pull of the coefficients towards [`PRIOR`].
@@ -434,7 +434,7 @@ impl Tables {
         let a = self.age[age_slot(class, bucket)];
         let p_age = (a.s - os + AGE_PSEUDO * p_class) / (a.n - ow + AGE_PSEUDO);
         let (mut n, mut s) = (0.0, 0.0);
-        for (dh, c) in [(23u8, 0.5), (0, 1.0), (1, 0.5)] {
+        for (dh, c) in [(23u8, 0.25), (0, 1.0), (1, 0.25)] {
             let sh = self.tod[tod_slot(weekend, (hour + dh) % 24, class)];
             n += c * sh.n;
             s += c * sh.s;
