@@ -579,9 +579,31 @@ fn fit(grid: &GridIndex, job_mem: u64, m: usize, date: Date, midnight: i64) -> W
     }
 }
 
-/// Weighted ridge logistic regression towards [`PRIOR`] by Newton's method.
+/// The penalised weighted log loss Newton's method minimises.
+fn objective(rows: &[([f64; FEATURES], f64, f64)], beta: &[f64; FEATURES]) -> f64 {
+    let penalty: f64 = beta
+        .iter()
+        .zip(PRIOR)
+        .map(|(b, p)| 0.5 * RIDGE * (b - p).powi(2))
+        .sum();
+    rows.iter().fold(penalty, |acc, (x, w, y)| {
+        let z = dot(beta, x);
+        // log(1 + e^z) − y z, written to stay finite for large |z|.
+        let softplus = if z > 0.0 {
+            z + (-z).exp().ln_1p()
+        } else {
+            z.exp().ln_1p()
+        };
+        acc + w * (softplus - y * z)
+    })
+}
+
+/// Weighted ridge logistic regression towards [`PRIOR`] by Newton's method,
+/// each step halved until the penalised loss goes down (a full Newton step
+/// can overshoot where nearly every window survived and the loss is flat).
 pub(crate) fn newton(rows: &[([f64; FEATURES], f64, f64)]) -> [f64; FEATURES] {
     let mut beta = PRIOR;
+    let mut loss = objective(rows, &beta);
     for _ in 0..25 {
         let mut grad = [0.0; FEATURES];
         let mut hess = [[0.0; FEATURES]; FEATURES];
@@ -603,12 +625,24 @@ pub(crate) fn newton(rows: &[([f64; FEATURES], f64, f64)]) -> [f64; FEATURES] {
         let Some(delta) = solve(hess, grad) else {
             break;
         };
-        let mut largest = 0.0f64;
-        for i in 0..FEATURES {
-            beta[i] -= delta[i];
-            largest = largest.max(delta[i].abs());
+        let mut scale = 1.0;
+        let mut improved = false;
+        for _ in 0..30 {
+            let mut trial = beta;
+            for i in 0..FEATURES {
+                trial[i] -= scale * delta[i];
+            }
+            let trial_loss = objective(rows, &trial);
+            if trial_loss.is_finite() && trial_loss <= loss {
+                let moved = delta.iter().fold(0.0f64, |m, d| m.max((scale * d).abs()));
+                beta = trial;
+                loss = trial_loss;
+                improved = moved > 1e-6;
+                break;
+            }
+            scale *= 0.5;
         }
-        if largest < 1e-6 {
+        if !improved {
             break;
         }
     }
