@@ -76,8 +76,8 @@ const LINEAR: [(&str, &str, TimeSeriesModel); 5] = [
 ///    and per-host-kind tables are reported beside it; they do not change
 ///    the pick.
 ///
-/// Provisionally `logistic` (the candidate built for this round); if the
-/// rule picks another method, this constant follows the rule.
+/// Outcome of the final run: `logistic` has the lowest pooled Brier in all
+/// 8 cells (`docs/accuracy.md`, "Round two").
 pub const DEFAULT_METHOD: &str = "logistic";
 
 /// Every method name the registry knows, semi-Markov variants first.
