@@ -207,11 +207,12 @@ fn length_table(md: &mut String, r: &EvalReport, len: u64) {
     let _ = writeln!(md, "### T = {}\n", length_label(len));
     let _ = writeln!(
         md,
-        "| method | n | mean p | empirical TR | accuracy mean | accuracy worst | groups (excluded) | Brier | Brier skill | log loss | ECE |"
+        "| method | n | mean p | empirical TR | accuracy mean | accuracy worst | groups (excluded) | Brier | Brier skill | log loss | ECE | Brier − {} (paired) |",
+        s.paired_with.as_deref().unwrap_or("default")
     );
     let _ = writeln!(
         md,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for name in &s.method_order {
         let Some(l) = s.methods.get(name).and_then(|m| m.by_length.get(&len)) else {
@@ -224,7 +225,7 @@ fn length_table(md: &mut String, r: &EvalReport, len: u64) {
         };
         let _ = writeln!(
             md,
-            "| {name}{marker} | {} | {} | {} | {}{} | {} | {} ({}) | {}{} | {}{} | {}{} | {} |",
+            "| {name}{marker} | {} | {} | {} | {}{} | {} | {} ({}) | {}{} | {}{} | {}{} | {} | {}{} |",
             l.n,
             num(l.mean_prediction, 3),
             num(l.empirical_tr, 3),
@@ -240,6 +241,8 @@ fn length_table(md: &mut String, r: &EvalReport, len: u64) {
             num(l.log_loss, 4),
             ci(l.log_loss_ci, 4),
             num(l.ece, 4),
+            num(l.brier_minus_default.map(|d| d.mean), 4),
+            ci(l.brier_minus_default.and_then(|d| d.ci), 4),
         );
     }
     let _ = writeln!(md);

@@ -10,10 +10,11 @@
 
 use crate::eval::metrics::{
     self, bootstrap_resamples, brier, brier_skill, expected_calibration_error, group_accuracy,
-    log_loss, percentile_interval, reliability_table, summarise_accuracy, GroupAccuracy, Interval,
-    ReliabilityBin, LOG_LOSS_EPS,
+    log_loss, paired_difference, percentile_interval, reliability_table, summarise_accuracy,
+    GroupAccuracy, Interval, PairedDifference, ReliabilityBin, LOG_LOSS_EPS,
 };
 use crate::eval::protocol::{DayKind, DayResult};
+use crate::model::baselines::DEFAULT_METHOD;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -47,6 +48,11 @@ pub struct LengthSummary {
     pub groups_excluded: usize,
     pub ece: Option<f64>,
     pub reliability: Vec<ReliabilityBin>,
+    /// Brier of this method minus Brier of the default method (see
+    /// `Scores::paired_with`) on the same windows, with a paired bootstrap
+    /// interval over test days; negative means this method did better.
+    /// `None` when the default was not run (and zero for the default itself).
+    pub brier_minus_default: Option<PairedDifference>,
     pub by_hour: BTreeMap<u8, HourSummary>,
 }
 
@@ -89,6 +95,9 @@ pub struct Scores {
     /// Method names in the order they were asked for.
     pub method_order: Vec<String>,
     pub skill_reference: String,
+    /// The method every other one is paired with (`brier_minus_default`),
+    /// when it was run.
+    pub paired_with: Option<String>,
     /// Tested windows left out because some method refused them.
     pub dropped_cases: usize,
     /// Test days (trace, date) with at least one tested window: the bootstrap's units.
@@ -119,6 +128,7 @@ pub fn score(
     let clusters: Vec<&DayResult> = days.iter().filter(|d| !d.cases.is_empty()).collect();
     let draws = bootstrap_resamples(clusters.len(), resamples, seed);
     let reference = names.iter().position(|n| n == SKILL_REFERENCE);
+    let default = names.iter().position(|n| n == DEFAULT_METHOD);
     let one = |m: usize| -> MethodSummary {
         let mut by_length = BTreeMap::new();
         for &len in lengths {
@@ -139,7 +149,7 @@ pub fn score(
                 .collect();
             by_length.insert(
                 len,
-                length_summary(&rows, m, reference, clusters.len(), &draws),
+                length_summary(&rows, m, reference, default, clusters.len(), &draws),
             );
         }
         let all: Vec<(f64, bool)> = clusters
@@ -200,6 +210,7 @@ pub fn score(
         } else {
             CLIMATOLOGY.to_string()
         },
+        paired_with: default.map(|_| DEFAULT_METHOD.to_string()),
         dropped_cases: days.iter().map(|d| d.dropped).sum(),
         test_days: clusters.len(),
         bootstrap_resamples: resamples,
@@ -223,6 +234,7 @@ fn length_summary(
     rows: &[Row],
     m: usize,
     reference: Option<usize>,
+    default: Option<usize>,
     clusters: usize,
     draws: &[Vec<usize>],
 ) -> LengthSummary {
@@ -261,6 +273,17 @@ fn length_summary(
         }
     }
     let intervals = bootstrap_all(&sums, ids.len(), reference.is_some(), draws);
+    // Paired with the default: per test day, Σ (p − y)² − (p_default − y)².
+    let brier_minus_default = default.and_then(|d| {
+        let mut diff = vec![(0.0, 0usize); clusters];
+        for r in rows {
+            let yf = f64::from(u8::from(r.y));
+            let e = &mut diff[r.cluster];
+            e.0 += (r.tr[m] - yf).powi(2) - (r.tr[d] - yf).powi(2);
+            e.1 += 1;
+        }
+        paired_difference(&diff, draws)
+    });
     let mut by_hour = BTreeMap::new();
     let hours: std::collections::BTreeSet<u8> = rows.iter().map(|r| r.group.2).collect();
     for hour in hours {
@@ -300,6 +323,7 @@ fn length_summary(
         groups_excluded: accuracy.groups_excluded,
         ece: expected_calibration_error(&reliability),
         reliability,
+        brier_minus_default,
         by_hour,
     }
 }
@@ -463,6 +487,22 @@ mod tests {
         assert_eq!(alone.skill_reference, CLIMATOLOGY);
         let a = &alone.methods["a"].by_length[&3600];
         assert!((a.brier_skill.unwrap() - 0.7).abs() < 1e-12);
+        // The default was not among the methods: nothing is paired.
+        assert_eq!(s.paired_with, None);
+        assert_eq!(a.brier_minus_default, None);
+        // With the default: "a" minus default on the same four windows.
+        let paired_names = vec!["a".to_string(), DEFAULT_METHOD.to_string()];
+        let p = score(&days, &paired_names, &[3600], 500, 1, 1);
+        assert_eq!(p.paired_with.as_deref(), Some(DEFAULT_METHOD));
+        let d = p.methods["a"].by_length[&3600].brier_minus_default.unwrap();
+        // 0.075 − 0.25 = −0.175; day 1: (0.01 + 0.04 − 0.5) / 2, day 2: (0.09 + 0.16 − 0.5) / 2.
+        assert!((d.mean + 0.175).abs() < 1e-12);
+        let ci = d.ci.unwrap();
+        assert!((ci.lo + 0.225).abs() < 1e-9 && (ci.hi + 0.125).abs() < 1e-9);
+        let own = p.methods[DEFAULT_METHOD].by_length[&3600]
+            .brier_minus_default
+            .unwrap();
+        assert_eq!(own.mean, 0.0);
         // Same inputs and seed, same numbers.
         assert_eq!(s, score(&days, &names, &[3600, 7200], 500, 1, 2));
     }

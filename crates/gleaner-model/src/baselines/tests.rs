@@ -317,7 +317,7 @@ fn linear_baselines_forecast_memory_only_for_a_working_set() {
 #[test]
 fn registry_round_trips_every_name() {
     let names = method_names();
-    assert_eq!(names.len(), 20);
+    assert_eq!(names.len(), 21);
     for name in &names {
         let method = method_by_name(name, 1).unwrap();
         assert_eq!(method.name(), *name);
@@ -464,4 +464,60 @@ fn stack_weights_parts_by_their_history_and_stays_between_them() {
         .unwrap()
         .forecast(&s, &req)
         .is_ok());
+}
+
+/// A weekday hog at 10:00–10:30 every day: `logistic` learns the hour, does
+/// not read past W (a truncated record with a cache of its own gives the
+/// same answer), and answers the same from its cache.
+#[test]
+fn logistic_learns_a_daily_failure_without_peeking() {
+    let series = series_from(30, 60, |t| {
+        let tod = time_of_day(t);
+        let weekday = day_of(t).rem_euclid(7) < 5;
+        if weekday && (10 * HOUR..10 * HOUR + 1800).contains(&tod) {
+            95.0
+        } else {
+            5.0
+        }
+    });
+    let th = Thresholds::default();
+    // Day 29 is a Wednesday.
+    let before = MONDAY + 29 * DAY + 9 * HOUR;
+    let after = MONDAY + 29 * DAY + 13 * HOUR;
+    let method = Logistic::with_own_cache();
+    let hit = method
+        .forecast(&series, &request(before, 2 * 3600, th))
+        .unwrap();
+    let clear = method
+        .forecast(&series, &request(after, 2 * 3600, th))
+        .unwrap();
+    assert!(hit.tr < 0.1, "window over the hog: {}", hit.tr);
+    assert!(clear.tr > 0.9, "window after the hog: {}", clear.tr);
+    let causes = hit.fail_by_cause.unwrap();
+    assert!(
+        causes[0] > 0.8,
+        "the failures are CPU contention: {causes:?}"
+    );
+    // Cached: the same answer.
+    assert_eq!(
+        method
+            .forecast(&series, &request(before, 2 * 3600, th))
+            .unwrap(),
+        hit
+    );
+    for at in [before, after] {
+        let cut = truncated(&series, at);
+        let fresh = Logistic::with_own_cache();
+        assert_eq!(
+            fresh.forecast(&cut, &request(at, 2 * 3600, th)),
+            method.forecast(&series, &request(at, 2 * 3600, th)),
+            "at {at}"
+        );
+    }
+    // A host already failed at W gets 0; W beyond the record still answers.
+    let during = MONDAY + 29 * DAY + 10 * HOUR + 600;
+    let f = method.forecast(&series, &request(during, 3600, instant_kill()));
+    assert_eq!(f.unwrap().tr, 0.0);
+    let beyond = MONDAY + 31 * DAY + 13 * HOUR;
+    assert!(method.forecast(&series, &request(beyond, 3600, th)).is_ok());
 }

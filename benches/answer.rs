@@ -1,0 +1,96 @@
+//! The default method's cost as the node answers a reliability query: one
+//! `predict_report` (the forecast plus the window's context) for a 10-hour
+//! window at 6 s steps (m = 6000) with N = 10 from `lab-1.csv`, beside `km`
+//! in the same run. The target is at most 1 ms.
+//!
+//! - `cold`: the default's cache is emptied before every answer, so each one
+//!   builds the state grid of the whole record and fits the day's model.
+//! - `cached`: the day's fit is in the cache (what every query after the
+//!   first of a day finds, even when new samples arrived since).
+//! - `new sample`: the record grows by one row between answers (as the
+//!   node's cached series does each minute); the fit, keyed by the record
+//!   before W's date, is still found.
+//!
+//! Each is run on the whole 35-day trace and on the 14 days before W (ten
+//! weekdays: the smallest record that answers with N = 10).
+//! `cargo bench --bench answer`.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use gleaner::history::trace::read_trace;
+use gleaner::model::baselines::{truncated, Logistic, DEFAULT_METHOD};
+use gleaner::model::predict::PredictRequest;
+use gleaner::model::series::{HostSeries, Sample};
+use gleaner::model::state::Thresholds;
+use gleaner::report::{predict_report, ReportRequest};
+use std::hint::black_box;
+use std::path::Path;
+
+const LAB_1: &str = "../shared/traces/synthetic/lab-1.csv";
+/// Monday 2025-09-29 08:00 EDT: inside the trace, with ten weekdays before it.
+const AT: i64 = 1_759_147_200;
+
+fn request(method: &str) -> ReportRequest {
+    let mut req = PredictRequest::new(
+        AT,
+        10 * 3600,
+        Thresholds {
+            job_mem_mib: 256,
+            ..Thresholds::default()
+        },
+    );
+    req.step_secs = Some(6);
+    req.days = 10;
+    ReportRequest::with_method(req, Some(method))
+}
+
+/// The rows from `from` to `at`.
+fn window_of(series: &HostSeries, from: i64, at: i64) -> HostSeries {
+    let mut out = HostSeries::new(series.step_secs, series.max_gap_secs, series.tz.clone());
+    for s in series.samples().filter(|s| s.time >= from && s.time <= at) {
+        out.push(s).expect("rows of a valid series");
+    }
+    out
+}
+
+fn bench(c: &mut Criterion) {
+    let trace = read_trace(Path::new(LAB_1)).expect("the shared lab-1 trace is readable");
+    let full = truncated(&trace.series, AT);
+    let short = window_of(&full, AT - 14 * 86_400, AT);
+    let shared = Logistic::shared();
+    let mut group = c.benchmark_group("answer 10h m=6000 N=10");
+    for (label, series) in [("35 days", &full), ("14 days", &short)] {
+        let default = request(DEFAULT_METHOD);
+        let km = request("km");
+        let r = predict_report(series, None, &default).expect("the default answers");
+        assert_eq!((r.steps, r.days_used), (6000, 10));
+        group.bench_function(format!("km, {label}"), |b| {
+            b.iter(|| predict_report(black_box(series), None, black_box(&km)))
+        });
+        group.bench_function(format!("{DEFAULT_METHOD} cold, {label}"), |b| {
+            b.iter(|| {
+                shared.clear_cache();
+                predict_report(black_box(series), None, black_box(&default))
+            })
+        });
+        group.bench_function(format!("{DEFAULT_METHOD} cached, {label}"), |b| {
+            b.iter(|| predict_report(black_box(series), None, black_box(&default)))
+        });
+        // One more row after W: a new record, the same fit.
+        let mut grown = series.clone();
+        let last = grown.get(grown.len() - 1).expect("not empty");
+        grown
+            .push(Sample {
+                time: last.time + 6,
+                ..last
+            })
+            .expect("a later row");
+        let _ = predict_report(series, None, &default);
+        group.bench_function(format!("{DEFAULT_METHOD} new sample, {label}"), |b| {
+            b.iter(|| predict_report(black_box(&grown), None, black_box(&default)))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

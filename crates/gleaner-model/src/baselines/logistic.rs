@@ -1,0 +1,811 @@
+//! `logistic`: a per-host logistic model of "the job survives [W, W + T]",
+//! fitted on every past hour of the host's own record and asked about the
+//! present.
+//!
+//! Why: `freq` counts same-window survival on ten days and ignores the
+//! present beyond the start state; `km` and `stack` model the window's
+//! dynamics but are noisy on ten days and cost 1–15 ms. Here every hour of
+//! every past day is a training window (24 × days of them, not 10), and the
+//! forecast conditions on what is known at W:
+//!
+//! - `tod`: the survival share of windows of the same length that began in
+//!   the same state (S1/S2) at the same local hour on the same kind of day
+//!   (±1 h at half weight), recent days weighing more (half-life
+//!   [`HALF_LIFE_DAYS`]), shrunk towards `age` with [`TOD_PSEUDO`] pseudo-windows
+//!   (empirical Bayes: few same-hour days lean on the wider estimate);
+//! - `age`: the share among windows that began in the same state whose run
+//!   had lasted about as long (log2-minute buckets, capped at a day), at any
+//!   hour, shrunk towards the state's share;
+//! - the mean host load over the 30 minutes before W, the time since the
+//!   last failure (capped at a day), and the free memory over the last hour
+//!   against the job's need.
+//!
+//! The shares of the training windows are computed leaving each window out
+//! of its own share, so the fit learns how far to trust them out of sample.
+//! The coefficients are fitted by Newton's method on the weighted log loss
+//! with an L2 pull towards [`PRIOR`] (the forecast `tod` itself), so a host
+//! with few days stays close to the smoothed frequency.
+//!
+//! No peeking: the fit for W uses only windows that ended before W's local
+//! midnight; the present features read rows at or before W.
+//!
+//! Cost: the fit is a function of the record before W's local date, so it is
+//! cached ([`FitCache`], keyed by a fingerprint of that part of the record and
+//! the request's shape) and reused for every query of the day, even after
+//! new samples arrive. A cached forecast reads one day of states before W;
+//! a cold one first builds a state grid of the whole record once
+//! ([`GridIndex`], also cached by fingerprint) and fits (a few hundred µs).
+//! Pure code: no clock, no I/O; the cache is plain memory behind a mutex.
+
+use super::{certain_failure, observed_state, Frequency};
+use crate::predict::{geometry, is_weekend, PredictError, PredictRequest};
+use crate::predictor::{ReliabilityForecast, ReliabilityPredictor};
+use crate::series::HostSeries;
+use crate::solver::CAUSES;
+use crate::state::{State, Thresholds};
+use jiff::civil::{Date, Time};
+use jiff::Timestamp;
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Half-life of a training window's weight, in days before W's date.
+pub const HALF_LIFE_DAYS: f64 = 28.0;
+/// Pseudo-windows of the `age` share added to the same-hour share.
+pub const TOD_PSEUDO: f64 = 1.0;
+/// Pseudo-windows of the state's share added to an age bucket's share.
+pub const AGE_PSEUDO: f64 = 4.0;
+/// L2 pull of the coefficients towards [`PRIOR`].
+pub const RIDGE: f64 = 2.0;
+/// Prior coefficients: intercept, logit tod, logit age, load, since-failure, memory.
+pub const PRIOR: [f64; FEATURES] = [0.0, 1.0, 0.0, 0.0, 0.0, 0.0];
+/// Training windows come from at most this many days before W's date
+/// (older ones weigh under 5 % at the half-life above), which bounds a fit's
+/// cost on records that span years.
+pub const MAX_TRAINING_DAYS: i64 = 120;
+/// How far back the present features look.
+const LOOKBACK_SECS: i64 = 86_400;
+/// Number of features, the intercept included.
+pub const FEATURES: usize = 6;
+/// Fewer training windows than this: the forecast is the `tod` share itself.
+const MIN_TRAINING: usize = 24;
+/// Forecasts are kept inside [EPS, 1 − EPS] (a logit needs it).
+const EPS: f64 = 1e-3;
+/// Most fits kept; the cache is emptied when it is full.
+const MAX_FITS: usize = 8192;
+/// Most grids kept (each a few bytes per step of a record).
+const MAX_GRIDS: usize = 3;
+
+/// The `logistic` method. Clones share one cache.
+#[derive(Clone)]
+pub struct Logistic {
+    cache: Arc<FitCache>,
+}
+
+impl Logistic {
+    /// The method with the process-wide cache: every instance made by the
+    /// registry shares it, so a node that makes a fresh method per query
+    /// still answers from cached fits.
+    pub fn shared() -> Self {
+        static SHARED: OnceLock<Arc<FitCache>> = OnceLock::new();
+        Logistic {
+            cache: SHARED.get_or_init(|| Arc::new(FitCache::default())).clone(),
+        }
+    }
+
+    /// The method with a cache of its own (benchmarks measure cold answers with it).
+    pub fn with_own_cache() -> Self {
+        Logistic {
+            cache: Arc::new(FitCache::default()),
+        }
+    }
+
+    /// Drops every cached grid and fit.
+    pub fn clear_cache(&self) {
+        let mut inner = self.cache.lock();
+        inner.grids.clear();
+        inner.fits.clear();
+    }
+}
+
+/// Grids and fits, keyed by fingerprints of the record.
+#[derive(Default)]
+pub struct FitCache {
+    inner: Mutex<CacheInner>,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    grids: Vec<(u64, Arc<GridIndex>)>,
+    fits: HashMap<u64, Arc<WindowFit>>,
+}
+
+impl FitCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
+        // A poisoned lock only means another thread panicked mid-insert; the maps stay usable.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A hash of the rows before `end` (their count, the first and last, and 32
+/// spread between) and the reading rules: equal for two records that agree
+/// before `end`, almost surely different otherwise.
+fn prefix_fingerprint(series: &HostSeries, end: i64, th: &Thresholds) -> u64 {
+    let n = series.row_at(end.saturating_sub(1)).map_or(0, |r| r + 1);
+    let mut h = DefaultHasher::new();
+    n.hash(&mut h);
+    series.step_secs.hash(&mut h);
+    series.max_gap_secs.hash(&mut h);
+    series.tz.iana_name().hash(&mut h);
+    th.th1.to_bits().hash(&mut h);
+    th.th2.to_bits().hash(&mut h);
+    th.sustain_secs.hash(&mut h);
+    th.job_mem_mib.hash(&mut h);
+    if n > 0 {
+        for k in 0..=32usize {
+            let i = (n - 1) * k / 32;
+            if let Some(s) = series.get(i) {
+                s.time.hash(&mut h);
+                s.cpu.to_bits().hash(&mut h);
+                s.free_mib.hash(&mut h);
+                s.up.hash(&mut h);
+            }
+        }
+    }
+    h.finish()
+}
+
+/// The states of a whole record on its own step grid, with what the
+/// features need at each step.
+pub struct GridIndex {
+    t0: i64,
+    step: i64,
+    states: Vec<State>,
+    /// Host load at each step, percent rounded.
+    cpu: Vec<u8>,
+    free: Vec<u32>,
+    /// First step at or after i in a failure state (`u32::MAX`: none).
+    next_fail: Vec<u32>,
+    /// Step where the run of the same state holding at i began.
+    run_start: Vec<u32>,
+    /// Last step at or before i in a failure state (`u32::MAX`: none).
+    last_fail: Vec<u32>,
+    /// Every local hour of every date of the record: (date, hour, start).
+    slots: Vec<(Date, u8, i64)>,
+}
+
+impl GridIndex {
+    /// Builds the grid of `series` read with `th`; `None` for an empty or
+    /// one-row record or one too long to index.
+    pub fn build(series: &HostSeries, th: Thresholds) -> Option<GridIndex> {
+        let t0 = series.first_time()?;
+        let last = series.last_time()?;
+        let step = i64::from(series.step_secs.max(1));
+        let m = usize::try_from((last - t0) / step).ok()?;
+        if m == 0 || m >= u32::MAX as usize / 2 {
+            return None;
+        }
+        let mut states = Vec::new();
+        if !series.window_states(th, t0, step as u32, m, &mut states) {
+            return None;
+        }
+        let n = states.len();
+        let (mut cpu, mut free) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let mut row = 0usize;
+        for k in 0..n {
+            let t = t0 + k as i64 * step;
+            while series.get(row + 1).is_some_and(|s| s.time <= t) {
+                row += 1;
+            }
+            let s = series.get(row)?;
+            cpu.push(s.cpu.round().clamp(0.0, 100.0) as u8);
+            free.push(u32::try_from(s.free_mib).unwrap_or(u32::MAX));
+        }
+        let mut next_fail = vec![u32::MAX; n];
+        let mut next = u32::MAX;
+        for k in (0..n).rev() {
+            if states[k].is_failure() {
+                next = k as u32;
+            }
+            next_fail[k] = next;
+        }
+        let (mut run_start, mut last_fail) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut begun, mut lastf) = (0u32, u32::MAX);
+        for k in 0..n {
+            if k > 0 && states[k] != states[k - 1] {
+                begun = k as u32;
+            }
+            if states[k].is_failure() {
+                lastf = k as u32;
+            }
+            run_start.push(begun);
+            last_fail.push(lastf);
+        }
+        let slots = hour_slots(series, t0, last);
+        Some(GridIndex {
+            t0,
+            step,
+            states,
+            cpu,
+            free,
+            next_fail,
+            run_start,
+            last_fail,
+            slots,
+        })
+    }
+
+    fn step_of(&self, t: i64) -> Option<usize> {
+        if t < self.t0 {
+            return None;
+        }
+        let k = usize::try_from((t - self.t0) / self.step).ok()?;
+        (k < self.states.len()).then_some(k)
+    }
+
+    /// The present at step k, as the features see it.
+    fn present(&self, k: usize, job_mem: u64) -> Present {
+        let cap = (LOOKBACK_SECS / self.step).max(1) as usize;
+        let first = k.saturating_sub(cap);
+        let age = k - (self.run_start[k] as usize).max(first);
+        let since_fail = match self.last_fail[k] {
+            u32::MAX => cap,
+            f if (f as usize) < first => cap,
+            f => k - f as usize,
+        };
+        let w30 = ((1800 / self.step).max(1) as usize).min(k + 1);
+        let load = self.cpu[k + 1 - w30..=k]
+            .iter()
+            .map(|&c| f64::from(c))
+            .sum::<f64>()
+            / w30 as f64;
+        let w60 = ((3600 / self.step).max(1) as usize).min(k + 1);
+        let min_free = self.free[k + 1 - w60..=k]
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(0);
+        Present {
+            state: self.states[k],
+            age_secs: age as i64 * self.step,
+            since_fail_secs: since_fail as i64 * self.step,
+            load,
+            min_free: u64::from(min_free),
+            job_mem,
+        }
+    }
+}
+
+/// Every local hour of every date from `first` to `last`, in time order.
+fn hour_slots(series: &HostSeries, first: i64, last: i64) -> Vec<(Date, u8, i64)> {
+    let local = |t: i64| {
+        Timestamp::from_second(t)
+            .ok()
+            .map(|ts| ts.to_zoned(series.tz.clone()).date())
+    };
+    let (Some(mut day), Some(end)) = (local(first), local(last)) else {
+        return Vec::new();
+    };
+    let mut slots = Vec::new();
+    while day <= end {
+        for hour in 0..24u8 {
+            let Ok(time) = Time::new(hour as i8, 0, 0, 0) else {
+                continue;
+            };
+            if let Ok(z) = day.to_datetime(time).to_zoned(series.tz.clone()) {
+                slots.push((day, hour, z.timestamp().as_second()));
+            }
+        }
+        match day.tomorrow() {
+            Ok(next) => day = next,
+            Err(_) => break,
+        }
+    }
+    slots
+}
+
+/// What is known at a window's start.
+#[derive(Debug, Clone, Copy)]
+struct Present {
+    state: State,
+    age_secs: i64,
+    since_fail_secs: i64,
+    /// Mean host load over the last 30 minutes, percent.
+    load: f64,
+    min_free: u64,
+    job_mem: u64,
+}
+
+impl Present {
+    fn class(&self) -> usize {
+        usize::from(self.state == State::S2)
+    }
+
+    /// Log2-minute bucket of the run's age, 0..=11.
+    fn age_bucket(&self) -> usize {
+        let minutes = (self.age_secs / 60).max(0) as f64;
+        ((1.0 + minutes).log2().floor() as usize).min(11)
+    }
+
+    /// The features after the two shares.
+    fn tail(&self) -> [f64; 3] {
+        let since_h = (self.since_fail_secs as f64 / 3600.0).clamp(0.0, 24.0);
+        let mem = if self.job_mem == 0 {
+            0.0
+        } else {
+            ((self.min_free.max(1) as f64) / self.job_mem as f64)
+                .ln()
+                .clamp(-3.0, 3.0)
+                / 3.0
+        };
+        [
+            self.load / 100.0 - 0.3,
+            (1.0 + since_h).ln() / 25f64.ln(),
+            mem,
+        ]
+    }
+}
+
+/// One training window.
+struct Example {
+    weekend: bool,
+    hour: u8,
+    class: usize,
+    bucket: usize,
+    weight: f64,
+    survived: bool,
+    /// First failure's cause when it did not survive.
+    cause: Option<usize>,
+    tail: [f64; 3],
+}
+
+/// Weighted counts: total weight and survived weight.
+#[derive(Debug, Clone, Copy, Default)]
+struct Share {
+    n: f64,
+    s: f64,
+}
+
+impl Share {
+    fn add(&mut self, w: f64, y: bool) {
+        self.n += w;
+        if y {
+            self.s += w;
+        }
+    }
+}
+
+/// The shares of one fit: by (weekend, hour, class), (class, age bucket) and class.
+#[derive(Debug, Clone)]
+struct Tables {
+    tod: Vec<Share>,
+    age: Vec<Share>,
+    class: [Share; 2],
+    /// Failure weight by cause per class.
+    causes: [[f64; CAUSES]; 2],
+}
+
+fn tod_slot(weekend: bool, hour: u8, class: usize) -> usize {
+    (usize::from(weekend) * 24 + usize::from(hour % 24)) * 2 + class
+}
+
+fn age_slot(class: usize, bucket: usize) -> usize {
+    class * 12 + bucket.min(11)
+}
+
+impl Tables {
+    fn new(examples: &[Example]) -> Tables {
+        let mut t = Tables {
+            tod: vec![Share::default(); 96],
+            age: vec![Share::default(); 24],
+            class: [Share::default(); 2],
+            causes: [[0.0; CAUSES]; 2],
+        };
+        for e in examples {
+            t.tod[tod_slot(e.weekend, e.hour, e.class)].add(e.weight, e.survived);
+            t.age[age_slot(e.class, e.bucket)].add(e.weight, e.survived);
+            t.class[e.class].add(e.weight, e.survived);
+            if let Some(c) = e.cause {
+                t.causes[e.class][c] += e.weight;
+            }
+        }
+        t
+    }
+
+    /// The two shrunk shares for a window, leaving out `own` (weight, survived).
+    fn shares(
+        &self,
+        weekend: bool,
+        hour: u8,
+        class: usize,
+        bucket: usize,
+        own: Option<(f64, bool)>,
+    ) -> (f64, f64) {
+        let (ow, os) = own.map_or((0.0, 0.0), |(w, y)| (w, if y { w } else { 0.0 }));
+        let cls = self.class[class];
+        let overall = self.class[0].n + self.class[1].n;
+        let all_s = self.class[0].s + self.class[1].s;
+        let base = if overall - ow > 0.0 {
+            (all_s - os + 1.0) / (overall - ow + 2.0)
+        } else {
+            0.5
+        };
+        let p_class = (cls.s - os + 2.0 * base) / (cls.n - ow + 2.0);
+        let a = self.age[age_slot(class, bucket)];
+        let p_age = (a.s - os + AGE_PSEUDO * p_class) / (a.n - ow + AGE_PSEUDO);
+        let (mut n, mut s) = (0.0, 0.0);
+        for (dh, c) in [(23u8, 0.25), (0, 1.0), (1, 0.25)] {
+            let sh = self.tod[tod_slot(weekend, (hour + dh) % 24, class)];
+            n += c * sh.n;
+            s += c * sh.s;
+        }
+        let p_tod = (s - os + TOD_PSEUDO * p_age) / (n - ow + TOD_PSEUDO);
+        (p_tod, p_age)
+    }
+}
+
+fn logit(p: f64) -> f64 {
+    let p = p.clamp(EPS, 1.0 - EPS);
+    (p / (1.0 - p)).ln()
+}
+
+fn sigmoid(z: f64) -> f64 {
+    1.0 / (1.0 + (-z).exp())
+}
+
+fn features(p_tod: f64, p_age: f64, tail: [f64; 3]) -> [f64; FEATURES] {
+    [1.0, logit(p_tod), logit(p_age), tail[0], tail[1], tail[2]]
+}
+
+/// A fitted model for one (record before a date, window length, thresholds).
+#[derive(Debug, Clone)]
+pub struct WindowFit {
+    tables: Tables,
+    /// `None` when there were too few training windows: the forecast is `tod`.
+    beta: Option<[f64; FEATURES]>,
+    /// Training windows used.
+    pub windows: usize,
+}
+
+impl WindowFit {
+    /// The coefficients, when fitted.
+    pub fn coefficients(&self) -> Option<[f64; FEATURES]> {
+        self.beta
+    }
+
+    fn forecast(&self, weekend: bool, hour: u8, p: &Present) -> ReliabilityForecast {
+        let class = p.class();
+        let (p_tod, p_age) = self
+            .tables
+            .shares(weekend, hour, class, p.age_bucket(), None);
+        let tr = match self.beta {
+            Some(beta) => {
+                let x = features(p_tod, p_age, p.tail());
+                sigmoid(dot(&beta, &x))
+            }
+            None => p_tod,
+        }
+        .clamp(EPS, 1.0 - EPS);
+        let causes = self.tables.causes[class];
+        let total: f64 = causes.iter().sum();
+        let mut fail = [0.0; CAUSES];
+        for (f, c) in fail.iter_mut().zip(causes) {
+            *f = if total > 0.0 {
+                (1.0 - tr) * c / total
+            } else {
+                (1.0 - tr) / CAUSES as f64
+            };
+        }
+        ReliabilityForecast {
+            tr,
+            fail_by_cause: Some(fail),
+        }
+    }
+}
+
+fn dot(a: &[f64; FEATURES], b: &[f64; FEATURES]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Fits the model for windows of `m` steps from the record before `midnight`
+/// (W's local date `date` begins there).
+fn fit(grid: &GridIndex, job_mem: u64, m: usize, date: Date, midnight: i64) -> WindowFit {
+    let span = m as i64 * grid.step;
+    let mut examples = Vec::new();
+    let oldest = midnight.saturating_sub(MAX_TRAINING_DAYS * 86_400);
+    let from = grid.slots.partition_point(|s| s.2 < oldest);
+    let to = grid.slots.partition_point(|s| s.2 < midnight);
+    for &(day, hour, start) in grid.slots.get(from..to).unwrap_or_default() {
+        if day >= date || start.saturating_add(span) > midnight {
+            continue;
+        }
+        let Some(k) = grid.step_of(start) else {
+            continue;
+        };
+        let end = k + m;
+        if end >= grid.states.len() || !grid.states[k].is_transient() {
+            continue;
+        }
+        let p = grid.present(k, job_mem);
+        let first_fail = grid.next_fail[k + 1];
+        let survived = first_fail == u32::MAX || first_fail as usize > end;
+        let cause = if survived {
+            None
+        } else {
+            grid.states[first_fail as usize].failure_index()
+        };
+        let age_days = (date - day).get_days().max(0) as f64;
+        examples.push(Example {
+            weekend: is_weekend(day.weekday()),
+            hour,
+            class: p.class(),
+            bucket: p.age_bucket(),
+            weight: 0.5f64.powf(age_days / HALF_LIFE_DAYS),
+            survived,
+            cause,
+            tail: p.tail(),
+        });
+    }
+    let tables = Tables::new(&examples);
+    let windows = examples.len();
+    if windows < MIN_TRAINING {
+        return WindowFit {
+            tables,
+            beta: None,
+            windows,
+        };
+    }
+    let rows: Vec<([f64; FEATURES], f64, f64)> = examples
+        .iter()
+        .map(|e| {
+            let (p_tod, p_age) = tables.shares(
+                e.weekend,
+                e.hour,
+                e.class,
+                e.bucket,
+                Some((e.weight, e.survived)),
+            );
+            (
+                features(p_tod, p_age, e.tail),
+                e.weight,
+                f64::from(u8::from(e.survived)),
+            )
+        })
+        .collect();
+    WindowFit {
+        tables,
+        beta: Some(newton(&rows)),
+        windows,
+    }
+}
+
+/// The penalised weighted log loss Newton's method minimises.
+fn objective(rows: &[([f64; FEATURES], f64, f64)], beta: &[f64; FEATURES]) -> f64 {
+    let penalty: f64 = beta
+        .iter()
+        .zip(PRIOR)
+        .map(|(b, p)| 0.5 * RIDGE * (b - p).powi(2))
+        .sum();
+    rows.iter().fold(penalty, |acc, (x, w, y)| {
+        let z = dot(beta, x);
+        // log(1 + e^z) − y z, written to stay finite for large |z|.
+        let softplus = if z > 0.0 {
+            z + (-z).exp().ln_1p()
+        } else {
+            z.exp().ln_1p()
+        };
+        acc + w * (softplus - y * z)
+    })
+}
+
+/// Weighted ridge logistic regression towards [`PRIOR`] by Newton's method,
+/// each step halved until the penalised loss goes down (a full Newton step
+/// can overshoot where nearly every window survived and the loss is flat).
+pub(crate) fn newton(rows: &[([f64; FEATURES], f64, f64)]) -> [f64; FEATURES] {
+    let mut beta = PRIOR;
+    let mut loss = objective(rows, &beta);
+    for _ in 0..25 {
+        let mut grad = [0.0; FEATURES];
+        let mut hess = [[0.0; FEATURES]; FEATURES];
+        for i in 0..FEATURES {
+            grad[i] = RIDGE * (beta[i] - PRIOR[i]);
+            hess[i][i] = RIDGE;
+        }
+        for (x, w, y) in rows {
+            let p = sigmoid(dot(&beta, x));
+            let r = w * (p - y);
+            let c = w * (p * (1.0 - p)).max(1e-9);
+            for i in 0..FEATURES {
+                grad[i] += r * x[i];
+                for j in 0..FEATURES {
+                    hess[i][j] += c * x[i] * x[j];
+                }
+            }
+        }
+        let Some(delta) = solve(hess, grad) else {
+            break;
+        };
+        let mut scale = 1.0;
+        let mut improved = false;
+        for _ in 0..30 {
+            let mut trial = beta;
+            for i in 0..FEATURES {
+                trial[i] -= scale * delta[i];
+            }
+            let trial_loss = objective(rows, &trial);
+            if trial_loss.is_finite() && trial_loss <= loss {
+                let moved = delta.iter().fold(0.0f64, |m, d| m.max((scale * d).abs()));
+                beta = trial;
+                loss = trial_loss;
+                improved = moved > 1e-6;
+                break;
+            }
+            scale *= 0.5;
+        }
+        if !improved {
+            break;
+        }
+    }
+    beta
+}
+
+#[allow(clippy::needless_range_loop)] // row operations read two rows of `a` at once
+/// Solves a x = b for a symmetric positive definite a (Gaussian elimination
+/// with partial pivoting); `None` when it is singular.
+fn solve(mut a: [[f64; FEATURES]; FEATURES], mut b: [f64; FEATURES]) -> Option<[f64; FEATURES]> {
+    for col in 0..FEATURES {
+        let pivot = (col..FEATURES).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
+        if a[pivot][col].abs() < 1e-12 {
+            return None;
+        }
+        a.swap(col, pivot);
+        b.swap(col, pivot);
+        for r in col + 1..FEATURES {
+            let f = a[r][col] / a[col][col];
+            for c in col..FEATURES {
+                a[r][c] -= f * a[col][c];
+            }
+            b[r] -= f * b[col];
+        }
+    }
+    let mut x = [0.0; FEATURES];
+    for r in (0..FEATURES).rev() {
+        let tail: f64 = (r + 1..FEATURES).map(|c| a[r][c] * x[c]).sum();
+        x[r] = (b[r] - tail) / a[r][r];
+    }
+    x.iter().all(|v| v.is_finite()).then_some(x)
+}
+
+/// The present at W read straight off the series (no grid of the record):
+/// the same quantities as [`GridIndex::present`], on a grid ending at W.
+fn present_at(series: &HostSeries, th: Thresholds, at: i64, state: State) -> Option<Present> {
+    let step = i64::from(series.step_secs.max(1));
+    let first = series.first_time()?;
+    let back = ((at - first).min(LOOKBACK_SECS) / step).max(0) as usize;
+    let mut states = Vec::new();
+    if back == 0
+        || !series.window_states(th, at - back as i64 * step, step as u32, back, &mut states)
+    {
+        states.clear();
+        states.push(state);
+    }
+    let k = states.len() - 1;
+    let cap = (LOOKBACK_SECS / step).max(1) as usize;
+    let run = states.iter().rev().take_while(|s| **s == states[k]).count();
+    // A run as old as the lookback reads as the cap, as on the grid.
+    let age = run - 1;
+    let since_fail = states
+        .iter()
+        .rev()
+        .position(|s| s.is_failure())
+        .unwrap_or(cap);
+    let mut load_sum = 0.0;
+    let w30 = ((1800 / step).max(1) as usize).min(k + 1);
+    let w60 = ((3600 / step).max(1) as usize).min(k + 1);
+    let mut min_free = u64::MAX;
+    let mut row = series.row_at(at - (w60 as i64 - 1) * step)?;
+    for j in 0..w60 {
+        let t = at - (w60 - 1 - j) as i64 * step;
+        while series.get(row + 1).is_some_and(|s| s.time <= t) {
+            row += 1;
+        }
+        let s = series.get(row)?;
+        min_free = min_free.min(s.free_mib.min(u64::from(u32::MAX)));
+        if j + w30 >= w60 {
+            load_sum += s.cpu.round().clamp(0.0, 100.0);
+        }
+    }
+    Some(Present {
+        state,
+        age_secs: age as i64 * step,
+        since_fail_secs: since_fail.min(cap) as i64 * step,
+        load: load_sum / w30 as f64,
+        min_free,
+        job_mem: th.job_mem_mib,
+    })
+}
+
+impl Logistic {
+    /// The fit for windows of `m` steps on W's date, from the cache or made now.
+    fn fit_for(
+        &self,
+        series: &HostSeries,
+        th: Thresholds,
+        m: usize,
+        date: Date,
+        midnight: i64,
+    ) -> Option<Arc<WindowFit>> {
+        let mut h = DefaultHasher::new();
+        prefix_fingerprint(series, midnight, &th).hash(&mut h);
+        m.hash(&mut h);
+        date.hash(&mut h);
+        let key = h.finish();
+        if let Some(f) = self.cache.lock().fits.get(&key) {
+            return Some(f.clone());
+        }
+        let grid = self.grid_for(series, th)?;
+        let fitted = Arc::new(fit(&grid, th.job_mem_mib, m, date, midnight));
+        let mut inner = self.cache.lock();
+        if inner.fits.len() >= MAX_FITS {
+            inner.fits.clear();
+        }
+        inner.fits.insert(key, fitted.clone());
+        Some(fitted)
+    }
+
+    fn grid_for(&self, series: &HostSeries, th: Thresholds) -> Option<Arc<GridIndex>> {
+        let end = series.last_time()?.saturating_add(1);
+        let key = prefix_fingerprint(series, end, &th);
+        if let Some((_, g)) = self.cache.lock().grids.iter().find(|(k, _)| *k == key) {
+            return Some(g.clone());
+        }
+        let grid = Arc::new(GridIndex::build(series, th)?);
+        let mut inner = self.cache.lock();
+        if inner.grids.len() >= MAX_GRIDS {
+            inner.grids.remove(0);
+        }
+        inner.grids.push((key, grid.clone()));
+        Some(grid)
+    }
+}
+
+impl ReliabilityPredictor for Logistic {
+    fn name(&self) -> String {
+        "logistic".to_string()
+    }
+
+    fn forecast(
+        &self,
+        series: &HostSeries,
+        req: &PredictRequest,
+    ) -> Result<ReliabilityForecast, PredictError> {
+        geometry(series, req)?;
+        let Some(state) = observed_state(series, req) else {
+            // W beyond the record: nothing is known of the present.
+            return Frequency.forecast(series, req);
+        };
+        if state.is_failure() {
+            return Ok(certain_failure(state));
+        }
+        let zoned = Timestamp::from_second(req.at)
+            .map_err(|_| PredictError::BadTime(req.at))?
+            .to_zoned(series.tz.clone());
+        let date = zoned.date();
+        let midnight = date
+            .to_zoned(series.tz.clone())
+            .map_err(|_| PredictError::BadTime(req.at))?
+            .timestamp()
+            .as_second();
+        let step = u64::from(series.step_secs.max(1));
+        let m = usize::try_from(req.window_secs / step)
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let th = req.thresholds;
+        let fitted = self.fit_for(series, th, m, date, midnight);
+        let Some(fitted) = fitted.filter(|f| f.windows > 0) else {
+            return Err(super::no_history(series, req.at));
+        };
+        let present = present_at(series, th, req.at, state).ok_or(PredictError::BadTime(req.at))?;
+        Ok(fitted.forecast(is_weekend(date.weekday()), zoned.hour() as u8, &present))
+    }
+}
