@@ -40,7 +40,7 @@ fn request(method: &str) -> ReportRequest {
     );
     req.step_secs = Some(6);
     req.days = 10;
-    ReportRequest::with_method(req, Some(method))
+    ReportRequest::with_method(req, Some(method.parse().expect("a registry method")))
 }
 
 /// The rows from `from` to `at`.
