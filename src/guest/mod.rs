@@ -14,11 +14,14 @@
 //! the parent-death signal is tied to the forking thread.
 
 mod capture;
+pub mod containment;
 mod event;
 mod landlock;
 mod launch;
 mod orphan;
-pub mod procfs;
+
+/// The `/proc` reader the supervisor shares with the monitor.
+pub use crate::procfs;
 
 pub use crate::model::policy::{GuestAction, GuestRunState, KillCause, Priority};
 pub use capture::{CaptureReport, Stream};
@@ -559,17 +562,22 @@ impl Supervisor {
             .map_or(GuestRunState::Idle, |g| g.run_state)
     }
 
-    /// The pids of every live process of the guest (main process,
-    /// descendants, group and session members), so the monitor can subtract
-    /// the guest's CPU from the host load. Empty when no guest runs.
-    pub fn process_tree(&self) -> Vec<i32> {
+    /// Where the guest's processes are, for the monitor to resolve once per
+    /// sample and subtract their CPU from the host load. Cheap: it walks nothing.
+    pub fn process_scope(&self) -> procfs::ProcessScope {
         match self.guest.as_ref().filter(|g| g.is_running()) {
-            Some(g) => procfs::guest_tree(g.handle.pid, g.pgid())
-                .into_iter()
-                .map(|p| p.pid)
-                .collect(),
-            None => Vec::new(),
+            Some(g) => procfs::ProcessScope::Tree {
+                root: g.handle.pid,
+                whole_session: true,
+            },
+            None => procfs::ProcessScope::Nothing,
         }
+    }
+
+    /// The pids of every live process of the guest (main process,
+    /// descendants, group and session members). Empty when no guest runs.
+    pub fn process_tree(&self) -> Vec<i32> {
+        self.process_scope().pids()
     }
 
     fn emit(&self, job_id: &str, kind: GuestEventKind) {

@@ -9,7 +9,7 @@
 //! hidden `GLEANER_TEST_LOAD_SCRIPT` variable names a file. This module must
 //! not know what the samples are used for.
 
-use super::{process_tree, LoadSource, RawSample, SampleError};
+use super::{LoadSource, RawSample, SampleError};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -85,10 +85,6 @@ impl ScriptedLoadSource {
 impl LoadSource for ScriptedLoadSource {
     fn sample(&mut self, _guest_pids: &[i32]) -> Result<RawSample, SampleError> {
         Ok(self.at(self.start.elapsed().as_secs_f64()))
-    }
-
-    fn guest_tree(&mut self, roots: &[i32]) -> Vec<i32> {
-        process_tree(roots)
     }
 }
 

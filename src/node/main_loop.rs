@@ -79,7 +79,7 @@ pub struct NodeParts {
     pub supervisor: Supervisor,
     pub clock: Arc<dyn Clock>,
     /// The guest's processes, for the monitor to leave out of L_H.
-    pub guest_roots: watch::Sender<Vec<i32>>,
+    pub guest_roots: watch::Sender<crate::procfs::ProcessScope>,
     /// Guest events, for `run-local` streams.
     pub events: broadcast::Sender<GuestEvent>,
     pub tracker: TaskTracker,
@@ -310,7 +310,7 @@ impl Node {
     /// not counted as the owner's. Session and group members are included,
     /// so a guest that daemonizes is still left out.
     fn refresh_guest_roots(&mut self) {
-        let tree = self.parts.supervisor.process_tree();
+        let tree = self.parts.supervisor.process_scope();
         self.parts.guest_roots.send_if_modified(|roots| {
             if *roots == tree {
                 false

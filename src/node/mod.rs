@@ -143,10 +143,10 @@ impl LoadSource for HostLoad {
             HostLoad::Script(s) => s.sample(guest_pids),
         }
     }
-    fn guest_tree(&mut self, roots: &[i32]) -> Vec<i32> {
+    fn guest_tree(&mut self, scope: &crate::procfs::ProcessScope) -> Vec<i32> {
         match self {
-            HostLoad::Proc(s) => s.guest_tree(roots),
-            HostLoad::Script(s) => s.guest_tree(roots),
+            HostLoad::Proc(s) => s.guest_tree(scope),
+            HostLoad::Script(s) => s.guest_tree(scope),
         }
     }
 }
@@ -236,7 +236,7 @@ async fn run_async(
         }
     });
 
-    let (roots_tx, roots_rx) = watch::channel(Vec::new());
+    let (roots_tx, roots_rx) = watch::channel(crate::procfs::ProcessScope::Nothing);
     let (readings_tx, readings_rx) = mpsc::channel(16);
     let monitor = Monitor::new(
         config.monitor_config(),
@@ -344,14 +344,7 @@ async fn dialable_addrs(net: &crate::net::NetHandle) -> Vec<String> {
 
 /// Logical CPUs, total memory and the benchmark score (a few tens of ms).
 fn hardware() -> main_loop::Hardware {
-    let memory_mib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
-        })
-        .map_or(0, |kib| kib / 1024);
+    let memory_mib = crate::procfs::read_meminfo().map_or(0, |m| m.total_kib / 1024);
     main_loop::Hardware {
         logical_cpus: std::thread::available_parallelism()
             .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
