@@ -197,6 +197,13 @@ impl Containment {
                 _ => None,
             };
             let cpu_idle = cpu.join("cpu.idle").exists();
+            // The node's base group competes with the owner's processes as
+            // one entity: it must be idle (or minimal) too, not only the job.
+            if cpu_idle {
+                write_file(&cpu.join("cpu.idle"), "1").map_err(|e| e.to_string())?;
+            } else {
+                write_file(&cpu.join("cpu.shares"), "2").map_err(|e| e.to_string())?;
+            }
             Ok(Containment::V1 {
                 pids,
                 memory,
@@ -529,6 +536,9 @@ fn v2_base(own: &Path, name: &str) -> io::Result<Option<Containment>> {
     // Whether `cpu.idle` exists shows only in a child; `create` falls back
     // to the lowest weight where it does not.
     let cpu_idle = wanted.contains(&"cpu");
+    if cpu_idle && write_file(&base.join("cpu.idle"), "1").is_err() {
+        let _ = write_file(&base.join("cpu.weight"), "1");
+    }
     Ok(Some(Containment::V2 { base, cpu_idle }))
 }
 

@@ -665,6 +665,7 @@ fn event_name(kind: &GuestEventKind) -> &'static str {
         GuestEventKind::Exited { .. } => "exited",
         GuestEventKind::OutputTruncated { .. } => "output_truncated",
         GuestEventKind::OrphanKilled { .. } => "orphan_killed",
+        GuestEventKind::LeftoverGroupKilled { .. } => "leftover_group_killed",
     }
 }
 
