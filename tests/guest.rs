@@ -686,10 +686,23 @@ fn renice19_drops_the_guest_below_a_tenth_of_a_shared_core() {
     );
     hog.kill().unwrap();
     hog.wait().unwrap();
-    assert!(
-        normal > 0.25,
-        "at nice 0 the guest gets a fair share: {normal}"
-    );
+    // A job group with cpu.idle (cgroup containment) yields to the owner
+    // even at nice 0, as the five-state policy wants; without it nice 0 is a
+    // fair share.
+    let idle_group = fx
+        .sup
+        .containment()
+        .group_controls
+        .iter()
+        .any(|c| c.starts_with("cpu.idle"));
+    if idle_group {
+        assert!(normal < 0.10, "an idle job group took {normal} at nice 0");
+    } else {
+        assert!(
+            normal > 0.25,
+            "at nice 0 the guest gets a fair share: {normal}"
+        );
+    }
     assert!(
         reniced < 0.10,
         "after Renice19 the guest share is {reniced}"

@@ -567,17 +567,12 @@ impl Supervisor {
                 }
             }
             GuestAction::Suspend => {
-                if let Some(g) = &guest.group {
-                    let _ = g.set_frozen(true);
-                }
                 signal_tree(pid, pgid, &members, Signal::SIGSTOP).map_err(ApplyError::Signal)?;
                 GuestEventKind::Suspended
             }
             GuestAction::Resume => {
                 signal_tree(pid, pgid, &members, Signal::SIGCONT).map_err(ApplyError::Signal)?;
-                if let Some(g) = &guest.group {
-                    let _ = g.set_frozen(false);
-                }
+
                 GuestEventKind::Resumed
             }
             GuestAction::Kill(cause) => {
