@@ -11,7 +11,8 @@
 use clap::{Parser, ValueEnum};
 use gleaner::model::period::PeriodPolicy;
 use gleaner::monitor::{
-    run, LoadSource, Monitor, MonitorConfig, ProcLoadSource, RawSample, SampleError, SystemClock,
+    run, LoadSource, Monitor, MonitorConfig, ProcLoadSource, ProcessScope, RawSample, SampleError,
+    SystemClock,
 };
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -61,6 +62,33 @@ impl SysinfoSource {
 }
 
 impl LoadSource for SysinfoSource {
+    /// The same tree found through sysinfo: refresh the process list (pids
+    /// and parents only) and follow the parent links.
+    fn guest_tree(&mut self, scope: &ProcessScope) -> Vec<i32> {
+        let ProcessScope::Tree { root, .. } = scope else {
+            return scope.pids();
+        };
+        self.system.refresh_processes_specifics(
+            ProcessesToUpdate::All,
+            true,
+            ProcessRefreshKind::nothing(),
+        );
+        let mut tree = vec![*root];
+        let mut i = 0;
+        while i < tree.len() {
+            let parent = Pid::from(tree[i] as usize);
+            tree.extend(
+                self.system
+                    .processes()
+                    .iter()
+                    .filter(|(_, p)| p.parent() == Some(parent))
+                    .map(|(pid, _)| pid.as_u32() as i32),
+            );
+            i += 1;
+        }
+        tree
+    }
+
     fn sample(&mut self, guest_pids: &[i32]) -> Result<RawSample, SampleError> {
         self.system.refresh_cpu_usage();
         self.system.refresh_memory();
@@ -111,7 +139,7 @@ async fn monitor_for<S: LoadSource + Send + 'static>(
     secs: u64,
 ) -> usize {
     let monitor = Monitor::new(config, source, SystemClock, SmallRng::from_os_rng());
-    let (_roots_tx, roots) = watch::channel(Vec::new());
+    let (_roots_tx, roots) = watch::channel(ProcessScope::Nothing);
     let (tx, mut rx) = mpsc::channel(16);
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(run(monitor, roots, shutdown.clone(), tx));
@@ -134,12 +162,15 @@ async fn monitor_for<S: LoadSource + Send + 'static>(
 
 /// CPU microseconds one `sample` costs, averaged over `n` samples.
 fn per_sample_cost(mut source: impl LoadSource, n: u32, guest: Option<i32>) -> anyhow::Result<f64> {
-    let roots: Vec<i32> = guest.into_iter().collect();
+    let scope = guest.map_or(ProcessScope::Nothing, |root| ProcessScope::Tree {
+        root,
+        whole_session: false,
+    });
     let mut spent = 0.0;
     for _ in 0..n {
         std::thread::sleep(Duration::from_millis(20));
         let before = cpu_secs_used();
-        let pids = source.guest_tree(&roots);
+        let pids = source.guest_tree(&scope);
         source.sample(&pids)?;
         spent += cpu_secs_used() - before;
     }

@@ -17,6 +17,7 @@ pub mod history;
 pub mod monitor;
 pub mod net;
 pub mod node;
+pub mod procfs;
 pub mod report;
 
 /// The pure model lives in its own crate (`crates/gleaner-model`), so the

@@ -388,7 +388,21 @@ fn guest_without_network_cannot_connect_to_a_local_listener() {
         .start("net-closed", spec(&["bash", "-c", &connect]))
         .unwrap();
     if !handle.sandbox.network_blocked {
-        eprintln!("SKIP network isolation: {:?}", handle.sandbox.warnings);
+        // Skip only where the kernel really refuses a user+net namespace to
+        // the guest's user and Landlock cannot deny TCP either.
+        let offered = Command::new("unshare")
+            .args(["-U", "-n", "--map-user=65534", "true"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            !offered,
+            "the kernel offers user and net namespaces but the guest's network is open: {:?}",
+            handle.sandbox.warnings
+        );
+        eprintln!(
+            "SKIP network isolation: unshare -U -n fails here and no Landlock TCP rules ({:?})",
+            handle.sandbox.warnings
+        );
         return;
     }
     let status = fx.sup.wait_exit(Duration::from_secs(10)).unwrap();
@@ -423,7 +437,22 @@ fn landlock_confines_writes_to_the_work_dir() {
     let handle = fx.sup.start("landlock", sh(&script)).unwrap();
     let status = fx.sup.wait_exit(Duration::from_secs(10)).unwrap();
     if !handle.sandbox.landlock {
-        eprintln!("SKIP landlock: {:?}", handle.sandbox.warnings);
+        // landlock_create_ruleset(NULL, 0, VERSION) answers the ABI, or fails
+        // when Landlock is not built in or not enabled.
+        let abi = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<u8>(),
+                0usize,
+                1u32,
+            )
+        };
+        assert!(
+            abi <= 0,
+            "the kernel offers Landlock ABI {abi} but the guest was not confined: {:?}",
+            handle.sandbox.warnings
+        );
+        eprintln!("SKIP landlock: the kernel has no Landlock (landlock_create_ruleset fails)");
         return;
     }
     assert_eq!(status.exit, Some(ExitInfo::Code(0)));
@@ -657,10 +686,23 @@ fn renice19_drops_the_guest_below_a_tenth_of_a_shared_core() {
     );
     hog.kill().unwrap();
     hog.wait().unwrap();
-    assert!(
-        normal > 0.25,
-        "at nice 0 the guest gets a fair share: {normal}"
-    );
+    // A job group with cpu.idle (cgroup containment) yields to the owner
+    // even at nice 0, as the five-state policy wants; without it nice 0 is a
+    // fair share.
+    let idle_group = fx
+        .sup
+        .containment()
+        .group_controls
+        .iter()
+        .any(|c| c.starts_with("cpu.idle"));
+    if idle_group {
+        assert!(normal < 0.10, "an idle job group took {normal} at nice 0");
+    } else {
+        assert!(
+            normal > 0.25,
+            "at nice 0 the guest gets a fair share: {normal}"
+        );
+    }
     assert!(
         reniced < 0.10,
         "after Renice19 the guest share is {reniced}"

@@ -139,6 +139,9 @@ fn status_text(r: &StatusReport) -> String {
     if !r.owner_load.is_empty() {
         rows.push(("owner load".into(), r.owner_load.clone()));
     }
+    if !r.containment.is_empty() {
+        rows.push(("containment".into(), r.containment.clone()));
+    }
     match &r.guest {
         Some(g) => {
             let nice = g.nice.map_or("-".to_string(), |n| n.to_string());

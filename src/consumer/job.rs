@@ -404,6 +404,9 @@ async fn report_event(
             None => "killed by the host (wall-time limit)".to_string(),
         },
         JobEventKind::Finished { exit_status } => format!("finished with status {exit_status}"),
+        JobEventKind::KilledOverMemory => {
+            "killed by the host (over its declared memory)".to_string()
+        }
     };
     let _ = lines
         .send(SubmitLine::Event {
@@ -414,7 +417,9 @@ async fn report_event(
         .await;
     match event.kind {
         JobEventKind::Finished { exit_status } => Some(AttemptEnd::Finished(exit_status)),
-        JobEventKind::Killed { .. } => Some(AttemptEnd::Failed(text)),
+        JobEventKind::Killed { .. } | JobEventKind::KilledOverMemory => {
+            Some(AttemptEnd::Failed(text))
+        }
         _ => None,
     }
 }

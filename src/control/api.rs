@@ -72,6 +72,9 @@ pub struct StatusReport {
     /// "replayed from FILE" under `gleaner node --owner-load FILE`.
     #[serde(default)]
     pub owner_load: String,
+    /// The containment layers a guest gets here (cgroup, namespaces, Landlock).
+    #[serde(default)]
+    pub containment: String,
     /// How the pool reaches this node (AutoNAT, relays, hole punching); `None`
     /// without networking.
     #[serde(default)]

@@ -227,6 +227,7 @@ fn status_report(s: HostStatus) -> StatusReport {
             .collect(),
         prediction_method: s.method.to_string(),
         owner_load: s.owner_load.to_string(),
+        containment: s.containment,
         network: None,
     }
 }

@@ -90,6 +90,9 @@ pub enum GuestEventKind {
     },
     /// Output past the cap was dropped.
     OutputTruncated { stream: Stream, cap_bytes: u64 },
+    /// A job group (cgroup) left by a previous run of the node, or by an
+    /// earlier job, was killed and removed; `processes` were still in it.
+    LeftoverGroupKilled { processes: usize },
     /// A guest group left by a previous run of the node was killed on start-up.
     OrphanKilled { pgid: i32 },
 }
@@ -126,6 +129,12 @@ impl fmt::Display for GuestEventKind {
             }
             GuestEventKind::OutputTruncated { stream, cap_bytes } => {
                 write!(f, "{stream:?} output cut at {cap_bytes} bytes")
+            }
+            GuestEventKind::LeftoverGroupKilled { processes } => {
+                write!(
+                    f,
+                    "removed a job group left behind ({processes} processes killed)"
+                )
             }
             GuestEventKind::OrphanKilled { pgid } => {
                 write!(f, "killed process group {pgid} left by an earlier run")

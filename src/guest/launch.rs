@@ -24,6 +24,9 @@ pub struct Limit {
 /// How many limits the child sets; fixed so the setup needs no allocation.
 pub const LIMIT_COUNT: usize = 5;
 
+/// Most `cgroup.procs` files a guest joins (v1: pids, memory, cpu, freezer, unified).
+pub const MAX_JOIN_FDS: usize = 5;
+
 /// The user and group the child switches to (only when the node is root).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ids {
@@ -44,6 +47,10 @@ pub struct ChildSetup {
     pub unshare_flags: libc::c_int,
     /// A Landlock ruleset descriptor to enforce, if any.
     pub landlock_fd: Option<libc::c_int>,
+    /// Open `cgroup.procs` files (-1 for none): the child writes "0" to each
+    /// to join its job's group before it drops root, so every process it
+    /// makes is in the group from the start.
+    pub join_fds: [libc::c_int; MAX_JOIN_FDS],
     /// The supervisor's pid: if the child's parent is no longer it once the
     /// death signal is armed, the supervisor died during the setup.
     pub parent_pid: libc::pid_t,
@@ -67,6 +74,14 @@ impl ChildSetup {
             // A session of its own: its own process group to signal as one,
             // no controlling terminal, and with autogroup its own scheduling group.
             check(libc::setsid())?;
+            for &fd in &self.join_fds {
+                if fd >= 0 {
+                    let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+                    if n < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+            }
             for l in &self.limits {
                 let lim = libc::rlimit {
                     rlim_cur: l.soft,

@@ -14,11 +14,14 @@
 //! the parent-death signal is tied to the forking thread.
 
 mod capture;
+pub mod containment;
 mod event;
 mod landlock;
 mod launch;
 mod orphan;
-pub mod procfs;
+
+/// The `/proc` reader the supervisor shares with the monitor.
+pub use crate::procfs;
 
 pub use crate::model::policy::{GuestAction, GuestRunState, KillCause, Priority};
 pub use capture::{CaptureReport, Stream};
@@ -27,6 +30,7 @@ pub use event::{
 };
 
 use capture::Capture;
+use containment::{Containment, ContainmentReport, GroupLimits, JobGroup};
 use jiff::Timestamp;
 use launch::{ChildSetup, Ids, Launcher, Limit};
 use nix::errno::Errno;
@@ -61,6 +65,12 @@ pub struct GuestConfig {
     pub max_open_files: u64,
     /// `RLIMIT_FSIZE` for the guest: the largest file it may write.
     pub max_file_bytes: u64,
+    /// Most processes and threads a job may have at once (its group's `pids.max`).
+    pub max_processes: u64,
+    /// Added to the declared memory for the job group's memory limit: what
+    /// the kernel needs for the job's page tables, pipes and the supervisor's
+    /// helper process. Over the sum the job is killed ("over its declared memory").
+    pub mem_margin_mib: u64,
 }
 
 impl GuestConfig {
@@ -72,6 +82,8 @@ impl GuestConfig {
             mem_headroom_mib: 512,
             max_open_files: 256,
             max_file_bytes: 1 << 30,
+            max_processes: 512,
+            mem_margin_mib: 64,
         }
     }
 
@@ -220,9 +232,16 @@ struct Guest {
     exit: Option<ExitInfo>,
     stdout: Capture,
     stderr: Capture,
+    /// The job's cgroup(s), when this node can make them.
+    group: Option<Box<dyn JobGroup>>,
 }
 
 impl Guest {
+    /// Members of the job's group beyond its tree (escapees included).
+    fn group_members(&self) -> Vec<i32> {
+        self.group.as_ref().map(|g| g.members()).unwrap_or_default()
+    }
+
     fn pgid(&self) -> i32 {
         self.handle.pid
     }
@@ -239,6 +258,7 @@ pub struct Supervisor {
     sink: Arc<dyn EventSink>,
     launcher: Launcher,
     guest: Option<Guest>,
+    containment: Containment,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -277,14 +297,75 @@ impl Supervisor {
         if let Err(e) = orphan::remove(&pid_file) {
             tracing::warn!(path = %pid_file.display(), error = %e, "cannot remove the guest pid file");
         }
+        let containment = Containment::detect(&containment::node_key(&config.data_dir));
+        match &containment {
+            Containment::None { reason } => {
+                tracing::warn!(%reason, "guest jobs get no cgroup; a PID namespace must hold them")
+            }
+            c => tracing::info!(kind = c.kind(), "guest jobs are contained in cgroups"),
+        }
         let launcher = Launcher::new().map_err(SupervisorError::Launcher)?;
-        Ok(Supervisor {
+        let supervisor = Supervisor {
             config,
             clock,
             sink,
             launcher,
             guest: None,
-        })
+            containment,
+        };
+        supervisor.kill_leftover_groups();
+        Ok(supervisor)
+    }
+
+    /// Kills and removes every job group an earlier run or job left.
+    fn kill_leftover_groups(&self) {
+        for (name, processes) in self.containment.kill_leftovers() {
+            if processes > 0 {
+                tracing::warn!(group = %name, processes, "killed a job group left behind");
+                self.sink.record(GuestEvent {
+                    at: self.clock.now(),
+                    job_id: name,
+                    kind: GuestEventKind::LeftoverGroupKilled { processes },
+                });
+            }
+        }
+    }
+
+    /// Which containment layers a guest started now gets, for `status`.
+    pub fn containment(&self) -> ContainmentReport {
+        let ids = guest_ids(
+            &self.config,
+            &GuestSpec {
+                argv: vec!["true".into()],
+                env: Vec::new(),
+                mem_mib: 0,
+                cpu_time_limit: Duration::ZERO,
+                wall_limit: Duration::ZERO,
+                max_output_bytes: 0,
+                allow_network: false,
+                user: None,
+                inputs: Vec::new(),
+            },
+        )
+        .ok()
+        .flatten();
+        let mut namespaces = Vec::new();
+        if launch::can_unshare_net(ids) {
+            namespaces
+                .extend(["user", "ipc", "net (when the job has no network)"].map(String::from));
+        }
+        ContainmentReport {
+            cgroup: self.containment.kind().to_string(),
+            group_controls: self.containment.controls(),
+            no_cgroup_reason: match &self.containment {
+                Containment::None { reason } => Some(reason.clone()),
+                _ => None,
+            },
+            namespaces,
+            view: "whole filesystem readable; writes confined by Landlock".into(),
+            landlock_abi: landlock::abi_version(),
+            work_quota_bytes: None,
+        }
     }
 
     /// Starts a guest for `job_id` in a fresh directory `jobs/<job_id>`.
@@ -308,7 +389,34 @@ impl Supervisor {
         for w in &plan.report.warnings {
             tracing::warn!(job = job_id, "guest sandbox: {w}");
         }
+        // One guest at a time: whatever is left in a job group now is stray.
+        self.kill_leftover_groups();
+        let group = if self.containment.has_cgroups() {
+            let limits = GroupLimits {
+                pids_max: self.config.max_processes,
+                memory_max_bytes: spec
+                    .mem_mib
+                    .saturating_add(self.config.mem_margin_mib)
+                    .saturating_mul(1024 * 1024),
+            };
+            match self.containment.create(job_id, limits) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    tracing::warn!(job = job_id, error = %e, "cannot make the job's cgroup");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let mut join_fds = [-1; launch::MAX_JOIN_FDS];
+        if let Some(g) = &group {
+            for (slot, fd) in join_fds.iter_mut().zip(g.join_fds()) {
+                *slot = fd;
+            }
+        }
         let setup = ChildSetup {
+            join_fds,
             limits: limits(&self.config, &spec),
             start_nice: BACKGROUND_NICE,
             ids,
@@ -329,7 +437,15 @@ impl Supervisor {
         unsafe {
             command.pre_exec(move || setup.apply());
         }
-        let mut child = self.launcher.spawn(command).map_err(StartError::Spawn)?;
+        let mut child = match self.launcher.spawn(command) {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(mut g) = group {
+                    let _ = g.remove();
+                }
+                return Err(StartError::Spawn(e));
+            }
+        };
         drop(plan.landlock);
         let pid = child.id() as i32;
 
@@ -381,6 +497,7 @@ impl Supervisor {
             exit: None,
             stdout,
             stderr,
+            group,
         });
         Ok(handle)
     }
@@ -421,9 +538,10 @@ impl Supervisor {
             .ok_or(ApplyError::NoGuest)?;
         let (pid, pgid) = (guest.handle.pid, guest.pgid());
         let job_id = guest.handle.job_id.clone();
+        let members = guest.group_members();
         let kind = match action {
             GuestAction::Renice19 => {
-                let (threads, autogroups, _) = set_tree_nice(pid, pgid, BACKGROUND_NICE);
+                let (threads, autogroups, _) = set_tree_nice(pid, pgid, &members, BACKGROUND_NICE);
                 GuestEventKind::Reniced {
                     nice: BACKGROUND_NICE,
                     threads,
@@ -431,12 +549,12 @@ impl Supervisor {
                 }
             }
             GuestAction::RunNormal => {
-                let (threads, autogroups, refused) = set_tree_nice(pid, pgid, 0);
+                let (threads, autogroups, refused) = set_tree_nice(pid, pgid, &members, 0);
                 guest.nice_not_lowered = refused.is_some();
                 match refused {
                     Some(err) => {
                         // Keep every thread at 19 rather than a mix.
-                        set_tree_nice(pid, pgid, BACKGROUND_NICE);
+                        set_tree_nice(pid, pgid, &members, BACKGROUND_NICE);
                         GuestEventKind::NiceNotLowered {
                             reason: err.to_string(),
                         }
@@ -449,15 +567,21 @@ impl Supervisor {
                 }
             }
             GuestAction::Suspend => {
-                signal_tree(pid, pgid, Signal::SIGSTOP).map_err(ApplyError::Signal)?;
+                signal_tree(pid, pgid, &members, Signal::SIGSTOP).map_err(ApplyError::Signal)?;
                 GuestEventKind::Suspended
             }
             GuestAction::Resume => {
-                signal_tree(pid, pgid, Signal::SIGCONT).map_err(ApplyError::Signal)?;
+                signal_tree(pid, pgid, &members, Signal::SIGCONT).map_err(ApplyError::Signal)?;
+
                 GuestEventKind::Resumed
             }
             GuestAction::Kill(cause) => {
-                signal_tree(pid, pgid, Signal::SIGKILL).map_err(ApplyError::Signal)?;
+                signal_tree(pid, pgid, &members, Signal::SIGKILL).map_err(ApplyError::Signal)?;
+                if let Some(g) = &guest.group {
+                    if let Err(e) = g.kill_all() {
+                        tracing::warn!(job = %job_id, error = %e, "cannot empty the job's group");
+                    }
+                }
                 guest.kill_cause.get_or_insert(cause);
                 GuestEventKind::KillSent { cause }
             }
@@ -480,7 +604,10 @@ impl Supervisor {
         let guest = self.guest.as_mut().filter(|g| g.is_running())?;
         let over_time = now.as_millisecond() - guest.started_at.as_millisecond()
             >= i64::try_from(guest.wall_limit.as_millis()).unwrap_or(i64::MAX);
-        if over_time && guest.kill_cause.is_none() {
+        let over_memory = guest.group.as_ref().is_some_and(|g| g.memory_kills() > 0);
+        if over_memory && guest.kill_cause.is_none() {
+            let _ = self.apply(GuestAction::Kill(KillCause::OverDeclaredMemory));
+        } else if over_time && guest.kill_cause.is_none() {
             let _ = self.apply(GuestAction::Kill(KillCause::WallTimeLimit));
         }
         let guest = self.guest.as_mut()?;
@@ -488,7 +615,14 @@ impl Supervisor {
         let exit = exit_info(status);
         guest.exit = Some(exit);
         guest.run_state = GuestRunState::Idle;
-        let _ = signal_tree(guest.handle.pid, guest.pgid(), Signal::SIGKILL);
+        let members = guest.group_members();
+        let _ = signal_tree(guest.handle.pid, guest.pgid(), &members, Signal::SIGKILL);
+        if let Some(mut g) = guest.group.take() {
+            // The job ends with its first process: escapees included.
+            if let Err(e) = g.remove() {
+                tracing::warn!(job = %guest.handle.job_id, error = %e, "cannot remove the job's group");
+            }
+        }
         let (job_id, cause) = (guest.handle.job_id.clone(), guest.kill_cause);
         if let Err(e) = orphan::remove(&self.config.pid_file()) {
             tracing::warn!(error = %e, "cannot remove the guest pid file");
@@ -559,17 +693,25 @@ impl Supervisor {
             .map_or(GuestRunState::Idle, |g| g.run_state)
     }
 
-    /// The pids of every live process of the guest (main process,
-    /// descendants, group and session members), so the monitor can subtract
-    /// the guest's CPU from the host load. Empty when no guest runs.
-    pub fn process_tree(&self) -> Vec<i32> {
+    /// Where the guest's processes are, for the monitor to resolve once per
+    /// sample and subtract their CPU from the host load. Cheap: it walks nothing.
+    pub fn process_scope(&self) -> procfs::ProcessScope {
         match self.guest.as_ref().filter(|g| g.is_running()) {
-            Some(g) => procfs::guest_tree(g.handle.pid, g.pgid())
-                .into_iter()
-                .map(|p| p.pid)
-                .collect(),
-            None => Vec::new(),
+            Some(Guest {
+                group: Some(group), ..
+            }) => procfs::ProcessScope::Cgroup(group.procs_files()),
+            Some(g) => procfs::ProcessScope::Tree {
+                root: g.handle.pid,
+                whole_session: true,
+            },
+            None => procfs::ProcessScope::Nothing,
         }
+    }
+
+    /// The pids of every live process of the guest (main process,
+    /// descendants, group and session members). Empty when no guest runs.
+    pub fn process_tree(&self) -> Vec<i32> {
+        self.process_scope().pids()
     }
 
     fn emit(&self, job_id: &str, kind: GuestEventKind) {
@@ -707,7 +849,11 @@ struct SandboxPlan {
 impl SandboxPlan {
     fn prepare(work_dir: &Path, ids: Option<Ids>, allow_network: bool) -> SandboxPlan {
         let mut warnings = Vec::new();
-        let namespaces = !allow_network && launch::can_unshare_net(ids);
+        // A user namespace (with an IPC namespace of its own, so System V
+        // objects die with the job) whenever the kernel allows one; a network
+        // namespace too when the job has no network.
+        let can_unshare = launch::can_unshare_net(ids);
+        let namespaces = !allow_network && can_unshare;
         if !allow_network && !namespaces {
             warnings.push("no user and network namespace (the kernel refused unshare)".into());
         }
@@ -730,10 +876,10 @@ impl SandboxPlan {
             warnings.push("the guest can reach the network".into());
         }
         SandboxPlan {
-            unshare_flags: if namespaces {
-                libc::CLONE_NEWUSER | libc::CLONE_NEWNET
-            } else {
-                0
+            unshare_flags: match (can_unshare, namespaces) {
+                (true, true) => libc::CLONE_NEWUSER | libc::CLONE_NEWIPC | libc::CLONE_NEWNET,
+                (true, false) => libc::CLONE_NEWUSER | libc::CLONE_NEWIPC,
+                (false, _) => 0,
             },
             report: SandboxReport {
                 uid: ids.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid),
@@ -802,7 +948,7 @@ fn exit_info(status: ExitStatus) -> ExitInfo {
 /// Sends `signal` to the guest's group and to every other process of its
 /// tree (a child that changed its group). A group that is already gone is
 /// not an error.
-fn signal_tree(pid: i32, pgid: i32, signal: Signal) -> Result<(), Errno> {
+fn signal_tree(pid: i32, pgid: i32, members: &[i32], signal: Signal) -> Result<(), Errno> {
     match killpg(Pid::from_raw(pgid), signal) {
         Ok(()) | Err(Errno::ESRCH) => {}
         Err(e) => return Err(e),
@@ -812,18 +958,33 @@ fn signal_tree(pid: i32, pgid: i32, signal: Signal) -> Result<(), Errno> {
             let _ = kill(Pid::from_raw(p.pid), signal);
         }
     }
+    for &member in members {
+        let _ = kill(Pid::from_raw(member), signal);
+    }
     Ok(())
 }
 
 /// Sets `nice` on every thread of the guest tree and on each autogroup it
 /// uses. Returns the threads and autogroups changed, and the first
 /// permission error (lowering nice needs `CAP_SYS_NICE` or `RLIMIT_NICE`).
-fn set_tree_nice(pid: i32, pgid: i32, nice: i32) -> (usize, usize, Option<io::Error>) {
+fn set_tree_nice(
+    pid: i32,
+    pgid: i32,
+    members: &[i32],
+    nice: i32,
+) -> (usize, usize, Option<io::Error>) {
     let mut threads = 0;
     let mut refused = None;
     let mut autogroups = BTreeMap::new();
-    for p in procfs::guest_tree(pid, pgid) {
-        for t in procfs::thread_stats(p.pid) {
+    let mut pids: Vec<i32> = procfs::guest_tree(pid, pgid)
+        .iter()
+        .map(|p| p.pid)
+        .collect();
+    pids.extend_from_slice(members);
+    pids.sort_unstable();
+    pids.dedup();
+    for p in pids {
+        for t in procfs::thread_stats(p) {
             // SAFETY: a plain system call; a thread that has gone gives ESRCH.
             let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, t.pid as libc::id_t, nice) };
             if rc == 0 {
@@ -835,8 +996,8 @@ fn set_tree_nice(pid: i32, pgid: i32, nice: i32) -> (usize, usize, Option<io::Er
                 }
             }
         }
-        if let Some(group) = procfs::read_autogroup(p.pid) {
-            autogroups.entry(group.id).or_insert(p.pid);
+        if let Some(group) = procfs::read_autogroup(p) {
+            autogroups.entry(group.id).or_insert(p);
         }
     }
     let mut groups_set = 0;

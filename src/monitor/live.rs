@@ -14,6 +14,7 @@ use super::{LoadSource, SampleError};
 use crate::model::period::{AdaptivePeriod, PeriodPolicy, SampleKind};
 use crate::model::series::DEFAULT_MAX_GAP_SECS;
 use crate::model::state::{ExcursionTracker, State, Thresholds};
+use crate::procfs::ProcessScope;
 use rand::Rng;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -112,11 +113,11 @@ impl<S: LoadSource, C: Clock, R: Rng> Monitor<S, C, R> {
         &self.source
     }
 
-    /// Takes one sample now, excluding the processes rooted at `guest_roots`,
+    /// Takes one sample now, excluding the guest's processes (`guest`, resolved once),
     /// and classifies it. On error nothing is recorded: the next step measures
     /// over the longer interval.
-    pub fn step(&mut self, guest_roots: &[i32]) -> Result<MonitorReading, SampleError> {
-        let guest = self.source.guest_tree(guest_roots);
+    pub fn step(&mut self, guest: &ProcessScope) -> Result<MonitorReading, SampleError> {
+        let guest = self.source.guest_tree(guest);
         let raw = self.source.sample(&guest)?;
         let now = self.clock.unix_secs();
         let th = self.thresholds;
@@ -166,14 +167,14 @@ impl<S: LoadSource, C: Clock, R: Rng> Monitor<S, C, R> {
 }
 
 /// Samples until `shutdown` is cancelled or the receiver of `tx` is dropped,
-/// sending every reading. `guest_roots` holds the guest's root pids (empty
-/// while no guest runs); each sample excludes their whole current tree.
+/// sending every reading. `guest_scope` says where the guest's processes are
+/// (nothing while no guest runs); each sample excludes all of them.
 ///
 /// A failed sample is logged and retried after the current period. The
 /// `/proc` reads are a few small files, so they run inline on the runtime.
 pub async fn run<S, C, R>(
     mut monitor: Monitor<S, C, R>,
-    guest_roots: watch::Receiver<Vec<i32>>,
+    guest_scope: watch::Receiver<ProcessScope>,
     shutdown: CancellationToken,
     tx: mpsc::Sender<MonitorReading>,
 ) where
@@ -190,8 +191,8 @@ pub async fn run<S, C, R>(
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
         }
-        let roots = guest_roots.borrow().clone();
-        match monitor.step(&roots) {
+        let scope = guest_scope.borrow().clone();
+        match monitor.step(&scope) {
             Ok(reading) => {
                 failures = 0;
                 delay = reading.next_delay;
@@ -260,9 +261,19 @@ mod tests {
                 .or(self.steady)
                 .ok_or(SampleError::TooSoon)
         }
-        fn guest_tree(&mut self, roots: &[i32]) -> Vec<i32> {
-            // Pretend every root has one child, pid + 1.
-            roots.iter().flat_map(|&r| [r, r + 1]).collect()
+        fn guest_tree(&mut self, scope: &ProcessScope) -> Vec<i32> {
+            // Pretend the root has one child, pid + 1.
+            match scope {
+                ProcessScope::Tree { root, .. } => vec![*root, root + 1],
+                _ => Vec::new(),
+            }
+        }
+    }
+
+    fn tree(root: i32) -> ProcessScope {
+        ProcessScope::Tree {
+            root,
+            whole_session: false,
         }
     }
 
@@ -293,7 +304,7 @@ mod tests {
     ) -> Vec<MonitorReading> {
         (0..n)
             .map(|_| {
-                let r = m.step(&[]).unwrap();
+                let r = m.step(&ProcessScope::Nothing).unwrap();
                 clock.advance(r.next_delay);
                 r
             })
@@ -387,7 +398,7 @@ mod tests {
         let (mut m, clock) = monitor(no_extras(), source);
         drive(&mut m, &clock, 10);
         clock.advance(Duration::from_secs(3_600)); // The machine slept.
-        let r = m.step(&[]).unwrap();
+        let r = m.step(&ProcessScope::Nothing).unwrap();
         assert!(r.after_gap);
         // A new excursion with no known state before it: heavy, suspending, not S3.
         assert_eq!(r.state, State::S2);
@@ -397,8 +408,11 @@ mod tests {
     #[test]
     fn the_guest_tree_is_handed_to_the_source_and_errors_are_not_recorded() {
         let (mut m, _clock) = monitor(no_extras(), Scripted::new(&[(5.0, 4000)]));
-        m.step(&[40]).unwrap();
-        assert!(matches!(m.step(&[]), Err(SampleError::TooSoon)));
+        m.step(&tree(40)).unwrap();
+        assert!(matches!(
+            m.step(&ProcessScope::Nothing),
+            Err(SampleError::TooSoon)
+        ));
         assert_eq!(m.source().asked, vec![vec![40, 41], vec![]]);
     }
 
@@ -426,6 +440,12 @@ mod tests {
                 free_mib: 4000,
             })
         }
+        fn guest_tree(&mut self, scope: &ProcessScope) -> Vec<i32> {
+            match scope {
+                ProcessScope::Tree { root, .. } => vec![*root],
+                _ => Vec::new(),
+            }
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -441,7 +461,7 @@ mod tests {
             clock,
             ChaCha8Rng::seed_from_u64(1),
         );
-        let (roots_tx, roots_rx) = watch::channel(Vec::new());
+        let (roots_tx, roots_rx) = watch::channel(ProcessScope::Nothing);
         let (tx, mut rx) = mpsc::channel(4);
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(run(m, roots_rx, shutdown.clone(), tx));
@@ -450,7 +470,7 @@ mod tests {
         let mut readings = Vec::new();
         for i in 0..20 {
             if i == 10 {
-                roots_tx.send(vec![7]).unwrap();
+                roots_tx.send(tree(7)).unwrap();
             }
             let r = rx.recv().await.unwrap();
             readings.push((started.elapsed(), r));
@@ -478,7 +498,7 @@ mod tests {
             clock,
             ChaCha8Rng::seed_from_u64(1),
         );
-        let (_roots_tx, roots_rx) = watch::channel(Vec::new());
+        let (_roots_tx, roots_rx) = watch::channel(ProcessScope::Nothing);
         let (tx, rx) = mpsc::channel(1);
         drop(rx);
         run(m, roots_rx, CancellationToken::new(), tx).await;

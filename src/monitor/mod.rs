@@ -15,9 +15,10 @@ pub mod live;
 pub mod proc;
 pub mod replay;
 
+pub use crate::procfs::{process_tree, ProcessScope};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use live::{run, Monitor, MonitorConfig, MonitorReading};
-pub use proc::{process_tree, ProcLoadSource};
+pub use proc::ProcLoadSource;
 pub use replay::OwnerLoadReplay;
 
 use std::path::PathBuf;
@@ -39,10 +40,10 @@ pub trait LoadSource {
     /// the processes in `guest_pids` (the whole guest tree, already expanded).
     fn sample(&mut self, guest_pids: &[i32]) -> Result<RawSample, SampleError>;
 
-    /// Expands the guest's root processes into the whole tree to exclude.
-    /// Scripted sources take the roots as they are.
-    fn guest_tree(&mut self, roots: &[i32]) -> Vec<i32> {
-        roots.to_vec()
+    /// Resolves where the guest's processes are into the pids to exclude;
+    /// done once per sample.
+    fn guest_tree(&mut self, scope: &ProcessScope) -> Vec<i32> {
+        scope.pids()
     }
 }
 
@@ -50,8 +51,8 @@ impl<S: LoadSource + ?Sized> LoadSource for Box<S> {
     fn sample(&mut self, guest_pids: &[i32]) -> Result<RawSample, SampleError> {
         (**self).sample(guest_pids)
     }
-    fn guest_tree(&mut self, roots: &[i32]) -> Vec<i32> {
-        (**self).guest_tree(roots)
+    fn guest_tree(&mut self, scope: &ProcessScope) -> Vec<i32> {
+        (**self).guest_tree(scope)
     }
 }
 

@@ -2,26 +2,19 @@
 //! from `/proc/stat`, the guest tree's CPU time from `/proc/<pid>/stat`, and
 //! `MemAvailable` from `/proc/meminfo`.
 //!
-//! Why not `sysinfo`: one sample here is three or four small reads and no
-//! per-process table, which matters for an overhead target of 0.5 % of a
-//! core; `sysinfo` refreshes per-CPU usage, memory and (to find a tree) the
-//! whole process list, and reports CPU as a rounded float per refresh, while
-//! jiffy deltas are exact. The example `monitor_overhead` measures both: on
-//! the 2-core development VM one sample cost about 90 µs of CPU here against
-//! about 100 µs through `sysinfo`, so cost alone barely decides; exactness,
-//! the cheap guest-tree walk and one dependency less do.
-//!
-//! This module owns parsing those files and the per-process bookkeeping
-//! needed to subtract the guest; it must not know about states, thresholds or
-//! the sampling period.
+//! The file formats are [`crate::procfs`]'s (one `/proc/PID/stat` parser, one
+//! meminfo parser for the whole node); this module keeps files open between
+//! samples and does the per-process bookkeeping needed to subtract the guest.
+//! Why not `sysinfo`: see ARCHITECTURE.md ("Reading /proc"), with the
+//! measurement. It must not know about states, thresholds or the sampling period.
 
 use super::{LoadSource, RawSample, SampleError};
+use crate::procfs::{parse_meminfo, parse_stat, ProcStat, ProcessScope};
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::fs::File;
-use std::io::{ErrorKind, Read};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Cumulative CPU time of the whole machine, in clock ticks summed over all CPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -43,6 +36,17 @@ struct ProcTimes {
     reaped: u64,
     /// Start time in ticks after boot; tells a reused pid from the old one.
     start: u64,
+}
+
+impl From<&ProcStat> for ProcTimes {
+    fn from(s: &ProcStat) -> Self {
+        ProcTimes {
+            ppid: s.ppid,
+            own: s.utime.saturating_add(s.stime),
+            reaped: s.reaped,
+            start: s.starttime,
+        }
+    }
 }
 
 /// A `/proc` file kept open: re-reading it from offset 0 makes the kernel
@@ -146,10 +150,12 @@ impl ProcLoadSource {
 
     fn read_available_mib(&mut self) -> Result<u64, SampleError> {
         let text = self.meminfo.read_fresh(&mut self.bytes)?;
-        let kib = parse_available_kib(&text).ok_or_else(|| SampleError::Parse {
-            path: self.meminfo.path.clone(),
-            what: "neither MemAvailable nor MemFree",
-        })?;
+        let kib = parse_meminfo(&text)
+            .map(|m| m.available_kib)
+            .ok_or_else(|| SampleError::Parse {
+                path: self.meminfo.path.clone(),
+                what: "neither MemAvailable nor MemFree",
+            })?;
         Ok(kib / 1024)
     }
 
@@ -157,17 +163,19 @@ impl ProcLoadSource {
     /// has one (that fails once the process is gone, so a reused pid is
     /// opened afresh); `None` when there is no such process now.
     fn read_guest(&mut self, pid: i32, open: Option<File>) -> Option<(ProcTimes, File)> {
-        let parse = |bytes: &Vec<u8>| parse_proc_stat(&String::from_utf8_lossy(bytes));
+        let parse = |bytes: &Vec<u8>| {
+            parse_stat(&String::from_utf8_lossy(bytes)).map(|s| ProcTimes::from(&s))
+        };
         if let Some(file) = open {
             if read_all_at_zero(&file, &mut self.bytes).is_ok() {
-                if let Some((_, times)) = parse(&self.bytes) {
+                if let Some(times) = parse(&self.bytes) {
                     return Some((times, file));
                 }
             }
         }
         let file = File::open(self.root.join(pid.to_string()).join("stat")).ok()?;
         read_all_at_zero(&file, &mut self.bytes).ok()?;
-        parse(&self.bytes).map(|(_, times)| (times, file))
+        parse(&self.bytes).map(|times| (times, file))
     }
 
     /// CPU ticks the guest tree used since the previous sample; keeps the
@@ -242,113 +250,16 @@ impl LoadSource for ProcLoadSource {
         })
     }
 
-    fn guest_tree(&mut self, roots: &[i32]) -> Vec<i32> {
-        process_tree_in(&self.root, roots)
-    }
-}
-
-/// The processes in the trees rooted at `roots` (roots included, those that
-/// no longer exist left out), read from the real `/proc`.
-pub fn process_tree(roots: &[i32]) -> Vec<i32> {
-    process_tree_in(Path::new("/proc"), roots)
-}
-
-/// [`process_tree`] over a `/proc`-shaped tree at `root`.
-pub fn process_tree_in(root: &Path, roots: &[i32]) -> Vec<i32> {
-    if roots.is_empty() {
-        return Vec::new();
-    }
-    match walk_children_files(root, roots) {
-        Some(tree) => tree,
-        // Kernels without CONFIG_PROC_CHILDREN: scan every process's parent.
-        None => walk_parent_links(root, roots),
-    }
-}
-
-/// Breadth-first walk through `/proc/<pid>/task/<tid>/children`: cheap, as it
-/// reads only the tree's own files. `None` when the kernel lacks those files.
-fn walk_children_files(root: &Path, roots: &[i32]) -> Option<Vec<i32>> {
-    let mut seen = HashSet::new();
-    let mut queue: VecDeque<i32> = roots.iter().copied().collect();
-    let mut tree = Vec::new();
-    let mut buf = String::new();
-    while let Some(pid) = queue.pop_front() {
-        if !seen.insert(pid) {
-            continue;
-        }
-        let tasks = match std::fs::read_dir(root.join(pid.to_string()).join("task")) {
-            Ok(tasks) => tasks,
-            Err(_) => continue, // Gone, or never was.
-        };
-        tree.push(pid);
-        for task in tasks.flatten() {
-            match read_into(&task.path().join("children"), &mut buf) {
-                Ok(()) => {
-                    queue.extend(buf.split_whitespace().filter_map(|c| c.parse::<i32>().ok()))
-                }
-                Err(SampleError::Read { source, .. }) if source.kind() == ErrorKind::NotFound => {
-                    // The task dir exists but has no children file: unsupported,
-                    // unless the thread exited between listing and reading.
-                    if task.path().exists() {
-                        return None;
-                    }
-                }
-                Err(_) => {}
-            }
+    fn guest_tree(&mut self, scope: &ProcessScope) -> Vec<i32> {
+        match scope {
+            // Keeps the fake `/proc` of the tests in play.
+            ProcessScope::Tree {
+                root,
+                whole_session: false,
+            } => crate::procfs::process_tree_in(&self.root, &[*root]),
+            other => other.pids(),
         }
     }
-    Some(tree)
-}
-
-/// Builds the parent → children map from every `/proc/<pid>/stat` and walks it.
-fn walk_parent_links(root: &Path, roots: &[i32]) -> Vec<i32> {
-    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
-    let mut alive = HashSet::new();
-    let mut buf = String::new();
-    if let Ok(entries) = std::fs::read_dir(root) {
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            if read_into(&entry.path().join("stat"), &mut buf).is_err() {
-                continue;
-            }
-            if let Some((ppid, _)) = parse_proc_stat(&buf).map(|(p, t)| (t.ppid, p)) {
-                children.entry(ppid).or_default().push(pid);
-                alive.insert(pid);
-            }
-        }
-    }
-    let mut seen = HashSet::new();
-    let mut queue: VecDeque<i32> = roots
-        .iter()
-        .copied()
-        .filter(|p| alive.contains(p))
-        .collect();
-    let mut tree = Vec::new();
-    while let Some(pid) = queue.pop_front() {
-        if seen.insert(pid) {
-            tree.push(pid);
-            queue.extend(children.get(&pid).into_iter().flatten().copied());
-        }
-    }
-    tree
-}
-
-/// Reads a whole (small) file into `buf`, replacing its contents.
-fn read_into(path: &Path, buf: &mut String) -> Result<(), SampleError> {
-    buf.clear();
-    File::open(path)
-        .and_then(|mut f| f.read_to_string(buf))
-        .map(|_| ())
-        .map_err(|source| SampleError::Read {
-            path: path.to_path_buf(),
-            source,
-        })
 }
 
 /// Reads an open file from its start to its end into `bytes` with positioned
@@ -402,46 +313,10 @@ fn parse_uptime_secs(uptime: &str) -> Option<f64> {
         .filter(|s: &f64| s.is_finite() && *s >= 0.0)
 }
 
-/// KiB available for new work: MemAvailable, or on kernels before 3.14 the
-/// usual approximation MemFree + Buffers + Cached.
-fn parse_available_kib(meminfo: &str) -> Option<u64> {
-    let field = |name: &str| {
-        meminfo.lines().find_map(|l| {
-            let rest = l.strip_prefix(name)?.strip_prefix(':')?;
-            rest.split_whitespace().next()?.parse::<u64>().ok()
-        })
-    };
-    field("MemAvailable").or_else(|| {
-        let free = field("MemFree")?;
-        Some(free + field("Buffers").unwrap_or(0) + field("Cached").unwrap_or(0))
-    })
-}
-
-/// Pid and times from one `/proc/<pid>/stat` line. The command name is in
-/// parentheses and may itself hold spaces and parentheses, so fields are
-/// counted from the last `)`.
-fn parse_proc_stat(stat: &str) -> Option<(i32, ProcTimes)> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let pid = stat.get(..open)?.trim().parse().ok()?;
-    // Field 3 (state) is index 0 here, so field n is index n - 3.
-    let rest: Vec<&str> = stat.get(close + 1..)?.split_whitespace().collect();
-    let num = |field: usize| rest.get(field - 3)?.parse::<u64>().ok();
-    let ppid = rest.get(1)?.parse().ok()?;
-    Some((
-        pid,
-        ProcTimes {
-            ppid,
-            own: num(14)? + num(15)?,
-            reaped: num(16)? + num(17)?,
-            start: num(22)?,
-        },
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::procfs::{process_tree, process_tree_in};
     use std::fs;
     use tempfile::TempDir;
 
@@ -458,25 +333,17 @@ mod tests {
     }
 
     #[test]
-    fn parses_memavailable_and_falls_back_on_old_kernels() {
-        assert_eq!(parse_available_kib(MEMINFO), Some(2_048_000));
-        let old =
-            "MemTotal: 1000 kB\nMemFree: 100 kB\nBuffers: 20 kB\nCached: 30 kB\nSwapCached: 7 kB\n";
-        assert_eq!(parse_available_kib(old), Some(150));
-        assert_eq!(parse_available_kib("MemTotal: 5 kB\n"), None);
-    }
-
-    #[test]
     fn parses_proc_stat_with_a_hostile_command_name() {
         let line = "4242 (a) b (c) S 17 4242 4242 0 -1 4194304 100 0 0 0 250 30 7 3 20 0 1 0 99999 1000 100";
-        let (pid, t) = parse_proc_stat(line).unwrap();
-        assert_eq!(pid, 4242);
+        let stat = parse_stat(line).unwrap();
+        let t = ProcTimes::from(&stat);
+        assert_eq!(stat.pid, 4242);
         assert_eq!(t.ppid, 17);
         assert_eq!(t.own, 280);
         assert_eq!(t.reaped, 10);
         assert_eq!(t.start, 99999);
-        assert!(parse_proc_stat("4242 (a) S 1").is_none());
-        assert!(parse_proc_stat("").is_none());
+        assert!(parse_stat("4242 (a) S 1").is_none());
+        assert!(parse_stat("").is_none());
     }
 
     /// A fake `/proc` the test rewrites between samples.

@@ -15,7 +15,7 @@
 //! replay advance with virtual time. This module must not know what the
 //! samples are used for.
 
-use super::{process_tree, LoadSource, RawSample, SampleError};
+use super::{LoadSource, RawSample, SampleError};
 use crate::history::trace::parse_trace;
 use std::path::{Path, PathBuf};
 use tokio::time::Instant;
@@ -153,10 +153,6 @@ impl OwnerLoadReplay {
 impl LoadSource for OwnerLoadReplay {
     fn sample(&mut self, _guest_pids: &[i32]) -> Result<RawSample, SampleError> {
         Ok(self.at(self.start.elapsed().as_secs_f64()))
-    }
-
-    fn guest_tree(&mut self, roots: &[i32]) -> Vec<i32> {
-        process_tree(roots)
     }
 }
 

@@ -243,6 +243,10 @@ pub enum JobEventKind {
         /// Exit status (or `128 + signal`).
         exit_status: i32,
     },
+    /// The host killed the job because its processes together used more than
+    /// the declared memory plus the host's margin. The job's own doing:
+    /// another host would do the same with the same declaration.
+    KilledOverMemory,
 }
 
 /// Which output of a job to fetch.

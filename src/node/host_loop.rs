@@ -205,6 +205,8 @@ pub struct HostStatus {
     pub predictions: Vec<(u64, Result<f64, String>)>,
     pub method: MethodId,
     pub owner_load: OwnerLoad,
+    /// The containment layers a guest gets on this machine.
+    pub containment: String,
 }
 
 /// What the host loop publishes on every change, for the pool host's
@@ -342,7 +344,7 @@ pub struct HostParts {
     pub supervisor: Supervisor,
     pub clock: Arc<dyn Clock>,
     /// The guest's processes, for the monitor to leave out of L_H.
-    pub guest_roots: watch::Sender<Vec<i32>>,
+    pub guest_roots: watch::Sender<crate::procfs::ProcessScope>,
     pub tracker: TaskTracker,
     /// Guest events for the pool host (remote jobs' events go back to their consumers).
     pub to_pool: Option<mpsc::UnboundedSender<GuestEvent>>,
@@ -576,7 +578,7 @@ impl HostLoop {
     /// not counted as the owner's. Session and group members are included,
     /// so a guest that daemonizes is still left out.
     fn refresh_guest_roots(&mut self) {
-        let tree = self.parts.supervisor.process_tree();
+        let tree = self.parts.supervisor.process_scope();
         self.parts.guest_roots.send_if_modified(|roots| {
             if *roots == tree {
                 false
@@ -868,6 +870,7 @@ impl HostLoop {
             predictions: Vec::new(),
             method: MethodId::default(),
             owner_load: self.parts.owner_load.clone(),
+            containment: self.parts.supervisor.containment().to_string(),
         };
         // The cached series (at most a minute old, rebuilt after an import):
         // decoding the whole history on every `status` would stall the loop.
@@ -991,6 +994,7 @@ fn event_name(kind: &GuestEventKind) -> &'static str {
         GuestEventKind::Exited { .. } => "exited",
         GuestEventKind::OutputTruncated { .. } => "output_truncated",
         GuestEventKind::OrphanKilled { .. } => "orphan_killed",
+        GuestEventKind::LeftoverGroupKilled { .. } => "leftover_group_killed",
     }
 }
 

@@ -262,7 +262,7 @@ pub async fn run(
         }
         None => (None, None),
     };
-    let (roots_tx, roots_rx) = watch::channel(Vec::new());
+    let (roots_tx, roots_rx) = watch::channel(crate::procfs::ProcessScope::Nothing);
     let (host, host_handle) = HostLoop::new(HostParts {
         config: config.clone(),
         data_dir: data_dir.clone(),
@@ -509,14 +509,7 @@ async fn dialable_addrs(net: &crate::net::NetHandle) -> Vec<String> {
 
 /// Logical CPUs, total memory and the benchmark score (a few tens of ms).
 pub fn hardware() -> Hardware {
-    let memory_mib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
-        })
-        .map_or(0, |kib| kib / 1024);
+    let memory_mib = crate::procfs::read_meminfo().map_or(0, |m| m.total_kib / 1024);
     Hardware {
         logical_cpus: std::thread::available_parallelism()
             .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),

@@ -258,6 +258,10 @@ pub fn wire_event(kind: &GuestEventKind) -> Option<JobEventKind> {
         GuestEventKind::Reniced { nice, .. } if *nice > 0 => Some(JobEventKind::Reniced),
         GuestEventKind::Suspended => Some(JobEventKind::Suspended),
         GuestEventKind::Resumed => Some(JobEventKind::Resumed),
+        GuestEventKind::Exited {
+            cause: Some(KillCause::OverDeclaredMemory),
+            ..
+        } => Some(JobEventKind::KilledOverMemory),
         GuestEventKind::Exited { cause: Some(c), .. } => Some(JobEventKind::Killed {
             cause: kill_state(*c),
         }),
@@ -315,7 +319,10 @@ pub fn spawn_event_sender(
 fn event_attempts(event: &JobRequest) -> u32 {
     match event {
         JobRequest::Event {
-            kind: JobEventKind::Killed { .. } | JobEventKind::Finished { .. },
+            kind:
+                JobEventKind::Killed { .. }
+                | JobEventKind::KilledOverMemory
+                | JobEventKind::Finished { .. },
             ..
         } => 16,
         _ => 3,

@@ -48,6 +48,10 @@ pub enum KillCause {
     WallTimeLimit,
     /// The consumer or the owner cancelled this job.
     Cancelled,
+    /// The job's processes together used more than its declared memory (plus
+    /// the node's margin): the kernel's limit on the job's group was hit. The
+    /// job's own doing, not the host's.
+    OverDeclaredMemory,
 }
 
 impl KillCause {
@@ -67,7 +71,7 @@ impl KillCause {
             KillCause::CpuContention => Some(State::S3),
             KillCause::MemoryShortage => Some(State::S4),
             KillCause::Revocation => Some(State::S5),
-            KillCause::WallTimeLimit | KillCause::Cancelled => None,
+            KillCause::WallTimeLimit | KillCause::Cancelled | KillCause::OverDeclaredMemory => None,
         }
     }
 
@@ -79,6 +83,7 @@ impl KillCause {
             KillCause::Revocation => "revoked by the owner (S5)",
             KillCause::WallTimeLimit => "wall-clock limit reached",
             KillCause::Cancelled => "cancelled",
+            KillCause::OverDeclaredMemory => "over its declared memory",
         }
     }
 }

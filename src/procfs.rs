@@ -1,10 +1,11 @@
-//! Reading (and, for autogroups, writing) Linux `/proc` for the guest
-//! supervisor: process stat lines, thread lists, autogroup nice values and the
-//! guest's process tree.
+//! The one place that knows Linux's `/proc` formats: `/proc/PID/stat` (one
+//! parser for the monitor and the supervisor), `/proc/meminfo`, thread lists,
+//! autogroups, the boot id, and the walks that find a guest's processes
+//! ([`ProcessScope`]: its cgroup's member list, or its process tree).
 //!
-//! This module knows the `/proc` file formats and nothing about policy, jobs
-//! or the node. A process that vanishes while it is being read is simply
-//! skipped: guest processes come and go at any moment.
+//! It knows nothing about policy, jobs or the node. A process that vanishes
+//! while it is being read is simply skipped: guest processes come and go at
+//! any moment.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
@@ -28,6 +29,8 @@ pub struct ProcStat {
     pub utime: u64,
     /// Field 15: kernel-mode CPU time in clock ticks.
     pub stime: u64,
+    /// Fields 16 + 17: CPU time of children it has waited for, in clock ticks.
+    pub reaped: u64,
     /// Field 19: nice value, -20..=19.
     pub nice: i32,
     /// Field 22: start time after boot in clock ticks; tells a reused pid apart.
@@ -58,6 +61,10 @@ pub fn parse_stat(line: &str) -> Option<ProcStat> {
         session: field(6)?.parse().ok()?,
         utime: field(14)?.parse().ok()?,
         stime: field(15)?.parse().ok()?,
+        reaped: field(16)?
+            .parse::<u64>()
+            .ok()?
+            .saturating_add(field(17)?.parse().ok()?),
         nice: field(19)?.parse().ok()?,
         starttime: field(22)?.parse().ok()?,
     })
@@ -139,6 +146,168 @@ fn tree_of(procs: &[ProcStat], root: i32, pgid: i32) -> Vec<ProcStat> {
         .collect()
 }
 
+/// The processes in the trees rooted at `roots` (roots included, those that
+/// no longer exist left out), read from the real `/proc`.
+pub fn process_tree(roots: &[i32]) -> Vec<i32> {
+    process_tree_in(Path::new("/proc"), roots)
+}
+
+/// [`process_tree`] over a `/proc`-shaped tree at `root`.
+pub fn process_tree_in(root: &Path, roots: &[i32]) -> Vec<i32> {
+    if roots.is_empty() {
+        return Vec::new();
+    }
+    match walk_children_files(root, roots) {
+        Some(tree) => tree,
+        // Kernels without CONFIG_PROC_CHILDREN: scan every process's parent.
+        None => walk_parent_links(root, roots),
+    }
+}
+
+/// Breadth-first walk through `/proc/<pid>/task/<tid>/children`: cheap, as it
+/// reads only the tree's own files. `None` when the kernel lacks those files.
+fn walk_children_files(root: &Path, roots: &[i32]) -> Option<Vec<i32>> {
+    let mut seen = BTreeSet::new();
+    let mut queue: std::collections::VecDeque<i32> = roots.iter().copied().collect();
+    let mut tree = Vec::new();
+    let mut buf = String::new();
+    while let Some(pid) = queue.pop_front() {
+        if !seen.insert(pid) {
+            continue;
+        }
+        let Ok(tasks) = fs::read_dir(root.join(pid.to_string()).join("task")) else {
+            continue; // Gone, or never was.
+        };
+        tree.push(pid);
+        for task in tasks.flatten() {
+            buf.clear();
+            match fs::File::open(task.path().join("children"))
+                .and_then(|mut f| io::Read::read_to_string(&mut f, &mut buf))
+            {
+                Ok(_) => queue.extend(buf.split_whitespace().filter_map(|c| c.parse::<i32>().ok())),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    // The task dir exists but has no children file: unsupported,
+                    // unless the thread exited between listing and reading.
+                    if task.path().exists() {
+                        return None;
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+    }
+    Some(tree)
+}
+
+/// Builds the parent → children map from every `/proc/<pid>/stat` and walks it.
+fn walk_parent_links(root: &Path, roots: &[i32]) -> Vec<i32> {
+    let procs: Vec<ProcStat> = numeric_entries(root)
+        .into_iter()
+        .filter_map(|pid| read_stat_file(&root.join(pid.to_string()).join("stat")))
+        .collect();
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    for p in &procs {
+        children.entry(p.ppid).or_default().push(p.pid);
+    }
+    let mut seen = BTreeSet::new();
+    let mut queue: std::collections::VecDeque<i32> = roots
+        .iter()
+        .copied()
+        .filter(|r| procs.iter().any(|p| p.pid == *r))
+        .collect();
+    let mut tree = Vec::new();
+    while let Some(pid) = queue.pop_front() {
+        if seen.insert(pid) {
+            tree.push(pid);
+            queue.extend(children.get(&pid).into_iter().flatten().copied());
+        }
+    }
+    tree
+}
+
+/// Where a guest's processes are found: the one description the supervisor
+/// hands to the monitor, so each sample resolves it once ([`ProcessScope::pids`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ProcessScope {
+    /// No guest runs.
+    #[default]
+    Nothing,
+    /// Every process listed in these `cgroup.procs` files (a contained job:
+    /// escapees that left the session are still members).
+    Cgroup(Vec<PathBuf>),
+    /// The tree under `root` through children links. With `whole_session`,
+    /// also every member of the group and session `root` leads, found by a
+    /// scan of all of `/proc` (no cgroup and no PID namespace holds the job).
+    Tree { root: i32, whole_session: bool },
+}
+
+impl ProcessScope {
+    /// The live processes of the scope now, sorted and without duplicates.
+    pub fn pids(&self) -> Vec<i32> {
+        let mut pids = match self {
+            ProcessScope::Nothing => Vec::new(),
+            ProcessScope::Cgroup(files) => {
+                let mut pids = Vec::new();
+                for f in files {
+                    if let Ok(text) = fs::read_to_string(f) {
+                        pids.extend(
+                            text.split_whitespace()
+                                .filter_map(|p| p.parse::<i32>().ok()),
+                        );
+                    }
+                }
+                pids
+            }
+            ProcessScope::Tree {
+                root,
+                whole_session: true,
+            } => guest_tree(*root, *root)
+                .into_iter()
+                .map(|p| p.pid)
+                .collect(),
+            ProcessScope::Tree {
+                root,
+                whole_session: false,
+            } => process_tree(&[*root]),
+        };
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+}
+
+/// The fields of `/proc/meminfo` the node uses, in KiB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meminfo {
+    pub total_kib: u64,
+    /// MemAvailable, or on kernels before 3.14 the usual approximation
+    /// MemFree + Buffers + Cached.
+    pub available_kib: u64,
+}
+
+/// Parses `/proc/meminfo`; `None` without MemTotal or any estimate of what is available.
+pub fn parse_meminfo(meminfo: &str) -> Option<Meminfo> {
+    let field = |name: &str| {
+        meminfo.lines().find_map(|l| {
+            let rest = l.strip_prefix(name)?.strip_prefix(':')?;
+            rest.split_whitespace().next()?.parse::<u64>().ok()
+        })
+    };
+    let available_kib = field("MemAvailable").or_else(|| {
+        let free = field("MemFree")?;
+        Some(free + field("Buffers").unwrap_or(0) + field("Cached").unwrap_or(0))
+    })?;
+    Some(Meminfo {
+        total_kib: field("MemTotal")?,
+        available_kib,
+    })
+}
+
+/// Reads `/proc/meminfo`.
+pub fn read_meminfo() -> Option<Meminfo> {
+    parse_meminfo(&fs::read_to_string("/proc/meminfo").ok()?)
+}
+
 /// A process's autogroup as shown by `/proc/PID/autogroup`: `/autogroup-N nice X`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Autogroup {
@@ -205,6 +374,7 @@ mod tests {
             session: pgrp,
             utime: 0,
             stime: 0,
+            reaped: 0,
             nice: 0,
             starttime: 0,
         }
@@ -230,6 +400,21 @@ mod tests {
         assert_eq!(me.pid, std::process::id() as i32);
         assert!(me.is_alive());
         assert!(!thread_stats(me.pid).is_empty());
+    }
+
+    #[test]
+    fn parses_meminfo_and_falls_back_on_old_kernels() {
+        let now = "MemTotal:  8000 kB\nMemFree: 100 kB\nMemAvailable:  2048 kB\n";
+        assert_eq!(
+            parse_meminfo(now),
+            Some(Meminfo {
+                total_kib: 8000,
+                available_kib: 2048
+            })
+        );
+        let old = "MemTotal: 1000 kB\nMemFree: 100 kB\nBuffers: 20 kB\nCached: 30 kB\n";
+        assert_eq!(parse_meminfo(old).map(|m| m.available_kib), Some(150));
+        assert_eq!(parse_meminfo("MemTotal: 5 kB\n"), None);
     }
 
     #[test]

@@ -1,0 +1,387 @@
+//! Job containment with real child processes: an escapee that calls `setsid`
+//! and double-forks ends with its job and after the node's kill -9 and
+//! restart, a fork loop stops at the group's process limit while the monitor
+//! keeps sampling, a job over its declared memory is killed with its own
+//! cause, and System V shared memory dies with the job.
+//!
+//! Each test first asks the supervisor what holds here. Where the kernel
+//! offers cgroups (root, or a delegated v2 subtree) and the job gets none,
+//! the test fails; it skips only when the kernel lacks them, and says why.
+
+use gleaner::guest::procfs;
+use gleaner::guest::{
+    GuestAction, GuestConfig, GuestEvent, GuestEventKind, GuestSpec, KillCause, Supervisor,
+    SystemClock,
+};
+use gleaner::monitor::{LoadSource, ProcLoadSource};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const ROLE_VAR: &str = "GLEANER_CONTAIN_ROLE_DIR";
+
+type Events = Arc<Mutex<Vec<GuestEvent>>>;
+
+fn supervisor(config: GuestConfig) -> (Supervisor, Events) {
+    let events: Events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let sup = Supervisor::new(
+        config,
+        Arc::new(SystemClock),
+        Arc::new(move |e: GuestEvent| sink.lock().unwrap().push(e)),
+    )
+    .unwrap();
+    (sup, events)
+}
+
+fn spec(script: &str, mem_mib: u64) -> GuestSpec {
+    GuestSpec {
+        argv: vec!["sh".into(), "-c".into(), script.into()],
+        env: Vec::new(),
+        mem_mib,
+        cpu_time_limit: Duration::from_secs(120),
+        wall_limit: Duration::from_secs(120),
+        max_output_bytes: 1 << 20,
+        allow_network: false,
+        user: None,
+        inputs: Vec::new(),
+    }
+}
+
+/// True when this kernel lets the node make job cgroups: it is root and a
+/// `pids` controller is mounted (v1) or delegated (v2). Otherwise prints why.
+fn cgroups_offered(sup: &Supervisor, test: &str) -> bool {
+    let report = sup.containment();
+    let offered = nix::unistd::geteuid().is_root()
+        && (Path::new("/sys/fs/cgroup/pids").exists()
+            || std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+                .is_ok_and(|c| c.contains("pids")));
+    if !offered {
+        eprintln!("SKIP {test}: not root or no pids controller mounted or delegated ({report})");
+        return false;
+    }
+    assert_ne!(
+        report.cgroup, "none",
+        "the kernel offers cgroups but jobs get none: {report}"
+    );
+    true
+}
+
+/// Pids whose command line is exactly `name` (the escapee renames itself).
+fn named(name: &str) -> Vec<i32> {
+    procfs::all_processes()
+        .into_iter()
+        .filter(|p| p.is_alive())
+        .filter(|p| {
+            std::fs::read(format!("/proc/{}/cmdline", p.pid))
+                .is_ok_and(|c| c.split(|b| *b == 0).next() == Some(name.as_bytes()))
+        })
+        .map(|p| p.pid)
+        .collect()
+}
+
+fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The finding's escapee: a busy loop in a new session, double-forked.
+fn escapee_script(name: &str) -> String {
+    format!("( setsid perl -e '$0=q({name}); 1 while 1' </dev/null >/dev/null 2>&1 & ); sleep 1")
+}
+
+/// Kills leftovers by pid if an assertion fails, so a broken layer does not
+/// leave busy loops on a shared machine.
+struct KillOnDrop(String);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for pid in named(&self.0) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}-{:?}", std::process::id(), Instant::now())
+        .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "")
+}
+
+#[test]
+fn the_setsid_escapee_is_gone_at_the_jobs_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sup, _) = supervisor(GuestConfig::new(dir.path()));
+    if !cgroups_offered(&sup, "escapee at job end") {
+        return;
+    }
+    let name = unique("escapee");
+    let _guard = KillOnDrop(name.clone());
+    sup.start("escape", spec(&escapee_script(&name), 100))
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || !named(&name).is_empty()),
+        "the escapee started"
+    );
+    let status = sup.wait_exit(Duration::from_secs(10)).unwrap();
+    eprintln!("job ended: {:?}", status.exit);
+    assert!(
+        eventually(Duration::from_secs(2), || named(&name).is_empty()),
+        "the escapee outlived its job: {:?}",
+        named(&name)
+    );
+}
+
+#[test]
+fn in_s2_the_escapee_gets_no_more_cpu_than_the_guest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sup, _) = supervisor(GuestConfig::new(dir.path()));
+    if !cgroups_offered(&sup, "escapee CPU share") {
+        return;
+    }
+    let name = unique("escapee-cpu");
+    let _guard = KillOnDrop(name.clone());
+    let script = format!(
+        "( setsid perl -e '$0=q({name}); 1 while 1' </dev/null >/dev/null 2>&1 & ); \
+         while :; do :; done"
+    );
+    let handle = sup.start("escape-cpu", spec(&script, 100)).unwrap();
+    assert!(eventually(Duration::from_secs(5), || !named(&name).is_empty()));
+    sup.apply(GuestAction::Renice19).unwrap();
+    let escapee = named(&name)[0];
+    let mut owner = Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    let pin = |pid: i32| {
+        let mut set = nix::sched::CpuSet::new();
+        set.set(0).unwrap();
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid), &set);
+    };
+    for pid in [handle.pid, escapee, owner.id() as i32] {
+        pin(pid);
+    }
+    let ticks = |pid: i32| procfs::read_stat(pid).map_or(0, |s| s.utime + s.stime);
+    std::thread::sleep(Duration::from_millis(300));
+    let (g0, e0, o0) = (ticks(handle.pid), ticks(escapee), ticks(owner.id() as i32));
+    std::thread::sleep(Duration::from_secs(3));
+    let (g, e, o) = (
+        ticks(handle.pid) - g0,
+        ticks(escapee) - e0,
+        ticks(owner.id() as i32) - o0,
+    );
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    sup.apply(GuestAction::Kill(KillCause::Cancelled)).unwrap();
+    sup.wait_exit(Duration::from_secs(5));
+    let total = (g + e + o).max(1) as f64;
+    eprintln!(
+        "cpu0 over 3 s in S2: owner {o} ticks, guest {g}, escapee {e} (escapee share {:.3})",
+        e as f64 / total
+    );
+    assert!(
+        e as f64 / total < 0.10,
+        "the escapee took {e} of {total} ticks beside the owner"
+    );
+    assert!(e <= g + 10, "escapee {e} ticks against the guest's {g}");
+}
+
+#[test]
+#[ignore = "helper role, run by the_escapee_is_gone_after_the_nodes_kill_9_and_restart"]
+fn role_node_with_escapee() {
+    let Ok(dir) = std::env::var(ROLE_VAR) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let name = std::fs::read_to_string(dir.join("name")).unwrap();
+    let (mut sup, _) = supervisor(GuestConfig::new(dir.join("data")));
+    sup.start("escape-restart", spec(&escapee_script(&name), 100))
+        .unwrap();
+    std::fs::write(dir.join("started"), "").unwrap();
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+fn the_escapee_is_gone_after_the_nodes_kill_9_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (probe, _) = supervisor(GuestConfig::new(dir.path().join("probe")));
+    if !cgroups_offered(&probe, "escapee after restart") {
+        return;
+    }
+    drop(probe);
+    let name = unique("escapee-restart");
+    let _guard = KillOnDrop(name.clone());
+    std::fs::write(dir.path().join("name"), &name).unwrap();
+    let mut node = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "role_node_with_escapee",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ROLE_VAR, dir.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || !named(&name).is_empty()),
+        "the helper node's guest escaped"
+    );
+    node.kill().unwrap(); // SIGKILL: no destructor runs.
+    node.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let survivors = named(&name);
+    eprintln!("after the node's kill -9: escapees alive {survivors:?}");
+    let (_sup, events) = supervisor(GuestConfig::new(dir.path().join("data")));
+    assert!(
+        eventually(Duration::from_secs(2), || named(&name).is_empty()),
+        "the escapee survived the node's restart"
+    );
+    if !survivors.is_empty() {
+        assert!(events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| matches!(e.kind, GuestEventKind::LeftoverGroupKilled { .. })));
+    }
+}
+
+#[test]
+fn a_fork_loop_stops_at_the_process_limit_and_sampling_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = GuestConfig::new(dir.path());
+    config.max_processes = 40;
+    let (mut sup, _) = supervisor(config);
+    if !cgroups_offered(&sup, "process limit") {
+        return;
+    }
+    // Bounded, so that a broken limit cannot exhaust a shared machine.
+    let script = "i=0; while [ $i -lt 400 ]; do sleep 30 & i=$((i+1)); done; sleep 30";
+    sup.start("forks", spec(script, 100)).unwrap();
+    let mut source = ProcLoadSource::new().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let scope = sup.process_scope();
+    let members = source.guest_tree(&scope);
+    let sample = source.sample(&members);
+    eprintln!(
+        "job processes: {} (limit 40); sample {:?}",
+        members.len(),
+        sample
+    );
+    assert!(sample.is_ok(), "the monitor could not sample: {sample:?}");
+    assert!(members.len() > 5, "the loop forked: {}", members.len());
+    assert!(
+        members.len() <= 40,
+        "{} processes past pids.max",
+        members.len()
+    );
+    sup.apply(GuestAction::Kill(KillCause::Cancelled)).unwrap();
+    sup.wait_exit(Duration::from_secs(5)).unwrap();
+    assert!(scope.pids().is_empty(), "members left: {:?}", scope.pids());
+}
+
+#[test]
+fn four_500_mib_processes_under_100_mib_are_killed_for_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sup, events) = supervisor(GuestConfig::new(dir.path()));
+    if !cgroups_offered(&sup, "memory limit") {
+        return;
+    }
+    let hog = "perl -e '$x = q(a) x (500 * 1024 * 1024); sleep 20'";
+    let script = format!("{hog} & {hog} & {hog} & {hog} & wait; exit 0");
+    sup.start("memory", spec(&script, 100)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = sup.poll_exit() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the job was not stopped");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!(
+        "memory job: {:?} cause {:?}",
+        status.exit, status.kill_cause
+    );
+    assert_eq!(status.kill_cause, Some(KillCause::OverDeclaredMemory));
+    assert!(events.lock().unwrap().iter().any(|e| matches!(
+        e.kind,
+        GuestEventKind::Exited {
+            cause: Some(KillCause::OverDeclaredMemory),
+            ..
+        }
+    )));
+}
+
+/// Segments of exactly `size` bytes in this IPC namespace.
+fn shm_segments(size: u64) -> usize {
+    std::fs::read_to_string("/proc/sysvipc/shm")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter(|l| l.split_whitespace().nth(3) == Some(&size.to_string()))
+        .count()
+}
+
+#[test]
+fn system_v_shared_memory_is_gone_with_the_job() {
+    if Command::new("ipcmk").arg("-V").output().is_err() {
+        panic!("ipcmk (util-linux) is missing: .ci/run installs it");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sup, _) = supervisor(GuestConfig::new(dir.path()));
+    let report = sup.containment();
+    // An odd size no one else uses.
+    let size: u64 = 67_108_864 + 4096 * 7;
+    let before = shm_segments(size);
+    let handle = sup
+        .start("shm", spec(&format!("ipcmk -M {size}"), 100))
+        .unwrap();
+    let status = sup.wait_exit(Duration::from_secs(10)).unwrap();
+    eprintln!("ipcmk: {:?}, sandbox {:?}", status.exit, handle.sandbox);
+    if !report.namespaces.iter().any(|n| n == "ipc") {
+        // The kernel refused a user namespace to the guest's user.
+        assert!(
+            !userns_allowed(),
+            "the kernel offers user namespaces but the job got no IPC namespace"
+        );
+        eprintln!("SKIP System V cleanup: the kernel refuses user namespaces here");
+        return;
+    }
+    assert_eq!(
+        shm_segments(size),
+        before,
+        "the job's shared memory segment outlived it"
+    );
+}
+
+/// Whether `unshare -U` works for an unprivileged user here (the probe the
+/// tests use to prove a namespace layer absent).
+fn userns_allowed() -> bool {
+    Command::new("unshare")
+        .args(["-U", "--map-user=65534", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn the_report_names_the_layers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sup, _) = supervisor(GuestConfig::new(dir.path()));
+    let report = sup.containment();
+    eprintln!("containment here: {report}");
+    let text = report.to_string();
+    assert!(
+        text.starts_with(&format!("job group: {}", report.cgroup)),
+        "{text}"
+    );
+}
