@@ -220,14 +220,17 @@ fn submit_request(args: &SubmitArgs) -> anyhow::Result<SubmitRequest> {
         if !safe_relative_path(&remote) {
             bail!("input {spec}: {remote:?} must be a relative path without '..'");
         }
-        let size = std::fs::metadata(&local)
-            .with_context(|| format!("input {}", local.display()))?
-            .len();
-        total += size;
-        if total > budget {
-            bail!("inputs total {total} bytes; a job carries at most {budget} bytes of input");
-        }
-        let data = std::fs::read(&local).with_context(|| format!("input {}", local.display()))?;
+        // The remaining budget is counted while reading (metadata sizes lie
+        // for devices); FIFOs and devices are refused, never waited on.
+        let room = budget.saturating_sub(total);
+        let data = crate::fsutil::read_bounded(&local, room).map_err(|e| match e {
+            crate::fsutil::FileReadError::TooLarge { .. } => anyhow::anyhow!(
+                "input {}: inputs total more than {budget} bytes, the most a job carries",
+                local.display()
+            ),
+            other => anyhow::anyhow!("input {other}"),
+        })?;
+        total += data.len() as u64;
         inputs.push((
             remote,
             base64::engine::general_purpose::STANDARD.encode(data),

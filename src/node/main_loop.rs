@@ -176,8 +176,10 @@ impl Node {
                 "removed peers' job directories left by an earlier run"
             );
         }
-        let every = Duration::from_secs(self.parts.config.history.compact_every_secs);
-        let mut compact = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        let every = self.parts.config.history.compact_every;
+        // `every` is at most a week (validated); checked all the same.
+        let now = tokio::time::Instant::now();
+        let mut compact = tokio::time::interval_at(now.checked_add(every).unwrap_or(now), every);
         compact.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let guest_running = self.guest_live;
