@@ -171,10 +171,7 @@ fn status_text(r: &StatusReport) -> String {
         };
         rows.push((key, value));
     }
-    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    rows.iter()
-        .map(|(k, v)| format!("{k:width$}  {v}\n"))
-        .collect()
+    crate::cli::output::key_values(&rows)
 }
 
 fn local_time(t: i64) -> String {

@@ -108,24 +108,21 @@ fn hosts_table(r: &HostsReport) -> String {
         );
     }
     let mut out = format!(
-        "pool {}, window {window} from now, {} host(s), best first:\n{:<54} {:>6} {:>5} {:>6} {:>5} {:>5} {:>8}  note\n",
+        "pool {}, window {window} from now, {} host(s), best first:\n",
         r.pool,
         r.hosts.len(),
-        "peer",
-        "TR",
-        "state",
-        "power",
-        "slot",
-        "days",
-        "rtt ms"
     );
-    for h in &r.hosts {
-        out.push_str(&host_row(h));
-    }
+    out.push_str(&crate::cli::output::table(
+        &[
+            "peer", "TR", "state", "power", "slot", "days", "rtt ms", "note",
+        ],
+        r.hosts.iter().map(host_row),
+        true,
+    ));
     out
 }
 
-fn host_row(h: &HostReport) -> String {
+fn host_row(h: &HostReport) -> Vec<String> {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     let slot = match h.slot_free {
         Some(true) => "free",
@@ -136,17 +133,16 @@ fn host_row(h: &HostReport) -> String {
         (Some(p50), Some(p99), n) if n > 1 => format!("{p50:.2}/{p99:.2}"),
         _ => opt(h.rtt_ms.map(|v| format!("{v:.2}"))),
     };
-    format!(
-        "{:<54} {:>6} {:>5} {:>6} {:>5} {:>5} {:>8}  {}\n",
-        h.peer,
+    vec![
+        h.peer.clone(),
         opt(h.tr.map(|t| format!("{t:.3}"))),
         opt(h.initial_state.clone().or_else(|| h.state.clone())),
         opt(h.power.map(|p| format!("{p:.2}"))),
-        slot,
+        slot.to_string(),
         opt(h.days_used.map(|d| d.to_string())),
         rtt,
-        h.error.clone().unwrap_or_default()
-    )
+        h.error.clone().unwrap_or_default(),
+    ]
 }
 
 /// `gleaner submit`: exits with the job's status (75 when no host could run it).

@@ -47,6 +47,8 @@ use tokio_util::task::TaskTracker;
 const GUEST_POLL: Duration = Duration::from_millis(50);
 /// How long shutdown waits for the killed guest to be reaped.
 const GUEST_KILL_WAIT: Duration = Duration::from_secs(2);
+/// Γ is re-announced when it moves to another step of this many thousandths.
+const POWER_ANNOUNCE_STEP_MILLI: u32 = 50;
 /// The windows `status` predicts for.
 const STATUS_WINDOWS_SECS: [u64; 3] = [3600, 3 * 3600, 10 * 3600];
 
@@ -138,8 +140,8 @@ pub struct Node {
     series_cache: Option<(i64, Arc<HostSeries>)>,
     /// The best benchmark score heard in the pool (ours included).
     best_score: u64,
-    /// State and slot last announced, to announce only changes.
-    announced: Option<(State, bool)>,
+    /// State, slot and power step last announced, to announce only changes.
+    announced: Option<(State, bool, u32)>,
 }
 
 impl Node {
@@ -767,7 +769,14 @@ impl Node {
         let Some(net) = &self.parts.net else {
             return;
         };
-        let now = (self.pool_state(), self.slot_free());
+        // Power in steps of 5 %: a change that a consumer's ranking would
+        // notice is republished at once (else peers rank on a stale Γ until
+        // the next state change); the owner's load jitter is not.
+        let now = (
+            self.pool_state(),
+            self.slot_free(),
+            self.power_milli() / POWER_ANNOUNCE_STEP_MILLI,
+        );
         if self.announced == Some(now) {
             return;
         }
