@@ -238,12 +238,7 @@ pub const RANGES: &[(&str, &str, u64, u64)] = &[
     ("history", "retention_days", 1, 36_500),
     ("history", "compact_every_secs", 1, 7 * 86_400),
     ("guest", "max_mem_mib", 1, 1 << 24),
-    (
-        "guest",
-        "max_runtime_secs",
-        1,
-        crate::cli::args::MAX_DURATION_SECS,
-    ),
+    ("guest", "max_runtime_secs", 1, 366 * 86_400),
     ("guest", "max_output_mib", 0, 4_096),
     ("net", "request_timeout_secs", 1, 600),
     ("net", "announce_secs", 1, 3_600),
