@@ -12,6 +12,7 @@ pub mod clock;
 pub mod consumer;
 pub mod control;
 pub mod eval;
+pub mod fsutil;
 pub mod guest;
 pub mod history;
 pub mod monitor;

@@ -4,7 +4,9 @@
 //! values or a clear message out. Resolving them against files or a running
 //! node happens in the commands.
 
-use crate::model::state::{ThresholdError, Thresholds};
+use crate::model::state::{
+    ThresholdError, Thresholds, DEFAULT_SUSTAIN_SECS, DEFAULT_TH1, DEFAULT_TH2,
+};
 use clap::Args;
 use jiff::Timestamp;
 
@@ -62,33 +64,52 @@ pub fn parse_time(text: &str) -> Result<i64, String> {
         })
 }
 
-/// The five-state model's thresholds, shared by every command that classifies states.
+/// The five-state model's thresholds, shared by every command that
+/// classifies states. Unset flags take the model's defaults
+/// (`model::state::DEFAULT_*`); they are options so that a command can tell
+/// whether the user asked for a value (`predict` without `--trace` refuses
+/// them rather than ignore them).
 #[derive(Debug, Clone, Args)]
 pub struct ThresholdArgs {
-    /// Load (percent) below which the host is lightly loaded (S1).
-    #[arg(long, value_name = "PCT", default_value_t = 20.0)]
-    pub th1: f64,
+    #[arg(long, value_name = "PCT", help = format!(
+        "Load (percent) below which the host is lightly loaded (S1) [default: {DEFAULT_TH1}]"
+    ))]
+    pub th1: Option<f64>,
 
-    /// Load (percent) above which a guest is suspended, and killed once sustained.
-    #[arg(long, value_name = "PCT", default_value_t = 60.0)]
-    pub th2: f64,
+    #[arg(long, value_name = "PCT", help = format!(
+        "Load (percent) above which a guest is suspended, and killed once sustained [default: {DEFAULT_TH2}]"
+    ))]
+    pub th2: Option<f64>,
 
-    /// Seconds load must stay above th2 before the guest is killed (S3).
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
-    pub sustain: u32,
+    #[arg(long, value_name = "SECS", help = format!(
+        "Seconds load must stay above th2 before the guest is killed (S3) [default: {DEFAULT_SUSTAIN_SECS}]"
+    ))]
+    pub sustain: Option<u32>,
 }
 
 impl ThresholdArgs {
     /// The checked thresholds for a job of `job_mem_mib` MiB.
     pub fn resolve(&self, job_mem_mib: u64) -> Result<Thresholds, ThresholdError> {
         let thresholds = Thresholds {
-            th1: self.th1,
-            th2: self.th2,
-            sustain_secs: self.sustain,
+            th1: self.th1.unwrap_or(DEFAULT_TH1),
+            th2: self.th2.unwrap_or(DEFAULT_TH2),
+            sustain_secs: self.sustain.unwrap_or(DEFAULT_SUSTAIN_SECS),
             job_mem_mib,
         };
         thresholds.validate()?;
         Ok(thresholds)
+    }
+
+    /// The flags the user gave, as typed (`--th1`, ...).
+    pub fn given(&self) -> Vec<&'static str> {
+        [
+            ("--th1", self.th1.is_some()),
+            ("--th2", self.th2.is_some()),
+            ("--sustain", self.sustain.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect()
     }
 }
 

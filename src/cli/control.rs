@@ -10,15 +10,16 @@ use crate::cli::args::parse_duration;
 use crate::cli::output::{print_json, print_text};
 use crate::cli::predict::{print_report, PredictArgs};
 use crate::cli::Global;
+use crate::cli::Resolved;
 use crate::control::api::{
     ImportSummary, PauseReport, PauseRequest, PredictQuery, RunLocalRequest, StatusReport,
     StreamLine, PREFIX,
 };
 use crate::control::client::{ClientError, ControlClient};
+use crate::fsutil::read_bounded;
 use crate::history::store::{HistoryStore, StoreOptions};
-use crate::history::trace::read_trace;
+use crate::history::trace::{parse_trace, MAX_TRACE_BYTES};
 use crate::model::predict::PredictRequest;
-use crate::node::config::Config;
 use crate::node::paths::{DataDirLock, Paths};
 use crate::report::{predict_report, PredictReport, ReportRequest};
 use anyhow::Context;
@@ -179,10 +180,7 @@ fn status_text(r: &StatusReport) -> String {
     if let Some(n) = &r.network {
         network_rows(n, &mut rows);
     }
-    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    rows.iter()
-        .map(|(k, v)| format!("{k:width$}  {v}\n"))
-        .collect()
+    crate::cli::output::key_values(&rows)
 }
 
 /// The `status` rows about reachability: behind NAT or not, where peers reach us,
@@ -285,8 +283,9 @@ pub fn resume(global: &Global) -> anyhow::Result<()> {
 
 /// `predict` without `--trace`: asks the node, or reads the stopped node's database.
 pub fn predict(args: &PredictArgs, global: &Global) -> anyhow::Result<()> {
+    args.refuse_trace_only_flags()?;
     let method = args.method_name()?;
-    let (paths, client) = client(global)?;
+    let (_, client) = client(global)?;
     let query = PredictQuery {
         window_secs: args.window,
         at: args.at,
@@ -301,7 +300,7 @@ pub fn predict(args: &PredictArgs, global: &Global) -> anyhow::Result<()> {
         Ok(report) => report,
         Err(e) if e.is_not_running() => {
             tracing::debug!("no node answers; predicting from its database");
-            let config = Config::load(&paths.config_file)?;
+            let Resolved { paths, config } = global.resolve(None)?;
             with_offline_store(&paths, |store| {
                 let meta = store.meta();
                 let series = store.to_series(meta.tz.clone(), meta.step_secs, meta.max_gap_secs)?;
@@ -379,17 +378,21 @@ pub fn history(args: &HistoryArgs, global: &Global) -> anyhow::Result<()> {
             }
         }
         HistoryCommand::Import { file } => {
-            let text = std::fs::read_to_string(file)
-                .with_context(|| format!("cannot read {}", file.display()))?;
+            // Read (bounded, regular files only) and checked here, so that
+            // every error names the user's file and line, not the copy the
+            // node receives.
+            let bytes = read_bounded(file, MAX_TRACE_BYTES)?;
+            let trace = parse_trace(&bytes, file)?;
+            let text = String::from_utf8(bytes)
+                .with_context(|| format!("{}: not UTF-8 text", file.display()))?;
             let summary = match block_on(
                 client.post_text::<ImportSummary>(&format!("{PREFIX}/history/import"), text),
             )? {
                 Ok(s) => s,
                 Err(e) if e.is_not_running() => {
-                    let config = Config::load(&paths.config_file)?;
+                    let config = global.resolve(None)?.config;
                     let options = crate::node::store_options(&config);
                     with_offline_store_opts(&paths, Some(options), |store| {
-                        let trace = read_trace(file)?;
                         let r = store.import(&trace)?;
                         Ok(ImportSummary {
                             added: r.added,

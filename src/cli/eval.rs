@@ -399,30 +399,35 @@ fn summary_text(r: &EvalReport) -> String {
         s.method_order.len(),
         s.skill_reference
     );
-    out.push_str(&format!("{:<12}", "method"));
-    for &len in &r.config.lengths {
-        out.push_str(&format!("{:>20}", format!("T = {}", length_label(len))));
-    }
-    out.push('\n');
-    for name in &s.method_order {
-        out.push_str(&format!("{name:<12}"));
+    let header: Vec<String> = std::iter::once("method".to_string())
+        .chain(
+            r.config
+                .lengths
+                .iter()
+                .map(|&len| format!("T = {}", length_label(len))),
+        )
+        .collect();
+    let rows = s.method_order.iter().map(|name| {
+        let mut row = vec![name.clone()];
         for len in &r.config.lengths {
-            let cell = s
-                .methods
-                .get(name)
-                .and_then(|m| m.by_length.get(len))
-                .map_or_else(String::new, |l| {
-                    format!(
-                        "{} / {}",
-                        l.brier.map_or("–".into(), |b| format!("{b:.4}")),
-                        l.accuracy_mean
-                            .map_or("–".into(), |a| format!("{:.1}%", a * 100.0))
-                    )
-                });
-            out.push_str(&format!("{cell:>20}"));
+            row.push(
+                s.methods
+                    .get(name)
+                    .and_then(|m| m.by_length.get(len))
+                    .map_or_else(String::new, |l| {
+                        format!(
+                            "{} / {}",
+                            l.brier.map_or("–".into(), |b| format!("{b:.4}")),
+                            l.accuracy_mean
+                                .map_or("–".into(), |a| format!("{:.1}%", a * 100.0))
+                        )
+                    }),
+            );
         }
-        out.push('\n');
-    }
+        row
+    });
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    out.push_str(&crate::cli::output::table(&header, rows, true));
     out.push_str(&format!("({:.1} s)\n", r.timing.wall_s));
     out
 }

@@ -16,6 +16,7 @@ pub mod pool;
 pub mod predict;
 pub mod trace;
 
+use crate::node::config::Config;
 use crate::node::paths::Paths;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -68,6 +69,16 @@ pub struct Global {
     pub config: Option<PathBuf>,
 }
 
+/// The high layer of the command line (ripgrep's "hiargs"): the paths and
+/// the configuration, resolved once with the documented precedence
+/// (flags > environment > file > defaults) and validated. Commands read
+/// typed fields from here and never reload the file.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub paths: Paths,
+    pub config: Config,
+}
+
 impl Global {
     /// The node's paths with the documented precedence.
     pub fn paths(&self) -> anyhow::Result<Paths> {
@@ -75,6 +86,19 @@ impl Global {
             self.data_dir.as_deref(),
             self.config.as_deref(),
         )?)
+    }
+
+    /// Reads the config file (bounded, regular files only), applies the
+    /// `node` flags and environment over it when given, and validates the
+    /// result, naming the key that is wrong.
+    pub fn resolve(&self, node_flags: Option<&node::NodeArgs>) -> anyhow::Result<Resolved> {
+        let paths = self.paths()?;
+        let mut config = Config::load(&paths.config_file)?;
+        if let Some(flags) = node_flags {
+            flags.apply(&mut config);
+            config.validate()?;
+        }
+        Ok(Resolved { paths, config })
     }
 }
 
@@ -106,6 +130,57 @@ pub enum Command {
     Submit(pool::SubmitArgs),
     /// Make the pre-shared key of a private pool.
     SwarmKey(pool::SwarmKeyArgs),
+    /// Print a shell completion script (e.g. `gleaner completions bash > /etc/bash_completion.d/gleaner`).
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff) to stdout (e.g. `gleaner man | man -l -`).
+    Man,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// Writes the completion script for `shell` to stdout.
+fn completions(args: &CompletionsArgs) -> anyhow::Result<()> {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut command, "gleaner", &mut script);
+    output::print_text(&String::from_utf8_lossy(&script))
+}
+
+/// Writes the man page to stdout: the top-level page, then one section per
+/// command with that command's own options.
+fn man() -> anyhow::Result<()> {
+    let command = <Cli as clap::CommandFactory>::command();
+    let mut page = Vec::new();
+    clap_mangen::Man::new(command.clone()).render(&mut page)?;
+    let mut text = String::from_utf8_lossy(&page).into_owned();
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let mut part = Vec::new();
+        clap_mangen::Man::new(sub.clone()).render(&mut part)?;
+        text.push_str(&format!(
+            ".SH \"GLEANER {}\"\n",
+            sub.get_name().to_ascii_uppercase()
+        ));
+        // The command's own page, its title line dropped and its sections
+        // demoted to subsections of this one.
+        for line in String::from_utf8_lossy(&part).lines() {
+            if line.starts_with(".TH") {
+                continue;
+            }
+            match line.strip_prefix(".SH ") {
+                Some(heading) => text.push_str(&format!(".SS {heading}\n")),
+                None => {
+                    text.push_str(line);
+                    text.push('\n');
+                }
+            }
+        }
+    }
+    output::print_text(&text)
 }
 
 impl Command {
@@ -123,7 +198,9 @@ impl Command {
             Command::Trace(a) => a.out.json,
             Command::Hosts(a) => a.out.json,
             Command::Submit(a) => a.out.json,
-            Command::Eval(_) | Command::SwarmKey(_) => false,
+            Command::Eval(_) | Command::SwarmKey(_) | Command::Completions(_) | Command::Man => {
+                false
+            }
         }
     }
 }
@@ -153,6 +230,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Hosts(args) => pool::hosts(&args, &global),
         Command::Submit(args) => pool::submit(&args, &global),
         Command::SwarmKey(args) => pool::swarm_key(&args),
+        Command::Completions(args) => completions(&args),
+        Command::Man => man(),
     }
 }
 

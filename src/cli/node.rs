@@ -5,33 +5,52 @@
 //! node reports when it is ready. The daemon itself is `crate::node`.
 
 use crate::cli::output::{print_json, print_text};
-use crate::cli::Global;
+use crate::cli::{Global, Resolved};
 use crate::node::config::{defaults_toml, Config};
 use crate::node::Ready;
 use clap::Args;
+use libp2p::{Multiaddr, PeerId};
 use std::path::PathBuf;
 
-/// Flags of `gleaner node`; each overrides its key in the config file.
+/// Flags of `gleaner node`; each overrides its key in the config file, and
+/// each may also come from the environment variable named in its help
+/// (flags > environment > file > defaults). This is the low layer: values
+/// are typed and checked as clap parses them, nothing is read from disk.
 #[derive(Debug, Args)]
 pub struct NodeArgs {
     /// Pool to join ([net] pool).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", env = "GLEANER_POOL")]
     pub pool: Option<String>,
     /// Listen on this multiaddr instead of [net] listen (repeatable), e.g. /ip4/127.0.0.1/tcp/0.
-    #[arg(long, value_name = "MULTIADDR")]
-    pub listen: Vec<String>,
+    #[arg(
+        long,
+        value_name = "MULTIADDR",
+        env = "GLEANER_LISTEN",
+        value_delimiter = ','
+    )]
+    pub listen: Vec<Multiaddr>,
     /// Dial this peer at start (repeatable), e.g. /ip4/192.0.2.7/tcp/4001/p2p/12D3Koo...
-    #[arg(long, value_name = "MULTIADDR")]
-    pub bootstrap: Vec<String>,
+    #[arg(
+        long,
+        value_name = "MULTIADDR",
+        env = "GLEANER_BOOTSTRAP",
+        value_delimiter = ','
+    )]
+    pub bootstrap: Vec<Multiaddr>,
     /// Do not look for LAN members by mDNS.
     #[arg(long)]
     pub no_mdns: bool,
     /// Private pool: the pre-shared key file (`gleaner swarm-key new` makes one).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "GLEANER_SWARM_KEY")]
     pub swarm_key: Option<PathBuf>,
     /// Accept jobs only from this peer id (repeatable; adds to [net] allowlist).
-    #[arg(long, value_name = "PEER_ID")]
-    pub allow: Vec<String>,
+    #[arg(
+        long,
+        value_name = "PEER_ID",
+        env = "GLEANER_ALLOW",
+        value_delimiter = ','
+    )]
+    pub allow: Vec<PeerId>,
     /// Serve as a relay, AutoNAT server and bootstrap peer for a public pool.
     #[arg(long)]
     pub relay: bool,
@@ -65,9 +84,9 @@ impl NodeArgs {
             net.mdns = false;
         }
         if let Some(k) = &self.swarm_key {
-            net.swarm_key_file = k.display().to_string();
+            net.swarm_key_file = Some(k.clone());
         }
-        net.allowlist.extend(self.allow.iter().cloned());
+        net.allowlist.extend(self.allow.iter().copied());
         if self.relay {
             net.relay = true;
             net.mdns = false;
@@ -92,10 +111,7 @@ pub struct ConfigArgs {
 
 /// Runs the node until SIGINT/SIGTERM.
 pub fn run(args: &NodeArgs, global: &Global) -> anyhow::Result<()> {
-    let paths = global.paths()?;
-    let mut config = Config::load(&paths.config_file)?;
-    args.apply(&mut config);
-    config.validate()?;
+    let Resolved { paths, config } = global.resolve(Some(args))?;
     let json = global.json;
     crate::node::start(&paths, &config, args.owner_load.as_deref(), |ready| {
         // Tests and scripts wait for this; stdout is flushed by print_text.
@@ -146,8 +162,7 @@ pub fn config(args: &ConfigArgs, global: &Global) -> anyhow::Result<()> {
     if args.defaults {
         return print_text(&defaults_toml(false));
     }
-    let paths = global.paths()?;
-    let config = Config::load(&paths.config_file)?;
+    let Resolved { paths, config } = global.resolve(None)?;
     if global.json {
         print_json(&config)
     } else {

@@ -108,24 +108,21 @@ fn hosts_table(r: &HostsReport) -> String {
         );
     }
     let mut out = format!(
-        "pool {}, window {window} from now, {} host(s), best first:\n{:<54} {:>6} {:>5} {:>6} {:>5} {:>5} {:>8}  note\n",
+        "pool {}, window {window} from now, {} host(s), best first:\n",
         r.pool,
         r.hosts.len(),
-        "peer",
-        "TR",
-        "state",
-        "power",
-        "slot",
-        "days",
-        "rtt ms"
     );
-    for h in &r.hosts {
-        out.push_str(&host_row(h));
-    }
+    out.push_str(&crate::cli::output::table(
+        &[
+            "peer", "TR", "state", "power", "slot", "days", "rtt ms", "note",
+        ],
+        r.hosts.iter().map(host_row),
+        true,
+    ));
     out
 }
 
-fn host_row(h: &HostReport) -> String {
+fn host_row(h: &HostReport) -> Vec<String> {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     let slot = match h.slot_free {
         Some(true) => "free",
@@ -136,17 +133,16 @@ fn host_row(h: &HostReport) -> String {
         (Some(p50), Some(p99), n) if n > 1 => format!("{p50:.2}/{p99:.2}"),
         _ => opt(h.rtt_ms.map(|v| format!("{v:.2}"))),
     };
-    format!(
-        "{:<54} {:>6} {:>5} {:>6} {:>5} {:>5} {:>8}  {}\n",
-        h.peer,
+    vec![
+        h.peer.clone(),
         opt(h.tr.map(|t| format!("{t:.3}"))),
         opt(h.initial_state.clone().or_else(|| h.state.clone())),
         opt(h.power.map(|p| format!("{p:.2}"))),
-        slot,
+        slot.to_string(),
         opt(h.days_used.map(|d| d.to_string())),
         rtt,
-        h.error.clone().unwrap_or_default()
-    )
+        h.error.clone().unwrap_or_default(),
+    ]
 }
 
 /// `gleaner submit`: exits with the job's status (75 when no host could run it).
@@ -220,14 +216,17 @@ fn submit_request(args: &SubmitArgs) -> anyhow::Result<SubmitRequest> {
         if !safe_relative_path(&remote) {
             bail!("input {spec}: {remote:?} must be a relative path without '..'");
         }
-        let size = std::fs::metadata(&local)
-            .with_context(|| format!("input {}", local.display()))?
-            .len();
-        total += size;
-        if total > budget {
-            bail!("inputs total {total} bytes; a job carries at most {budget} bytes of input");
-        }
-        let data = std::fs::read(&local).with_context(|| format!("input {}", local.display()))?;
+        // The remaining budget is counted while reading (metadata sizes lie
+        // for devices); FIFOs and devices are refused, never waited on.
+        let room = budget.saturating_sub(total);
+        let data = crate::fsutil::read_bounded(&local, room).map_err(|e| match e {
+            crate::fsutil::FileReadError::TooLarge { .. } => anyhow::anyhow!(
+                "input {}: inputs total more than {budget} bytes, the most a job carries",
+                local.display()
+            ),
+            other => anyhow::anyhow!("input {other}"),
+        })?;
+        total += data.len() as u64;
         inputs.push((
             remote,
             base64::engine::general_purpose::STANDARD.encode(data),

@@ -37,11 +37,12 @@ pub struct PredictArgs {
     #[arg(long, value_name = "MIB", default_value_t = 0)]
     pub mem: u64,
 
-    /// Number of past same-kind days (weekdays or weekend days) to learn from.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_DAYS)]
-    pub days: usize,
+    #[arg(long, value_name = "N", help = format!(
+        "Number of past same-kind days (weekdays or weekend days) to learn from; with --trace only (the node uses [history] days) [default: {DEFAULT_DAYS}]"
+    ))]
+    pub days: Option<usize>,
 
-    /// Discretisation step in seconds [default: the trace's step].
+    /// Discretisation step in seconds; with --trace only [default: the trace's step].
     #[arg(long, value_name = "SECS")]
     pub step: Option<u32>,
 
@@ -74,6 +75,30 @@ fn parse_method(text: &str) -> Result<MethodId, String> {
 }
 
 impl PredictArgs {
+    /// Refuses the flags that only make sense with `--trace`: the node
+    /// predicts from a history it classified with its own `[policy]`
+    /// thresholds and learns from `[history] days`, so silently ignoring
+    /// `--days 3` would answer a question the user did not ask.
+    pub fn refuse_trace_only_flags(&self) -> anyhow::Result<()> {
+        let mut given = self.thresholds.given();
+        if self.days.is_some() {
+            given.push("--days");
+        }
+        if self.step.is_some() {
+            given.push("--step");
+        }
+        if given.is_empty() {
+            return Ok(());
+        }
+        anyhow::bail!(
+            "{} appl{} to `predict --trace FILE` only; the node predicts with its config's \
+             [policy] thresholds, [history] days and [monitor] step (change them there, \
+             or export the history and use --trace)",
+            given.join(", "),
+            if given.len() == 1 { "ies" } else { "y" }
+        )
+    }
+
     /// The method asked for, with `--age` applied; `None` means the default.
     pub fn method_name(&self) -> anyhow::Result<Option<MethodId>> {
         if !self.age {
@@ -113,7 +138,7 @@ pub fn run_on_trace(
     };
     let window = PredictRequest {
         step_secs: args.step,
-        days: args.days,
+        days: args.days.unwrap_or(DEFAULT_DAYS),
         ..PredictRequest::new(at, args.window, thresholds)
     };
     let request = ReportRequest::with_method(window, method);

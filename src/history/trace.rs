@@ -10,15 +10,19 @@ use crate::model::series::{
 };
 use jiff::tz::TimeZone;
 use std::fmt::Write as _;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 /// The first line of every v1 trace.
 pub const MAGIC: &str = "# gleaner-trace v1";
 /// The column line that follows the header.
 pub const COLUMNS: &str = "time,cpu,free_mib,up";
-/// Largest trace file we agree to read (a year of 1-second samples fits).
-pub const MAX_TRACE_BYTES: u64 = 2 << 30;
+/// Largest trace file we agree to read: 256 MiB, about ten million rows
+/// (four months of 1-second samples, nineteen years of 1-minute ones).
+/// Parsed rows take about as much memory as their text, so `predict` and
+/// `eval` stay well under a gigabyte per trace and refuse anything bigger
+/// before reading past this limit.
+pub const MAX_TRACE_BYTES: u64 = 256 << 20;
 /// Longest line we agree to read; real lines are a few dozen bytes.
 pub const MAX_LINE_BYTES: usize = 4096;
 /// Longest sampling period a header may declare (one day).
@@ -50,14 +54,9 @@ pub struct Trace {
 /// What is wrong with a trace, and where.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("{path}: cannot read: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("{path}: file is {size} bytes, larger than the {max}-byte limit for traces")]
-    TooLarge { path: PathBuf, size: u64, max: u64 },
+    /// The file could not be read: missing, not a regular file, too large.
+    #[error(transparent)]
+    Read(#[from] crate::fsutil::FileReadError),
     #[error("{path}:{line}: {what}")]
     Malformed {
         path: PathBuf,
@@ -76,33 +75,10 @@ impl TraceError {
     }
 }
 
-/// Reads and parses a trace file.
+/// Reads and parses a trace file: regular files only, at most
+/// [`MAX_TRACE_BYTES`] counted while reading (see `crate::fsutil`).
 pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
-    let io_err = |source| TraceError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(io_err)?;
-    let size = file.metadata().map_err(io_err)?.len();
-    if size > MAX_TRACE_BYTES {
-        return Err(TraceError::TooLarge {
-            path: path.to_path_buf(),
-            size,
-            max: MAX_TRACE_BYTES,
-        });
-    }
-    let mut bytes = Vec::with_capacity(size as usize);
-    // The cap also guards files that grow while we read them.
-    file.take(MAX_TRACE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io_err)?;
-    if bytes.len() as u64 > MAX_TRACE_BYTES {
-        return Err(TraceError::TooLarge {
-            path: path.to_path_buf(),
-            size: bytes.len() as u64,
-            max: MAX_TRACE_BYTES,
-        });
-    }
+    let bytes = crate::fsutil::read_bounded(path, MAX_TRACE_BYTES)?;
     parse_trace(&bytes, path)
 }
 

@@ -5,7 +5,6 @@
 //! `event_loop`) and knows nothing of the node's state or its config files.
 
 use std::collections::HashSet;
-use std::fs;
 use std::net::Ipv4Addr;
 use std::num::NonZeroUsize;
 use std::path::Path;
@@ -172,11 +171,20 @@ pub fn read_swarm_key(path: &Path) -> Result<PreSharedKey, BuildError> {
         path: path.display().to_string(),
         reason,
     };
-    let len = fs::metadata(path).map_err(|e| fail(e.to_string()))?.len();
-    if len > SWARM_KEY_FILE_MAX {
-        return Err(fail(format!("{len} bytes is too long for a key")));
-    }
-    let text = fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    // Counted while reading, regular files only: `/dev/zero` or a FIFO as
+    // the key file is refused instead of read forever.
+    let text = crate::fsutil::read_to_string_bounded(path, SWARM_KEY_FILE_MAX).map_err(|e| {
+        let why = match e {
+            crate::fsutil::FileReadError::Io { source, .. } => source.to_string(),
+            crate::fsutil::FileReadError::NotRegular { kind, .. } => {
+                format!("is a {kind}, not a regular file")
+            }
+            crate::fsutil::FileReadError::TooLarge { .. } => {
+                format!("longer than {SWARM_KEY_FILE_MAX} bytes, too long for a key")
+            }
+        };
+        fail(why)
+    })?;
     text.parse().map_err(|e| fail(format!("{e}")))
 }
 

@@ -12,9 +12,14 @@ use crate::model::predict::DEFAULT_DAYS;
 use crate::model::series::DEFAULT_MAX_GAP_SECS;
 use crate::model::state::Thresholds;
 use crate::monitor::MonitorConfig;
+use libp2p::multiaddr::Protocol;
+use libp2p::{Multiaddr, PeerId};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Largest config file read; the full commented defaults are about 5 KiB.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// The whole configuration. Every section and key may be left out.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -51,22 +56,25 @@ impl Default for PolicyConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MonitorSection {
-    pub min_period_secs: u64,
-    pub max_period_secs: u64,
+    #[serde(rename = "min_period_secs", with = "secs")]
+    pub min_period: Duration,
+    #[serde(rename = "max_period_secs", with = "secs")]
+    pub max_period: Duration,
     pub stable_periods: u32,
     pub extra_sample_chance: f64,
-    pub max_gap_secs: u64,
+    #[serde(rename = "max_gap_secs", with = "secs")]
+    pub max_gap: Duration,
 }
 
 impl Default for MonitorSection {
     fn default() -> Self {
         let p = PeriodPolicy::default();
         MonitorSection {
-            min_period_secs: p.min.as_secs(),
-            max_period_secs: p.max.as_secs(),
+            min_period: p.min,
+            max_period: p.max,
             stable_periods: p.stable_periods,
             extra_sample_chance: p.extra_sample_chance,
-            max_gap_secs: DEFAULT_MAX_GAP_SECS,
+            max_gap: Duration::from_secs(DEFAULT_MAX_GAP_SECS),
         }
     }
 }
@@ -77,9 +85,14 @@ impl Default for MonitorSection {
 pub struct HistoryConfig {
     pub days: usize,
     pub retention_days: u32,
-    pub compact_every_secs: u64,
-    pub host: String,
-    pub tz: String,
+    #[serde(rename = "compact_every_secs", with = "secs")]
+    pub compact_every: Duration,
+    /// `None` (empty in the file): the machine's host name.
+    #[serde(with = "empty_is_none")]
+    pub host: Option<String>,
+    /// `None` (empty in the file): the system's zone.
+    #[serde(with = "empty_is_none")]
+    pub tz: Option<String>,
 }
 
 impl Default for HistoryConfig {
@@ -87,9 +100,9 @@ impl Default for HistoryConfig {
         HistoryConfig {
             days: DEFAULT_DAYS,
             retention_days: crate::history::store::DEFAULT_RETENTION_DAYS,
-            compact_every_secs: 3600,
-            host: String::new(),
-            tz: String::new(),
+            compact_every: Duration::from_secs(3600),
+            host: None,
+            tz: None,
         }
     }
 }
@@ -126,16 +139,23 @@ impl Default for GuestSection {
 pub struct NetSection {
     pub enabled: bool,
     pub pool: String,
-    pub listen: Vec<String>,
-    pub bootstrap: Vec<String>,
+    #[serde(with = "display_list")]
+    pub listen: Vec<Multiaddr>,
+    #[serde(with = "display_list")]
+    pub bootstrap: Vec<Multiaddr>,
     pub mdns: bool,
     pub kad_server: bool,
     pub autonat: bool,
     pub relay: bool,
-    pub swarm_key_file: String,
-    pub allowlist: Vec<String>,
-    pub request_timeout_secs: u64,
-    pub announce_secs: u64,
+    /// `None` (empty in the file): an open pool.
+    #[serde(with = "empty_is_none")]
+    pub swarm_key_file: Option<PathBuf>,
+    #[serde(with = "display_list")]
+    pub allowlist: Vec<PeerId>,
+    #[serde(rename = "request_timeout_secs", with = "secs")]
+    pub request_timeout: Duration,
+    #[serde(rename = "announce_secs", with = "secs")]
+    pub announce_interval: Duration,
     pub max_retries: u32,
 }
 
@@ -145,18 +165,23 @@ impl Default for NetSection {
             enabled: true,
             pool: "home".to_string(),
             listen: vec![
-                "/ip4/0.0.0.0/tcp/0".to_string(),
-                "/ip4/0.0.0.0/udp/0/quic-v1".to_string(),
+                Multiaddr::empty()
+                    .with(Protocol::Ip4(std::net::Ipv4Addr::UNSPECIFIED))
+                    .with(Protocol::Tcp(0)),
+                Multiaddr::empty()
+                    .with(Protocol::Ip4(std::net::Ipv4Addr::UNSPECIFIED))
+                    .with(Protocol::Udp(0))
+                    .with(Protocol::QuicV1),
             ],
             bootstrap: Vec::new(),
             mdns: true,
             kad_server: true,
             autonat: false,
             relay: false,
-            swarm_key_file: String::new(),
+            swarm_key_file: None,
             allowlist: Vec::new(),
-            request_timeout_secs: 10,
-            announce_secs: 30,
+            request_timeout: Duration::from_secs(10),
+            announce_interval: Duration::from_secs(30),
             max_retries: 3,
         }
     }
@@ -199,14 +224,32 @@ pub const KEY_DOCS: &[(&str, &str, &str)] = &[
     ("net", "max_retries", "How many times `gleaner submit` resubmits a job elsewhere after its host killed it, left or revoked it."),
 ];
 
+/// The documented range of every integer key, inclusive. `validate` checks
+/// these and `config --defaults` prints them, so a value that would overflow
+/// a deadline (`compact_every_secs = 9223372036854775807`) is refused at
+/// start with its key named, never reaches `Instant + Duration`.
+pub const RANGES: &[(&str, &str, u64, u64)] = &[
+    ("policy", "sustain_secs", 0, 86_400),
+    ("monitor", "min_period_secs", 1, 3_600),
+    ("monitor", "max_period_secs", 1, 86_400),
+    ("monitor", "stable_periods", 1, 1_000),
+    ("monitor", "max_gap_secs", 1, 7 * 86_400),
+    ("history", "days", 1, 365),
+    ("history", "retention_days", 1, 36_500),
+    ("history", "compact_every_secs", 1, 7 * 86_400),
+    ("guest", "max_mem_mib", 1, 1 << 24),
+    ("guest", "max_runtime_secs", 1, 366 * 86_400),
+    ("guest", "max_output_mib", 0, 4_096),
+    ("net", "request_timeout_secs", 1, 600),
+    ("net", "announce_secs", 1, 3_600),
+    ("net", "max_retries", 0, 100),
+];
+
 /// Why the configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read the config file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot read the config file: {0}")]
+    Read(crate::fsutil::FileReadError),
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("config: [policy] {0}")]
@@ -237,45 +280,103 @@ impl Config {
         Ok(config)
     }
 
-    /// Reads `path`; a missing file is the defaults.
+    /// Reads `path` (a regular file of at most [`MAX_CONFIG_BYTES`]); a
+    /// missing file is the defaults.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        match std::fs::read_to_string(path) {
+        match crate::fsutil::read_to_string_bounded(path, MAX_CONFIG_BYTES) {
             Ok(text) => Config::parse(&text, path),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
-            Err(source) => Err(ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            }),
+            Err(crate::fsutil::FileReadError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(Config::default())
+            }
+            Err(e) => Err(ConfigError::Read(e)),
         }
     }
 
-    /// Checks values that parse but make no sense.
+    /// Every integer key's value, as named in the file (for [`RANGES`]).
+    fn integer_values(&self) -> [(&'static str, &'static str, u64); 14] {
+        let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
+        [
+            (
+                "policy",
+                "sustain_secs",
+                u64::from(self.policy.sustain_secs),
+            ),
+            (
+                "monitor",
+                "min_period_secs",
+                self.monitor.min_period.as_secs(),
+            ),
+            (
+                "monitor",
+                "max_period_secs",
+                self.monitor.max_period.as_secs(),
+            ),
+            (
+                "monitor",
+                "stable_periods",
+                u64::from(self.monitor.stable_periods),
+            ),
+            ("monitor", "max_gap_secs", self.monitor.max_gap.as_secs()),
+            ("history", "days", n(self.history.days)),
+            (
+                "history",
+                "retention_days",
+                u64::from(self.history.retention_days),
+            ),
+            (
+                "history",
+                "compact_every_secs",
+                self.history.compact_every.as_secs(),
+            ),
+            ("guest", "max_mem_mib", self.guest.max_mem_mib),
+            ("guest", "max_runtime_secs", self.guest.max_runtime_secs),
+            ("guest", "max_output_mib", self.guest.max_output_mib),
+            (
+                "net",
+                "request_timeout_secs",
+                self.net.request_timeout.as_secs(),
+            ),
+            ("net", "announce_secs", self.net.announce_interval.as_secs()),
+            ("net", "max_retries", u64::from(self.net.max_retries)),
+        ]
+    }
+
+    /// Checks values that parse but make no sense, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        for (section, key, value) in self.integer_values() {
+            if let Some((_, _, lo, hi)) = RANGES
+                .iter()
+                .find(|(s, k, _, _)| *s == section && *k == key)
+            {
+                if !(*lo..=*hi).contains(&value) {
+                    return Err(ConfigError::Invalid {
+                        section,
+                        key,
+                        why: format!("{value} is outside the allowed range {lo}..={hi}"),
+                    });
+                }
+            }
+        }
         self.thresholds(0).validate()?;
         self.period_policy().validate()?;
-        if self.monitor.max_gap_secs < self.monitor.max_period_secs {
+        if self.monitor.max_gap < self.monitor.max_period {
             return Err(ConfigError::Invalid {
                 section: "monitor",
                 key: "max_gap_secs",
                 why: format!(
                     "{} is shorter than max_period_secs ({}): every pause between samples would count as the node being off",
-                    self.monitor.max_gap_secs, self.monitor.max_period_secs
+                    self.monitor.max_gap.as_secs(), self.monitor.max_period.as_secs()
                 ),
             });
         }
-        if self.history.retention_days == 0 {
-            return Err(ConfigError::Invalid {
+        if let Some(tz) = &self.history.tz {
+            jiff::tz::TimeZone::get(tz).map_err(|e| ConfigError::Invalid {
                 section: "history",
-                key: "retention_days",
-                why: "must be at least 1".into(),
-            });
-        }
-        if self.history.compact_every_secs == 0 {
-            return Err(ConfigError::Invalid {
-                section: "history",
-                key: "compact_every_secs",
-                why: "must be at least 1".into(),
-            });
+                key: "tz",
+                why: format!("{tz:?} is not an IANA time zone: {e}"),
+            })?;
         }
         self.net.validate()?;
         if self.guest.user.trim().is_empty() || self.guest.user == "root" {
@@ -301,8 +402,8 @@ impl Config {
     /// The monitor's adaptive period.
     pub fn period_policy(&self) -> PeriodPolicy {
         PeriodPolicy {
-            min: Duration::from_secs(self.monitor.min_period_secs),
-            max: Duration::from_secs(self.monitor.max_period_secs),
+            min: self.monitor.min_period,
+            max: self.monitor.max_period,
             stable_periods: self.monitor.stable_periods,
             extra_sample_chance: self.monitor.extra_sample_chance,
         }
@@ -314,7 +415,7 @@ impl Config {
         MonitorConfig {
             thresholds: self.thresholds(0),
             period: self.period_policy(),
-            max_gap: Duration::from_secs(self.monitor.max_gap_secs),
+            max_gap: self.monitor.max_gap,
         }
     }
 }
@@ -333,38 +434,95 @@ impl NetSection {
                 format!("{:?}: use 1-64 letters, digits, '.', '_' or '-'", self.pool),
             ));
         }
-        for a in &self.listen {
-            a.parse::<libp2p::Multiaddr>()
-                .map_err(|e| invalid("listen", format!("{a:?}: {e}")))?;
-        }
-        for a in &self.bootstrap {
-            let addr = a
-                .parse::<libp2p::Multiaddr>()
-                .map_err(|e| invalid("bootstrap", format!("{a:?}: {e}")))?;
-            if !matches!(
-                addr.iter().last(),
-                Some(libp2p::multiaddr::Protocol::P2p(_))
-            ) {
+        // Addresses and peer ids are typed: they were checked when parsed.
+        for addr in &self.bootstrap {
+            if !matches!(addr.iter().last(), Some(Protocol::P2p(_))) {
                 return Err(invalid(
                     "bootstrap",
-                    format!("{a:?} does not end in /p2p/<peer id>"),
+                    format!("{:?} does not end in /p2p/<peer id>", addr.to_string()),
                 ));
             }
         }
-        for p in &self.allowlist {
-            p.parse::<libp2p::PeerId>()
-                .map_err(|e| invalid("allowlist", format!("{p:?}: {e}")))?;
-        }
-        if !(1..=600).contains(&self.request_timeout_secs) {
-            return Err(invalid("request_timeout_secs", "must be 1..=600".into()));
-        }
-        if !(1..=3600).contains(&self.announce_secs) {
-            return Err(invalid("announce_secs", "must be 1..=3600".into()));
-        }
-        if self.max_retries > 100 {
-            return Err(invalid("max_retries", "must be at most 100".into()));
-        }
         Ok(())
+    }
+}
+
+/// Durations in the file are whole seconds (keys ending in `_secs`).
+mod secs {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_secs())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_secs)
+    }
+}
+
+/// Optional values that the file spells as an empty string (`host = ""`):
+/// empty means `None`, so files written by earlier versions still parse.
+mod empty_is_none {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::path::PathBuf;
+
+    /// What may be absent: a text or a path.
+    pub trait Text: Sized {
+        fn as_text(&self) -> String;
+        fn from_text(text: String) -> Self;
+    }
+    impl Text for String {
+        fn as_text(&self) -> String {
+            self.clone()
+        }
+        fn from_text(text: String) -> Self {
+            text
+        }
+    }
+    impl Text for PathBuf {
+        fn as_text(&self) -> String {
+            self.display().to_string()
+        }
+        fn from_text(text: String) -> Self {
+            PathBuf::from(text)
+        }
+    }
+
+    pub fn serialize<T: Text, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&v.as_ref().map(Text::as_text).unwrap_or_default())
+    }
+
+    pub fn deserialize<'de, T: Text, D: Deserializer<'de>>(d: D) -> Result<Option<T>, D::Error> {
+        let text = String::deserialize(d)?;
+        Ok((!text.trim().is_empty()).then(|| T::from_text(text)))
+    }
+}
+
+/// Lists of typed values (multiaddrs, peer ids) written as strings.
+mod display_list {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    pub fn serialize<T: Display, S: Serializer>(v: &[T], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(ToString::to_string))
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<Vec<T>, D::Error>
+    where
+        T: FromStr,
+        T::Err: Display,
+        D: Deserializer<'de>,
+    {
+        Vec::<String>::deserialize(d)?
+            .into_iter()
+            .map(|text| {
+                text.parse::<T>()
+                    .map_err(|e| D::Error::custom(format!("{text:?}: {e}")))
+            })
+            .collect()
     }
 }
 
@@ -389,6 +547,12 @@ pub fn defaults_toml(commented: bool) -> String {
         for (key, value) in keys {
             for (_, _, meaning) in KEY_DOCS.iter().filter(|(s, k, _)| s == section && k == key) {
                 out.push_str(&format!("#   {meaning}\n"));
+            }
+            for (_, _, lo, hi) in RANGES
+                .iter()
+                .filter(|(s, k, _, _)| s == section && k == key)
+            {
+                out.push_str(&format!("#   Range: {lo}..={hi}.\n"));
             }
             out.push_str(&format!("{key_prefix}{key} = {value}\n"));
         }

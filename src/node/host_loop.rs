@@ -422,7 +422,13 @@ impl HostLoop {
         // client never races it (an import older than the retention would
         // otherwise survive or vanish depending on which event came first).
         self.compact();
-        let every = Duration::from_secs(self.parts.config.history.compact_every_secs.max(1));
+        // At most a week (validated with the config); checked all the same.
+        let every = self
+            .parts
+            .config
+            .history
+            .compact_every
+            .max(Duration::from_secs(1));
         let first = Instant::now()
             .checked_add(every)
             .unwrap_or_else(Instant::now);

@@ -99,15 +99,15 @@ pub fn store_options(config: &Config) -> StoreOptions {
     StoreOptions {
         host: Some(host_name(config)),
         tz_name: Some(tz_name(config)),
-        step_secs: Some(u32::try_from(config.monitor.max_period_secs).unwrap_or(u32::MAX)),
-        max_gap_secs: Some(config.monitor.max_gap_secs),
+        step_secs: Some(u32::try_from(config.monitor.max_period.as_secs()).unwrap_or(u32::MAX)),
+        max_gap_secs: Some(config.monitor.max_gap.as_secs()),
         ..StoreOptions::default()
     }
 }
 
 fn host_name(config: &Config) -> String {
-    if !config.history.host.is_empty() {
-        return config.history.host.clone();
+    if let Some(host) = &config.history.host {
+        return host.clone();
     }
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
@@ -117,8 +117,8 @@ fn host_name(config: &Config) -> String {
 }
 
 fn tz_name(config: &Config) -> String {
-    if !config.history.tz.is_empty() {
-        return config.history.tz.clone();
+    if let Some(tz) = &config.history.tz {
+        return tz.clone();
     }
     jiff::tz::TimeZone::system()
         .iana_name()

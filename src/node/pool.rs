@@ -14,7 +14,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use libp2p::{Multiaddr, PeerId};
+use libp2p::PeerId;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
@@ -29,41 +29,28 @@ use crate::node::config::{GuestSection, NetSection};
 /// when the config was loaded; the swarm key file is read here.
 pub fn net_config(net: &NetSection) -> Result<NetConfig, BuildError> {
     let mut cfg = NetConfig::lan(&net.pool);
-    let parse = |list: &[String]| -> Result<Vec<Multiaddr>, BuildError> {
-        list.iter()
-            .map(|a| {
-                a.parse()
-                    .map_err(|e| BuildError::Swarm(format!("address {a:?}: {e}")))
-            })
-            .collect()
-    };
-    cfg.listen = parse(&net.listen)?;
-    cfg.bootstrap = parse(&net.bootstrap)?;
+    cfg.listen = net.listen.clone();
+    cfg.bootstrap = net.bootstrap.clone();
     cfg.mdns = net.mdns;
     cfg.kad_server = net.kad_server || net.relay;
     cfg.autonat = net.autonat;
     cfg.relay_server = net.relay;
-    cfg.swarm_key = if net.swarm_key_file.is_empty() {
-        None
-    } else {
-        Some(read_swarm_key(Path::new(&net.swarm_key_file))?)
+    cfg.swarm_key = match &net.swarm_key_file {
+        Some(path) => Some(read_swarm_key(path)?),
+        None => None,
     };
     cfg.allowlist = if net.allowlist.is_empty() {
         None
     } else {
-        Some(
-            net.allowlist
-                .iter()
-                .map(|p| {
-                    p.parse::<PeerId>()
-                        .map_err(|e| BuildError::Swarm(format!("allowlist {p:?}: {e}")))
-                })
-                .collect::<Result<HashSet<_>, _>>()?,
-        )
+        Some(net.allowlist.iter().copied().collect::<HashSet<_>>())
     };
-    cfg.request_timeout = Duration::from_secs(net.request_timeout_secs);
-    cfg.announce_interval = Duration::from_secs(net.announce_secs);
-    cfg.member_ttl = Duration::from_secs(net.announce_secs.saturating_mul(3).saturating_add(5));
+    cfg.request_timeout = net.request_timeout;
+    cfg.announce_interval = net.announce_interval;
+    // announce_interval is at most an hour (validated), so this cannot overflow.
+    cfg.member_ttl = net
+        .announce_interval
+        .saturating_mul(3)
+        .saturating_add(Duration::from_secs(5));
     Ok(cfg)
 }
 

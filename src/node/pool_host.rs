@@ -34,6 +34,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+/// Γ is re-announced when it moves to another step of this many thousandths.
+const POWER_ANNOUNCE_STEP_MILLI: u32 = 50;
+
 /// A request to the pool host.
 #[derive(Debug)]
 pub enum PoolHostCommand {
@@ -110,9 +113,9 @@ pub struct PoolHost {
     jobs_started: u64,
     /// The best benchmark score heard in the pool (ours included).
     best_score: u64,
-    /// What was last announced, to announce only changes (power included, so
-    /// peers never rank us by a stale Γ).
-    announced: Option<LocalStatus>,
+    /// State, slot and power step last announced, to announce only changes
+    /// (power included, so peers never rank us by a stale Γ).
+    announced: Option<(State, bool, u32)>,
 }
 
 impl PoolHost {
@@ -237,13 +240,20 @@ impl PoolHost {
 
     /// Announces on a change of state, slot or power (the network task
     /// re-publishes the last status every announce interval by itself).
+    /// Power counts in steps of 5 %: a change a consumer's ranking would
+    /// notice goes out at once; the owner's load jitter does not.
     fn announce_if_changed(&mut self) {
         let status = self.local_status();
-        if self.announced.as_ref() == Some(&status) {
+        let key = (
+            status.state,
+            status.slot_free,
+            status.relative_power_milli / POWER_ANNOUNCE_STEP_MILLI,
+        );
+        if self.announced == Some(key) {
             return;
         }
-        if self.parts.net.try_announce(status.clone()).is_ok() {
-            self.announced = Some(status);
+        if self.parts.net.try_announce(status).is_ok() {
+            self.announced = Some(key);
         }
     }
 

@@ -117,12 +117,19 @@ pub struct Thresholds {
     pub job_mem_mib: u64,
 }
 
+/// Default Th1 (percent): below it the host is lightly loaded (S1).
+pub const DEFAULT_TH1: f64 = 20.0;
+/// Default Th2 (percent): above it a guest is suspended, killed once sustained.
+pub const DEFAULT_TH2: f64 = 60.0;
+/// Default time (seconds) the load must stay above Th2 before S3.
+pub const DEFAULT_SUSTAIN_SECS: u32 = 60;
+
 impl Default for Thresholds {
     fn default() -> Self {
         Thresholds {
-            th1: 20.0,
-            th2: 60.0,
-            sustain_secs: 60,
+            th1: DEFAULT_TH1,
+            th2: DEFAULT_TH2,
+            sustain_secs: DEFAULT_SUSTAIN_SECS,
             job_mem_mib: 0,
         }
     }
