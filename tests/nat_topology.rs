@@ -20,38 +20,11 @@
 mod nat_support;
 mod node_support;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nat_support::{Nat, Topology, RELAY_IP};
-use node_support::NodeFixture;
+use node_support::{history, NodeFixture, QUIET_HOST};
 use serde_json::Value;
-
-/// Steady owner load for every node: 5 % CPU, 8000 MiB free (S1).
-const QUIET_HOST: &str = "0 5 8000\n";
-
-/// A trace of the last 21 days, one row a minute, in which the owner's load
-/// exceeds Th2 for the first `busy_minutes` of every hour.
-fn history(busy_minutes: u64) -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let end = now - now % 60 - 120;
-    let mut text = String::from(
-        "# gleaner-trace v1\n# host: test\n# tz: UTC\n# step: 60\ntime,cpu,free_mib,up\n",
-    );
-    let mut t = end - 21 * 86_400;
-    while t <= end {
-        let cpu = if (t / 60) % 60 < busy_minutes {
-            95.0
-        } else {
-            5.0
-        };
-        text.push_str(&format!("{t},{cpu},8000,1\n"));
-        t += 60;
-    }
-    text
-}
 
 const MONITOR: &str =
     "[monitor]\nmin_period_secs = 1\nmax_period_secs = 1\nextra_sample_chance = 0.0\n";

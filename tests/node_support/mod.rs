@@ -399,3 +399,30 @@ pub fn wait_until(timeout: Duration, mut pred: impl FnMut() -> bool) -> bool {
 pub fn example_trace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bitbrains-60-3weeks.csv")
 }
+
+/// Steady owner load for every node: 5 % CPU, 8000 MiB free (S1).
+pub const QUIET_HOST: &str = "0 5 8000\n";
+
+/// A trace of the last 21 days, one row a minute, in which the owner's load
+/// exceeds Th2 for the first `busy_minutes` of every hour (S3 once sustained).
+pub fn history(busy_minutes: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let end = now - now % 60 - 120;
+    let mut text = String::from(
+        "# gleaner-trace v1\n# host: test\n# tz: UTC\n# step: 60\ntime,cpu,free_mib,up\n",
+    );
+    let mut t = end - 21 * 86_400;
+    while t <= end {
+        let cpu = if (t / 60) % 60 < busy_minutes {
+            95.0
+        } else {
+            5.0
+        };
+        text.push_str(&format!("{t},{cpu},8000,1\n"));
+        t += 60;
+    }
+    text
+}
