@@ -13,6 +13,7 @@ use gleaner::guest::{
     GuestAction, GuestConfig, GuestEvent, GuestEventKind, GuestSpec, KillCause, Supervisor,
     SystemClock,
 };
+use gleaner::model::ids::JobId;
 use gleaner::monitor::{LoadSource, ProcLoadSource};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -126,8 +127,11 @@ fn the_setsid_escapee_is_gone_at_the_jobs_end() {
     }
     let name = unique("escapee");
     let _guard = KillOnDrop(name.clone());
-    sup.start("escape", spec(&escapee_script(&name), 100))
-        .unwrap();
+    sup.start(
+        &JobId::new("escape").unwrap(),
+        spec(&escapee_script(&name), 100),
+    )
+    .unwrap();
     assert!(
         eventually(Duration::from_secs(5), || !named(&name).is_empty()),
         "the escapee started"
@@ -154,7 +158,9 @@ fn in_s2_the_escapee_gets_no_more_cpu_than_the_guest() {
         "( setsid perl -e '$0=q({name}); 1 while 1' </dev/null >/dev/null 2>&1 & ); \
          while :; do :; done"
     );
-    let handle = sup.start("escape-cpu", spec(&script, 100)).unwrap();
+    let handle = sup
+        .start(&JobId::new("escape-cpu").unwrap(), spec(&script, 100))
+        .unwrap();
     assert!(eventually(Duration::from_secs(5), || !named(&name).is_empty()));
     sup.apply(GuestAction::Renice19).unwrap();
     let escapee = named(&name)[0];
@@ -204,8 +210,11 @@ fn role_node_with_escapee() {
     let dir = PathBuf::from(dir);
     let name = std::fs::read_to_string(dir.join("name")).unwrap();
     let (mut sup, _) = supervisor(GuestConfig::new(dir.join("data")));
-    sup.start("escape-restart", spec(&escapee_script(&name), 100))
-        .unwrap();
+    sup.start(
+        &JobId::new("escape-restart").unwrap(),
+        spec(&escapee_script(&name), 100),
+    )
+    .unwrap();
     std::fs::write(dir.join("started"), "").unwrap();
     std::thread::sleep(Duration::from_secs(60));
 }
@@ -267,7 +276,8 @@ fn a_fork_loop_stops_at_the_process_limit_and_sampling_goes_on() {
     }
     // Bounded, so that a broken limit cannot exhaust a shared machine.
     let script = "i=0; while [ $i -lt 400 ]; do sleep 30 & i=$((i+1)); done; sleep 30";
-    sup.start("forks", spec(script, 100)).unwrap();
+    sup.start(&JobId::new("forks").unwrap(), spec(script, 100))
+        .unwrap();
     let mut source = ProcLoadSource::new().unwrap();
     std::thread::sleep(Duration::from_secs(3));
     let scope = sup.process_scope();
@@ -299,7 +309,8 @@ fn four_500_mib_processes_under_100_mib_are_killed_for_memory() {
     }
     let hog = "perl -e '$x = q(a) x (500 * 1024 * 1024); sleep 20'";
     let script = format!("{hog} & {hog} & {hog} & {hog} & wait; exit 0");
-    sup.start("memory", spec(&script, 100)).unwrap();
+    sup.start(&JobId::new("memory").unwrap(), spec(&script, 100))
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
         if let Some(s) = sup.poll_exit() {
@@ -344,7 +355,10 @@ fn system_v_shared_memory_is_gone_with_the_job() {
     let size: u64 = 67_108_864 + 4096 * 7;
     let before = shm_segments(size);
     let handle = sup
-        .start("shm", spec(&format!("ipcmk -M {size}"), 100))
+        .start(
+            &JobId::new("shm").unwrap(),
+            spec(&format!("ipcmk -M {size}"), 100),
+        )
         .unwrap();
     let status = sup.wait_exit(Duration::from_secs(10)).unwrap();
     eprintln!("ipcmk: {:?}, sandbox {:?}", status.exit, handle.sandbox);

@@ -11,6 +11,7 @@ use gleaner::guest::{
     Clock, ExitInfo, GuestAction, GuestConfig, GuestEvent, GuestEventKind, GuestPhase,
     GuestRunState, GuestSpec, KillCause, Priority, StartError, Stream, Supervisor, SystemClock,
 };
+use gleaner::model::ids::JobId;
 use jiff::Timestamp;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -143,7 +144,7 @@ fn guest_runs_in_its_own_session_and_group_with_a_cleared_environment() {
     let mut fx = Fixture::new();
     let mut s = spec(&["sleep", "30"]);
     s.env.push(("EXTRA".into(), "1".into()));
-    let handle = fx.sup.start("job-1", s).unwrap();
+    let handle = fx.sup.start(&JobId::new("job-1").unwrap(), s).unwrap();
     let stat = read_stat(handle.pid).unwrap();
     assert_eq!(stat.pgrp, handle.pid, "own process group");
     assert_eq!(stat.session, handle.pid, "own session");
@@ -191,13 +192,19 @@ fn a_guest_is_never_root_and_a_second_start_is_refused() {
         let mut as_root = spec(&["true"]);
         as_root.user = Some("root".into());
         assert!(matches!(
-            fx.sup.start("root-job", as_root),
+            fx.sup.start(&JobId::new("root-job").unwrap(), as_root),
             Err(StartError::RootGuest(_))
         ));
     }
-    let first = fx.sup.start("first", spec(&["sleep", "30"])).unwrap();
-    let err = fx.sup.start("second", spec(&["sleep", "30"])).unwrap_err();
-    assert!(matches!(err, StartError::Busy { ref job_id } if job_id == "first"));
+    let first = fx
+        .sup
+        .start(&JobId::new("first").unwrap(), spec(&["sleep", "30"]))
+        .unwrap();
+    let err = fx
+        .sup
+        .start(&JobId::new("second").unwrap(), spec(&["sleep", "30"]))
+        .unwrap_err();
+    assert!(matches!(err, StartError::Busy { ref job_id } if job_id.as_str() == "first"));
     assert!(err.to_string().contains("at most one"), "{err}");
     assert!(alive(first.pid));
 
@@ -207,10 +214,13 @@ fn a_guest_is_never_root_and_a_second_start_is_refused() {
     fx.sup.wait_exit(Duration::from_secs(5)).unwrap();
     // The directory of a finished job is not reused.
     assert!(matches!(
-        fx.sup.start("first", spec(&["true"])),
+        fx.sup.start(&JobId::new("first").unwrap(), spec(&["true"])),
         Err(StartError::JobDir { .. })
     ));
-    assert!(fx.sup.start("third", spec(&["true"])).is_ok());
+    assert!(fx
+        .sup
+        .start(&JobId::new("third").unwrap(), spec(&["true"]))
+        .is_ok());
 }
 
 #[test]
@@ -219,7 +229,7 @@ fn rlimits_are_visible_in_proc_limits() {
     let mut s = spec(&["sleep", "30"]);
     s.mem_mib = 100;
     s.cpu_time_limit = Duration::from_secs(7);
-    let handle = fx.sup.start("limits", s).unwrap();
+    let handle = fx.sup.start(&JobId::new("limits").unwrap(), s).unwrap();
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", handle.pid)).unwrap();
     let row = |name: &str| -> Vec<String> {
         let line = limits.lines().find(|l| l.starts_with(name)).unwrap();
@@ -246,7 +256,7 @@ fn output_is_captured_and_truncated_at_the_cap() {
     let mut fx = Fixture::new();
     let mut s = sh("echo hello >&2; head -c 100000 /dev/zero");
     s.max_output_bytes = 1000;
-    let handle = fx.sup.start("output", s).unwrap();
+    let handle = fx.sup.start(&JobId::new("output").unwrap(), s).unwrap();
     let status = fx.sup.wait_exit(Duration::from_secs(10)).unwrap();
     assert_eq!(status.exit, Some(ExitInfo::Code(0)));
     let mut reports = None;
@@ -283,7 +293,10 @@ fn output_is_captured_and_truncated_at_the_cap() {
 #[test]
 fn suspend_stops_the_group_and_resume_runs_it_again() {
     let mut fx = Fixture::new();
-    let handle = fx.sup.start("stop", sh(BUSY)).unwrap();
+    let handle = fx
+        .sup
+        .start(&JobId::new("stop").unwrap(), sh(BUSY))
+        .unwrap();
     let pid = handle.pid;
     fx.sup.apply(GuestAction::Suspend).unwrap();
     assert!(eventually(Duration::from_secs(2), || read_stat(pid)
@@ -316,7 +329,10 @@ fn kill_for_s3_kills_the_whole_group_and_records_the_cause() {
     // sh -> sh -> sleep: the sleep is a grandchild of the guest.
     let handle = fx
         .sup
-        .start("kill", sh("sh -c 'sleep 60; true' & sleep 60; wait"))
+        .start(
+            &JobId::new("kill").unwrap(),
+            sh("sh -c 'sleep 60; true' & sleep 60; wait"),
+        )
         .unwrap();
     let mut tree = Vec::new();
     assert!(
@@ -355,7 +371,7 @@ fn the_wall_limit_kills_the_guest() {
     let mut fx = Fixture::with_clock(clock.clone());
     let mut s = spec(&["sleep", "60"]);
     s.wall_limit = Duration::from_secs(30);
-    fx.sup.start("wall", s).unwrap();
+    fx.sup.start(&JobId::new("wall").unwrap(), s).unwrap();
     clock.advance(Duration::from_secs(29));
     assert!(fx.sup.poll_exit().is_none());
     clock.advance(Duration::from_secs(1));
@@ -379,13 +395,18 @@ fn guest_without_network_cannot_connect_to_a_local_listener() {
     // Control: with network allowed the same command connects.
     let mut open = spec(&["bash", "-c", &connect]);
     open.allow_network = true;
-    fx.sup.start("net-open", open).unwrap();
+    fx.sup
+        .start(&JobId::new("net-open").unwrap(), open)
+        .unwrap();
     let status = fx.sup.wait_exit(Duration::from_secs(10)).unwrap();
     assert_eq!(status.exit, Some(ExitInfo::Code(0)), "control connects");
 
     let handle = fx
         .sup
-        .start("net-closed", spec(&["bash", "-c", &connect]))
+        .start(
+            &JobId::new("net-closed").unwrap(),
+            spec(&["bash", "-c", &connect]),
+        )
         .unwrap();
     if !handle.sandbox.network_blocked {
         // Skip only where the kernel really refuses a user+net namespace to
@@ -434,7 +455,10 @@ fn landlock_confines_writes_to_the_work_dir() {
         "echo inside > inside.txt || exit 3; echo out > '{}' && exit 4; echo x > /dev/null || exit 5; exit 0",
         target.display()
     );
-    let handle = fx.sup.start("landlock", sh(&script)).unwrap();
+    let handle = fx
+        .sup
+        .start(&JobId::new("landlock").unwrap(), sh(&script))
+        .unwrap();
     let status = fx.sup.wait_exit(Duration::from_secs(10)).unwrap();
     if !handle.sandbox.landlock {
         // landlock_create_ruleset(NULL, 0, VERSION) answers the ABI, or fails
@@ -470,7 +494,7 @@ fn renice19_sets_every_thread_and_the_autogroup_and_runnormal_undoes_it() {
             .collect::<Vec<_>>(),
     );
     s.env.push((ROLE_VAR.into(), "threads".into()));
-    let handle = match fx.sup.start("threads", s) {
+    let handle = match fx.sup.start(&JobId::new("threads").unwrap(), s) {
         Ok(h) => h,
         Err(e) => {
             eprintln!("SKIP renice of threads: cannot run the test binary as a guest: {e}");
@@ -553,7 +577,9 @@ fn role_node() {
     };
     let dir = PathBuf::from(dir);
     let (mut sup, _events) = supervisor_in(&dir, Arc::new(SystemClock));
-    let handle = sup.start("orphan", spec(&["sleep", "60"])).unwrap();
+    let handle = sup
+        .start(&JobId::new("orphan").unwrap(), spec(&["sleep", "60"]))
+        .unwrap();
     std::fs::write(dir.join("guest-pid.tmp"), handle.pid.to_string()).unwrap();
     std::fs::rename(dir.join("guest-pid.tmp"), dir.join("guest-pid")).unwrap();
     std::thread::sleep(Duration::from_secs(60));
@@ -661,7 +687,10 @@ fn renice19_drops_the_guest_below_a_tenth_of_a_shared_core() {
     let mut hog = Command::new("sh").args(["-c", BUSY]).spawn().unwrap();
     let hog_pid = hog.id() as i32;
     let mut fx = Fixture::new();
-    let handle = fx.sup.start("share", sh(BUSY)).unwrap();
+    let handle = fx
+        .sup
+        .start(&JobId::new("share").unwrap(), sh(BUSY))
+        .unwrap();
     pin_to_cpu0(hog_pid).unwrap();
     pin_to_cpu0(handle.pid).unwrap();
     fx.sup.apply(GuestAction::RunNormal).unwrap();
@@ -721,7 +750,9 @@ fn role_unprivileged_node() {
     nix::unistd::setgid(nix::unistd::Gid::from_raw(65534)).unwrap();
     nix::unistd::setuid(nix::unistd::Uid::from_raw(65534)).unwrap();
     let (mut sup, events) = supervisor_in(&dir.join("data"), Arc::new(SystemClock));
-    let handle = sup.start("unprivileged", spec(&["sleep", "30"])).unwrap();
+    let handle = sup
+        .start(&JobId::new("unprivileged").unwrap(), spec(&["sleep", "30"]))
+        .unwrap();
     sup.apply(GuestAction::RunNormal).unwrap();
     let status = sup.status().unwrap();
     let report = serde_json::json!({

@@ -2,6 +2,7 @@
 //! DHT and by gossip, reliability queries, hostile frames, timeouts, private pools and
 //! the consumer allowlist. mDNS is off; nodes bootstrap from each other's listen addresses.
 
+use gleaner::model::ids::PoolName;
 use std::collections::HashSet;
 use std::io::Write;
 use std::net::TcpStream;
@@ -47,7 +48,7 @@ impl Drop for Node {
 }
 
 fn config(pool: &str) -> NetConfig {
-    let mut cfg = NetConfig::loopback(pool);
+    let mut cfg = NetConfig::loopback(&PoolName::new(pool).unwrap());
     cfg.announce_interval = Duration::from_millis(300);
     cfg.request_timeout = Duration::from_secs(5);
     cfg
@@ -380,11 +381,11 @@ async fn reliability_query_latency() {
 /// client, Kademlia client mode) build, connect and serve queries, here on loopback.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_and_public_presets_run_and_serve() {
-    let mut relay_cfg = NetConfig::relay("public-pool", 0);
-    relay_cfg.listen = NetConfig::loopback("public-pool").listen;
+    let mut relay_cfg = NetConfig::relay(&public_pool(), 0);
+    relay_cfg.listen = NetConfig::loopback(&public_pool()).listen;
     let relay = spawn_node(relay_cfg, Serve::Answer).await;
-    let mut public_cfg = NetConfig::public("public-pool", vec![relay.addr.clone()]);
-    public_cfg.listen = NetConfig::loopback("public-pool").listen;
+    let mut public_cfg = NetConfig::public(&public_pool(), vec![relay.addr.clone()]);
+    public_cfg.listen = NetConfig::loopback(&public_pool()).listen;
     let member = spawn_node(public_cfg, Serve::Answer).await;
     // Wait until both sides have the connection: the listener finishes its upgrade a
     // moment after the dialer, and the relay has no address of the member otherwise.
@@ -409,8 +410,8 @@ async fn relay_and_public_presets_run_and_serve() {
 
     // The member listens through the relay: a third peer reaches it over a circuit
     // (on loopback it could dial directly; the circuit address forces the relay path).
-    let mut other_cfg = NetConfig::public("public-pool", vec![relay.addr.clone()]);
-    other_cfg.listen = NetConfig::loopback("public-pool").listen;
+    let mut other_cfg = NetConfig::public(&public_pool(), vec![relay.addr.clone()]);
+    other_cfg.listen = NetConfig::loopback(&public_pool()).listen;
     other_cfg.autonat = false;
     let other = spawn_node(other_cfg, Serve::Answer).await;
     let circuit = relay
@@ -434,4 +435,8 @@ async fn relay_and_public_presets_run_and_serve() {
         .await
         .unwrap();
     assert_eq!(got, answer_for(&query(60)));
+}
+
+fn public_pool() -> PoolName {
+    PoolName::new("public-pool").unwrap()
 }

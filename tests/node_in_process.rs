@@ -10,6 +10,7 @@ use gleaner::clock::{Clock, TokioClock};
 use gleaner::control::server::ControlSocket;
 use gleaner::guest::{GuestEvent, GuestEventKind, KillCause};
 use gleaner::history::store::{HistoryStore, StoreOptions};
+use gleaner::model::ids::JobId;
 use gleaner::model::state::State;
 use gleaner::monitor::OwnerLoadReplay;
 use gleaner::node::config::Config;
@@ -222,7 +223,7 @@ async fn a_restart_after_a_gap_records_the_time_off_as_s5() {
 }
 
 /// Starts `sleep 100000` as a local guest declaring `mem_mib`.
-async fn start_sleeper(host: &HostHandle, mem_mib: u64) -> String {
+async fn start_sleeper(host: &HostHandle, mem_mib: u64) -> JobId {
     host.start_guest(GuestStart {
         origin: GuestOrigin::Local,
         job_id: None,
@@ -247,7 +248,7 @@ async fn a_sustained_owner_load_kills_the_guest_for_cpu_contention() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let mut events = node.host.subscribe_events();
     let job = start_sleeper(&node.host, 100).await;
-    let cause = guest_end(&mut events, &job).await;
+    let cause = guest_end(&mut events, job.as_str()).await;
     assert_eq!(cause, Some(Some(KillCause::CpuContention)));
     // Killed only after the spike had lasted the sustain time.
     let ended_at = clock.unix_secs();
@@ -263,7 +264,7 @@ async fn memory_below_the_guests_working_set_kills_it_for_memory() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let mut events = node.host.subscribe_events();
     let job = start_sleeper(&node.host, 500).await;
-    let cause = guest_end(&mut events, &job).await;
+    let cause = guest_end(&mut events, job.as_str()).await;
     assert_eq!(cause, Some(Some(KillCause::MemoryShortage)));
     assert!(clock.unix_secs() >= START + 30);
     node.stop().await;
@@ -281,7 +282,7 @@ async fn a_short_spike_suspends_the_guest_and_it_runs_on() {
     let mut seen = Vec::new();
     let collect = async {
         while let Ok(e) = events.recv().await {
-            if e.job_id == job {
+            if e.job_id == job.as_str() {
                 let resumed = matches!(e.kind, GuestEventKind::Resumed);
                 seen.push(e.kind);
                 if resumed {

@@ -8,6 +8,7 @@
 //! clock; the model below it does neither.
 
 pub mod args;
+pub mod batch;
 pub mod control;
 pub mod eval;
 pub mod node;
@@ -128,6 +129,8 @@ pub enum Command {
     Hosts(pool::HostsArgs),
     /// Run a job on the pool's most reliable host; exits with the job's status.
     Submit(pool::SubmitArgs),
+    /// Many tasks from one submission: submit, status, wait, list, cancel, results.
+    Batch(batch::BatchArgs),
     /// Make the pre-shared key of a private pool.
     SwarmKey(pool::SwarmKeyArgs),
     /// Print a shell completion script (e.g. `gleaner completions bash > /etc/bash_completion.d/gleaner`).
@@ -198,6 +201,7 @@ impl Command {
             Command::Trace(a) => a.out.json,
             Command::Hosts(a) => a.out.json,
             Command::Submit(a) => a.out.json,
+            Command::Batch(a) => a.out.json,
             Command::Eval(_) | Command::SwarmKey(_) | Command::Completions(_) | Command::Man => {
                 false
             }
@@ -229,6 +233,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Eval(args) => eval::run(&args, global.json),
         Command::Hosts(args) => pool::hosts(&args, &global),
         Command::Submit(args) => pool::submit(&args, &global),
+        Command::Batch(args) => batch::run(&args, &global),
         Command::SwarmKey(args) => pool::swarm_key(&args),
         Command::Completions(args) => completions(&args),
         Command::Man => man(),

@@ -6,6 +6,7 @@
 
 use crate::cli::output::{print_json, print_text};
 use crate::cli::{Global, Resolved};
+use crate::model::ids::PoolName;
 use crate::node::config::{defaults_toml, Config};
 use crate::node::Ready;
 use clap::Args;
@@ -20,7 +21,7 @@ use std::path::PathBuf;
 pub struct NodeArgs {
     /// Pool to join ([net] pool).
     #[arg(long, value_name = "NAME", env = "GLEANER_POOL")]
-    pub pool: Option<String>,
+    pub pool: Option<PoolName>,
     /// Listen on this multiaddr instead of [net] listen (repeatable), e.g. /ip4/127.0.0.1/tcp/0.
     #[arg(
         long,

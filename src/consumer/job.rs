@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use crate::consumer::rank::rank;
 use crate::consumer::survey::{survey, HostReport, SurveyQuery};
 use crate::consumer::{HostJobEvent, Inbox};
+use crate::model::ids::JobId;
 use crate::net::protocol::{
     InputFile, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, OUTPUT_CHUNK_MAX,
 };
@@ -58,7 +59,7 @@ pub enum SubmitLine {
     Submitted {
         attempt: u32,
         host: String,
-        job_id: String,
+        job_id: JobId,
         tr: Option<f64>,
     },
     /// The host reported an event.
@@ -203,9 +204,20 @@ pub async fn run_job<P: JobPool>(
         if lines.send(line).await.is_err() {
             return;
         }
-        let job_id = format!("{base_id}-{attempt}");
+        let job_id = match JobId::new(format!("{base_id}-{attempt}")) {
+            Ok(id) => id,
+            Err(e) => {
+                let _ = lines
+                    .send(SubmitLine::Failed {
+                        reason: e.to_string(),
+                        attempts: attempts_made,
+                    })
+                    .await;
+                return;
+            }
+        };
         let submit = JobSubmit {
-            job_id: job_id.clone(),
+            job_id: job_id.to_string(),
             argv: request.argv.clone(),
             env: request.env.clone(),
             inputs: inputs.clone(),
@@ -215,7 +227,7 @@ pub async fn run_job<P: JobPool>(
             wall_time_limit_secs: request.wall_limit_secs,
         };
         let Some((host, report, registration)) =
-            place(pool, inbox, &ranked, &submit, &mut tried, &lines).await
+            place(pool, inbox, &ranked, &job_id, &submit, &mut tried, &lines).await
         else {
             let reason = if hosts.is_empty() {
                 "no pool member answered; is the node connected to a pool? (`gleaner hosts`)"
@@ -300,6 +312,7 @@ async fn place<P: JobPool>(
     pool: &P,
     inbox: &Inbox,
     ranked: &[HostReport],
+    job_id: &JobId,
     submit: &JobSubmit,
     tried: &mut HashSet<String>,
     lines: &mpsc::Sender<SubmitLine>,
@@ -308,7 +321,7 @@ async fn place<P: JobPool>(
         let Ok(host) = report.peer.parse::<PeerId>() else {
             continue;
         };
-        let registration = inbox.register(host, &submit.job_id);
+        let registration = inbox.register(host, job_id);
         let answer = pool.request(host, JobRequest::Submit(submit.clone())).await;
         let reason = match answer {
             Ok(JobResponse::Accepted) => return Some((host, report.clone(), registration)),
@@ -331,7 +344,7 @@ async fn place<P: JobPool>(
 async fn follow<P: JobPool>(
     pool: &P,
     host: PeerId,
-    job_id: &str,
+    job_id: &JobId,
     mut registration: crate::consumer::Registration,
     settings: JobSettings,
     limit: Duration,
@@ -428,7 +441,7 @@ async fn report_event(
 async fn fetch_outputs<P: JobPool>(
     pool: &P,
     host: PeerId,
-    job_id: &str,
+    job_id: &JobId,
     outputs: &[String],
     settings: JobSettings,
     lines: &mpsc::Sender<SubmitLine>,
@@ -457,7 +470,7 @@ async fn fetch_outputs<P: JobPool>(
 async fn fetch_one<P: JobPool>(
     pool: &P,
     host: PeerId,
-    job_id: &str,
+    job_id: &JobId,
     label: &str,
     name: OutputName,
     settings: JobSettings,
@@ -617,7 +630,9 @@ mod tests {
                         total_len: data.len() as u64,
                     })
                 }
-                JobRequest::Event { .. } => Ok(JobResponse::NotFound),
+                JobRequest::Event { .. } | JobRequest::Query { .. } | JobRequest::Cancel { .. } => {
+                    Ok(JobResponse::NotFound)
+                }
             }
         }
     }

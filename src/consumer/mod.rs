@@ -14,6 +14,7 @@
 //! tests, any [`job::JobPool`]); it does not know sockets, HTTP or the Swarm,
 //! and reads time only through the node's [`Clock`].
 
+pub mod batch;
 pub mod job;
 pub mod rank;
 pub mod survey;
@@ -21,14 +22,17 @@ pub mod survey;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use crate::model::ids::{BatchId, JobId};
 use libp2p::PeerId;
-use tokio::sync::{mpsc, oneshot};
+use std::path::PathBuf;
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
 use crate::net::protocol::JobEventKind;
 use crate::net::{NetError, NetHandle};
+use batch::{BatchError, BatchQueue, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
 use job::{run_job, JobSettings, SubmitLine, SubmitRequest};
 use survey::{HostReport, SurveyQuery};
 
@@ -41,6 +45,8 @@ pub enum ConsumerError {
     Pool(String),
     #[error("the node is shutting down")]
     Unavailable,
+    #[error(transparent)]
+    Batch(#[from] BatchError),
 }
 
 impl From<NetError> for ConsumerError {
@@ -81,6 +87,31 @@ pub enum ConsumerCommand {
         request: SubmitRequest,
         lines: mpsc::Sender<SubmitLine>,
         reply: oneshot::Sender<Result<(), ConsumerError>>,
+    },
+    /// Queue a batch.
+    SubmitBatch {
+        batch: Box<NewBatch>,
+        reply: oneshot::Sender<Result<BatchId, ConsumerError>>,
+    },
+    /// Every batch on this node.
+    Batches {
+        reply: oneshot::Sender<Vec<BatchView>>,
+    },
+    /// One batch.
+    Batch {
+        id: BatchId,
+        reply: oneshot::Sender<Result<BatchView, ConsumerError>>,
+    },
+    /// Cancel a batch's tasks that have not ended.
+    CancelBatch {
+        id: BatchId,
+        reply: oneshot::Sender<Result<Counts, ConsumerError>>,
+    },
+    /// Task events from now on, and the batch as it stands (so a waiter
+    /// misses nothing between the two).
+    WatchBatch {
+        id: BatchId,
+        reply: oneshot::Sender<Result<(BatchView, broadcast::Receiver<TaskEvent>), ConsumerError>>,
     },
     /// A host reported an event of a job we submitted; `reply` says whether
     /// a submission waits for it.
@@ -125,6 +156,48 @@ impl ConsumerHandle {
         rx.await.map_err(|_| ConsumerError::Unavailable)?
     }
 
+    async fn ask<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<T>) -> ConsumerCommand,
+    ) -> Result<T, ConsumerError> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(command(reply))
+            .await
+            .map_err(|_| ConsumerError::Unavailable)?;
+        rx.await.map_err(|_| ConsumerError::Unavailable)
+    }
+
+    pub async fn submit_batch(&self, batch: NewBatch) -> Result<BatchId, ConsumerError> {
+        self.ask(|reply| ConsumerCommand::SubmitBatch {
+            batch: Box::new(batch),
+            reply,
+        })
+        .await?
+    }
+
+    pub async fn batches(&self) -> Result<Vec<BatchView>, ConsumerError> {
+        self.ask(|reply| ConsumerCommand::Batches { reply }).await
+    }
+
+    pub async fn batch(&self, id: BatchId) -> Result<BatchView, ConsumerError> {
+        self.ask(|reply| ConsumerCommand::Batch { id, reply })
+            .await?
+    }
+
+    pub async fn cancel_batch(&self, id: BatchId) -> Result<Counts, ConsumerError> {
+        self.ask(|reply| ConsumerCommand::CancelBatch { id, reply })
+            .await?
+    }
+
+    pub async fn watch_batch(
+        &self,
+        id: BatchId,
+    ) -> Result<(BatchView, broadcast::Receiver<TaskEvent>), ConsumerError> {
+        self.ask(|reply| ConsumerCommand::WatchBatch { id, reply })
+            .await?
+    }
+
     /// Hands a host's job event to the submission waiting for it.
     pub async fn deliver(&self, host: PeerId, job_id: String, event: HostJobEvent) -> bool {
         let (reply, rx) = oneshot::channel();
@@ -142,11 +215,13 @@ impl ConsumerHandle {
 }
 
 /// What a submission takes from the node's config.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ConsumerSettings {
     pub max_retries: u32,
     /// Largest output brought back, bytes.
     pub max_output_bytes: u64,
+    /// Where the batch queue keeps its store and results.
+    pub batch_dir: PathBuf,
 }
 
 /// The consumer actor.
@@ -162,6 +237,8 @@ pub struct Consumer {
     /// uniquely (no randomness needed).
     submitted: u64,
     started_ms: i64,
+    queue: BatchQueue<NetHandle>,
+    queue_msgs: mpsc::UnboundedReceiver<QueueMsg>,
 }
 
 impl Consumer {
@@ -171,36 +248,81 @@ impl Consumer {
         settings: ConsumerSettings,
         tracker: TaskTracker,
         shutdown: CancellationToken,
-    ) -> (Consumer, ConsumerHandle) {
+    ) -> Result<(Consumer, ConsumerHandle), ConsumerError> {
         let (tx, commands) = mpsc::channel(32);
         let started_ms = clock.now().as_millisecond();
-        (
+        let inbox = Inbox::default();
+        let (queue, queue_msgs) = BatchQueue::open(
+            net.clone(),
+            inbox.clone(),
+            &settings.batch_dir,
+            clock.clone(),
+            JobSettings {
+                max_retries: settings.max_retries,
+                max_output_bytes: settings.max_output_bytes,
+                ..JobSettings::default()
+            },
+            tracker.clone(),
+            shutdown.clone(),
+        )?;
+        Ok((
             Consumer {
                 net,
                 clock,
                 settings,
                 tracker,
                 shutdown,
-                inbox: Inbox::default(),
+                inbox,
                 commands,
                 submitted: 0,
                 started_ms,
+                queue,
+                queue_msgs,
             },
             ConsumerHandle { commands: tx },
-        )
+        ))
     }
 
     /// Serves commands until shutdown or until every handle is gone.
     pub async fn run(mut self) {
+        let mut tick = tokio::time::interval(batch::queue::TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
+            if self.queue.wants_survey() {
+                self.queue.start_survey();
+            }
             let command = tokio::select! {
                 _ = self.shutdown.cancelled() => return,
+                msg = self.queue_msgs.recv() => {
+                    if let Some(msg) = msg {
+                        self.queue.on_msg(msg);
+                    }
+                    continue;
+                }
+                _ = tick.tick() => continue,
                 c = self.commands.recv() => match c {
                     Some(c) => c,
                     None => return,
                 },
             };
             match command {
+                ConsumerCommand::SubmitBatch { batch, reply } => {
+                    let _ = reply.send(self.queue.submit(*batch).map_err(Into::into));
+                }
+                ConsumerCommand::Batches { reply } => {
+                    let _ = reply.send(self.queue.list());
+                }
+                ConsumerCommand::Batch { id, reply } => {
+                    let _ = reply.send(self.queue.view(id).map_err(Into::into));
+                }
+                ConsumerCommand::CancelBatch { id, reply } => {
+                    let _ = reply.send(self.queue.cancel(id).map_err(Into::into));
+                }
+                ConsumerCommand::WatchBatch { id, reply } => {
+                    let events = self.queue.subscribe();
+                    let answer = self.queue.view(id).map(|v| (v, events));
+                    let _ = reply.send(answer.map_err(Into::into));
+                }
                 ConsumerCommand::Hosts { query, reply } => self.hosts(query, reply),
                 ConsumerCommand::Submit {
                     request,
@@ -313,7 +435,7 @@ pub struct HostJobEvent {
     pub kind: JobEventKind,
 }
 
-type Key = (PeerId, String);
+type Key = (PeerId, JobId);
 
 /// Where job events from hosts wait for the consumer task that submitted the
 /// job. Shared by the consumer actor (which delivers) and the submit tasks
@@ -343,9 +465,9 @@ impl Drop for Registration {
 
 impl Inbox {
     /// Starts waiting for events of `job_id` from `host`.
-    pub fn register(&self, host: PeerId, job_id: &str) -> Registration {
+    pub fn register(&self, host: PeerId, job_id: &JobId) -> Registration {
         let (tx, events) = mpsc::unbounded_channel();
-        let key = (host, job_id.to_string());
+        let key = (host, job_id.clone());
         if let Ok(mut map) = self.waiting.lock() {
             map.insert(key.clone(), tx);
         }
@@ -359,10 +481,14 @@ impl Inbox {
     /// Hands an event to the job waiting for it. Returns false when nobody
     /// waits for this job from this peer (the host then gets `NotFound`).
     pub fn deliver(&self, from: PeerId, job_id: &str, event: HostJobEvent) -> bool {
+        // An id we would never have made cannot be waited for.
+        let Ok(job_id) = JobId::new(job_id) else {
+            return false;
+        };
         let Ok(map) = self.waiting.lock() else {
             return false;
         };
-        match map.get(&(from, job_id.to_string())) {
+        match map.get(&(from, job_id)) {
             Some(tx) => tx.send(event).is_ok(),
             None => false,
         }
@@ -378,7 +504,7 @@ mod tests {
         let inbox = Inbox::default();
         let host = PeerId::random();
         let stranger = PeerId::random();
-        let mut reg = inbox.register(host, "j1");
+        let mut reg = inbox.register(host, &JobId::new("j1").unwrap());
         let ev = HostJobEvent {
             seq: 0,
             time_unix: 1,

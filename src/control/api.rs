@@ -3,6 +3,7 @@
 //! cannot drift apart. This module knows nothing about HTTP or the node.
 
 use crate::guest::{ExitInfo, GuestEvent, KillCause, SandboxReport};
+use crate::model::ids::{BatchId, JobId};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -84,7 +85,7 @@ pub struct StatusReport {
 /// The guest as `status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GuestReport {
-    pub job_id: String,
+    pub job_id: JobId,
     pub pid: i32,
     /// "running", "stopped" or "exited".
     pub phase: String,
@@ -123,7 +124,7 @@ pub struct PauseReport {
     pub changed: bool,
     pub until: Option<i64>,
     /// The job the pause killed, if one ran.
-    pub killed_job: Option<String>,
+    pub killed_job: Option<JobId>,
 }
 
 /// `POST /v1/predict`.
@@ -159,7 +160,7 @@ pub struct RunLocalRequest {
 /// What the node started for a `run-local`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunStarted {
-    pub job_id: String,
+    pub job_id: JobId,
     pub pid: i32,
     pub dir: PathBuf,
     pub sandbox: SandboxReport,
@@ -219,6 +220,12 @@ impl ApiError {
             message: message.into(),
         }
     }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError {
+            status: 404,
+            message: message.into(),
+        }
+    }
     pub fn internal(message: impl Into<String>) -> Self {
         ApiError {
             status: 500,
@@ -240,4 +247,127 @@ pub fn shell_code(exit: Option<ExitInfo>) -> i32 {
         Some(ExitInfo::Signal(s)) => 128 + s,
         None => 1,
     }
+}
+
+/// `POST /v1/batches`: a new batch. Paths are absolute (the client resolves
+/// them against its working directory).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchSubmitRequest {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The command template (`{}` and `{column}` are filled per task).
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+    #[serde(default)]
+    pub inputs: Vec<BatchInput>,
+    #[serde(default)]
+    pub outputs: Vec<String>,
+    /// Where each task's results are copied as it lands (`DIR/<task>/`).
+    #[serde(default)]
+    pub output_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub mem_mib: u64,
+    pub runtime_secs: u64,
+    pub limit_secs: u64,
+    /// `--range A..B`: one task per integer, B excluded.
+    #[serde(default)]
+    pub range: Option<(i64, i64)>,
+    /// `--params FILE.csv`, parsed by the client.
+    #[serde(default)]
+    pub params: Option<ParamsTable>,
+    #[serde(default)]
+    pub max_running: Option<u32>,
+}
+
+/// One `--input LOCAL[=REMOTE]`; both may hold placeholders.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchInput {
+    pub local: PathBuf,
+    pub remote: String,
+}
+
+/// A params file: the header's columns and one row per task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParamsTable {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+/// The answer to `POST /v1/batches`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchCreated {
+    pub id: BatchId,
+    pub tasks: u32,
+}
+
+/// Tasks by state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskCounts {
+    pub queued: u32,
+    pub running: u32,
+    pub done: u32,
+    pub failed: u32,
+    pub cancelled: u32,
+}
+
+/// One task as `batch status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskReport {
+    pub task: u32,
+    /// queued, running, done, failed or cancelled.
+    pub state: String,
+    pub host: Option<String>,
+    pub attempts: u32,
+    pub exit_status: Option<i32>,
+    pub started_unix: Option<i64>,
+    pub ended_unix: Option<i64>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `GET /v1/batches/{id}`; without `tasks` in `batch list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchReport {
+    pub id: BatchId,
+    pub name: Option<String>,
+    pub created_unix: i64,
+    pub counts: TaskCounts,
+    #[serde(default)]
+    pub tasks: Vec<TaskReport>,
+    pub eta_unix: Option<i64>,
+    /// The node's copy of the results.
+    pub results_dir: PathBuf,
+    pub output_dir: Option<PathBuf>,
+    pub cancelled: bool,
+}
+
+/// One line of `POST /v1/batches/{id}/wait`: task events, then the batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum BatchLine {
+    /// A task changed state.
+    Task {
+        batch: BatchId,
+        #[serde(flatten)]
+        task: TaskReport,
+    },
+    /// The batch has ended (or, with `follow: false`, as it stands).
+    Batch(BatchReport),
+}
+
+/// `POST /v1/batches/{id}/results`: copy what landed into `out`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchResultsRequest {
+    pub out: PathBuf,
+}
+
+/// The answer to `POST /v1/batches/{id}/results`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchResultsCopied {
+    /// Tasks whose results were copied.
+    pub tasks: u32,
+    pub out: PathBuf,
 }

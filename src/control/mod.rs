@@ -13,5 +13,6 @@
 //! piece of code facing input.
 
 pub mod api;
+pub mod batches;
 pub mod client;
 pub mod server;

@@ -13,9 +13,11 @@ use super::api::{
     PauseRequest, PredictQuery, RunLocalRequest, RunStarted, StatusReport, StreamLine, SubmitLine,
     SubmitRequest, TrReport, PREFIX,
 };
+use crate::consumer::batch::BatchError;
 use crate::consumer::{ConsumerError, ConsumerHandle};
 use crate::guest::{GuestEvent, GuestEventKind, GuestPhase};
 use crate::model::baselines::MethodId;
+use crate::model::ids::PoolName;
 use crate::node::host_loop::{
     GuestJob, GuestOrigin, GuestStart, HostError, HostHandle, HostStatus, PauseOutcome,
 };
@@ -42,7 +44,7 @@ pub struct ControlHandles {
     /// The consumer, when the node is in a pool (`hosts` and `submit` need it).
     pub consumer: Option<ConsumerHandle>,
     /// The pool's name and our peer id, when in a pool.
-    pub pool: Option<String>,
+    pub pool: Option<PoolName>,
     pub peer_id: Option<String>,
     /// The network task, for its reachability snapshot.
     pub net: Option<crate::net::NetHandle>,
@@ -76,6 +78,9 @@ impl From<ConsumerError> for ApiError {
             ConsumerError::EmptyCommand => ApiError::bad_request(message),
             ConsumerError::Pool(_) => ApiError::internal(message),
             ConsumerError::Unavailable => ApiError::unavailable(),
+            ConsumerError::Batch(BatchError::UnknownBatch(_)) => ApiError::not_found(message),
+            ConsumerError::Batch(BatchError::Store(_)) => ApiError::internal(message),
+            ConsumerError::Batch(_) => ApiError::bad_request(message),
         }
     }
 }
@@ -154,6 +159,7 @@ pub fn router(handle: ControlHandles) -> Router {
             &format!("{PREFIX}/history/import"),
             post(import).layer(DefaultBodyLimit::max(MAX_IMPORT_BYTES)),
         )
+        .merge(crate::control::batches::routes())
         .with_state(handle)
 }
 
@@ -394,7 +400,7 @@ async fn stream_job(
         }
         tokio::select! {
             event = events.recv() => match event {
-                Ok(e) if e.job_id == job_id => {
+                Ok(e) if e.job_id == job_id.as_str() => {
                     if let GuestEventKind::Exited { exit, cause } = e.kind {
                         ended = Some(StreamLine::Exit { code: shell_code(Some(exit)), exit: Some(exit), cause });
                     }
@@ -463,7 +469,7 @@ impl Tail {
     }
 }
 
-fn consumer_of(h: &ControlHandles) -> Result<ConsumerHandle, ApiError> {
+pub(crate) fn consumer_of(h: &ControlHandles) -> Result<ConsumerHandle, ApiError> {
     h.consumer.clone().ok_or_else(|| {
         ApiError::conflict("this node is not in a pool ([net] enabled = false or --no-net)")
     })
@@ -482,7 +488,7 @@ async fn hosts(State(h): State<ControlHandles>, Json(query): Json<HostsQuery>) -
     };
     match consumer.hosts(query).await {
         Ok(view) => Json(HostsReport {
-            pool: h.pool.clone().unwrap_or_default(),
+            pool: h.pool.as_ref().map(ToString::to_string).unwrap_or_default(),
             peer_id: view.our_peer_id.to_base58(),
             window_start_unix: view.query.window_start_unix,
             window_secs: view.query.window_secs,

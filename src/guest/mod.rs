@@ -29,6 +29,7 @@ pub use event::{
     Clock, EventSink, ExitInfo, GuestEvent, GuestEventKind, SandboxReport, SystemClock,
 };
 
+use crate::model::ids::JobId;
 use capture::Capture;
 use containment::{Containment, ContainmentReport, GroupLimits, JobGroup};
 use jiff::Timestamp;
@@ -140,7 +141,7 @@ pub fn safe_relative_path(path: &str) -> bool {
 /// What [`Supervisor::start`] started.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuestHandle {
-    pub job_id: String,
+    pub job_id: JobId,
     /// The guest's pid, which is also its process group and session id.
     pub pid: i32,
     /// The job directory: `stdout`, `stderr` and `work/`.
@@ -161,7 +162,7 @@ pub enum GuestPhase {
 /// A snapshot of the guest for `gleaner status` and the scheduler.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GuestStatus {
-    pub job_id: String,
+    pub job_id: JobId,
     pub pid: i32,
     pub started_at: Timestamp,
     pub phase: GuestPhase,
@@ -191,11 +192,9 @@ pub enum SupervisorError {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("a guest is already running (job {job_id}); the supervisor runs at most one")]
-    Busy { job_id: String },
+    Busy { job_id: JobId },
     #[error("the guest command line is empty")]
     EmptyArgv,
-    #[error("job id {0:?} is not usable as a directory name (letters, digits, '.', '_', '-')")]
-    InvalidJobId(String),
     #[error("invalid guest argument or environment entry {0:?}")]
     InvalidText(String),
     #[error("guest user {0:?} does not exist")]
@@ -372,13 +371,14 @@ impl Supervisor {
     ///
     /// Refuses while another guest is running. The guest starts at nice 19
     /// (policy level `Background`); apply `RunNormal` when the host is in S1.
-    pub fn start(&mut self, job_id: &str, spec: GuestSpec) -> Result<GuestHandle, StartError> {
+    pub fn start(&mut self, job: &JobId, spec: GuestSpec) -> Result<GuestHandle, StartError> {
+        let job_id = job.as_str();
         if let Some(g) = self.guest.as_ref().filter(|g| g.is_running()) {
             return Err(StartError::Busy {
                 job_id: g.handle.job_id.clone(),
             });
         }
-        validate(job_id, &spec)?;
+        validate(&spec)?;
         let ids = guest_ids(&self.config, &spec)?;
         let dir = self.config.jobs_dir().join(job_id);
         let work_dir = dir.join("work");
@@ -471,7 +471,7 @@ impl Supervisor {
             tracing::warn!(error = %e, "cannot write the guest pid file; an orphan would survive a crash");
         }
         let handle = GuestHandle {
-            job_id: job_id.to_string(),
+            job_id: job.clone(),
             pid,
             dir,
             work_dir,
@@ -591,7 +591,7 @@ impl Supervisor {
             // Still running until reaped; the policy must not act on it again.
             guest.run_state = GuestRunState::Idle;
         }
-        self.emit(&job_id, kind);
+        self.emit(job_id.as_str(), kind);
         Ok(())
     }
 
@@ -627,7 +627,7 @@ impl Supervisor {
         if let Err(e) = orphan::remove(&self.config.pid_file()) {
             tracing::warn!(error = %e, "cannot remove the guest pid file");
         }
-        self.emit(&job_id, GuestEventKind::Exited { exit, cause });
+        self.emit(job_id.as_str(), GuestEventKind::Exited { exit, cause });
         self.status()
     }
 
@@ -676,8 +676,8 @@ impl Supervisor {
     }
 
     /// The directory a job with this id gets (`stdout`, `stderr`, `work/`).
-    pub fn job_dir(&self, job_id: &str) -> PathBuf {
-        self.config.jobs_dir().join(job_id)
+    pub fn job_dir(&self, job_id: &JobId) -> PathBuf {
+        self.config.jobs_dir().join(job_id.as_str())
     }
 
     /// The directory holding every job's directory.
@@ -733,16 +733,8 @@ impl Drop for Supervisor {
     }
 }
 
-fn validate(job_id: &str, spec: &GuestSpec) -> Result<(), StartError> {
-    let id_ok = !job_id.is_empty()
-        && job_id.len() <= 128
-        && !job_id.starts_with('.')
-        && job_id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if !id_ok {
-        return Err(StartError::InvalidJobId(job_id.to_string()));
-    }
+/// Checks what the type of the job id does not already guarantee.
+fn validate(spec: &GuestSpec) -> Result<(), StartError> {
     if spec.argv.is_empty() || spec.argv[0].is_empty() {
         return Err(StartError::EmptyArgv);
     }

@@ -10,6 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::ids::PoolName;
 use crate::model::state::State;
 
 /// Protocol id of the reliability query (request/response).
@@ -33,28 +34,15 @@ pub const JOB_RESPONSE_CAP: u32 = 2 * 1024 * 1024;
 pub const OUTPUT_CHUNK_MAX: u32 = 1024 * 1024;
 /// Largest announcement a member publishes on gossipsub.
 pub const ANNOUNCE_MAX_BYTES: usize = 4 * 1024;
-/// Longest pool name: it becomes part of a topic and a DHT key.
-pub const POOL_NAME_MAX: usize = 64;
-
 /// Gossipsub topic on which members of `pool` announce themselves.
-pub fn announce_topic(pool: &str) -> String {
+pub fn announce_topic(pool: &PoolName) -> String {
     format!("gleaner/{pool}/announce/1")
 }
 
 /// Kademlia key that every member of `pool` provides, so a consumer finds hosts without
 /// waiting for gossip.
-pub fn pool_dht_key(pool: &str) -> Vec<u8> {
+pub fn pool_dht_key(pool: &PoolName) -> Vec<u8> {
     format!("/gleaner/pool/{pool}").into_bytes()
-}
-
-/// Checks a pool name: 1..=64 characters from `[A-Za-z0-9._-]`, so it is safe inside a
-/// topic and a key.
-pub fn valid_pool_name(pool: &str) -> bool {
-    !pool.is_empty()
-        && pool.len() <= POOL_NAME_MAX
-        && pool
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
 }
 
 /// The five host states on the wire (the model's `State`, kept separate so a model
@@ -287,6 +275,18 @@ pub enum JobRequest {
         /// Bytes wanted.
         len: u32,
     },
+    /// How does this job stand? Answered with `JobState`, or `NotFound` when
+    /// the host does not know it (never accepted, or long forgotten).
+    Query {
+        /// The job.
+        job_id: String,
+    },
+    /// Kill this job (the consumer cancelled it). Answered with `Cancelled`
+    /// or `NotFound`.
+    Cancel {
+        /// The job.
+        job_id: String,
+    },
 }
 
 /// `/gleaner/job/1` response.
@@ -308,19 +308,25 @@ pub enum JobResponse {
     },
     /// The fetch or event named something the peer does not know or will not give.
     NotFound,
+    /// The answer to `Query`: how the job stands on the host.
+    JobState(RemoteJobState),
+    /// The job named by `Cancel` is being killed (or had already ended).
+    Cancelled,
+}
+
+/// How a consumer's job stands on a host, for a consumer that lost its events
+/// (it restarted, or events went missing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RemoteJobState {
+    /// Accepted and not ended yet.
+    Running,
+    /// Ended: the event that ended it (`Finished`, `Killed`, `KilledOverMemory`).
+    Ended(JobEventKind),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pool_names_are_checked() {
-        assert!(valid_pool_name("lab-3.cs_dept"));
-        assert!(!valid_pool_name(""));
-        assert!(!valid_pool_name("a/b"));
-        assert!(!valid_pool_name(&"x".repeat(POOL_NAME_MAX + 1)));
-    }
 
     #[test]
     fn states_round_trip_through_the_wire_type() {

@@ -23,10 +23,10 @@ use libp2p::{
     PeerId, StreamProtocol, Swarm, SwarmBuilder,
 };
 
+use crate::model::ids::PoolName;
 use crate::net::codec::{JobCodec, ReliabilityCodec, JOB_CAPS, RELIABILITY_CAPS};
 use crate::net::protocol::{
-    valid_pool_name, ANNOUNCE_MAX_BYTES, IDENTIFY_PROTOCOL_VERSION, JOB_PROTOCOL, KAD_PROTOCOL,
-    RELIABILITY_PROTOCOL,
+    ANNOUNCE_MAX_BYTES, IDENTIFY_PROTOCOL_VERSION, JOB_PROTOCOL, KAD_PROTOCOL, RELIABILITY_PROTOCOL,
 };
 use crate::net::reachability::AddressScope;
 
@@ -37,7 +37,7 @@ const SWARM_KEY_FILE_MAX: u64 = 4096;
 #[derive(Debug, Clone)]
 pub struct NetConfig {
     /// Pool name; part of the announce topic and the DHT key.
-    pub pool: String,
+    pub pool: PoolName,
     /// Addresses to listen on (TCP and, unless a swarm key is set, QUIC).
     pub listen: Vec<Multiaddr>,
     /// Peers to dial at start, with `/p2p/<id>`; the first Kademlia contacts.
@@ -70,9 +70,9 @@ pub struct NetConfig {
 
 impl NetConfig {
     /// A LAN pool: listen on every interface, mDNS on, Kademlia server, no relay.
-    pub fn lan(pool: &str) -> Self {
+    pub fn lan(pool: &PoolName) -> Self {
         Self {
-            pool: pool.to_string(),
+            pool: pool.clone(),
             listen: vec![
                 tcp_addr(Ipv4Addr::UNSPECIFIED, 0),
                 quic_addr(Ipv4Addr::UNSPECIFIED, 0),
@@ -94,7 +94,7 @@ impl NetConfig {
 
     /// A member of a public pool: no mDNS, Kademlia client until AutoNAT v2 confirms an
     /// external address, joins through `bootstrap` (relays started with `--relay`).
-    pub fn public(pool: &str, bootstrap: Vec<Multiaddr>) -> Self {
+    pub fn public(pool: &PoolName, bootstrap: Vec<Multiaddr>) -> Self {
         Self {
             bootstrap,
             mdns: false,
@@ -106,7 +106,7 @@ impl NetConfig {
 
     /// `gleaner node --relay`: a relay, AutoNAT server and DHT bootstrap for a public
     /// pool, on a fixed port so others can put it in their bootstrap list.
-    pub fn relay(pool: &str, port: u16) -> Self {
+    pub fn relay(pool: &PoolName, port: u16) -> Self {
         Self {
             listen: vec![
                 tcp_addr(Ipv4Addr::UNSPECIFIED, port),
@@ -120,7 +120,7 @@ impl NetConfig {
     }
 
     /// A pool on the loopback interface only, for tests: 127.0.0.1 TCP, no mDNS, no QUIC.
-    pub fn loopback(pool: &str) -> Self {
+    pub fn loopback(pool: &PoolName) -> Self {
         Self {
             listen: vec![tcp_addr(Ipv4Addr::LOCALHOST, 0)],
             mdns: false,
@@ -147,9 +147,6 @@ pub fn quic_addr(ip: Ipv4Addr, port: u16) -> Multiaddr {
 /// Why the Swarm could not be built or a key not read.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    /// The pool name is not usable in a topic.
-    #[error("pool name {0:?} must be 1..=64 characters of [A-Za-z0-9._-]")]
-    PoolName(String),
     /// A transport or behaviour failed to initialise.
     #[error("building the swarm: {0}")]
     Swarm(String),
@@ -316,9 +313,6 @@ pub(crate) fn build_swarm(
     cfg: &NetConfig,
     scope: AddressScope,
 ) -> Result<Swarm<Behaviour>, BuildError> {
-    if !valid_pool_name(&cfg.pool) {
-        return Err(BuildError::PoolName(cfg.pool.clone()));
-    }
     let err = |e: &dyn std::fmt::Display| BuildError::Swarm(e.to_string());
     let idle = cfg.idle_timeout;
     let swarm = match cfg.swarm_key {

@@ -7,6 +7,7 @@
 //! to its default is worse than an error. It must not know where the file
 //! lives (that is `node::paths`) nor start anything.
 
+use crate::model::ids::PoolName;
 use crate::model::period::PeriodPolicy;
 use crate::model::predict::DEFAULT_DAYS;
 use crate::model::series::DEFAULT_MAX_GAP_SECS;
@@ -138,7 +139,7 @@ impl Default for GuestSection {
 #[serde(deny_unknown_fields, default)]
 pub struct NetSection {
     pub enabled: bool,
-    pub pool: String,
+    pub pool: PoolName,
     #[serde(with = "display_list")]
     pub listen: Vec<Multiaddr>,
     #[serde(with = "display_list")]
@@ -163,7 +164,7 @@ impl Default for NetSection {
     fn default() -> Self {
         NetSection {
             enabled: true,
-            pool: "home".to_string(),
+            pool: PoolName::default(),
             listen: vec![
                 Multiaddr::empty()
                     .with(Protocol::Ip4(std::net::Ipv4Addr::UNSPECIFIED))
@@ -428,12 +429,6 @@ impl NetSection {
             key,
             why,
         };
-        if !crate::net::protocol::valid_pool_name(&self.pool) {
-            return Err(invalid(
-                "pool",
-                format!("{:?}: use 1-64 letters, digits, '.', '_' or '-'", self.pool),
-            ));
-        }
         // Addresses and peer ids are typed: they were checked when parsed.
         for addr in &self.bootstrap {
             if !matches!(addr.iter().last(), Some(Protocol::P2p(_))) {

@@ -23,6 +23,7 @@ use crate::guest::{
 use crate::history::store::{HistoryStore, JobEvent};
 use crate::history::trace::parse_trace;
 use crate::model::baselines::MethodId;
+use crate::model::ids::JobId;
 use crate::model::policy::decide;
 use crate::model::predict::PredictRequest;
 use crate::model::series::{HostSeries, Sample};
@@ -60,7 +61,7 @@ pub enum HostError {
     #[error("the owner has paused this node; `gleaner resume` first")]
     Paused,
     #[error("a guest is already running here (job {job_id})")]
-    Busy { job_id: String },
+    Busy { job_id: JobId },
     #[error("the host is in {0} now and takes no guest")]
     HostState(State),
     #[error(
@@ -107,7 +108,7 @@ pub enum HostCommand {
     },
     /// Kill the guest if it is running job `job_id`.
     Cancel {
-        job_id: String,
+        job_id: JobId,
     },
     Export {
         reply: oneshot::Sender<Result<String, HostError>>,
@@ -150,7 +151,7 @@ pub struct GuestStart {
     pub origin: GuestOrigin,
     /// The local job id (the pool host names remote jobs itself); `None`
     /// lets the host loop name a local one.
-    pub job_id: Option<String>,
+    pub job_id: Option<JobId>,
     pub job: GuestJob,
 }
 
@@ -178,7 +179,7 @@ pub struct PauseOutcome {
     /// When a timed pause ends, Unix seconds.
     pub until: Option<i64>,
     /// The job the pause killed, if one ran.
-    pub killed_job: Option<String>,
+    pub killed_job: Option<JobId>,
 }
 
 /// The answer to an import.
@@ -284,7 +285,7 @@ impl HostHandle {
     }
 
     /// Kills the guest if it runs `job_id` (a `run-local` client went away).
-    pub async fn cancel(&self, job_id: String) {
+    pub async fn cancel(&self, job_id: JobId) {
         let _ = self.commands.send(HostCommand::Cancel { job_id }).await;
     }
 
@@ -935,19 +936,18 @@ impl HostLoop {
             }
         }
         if self.guest_live {
-            let job_id = self
-                .parts
-                .supervisor
-                .status()
-                .map(|s| s.job_id)
-                .unwrap_or_default();
-            return Err(HostError::Busy { job_id });
+            if let Some(running) = self.parts.supervisor.status() {
+                return Err(HostError::Busy {
+                    job_id: running.job_id,
+                });
+            }
         }
         let job_id = match start.job_id {
             Some(id) => id,
             None => {
                 self.local_jobs_started += 1;
-                format!("local-{}-{}", self.now(), self.local_jobs_started)
+                JobId::new(format!("local-{}-{}", self.now(), self.local_jobs_started))
+                    .map_err(|e| HostError::Internal(e.to_string()))?
             }
         };
         let mem_mib = start.job.mem_mib;

@@ -28,6 +28,7 @@ use crate::consumer::{Consumer, ConsumerHandle, ConsumerSettings};
 use crate::control::server::{serve, ControlHandles, ControlSocket};
 use crate::guest::{GuestConfig, GuestEvent, Supervisor, SupervisorError};
 use crate::history::store::{HistoryStore, StoreError, StoreOptions};
+use crate::model::ids::PoolName;
 use crate::monitor::{LoadSource, Monitor, OwnerLoadReplay, ProcLoadSource, SampleError};
 use config::Config;
 use host_loop::{HostHandle, HostInputs, HostLoop, HostParts};
@@ -68,6 +69,8 @@ pub enum NodeError {
     Identity(#[from] crate::net::identity::IdentityError),
     #[error("cannot join the pool: {0}")]
     Net(#[from] crate::net::BuildError),
+    #[error("cannot open the batch queue: {0}")]
+    Consumer(#[from] crate::consumer::ConsumerError),
 }
 
 /// What the node prints once it is ready.
@@ -84,7 +87,7 @@ pub struct Ready {
     /// Seconds the node was off before this start (recorded as S5), if any.
     pub down_secs: Option<i64>,
     /// The pool, when networking is on.
-    pub pool: Option<String>,
+    pub pool: Option<PoolName>,
     /// Our peer id, when networking is on.
     pub peer_id: Option<String>,
     /// Where peers can dial us, each ending in `/p2p/<peer id>` (usable as a
@@ -296,10 +299,11 @@ pub async fn run(
             ConsumerSettings {
                 max_retries: config.net.max_retries,
                 max_output_bytes: config.guest.max_output_mib.saturating_mul(1 << 20),
+                batch_dir: data_dir.join("batches"),
             },
             tracker.clone(),
             shutdown.clone(),
-        );
+        )?;
         tracker.spawn(consumer.run());
         let (pool_host, pool_handle) = PoolHost::new(PoolHostParts {
             config: config.clone(),

@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
 use crate::guest::{safe_relative_path, ExitInfo, GuestEventKind, KillCause};
+use crate::model::ids::JobId;
 use crate::net::protocol::{
     JobEventKind, JobRequest, JobSubmit, OutputName, RejectReason, WireState, OUTPUT_CHUNK_MAX,
 };
@@ -60,17 +61,11 @@ const MAX_LIST: usize = 256;
 const MAX_TEXT: usize = 64 * 1024;
 
 /// Checks a submission against this host's limits, before anything is
-/// written. The reason goes back to the consumer.
-pub fn check_submit(s: &JobSubmit, guest: &GuestSection) -> Result<(), RejectReason> {
+/// written, and returns the consumer's job id. The reason goes back to the
+/// consumer.
+pub fn check_submit(s: &JobSubmit, guest: &GuestSection) -> Result<JobId, RejectReason> {
     let invalid = |why: String| Err(RejectReason::Invalid(why));
-    let id_ok = !s.job_id.is_empty()
-        && s.job_id.len() <= 64
-        && s.job_id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if !id_ok {
-        return invalid("the job id must be 1-64 letters, digits, '.', '_' or '-'".into());
-    }
+    let job_id = JobId::new(s.job_id.as_str()).map_err(|e| RejectReason::Invalid(e.to_string()))?;
     if s.argv.is_empty() || s.argv[0].is_empty() {
         return invalid("the command line is empty".into());
     }
@@ -105,7 +100,7 @@ pub fn check_submit(s: &JobSubmit, guest: &GuestSection) -> Result<(), RejectRea
     if s.wall_time_limit_secs == 0 {
         return invalid("the wall-time limit must be at least one second".into());
     }
-    Ok(())
+    Ok(job_id)
 }
 
 /// A job a peer submitted here.
@@ -114,15 +109,18 @@ pub struct RemoteJob {
     /// The consumer that submitted it; the only peer it answers.
     pub consumer: PeerId,
     /// The consumer's id for it.
-    pub consumer_job_id: String,
+    pub consumer_job_id: JobId,
     /// Our id (its directory name).
-    pub local_id: String,
+    pub local_id: JobId,
     /// Job directory (`stdout`, `stderr`, `work/`).
     pub dir: PathBuf,
     /// Output files the consumer declared.
     pub outputs: Vec<String>,
     /// Next event sequence number.
     pub seq: u32,
+    /// The event that ended the job, once it has ended: what a consumer
+    /// that lost its events is told (`JobRequest::Query`).
+    pub ended: Option<JobEventKind>,
     /// The ordered event queue to the consumer.
     pub events: mpsc::UnboundedSender<JobRequest>,
 }
@@ -151,7 +149,7 @@ impl RemoteJobs {
     }
 
     pub fn by_local_id(&mut self, id: &str) -> Option<&mut RemoteJob> {
-        self.jobs.iter_mut().find(|j| j.local_id == id)
+        self.jobs.iter_mut().find(|j| j.local_id.as_str() == id)
     }
 
     /// Who submitted each job kept here, oldest first.
@@ -169,7 +167,7 @@ impl RemoteJobs {
     pub fn by_consumer(&self, consumer: PeerId, job_id: &str) -> Option<&RemoteJob> {
         self.jobs
             .iter()
-            .find(|j| j.consumer == consumer && j.consumer_job_id == job_id)
+            .find(|j| j.consumer == consumer && j.consumer_job_id.as_str() == job_id)
     }
 }
 
@@ -392,7 +390,10 @@ mod tests {
     #[test]
     fn submissions_are_checked_against_the_limits() {
         let g = GuestSection::default();
-        assert_eq!(check_submit(&submit(), &g), Ok(()));
+        assert_eq!(
+            check_submit(&submit(), &g).map(|id| id.to_string()),
+            Ok("j-1".to_string())
+        );
         let mut s = submit();
         s.memory_mib = g.max_mem_mib + 1;
         assert_eq!(check_submit(&s, &g), Err(RejectReason::TooBig));
@@ -419,11 +420,12 @@ mod tests {
         let (tx, _rx) = mpsc::unbounded_channel();
         RemoteJob {
             consumer: PeerId::random(),
-            consumer_job_id: local_id.into(),
-            local_id: local_id.into(),
+            consumer_job_id: JobId::new(local_id).unwrap(),
+            local_id: JobId::new(local_id).unwrap(),
             dir,
             outputs: Vec::new(),
             seq: 0,
+            ended: None,
             events: tx,
         }
     }
@@ -457,13 +459,16 @@ mod tests {
             assert!(jobs.add(job(&format!("j{i}"), PathBuf::new())).is_none());
         }
         let evicted = jobs.add(job("last", PathBuf::new())).unwrap();
-        assert_eq!(evicted.local_id, "j0");
+        assert_eq!(evicted.local_id.as_str(), "j0");
         assert!(jobs.by_local_id("j0").is_none());
         assert!(jobs.by_local_id("last").is_some());
         // Jobs are registered only once they started, so the list holds
         // started jobs only; the next one pushes out the next oldest.
         assert_eq!(
-            jobs.add(job("again", PathBuf::new())).unwrap().local_id,
+            jobs.add(job("again", PathBuf::new()))
+                .unwrap()
+                .local_id
+                .as_str(),
             "j1"
         );
         assert_eq!(jobs.summaries().len(), KEEP_JOBS);
@@ -519,11 +524,12 @@ mod tests {
         let (tx, _rx) = mpsc::unbounded_channel();
         let job = RemoteJob {
             consumer: PeerId::random(),
-            consumer_job_id: "j".into(),
-            local_id: "l".into(),
+            consumer_job_id: JobId::new("j").unwrap(),
+            local_id: JobId::new("l").unwrap(),
             dir: dir.path().to_path_buf(),
             outputs: vec!["out.txt".into(), "link".into()],
             seq: 0,
+            ended: None,
             events: tx,
         };
         let out = output_path(&job, &OutputName::File("out.txt".into())).unwrap();

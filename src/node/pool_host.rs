@@ -13,11 +13,12 @@
 use crate::clock::Clock;
 use crate::consumer::{ConsumerHandle, HostJobEvent};
 use crate::guest::GuestEvent;
+use crate::model::ids::JobId;
 use crate::model::predict::InitialState;
 use crate::model::state::State;
 use crate::net::protocol::{
-    FailureByCause, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
-    ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, WireState,
+    FailureByCause, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
+    ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, RemoteJobState, WireState,
 };
 use crate::net::{LocalStatus, NetEvent, NetHandle, Responder};
 use crate::node::config::Config;
@@ -50,8 +51,8 @@ pub enum PoolHostCommand {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteJobSummary {
     pub consumer: PeerId,
-    pub consumer_job_id: String,
-    pub local_id: String,
+    pub consumer_job_id: JobId,
+    pub local_id: JobId,
 }
 
 /// The cloneable way to the pool host.
@@ -187,6 +188,33 @@ impl PoolHost {
                     offset,
                     len,
                 } => self.serve_fetch(peer, &job_id, name, offset, len, reply),
+                JobRequest::Query { job_id } => {
+                    let answer = match self.remote.by_consumer(peer, &job_id) {
+                        Some(job) => JobResponse::JobState(match &job.ended {
+                            Some(kind) => RemoteJobState::Ended(kind.clone()),
+                            None => RemoteJobState::Running,
+                        }),
+                        None => JobResponse::NotFound,
+                    };
+                    let _ = reply.send(answer);
+                }
+                JobRequest::Cancel { job_id } => {
+                    let local = self
+                        .remote
+                        .by_consumer(peer, &job_id)
+                        .map(|job| (job.local_id.clone(), job.ended.is_some()));
+                    let answer = match local {
+                        Some((local_id, ended)) => {
+                            if !ended {
+                                tracing::info!(job = %local_id, consumer = %peer, "cancelled by its consumer");
+                                self.parts.host.cancel(local_id).await;
+                            }
+                            JobResponse::Cancelled
+                        }
+                        None => JobResponse::NotFound,
+                    };
+                    let _ = reply.send(answer);
+                }
                 JobRequest::Event {
                     job_id,
                     seq,
@@ -309,14 +337,15 @@ impl PoolHost {
                 "this node hosts no guests (consumer-only)".into(),
             ));
         }
-        pool::check_submit(&submit, guest_cfg)?;
+        let consumer_job_id = pool::check_submit(&submit, guest_cfg)?;
         self.jobs_started += 1;
-        let local_id = format!(
+        let local_id = JobId::new(format!(
             "{}{}-{}",
             pool::REMOTE_PREFIX,
             self.now(),
             self.jobs_started
-        );
+        ))
+        .map_err(|e| RejectReason::Invalid(e.to_string()))?;
         let job = GuestJob {
             argv: submit.argv,
             env: submit.env,
@@ -345,11 +374,12 @@ impl PoolHost {
             pool::spawn_event_sender(self.parts.net.clone(), consumer, &self.parts.tracker);
         let evicted = self.remote.add(RemoteJob {
             consumer,
-            consumer_job_id: submit.job_id.clone(),
+            consumer_job_id: consumer_job_id.clone(),
             local_id: local_id.clone(),
             dir: handle.dir,
             outputs: submit.outputs,
             seq: 0,
+            ended: None,
             events,
         });
         if let Some(old) = evicted {
@@ -357,7 +387,7 @@ impl PoolHost {
                 .tracker
                 .spawn_blocking(move || pool::remove_job_dir(&old.dir));
         }
-        tracing::info!(job = %local_id, %consumer, consumer_job = %submit.job_id, "remote job started");
+        tracing::info!(job = %local_id, %consumer, consumer_job = %consumer_job_id, "remote job started");
         Ok(())
     }
 
@@ -369,8 +399,16 @@ impl PoolHost {
         let Some(job) = self.remote.by_local_id(&e.job_id) else {
             return;
         };
+        if matches!(
+            kind,
+            JobEventKind::Finished { .. }
+                | JobEventKind::Killed { .. }
+                | JobEventKind::KilledOverMemory
+        ) {
+            job.ended = Some(kind.clone());
+        }
         let request = JobRequest::Event {
-            job_id: job.consumer_job_id.clone(),
+            job_id: job.consumer_job_id.to_string(),
             seq: job.seq,
             time_unix: e.at.as_second(),
             kind,

@@ -9,6 +9,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod baselines;
+pub mod ids;
 pub mod kernel;
 pub mod period;
 pub mod policy;

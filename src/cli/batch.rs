@@ -1,0 +1,540 @@
+//! `gleaner batch`: submit many tasks at once, follow them, cancel them and
+//! collect their results, through the local node's batch queue.
+//!
+//! This module reads the params file, resolves paths against the working
+//! directory, checks what it can before anything is sent, and shows
+//! progress; the queue, placement and retries are the node's
+//! (`consumer::batch`).
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+
+use crate::cli::args::parse_duration;
+use crate::cli::control::{block_on, client};
+use crate::cli::output::{print_json, print_text, table};
+use crate::cli::Global;
+use crate::consumer::batch::spec;
+use crate::control::api::{
+    BatchCreated, BatchInput, BatchLine, BatchReport, BatchResultsCopied, BatchResultsRequest,
+    BatchSubmitRequest, ParamsTable, TaskCounts, PREFIX,
+};
+use crate::control::client::ControlClient;
+use crate::model::ids::BatchId;
+
+/// Largest params file read, bytes.
+const PARAMS_MAX_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Exit status when every task ended with status 0.
+pub const EXIT_ALL_OK: i32 = 0;
+/// Exit status when some task ended with another status.
+pub const EXIT_SOME_FAILED: i32 = 1;
+/// Exit status when some task could not be run (EX_TEMPFAIL).
+pub const EXIT_NOT_RUN: i32 = 75;
+
+#[derive(Debug, Args)]
+pub struct BatchArgs {
+    #[command(subcommand)]
+    pub command: BatchCommand,
+    #[command(flatten)]
+    pub out: crate::cli::JsonFlag,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BatchCommand {
+    /// Queue a batch: one task per `--range` value or `--params` row.
+    Submit(Box<BatchSubmitArgs>),
+    /// Show a batch and its tasks.
+    Status(BatchIdArg),
+    /// Follow a batch until every task has ended; exits 0 when all ended
+    /// with status 0, 1 when some did not, 75 when some could not run.
+    Wait(BatchIdArg),
+    /// List this node's batches.
+    List,
+    /// Cancel a batch's tasks that have not ended (running copies are killed).
+    Cancel(BatchIdArg),
+    /// Copy a batch's landed results into DIR/<task>/ (again; idempotent).
+    Results(BatchResultsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BatchIdArg {
+    /// The batch id, as `batch submit` and `batch list` print it (b…).
+    pub id: BatchId,
+}
+
+#[derive(Debug, Args)]
+pub struct BatchResultsArgs {
+    pub id: BatchId,
+    /// Where to copy the results.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct BatchSubmitArgs {
+    /// A name for the batch, shown by `batch list`.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Each task's working set, MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 0)]
+    pub mem: u64,
+    /// Each task's expected runtime (90m, 2h): hosts are ranked for it.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10m")]
+    pub runtime: u64,
+    /// Each task's wall-time limit on a host [default: twice the runtime].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub limit: Option<u64>,
+    /// A file for every task, `FILE` or `FILE=REMOTE` (both may hold `{}` or
+    /// `{column}`). Repeatable.
+    #[arg(long, value_name = "FILE[=REMOTE]")]
+    pub input: Vec<String>,
+    /// A file each task writes in its work dir, to bring back. Repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub output: Vec<String>,
+    /// Where results land, as DIR/<task>/ [default: ./gleaner-results/<batch id>].
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    /// One task per integer in A..B (B excluded); `{}` is the integer.
+    #[arg(long, value_name = "A..B", conflicts_with = "params", value_parser = parse_range)]
+    pub range: Option<(i64, i64)>,
+    /// One task per row of a CSV file whose header names the columns; `{name}`
+    /// is the row's value, `{}` its index.
+    #[arg(long, value_name = "FILE.csv")]
+    pub params: Option<PathBuf>,
+    /// At most this many tasks of the batch run at once.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_running: Option<u32>,
+    /// An environment variable for every task (NAME=VALUE; the value may hold
+    /// placeholders). Repeatable.
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    /// Follow the batch until it ends (see `batch wait`).
+    #[arg(long)]
+    pub wait: bool,
+    /// The command and its arguments, after `--`.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+fn parse_range(text: &str) -> Result<(i64, i64), String> {
+    let (a, b) = text
+        .split_once("..")
+        .ok_or_else(|| format!("{text:?}: write the range as A..B (B excluded), e.g. 0..100"))?;
+    let parse = |s: &str| {
+        s.trim()
+            .parse::<i64>()
+            .map_err(|e| format!("{text:?}: {s:?} is not an integer ({e})"))
+    };
+    let (start, end) = (parse(a)?, parse(b)?);
+    if end <= start {
+        return Err(format!("{text:?}: the range is empty"));
+    }
+    Ok((start, end))
+}
+
+pub fn run(args: &BatchArgs, global: &Global) -> anyhow::Result<()> {
+    let (_, client) = client(global)?;
+    let json = global.json;
+    match &args.command {
+        BatchCommand::Submit(a) => {
+            let request = submit_request(a)?;
+            let created: BatchCreated =
+                block_on(client.post_json(&format!("{PREFIX}/batches"), &request))??;
+            if a.wait {
+                if !json && !global.quiet {
+                    eprintln!("batch {} queued: {} task(s)", created.id, created.tasks);
+                }
+                let code = block_on(wait(&client, created.id, json, global.quiet))??;
+                exit(code);
+            }
+            if json {
+                return print_json(&created);
+            }
+            print_text(&format!(
+                "batch {} queued: {} task(s); `gleaner batch wait {}` follows it\n",
+                created.id, created.tasks, created.id
+            ))
+        }
+        BatchCommand::Status(a) => {
+            let report: BatchReport =
+                block_on(client.get_json(&format!("{PREFIX}/batches/{}", a.id)))??;
+            if json {
+                return print_json(&report);
+            }
+            print_text(&status_text(&report))
+        }
+        BatchCommand::Wait(a) => {
+            let code = block_on(wait(&client, a.id, json, global.quiet))??;
+            exit(code)
+        }
+        BatchCommand::List => {
+            let list: Vec<BatchReport> = block_on(client.get_json(&format!("{PREFIX}/batches")))??;
+            if json {
+                return print_json(&list);
+            }
+            print_text(&list_table(&list))
+        }
+        BatchCommand::Cancel(a) => {
+            let counts: TaskCounts =
+                block_on(client.post_json(&format!("{PREFIX}/batches/{}/cancel", a.id), &()))??;
+            if json {
+                return print_json(&counts);
+            }
+            print_text(&format!(
+                "batch {} cancelled: {}\n",
+                a.id,
+                counts_text(&counts)
+            ))
+        }
+        BatchCommand::Results(a) => {
+            let out = absolute(&a.out)?;
+            let copied: BatchResultsCopied = block_on(client.post_json(
+                &format!("{PREFIX}/batches/{}/results", a.id),
+                &BatchResultsRequest { out },
+            ))??;
+            if json {
+                return print_json(&copied);
+            }
+            print_text(&format!(
+                "{} task(s) copied into {}\n",
+                copied.tasks,
+                copied.out.display()
+            ))
+        }
+    }
+}
+
+fn exit(code: i32) -> ! {
+    let _ = std::io::stdout().flush();
+    std::process::exit(code)
+}
+
+fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+    std::path::absolute(path)
+        .with_context(|| format!("{}: cannot make it absolute", path.display()))
+}
+
+/// Builds the request, checking locally what needs no node: the params
+/// file, placeholders, output names, input files.
+pub fn submit_request(a: &BatchSubmitArgs) -> anyhow::Result<BatchSubmitRequest> {
+    let params = match &a.params {
+        Some(path) => {
+            let text = crate::fsutil::read_bounded(path, PARAMS_MAX_BYTES)
+                .with_context(|| format!("--params {}", path.display()))?;
+            let p = spec::parse_params(&text, &path.display().to_string())?;
+            Some(ParamsTable {
+                columns: p.columns,
+                rows: p.rows,
+            })
+        }
+        None => None,
+    };
+    let mut inputs = Vec::with_capacity(a.input.len());
+    for text in &a.input {
+        let (local, remote) = match text.split_once('=') {
+            Some((l, r)) => (l.to_string(), r.to_string()),
+            None => {
+                let name = Path::new(text)
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .with_context(|| format!("--input {text}: no file name"))?;
+                (text.clone(), name.to_string())
+            }
+        };
+        // A file without placeholders is checked now; one with them when
+        // the node expands the tasks (it names the task's file).
+        if !local.contains('{') {
+            crate::fsutil::open_regular(Path::new(&local))
+                .with_context(|| format!("--input {text}"))?;
+        }
+        inputs.push(BatchInput {
+            local: absolute(Path::new(&local))?,
+            remote,
+        });
+    }
+    let mut env = Vec::with_capacity(a.env.len());
+    for pair in &a.env {
+        let Some((name, value)) = pair.split_once('=') else {
+            bail!("--env {pair}: write NAME=VALUE");
+        };
+        env.push((name.to_string(), value.to_string()));
+    }
+    for name in &a.output {
+        spec::check_output(name)?;
+    }
+    let output_dir = match &a.output_dir {
+        Some(dir) => absolute(dir)?,
+        None => absolute(Path::new("gleaner-results"))?.join("{batch}"),
+    };
+    Ok(BatchSubmitRequest {
+        name: a.name.clone(),
+        argv: a.command.clone(),
+        env,
+        inputs,
+        outputs: a.output.clone(),
+        output_dir: Some(output_dir),
+        mem_mib: a.mem,
+        runtime_secs: a.runtime,
+        limit_secs: a.limit.unwrap_or(a.runtime.saturating_mul(2)),
+        range: a.range,
+        params,
+        max_running: a.max_running,
+    })
+}
+
+/// Follows a batch to its end; returns the exit status `wait` ends with.
+async fn wait(client: &ControlClient, id: BatchId, json: bool, quiet: bool) -> anyhow::Result<i32> {
+    let first: BatchReport = client.get_json(&format!("{PREFIX}/batches/{id}")).await?;
+    let mut lines = client
+        .post_stream(&format!("{PREFIX}/batches/{id}/wait"), &())
+        .await?;
+    let mut progress = Progress::new(&first, json || quiet);
+    let mut last = None;
+    while let Some(line) = lines.next::<BatchLine>().await? {
+        if json {
+            print_json(&line)?;
+        }
+        match line {
+            BatchLine::Task { task, .. } => progress.task(&task),
+            BatchLine::Batch(report) => last = Some(report),
+        }
+    }
+    progress.finish();
+    let Some(report) = last else {
+        bail!(
+            "the node stopped before batch {id} ended; `gleaner batch wait {id}` follows it again"
+        );
+    };
+    if !json && !quiet {
+        print_text(&status_text(&report))?;
+    }
+    Ok(exit_code(&report))
+}
+
+/// 0 when every task ended with status 0, 1 when some task ended with
+/// another status, 75 when some task could not be run (or was cancelled).
+pub fn exit_code(report: &BatchReport) -> i32 {
+    let nonzero = report
+        .tasks
+        .iter()
+        .any(|t| t.exit_status.is_some_and(|s| s != 0));
+    let not_run = report
+        .tasks
+        .iter()
+        .any(|t| t.exit_status.is_none() && t.state != "done");
+    if nonzero {
+        EXIT_SOME_FAILED
+    } else if not_run {
+        EXIT_NOT_RUN
+    } else {
+        EXIT_ALL_OK
+    }
+}
+
+fn counts_text(c: &TaskCounts) -> String {
+    format!(
+        "{} done, {} running, {} queued, {} failed, {} cancelled",
+        c.done, c.running, c.queued, c.failed, c.cancelled
+    )
+}
+
+fn status_text(r: &BatchReport) -> String {
+    let mut text = format!(
+        "batch {}{}: {}\n",
+        r.id,
+        r.name
+            .as_deref()
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default(),
+        counts_text(&r.counts)
+    );
+    if let Some(eta) = r.eta_unix {
+        text.push_str(&format!("expected end: {}\n", unix_text(eta)));
+    }
+    if let Some(dir) = &r.output_dir {
+        text.push_str(&format!("results: {}\n", dir.display()));
+    }
+    if !r.tasks.is_empty() {
+        let rows = r.tasks.iter().map(|t| {
+            vec![
+                t.task.to_string(),
+                t.state.clone(),
+                t.host.as_deref().map(short).unwrap_or("-").to_string(),
+                t.attempts.to_string(),
+                t.exit_status.map_or("-".into(), |s| s.to_string()),
+                t.reason.clone().unwrap_or_default(),
+            ]
+        });
+        text.push_str(&table(
+            &["task", "state", "host", "attempts", "exit", "note"],
+            rows,
+            false,
+        ));
+    }
+    text
+}
+
+fn list_table(list: &[BatchReport]) -> String {
+    if list.is_empty() {
+        return "no batches on this node\n".into();
+    }
+    let rows = list.iter().map(|b| {
+        vec![
+            b.id.to_string(),
+            b.name.clone().unwrap_or_default(),
+            unix_text(b.created_unix),
+            b.counts.done.to_string(),
+            b.counts.running.to_string(),
+            b.counts.queued.to_string(),
+            b.counts.failed.to_string(),
+            b.counts.cancelled.to_string(),
+        ]
+    });
+    table(
+        &[
+            "batch",
+            "name",
+            "created",
+            "done",
+            "running",
+            "queued",
+            "failed",
+            "cancelled",
+        ],
+        rows,
+        false,
+    )
+}
+
+fn unix_text(secs: i64) -> String {
+    jiff::Timestamp::from_second(secs)
+        .map(|t| t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_else(|_| secs.to_string())
+}
+
+fn short(peer: &str) -> &str {
+    let start = peer.len().saturating_sub(8);
+    peer.get(start..).unwrap_or(peer)
+}
+
+/// The progress bar of `--wait` on a terminal; one line per ended task
+/// elsewhere.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    lines: bool,
+    states: Vec<String>,
+    hosts: Vec<Option<String>>,
+    started: std::time::Instant,
+    ended_here: u32,
+}
+
+impl Progress {
+    fn new(first: &BatchReport, silent: bool) -> Progress {
+        let total = first.tasks.len() as u64;
+        let terminal = !silent && std::io::stderr().is_terminal();
+        let bar = terminal.then(|| {
+            let bar = indicatif::ProgressBar::new(total);
+            let style = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} ended {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+            bar.set_style(style);
+            bar.enable_steady_tick(Duration::from_millis(500));
+            bar
+        });
+        let p = Progress {
+            bar,
+            lines: !silent && !terminal,
+            states: first.tasks.iter().map(|t| t.state.clone()).collect(),
+            hosts: first.tasks.iter().map(|t| t.host.clone()).collect(),
+            started: std::time::Instant::now(),
+            ended_here: 0,
+        };
+        p.redraw();
+        p
+    }
+
+    fn task(&mut self, t: &crate::control::api::TaskReport) {
+        let i = t.task as usize;
+        if i >= self.states.len() {
+            return;
+        }
+        let was_final = matches!(self.states[i].as_str(), "done" | "failed" | "cancelled");
+        self.states[i] = t.state.clone();
+        self.hosts[i] = t.host.clone();
+        let is_final = matches!(t.state.as_str(), "done" | "failed" | "cancelled");
+        if is_final && !was_final {
+            self.ended_here += 1;
+            if self.lines {
+                eprintln!(
+                    "task {} {}{}",
+                    t.task,
+                    t.state,
+                    t.reason
+                        .as_deref()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default()
+                );
+            }
+        }
+        self.redraw();
+    }
+
+    fn redraw(&self) {
+        let Some(bar) = &self.bar else {
+            return;
+        };
+        let count = |s: &str| self.states.iter().filter(|x| *x == s).count();
+        let ended = count("done") + count("failed") + count("cancelled");
+        let running = count("running");
+        let hosts: std::collections::HashSet<&String> = self
+            .states
+            .iter()
+            .zip(&self.hosts)
+            .filter(|(s, _)| *s == "running")
+            .filter_map(|(_, h)| h.as_ref())
+            .collect();
+        let minutes = self.started.elapsed().as_secs_f64() / 60.0;
+        let rate = if minutes > 0.0 {
+            f64::from(self.ended_here) / minutes
+        } else {
+            0.0
+        };
+        let left = self.states.len() - ended;
+        let eta = if rate > 0.0 {
+            format!(", ETA {:.0} s", left as f64 / rate * 60.0)
+        } else {
+            String::new()
+        };
+        bar.set_position(ended as u64);
+        bar.set_message(format!(
+            "({} done, {running} running, {} queued, {} failed) on {} host(s), {rate:.1}/min{eta}",
+            count("done"),
+            count("queued"),
+            count("failed"),
+            hosts.len()
+        ));
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_parse_and_refuse_nonsense() {
+        assert_eq!(parse_range("0..100"), Ok((0, 100)));
+        assert_eq!(parse_range("-5..5"), Ok((-5, 5)));
+        for bad in ["5..5", "3..1", "a..b", "10", "1..x"] {
+            assert!(parse_range(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! One attempt of one task on one host: hand it over, follow it, and land its
+//! results (stdout, stderr, exit status, declared outputs) in the task's
+//! result directory, whole or not at all.
+//!
+//! Results are written under a temporary name and renamed into place once
+//! every file is complete, so a reader (or a restart) never sees half a
+//! result, and landing the same task again replaces it: a task's results are
+//! in its directory exactly once.
+//!
+//! An attempt follows its job by the host's events and, between them, by
+//! asking the host how the job stands (`JobRequest::Query`): a consumer that
+//! restarted, or lost an event, still learns how the job ended.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use libp2p::PeerId;
+use tokio::io::AsyncWriteExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::consumer::job::{JobPool, JobSettings};
+use crate::consumer::Inbox;
+use crate::model::ids::JobId;
+use crate::net::protocol::{
+    JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RemoteJobState, OUTPUT_CHUNK_MAX,
+};
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptEnd {
+    /// The job ran to its end and its results landed in the task's directory.
+    Landed { exit_status: i32, wall_secs: f64 },
+    /// The host refused the job before running it (busy, state, too big).
+    Refused(String),
+    /// The job did not end well on this host (killed by the owner's load,
+    /// host gone, a corrupt or missing output); another host may do better.
+    HostFailed(String),
+    /// The job itself is at fault (over its declared memory): another host
+    /// would do the same.
+    JobFailed(String),
+    /// The attempt was cancelled (`batch cancel` or the node stopping).
+    Cancelled,
+}
+
+/// What an attempt needs besides the pool.
+#[derive(Debug, Clone)]
+pub struct AttemptPlan {
+    pub host: PeerId,
+    pub job_id: JobId,
+    pub outputs: Vec<String>,
+    /// The task's result directory (`…/results/<task>`); it is replaced.
+    pub result_dir: PathBuf,
+    /// The job's wall-time limit on the host.
+    pub limit: Duration,
+    pub settings: JobSettings,
+}
+
+/// Hands `submit` to the plan's host and follows it. `on_accepted` runs once
+/// the host has taken the job.
+pub async fn run<P: JobPool>(
+    pool: &P,
+    inbox: &Inbox,
+    plan: &AttemptPlan,
+    submit: JobSubmit,
+    cancel: &CancellationToken,
+    on_accepted: impl FnOnce(),
+) -> AttemptEnd {
+    let registration = inbox.register(plan.host, &plan.job_id);
+    let answer = tokio::select! {
+        a = pool.request(plan.host, JobRequest::Submit(submit)) => a,
+        _ = cancel.cancelled() => return AttemptEnd::Cancelled,
+    };
+    match answer {
+        Ok(JobResponse::Accepted) => {}
+        Ok(JobResponse::Rejected(r)) => return AttemptEnd::Refused(format!("{r:?}")),
+        Ok(other) => return AttemptEnd::Refused(format!("unexpected answer {other:?}")),
+        Err(e) => return AttemptEnd::Refused(e.to_string()),
+    }
+    on_accepted();
+    follow(pool, plan, registration, cancel).await
+}
+
+/// Picks up an attempt a restarted node finds running: asks the host, then
+/// follows the job or lands what it left.
+pub async fn reattach<P: JobPool>(
+    pool: &P,
+    inbox: &Inbox,
+    plan: &AttemptPlan,
+    cancel: &CancellationToken,
+) -> AttemptEnd {
+    let registration = inbox.register(plan.host, &plan.job_id);
+    follow(pool, plan, registration, cancel).await
+}
+
+async fn follow<P: JobPool>(
+    pool: &P,
+    plan: &AttemptPlan,
+    mut registration: crate::consumer::Registration,
+    cancel: &CancellationToken,
+) -> AttemptEnd {
+    let started = tokio::time::Instant::now();
+    let mut probe = tokio::time::interval(plan.settings.probe_every);
+    probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let deadline = tokio::time::sleep(plan.limit + plan.settings.grace);
+    tokio::pin!(deadline);
+    let mut failed_probes = 0u32;
+    let end = loop {
+        tokio::select! {
+            event = registration.events.recv() => {
+                let Some(event) = event else {
+                    break Err(AttemptEnd::HostFailed("the node stopped following the job".into()));
+                };
+                if let Some(end) = ending(&event.kind) {
+                    break end;
+                }
+            }
+            _ = probe.tick() => {
+                let query = JobRequest::Query { job_id: plan.job_id.to_string() };
+                match pool.request(plan.host, query).await {
+                    Ok(JobResponse::JobState(RemoteJobState::Running)) => failed_probes = 0,
+                    Ok(JobResponse::JobState(RemoteJobState::Ended(kind))) => {
+                        if let Some(end) = ending(&kind) {
+                            break end;
+                        }
+                        break Err(AttemptEnd::HostFailed(format!("the host reports {kind:?} as the end")));
+                    }
+                    Ok(JobResponse::NotFound) => {
+                        break Err(AttemptEnd::HostFailed("the host no longer knows the job".into()));
+                    }
+                    Ok(other) => {
+                        break Err(AttemptEnd::HostFailed(format!("unexpected answer to a query: {other:?}")));
+                    }
+                    Err(e) => {
+                        failed_probes += 1;
+                        if failed_probes >= plan.settings.probes_to_fail {
+                            break Err(AttemptEnd::HostFailed(format!("the host is gone: {e}")));
+                        }
+                    }
+                }
+            }
+            _ = &mut deadline => {
+                break Err(AttemptEnd::HostFailed("the host reported no end within the wall-time limit".into()));
+            }
+            _ = cancel.cancelled() => {
+                let _ = pool
+                    .request(plan.host, JobRequest::Cancel { job_id: plan.job_id.to_string() })
+                    .await;
+                return AttemptEnd::Cancelled;
+            }
+        }
+    };
+    match end {
+        Ok(exit_status) => {
+            let wall_secs = started.elapsed().as_secs_f64();
+            match land(pool, plan, exit_status).await {
+                Ok(()) => AttemptEnd::Landed {
+                    exit_status,
+                    wall_secs,
+                },
+                Err(reason) => AttemptEnd::HostFailed(reason),
+            }
+        }
+        Err(end) => end,
+    }
+}
+
+/// `Some(Ok(status))` when the job finished, `Some(Err(..))` when the host
+/// ended it, `None` while it runs.
+fn ending(kind: &JobEventKind) -> Option<Result<i32, AttemptEnd>> {
+    match kind {
+        JobEventKind::Finished { exit_status } => Some(Ok(*exit_status)),
+        JobEventKind::Killed { cause } => Some(Err(AttemptEnd::HostFailed(match cause {
+            Some(state) => format!(
+                "killed by the host ({})",
+                crate::model::state::State::from(*state).label()
+            ),
+            None => "killed by the host (wall-time limit)".to_string(),
+        }))),
+        JobEventKind::KilledOverMemory => Some(Err(AttemptEnd::JobFailed(
+            "killed by the host: over its declared memory".into(),
+        ))),
+        JobEventKind::Started
+        | JobEventKind::Reniced
+        | JobEventKind::Suspended
+        | JobEventKind::Resumed => None,
+    }
+}
+
+/// Fetches every result into a temporary directory beside the task's, then
+/// renames it into place.
+async fn land<P: JobPool>(pool: &P, plan: &AttemptPlan, exit_status: i32) -> Result<(), String> {
+    let parent = plan
+        .result_dir
+        .parent()
+        .ok_or("the result directory has no parent")?;
+    let name = plan
+        .result_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or("the result directory has no name")?;
+    let tmp = parent.join(format!(".{name}.{}.partial", plan.job_id));
+    let _ = tokio::fs::remove_dir_all(&tmp).await;
+    tokio::fs::create_dir_all(&tmp)
+        .await
+        .map_err(|e| format!("cannot make {}: {e}", tmp.display()))?;
+    let landed = async {
+        let mut names = vec![
+            ("stdout".to_string(), OutputName::Stdout),
+            ("stderr".to_string(), OutputName::Stderr),
+        ];
+        names.extend(
+            plan.outputs
+                .iter()
+                .map(|o| (o.clone(), OutputName::File(o.clone()))),
+        );
+        for (label, name) in names {
+            fetch_to_file(pool, plan, name, &tmp.join(&label))
+                .await
+                .map_err(|e| format!("output {label}: {e}"))?;
+        }
+        tokio::fs::write(tmp.join("exit_status"), format!("{exit_status}\n"))
+            .await
+            .map_err(|e| format!("exit_status: {e}"))?;
+        replace_dir(&tmp, &plan.result_dir).await
+    }
+    .await;
+    if landed.is_err() {
+        let _ = tokio::fs::remove_dir_all(&tmp).await;
+    }
+    landed
+}
+
+/// Renames `from` onto `to`, replacing what an earlier landing left there.
+pub async fn replace_dir(from: &Path, to: &Path) -> Result<(), String> {
+    if tokio::fs::metadata(to).await.is_ok() {
+        tokio::fs::remove_dir_all(to)
+            .await
+            .map_err(|e| format!("cannot replace {}: {e}", to.display()))?;
+    }
+    tokio::fs::rename(from, to)
+        .await
+        .map_err(|e| format!("cannot rename into {}: {e}", to.display()))
+}
+
+async fn fetch_to_file<P: JobPool>(
+    pool: &P,
+    plan: &AttemptPlan,
+    name: OutputName,
+    path: &Path,
+) -> Result<(), String> {
+    if let Some(dir) = path.parent() {
+        tokio::fs::create_dir_all(dir)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let mut file = tokio::fs::File::create(path)
+        .await
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let mut offset = 0u64;
+    loop {
+        let request = JobRequest::Fetch {
+            job_id: plan.job_id.to_string(),
+            name: name.clone(),
+            offset,
+            len: OUTPUT_CHUNK_MAX,
+        };
+        let (data, total_len) = match pool.request(plan.host, request).await {
+            Ok(JobResponse::Chunk { data, total_len }) => (data, total_len),
+            Ok(JobResponse::NotFound) => return Err("the host has no such output".into()),
+            Ok(other) => return Err(format!("unexpected answer {other:?}")),
+            Err(e) => return Err(e.to_string()),
+        };
+        if total_len > plan.settings.max_output_bytes {
+            return Err(format!(
+                "{total_len} bytes is over the cap of {} bytes",
+                plan.settings.max_output_bytes
+            ));
+        }
+        if data.len() as u64 > u64::from(OUTPUT_CHUNK_MAX) || offset + data.len() as u64 > total_len
+        {
+            return Err("the host sent more than it announced".into());
+        }
+        file.write_all(&data).await.map_err(|e| e.to_string())?;
+        offset += data.len() as u64;
+        if data.is_empty() || offset >= total_len {
+            if offset != total_len {
+                return Err(format!("the host sent {offset} of {total_len} bytes"));
+            }
+            break;
+        }
+    }
+    file.flush().await.map_err(|e| e.to_string())?;
+    file.sync_all().await.map_err(|e| e.to_string())?;
+    Ok(())
+}

@@ -1,0 +1,19 @@
+//! Batches: many tasks from one submission, queued durably on the consumer's
+//! node and run concurrently on every free host of the pool.
+//!
+//! - [`spec`]: the user's batch (command template, `--range`/`--params`)
+//!   expanded into tasks and checked before anything is queued;
+//! - [`store`] and [`codec`]: the durable queue in sled;
+//! - [`queue`]: the queue itself, owned by the consumer actor: placement,
+//!   retries, cancel, re-attach after a restart;
+//! - [`attempt`]: one attempt of one task on one host, with its results
+//!   landed whole or not at all.
+
+pub mod attempt;
+pub mod codec;
+pub mod queue;
+pub mod spec;
+pub mod store;
+
+pub use queue::{BatchError, BatchQueue, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
+pub use store::{BatchRecord, TaskRecord, TaskState};

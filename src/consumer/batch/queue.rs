@@ -1,0 +1,821 @@
+//! The batch queue: every batch this node submitted, its tasks, and which
+//! host runs what. It lives inside the consumer actor (the actor calls it
+//! from its loop; nothing here blocks), and writes through [`BatchStore`]
+//! before acting on a change that must survive a restart.
+//!
+//! Dispatch: while tasks wait, the queue surveys the pool (in a task of its
+//! own), orders the free hosts with its [`PlacementPolicy`] and hands each
+//! free host the oldest waiting task that may run there (a batch's
+//! `max_running`, hosts that failed the task). Each attempt runs as a task
+//! ([`attempt`]) and reports its end back to the actor as a [`QueueMsg`].
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use libp2p::PeerId;
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::clock::Clock;
+use crate::consumer::batch::attempt::{self, AttemptEnd, AttemptPlan};
+use crate::consumer::batch::spec::{self, Sweep, TaskTemplate};
+use crate::consumer::batch::store::{BatchRecord, BatchStore, TaskRecord, TaskState};
+use crate::consumer::job::{JobPool, JobSettings};
+use crate::consumer::rank;
+use crate::consumer::survey::{HostReport, SurveyQuery};
+use crate::consumer::Inbox;
+use crate::model::ids::BatchId;
+use crate::net::protocol::{InputFile, JobSubmit, JOB_REQUEST_CAP};
+
+/// Orders the free hosts for the queue's next placements.
+pub trait PlacementPolicy: Send + Sync {
+    /// Its name, as `batch submit --policy` and `status` spell it.
+    fn name(&self) -> &'static str;
+    /// The hosts that may take a task now, best first.
+    fn order<'a>(&self, hosts: &'a [HostReport]) -> Vec<&'a HostReport>;
+}
+
+/// Today's ranking: TR for the task's window, then Γ (`consumer::rank`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RankByReliability;
+
+impl PlacementPolicy for RankByReliability {
+    fn name(&self) -> &'static str {
+        "tr"
+    }
+    fn order<'a>(&self, hosts: &'a [HostReport]) -> Vec<&'a HostReport> {
+        rank::rank(hosts, &HashSet::new())
+    }
+}
+
+/// A new batch, as the control API hands it over (paths absolute).
+#[derive(Debug, Clone)]
+pub struct NewBatch {
+    pub name: Option<String>,
+    pub template: TaskTemplate,
+    pub sweep: Sweep,
+    pub mem_mib: u64,
+    pub runtime_secs: u64,
+    pub limit_secs: u64,
+    pub max_running: Option<u32>,
+    pub output_dir: Option<PathBuf>,
+}
+
+/// Why a batch was refused or a batch command failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BatchError {
+    #[error(transparent)]
+    Spec(#[from] spec::SpecError),
+    #[error("no batch {0} on this node (`gleaner batch list`)")]
+    UnknownBatch(BatchId),
+    #[error("input {path}: {why}")]
+    Input { path: String, why: String },
+    #[error("--output-dir {path}: {why}")]
+    OutputDir { path: String, why: String },
+    #[error("{0}")]
+    Store(String),
+}
+
+/// One change of one task, for `batch wait` and the progress bar.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskEvent {
+    pub batch: BatchId,
+    pub task: u32,
+    pub state: TaskState,
+    pub host: Option<String>,
+    pub attempts: u32,
+    pub exit_status: Option<i32>,
+    pub reason: Option<String>,
+    pub at_unix: i64,
+}
+
+/// A batch as `batch status` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchView {
+    pub record: BatchRecord,
+    pub tasks: Vec<TaskRecord>,
+    pub counts: Counts,
+    /// When the last task should end, from the pace of the tasks so far.
+    pub eta_unix: Option<i64>,
+    /// The node's copy of the results: `<dir>/<task>/`.
+    pub results_dir: PathBuf,
+}
+
+/// Tasks by state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub queued: u32,
+    pub running: u32,
+    pub done: u32,
+    pub failed: u32,
+    pub cancelled: u32,
+}
+
+impl Counts {
+    pub fn of(tasks: &[TaskRecord]) -> Counts {
+        let mut c = Counts::default();
+        for t in tasks {
+            match t.state {
+                TaskState::Queued => c.queued += 1,
+                TaskState::Running => c.running += 1,
+                TaskState::Done => c.done += 1,
+                TaskState::Failed => c.failed += 1,
+                TaskState::Cancelled => c.cancelled += 1,
+            }
+        }
+        c
+    }
+
+    pub fn finished(&self) -> bool {
+        self.queued == 0 && self.running == 0
+    }
+}
+
+/// What attempt and survey tasks report back to the actor.
+#[derive(Debug)]
+pub enum QueueMsg {
+    Surveyed(Result<Vec<HostReport>, String>),
+    Accepted {
+        batch: BatchId,
+        task: u32,
+    },
+    Ended {
+        batch: BatchId,
+        task: u32,
+        host: PeerId,
+        end: AttemptEnd,
+    },
+    /// A landed task's results were copied to the batch's output directory
+    /// (or could not be).
+    Copied {
+        batch: BatchId,
+        task: u32,
+        error: Option<String>,
+    },
+}
+
+struct LiveBatch {
+    record: BatchRecord,
+    tasks: Vec<TaskRecord>,
+    running: u32,
+}
+
+/// Least time between two surveys, so a burst of ends makes one survey.
+const SURVEY_GAP: Duration = Duration::from_millis(200);
+/// How often the queue looks again while tasks wait and nothing happens.
+pub const IDLE_SURVEY_EVERY: Duration = Duration::from_secs(2);
+/// How often the consumer actor asks the queue whether to survey.
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// The queue. Owned by the consumer actor.
+pub struct BatchQueue<P: JobPool + Clone + 'static> {
+    pool: P,
+    inbox: Inbox,
+    store: BatchStore,
+    dir: PathBuf,
+    clock: Arc<dyn Clock>,
+    settings: JobSettings,
+    policy: Box<dyn PlacementPolicy>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    batches: BTreeMap<BatchId, LiveBatch>,
+    /// Attempts in flight, each with the token that cancels it.
+    running: HashMap<(BatchId, u32), CancellationToken>,
+    hosts_in_use: HashSet<PeerId>,
+    events: broadcast::Sender<TaskEvent>,
+    to_self: mpsc::UnboundedSender<QueueMsg>,
+    surveying: bool,
+    last_survey: Option<tokio::time::Instant>,
+    /// Set when something changed that may let a task start.
+    wanted: bool,
+}
+
+impl<P: JobPool + Clone + 'static> BatchQueue<P> {
+    /// Opens the queue on `dir` (its store and results) and picks up what an
+    /// earlier run left: tasks that were running are re-attached.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        pool: P,
+        inbox: Inbox,
+        dir: &Path,
+        clock: Arc<dyn Clock>,
+        settings: JobSettings,
+        tracker: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Result<(Self, mpsc::UnboundedReceiver<QueueMsg>), BatchError> {
+        let store =
+            BatchStore::open(&dir.join("store")).map_err(|e| BatchError::Store(e.to_string()))?;
+        let (loaded, problems) = store.load().map_err(|e| BatchError::Store(e.to_string()))?;
+        for p in problems {
+            tracing::warn!("batch store: {p}");
+        }
+        let (to_self, from_tasks) = mpsc::unbounded_channel();
+        let (events, _) = broadcast::channel(4096);
+        let mut queue = BatchQueue {
+            pool,
+            inbox,
+            store,
+            dir: dir.to_path_buf(),
+            clock,
+            settings,
+            policy: Box::new(RankByReliability),
+            tracker,
+            shutdown,
+            batches: BTreeMap::new(),
+            running: HashMap::new(),
+            hosts_in_use: HashSet::new(),
+            events,
+            to_self,
+            surveying: false,
+            last_survey: None,
+            wanted: true,
+        };
+        for (record, tasks) in loaded {
+            let id = record.id;
+            queue.batches.insert(
+                id,
+                LiveBatch {
+                    record,
+                    tasks,
+                    running: 0,
+                },
+            );
+            let reattach: Vec<u32> = queue.batches[&id]
+                .tasks
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.state == TaskState::Running)
+                .map(|(i, _)| i as u32)
+                .collect();
+            for task in reattach {
+                queue.reattach(id, task);
+            }
+        }
+        Ok((queue, from_tasks))
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<TaskEvent> {
+        self.events.subscribe()
+    }
+
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    fn results_dir(&self, id: BatchId) -> PathBuf {
+        self.dir.join(id.to_string()).join("results")
+    }
+
+    /// Checks, expands and stores a new batch; its tasks start as hosts free up.
+    pub fn submit(&mut self, new: NewBatch) -> Result<BatchId, BatchError> {
+        let tasks = spec::expand(&new.template, &new.sweep)?;
+        // Every input must be a readable regular file now, not when a host
+        // asks for it. Each distinct file is checked once.
+        let mut checked = HashSet::new();
+        for task in &tasks {
+            for (local, _) in &task.inputs {
+                if checked.insert(local.clone()) {
+                    check_input(local)?;
+                }
+            }
+        }
+        let now_ms = self.clock.now().as_millisecond().max(0) as u64;
+        let last = self.batches.keys().next_back().map_or(0, |b| b.number());
+        let id = BatchId::new(now_ms.max(last + 1));
+        // `{batch}` in the output directory is the new batch's id, so a
+        // default such as `./gleaner-results/{batch}` never mixes batches.
+        let output_dir = new
+            .output_dir
+            .map(|d| PathBuf::from(d.to_string_lossy().replace("{batch}", &id.to_string())));
+        if let Some(dir) = &output_dir {
+            std::fs::create_dir_all(dir).map_err(|e| BatchError::OutputDir {
+                path: dir.display().to_string(),
+                why: e.to_string(),
+            })?;
+        }
+        let record = BatchRecord {
+            id,
+            name: new.name,
+            created_unix: self.clock.unix_secs(),
+            command: new.template.argv.clone(),
+            mem_mib: new.mem_mib,
+            runtime_secs: new.runtime_secs.max(1),
+            limit_secs: new.limit_secs.max(1),
+            outputs: new.template.outputs.clone(),
+            output_dir,
+            max_running: new.max_running.filter(|n| *n > 0),
+            task_count: tasks.len() as u32,
+            cancelled: false,
+        };
+        let records: Vec<TaskRecord> = tasks
+            .into_iter()
+            .map(|t| TaskRecord::queued(t.argv, t.env, t.inputs))
+            .collect();
+        self.store
+            .create(&record, &records)
+            .map_err(|e| BatchError::Store(e.to_string()))?;
+        std::fs::create_dir_all(self.results_dir(id))
+            .map_err(|e| BatchError::Store(e.to_string()))?;
+        tracing::info!(batch = %id, tasks = records.len(), "batch queued");
+        self.batches.insert(
+            id,
+            LiveBatch {
+                record,
+                tasks: records,
+                running: 0,
+            },
+        );
+        self.wanted = true;
+        Ok(id)
+    }
+
+    pub fn list(&self) -> Vec<BatchView> {
+        self.batches
+            .keys()
+            .filter_map(|id| self.view(*id).ok())
+            .collect()
+    }
+
+    pub fn view(&self, id: BatchId) -> Result<BatchView, BatchError> {
+        let live = self.batches.get(&id).ok_or(BatchError::UnknownBatch(id))?;
+        let counts = Counts::of(&live.tasks);
+        Ok(BatchView {
+            record: live.record.clone(),
+            tasks: live.tasks.clone(),
+            counts,
+            eta_unix: eta(&live.tasks, counts, self.clock.unix_secs()),
+            results_dir: self.results_dir(id),
+        })
+    }
+
+    /// Marks every task not yet ended cancelled and kills running copies on
+    /// their hosts.
+    pub fn cancel(&mut self, id: BatchId) -> Result<Counts, BatchError> {
+        let now = self.clock.unix_secs();
+        let live = self
+            .batches
+            .get_mut(&id)
+            .ok_or(BatchError::UnknownBatch(id))?;
+        live.record.cancelled = true;
+        self.store
+            .put_batch(&live.record)
+            .map_err(|e| BatchError::Store(e.to_string()))?;
+        let mut changed = Vec::new();
+        for (i, task) in live.tasks.iter_mut().enumerate() {
+            if task.state == TaskState::Queued {
+                task.state = TaskState::Cancelled;
+                task.ended_unix = Some(now);
+                task.reason = Some("cancelled".into());
+                changed.push(i as u32);
+            }
+        }
+        for (key, cancel) in &self.running {
+            if key.0 == id {
+                cancel.cancel();
+            }
+        }
+        for task in changed {
+            self.persist(id, task);
+        }
+        let _ = self.store.flush();
+        Ok(Counts::of(&self.batches[&id].tasks))
+    }
+
+    /// True when a survey should start now.
+    pub fn wants_survey(&self) -> bool {
+        if self.surveying || self.shutdown.is_cancelled() {
+            return false;
+        }
+        let waiting = self.batches.values().any(|b| {
+            !b.record.cancelled
+                && b.record.max_running.is_none_or(|m| b.running < m)
+                && b.tasks.iter().any(|t| t.state == TaskState::Queued)
+        });
+        if !waiting {
+            return false;
+        }
+        let since = self.last_survey.map(|t| t.elapsed());
+        match since {
+            None => true,
+            Some(s) if self.wanted => s >= SURVEY_GAP,
+            Some(s) => s >= IDLE_SURVEY_EVERY,
+        }
+    }
+
+    /// Starts a survey for the oldest waiting task's window.
+    pub fn start_survey(&mut self) {
+        let Some(first) = self
+            .batches
+            .values()
+            .find(|b| !b.record.cancelled && b.tasks.iter().any(|t| t.state == TaskState::Queued))
+        else {
+            return;
+        };
+        let query = SurveyQuery {
+            window_start_unix: self.clock.unix_secs(),
+            window_secs: first.record.runtime_secs,
+            mem_mib: first.record.mem_mib,
+            rounds: 1,
+        };
+        self.surveying = true;
+        self.wanted = false;
+        self.last_survey = Some(tokio::time::Instant::now());
+        let pool = self.pool.clone();
+        let tx = self.to_self.clone();
+        self.tracker.spawn(async move {
+            let hosts = pool.survey(query).await.map_err(|e| e.to_string());
+            let _ = tx.send(QueueMsg::Surveyed(hosts));
+        });
+    }
+
+    /// Handles what a task reported.
+    pub fn on_msg(&mut self, msg: QueueMsg) {
+        match msg {
+            QueueMsg::Surveyed(Ok(hosts)) => {
+                self.surveying = false;
+                self.place(&hosts);
+            }
+            QueueMsg::Surveyed(Err(e)) => {
+                self.surveying = false;
+                tracing::debug!(error = %e, "batch queue: survey failed");
+            }
+            QueueMsg::Accepted { batch, task } => {
+                self.emit(batch, task);
+            }
+            QueueMsg::Ended {
+                batch,
+                task,
+                host,
+                end,
+            } => self.ended(batch, task, host, end),
+            QueueMsg::Copied { batch, task, error } => {
+                if let Some(error) = error {
+                    tracing::warn!(%batch, task, %error, "cannot copy results to the output directory");
+                }
+            }
+        }
+    }
+
+    fn place(&mut self, hosts: &[HostReport]) {
+        let free: Vec<&HostReport> = self
+            .policy
+            .order(hosts)
+            .into_iter()
+            .filter(|h| {
+                h.peer
+                    .parse::<PeerId>()
+                    .is_ok_and(|p| !self.hosts_in_use.contains(&p))
+            })
+            .collect();
+        for host in free {
+            let Ok(peer) = host.peer.parse::<PeerId>() else {
+                continue;
+            };
+            let Some((batch, task)) = self.next_task_for(&host.peer) else {
+                continue;
+            };
+            self.start(batch, task, peer);
+        }
+    }
+
+    /// The oldest waiting task that may run on `host`.
+    fn next_task_for(&self, host: &str) -> Option<(BatchId, u32)> {
+        self.batches.iter().find_map(|(id, b)| {
+            if b.record.cancelled || b.record.max_running.is_some_and(|m| b.running >= m) {
+                return None;
+            }
+            b.tasks
+                .iter()
+                .position(|t| t.state == TaskState::Queued && !t.avoid.iter().any(|a| a == host))
+                .map(|i| (*id, i as u32))
+        })
+    }
+
+    fn plan(&self, batch: BatchId, task: u32, host: PeerId) -> Option<AttemptPlan> {
+        let live = self.batches.get(&batch)?;
+        let t = live.tasks.get(task as usize)?;
+        Some(AttemptPlan {
+            host,
+            job_id: t.job_id.clone()?,
+            outputs: live.record.outputs.clone(),
+            result_dir: self.results_dir(batch).join(task.to_string()),
+            limit: Duration::from_secs(live.record.limit_secs),
+            settings: self.settings,
+        })
+    }
+
+    fn start(&mut self, batch: BatchId, task: u32, host: PeerId) {
+        let now = self.clock.unix_secs();
+        let Some(live) = self.batches.get_mut(&batch) else {
+            return;
+        };
+        let record = live.record.clone();
+        let Some(t) = live.tasks.get_mut(task as usize) else {
+            return;
+        };
+        let job_id = batch.job_id(task, t.attempts);
+        t.attempts += 1;
+        t.state = TaskState::Running;
+        t.host = Some(host.to_base58());
+        t.job_id = Some(job_id.clone());
+        t.started_unix = Some(now);
+        let submit_parts = (t.argv.clone(), t.env.clone(), t.inputs.clone());
+        live.running += 1;
+        self.persist(batch, task);
+        let Some(plan) = self.plan(batch, task, host) else {
+            return;
+        };
+        let cancel = self.shutdown.child_token();
+        self.running.insert((batch, task), cancel.clone());
+        self.hosts_in_use.insert(host);
+        let (pool, inbox, store, tx) = (
+            self.pool.clone(),
+            self.inbox.clone(),
+            self.store.clone(),
+            self.to_self.clone(),
+        );
+        self.tracker.spawn(async move {
+            // The hand-over is durable before the host hears of it: a restart
+            // then asks the host instead of running the task twice.
+            let flushed = tokio::task::spawn_blocking(move || store.flush()).await;
+            let end = match flushed {
+                Ok(Ok(())) => match job_submit(&plan, &record, submit_parts).await {
+                    Ok(submit) => {
+                        let accepted = || {
+                            let _ = tx.send(QueueMsg::Accepted { batch, task });
+                        };
+                        attempt::run(&pool, &inbox, &plan, submit, &cancel, accepted).await
+                    }
+                    Err(e) => AttemptEnd::JobFailed(e),
+                },
+                _ => AttemptEnd::Refused("cannot write the batch store".into()),
+            };
+            let _ = tx.send(QueueMsg::Ended {
+                batch,
+                task,
+                host,
+                end,
+            });
+        });
+    }
+
+    fn reattach(&mut self, batch: BatchId, task: u32) {
+        let host = self
+            .batches
+            .get(&batch)
+            .and_then(|b| b.tasks.get(task as usize))
+            .and_then(|t| t.host.as_deref())
+            .and_then(|h| h.parse::<PeerId>().ok());
+        let plan = host.and_then(|h| self.plan(batch, task, h));
+        let (Some(host), Some(plan)) = (host, plan) else {
+            // Nothing to ask: run it again.
+            if let Some(t) = self
+                .batches
+                .get_mut(&batch)
+                .and_then(|b| b.tasks.get_mut(task as usize))
+            {
+                t.state = TaskState::Queued;
+            }
+            self.persist(batch, task);
+            return;
+        };
+        tracing::info!(%batch, task, %host, "re-attaching to a task that was running");
+        if let Some(b) = self.batches.get_mut(&batch) {
+            b.running += 1;
+        }
+        let cancel = self.shutdown.child_token();
+        self.running.insert((batch, task), cancel.clone());
+        self.hosts_in_use.insert(host);
+        let (pool, inbox, tx) = (self.pool.clone(), self.inbox.clone(), self.to_self.clone());
+        self.tracker.spawn(async move {
+            let end = attempt::reattach(&pool, &inbox, &plan, &cancel).await;
+            let _ = tx.send(QueueMsg::Ended {
+                batch,
+                task,
+                host,
+                end,
+            });
+        });
+    }
+
+    fn ended(&mut self, batch: BatchId, task: u32, host: PeerId, end: AttemptEnd) {
+        self.running.remove(&(batch, task));
+        self.hosts_in_use.remove(&host);
+        self.wanted = true;
+        let now = self.clock.unix_secs();
+        let max_retries = self.settings.max_retries;
+        let Some(live) = self.batches.get_mut(&batch) else {
+            return;
+        };
+        live.running = live.running.saturating_sub(1);
+        let cancelled = live.record.cancelled;
+        let output_dir = live.record.output_dir.clone();
+        let Some(t) = live.tasks.get_mut(task as usize) else {
+            return;
+        };
+        let host_text = host.to_base58();
+        let mut landed = false;
+        match end {
+            AttemptEnd::Landed {
+                exit_status,
+                wall_secs,
+            } => {
+                t.state = if exit_status == 0 {
+                    TaskState::Done
+                } else {
+                    TaskState::Failed
+                };
+                t.exit_status = Some(exit_status);
+                t.wall_secs = Some(wall_secs);
+                t.ended_unix = Some(now);
+                t.reason = (exit_status != 0).then(|| format!("exit status {exit_status}"));
+                landed = true;
+            }
+            AttemptEnd::Cancelled if cancelled => {
+                t.state = TaskState::Cancelled;
+                t.ended_unix = Some(now);
+                t.reason = Some("cancelled".into());
+            }
+            // The node is stopping: the task stays running in the store and
+            // is re-attached at the next start.
+            AttemptEnd::Cancelled => return,
+            _ if cancelled => {
+                t.state = TaskState::Cancelled;
+                t.ended_unix = Some(now);
+                t.reason = Some("cancelled".into());
+            }
+            AttemptEnd::Refused(reason) => {
+                // Not the task's fault: back in the queue, this host skipped
+                // until the next survey says it is free.
+                tracing::debug!(%batch, task, host = %host_text, %reason, "host refused a task");
+                t.state = TaskState::Queued;
+                t.host = None;
+            }
+            AttemptEnd::JobFailed(reason) => {
+                t.state = TaskState::Failed;
+                t.ended_unix = Some(now);
+                t.reason = Some(reason);
+            }
+            AttemptEnd::HostFailed(reason) => {
+                t.avoid.push(host_text.clone());
+                let failures = t.avoid.len() as u32;
+                if failures > max_retries {
+                    t.state = TaskState::Failed;
+                    t.ended_unix = Some(now);
+                    t.reason = Some(format!(
+                        "failed on {failures} host(s); no retries left (max_retries = {max_retries}); last: {reason}"
+                    ));
+                } else {
+                    tracing::info!(%batch, task, host = %host_text, %reason, "task failed on a host; queued again");
+                    t.state = TaskState::Queued;
+                    t.reason = Some(reason);
+                }
+            }
+        }
+        self.persist(batch, task);
+        let store = self.store.clone();
+        self.tracker.spawn_blocking(move || {
+            let _ = store.flush();
+        });
+        if let (true, Some(out)) = (landed, output_dir) {
+            let from = self.results_dir(batch).join(task.to_string());
+            let tx = self.to_self.clone();
+            self.tracker.spawn_blocking(move || {
+                let error = copy_task_results(&from, &out.join(task.to_string())).err();
+                let _ = tx.send(QueueMsg::Copied { batch, task, error });
+            });
+        }
+    }
+
+    fn persist(&mut self, batch: BatchId, task: u32) {
+        let Some(t) = self
+            .batches
+            .get(&batch)
+            .and_then(|b| b.tasks.get(task as usize))
+        else {
+            return;
+        };
+        if let Err(e) = self.store.put_task(batch, task, t) {
+            tracing::error!(%batch, task, error = %e, "cannot record a task's state");
+        }
+        self.emit(batch, task);
+    }
+
+    fn emit(&self, batch: BatchId, task: u32) {
+        let Some(t) = self
+            .batches
+            .get(&batch)
+            .and_then(|b| b.tasks.get(task as usize))
+        else {
+            return;
+        };
+        let _ = self.events.send(TaskEvent {
+            batch,
+            task,
+            state: t.state,
+            host: t.host.clone(),
+            attempts: t.attempts,
+            exit_status: t.exit_status,
+            reason: t.reason.clone(),
+            at_unix: self.clock.unix_secs(),
+        });
+    }
+}
+
+/// When the last task should end: the tasks left, at the pace tasks have
+/// ended so far over the hosts in use.
+fn eta(tasks: &[TaskRecord], counts: Counts, now: i64) -> Option<i64> {
+    if counts.finished() {
+        return None;
+    }
+    let ended: Vec<&TaskRecord> = tasks
+        .iter()
+        .filter(|t| matches!(t.state, TaskState::Done | TaskState::Failed))
+        .collect();
+    let first_start = tasks.iter().filter_map(|t| t.started_unix).min()?;
+    if ended.is_empty() {
+        return None;
+    }
+    let elapsed = (now - first_start).max(1) as f64;
+    let rate = ended.len() as f64 / elapsed;
+    let left = f64::from(counts.queued + counts.running);
+    Some(now + (left / rate).ceil() as i64)
+}
+
+fn check_input(path: &Path) -> Result<(), BatchError> {
+    crate::fsutil::open_regular(path)
+        .map(|_| ())
+        .map_err(|e| BatchError::Input {
+            path: path.display().to_string(),
+            why: e.to_string(),
+        })
+}
+
+/// A task's command line, environment and inputs (local file, remote path).
+type TaskParts = (Vec<String>, Vec<(String, String)>, Vec<(PathBuf, String)>);
+
+/// The job a task's attempt hands to its host. Inputs travel inline for now,
+/// within the job frame's cap.
+async fn job_submit(
+    plan: &AttemptPlan,
+    record: &BatchRecord,
+    (argv, env, inputs): TaskParts,
+) -> Result<JobSubmit, String> {
+    let budget = u64::from(JOB_REQUEST_CAP) - 64 * 1024;
+    let files = tokio::task::spawn_blocking(move || {
+        let mut left = budget;
+        let mut files = Vec::with_capacity(inputs.len());
+        for (local, remote) in inputs {
+            let data = crate::fsutil::read_bounded(&local, left)
+                .map_err(|e| format!("input {}: {e}", local.display()))?;
+            left -= data.len() as u64;
+            files.push(InputFile { path: remote, data });
+        }
+        Ok::<_, String>(files)
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    Ok(JobSubmit {
+        job_id: plan.job_id.to_string(),
+        argv,
+        env,
+        inputs: files,
+        outputs: record.outputs.clone(),
+        memory_mib: record.mem_mib,
+        expected_runtime_secs: record.runtime_secs,
+        wall_time_limit_secs: record.limit_secs,
+    })
+}
+
+/// Copies (hard-links where it can) a task's landed results into `to`,
+/// replacing an earlier copy whole.
+pub fn copy_task_results(from: &Path, to: &Path) -> Result<(), String> {
+    let parent = to.parent().ok_or("no parent directory")?;
+    std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    let name = to.file_name().and_then(|n| n.to_str()).ok_or("no name")?;
+    let tmp = parent.join(format!(".{name}.partial"));
+    let _ = std::fs::remove_dir_all(&tmp);
+    copy_tree(from, &tmp).map_err(|e| format!("{}: {e}", from.display()))?;
+    if to.exists() {
+        std::fs::remove_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+    }
+    std::fs::rename(&tmp, to).map_err(|e| format!("{}: {e}", to.display()))
+}
+
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else if kind.is_file() && std::fs::hard_link(entry.path(), &target).is_err() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}

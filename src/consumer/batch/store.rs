@@ -1,0 +1,310 @@
+//! The batch queue's durable half: batches and their tasks in sled, in their
+//! own database under the node's data directory (`batches/`), so a restart of
+//! the consumer's node, `kill -9` included, finds every batch where it was.
+//!
+//! The queue writes through this store before it acts on a change that must
+//! survive (a task handed to a host, a task's results landed); everything
+//! else it keeps in memory and can rebuild from here.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::consumer::batch::codec::{self, CodecError};
+use crate::model::ids::{BatchId, JobId};
+
+/// A batch as stored: what the user asked, once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchRecord {
+    pub id: BatchId,
+    pub name: Option<String>,
+    pub created_unix: i64,
+    /// The command as the user wrote it (before expansion), for display.
+    pub command: Vec<String>,
+    pub mem_mib: u64,
+    pub runtime_secs: u64,
+    pub limit_secs: u64,
+    /// Output files every task brings back.
+    pub outputs: Vec<String>,
+    /// Where results are copied as tasks land, besides the node's own copy.
+    pub output_dir: Option<PathBuf>,
+    pub max_running: Option<u32>,
+    pub task_count: u32,
+    /// `batch cancel` was asked: nothing more is started.
+    pub cancelled: bool,
+}
+
+/// Where a task stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TaskState {
+    /// Waiting for a host.
+    Queued,
+    /// Handed to a host (which may not have started it yet).
+    Running,
+    /// Ran to its end with exit status 0; results landed.
+    Done,
+    /// Ran to its end with another status (results landed), or could not be
+    /// run (no host, retries used up: `reason` says).
+    Failed,
+    /// Cancelled before it ended.
+    Cancelled,
+}
+
+impl TaskState {
+    pub fn label(self) -> &'static str {
+        match self {
+            TaskState::Queued => "queued",
+            TaskState::Running => "running",
+            TaskState::Done => "done",
+            TaskState::Failed => "failed",
+            TaskState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            TaskState::Done | TaskState::Failed | TaskState::Cancelled
+        )
+    }
+}
+
+/// A task as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Local file, remote relative path.
+    pub inputs: Vec<(PathBuf, String)>,
+    pub state: TaskState,
+    /// Attempts handed to hosts so far.
+    pub attempts: u32,
+    /// The host of the current (or last) attempt, base58.
+    pub host: Option<String>,
+    /// The current (or last) attempt's job id on that host.
+    pub job_id: Option<JobId>,
+    /// Hosts that failed this task: not tried for it again.
+    pub avoid: Vec<String>,
+    pub exit_status: Option<i32>,
+    pub started_unix: Option<i64>,
+    pub ended_unix: Option<i64>,
+    /// Why it failed or was cancelled, for humans.
+    pub reason: Option<String>,
+    /// The attempt's wall seconds on the host, for ETAs.
+    pub wall_secs: Option<f64>,
+}
+
+impl TaskRecord {
+    pub fn queued(
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        inputs: Vec<(PathBuf, String)>,
+    ) -> Self {
+        TaskRecord {
+            argv,
+            env,
+            inputs,
+            state: TaskState::Queued,
+            attempts: 0,
+            host: None,
+            job_id: None,
+            avoid: Vec::new(),
+            exit_status: None,
+            started_unix: None,
+            ended_unix: None,
+            reason: None,
+            wall_secs: None,
+        }
+    }
+}
+
+/// Why the batch store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchStoreError {
+    #[error("cannot open the batch store {path}: {source}")]
+    Open { path: PathBuf, source: sled::Error },
+    #[error("batch store: {0}")]
+    Sled(#[from] sled::Error),
+    #[error("batch store: {0}")]
+    Codec(#[from] CodecError),
+}
+
+/// The batch database.
+#[derive(Clone)]
+pub struct BatchStore {
+    db: sled::Db,
+    batches: sled::Tree,
+    tasks: sled::Tree,
+}
+
+/// Small: the queue keeps its working set in memory; sled's cache only
+/// speeds reads at start.
+const CACHE_BYTES: u64 = 16 * 1024 * 1024;
+
+impl BatchStore {
+    pub fn open(dir: &Path) -> Result<Self, BatchStoreError> {
+        let config = sled::Config::new()
+            .path(dir)
+            .cache_capacity(CACHE_BYTES)
+            .flush_every_ms(Some(200));
+        let db = config.open().map_err(|source| BatchStoreError::Open {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let batches = db.open_tree("batches")?;
+        let tasks = db.open_tree("tasks")?;
+        Ok(BatchStore { db, batches, tasks })
+    }
+
+    /// Stores a new batch and all its tasks at once, durably.
+    pub fn create(&self, batch: &BatchRecord, tasks: &[TaskRecord]) -> Result<(), BatchStoreError> {
+        let mut writes = sled::Batch::default();
+        for (i, task) in tasks.iter().enumerate() {
+            writes.insert(
+                &codec::task_key(batch.id, i as u32)[..],
+                codec::encode_task(task)?,
+            );
+        }
+        self.tasks.apply_batch(writes)?;
+        // The batch record last: a batch without it is ignored (and removed)
+        // at load, so a crash in between leaves no half batch.
+        self.batches
+            .insert(codec::batch_key(batch.id), codec::encode_batch(batch)?)?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    pub fn put_batch(&self, batch: &BatchRecord) -> Result<(), BatchStoreError> {
+        self.batches
+            .insert(codec::batch_key(batch.id), codec::encode_batch(batch)?)?;
+        Ok(())
+    }
+
+    pub fn put_task(
+        &self,
+        id: BatchId,
+        task: u32,
+        record: &TaskRecord,
+    ) -> Result<(), BatchStoreError> {
+        self.tasks
+            .insert(codec::task_key(id, task), codec::encode_task(record)?)?;
+        Ok(())
+    }
+
+    /// Makes every write so far durable (an fsync; call it off the loop).
+    pub fn flush(&self) -> Result<(), BatchStoreError> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// Every batch with its tasks, oldest first. Tasks of a batch whose record
+    /// is missing (a crash during `create`) are removed; a record that does
+    /// not decode is reported and skipped, never fatal.
+    #[allow(clippy::type_complexity)]
+    pub fn load(
+        &self,
+    ) -> Result<(Vec<(BatchRecord, Vec<TaskRecord>)>, Vec<String>), BatchStoreError> {
+        let mut out = Vec::new();
+        let mut problems = Vec::new();
+        for item in self.batches.iter() {
+            let (key, value) = item?;
+            match codec::decode_batch(&value) {
+                Ok(batch) => out.push((batch, Vec::new())),
+                Err(e) => problems.push(format!("batch key {key:?}: {e}")),
+            }
+        }
+        let mut orphans = Vec::new();
+        for item in self.tasks.iter() {
+            let (key, value) = item?;
+            let (id, index) = match codec::decode_task_key(&key) {
+                Ok(k) => k,
+                Err(e) => {
+                    problems.push(e.to_string());
+                    continue;
+                }
+            };
+            let Some((batch, tasks)) = out.iter_mut().find(|(b, _)| b.id == id) else {
+                orphans.push(key);
+                continue;
+            };
+            match codec::decode_task(&value) {
+                Ok(task) if index as usize == tasks.len() => tasks.push(task),
+                Ok(_) => problems.push(format!("batch {id}: task {index} out of order")),
+                Err(e) => problems.push(format!("batch {}: task {index}: {e}", batch.id)),
+            }
+        }
+        for key in orphans {
+            self.tasks.remove(key)?;
+        }
+        // A batch whose tasks did not all load cannot be run safely as is.
+        out.retain(|(b, tasks)| {
+            let whole = tasks.len() == b.task_count as usize;
+            if !whole {
+                problems.push(format!(
+                    "batch {}: {} of {} tasks readable; the batch is skipped",
+                    b.id,
+                    tasks.len(),
+                    b.task_count
+                ));
+            }
+            whole
+        });
+        Ok((out, problems))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(id: u64, tasks: u32) -> BatchRecord {
+        BatchRecord {
+            id: BatchId::new(id),
+            name: Some("sweep".into()),
+            created_unix: 1,
+            command: vec!["echo".into(), "{}".into()],
+            mem_mib: 10,
+            runtime_secs: 60,
+            limit_secs: 120,
+            outputs: vec![],
+            output_dir: None,
+            max_running: None,
+            task_count: tasks,
+            cancelled: false,
+        }
+    }
+
+    #[test]
+    fn batches_and_tasks_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = BatchStore::open(dir.path()).unwrap();
+            let tasks: Vec<_> = (0..3)
+                .map(|i| TaskRecord::queued(vec!["echo".into(), i.to_string()], vec![], vec![]))
+                .collect();
+            store.create(&batch(7, 3), &tasks).unwrap();
+            let mut t = tasks[1].clone();
+            t.state = TaskState::Done;
+            store.put_task(BatchId::new(7), 1, &t).unwrap();
+            store.flush().unwrap();
+        }
+        let store = BatchStore::open(dir.path()).unwrap();
+        let (loaded, problems) = store.load().unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(loaded.len(), 1);
+        assert_eq!(loaded[0].1.len(), 3);
+        assert_eq!(loaded[0].1[1].state, TaskState::Done);
+        assert_eq!(loaded[0].1[2].argv[1], "2");
+    }
+
+    #[test]
+    fn tasks_without_their_batch_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BatchStore::open(dir.path()).unwrap();
+        let t = TaskRecord::queued(vec!["x".into()], vec![], vec![]);
+        store.put_task(BatchId::new(3), 0, &t).unwrap();
+        let (loaded, _) = store.load().unwrap();
+        assert!(loaded.is_empty());
+        assert_eq!(store.tasks.len(), 0);
+    }
+}

@@ -1,0 +1,329 @@
+//! The batch routes of the control API: HTTP and JSON in, typed calls on the
+//! consumer's handle out, and the conversions between the two. The queue
+//! itself is the consumer's (`consumer::batch`).
+
+use std::convert::Infallible;
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::consumer::batch::spec::{InputTemplate, Params, Sweep, TaskTemplate};
+use crate::consumer::batch::{BatchView, Counts, NewBatch, TaskEvent, TaskRecord};
+use crate::control::api::{
+    ApiError, BatchCreated, BatchLine, BatchReport, BatchResultsCopied, BatchResultsRequest,
+    BatchSubmitRequest, TaskCounts, TaskReport, PREFIX,
+};
+use crate::control::server::{consumer_of, ControlHandles};
+use crate::model::ids::BatchId;
+
+/// The largest `batch submit` body: a params table of up to 100,000 rows.
+const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
+
+pub fn routes() -> Router<ControlHandles> {
+    Router::new()
+        .route(
+            &format!("{PREFIX}/batches"),
+            post(submit)
+                .get(list)
+                .layer(DefaultBodyLimit::max(MAX_BATCH_BYTES)),
+        )
+        .route(&format!("{PREFIX}/batches/{{id}}"), get(status))
+        .route(&format!("{PREFIX}/batches/{{id}}/cancel"), post(cancel))
+        .route(&format!("{PREFIX}/batches/{{id}}/wait"), post(wait))
+        .route(&format!("{PREFIX}/batches/{{id}}/results"), post(results))
+}
+
+fn batch_id(text: &str) -> Result<BatchId, ApiError> {
+    text.parse()
+        .map_err(|e: crate::model::ids::InvalidBatchId| ApiError::bad_request(e.to_string()))
+}
+
+fn new_batch(r: BatchSubmitRequest) -> Result<NewBatch, ApiError> {
+    let sweep = match (r.range, r.params) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "--range and --params cannot be used together",
+            ))
+        }
+        (Some((start, end)), None) => Sweep::Range { start, end },
+        (None, Some(p)) => Sweep::Params(Params {
+            columns: p.columns,
+            rows: p.rows,
+        }),
+        (None, None) => Sweep::One,
+    };
+    for path in r
+        .inputs
+        .iter()
+        .map(|i| &i.local)
+        .chain(r.output_dir.as_ref())
+    {
+        if !path.is_absolute() {
+            return Err(ApiError::bad_request(format!(
+                "{}: paths sent to the node must be absolute",
+                path.display()
+            )));
+        }
+    }
+    Ok(NewBatch {
+        name: r.name,
+        template: TaskTemplate {
+            argv: r.argv,
+            env: r.env,
+            inputs: r
+                .inputs
+                .into_iter()
+                .map(|i| InputTemplate {
+                    local: i.local,
+                    remote: i.remote,
+                })
+                .collect(),
+            outputs: r.outputs,
+        },
+        sweep,
+        mem_mib: r.mem_mib,
+        runtime_secs: r.runtime_secs,
+        limit_secs: r.limit_secs,
+        max_running: r.max_running,
+        output_dir: r.output_dir,
+    })
+}
+
+fn counts(c: Counts) -> TaskCounts {
+    TaskCounts {
+        queued: c.queued,
+        running: c.running,
+        done: c.done,
+        failed: c.failed,
+        cancelled: c.cancelled,
+    }
+}
+
+fn task_report(task: u32, t: &TaskRecord) -> TaskReport {
+    TaskReport {
+        task,
+        state: t.state.label().to_string(),
+        host: t.host.clone(),
+        attempts: t.attempts,
+        exit_status: t.exit_status,
+        started_unix: t.started_unix,
+        ended_unix: t.ended_unix,
+        reason: t.reason.clone(),
+    }
+}
+
+fn event_report(e: &TaskEvent) -> TaskReport {
+    TaskReport {
+        task: e.task,
+        state: e.state.label().to_string(),
+        host: e.host.clone(),
+        attempts: e.attempts,
+        exit_status: e.exit_status,
+        started_unix: None,
+        ended_unix: e.state.is_final().then_some(e.at_unix),
+        reason: e.reason.clone(),
+    }
+}
+
+/// The report of a batch; with its tasks when `with_tasks`.
+pub fn batch_report(v: &BatchView, with_tasks: bool) -> BatchReport {
+    BatchReport {
+        id: v.record.id,
+        name: v.record.name.clone(),
+        created_unix: v.record.created_unix,
+        counts: counts(v.counts),
+        tasks: if with_tasks {
+            v.tasks
+                .iter()
+                .enumerate()
+                .map(|(i, t)| task_report(i as u32, t))
+                .collect()
+        } else {
+            Vec::new()
+        },
+        eta_unix: v.eta_unix,
+        results_dir: v.results_dir.clone(),
+        output_dir: v.record.output_dir.clone(),
+        cancelled: v.record.cancelled,
+    }
+}
+
+async fn submit(
+    State(h): State<ControlHandles>,
+    Json(request): Json<BatchSubmitRequest>,
+) -> Response {
+    let run = async {
+        let consumer = consumer_of(&h)?;
+        let batch = new_batch(request)?;
+        let id = consumer.submit_batch(batch).await?;
+        let view = consumer.batch(id).await?;
+        Ok::<_, ApiError>(BatchCreated {
+            id,
+            tasks: view.record.task_count,
+        })
+    };
+    match run.await {
+        Ok(created) => Json(created).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn list(State(h): State<ControlHandles>) -> Response {
+    let run = async {
+        let consumer = consumer_of(&h)?;
+        let views = consumer.batches().await?;
+        Ok::<_, ApiError>(
+            views
+                .iter()
+                .map(|v| batch_report(v, false))
+                .collect::<Vec<_>>(),
+        )
+    };
+    match run.await {
+        Ok(list) => Json(list).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn status(State(h): State<ControlHandles>, Path(id): Path<String>) -> Response {
+    let run = async {
+        let id = batch_id(&id)?;
+        let view = consumer_of(&h)?.batch(id).await?;
+        Ok::<_, ApiError>(batch_report(&view, true))
+    };
+    match run.await {
+        Ok(report) => Json(report).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn cancel(State(h): State<ControlHandles>, Path(id): Path<String>) -> Response {
+    let run = async {
+        let id = batch_id(&id)?;
+        let counts = consumer_of(&h)?.cancel_batch(id).await?;
+        Ok::<_, ApiError>(self::counts(counts))
+    };
+    match run.await {
+        Ok(c) => Json(c).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn results(
+    State(h): State<ControlHandles>,
+    Path(id): Path<String>,
+    Json(request): Json<BatchResultsRequest>,
+) -> Response {
+    let run = async {
+        let id = batch_id(&id)?;
+        if !request.out.is_absolute() {
+            return Err(ApiError::bad_request("--out must be an absolute path"));
+        }
+        let view = consumer_of(&h)?.batch(id).await?;
+        let landed: Vec<u32> = view
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.exit_status.is_some())
+            .map(|(i, _)| i as u32)
+            .collect();
+        let from = view.results_dir.clone();
+        let out = request.out.clone();
+        let copied = tokio::task::spawn_blocking(move || {
+            for task in &landed {
+                let name = task.to_string();
+                crate::consumer::batch::queue::copy_task_results(
+                    &from.join(&name),
+                    &out.join(&name),
+                )?;
+            }
+            Ok::<_, String>(landed.len() as u32)
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::internal(format!("copying results: {e}")))?;
+        Ok(BatchResultsCopied {
+            tasks: copied,
+            out: request.out,
+        })
+    };
+    match run.await {
+        Ok(c) => Json(c).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Streams the batch's task events as JSON lines until every task has ended,
+/// then the batch itself.
+async fn wait(State(h): State<ControlHandles>, Path(id): Path<String>) -> Response {
+    let start = async {
+        let id = batch_id(&id)?;
+        let consumer = consumer_of(&h)?;
+        let (view, events) = consumer.watch_batch(id).await?;
+        Ok::<_, ApiError>((id, consumer, view, events))
+    };
+    let (id, consumer, view, mut events) = match start.await {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    let (tx, rx) = mpsc::channel::<Result<String, Infallible>>(256);
+    let shutdown = h.shutdown.clone();
+    h.tracker.spawn(async move {
+        let send = |line: BatchLine| {
+            let tx = tx.clone();
+            async move {
+                let Ok(mut text) = serde_json::to_string(&line) else {
+                    return true;
+                };
+                text.push('\n');
+                tx.send(Ok(text)).await.is_ok()
+            }
+        };
+        let mut states: Vec<_> = view.tasks.iter().map(|t| t.state).collect();
+        let ended =
+            |states: &[crate::consumer::batch::TaskState]| states.iter().all(|s| s.is_final());
+        while !ended(&states) {
+            let event = tokio::select! {
+                e = events.recv() => e,
+                _ = shutdown.cancelled() => return,
+            };
+            match event {
+                Ok(e) if e.batch == id => {
+                    if let Some(s) = states.get_mut(e.task as usize) {
+                        *s = e.state;
+                    }
+                    if !send(BatchLine::Task {
+                        batch: id,
+                        task: event_report(&e),
+                    })
+                    .await
+                    {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // Missed some: take the states as they are now.
+                    match consumer.batch(id).await {
+                        Ok(v) => states = v.tasks.iter().map(|t| t.state).collect(),
+                        Err(_) => return,
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+        if let Ok(v) = consumer.batch(id).await {
+            let _ = send(BatchLine::Batch(batch_report(&v, true))).await;
+        }
+    });
+    (
+        [(header::CONTENT_TYPE, "application/jsonl")],
+        Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
+    )
+        .into_response()
+}
