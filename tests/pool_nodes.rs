@@ -9,35 +9,8 @@ mod node_support;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use node_support::{history, test_config, JsonStream, NodeFixture, QUIET_HOST};
+use node_support::{addr, history, peer, pool_node, started, JsonStream, NodeFixture};
 use serde_json::Value;
-
-/// A node of a loopback pool, not started yet; `history` (a trace) is imported first.
-fn pool_node(history: Option<&str>, flags: &[&str]) -> NodeFixture {
-    let mut node = NodeFixture::new(&test_config(60, ""), Some(QUIET_HOST));
-    if let Some(trace) = history {
-        let path = node.dir.join("history.csv");
-        std::fs::write(&path, trace).unwrap();
-        node.run_ok(&["history", "import", path.to_str().unwrap()]);
-    }
-    node.node_args = flags.iter().map(|s| s.to_string()).collect();
-    node
-}
-
-fn started(mut node: NodeFixture) -> NodeFixture {
-    node.start();
-    node
-}
-
-fn addr(node: &NodeFixture) -> String {
-    node.ready_value("listening")
-        .expect("the node prints its address")
-}
-
-fn peer(node: &NodeFixture) -> String {
-    node.ready_value("peer id")
-        .expect("the node prints its peer id")
-}
 
 fn hosts(node: &NodeFixture) -> Value {
     serde_json::from_str(&node.run_ok(&["hosts", "--json", "--window", "1h"])).unwrap()

@@ -426,3 +426,30 @@ pub fn history(busy_minutes: u64) -> String {
     }
     text
 }
+
+/// A node of a loopback pool, not started yet; `history` (a trace) is imported first.
+pub fn pool_node(history: Option<&str>, flags: &[&str]) -> NodeFixture {
+    let mut node = NodeFixture::new(&test_config(60, ""), Some(QUIET_HOST));
+    if let Some(trace) = history {
+        let path = node.dir.join("history.csv");
+        std::fs::write(&path, trace).unwrap();
+        node.run_ok(&["history", "import", path.to_str().unwrap()]);
+    }
+    node.node_args = flags.iter().map(|s| s.to_string()).collect();
+    node
+}
+
+pub fn started(mut node: NodeFixture) -> NodeFixture {
+    node.start();
+    node
+}
+
+pub fn addr(node: &NodeFixture) -> String {
+    node.ready_value("listening")
+        .expect("the node prints its address")
+}
+
+pub fn peer(node: &NodeFixture) -> String {
+    node.ready_value("peer id")
+        .expect("the node prints its peer id")
+}

@@ -89,8 +89,15 @@ pub async fn reattach<P: JobPool>(
     cancel: &CancellationToken,
 ) -> AttemptEnd {
     let registration = inbox.register(plan.host, &plan.job_id);
-    follow(pool, plan, registration, cancel).await
+    // Right after a restart the node is still dialling its pool: give the
+    // host longer to answer before counting it gone.
+    let mut plan = plan.clone();
+    plan.settings.probes_to_fail = plan.settings.probes_to_fail.max(REATTACH_PROBES);
+    follow(pool, &plan, registration, cancel).await
 }
+
+/// Failed probes after which a re-attached job's host counts as gone.
+const REATTACH_PROBES: u32 = 15;
 
 async fn follow<P: JobPool>(
     pool: &P,

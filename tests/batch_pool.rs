@@ -1,0 +1,286 @@
+//! Batches on pools of real `gleaner node` processes on 127.0.0.1: a sweep of
+//! tasks with params and a shared input on three hosts, a host and then the
+//! consumer's node killed with SIGKILL mid-batch, every result landing
+//! exactly once; bad batches refused before anything is sent; cancel.
+
+mod node_support;
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use node_support::{addr, history, pool_node, started, NodeFixture};
+use serde_json::Value;
+
+/// Three hosts with history and a consumer-only node, all bootstrapped from
+/// the first host; returns once the consumer sees every host with a TR.
+fn pool() -> (Vec<NodeFixture>, NodeFixture) {
+    let first = started(pool_node(Some(&history(0)), &[]));
+    let boot = addr(&first);
+    let mut hosts = vec![first];
+    for _ in 0..2 {
+        hosts.push(started(pool_node(
+            Some(&history(0)),
+            &["--bootstrap", &boot],
+        )));
+    }
+    let consumer = started(pool_node(None, &["--bootstrap", &boot, "--no-guest"]));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let report: Value =
+            serde_json::from_str(&consumer.run_ok(&["hosts", "--json", "--window", "1h"])).unwrap();
+        let with_tr = report["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|h| h["tr"].is_number())
+            .count();
+        if with_tr == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the consumer never saw 3 hosts: {report:#}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    (hosts, consumer)
+}
+
+fn gleaner(node: &NodeFixture, args: &[&str]) -> Output {
+    node.gleaner().args(args).output().unwrap()
+}
+
+fn batch_status(node: &NodeFixture, id: &str) -> Value {
+    serde_json::from_str(&node.run_ok(&["batch", "status", id, "--json"])).unwrap()
+}
+
+/// Polls the batch until `ok` holds (panics after `limit`).
+fn batch_until(
+    node: &NodeFixture,
+    id: &str,
+    limit: Duration,
+    ok: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let s = batch_status(node, id);
+        if ok(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "batch never got there: {s:#}\n{}",
+            node.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+const TASKS: usize = 50;
+
+#[test]
+fn a_sweep_completes_once_through_a_host_and_the_consumer_killed_mid_batch() {
+    let (mut hosts, mut consumer) = pool();
+    let work = consumer.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    // Every task reads the shared input and its own row.
+    let shared = work.join("shared.bin");
+    std::fs::write(&shared, vec![7u8; 1 << 20]).unwrap();
+    let mut csv = String::from("alpha,label\n");
+    for i in 0..TASKS {
+        csv.push_str(&format!("{},t{i}\n", i * 3));
+    }
+    let params = work.join("sweep.csv");
+    std::fs::write(&params, csv).unwrap();
+    let results = work.join("results");
+    let out = consumer.run_ok(&[
+        "--json",
+        "batch",
+        "submit",
+        "--name",
+        "sweep",
+        "--runtime",
+        "1m",
+        "--params",
+        params.to_str().unwrap(),
+        "--input",
+        &format!("{}=data/shared.bin", shared.display()),
+        "--output",
+        "result.txt",
+        "--output-dir",
+        results.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.5; echo {label} $(( {alpha} * 2 )) $(wc -c < data/shared.bin) > result.txt",
+    ]);
+    let created: Value = serde_json::from_str(&out).unwrap();
+    let id = created["id"].as_str().unwrap().to_string();
+    assert_eq!(created["tasks"], TASKS);
+
+    // A host dies with some tasks done: its running task goes elsewhere.
+    batch_until(&consumer, &id, Duration::from_secs(120), |s| {
+        s["counts"]["done"].as_u64().unwrap() >= 5
+    });
+    hosts[2].kill9();
+    // Then the consumer's own node, mid-batch, and back.
+    batch_until(&consumer, &id, Duration::from_secs(120), |s| {
+        s["counts"]["done"].as_u64().unwrap() >= 15
+    });
+    consumer.kill9();
+    std::thread::sleep(Duration::from_millis(500));
+    consumer.start();
+    let waited = gleaner(&consumer, &["--json", "batch", "wait", &id]);
+    assert_eq!(
+        waited.status.code(),
+        Some(0),
+        "batch wait: {}\n{}",
+        String::from_utf8_lossy(&waited.stderr),
+        consumer.log()
+    );
+    let last: Value = serde_json::from_str(
+        String::from_utf8_lossy(&waited.stdout)
+            .lines()
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(last["type"], "batch");
+    assert_eq!(last["counts"]["done"], TASKS, "{last:#}");
+
+    // Every task's result, once, and nothing half-written beside them.
+    let mut names: Vec<String> = std::fs::read_dir(&results)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort_by_key(|n| n.parse::<usize>().unwrap_or(usize::MAX));
+    let expected: Vec<String> = (0..TASKS).map(|i| i.to_string()).collect();
+    assert_eq!(names, expected, "one directory per task and nothing else");
+    for i in 0..TASKS {
+        let dir = results.join(i.to_string());
+        let text = std::fs::read_to_string(dir.join("result.txt")).unwrap();
+        assert_eq!(
+            text.trim(),
+            format!("t{i} {} {}", i * 6, 1 << 20),
+            "task {i}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("exit_status")).unwrap(),
+            "0\n"
+        );
+        assert!(dir.join("stdout").exists() && dir.join("stderr").exists());
+    }
+    // `batch results` copies what landed again, idempotently.
+    let again = work.join("again");
+    for _ in 0..2 {
+        consumer.run_ok(&["batch", "results", &id, "--out", again.to_str().unwrap()]);
+    }
+    assert_eq!(std::fs::read_dir(&again).unwrap().count(), TASKS);
+}
+
+#[test]
+fn bad_batches_are_refused_with_the_input_named_before_anything_is_sent() {
+    let mut consumer = pool_node(None, &["--no-guest"]);
+    consumer.start();
+    let dir = consumer.dir.clone();
+    let csv = dir.join("p.csv");
+    std::fs::write(&csv, "a,b\n1,2\n3\n").unwrap();
+    let good_csv = dir.join("good.csv");
+    std::fs::write(&good_csv, "a\n1\n").unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "--input".into(),
+                dir.join("missing.bin").display().to_string(),
+            ],
+            "missing.bin",
+        ),
+        (vec!["--params".into(), csv.display().to_string()], "line 3"),
+        (
+            vec![
+                "--params".into(),
+                good_csv.display().to_string(),
+                "--".into(),
+                "echo".into(),
+                "{nope}".into(),
+            ],
+            "{nope} is not a column",
+        ),
+        (vec!["--output".into(), "../escape".into()], "../escape"),
+        (vec!["--range".into(), "0..1000001".into()], "at most"),
+    ];
+    for (mut args, needle) in cases {
+        if !args.contains(&"--".to_string()) {
+            args.extend(["--".into(), "true".into()]);
+        }
+        let mut full = vec!["batch".to_string(), "submit".into()];
+        full.extend(args.clone());
+        let refs: Vec<&str> = full.iter().map(String::as_str).collect();
+        let out = gleaner(&consumer, &refs);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let out = gleaner(&consumer, &["batch", "status", "b123"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no batch b123"));
+    let out = gleaner(&consumer, &["batch", "status", "nonsense"]);
+    assert!(!out.status.success());
+    let list: Value = serde_json::from_str(&consumer.run_ok(&["batch", "list", "--json"])).unwrap();
+    assert_eq!(list, Value::Array(vec![]), "nothing was queued");
+}
+
+#[test]
+fn cancel_kills_running_copies_and_marks_the_rest() {
+    let (hosts, consumer) = pool();
+    let out = consumer.run_ok(&[
+        "--json",
+        "batch",
+        "submit",
+        "--range",
+        "0..8",
+        "--runtime",
+        "1m",
+        "--",
+        "sleep",
+        "60",
+    ]);
+    let id = serde_json::from_str::<Value>(&out).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    batch_until(&consumer, &id, Duration::from_secs(60), |s| {
+        s["counts"]["running"] == 3
+    });
+    // Wait until every host runs its guest.
+    let running_guests = || {
+        hosts
+            .iter()
+            .filter(|h| !h.status()["guest"].is_null())
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while running_guests() < 3 {
+        assert!(Instant::now() < deadline, "the hosts never ran the tasks");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    consumer.run_ok(&["batch", "cancel", &id]);
+    let s = batch_until(&consumer, &id, Duration::from_secs(30), |s| {
+        s["counts"]["cancelled"] == 8
+    });
+    assert_eq!(s["cancelled"], true);
+    let guest_gone = |h: &NodeFixture| {
+        let g = &h.status()["guest"];
+        g.is_null() || g["phase"] == "exited"
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !hosts.iter().all(guest_gone) {
+        assert!(Instant::now() < deadline, "a cancelled copy still runs");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let waited = gleaner(&consumer, &["batch", "wait", &id]);
+    assert_eq!(
+        waited.status.code(),
+        Some(75),
+        "cancelled tasks did not run"
+    );
+}
