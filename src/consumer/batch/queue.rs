@@ -167,6 +167,8 @@ struct LiveBatch {
 const SURVEY_GAP: Duration = Duration::from_millis(200);
 /// How often the queue looks again while tasks wait and nothing happens.
 pub const IDLE_SURVEY_EVERY: Duration = Duration::from_secs(2);
+/// How long a survey's ranking may place tasks on hosts that free up.
+const RANKING_FRESH_FOR: Duration = Duration::from_secs(10);
 /// How often the consumer actor asks the queue whether to survey.
 pub const TICK: Duration = Duration::from_millis(100);
 
@@ -189,6 +191,11 @@ pub struct BatchQueue<P: JobPool + Clone + 'static> {
     to_self: mpsc::UnboundedSender<QueueMsg>,
     surveying: bool,
     last_survey: Option<tokio::time::Instant>,
+    /// The hosts the last survey found eligible, best first, and when: a
+    /// host that just finished a task takes the next one without waiting
+    /// for a new survey while this is fresh.
+    last_ranked: Vec<HostReport>,
+    last_ranked_at: Option<tokio::time::Instant>,
     /// Set when something changed that may let a task start.
     wanted: bool,
 }
@@ -231,6 +238,8 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             to_self,
             surveying: false,
             last_survey: None,
+            last_ranked: Vec::new(),
+            last_ranked_at: None,
             wanted: true,
         };
         for (record, tasks) in loaded {
@@ -460,10 +469,17 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     }
 
     fn place(&mut self, hosts: &[HostReport]) {
-        let free: Vec<&HostReport> = self
-            .policy
-            .order(hosts)
-            .into_iter()
+        self.last_ranked = self.policy.order(hosts).into_iter().cloned().collect();
+        self.last_ranked_at = Some(tokio::time::Instant::now());
+        let ranked = std::mem::take(&mut self.last_ranked);
+        self.place_ranked(&ranked);
+        self.last_ranked = ranked;
+    }
+
+    /// Hands waiting tasks to the free hosts of `ranked`, best first.
+    fn place_ranked(&mut self, ranked: &[HostReport]) {
+        let free: Vec<&HostReport> = ranked
+            .iter()
             .filter(|h| {
                 h.peer
                     .parse::<PeerId>()
@@ -680,6 +696,21 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         self.tracker.spawn_blocking(move || {
             let _ = store.flush();
         });
+        // A host that just ended a task well is free now: while the last
+        // survey is fresh it takes the next task at once.
+        let fresh = self
+            .last_ranked_at
+            .is_some_and(|t| t.elapsed() < RANKING_FRESH_FOR);
+        if landed && fresh {
+            if let Some(report) = self
+                .last_ranked
+                .iter()
+                .find(|h| h.peer == host_text)
+                .cloned()
+            {
+                self.place_ranked(std::slice::from_ref(&report));
+            }
+        }
         if let (true, Some(out)) = (landed, output_dir) {
             let from = self.results_dir(batch).join(task.to_string());
             let tx = self.to_self.clone();
