@@ -29,6 +29,12 @@ pub enum FileReadError {
 }
 
 impl FileReadError {
+    /// An error met while reading `path` through a [`BoundedFile`] (the
+    /// limit becomes [`FileReadError::TooLarge`] again).
+    pub fn from_io(path: &Path, e: io::Error) -> FileReadError {
+        classify(path, e)
+    }
+
     /// The file the error is about.
     pub fn path(&self) -> &Path {
         match self {

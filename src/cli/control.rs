@@ -16,9 +16,9 @@ use crate::control::api::{
     StreamLine, PREFIX,
 };
 use crate::control::client::{ClientError, ControlClient};
-use crate::fsutil::read_bounded;
+use crate::fsutil::BoundedFile;
 use crate::history::store::{HistoryStore, StoreOptions};
-use crate::history::trace::{parse_trace, MAX_TRACE_BYTES};
+use crate::history::trace::MAX_TRACE_BYTES;
 use crate::model::predict::PredictRequest;
 use crate::node::paths::{DataDirLock, Paths};
 use crate::report::{predict_report, PredictReport, ReportRequest};
@@ -319,6 +319,52 @@ pub fn predict(args: &PredictArgs, global: &Global) -> anyhow::Result<()> {
     print_report(&report, global.json)
 }
 
+/// A query-string value with everything but unreserved characters escaped.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// An output file written beside its final name and renamed into place
+/// once whole, so a failed export leaves no half file behind.
+struct PartialFile(std::io::BufWriter<std::fs::File>);
+
+impl PartialFile {
+    fn partial(path: &std::path::Path) -> PathBuf {
+        let mut name = path.as_os_str().to_owned();
+        name.push(".partial");
+        PathBuf::from(name)
+    }
+
+    fn create(path: &std::path::Path) -> anyhow::Result<PartialFile> {
+        let tmp = Self::partial(path);
+        let file = std::fs::File::create(&tmp)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        Ok(PartialFile(std::io::BufWriter::new(file)))
+    }
+
+    fn commit(path: &std::path::Path) -> anyhow::Result<()> {
+        std::fs::rename(Self::partial(path), path)
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
+}
+
+impl Write for PartialFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
 /// Opens the history of a stopped node, holding its lock meanwhile.
 fn with_offline_store<T>(
     paths: &Paths,
@@ -362,38 +408,46 @@ pub fn history(args: &HistoryArgs, global: &Global) -> anyhow::Result<()> {
     let (paths, client) = client(global)?;
     match &args.command {
         HistoryCommand::Export { out } => {
-            let text = match block_on(client.get_text(&format!("{PREFIX}/history/export")))? {
-                Ok(text) => text,
-                Err(e) if e.is_not_running() => with_offline_store(&paths, |store| {
-                    let mut buf = Vec::new();
-                    store.export(&mut buf)?;
-                    Ok(String::from_utf8_lossy(&buf).into_owned())
-                })?,
-                Err(e) => return Err(e.into()),
+            // Streamed from the node (or the stopped node's store) to the
+            // file or stdout: the history never sits in memory here.
+            let mut sink: Box<dyn Write + Send> = match out {
+                Some(path) => Box::new(PartialFile::create(path)?),
+                None => Box::new(std::io::stdout()),
             };
-            match out {
-                Some(path) => std::fs::write(path, text)
-                    .with_context(|| format!("cannot write {}", path.display())),
-                None => print_text(&text),
+            let path = format!("{PREFIX}/history/export");
+            match block_on(client.get_into(&path, &mut sink))? {
+                Ok(_) => {}
+                Err(e) if e.is_not_running() => with_offline_store(&paths, |store| {
+                    store.export(&mut sink)?;
+                    Ok(())
+                })?,
+                Err(ClientError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    return Ok(())
+                }
+                Err(e) => return Err(e.into()),
             }
+            sink.flush()?;
+            drop(sink);
+            if let Some(path) = out {
+                PartialFile::commit(path)?;
+            }
+            Ok(())
         }
         HistoryCommand::Import { file } => {
-            // Read (bounded, regular files only) and checked here, so that
-            // every error names the user's file and line, not the copy the
-            // node receives.
-            let bytes = read_bounded(file, MAX_TRACE_BYTES)?;
-            let trace = parse_trace(&bytes, file)?;
-            let text = String::from_utf8(bytes)
-                .with_context(|| format!("{}: not UTF-8 text", file.display()))?;
-            let summary = match block_on(
-                client.post_text::<ImportSummary>(&format!("{PREFIX}/history/import"), text),
-            )? {
+            // Streamed (bounded, regular files only): the node spools and
+            // checks it off its loop, and names `file` in every error.
+            let upload = BoundedFile::open(file, MAX_TRACE_BYTES)?;
+            let path = format!(
+                "{PREFIX}/history/import?name={}",
+                percent_encode(&file.display().to_string())
+            );
+            let summary = match block_on(client.post_reader::<ImportSummary>(&path, upload))? {
                 Ok(s) => s,
                 Err(e) if e.is_not_running() => {
                     let config = global.resolve(None)?.config;
                     let options = crate::node::store_options(&config);
                     with_offline_store_opts(&paths, Some(options), |store| {
-                        let r = store.import(&trace)?;
+                        let r = store.import_file(file, file)?;
                         Ok(ImportSummary {
                             added: r.added,
                             already_present: r.already_present,

@@ -7,7 +7,9 @@
 //! answers, nor how the node computes them.
 
 use super::api::ApiError;
-use http_body_util::{BodyExt, Full};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
@@ -15,6 +17,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use tokio::net::UnixStream;
+
+/// Bytes per chunk of a streamed upload.
+const UPLOAD_CHUNK: usize = 64 * 1024;
 
 /// Why a control request failed.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +37,9 @@ pub enum ClientError {
     Api { status: u16, message: String },
     #[error("cannot understand the node's answer: {0}")]
     Decode(#[from] serde_json::Error),
+    /// Reading the file to upload, or writing the answer, failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
 }
 
 impl ClientError {
@@ -63,6 +71,20 @@ impl ControlClient {
         body: Vec<u8>,
         content_type: &str,
     ) -> Result<Response<Incoming>, ClientError> {
+        let body = Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed();
+        self.send_body(method, path, body, content_type).await
+    }
+
+    /// [`Self::send`] with any body (a streamed upload).
+    pub async fn send_body(
+        &self,
+        method: Method,
+        path: &str,
+        body: BoxBody<Bytes, std::io::Error>,
+        content_type: &str,
+    ) -> Result<Response<Incoming>, ClientError> {
         let stream =
             UnixStream::connect(&self.socket)
                 .await
@@ -84,7 +106,7 @@ impl ControlClient {
             .uri(path)
             .header(hyper::header::HOST, "gleaner")
             .header(hyper::header::CONTENT_TYPE, content_type)
-            .body(Full::new(Bytes::from(body)))?;
+            .body(body)?;
         let response = sender.send_request(request).await?;
         if response.status().is_success() {
             return Ok(response);
@@ -142,6 +164,59 @@ impl ControlClient {
             .await?;
         let bytes = response.into_body().collect().await?.to_bytes();
         Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// `GET path`, writing the body to `out` as it arrives (an export
+    /// bigger than memory); returns the bytes written.
+    pub async fn get_into(
+        &self,
+        path: &str,
+        out: &mut (dyn std::io::Write + Send),
+    ) -> Result<u64, ClientError> {
+        let response = self
+            .send(Method::GET, path, Vec::new(), "text/plain")
+            .await?;
+        let mut body = response.into_body();
+        let mut written = 0u64;
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame?.into_data() {
+                out.write_all(&data)?;
+                written += data.len() as u64;
+            }
+        }
+        out.flush()?;
+        Ok(written)
+    }
+
+    /// `POST path` with the bytes of `file` streamed as the body (read in
+    /// chunks on a blocking thread), decoding a JSON answer.
+    pub async fn post_reader<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        mut file: impl std::io::Read + Send + 'static,
+    ) -> Result<T, ClientError> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(8);
+        std::thread::spawn(move || loop {
+            let mut buf = vec![0u8; UPLOAD_CHUNK];
+            let chunk = match file.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Ok(Frame::data(Bytes::from(buf)))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => Err(e),
+            };
+            let failed = chunk.is_err();
+            if tx.blocking_send(chunk).is_err() || failed {
+                return;
+            }
+        });
+        let body = StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx)).boxed();
+        let response = self
+            .send_body(Method::POST, path, body, "text/plain")
+            .await?;
+        decode(response).await
     }
 
     /// `POST path` with a text body, decoding a JSON answer.

@@ -22,7 +22,7 @@ use crate::node::host_loop::{
     GuestJob, GuestOrigin, GuestStart, HostError, HostHandle, HostStatus, PauseOutcome,
 };
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::net::UnixListener;
 use tokio::sync::{broadcast, mpsc};
+use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -131,10 +132,9 @@ pub async fn serve(mut socket: ControlSocket, handle: ControlHandles) -> std::io
     Ok(())
 }
 
-/// The largest trace `history import` takes through the socket (axum's
-/// default of 2 MB is a few weeks of samples); bigger files can be imported
-/// while the node is stopped.
-const MAX_IMPORT_BYTES: usize = 256 << 20;
+/// The largest trace `history import` takes through the socket: the trace
+/// format's cap. The body is streamed to the node's spool, never held.
+const MAX_IMPORT_BYTES: u64 = crate::node::host_loop::MAX_IMPORT_BYTES;
 
 /// The largest `submit` body: the inputs travel inline (base64) and must fit
 /// the job protocol's frame once decoded.
@@ -155,12 +155,65 @@ pub fn router(handle: ControlHandles) -> Router {
             post(submit).layer(DefaultBodyLimit::max(MAX_SUBMIT_BYTES)),
         )
         .route(&format!("{PREFIX}/history/export"), get(export))
-        .route(
-            &format!("{PREFIX}/history/import"),
-            post(import).layer(DefaultBodyLimit::max(MAX_IMPORT_BYTES)),
-        )
+        .route(&format!("{PREFIX}/history/import"), post(import))
         .merge(crate::control::batches::routes())
+        .fallback(no_such_route)
+        .method_not_allowed_fallback(wrong_method)
         .with_state(handle)
+}
+
+/// Every refusal is JSON (an [`ApiError`]), even for a path we do not serve.
+async fn no_such_route(uri: axum::http::Uri) -> ApiError {
+    ApiError {
+        status: 404,
+        message: format!("no such route: {}", uri.path()),
+    }
+}
+
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError {
+        status: 405,
+        message: format!("{} does not take {method}", uri.path()),
+    }
+}
+
+/// `Json` whose refusals are JSON [`ApiError`]s naming what is wrong with
+/// the body (serde's message names the field and the position), with
+/// axum's status (400, 413, 415, 422).
+struct ApiJson<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(ApiJson(v)),
+            Err(rejection) => Err(ApiError {
+                status: rejection.status().as_u16(),
+                message: format!("bad request body: {}", rejection.body_text()),
+            }),
+        }
+    }
+}
+
+/// `Query` whose refusals are JSON [`ApiError`]s naming the parameter.
+struct ApiQuery<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(ApiQuery(v)),
+            Err(rejection) => Err(ApiError {
+                status: rejection.status().as_u16(),
+                message: format!("bad query string: {}", rejection.body_text()),
+            }),
+        }
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -247,7 +300,17 @@ fn pause_report(p: PauseOutcome) -> PauseReport {
     }
 }
 
-async fn pause(State(h): State<ControlHandles>, Json(req): Json<PauseRequest>) -> Response {
+async fn pause(State(h): State<ControlHandles>, ApiJson(req): ApiJson<PauseRequest>) -> Response {
+    if req
+        .for_secs
+        .is_some_and(|s| s == 0 || s > crate::node::host_loop::MAX_PAUSE_SECS)
+    {
+        return ApiError::bad_request(format!(
+            "for_secs: a timed pause lasts 1 to {} seconds (a year)",
+            crate::node::host_loop::MAX_PAUSE_SECS
+        ))
+        .into_response();
+    }
     json_result(h.host.pause(req.for_secs).await.map(pause_report))
 }
 
@@ -255,7 +318,10 @@ async fn resume(State(h): State<ControlHandles>) -> Response {
     json_result(h.host.resume().await.map(pause_report))
 }
 
-async fn predict(State(h): State<ControlHandles>, Json(query): Json<PredictQuery>) -> Response {
+async fn predict(
+    State(h): State<ControlHandles>,
+    ApiJson(query): ApiJson<PredictQuery>,
+) -> Response {
     let method = match query.method.as_deref().map(str::parse::<MethodId>) {
         None => None,
         Some(Ok(m)) => Some(m),
@@ -274,24 +340,68 @@ async fn predict(State(h): State<ControlHandles>, Json(query): Json<PredictQuery
     json_result(h.host.predict(query).await)
 }
 
+/// `GET /v1/history/export`: the history as a trace, streamed as the node
+/// writes it (an error part-way aborts the body, so a cut export is never
+/// taken for a whole one).
 async fn export(State(h): State<ControlHandles>) -> Response {
     match h.host.export().await {
-        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response(),
+        Ok(chunks) => {
+            let stream = tokio_stream::wrappers::ReceiverStream::new(chunks)
+                .map(|chunk| chunk.map_err(std::io::Error::other));
+            (
+                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                Body::from_stream(stream),
+            )
+                .into_response()
+        }
         Err(e) => ApiError::from(e).into_response(),
     }
 }
 
+/// `POST /v1/history/import?name=FILE`: the body is handed to the host loop
+/// chunk by chunk (it spools and imports off its loop), so neither the
+/// server nor the loop ever holds the trace.
 async fn import(
     State(h): State<ControlHandles>,
-    Query(q): Query<ImportQuery>,
-    text: String,
+    ApiQuery(q): ApiQuery<ImportQuery>,
+    body: Body,
 ) -> Response {
     let name = q.name.unwrap_or_else(|| "the imported trace".to_string());
-    json_result(h.host.import(text, name).await.map(|o| ImportSummary {
+    if name.len() > MAX_IMPORT_NAME_BYTES {
+        return ApiError::bad_request(format!("name: longer than {MAX_IMPORT_NAME_BYTES} bytes"))
+            .into_response();
+    }
+    let (tx, rx) = mpsc::channel::<Result<Vec<u8>, String>>(16);
+    let pump = async move {
+        let mut stream = body.into_data_stream();
+        let mut total = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let message = match chunk {
+                Ok(bytes) => {
+                    total = total.saturating_add(bytes.len() as u64);
+                    if total <= MAX_IMPORT_BYTES {
+                        if tx.send(Ok(bytes.to_vec())).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    format!("larger than the {MAX_IMPORT_BYTES}-byte limit of a trace")
+                }
+                Err(e) => format!("the upload broke off: {e}"),
+            };
+            let _ = tx.send(Err(message)).await;
+            return;
+        }
+    };
+    let (_, answer) = tokio::join!(pump, h.host.import(rx, name));
+    json_result(answer.map(|o| ImportSummary {
         added: o.added,
         already_present: o.already_present,
     }))
 }
+
+/// Longest `name` an import may carry (it is quoted in errors).
+const MAX_IMPORT_NAME_BYTES: usize = 4096;
 
 /// `POST /v1/history/import?name=FILE`: the file the owner named, for errors.
 #[derive(Debug, serde::Deserialize)]
@@ -308,7 +418,7 @@ fn json_result<T: serde::Serialize, E: Into<ApiError>>(r: Result<T, E>) -> Respo
 
 async fn run_local(
     State(h): State<ControlHandles>,
-    Json(request): Json<RunLocalRequest>,
+    ApiJson(request): ApiJson<RunLocalRequest>,
 ) -> Response {
     if request.argv.first().is_none_or(|a| a.is_empty()) {
         return ApiError::bad_request("the command line is empty").into_response();
@@ -475,7 +585,7 @@ pub(crate) fn consumer_of(h: &ControlHandles) -> Result<ConsumerHandle, ApiError
     })
 }
 
-async fn hosts(State(h): State<ControlHandles>, Json(query): Json<HostsQuery>) -> Response {
+async fn hosts(State(h): State<ControlHandles>, ApiJson(query): ApiJson<HostsQuery>) -> Response {
     let consumer = match consumer_of(&h) {
         Ok(c) => c,
         Err(e) => return e.into_response(),
@@ -500,7 +610,10 @@ async fn hosts(State(h): State<ControlHandles>, Json(query): Json<HostsQuery>) -
     }
 }
 
-async fn submit(State(h): State<ControlHandles>, Json(request): Json<SubmitRequest>) -> Response {
+async fn submit(
+    State(h): State<ControlHandles>,
+    ApiJson(request): ApiJson<SubmitRequest>,
+) -> Response {
     let consumer = match consumer_of(&h) {
         Ok(c) => c,
         Err(e) => return e.into_response(),

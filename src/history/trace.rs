@@ -5,12 +5,10 @@
 //! panics, and reports the file, the line and what is wrong. It owns the text
 //! format only; what the rows mean lives in `model::series`.
 
-use crate::model::series::{
-    HostSeries, Sample, SeriesError, DEFAULT_MAX_GAP_SECS, DEFAULT_STEP_SECS,
-};
+use crate::model::series::{HostSeries, Sample, DEFAULT_MAX_GAP_SECS, DEFAULT_STEP_SECS};
 use jiff::tz::TimeZone;
 use std::fmt::Write as _;
-use std::io::{self, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 
 /// The first line of every v1 trace.
@@ -84,93 +82,201 @@ pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
 
 /// Parses trace text; `path` is only used in error messages.
 pub fn parse_trace(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
-    let mut parser = Parser {
-        path,
-        header: TraceHeader {
-            tz_name: "UTC".to_string(),
-            ..TraceHeader::default()
-        },
-        tz: TimeZone::UTC,
-        step: DEFAULT_STEP_SECS,
-        max_gap: DEFAULT_MAX_GAP_SECS,
-    };
-    let mut lines = bytes.split(|&b| b == b'\n').enumerate();
-    let mut in_header = true;
-    let mut saw_magic = false;
-    let mut series: Option<HostSeries> = None;
-    let mut replaced_rows = 0;
-    for (index, raw) in lines.by_ref() {
-        let line_no = index + 1;
-        let line = parser.line_text(raw, line_no)?;
-        if !saw_magic {
-            parser.check_magic(line, line_no)?;
-            saw_magic = true;
-            continue;
+    let mut reader = TraceReader::new(bytes, path)?;
+    let mut series = HostSeries::new(reader.step_secs(), reader.max_gap_secs(), reader.tz());
+    // Rows are ~20 bytes; reserving avoids repeated growth on big files.
+    series.reserve(bytes.len() / 24);
+    while let Some(sample) = reader.next_sample()? {
+        // The reader hands out strictly increasing, range-checked rows.
+        if let Err(e) = series.push(sample) {
+            return Err(reader.err(reader.line_no(), e.to_string()));
         }
-        if line.is_empty() {
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix('#') {
-            if in_header {
-                parser.header_line(rest, line_no)?;
+    }
+    Ok(Trace {
+        header: reader.header().clone(),
+        series,
+        replaced_rows: reader.replaced_rows(),
+    })
+}
+
+/// A trace read row by row, in constant memory: the header is parsed by
+/// [`TraceReader::new`], then [`TraceReader::next_sample`] hands out rows in
+/// strictly increasing time order (a row repeating the previous row's time
+/// replaces it, as in [`Trace::replaced_rows`]). Imports use it so that a
+/// big trace never sits in memory whole; [`parse_trace`] collects it.
+pub struct TraceReader<'p, R> {
+    input: R,
+    parser: Parser<'p>,
+    /// Line number of the last line read (1-based).
+    line_no: usize,
+    /// Whether the last line read ended with a newline (for the line count
+    /// in the "no column line" error, which points past the last line).
+    ended_with_newline: bool,
+    /// The row read but not yet handed out: the next row may replace it.
+    pending: Option<Sample>,
+    replaced_rows: usize,
+    buf: Vec<u8>,
+}
+
+impl<'p, R: BufRead> TraceReader<'p, R> {
+    /// Reads the header up to and including the column line.
+    pub fn new(input: R, path: &'p Path) -> Result<Self, TraceError> {
+        let mut reader = TraceReader {
+            input,
+            parser: Parser {
+                path,
+                header: TraceHeader {
+                    tz_name: "UTC".to_string(),
+                    ..TraceHeader::default()
+                },
+                tz: TimeZone::UTC,
+                step: DEFAULT_STEP_SECS,
+                max_gap: DEFAULT_MAX_GAP_SECS,
+            },
+            line_no: 0,
+            ended_with_newline: false,
+            pending: None,
+            replaced_rows: 0,
+            buf: Vec::with_capacity(128),
+        };
+        let mut saw_magic = false;
+        loop {
+            if !reader.read_line()? {
+                if !saw_magic {
+                    return Err(reader.err(1, format!("empty file: expected `{MAGIC}`")));
+                }
+                let lines = reader.line_no + usize::from(reader.ended_with_newline);
+                return Err(reader.err(
+                    lines,
+                    format!("no column line `{COLUMNS}`: the file has a header but no rows"),
+                ));
             }
-            // After the column line, '#' lines are comments.
-            continue;
-        }
-        if in_header {
+            let line_no = reader.line_no;
+            let line = reader.parser.line_text(&reader.buf, line_no)?.to_string();
+            if !saw_magic {
+                reader.parser.check_magic(&line, line_no)?;
+                saw_magic = true;
+                continue;
+            }
+            if line.is_empty() {
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix('#') {
+                reader.parser.header_line(rest, line_no)?;
+                continue;
+            }
             if line != COLUMNS {
-                return Err(parser.err(
+                return Err(reader.err(
                     line_no,
                     format!(
                         "expected the column line `{COLUMNS}`, found `{}`",
-                        clip(line)
+                        clip(&line)
                     ),
                 ));
             }
-            in_header = false;
-            let mut s = HostSeries::new(parser.step, parser.max_gap, parser.tz.clone());
-            // Rows are ~20 bytes; reserving avoids repeated growth on big files.
-            s.reserve(bytes.len() / 24);
-            series = Some(s);
-            continue;
+            return Ok(reader);
         }
-        let sample = parser.row(line, line_no)?;
-        if let Some(s) = series.as_mut() {
-            let replaced = s.replace_last_if_same_time(sample).map_err(|_| {
-                parser.err(
-                    line_no,
-                    format!("cpu {} is not between 0 and 100", sample.cpu),
-                )
-            })?;
-            if replaced {
-                replaced_rows += 1;
+    }
+
+    /// The header read so far (all of it once `new` returned).
+    pub fn header(&self) -> &TraceHeader {
+        &self.parser.header
+    }
+
+    /// The sampling period the header declares (or the default).
+    pub fn step_secs(&self) -> u32 {
+        self.parser.step
+    }
+
+    /// The longest silence the header declares as still up (or the default).
+    pub fn max_gap_secs(&self) -> u64 {
+        self.parser.max_gap
+    }
+
+    /// The header's time zone.
+    pub fn tz(&self) -> TimeZone {
+        self.parser.tz.clone()
+    }
+
+    /// Rows that replaced the previous row (same time) so far.
+    pub fn replaced_rows(&self) -> usize {
+        self.replaced_rows
+    }
+
+    /// The line number of the last line read.
+    pub fn line_no(&self) -> usize {
+        self.line_no
+    }
+
+    /// An error about line `line` of this trace.
+    pub fn err(&self, line: usize, what: String) -> TraceError {
+        self.parser.err(line, what)
+    }
+
+    /// The next row, or `None` at the end of the file.
+    pub fn next_sample(&mut self) -> Result<Option<Sample>, TraceError> {
+        loop {
+            if !self.read_line()? {
+                return Ok(self.pending.take());
+            }
+            let line_no = self.line_no;
+            let line = self.parser.line_text(&self.buf, line_no)?;
+            // After the column line, '#' lines are comments.
+            if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            s.push(sample).map_err(|e| match e {
-                SeriesError::NotIncreasing { previous, time } => parser.err(
+            let sample = self.parser.row(line, line_no)?;
+            let Some(previous) = self.pending else {
+                self.pending = Some(sample);
+                continue;
+            };
+            if sample.time == previous.time {
+                self.replaced_rows += 1;
+                self.pending = Some(sample);
+                continue;
+            }
+            if sample.time < previous.time {
+                return Err(self.parser.err(
                     line_no,
-                    format!("time {time} is not after the previous row's {previous}"),
-                ),
-                SeriesError::BadCpu(v) => {
-                    parser.err(line_no, format!("cpu {v} is not between 0 and 100"))
-                }
-            })?;
+                    format!(
+                        "time {} is not after the previous row's {}",
+                        sample.time, previous.time
+                    ),
+                ));
+            }
+            self.pending = Some(sample);
+            return Ok(Some(previous));
         }
     }
-    if !saw_magic {
-        return Err(parser.err(1, format!("empty file: expected `{MAGIC}`")));
+
+    /// Reads one line into `buf` (without its newline), refusing lines
+    /// longer than [`MAX_LINE_BYTES`] before buffering them. False at the end.
+    fn read_line(&mut self) -> Result<bool, TraceError> {
+        self.buf.clear();
+        let limit = MAX_LINE_BYTES as u64 + 2;
+        let read = (&mut self.input)
+            .take(limit)
+            .read_until(b'\n', &mut self.buf)
+            .map_err(|e| TraceError::Read(self.read_error(e)))?;
+        if read == 0 {
+            return Ok(false);
+        }
+        self.line_no += 1;
+        self.ended_with_newline = self.buf.last() == Some(&b'\n');
+        if self.ended_with_newline {
+            self.buf.pop();
+        } else if read as u64 == limit {
+            return Err(self.parser.err(
+                self.line_no,
+                format!("line is longer than {MAX_LINE_BYTES} bytes"),
+            ));
+        }
+        Ok(true)
     }
-    let series = series.ok_or_else(|| {
-        parser.err(
-            bytes.split(|&b| b == b'\n').count(),
-            format!("no column line `{COLUMNS}`: the file has a header but no rows"),
-        )
-    })?;
-    Ok(Trace {
-        header: parser.header,
-        series,
-        replaced_rows,
-    })
+
+    fn read_error(&self, e: io::Error) -> crate::fsutil::FileReadError {
+        crate::fsutil::FileReadError::from_io(self.parser.path, e)
+    }
 }
 
 struct Parser<'p> {
@@ -191,13 +297,13 @@ impl Parser<'_> {
     }
 
     fn line_text<'b>(&self, raw: &'b [u8], line_no: usize) -> Result<&'b str, TraceError> {
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
         if raw.len() > MAX_LINE_BYTES {
             return Err(self.err(
                 line_no,
                 format!("line is {} bytes, longer than {MAX_LINE_BYTES}", raw.len()),
             ));
         }
-        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
         std::str::from_utf8(raw)
             .map(str::trim)
             .map_err(|_| self.err(line_no, "line is not valid UTF-8".to_string()))
@@ -352,32 +458,47 @@ fn clip(s: &str) -> String {
 pub fn write_trace<W: Write>(out: W, trace: &Trace) -> io::Result<()> {
     let mut out = io::BufWriter::new(out);
     let s = &trace.series;
-    writeln!(out, "{MAGIC}")?;
-    if let Some(host) = &trace.header.host {
-        writeln!(out, "# host: {}", one_line(host))?;
-    }
-    writeln!(out, "# tz: {}", one_line(&trace.header.tz_name))?;
-    writeln!(out, "# step: {}", s.step_secs)?;
-    writeln!(out, "# max_gap: {}", s.max_gap_secs)?;
-    if let Some(source) = &trace.header.source {
-        writeln!(out, "# source: {}", one_line(source))?;
-    }
-    writeln!(out, "{COLUMNS}")?;
+    write_trace_header(&mut out, &trace.header, s.step_secs, s.max_gap_secs)?;
     let mut line = String::with_capacity(64);
     for row in s.samples() {
-        line.clear();
-        // `{}` on f64 prints the shortest text that parses back to the same value.
-        let _ = writeln!(
-            line,
-            "{},{},{},{}",
-            row.time,
-            row.cpu,
-            row.free_mib,
-            u8::from(row.up)
-        );
-        out.write_all(line.as_bytes())?;
+        write_trace_row(&mut out, &mut line, &row)?;
     }
     out.flush()
+}
+
+/// Writes the header and the column line of a v1 trace.
+pub fn write_trace_header<W: Write>(
+    out: &mut W,
+    header: &TraceHeader,
+    step_secs: u32,
+    max_gap_secs: u64,
+) -> io::Result<()> {
+    writeln!(out, "{MAGIC}")?;
+    if let Some(host) = &header.host {
+        writeln!(out, "# host: {}", one_line(host))?;
+    }
+    writeln!(out, "# tz: {}", one_line(&header.tz_name))?;
+    writeln!(out, "# step: {step_secs}")?;
+    writeln!(out, "# max_gap: {max_gap_secs}")?;
+    if let Some(source) = &header.source {
+        writeln!(out, "# source: {}", one_line(source))?;
+    }
+    writeln!(out, "{COLUMNS}")
+}
+
+/// Writes one row of a v1 trace; `line` is a reusable buffer.
+pub fn write_trace_row<W: Write>(out: &mut W, line: &mut String, row: &Sample) -> io::Result<()> {
+    line.clear();
+    // `{}` on f64 prints the shortest text that parses back to the same value.
+    let _ = writeln!(
+        line,
+        "{},{},{},{}",
+        row.time,
+        row.cpu,
+        row.free_mib,
+        u8::from(row.up)
+    );
+    out.write_all(line.as_bytes())
 }
 
 /// Header values are single lines; a newline would let a value forge rows.

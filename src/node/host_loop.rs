@@ -20,8 +20,7 @@ use crate::guest::{
     GuestAction, GuestEvent, GuestEventKind, GuestHandle, GuestPhase, GuestRunState, GuestSpec,
     GuestStatus, KillCause, StartError, Supervisor,
 };
-use crate::history::store::{HistoryStore, JobEvent};
-use crate::history::trace::parse_trace;
+use crate::history::store::{BulkHistory, HistoryStore, JobEvent, StoreError};
 use crate::model::baselines::MethodId;
 use crate::model::ids::JobId;
 use crate::model::policy::decide;
@@ -32,8 +31,9 @@ use crate::monitor::MonitorReading;
 use crate::node::config::Config;
 use crate::node::OwnerLoad;
 use crate::report::{forecast, predict_report, Forecast, PredictReport, ReportRequest};
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -52,6 +52,20 @@ const SERIES_CACHE_SECS: i64 = 60;
 /// Longest `pause --for`: a year. Longer pauses are refused at the edge; this
 /// bound keeps every instant computed from it representable.
 pub const MAX_PAUSE_SECS: u64 = 366 * 86_400;
+/// Where an import's bytes wait (in the data dir, not a tmpfs that would
+/// hold them in memory) until the blocking task reads them twice.
+const IMPORT_SPOOL: &str = "import.partial";
+/// Largest import through the node: the trace format's own cap.
+pub const MAX_IMPORT_BYTES: u64 = crate::history::trace::MAX_TRACE_BYTES;
+/// Bytes per chunk of a streamed export.
+const EXPORT_CHUNK: usize = 64 * 1024;
+
+/// An import's bytes as they arrive from the client, chunk by chunk, or why
+/// the upload broke off. The host loop spools them to a file off the loop.
+pub type ImportBody = mpsc::Receiver<Result<Vec<u8>, String>>;
+/// An export's bytes, written off the loop as the client reads them; an
+/// `Err` chunk means the export broke off.
+pub type ExportBody = mpsc::Receiver<Result<Vec<u8>, String>>;
 
 /// Why the host loop refused or could not do what it was asked. The control
 /// API maps these to HTTP statuses and the pool host to wire reasons; this
@@ -110,11 +124,14 @@ pub enum HostCommand {
     Cancel {
         job_id: JobId,
     },
+    /// Stream the history as a trace (written off the loop).
     Export {
-        reply: oneshot::Sender<Result<String, HostError>>,
+        reply: oneshot::Sender<Result<ExportBody, HostError>>,
     },
+    /// Import a trace: spooled and imported in batches off the loop, one
+    /// import at a time; the reply comes when it has finished.
     Import {
-        text: String,
+        body: ImportBody,
         /// The file the owner named, for errors.
         source_name: String,
         reply: oneshot::Sender<Result<ImportOutcome, HostError>>,
@@ -289,21 +306,45 @@ impl HostHandle {
         let _ = self.commands.send(HostCommand::Cancel { job_id }).await;
     }
 
-    pub async fn export(&self) -> Result<String, HostError> {
+    /// The history as a trace, streamed in chunks.
+    pub async fn export(&self) -> Result<ExportBody, HostError> {
         self.ask(|reply| HostCommand::Export { reply }).await?
     }
 
+    /// The whole export as text (tests and small histories).
+    pub async fn export_text(&self) -> Result<String, HostError> {
+        let mut body = self.export().await?;
+        let mut out = Vec::new();
+        while let Some(chunk) = body.recv().await {
+            out.extend(chunk.map_err(HostError::Internal)?);
+        }
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// Imports the trace whose bytes arrive on `body`; errors name `source_name`.
     pub async fn import(
         &self,
-        text: String,
+        body: ImportBody,
         source_name: String,
     ) -> Result<ImportOutcome, HostError> {
         self.ask(|reply| HostCommand::Import {
-            text,
+            body,
             source_name,
             reply,
         })
         .await?
+    }
+
+    /// Imports a trace held in memory (tests and small traces).
+    pub async fn import_text(
+        &self,
+        text: String,
+        source_name: String,
+    ) -> Result<ImportOutcome, HostError> {
+        let (tx, rx) = mpsc::channel(1);
+        let _ = tx.send(Ok(text.into_bytes())).await;
+        drop(tx);
+        self.import(rx, source_name).await
     }
 
     /// The latest snapshot, without asking the loop.
@@ -333,8 +374,113 @@ enum Event {
     Compact,
     /// A `pause --for` has run out.
     PauseOver,
+    /// An import finished (off the loop).
+    ImportDone(ImportDone),
     /// SIGINT/SIGTERM (or the caller's token): stop.
     Shutdown,
+}
+
+/// An import's end, handed back to the loop.
+#[derive(Debug)]
+struct ImportDone {
+    outcome: Result<ImportOutcome, HostError>,
+    reply: oneshot::Sender<Result<ImportOutcome, HostError>>,
+}
+
+/// The history as a series for predictions, built off the loop: the first
+/// blocking task that needs a fresh one decodes the store (others wait for
+/// it and share the result), and the loop only bumps a generation to drop
+/// it, never waiting for the lock. Decoding half a million rows takes a
+/// good part of a second; on the loop it stalled every request.
+struct SeriesCache {
+    bulk: BulkHistory,
+    /// Bumped when the history changes in bulk (import, retention).
+    generation: AtomicU64,
+    /// The generation and time a series was built at, and the series.
+    slot: Mutex<Option<(u64, i64, Arc<HostSeries>)>>,
+    /// `status`'s predictions, with the generation and time they were made
+    /// at; the loop only copies them out (the lock is never held long).
+    status_slot: Mutex<Option<(u64, i64, StatusPredictions)>>,
+    /// A background refresh of `status_slot` is under way.
+    refreshing: std::sync::atomic::AtomicBool,
+}
+
+/// TR for each of [`STATUS_WINDOWS_SECS`], or why there is none.
+type StatusPredictions = Vec<(u64, Result<f64, String>)>;
+
+impl SeriesCache {
+    fn invalidate(&self) {
+        self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The last predictions for `status`, and whether they are fresh
+    /// (same history, less than `SERIES_CACHE_SECS` old). Never waits long.
+    fn status_predictions(&self, now: i64) -> (Option<StatusPredictions>, bool) {
+        let slot = self
+            .status_slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match slot.as_ref() {
+            Some((generation, made, predictions)) => {
+                let fresh = *generation == self.generation.load(Ordering::Relaxed)
+                    && (0..SERIES_CACHE_SECS).contains(&(now - made));
+                (Some(predictions.clone()), fresh)
+            }
+            None => (None, false),
+        }
+    }
+
+    /// Computes `status`'s predictions at `now` and keeps them. Blocking.
+    fn refresh_status_predictions(
+        &self,
+        now: i64,
+        requests: &[ReportRequest],
+    ) -> StatusPredictions {
+        let generation = self.generation.load(Ordering::Relaxed);
+        let predictions: StatusPredictions = match self.get(now) {
+            Ok(series) => requests
+                .iter()
+                .map(|r| {
+                    let tr = forecast(&series, r)
+                        .map(|f| f.tr)
+                        .map_err(|e| e.to_string());
+                    (r.window.window_secs, tr)
+                })
+                .collect(),
+            Err(e) => STATUS_WINDOWS_SECS
+                .iter()
+                .map(|&w| (w, Err(e.to_string())))
+                .collect(),
+        };
+        *self
+            .status_slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((generation, now, predictions.clone()));
+        predictions
+    }
+
+    /// The series, rebuilt when older than `SERIES_CACHE_SECS` at `now` or
+    /// dropped since. Blocking: call from the blocking pool only.
+    fn get(&self, now: i64) -> Result<Arc<HostSeries>, HostError> {
+        let mut slot = self
+            .slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let generation = self.generation.load(Ordering::Relaxed);
+        if let Some((built_gen, built, series)) = slot.as_ref() {
+            if *built_gen == generation && (0..SERIES_CACHE_SECS).contains(&(now - built)) {
+                return Ok(series.clone());
+            }
+        }
+        let series = Arc::new(
+            self.bulk
+                .series()
+                .map_err(|e| HostError::Internal(e.to_string()))?,
+        );
+        *slot = Some((generation, now, series.clone()));
+        Ok(series)
+    }
 }
 
 /// What the host loop is made of.
@@ -379,9 +525,15 @@ pub struct HostLoop {
     /// When a `pause --for` ends: Unix seconds and the timer deadline.
     pause_until: Option<(i64, Instant)>,
     local_jobs_started: u64,
-    /// The history as a series and the time it was built at; dropped when the
-    /// history changes in bulk (import, retention).
-    series_cache: Option<(i64, Arc<HostSeries>)>,
+    /// The history as a series, built off the loop.
+    series_cache: Arc<SeriesCache>,
+    /// An import is running (one at a time).
+    import_running: bool,
+    /// Imports report their end here.
+    import_done_tx: mpsc::UnboundedSender<ImportDone>,
+    import_done: mpsc::UnboundedReceiver<ImportDone>,
+    /// The node's shutdown token (set by `run`), so an import stops with it.
+    shutdown: CancellationToken,
 }
 
 impl HostLoop {
@@ -391,6 +543,14 @@ impl HostLoop {
         let (snapshot, snapshot_rx) = watch::channel(HostSnapshot::default());
         let (events, _) = broadcast::channel(256);
         let started_at = parts.clock.unix_secs();
+        let series_cache = Arc::new(SeriesCache {
+            bulk: parts.store.bulk(),
+            generation: AtomicU64::new(0),
+            slot: Mutex::new(None),
+            status_slot: Mutex::new(None),
+            refreshing: std::sync::atomic::AtomicBool::new(false),
+        });
+        let (import_done_tx, import_done) = mpsc::unbounded_channel();
         let handle = HostHandle {
             commands: commands_tx,
             snapshot: snapshot_rx,
@@ -408,7 +568,11 @@ impl HostLoop {
             guest_live: false,
             pause_until: None,
             local_jobs_started: 0,
-            series_cache: None,
+            series_cache,
+            import_running: false,
+            import_done_tx,
+            import_done,
+            shutdown: CancellationToken::new(),
         };
         host.restore_pause();
         host.publish();
@@ -417,6 +581,7 @@ impl HostLoop {
 
     /// Runs until shutdown; then kills the guest (S5) and flushes the store.
     pub async fn run(mut self, mut inputs: HostInputs) {
+        self.shutdown = inputs.shutdown.clone();
         let mut guest_tick = tokio::time::interval(GUEST_POLL);
         guest_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The first retention pass runs before any request is served, so a
@@ -444,6 +609,7 @@ impl HostLoop {
                 Some(e) = inputs.guest_events.recv() => Event::Guest(e),
                 Some(r) = inputs.readings.recv() => Event::Reading(r),
                 Some(c) = self.commands.recv() => Event::Command(c),
+                Some(d) = self.import_done.recv() => Event::ImportDone(d),
                 _ = guest_tick.tick(), if guest_running => Event::GuestTick,
                 _ = compact.tick() => Event::Compact,
                 _ = sleep_until(pause_deadline), if pause_deadline.is_some() => Event::PauseOver,
@@ -458,6 +624,18 @@ impl HostLoop {
                     if let Err(e) = self.resume() {
                         tracing::error!(error = %e, "cannot end the pause");
                     }
+                }
+                Event::ImportDone(d) => {
+                    self.import_running = false;
+                    self.series_cache.invalidate();
+                    if let Ok(o) = &d.outcome {
+                        tracing::info!(
+                            added = o.added,
+                            already_present = o.already_present,
+                            "imported history"
+                        );
+                    }
+                    let _ = d.reply.send(d.outcome);
                 }
                 Event::Shutdown => break,
             }
@@ -628,7 +806,7 @@ impl HostLoop {
     }
 
     fn compact(&mut self) {
-        self.series_cache = None;
+        self.series_cache.invalidate();
         let now = self.now();
         match self
             .parts
@@ -673,21 +851,13 @@ impl HostLoop {
                 }
             }
             HostCommand::Export { reply } => {
-                let mut out = Vec::new();
-                let answer = match self.parts.store.export(&mut out) {
-                    Ok(_) => Ok(String::from_utf8_lossy(&out).into_owned()),
-                    Err(e) => Err(HostError::Internal(e.to_string())),
-                };
-                let _ = reply.send(answer);
+                let _ = reply.send(Ok(self.export()));
             }
             HostCommand::Import {
-                text,
+                body,
                 source_name,
                 reply,
-            } => {
-                self.series_cache = None;
-                let _ = reply.send(import(&mut self.parts.store, &text, &source_name));
-            }
+            } => self.import(body, source_name, reply),
         }
     }
 
@@ -781,24 +951,54 @@ impl HostLoop {
         request
     }
 
-    /// The history as a series, rebuilt at most once a `SERIES_CACHE_SECS`
-    /// (and after an import or a retention pass).
-    fn cached_series(&mut self) -> Result<Arc<HostSeries>, HostError> {
-        let now = self.now();
-        if let Some((built, series)) = &self.series_cache {
-            if (0..SERIES_CACHE_SECS).contains(&(now - built)) {
-                return Ok(series.clone());
+    /// Streams the history as a trace from a blocking task; the loop only
+    /// starts it. The client's reading paces the writer (a bounded channel).
+    fn export(&mut self) -> ExportBody {
+        let (tx, rx) = mpsc::channel(4);
+        let bulk = self.parts.store.bulk();
+        self.parts.tracker.spawn_blocking(move || {
+            let mut out = ChannelWriter {
+                tx,
+                buf: Vec::with_capacity(EXPORT_CHUNK),
+            };
+            let result = bulk.export(&mut out);
+            match result {
+                Ok(_) => {
+                    let _ = std::io::Write::flush(&mut out);
+                }
+                Err(e) => {
+                    let _ = out.tx.blocking_send(Err(e.to_string()));
+                }
             }
+        });
+        rx
+    }
+
+    /// Starts an import: the body is spooled to a file in the data dir (at
+    /// most [`MAX_IMPORT_BYTES`]) and imported from it in batches on the
+    /// blocking pool; the loop keeps sampling and answering meanwhile and
+    /// hears of the end as an [`Event::ImportDone`].
+    fn import(
+        &mut self,
+        body: ImportBody,
+        source_name: String,
+        reply: oneshot::Sender<Result<ImportOutcome, HostError>>,
+    ) {
+        if self.import_running {
+            let _ = reply.send(Err(HostError::Invalid(
+                "another import is running; try again when it has finished".into(),
+            )));
+            return;
         }
-        let meta = self.parts.store.meta();
-        let series = self
-            .parts
-            .store
-            .to_series(meta.tz.clone(), meta.step_secs, meta.max_gap_secs)
-            .map_err(|e| HostError::Internal(e.to_string()))?;
-        let series = Arc::new(series);
-        self.series_cache = Some((now, series.clone()));
-        Ok(series)
+        self.import_running = true;
+        let bulk = self.parts.store.bulk();
+        let spool = self.parts.data_dir.join(IMPORT_SPOOL);
+        let shutdown = self.shutdown.clone();
+        let done = self.import_done_tx.clone();
+        self.parts.tracker.spawn(async move {
+            let outcome = import_streamed(bulk, body, spool, source_name, shutdown).await;
+            let _ = done.send(ImportDone { outcome, reply });
+        });
     }
 
     /// Solving runs off the loop (on the blocking pool): it can take tens
@@ -808,14 +1008,9 @@ impl HostLoop {
         query: PredictQuery,
         reply: oneshot::Sender<Result<PredictReport, HostError>>,
     ) {
-        let series = match self.cached_series() {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
-            }
-        };
-        let at = query.at.unwrap_or_else(|| self.now());
+        let now = self.now();
+        let cache = self.series_cache.clone();
+        let at = query.at.unwrap_or(now);
         let mut window = self.predict_request(at, query.window_secs, query.mem_mib);
         if let Some(days) = query.days {
             window.days = days;
@@ -824,8 +1019,10 @@ impl HostLoop {
         let request = ReportRequest::with_method(window, query.method);
         let host = self.parts.store.meta().host.clone();
         self.parts.tracker.spawn_blocking(move || {
-            let answer = predict_report(&series, host, &request)
-                .map_err(|e| HostError::Invalid(format!("cannot predict: {e}")));
+            let answer = cache.get(now).and_then(|series| {
+                predict_report(&series, host, &request)
+                    .map_err(|e| HostError::Invalid(format!("cannot predict: {e}")))
+            });
             let _ = reply.send(answer);
         });
     }
@@ -838,16 +1035,13 @@ impl HostLoop {
         mem_mib: u64,
         reply: oneshot::Sender<Result<Forecast, HostError>>,
     ) {
-        let series = match self.cached_series() {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
-            }
-        };
+        let now = self.now();
+        let cache = self.series_cache.clone();
         let request = ReportRequest::new(self.predict_request(at, window_secs, mem_mib));
         self.parts.tracker.spawn_blocking(move || {
-            let answer = forecast(&series, &request).map_err(|e| HostError::Invalid(e.to_string()));
+            let answer = cache.get(now).and_then(|series| {
+                forecast(&series, &request).map_err(|e| HostError::Invalid(e.to_string()))
+            });
             let _ = reply.send(answer);
         });
     }
@@ -879,35 +1073,34 @@ impl HostLoop {
             owner_load: self.parts.owner_load.clone(),
             containment: self.parts.supervisor.containment().to_string(),
         };
-        // The cached series (at most a minute old, rebuilt after an import):
-        // decoding the whole history on every `status` would stall the loop.
-        let series = match self.cached_series() {
-            Ok(s) => s,
-            Err(e) => {
-                status.predictions = STATUS_WINDOWS_SECS
-                    .iter()
-                    .map(|&w| (w, Err(e.to_string())))
-                    .collect();
-                let _ = reply.send(status);
-                return;
-            }
-        };
+        // `status` never waits for the history: it shows the predictions
+        // of the last refresh (at most a minute old, or from before an
+        // import) and asks for a new one in the background. Only the very
+        // first `status` computes them while the caller waits.
         let requests: Vec<ReportRequest> = STATUS_WINDOWS_SECS
             .iter()
             .map(|&w| ReportRequest::new(self.predict_request(now, w, 0)))
             .collect();
-        self.parts.tracker.spawn_blocking(move || {
-            status.predictions = requests
-                .iter()
-                .map(|r| {
-                    let tr = forecast(&series, r)
-                        .map(|f| f.tr)
-                        .map_err(|e| e.to_string());
-                    (r.window.window_secs, tr)
-                })
-                .collect();
-            let _ = reply.send(status);
-        });
+        let cache = self.series_cache.clone();
+        let (cached, fresh) = cache.status_predictions(now);
+        match cached {
+            Some(predictions) => {
+                status.predictions = predictions;
+                let _ = reply.send(status);
+                if !fresh && !cache.refreshing.swap(true, Ordering::AcqRel) {
+                    self.parts.tracker.spawn_blocking(move || {
+                        cache.refresh_status_predictions(now, &requests);
+                        cache.refreshing.store(false, Ordering::Release);
+                    });
+                }
+            }
+            None => {
+                self.parts.tracker.spawn_blocking(move || {
+                    status.predictions = cache.refresh_status_predictions(now, &requests);
+                    let _ = reply.send(status);
+                });
+            }
+        }
     }
 
     /// Starts a guest if this host can take it now.
@@ -972,20 +1165,106 @@ impl HostLoop {
     }
 }
 
-fn import(
-    store: &mut HistoryStore,
-    text: &str,
-    source_name: &str,
+/// Spools an import's body to `spool` (bounded, stopping with the node),
+/// then imports it in batches on the blocking pool. Errors name the user's file.
+async fn import_streamed(
+    bulk: BulkHistory,
+    mut body: ImportBody,
+    spool: PathBuf,
+    source_name: String,
+    shutdown: CancellationToken,
 ) -> Result<ImportOutcome, HostError> {
-    let trace = parse_trace(text.as_bytes(), std::path::Path::new(source_name))
-        .map_err(|e| HostError::Invalid(e.to_string()))?;
-    let report = store
-        .import(&trace)
-        .map_err(|e| HostError::Invalid(e.to_string()))?;
+    use tokio::io::AsyncWriteExt;
+    let invalid = |what: String| HostError::Invalid(format!("{source_name}: {what}"));
+    let mut file = tokio::fs::File::create(&spool).await.map_err(|e| {
+        HostError::Internal(format!(
+            "cannot spool the import to {}: {e}",
+            spool.display()
+        ))
+    })?;
+    let mut written = 0u64;
+    loop {
+        let chunk = tokio::select! {
+            _ = shutdown.cancelled() => {
+                let _ = tokio::fs::remove_file(&spool).await;
+                return Err(HostError::Unavailable);
+            }
+            chunk = body.recv() => chunk,
+        };
+        let Some(chunk) = chunk else { break };
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(why) => {
+                let _ = tokio::fs::remove_file(&spool).await;
+                return Err(invalid(why));
+            }
+        };
+        written = written.saturating_add(chunk.len() as u64);
+        if written > MAX_IMPORT_BYTES {
+            let _ = tokio::fs::remove_file(&spool).await;
+            return Err(invalid(format!(
+                "larger than the {MAX_IMPORT_BYTES}-byte limit of a trace"
+            )));
+        }
+        if let Err(e) = file.write_all(&chunk).await {
+            let _ = tokio::fs::remove_file(&spool).await;
+            return Err(HostError::Internal(format!("cannot spool the import: {e}")));
+        }
+    }
+    let synced = file.sync_all().await;
+    drop(file);
+    if let Err(e) = synced {
+        let _ = tokio::fs::remove_file(&spool).await;
+        return Err(HostError::Internal(format!("cannot spool the import: {e}")));
+    }
+    let spool_for_task = spool.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let cancelled = || shutdown.is_cancelled();
+        bulk.import_file(&spool_for_task, Path::new(&source_name), &cancelled)
+    })
+    .await;
+    let _ = tokio::fs::remove_file(&spool).await;
+    let report = result
+        .map_err(|e| HostError::Internal(format!("the import task failed: {e}")))?
+        .map_err(|e| match e {
+            StoreError::ImportCancelled => HostError::Unavailable,
+            StoreError::Trace(_)
+            | StoreError::ImportOverlap { .. }
+            | StoreError::ImportTooManyRows { .. }
+            | StoreError::BadSample { .. } => HostError::Invalid(e.to_string()),
+            other => HostError::Internal(other.to_string()),
+        })?;
     Ok(ImportOutcome {
         added: report.added,
         already_present: report.already_present,
     })
+}
+
+/// A `Write` that sends full chunks down a bounded channel from a blocking
+/// task; a dropped receiver (the client went away) ends the writer.
+struct ChannelWriter {
+    tx: mpsc::Sender<Result<Vec<u8>, String>>,
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= EXPORT_CHUNK {
+            self.flush()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(EXPORT_CHUNK));
+        self.tx
+            .blocking_send(Ok(chunk))
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+    }
 }
 
 /// The job-log kind of a guest event.

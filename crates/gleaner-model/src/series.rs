@@ -52,6 +52,86 @@ pub enum SeriesError {
     BadCpu(f64),
 }
 
+/// [`HostSeries::with_gap_rules`] one row at a time, so that a trace
+/// streamed from a file (an import) is re-expressed without holding it:
+/// each row is emitted once the next row's time is known. The emitter may
+/// stop early (`ControlFlow::Break`), e.g. when the output grows past a cap;
+/// a few rows can multiply into many copies when the new `max_gap` is much
+/// shorter than the silences between rows.
+#[derive(Debug, Clone)]
+pub struct GapRules {
+    /// The source's nominal period and longest up silence.
+    own_step: i64,
+    own_max_gap: u64,
+    /// Copies are spaced at the new gap (at least one second) so they never look like a gap.
+    spacing: i64,
+    pending: Option<Sample>,
+}
+
+impl GapRules {
+    /// Rules for rows read with `step_secs`/`max_gap_secs`, re-expressed
+    /// under a longest up silence of `new_max_gap_secs`.
+    pub fn new(step_secs: u32, max_gap_secs: u64, new_max_gap_secs: u64) -> GapRules {
+        GapRules {
+            own_step: i64::from(step_secs.max(1)),
+            own_max_gap: max_gap_secs,
+            spacing: i64::try_from(new_max_gap_secs).unwrap_or(i64::MAX).max(1),
+            pending: None,
+        }
+    }
+
+    /// Takes the next source row (strictly after the previous one) and
+    /// emits the previous row with the copies and down row its silence needs.
+    pub fn push<B>(
+        &mut self,
+        row: Sample,
+        emit: &mut impl FnMut(Sample) -> std::ops::ControlFlow<B>,
+    ) -> std::ops::ControlFlow<B> {
+        let Some(previous) = self.pending.replace(row) else {
+            return std::ops::ControlFlow::Continue(());
+        };
+        emit(previous)?;
+        let next = row.time;
+        if !previous.up {
+            return std::ops::ControlFlow::Continue(());
+        }
+        let continues = (next.saturating_sub(previous.time) as u64) <= self.own_max_gap;
+        let down_from = if continues {
+            next
+        } else {
+            previous.time.saturating_add(self.own_step).min(next)
+        };
+        let mut t = previous.time.saturating_add(self.spacing);
+        while t < down_from {
+            emit(Sample {
+                time: t,
+                ..previous
+            })?;
+            t = t.saturating_add(self.spacing);
+        }
+        if down_from < next {
+            emit(Sample {
+                time: down_from,
+                cpu: 0.0,
+                free_mib: 0,
+                up: false,
+            })?;
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+
+    /// Emits the last row.
+    pub fn finish<B>(
+        mut self,
+        emit: &mut impl FnMut(Sample) -> std::ops::ControlFlow<B>,
+    ) -> std::ops::ControlFlow<B> {
+        match self.pending.take() {
+            Some(last) => emit(last),
+            None => std::ops::ControlFlow::Continue(()),
+        }
+    }
+}
+
 impl HostSeries {
     /// An empty series with the given sampling facts.
     pub fn new(step_secs: u32, max_gap_secs: u64, tz: TimeZone) -> Self {
@@ -182,37 +262,15 @@ impl HostSeries {
     /// which no other rules can express.
     pub fn with_gap_rules(&self, step_secs: u32, max_gap_secs: u64) -> HostSeries {
         let mut out = HostSeries::new(step_secs, max_gap_secs, self.tz.clone());
-        // Copies are spaced at the new gap (at least one second) so they never look like a gap.
-        let spacing = i64::try_from(max_gap_secs).unwrap_or(i64::MAX).max(1);
-        let own_step = i64::from(self.step_secs);
-        for i in 0..self.len() {
-            let Some(row) = self.get(i) else { break };
+        let mut rules = GapRules::new(self.step_secs, self.max_gap_secs, max_gap_secs);
+        let mut emit = |row: Sample| {
             out.push_unchecked(row);
-            let Some(&next) = self.time.get(i + 1) else {
-                break;
-            };
-            if !row.up {
-                continue;
-            }
-            let down_from = if self.continues(i) {
-                next
-            } else {
-                row.time.saturating_add(own_step).min(next)
-            };
-            let mut t = row.time.saturating_add(spacing);
-            while t < down_from {
-                out.push_unchecked(Sample { time: t, ..row });
-                t = t.saturating_add(spacing);
-            }
-            if down_from < next {
-                out.push_unchecked(Sample {
-                    time: down_from,
-                    cpu: 0.0,
-                    free_mib: 0,
-                    up: false,
-                });
-            }
+            std::ops::ControlFlow::<()>::Continue(())
+        };
+        for row in self.samples() {
+            let _ = rules.push(row, &mut emit);
         }
+        let _ = rules.finish(&mut emit);
         out
     }
 
