@@ -15,7 +15,6 @@ use crate::eval::protocol::{self, KindFilter, ProtocolConfig};
 use crate::eval::registry::{methods_from_list, DEFAULT_METHOD};
 use crate::eval::report::{length_label, to_markdown, EvalReport, MethodTiming, Timing, TraceInfo};
 use crate::eval::summary::score;
-use crate::history::trace::{read_trace, Trace};
 use crate::model::predict::DEFAULT_DAYS;
 use anyhow::{bail, Context};
 use clap::Args;
@@ -37,7 +36,7 @@ pub const MIN_RESAMPLES: usize = 500;
   weekday and report |TR_noisy - TR_clean| per method and T (Fig. 8)"
 )]
 pub struct EvalArgs {
-    /// Host trace files (format v1).
+    /// Host trace files (format v1): at most 256 MiB each and 1 GiB together.
     #[arg(long, value_name = "FILE", num_args = 1.., required = true)]
     pub trace: Vec<PathBuf>,
 
@@ -201,18 +200,6 @@ fn protocol_config(args: &EvalArgs) -> anyhow::Result<ProtocolConfig> {
     })
 }
 
-fn load(path: &Path) -> anyhow::Result<Trace> {
-    let trace = read_trace(path)?;
-    if trace.replaced_rows > 0 {
-        tracing::warn!(
-            "{}: {} rows repeated the previous row's time; the later row was kept",
-            path.display(),
-            trace.replaced_rows
-        );
-    }
-    Ok(trace)
-}
-
 /// The command line as typed, with the program called `gleaner`.
 fn command_line() -> String {
     let mut parts = vec!["gleaner".to_string()];
@@ -260,11 +247,16 @@ pub fn run(args: &EvalArgs, global_json: bool) -> anyhow::Result<()> {
         phases.insert(name.to_string(), phase.elapsed().as_secs_f64());
         phase = Instant::now();
     };
-    let traces: Vec<Trace> = args
-        .trace
-        .iter()
-        .map(|p| load(p))
-        .collect::<Result<_, _>>()?;
+    let traces = crate::eval::load::read_traces(&args.trace)?;
+    for (path, trace) in args.trace.iter().zip(&traces) {
+        if trace.replaced_rows > 0 {
+            tracing::warn!(
+                "{}: {} rows repeated the previous row's time; the later row was kept",
+                path.display(),
+                trace.replaced_rows
+            );
+        }
+    }
     lap("load", &mut phases);
     let series: Vec<&_> = traces.iter().map(|t| &t.series).collect();
     let threads = args

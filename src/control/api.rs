@@ -63,6 +63,10 @@ pub struct StatusReport {
     pub last_sample: Option<i64>,
     /// Samples in the history.
     pub samples: usize,
+    /// Samples found missing at the end of the history when the node started
+    /// (a torn last write, which sled drops silently); 0 when none.
+    #[serde(default)]
+    pub samples_lost_at_start: u64,
     pub guest: Option<GuestReport>,
     /// Predicted temporal reliability from now for 1, 3 and 10 hours.
     pub predictions: Vec<TrReport>,

@@ -267,6 +267,7 @@ fn status_report(s: HostStatus) -> StatusReport {
         period_secs: s.last.map(|r| r.period.as_secs_f64()),
         last_sample: s.last.map(|r| r.time),
         samples: usize::try_from(s.samples).unwrap_or(usize::MAX),
+        samples_lost_at_start: s.samples_lost_at_start,
         guest,
         predictions: s
             .predictions

@@ -12,6 +12,7 @@
 //! or the command line.
 
 pub mod experiments;
+pub mod load;
 pub mod metrics;
 pub mod plots;
 pub mod protocol;

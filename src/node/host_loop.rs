@@ -225,6 +225,9 @@ pub struct HostStatus {
     pub owner_load: OwnerLoad,
     /// The containment layers a guest gets on this machine.
     pub containment: String,
+    /// Sample rows found missing at the end of the store at start (a torn
+    /// write sled dropped when recovering); 0 when none.
+    pub samples_lost_at_start: u64,
 }
 
 /// What the host loop publishes on every change, for the pool host's
@@ -1072,6 +1075,7 @@ impl HostLoop {
             method: MethodId::default(),
             owner_load: self.parts.owner_load.clone(),
             containment: self.parts.supervisor.containment().to_string(),
+            samples_lost_at_start: self.parts.store.torn_tail().map_or(0, |t| t.lost),
         };
         // `status` never waits for the history: it shows the predictions
         // of the last refresh (at most a minute old, or from before an
@@ -1151,6 +1155,16 @@ impl HostLoop {
             .start(&job_id, spec)
             .map_err(|e| match e {
                 StartError::Busy { job_id } => HostError::Busy { job_id },
+                // A command that does not exist or may not run is the
+                // request's fault, not the node's.
+                StartError::Spawn(ref io)
+                    if matches!(
+                        io.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+                    ) =>
+                {
+                    HostError::Invalid(format!("argv[0]: {e}"))
+                }
                 StartError::Spawn(_) | StartError::JobDir { .. } => {
                     HostError::Internal(e.to_string())
                 }
