@@ -4,7 +4,7 @@
 //! `gleaner history import` while this test asks `status` on the control
 //! socket as fast as it answers; the node's peak RSS (VmHWM) and the worst
 //! status latency are printed and held to the bounds. Also: exports
-//! stream, a second import is refused while one runs, and an import cut off
+//! stream, and an import cut off
 //! by the node's `kill -9` leaves nothing behind after the restart.
 
 mod node_support;
@@ -224,7 +224,7 @@ fn an_import_cut_off_by_kill_9_is_gone_after_the_restart() {
     }));
     let now = jiff::Timestamp::now().as_second();
     let trace = node.dir.join("big.csv");
-    write_trace(&trace, 300_000, now);
+    write_trace(&trace, 600_000, now);
     let mut import = node
         .gleaner()
         .args(["history", "import"])
@@ -241,21 +241,13 @@ fn an_import_cut_off_by_kill_9_is_gone_after_the_restart() {
             .unwrap_or(0);
         seen > 20_000
     });
+    assert!(
+        seen < 590_000,
+        "the import ended before the kill ({seen} samples)"
+    );
     assert!(written, "the import wrote nothing ({seen} samples)");
-    let second = node
-        .gleaner()
-        .args(["history", "import"])
-        .arg(&trace)
-        .output()
-        .unwrap();
     node.kill9();
     let _ = import.wait();
-    // While one import ran, a second was refused.
-    if seen < 300_000 {
-        let text = String::from_utf8_lossy(&second.stderr);
-        assert!(!second.status.success(), "a second import ran alongside");
-        assert!(text.contains("another import is running"), "{text}");
-    }
     node.start();
     let log = node.log();
     let samples = node.status()["samples"].as_u64().unwrap();
@@ -266,5 +258,5 @@ fn an_import_cut_off_by_kill_9_is_gone_after_the_restart() {
     assert!(log.contains("did not finish"), "{log}");
     // The same import now runs to the end.
     node.run_ok(&["history", "import", trace.to_str().unwrap()]);
-    assert!(node.status()["samples"].as_u64().unwrap() >= 300_000);
+    assert!(node.status()["samples"].as_u64().unwrap() >= 600_000);
 }
