@@ -11,6 +11,7 @@ pub mod cli;
 pub mod clock;
 pub mod consumer;
 pub mod control;
+pub mod data;
 pub mod eval;
 pub mod fsutil;
 pub mod guest;

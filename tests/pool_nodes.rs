@@ -1,7 +1,8 @@
 //! Pools of real `gleaner node` processes on 127.0.0.1 (static bootstrap, no
 //! mDNS): discovery, `gleaner hosts` with TRs from each host's own history,
 //! remote jobs with inputs, outputs and exit status, a host killed mid-job,
-//! private pools, the allowlist, and hostile frames against a live node.
+//! a 64 MiB input shared by two jobs crossing to its host once, private
+//! pools, the allowlist, and hostile frames against a live node.
 
 mod net_support;
 mod node_support;
@@ -171,6 +172,89 @@ fn a_pool_of_three_nodes_ranks_by_tr_runs_jobs_and_survives_a_host_killed_mid_jo
     assert_eq!(done["attempts"], 2);
     assert_eq!(output_of(&lines, "stdout"), "survived\n");
     drop(flaky);
+}
+
+/// `mib` MiB of reproducible bytes that do not compress.
+fn big_input(path: &std::path::Path, mib: u64) -> Vec<u8> {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut data = Vec::with_capacity((mib << 20) as usize);
+    while data.len() < (mib << 20) as usize {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        data.extend_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(path, &data).unwrap();
+    data
+}
+
+/// The text of every `event` line of a job.
+fn events(lines: &[Value]) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| l["type"] == "event")
+        .map(|l| l["event"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn a_64_mib_input_runs_and_crosses_to_its_host_once_for_two_jobs() {
+    let host = started(pool_node(Some(&history(0)), &[]));
+    let bootstrap = addr(&host);
+    let consumer = started(pool_node(None, &["--bootstrap", &bootstrap, "--no-guest"]));
+    let host_id = peer(&host);
+    hosts_until(&consumer, Duration::from_secs(40), |r| {
+        host_entry(r, &host_id).is_some_and(|h| h["tr"].is_number())
+    });
+    let input = consumer.dir.join("big.bin");
+    let data = big_input(&input, 64);
+    for job in 0..2 {
+        let out_dir = consumer.dir.join(format!("results-{job}"));
+        let (code, lines) = submit(
+            &consumer,
+            &[
+                "--runtime",
+                "10m",
+                "--input",
+                input.to_str().unwrap(),
+                "--output",
+                "tail.bin",
+                "--output-dir",
+                out_dir.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                "wc -c < big.bin; tail -c 4096 big.bin > tail.bin",
+            ],
+        )
+        .finish(JOB_TIMEOUT);
+        assert_eq!(code, 0, "{lines:#?}");
+        let done = lines.iter().find(|l| l["type"] == "done").unwrap();
+        assert_eq!(done["host"], host_id.as_str());
+        assert_eq!(
+            output_of(&lines, "stdout").trim(),
+            (64u64 << 20).to_string()
+        );
+        assert_eq!(
+            std::fs::read(out_dir.join("tail.bin")).unwrap(),
+            data[data.len() - 4096..],
+            "the guest saw the consumer's bytes; the output matched its hash and landed"
+        );
+        assert!(!out_dir.join("tail.bin.part").exists());
+        // The host says where the input came from: read once, then its cache.
+        let (fetched, cached) = if job == 0 {
+            (64u64 << 20, 0)
+        } else {
+            (0, 64u64 << 20)
+        };
+        let want =
+            format!("inputs ready: {fetched} bytes fetched, {cached} bytes from the host's cache");
+        assert!(
+            events(&lines).contains(&want),
+            "job {job}: {:#?}",
+            events(&lines)
+        );
+    }
 }
 
 #[test]

@@ -3,8 +3,11 @@
 //! with outputs brought back and automatic retries), both through the local
 //! node; and `gleaner swarm-key` (make the pre-shared key of a private pool).
 //!
-//! This module reads input files, writes output files and prints; ranking,
-//! retries and the network are the node's (`consumer`).
+//! This module checks input files (the node reads and offers them by hash),
+//! writes output files and prints; ranking, retries and the network are the
+//! node's (`consumer`). An output file is written under a temporary name
+//! (`NAME.part`) and renamed only when the node says it matched its host's
+//! hash, so a corrupted output never lands in the output directory.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -20,8 +23,8 @@ use crate::cli::control::{block_on, client};
 use crate::cli::output::{print_json, print_text};
 use crate::cli::Global;
 use crate::control::api::{HostReport, HostsQuery, HostsReport, SubmitLine, SubmitRequest, PREFIX};
+use crate::data::InputSpec;
 use crate::guest::safe_relative_path;
-use crate::net::protocol::JOB_REQUEST_CAP;
 
 #[derive(Debug, Args)]
 pub struct HostsArgs {
@@ -163,10 +166,15 @@ pub fn submit(args: &SubmitArgs, global: &Global) -> anyhow::Result<()> {
                 print_json(&line)?;
                 // Declared output files are written with --json too; stdout
                 // and stderr stay in the JSON lines (stdout is the stream).
-                if let SubmitLine::Output { name, data } = &line {
-                    if name != "stdout" && name != "stderr" {
+                match &line {
+                    SubmitLine::Output { name, data } if name != "stdout" && name != "stderr" => {
                         outputs.write(name, &decode_output(data)?)?;
                     }
+                    SubmitLine::OutputVerified { name, .. } => outputs.verified(name)?,
+                    SubmitLine::HostFailed { .. } | SubmitLine::Submitted { .. } => {
+                        outputs.discard()
+                    }
+                    _ => {}
                 }
             } else {
                 show(&line, quiet, &mut outputs)?;
@@ -196,10 +204,10 @@ fn submit_request(args: &SubmitArgs) -> anyhow::Result<SubmitRequest> {
     {
         bail!("--output {name}: that name is reserved for the job's own {name}; rename the file");
     }
+    // The node reads the inputs itself (it runs as this user: the control
+    // socket is 0600) and offers them by hash; here they are only checked,
+    // so a wrong name fails before anything is sent.
     let mut inputs = Vec::new();
-    let mut total = 0u64;
-    // Inputs travel inline in one job frame: refuse early what would not fit.
-    let budget = u64::from(JOB_REQUEST_CAP) - 64 * 1024;
     for spec in &args.input {
         let (local, remote) = match spec.split_once('=') {
             Some((l, r)) => (PathBuf::from(l), r.to_string()),
@@ -216,21 +224,18 @@ fn submit_request(args: &SubmitArgs) -> anyhow::Result<SubmitRequest> {
         if !safe_relative_path(&remote) {
             bail!("input {spec}: {remote:?} must be a relative path without '..'");
         }
-        // The remaining budget is counted while reading (metadata sizes lie
-        // for devices); FIFOs and devices are refused, never waited on.
-        let room = budget.saturating_sub(total);
-        let data = crate::fsutil::read_bounded(&local, room).map_err(|e| match e {
-            crate::fsutil::FileReadError::TooLarge { .. } => anyhow::anyhow!(
-                "input {}: inputs total more than {budget} bytes, the most a job carries",
-                local.display()
-            ),
-            other => anyhow::anyhow!("input {other}"),
-        })?;
-        total += data.len() as u64;
-        inputs.push((
-            remote,
-            base64::engine::general_purpose::STANDARD.encode(data),
-        ));
+        let local = local
+            .canonicalize()
+            .with_context(|| format!("input {}", local.display()))?;
+        let meta =
+            std::fs::metadata(&local).with_context(|| format!("input {}", local.display()))?;
+        if !meta.is_file() {
+            bail!("input {}: not a regular file", local.display());
+        }
+        inputs.push(InputSpec {
+            path: remote,
+            local,
+        });
     }
     for o in &args.output {
         if !safe_relative_path(o) {
@@ -257,10 +262,17 @@ fn submit_request(args: &SubmitArgs) -> anyhow::Result<SubmitRequest> {
     })
 }
 
-/// Output files being written as their chunks arrive.
+/// Output files being written as their chunks arrive, each under
+/// `NAME.part` until the node verified it.
 struct OutputFiles {
     dir: PathBuf,
     open: HashMap<String, File>,
+}
+
+impl Drop for OutputFiles {
+    fn drop(&mut self) {
+        self.discard();
+    }
 }
 
 impl OutputFiles {
@@ -278,7 +290,7 @@ impl OutputFiles {
             bail!("refusing output name {name:?}");
         }
         if !self.open.contains_key(name) {
-            let path = self.dir.join(name);
+            let path = self.part(name);
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent)?;
             }
@@ -289,6 +301,39 @@ impl OutputFiles {
             f.write_all(data)?;
         }
         Ok(())
+    }
+
+    fn part(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.part"))
+    }
+
+    /// The output matched its hash: it takes its real name.
+    fn verified(&mut self, name: &str) -> anyhow::Result<()> {
+        if !safe_relative_path(name) {
+            bail!("refusing output name {name:?}");
+        }
+        if let Some(file) = self.open.remove(name) {
+            file.sync_all()?;
+            let target = self.dir.join(name);
+            std::fs::rename(self.part(name), &target)
+                .with_context(|| format!("output {}", target.display()))?;
+        } else if name != "stdout" && name != "stderr" {
+            // An empty output: nothing was written yet.
+            let target = self.dir.join(name);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            File::create(&target).with_context(|| format!("output {}", target.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Drops every output not verified (the attempt failed, or the stream ended).
+    fn discard(&mut self) {
+        let names: Vec<String> = self.open.drain().map(|(n, _)| n).collect();
+        for name in names {
+            let _ = std::fs::remove_file(self.part(&name));
+        }
     }
 }
 
@@ -323,10 +368,14 @@ fn show(line: &SubmitLine, quiet: bool, outputs: &mut OutputFiles) -> anyhow::Re
             say(format!("job {job_id} accepted by {}", short(host)))
         }
         SubmitLine::Event { host, event, .. } => say(format!("{}: {event}", short(host))),
-        SubmitLine::HostFailed { host, reason } => say(format!(
-            "{} failed the job: {reason}; trying another host",
-            short(host)
-        )),
+        SubmitLine::HostFailed { host, reason } => {
+            outputs.discard();
+            say(format!(
+                "{} failed the job: {reason}; trying another host",
+                short(host)
+            ))
+        }
+        SubmitLine::OutputVerified { name, .. } => outputs.verified(name)?,
         SubmitLine::Output { name, data } => {
             let bytes = decode_output(data)?;
             match name.as_str() {
@@ -336,6 +385,9 @@ fn show(line: &SubmitLine, quiet: bool, outputs: &mut OutputFiles) -> anyhow::Re
             }
         }
         SubmitLine::OutputMissing { name, reason } => {
+            if let Some(_file) = outputs.open.remove(name) {
+                let _ = std::fs::remove_file(outputs.part(name));
+            }
             eprintln!("gleaner: output {name} not brought back: {reason}")
         }
         SubmitLine::Done {

@@ -4,6 +4,13 @@
 //! outputs when it finishes, and resubmit to the next-best host (a bounded
 //! number of times) when the host kills the job, revokes it or disappears.
 //!
+//! Inputs travel by hash: [`JobPool::offer`] hashes a task's input files and
+//! offers them in the node's catalog; the submission names them by hash, size
+//! and path, and the chosen host reads what it lacks over `/gleaner/data/1`
+//! (only that host may: [`crate::data::Offer::allow`]). Outputs come back in
+//! chunks and are checked against the BLAKE3 hash the host reports; one that
+//! does not match fails the attempt like a host that vanished.
+//!
 //! Progress leaves as [`SubmitLine`]s (the `gleaner submit` stream). The
 //! network is behind [`JobPool`] so the retry logic is tested without sockets.
 
@@ -19,9 +26,10 @@ use tokio::sync::mpsc;
 use crate::consumer::rank::rank;
 use crate::consumer::survey::{survey, HostReport, SurveyQuery};
 use crate::consumer::{HostJobEvent, Inbox};
+use crate::data::{Catalog, InputSpec, Offer};
 use crate::model::ids::JobId;
 use crate::net::protocol::{
-    InputFile, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, OUTPUT_CHUNK_MAX,
+    JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, OUTPUT_CHUNK_MAX,
 };
 use crate::net::{NetError, NetHandle};
 
@@ -32,8 +40,9 @@ pub struct SubmitRequest {
     pub argv: Vec<String>,
     /// Environment for the guest.
     pub env: Vec<(String, String)>,
-    /// Input files: relative path and contents (base64).
-    pub inputs: Vec<(String, String)>,
+    /// Input files: where each goes in the job's work directory and the
+    /// local file (absolute path) the node reads and offers by hash.
+    pub inputs: Vec<InputSpec>,
     /// Output files to bring back (relative paths in the job's work dir).
     pub outputs: Vec<String>,
     /// Declared memory, MiB.
@@ -74,6 +83,9 @@ pub enum SubmitLine {
     Output { name: String, data: String },
     /// An output could not be brought back.
     OutputMissing { name: String, reason: String },
+    /// An output is complete and matches the hash its host reported: what
+    /// came in `Output` lines for it since the last `Submitted` may be kept.
+    OutputVerified { name: String, hash: String },
     /// The job finished on `host` with this exit status.
     Done {
         host: String,
@@ -86,6 +98,10 @@ pub enum SubmitLine {
 
 /// The network as a job needs it.
 pub trait JobPool: Send + Sync {
+    /// Hashes a task's input files and offers them to the hosts the task
+    /// will be sent to; the one way inputs are shipped, for `submit` and
+    /// batches alike. Errors name the input.
+    fn offer(&self, inputs: &[InputSpec]) -> impl Future<Output = Result<Offer, String>> + Send;
     /// Surveys the pool for a window.
     fn survey(
         &self,
@@ -99,19 +115,31 @@ pub trait JobPool: Send + Sync {
     ) -> impl Future<Output = Result<JobResponse, NetError>> + Send;
 }
 
-impl JobPool for NetHandle {
+/// The node's network and its catalog of offered files: the real [`JobPool`].
+#[derive(Debug, Clone)]
+pub struct PoolLink {
+    /// The network.
+    pub net: NetHandle,
+    /// The files this node serves to hosts.
+    pub catalog: Catalog,
+}
+
+impl JobPool for PoolLink {
+    fn offer(&self, inputs: &[InputSpec]) -> impl Future<Output = Result<Offer, String>> + Send {
+        self.catalog.offer(inputs)
+    }
     fn survey(
         &self,
         query: SurveyQuery,
     ) -> impl Future<Output = Result<Vec<HostReport>, NetError>> + Send {
-        survey(self, query)
+        survey(&self.net, query)
     }
     fn request(
         &self,
         host: PeerId,
         request: JobRequest,
     ) -> impl Future<Output = Result<JobResponse, NetError>> + Send {
-        self.job_request(host, request)
+        self.net.job_request(host, request)
     }
 }
 
@@ -161,8 +189,8 @@ pub async fn run_job<P: JobPool>(
     now: impl Fn() -> i64,
     lines: mpsc::Sender<SubmitLine>,
 ) {
-    let inputs = match decode_inputs(&request.inputs) {
-        Ok(i) => i,
+    let offer = match pool.offer(&request.inputs).await {
+        Ok(o) => o,
         Err(reason) => {
             let _ = lines
                 .send(SubmitLine::Failed {
@@ -220,14 +248,16 @@ pub async fn run_job<P: JobPool>(
             job_id: job_id.to_string(),
             argv: request.argv.clone(),
             env: request.env.clone(),
-            inputs: inputs.clone(),
+            inputs: offer.refs().to_vec(),
             outputs: request.outputs.clone(),
             memory_mib: request.mem_mib,
             expected_runtime_secs: request.runtime_secs,
             wall_time_limit_secs: request.wall_limit_secs,
         };
-        let Some((host, report, registration)) =
-            place(pool, inbox, &ranked, &job_id, &submit, &mut tried, &lines).await
+        let Some((host, report, registration)) = place(
+            pool, inbox, &ranked, &job_id, &submit, &offer, &mut tried, &lines,
+        )
+        .await
         else {
             let reason = if hosts.is_empty() {
                 "no pool member answered; is the node connected to a pool? (`gleaner hosts`)"
@@ -252,11 +282,20 @@ pub async fn run_job<P: JobPool>(
         if lines.send(line).await.is_err() {
             return;
         }
-        let limit = Duration::from_secs(request.wall_limit_secs) + settings.grace;
-        let end = follow(pool, host, &job_id, registration, settings, limit, &lines).await;
+        let limits = AttemptLimits {
+            preparing: settings.grace + input_allowance(offer.total_bytes()),
+            running: Duration::from_secs(request.wall_limit_secs) + settings.grace,
+        };
+        let mut end = follow(pool, host, &job_id, registration, settings, limits, &lines).await;
+        if let AttemptEnd::Finished(_) = end {
+            let fetched =
+                fetch_outputs(pool, host, &job_id, &request.outputs, settings, &lines).await;
+            if let Err(reason) = fetched {
+                end = AttemptEnd::Failed(reason);
+            }
+        }
         match end {
             AttemptEnd::Finished(exit_status) => {
-                fetch_outputs(pool, host, &job_id, &request.outputs, settings, &lines).await;
                 let _ = lines
                     .send(SubmitLine::Done {
                         host: host.to_base58(),
@@ -290,19 +329,18 @@ pub async fn run_job<P: JobPool>(
         .await;
 }
 
-fn decode_inputs(inputs: &[(String, String)]) -> Result<Vec<InputFile>, String> {
-    inputs
-        .iter()
-        .map(|(path, b64)| {
-            base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .map(|data| InputFile {
-                    path: path.clone(),
-                    data,
-                })
-                .map_err(|e| format!("input {path}: not base64: {e}"))
-        })
-        .collect()
+/// How long a host may take to prepare inputs of `bytes` before the
+/// attempt counts as failed: a minute plus 1 MiB/s, far below any link the
+/// data protocol is used on (the host bounds each chunk's wait itself).
+fn input_allowance(bytes: u64) -> Duration {
+    Duration::from_secs(60 + bytes / (1 << 20))
+}
+
+/// Bounds of one attempt: before the guest starts, and once it has.
+#[derive(Debug, Clone, Copy)]
+struct AttemptLimits {
+    preparing: Duration,
+    running: Duration,
 }
 
 /// Offers the job to the ranked hosts in order; returns the first that
@@ -314,6 +352,7 @@ async fn place<P: JobPool>(
     ranked: &[HostReport],
     job_id: &JobId,
     submit: &JobSubmit,
+    offer: &Offer,
     tried: &mut HashSet<String>,
     lines: &mpsc::Sender<SubmitLine>,
 ) -> Option<(PeerId, HostReport, crate::consumer::Registration)> {
@@ -322,6 +361,8 @@ async fn place<P: JobPool>(
             continue;
         };
         let registration = inbox.register(host, job_id);
+        // The host reads the inputs as soon as it accepts.
+        offer.allow(host);
         let answer = pool.request(host, JobRequest::Submit(submit.clone())).await;
         let reason = match answer {
             Ok(JobResponse::Accepted) => return Some((host, report.clone(), registration)),
@@ -347,12 +388,14 @@ async fn follow<P: JobPool>(
     job_id: &JobId,
     mut registration: crate::consumer::Registration,
     settings: JobSettings,
-    limit: Duration,
+    limits: AttemptLimits,
     lines: &mpsc::Sender<SubmitLine>,
 ) -> AttemptEnd {
     let mut probe = tokio::time::interval(settings.probe_every);
     probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let deadline = tokio::time::sleep(limit);
+    // Until the guest starts the host is fetching inputs; the wall-time
+    // limit counts from the start.
+    let deadline = tokio::time::sleep(limits.preparing);
     tokio::pin!(deadline);
     let mut failed_probes = 0u32;
     loop {
@@ -363,6 +406,9 @@ async fn follow<P: JobPool>(
                 };
                 if let Some(end) = report_event(host, &event, lines).await {
                     return end;
+                }
+                if event.kind == JobEventKind::Started {
+                    deadline.as_mut().reset(tokio::time::Instant::now() + limits.running);
                 }
             }
             _ = probe.tick() => {
@@ -420,6 +466,13 @@ async fn report_event(
         JobEventKind::KilledOverMemory => {
             "killed by the host (over its declared memory)".to_string()
         }
+        JobEventKind::InputsReady {
+            fetched_bytes,
+            cached_bytes,
+        } => format!(
+            "inputs ready: {fetched_bytes} bytes fetched, {cached_bytes} bytes from the host's cache"
+        ),
+        JobEventKind::NotStarted { reason } => format!("not started: {reason}"),
     };
     let _ = lines
         .send(SubmitLine::Event {
@@ -430,14 +483,16 @@ async fn report_event(
         .await;
     match event.kind {
         JobEventKind::Finished { exit_status } => Some(AttemptEnd::Finished(exit_status)),
-        JobEventKind::Killed { .. } | JobEventKind::KilledOverMemory => {
-            Some(AttemptEnd::Failed(text))
-        }
+        JobEventKind::Killed { .. }
+        | JobEventKind::KilledOverMemory
+        | JobEventKind::NotStarted { .. } => Some(AttemptEnd::Failed(text)),
         _ => None,
     }
 }
 
 /// Brings back stdout, stderr and the declared output files, chunk by chunk.
+/// An output missing or over the cap is reported and skipped; one that does
+/// not match the hash its host reported fails the attempt (`Err`).
 async fn fetch_outputs<P: JobPool>(
     pool: &P,
     host: PeerId,
@@ -445,7 +500,7 @@ async fn fetch_outputs<P: JobPool>(
     outputs: &[String],
     settings: JobSettings,
     lines: &mpsc::Sender<SubmitLine>,
-) {
+) -> Result<(), String> {
     let mut names = vec![
         ("stdout".to_string(), OutputName::Stdout),
         ("stderr".to_string(), OutputName::Stderr),
@@ -456,14 +511,39 @@ async fn fetch_outputs<P: JobPool>(
             .map(|o| (o.clone(), OutputName::File(o.clone()))),
     );
     for (label, name) in names {
-        if let Err(reason) = fetch_one(pool, host, job_id, &label, name, settings, lines).await {
-            let _ = lines
-                .send(SubmitLine::OutputMissing {
-                    name: label,
-                    reason,
-                })
-                .await;
+        match fetch_one(pool, host, job_id, &label, name, settings, lines).await {
+            Ok(()) => {}
+            Err(FetchFailure::Corrupt(reason)) => return Err(reason),
+            Err(FetchFailure::Missing(reason)) => {
+                let _ = lines
+                    .send(SubmitLine::OutputMissing {
+                        name: label,
+                        reason,
+                    })
+                    .await;
+            }
         }
+    }
+    Ok(())
+}
+
+/// Why an output did not come back.
+enum FetchFailure {
+    /// Not there, too big, or the link failed: reported, the job still counts.
+    Missing(String),
+    /// What arrived is not what the host hashed: the attempt failed.
+    Corrupt(String),
+}
+
+impl From<String> for FetchFailure {
+    fn from(s: String) -> Self {
+        FetchFailure::Missing(s)
+    }
+}
+
+impl From<&str> for FetchFailure {
+    fn from(s: &str) -> Self {
+        FetchFailure::Missing(s.to_string())
     }
 }
 
@@ -475,8 +555,10 @@ async fn fetch_one<P: JobPool>(
     name: OutputName,
     settings: JobSettings,
     lines: &mpsc::Sender<SubmitLine>,
-) -> Result<(), String> {
+) -> Result<(), FetchFailure> {
     let mut offset = 0u64;
+    let mut hasher = blake3::Hasher::new();
+    let mut reported: Option<[u8; 32]> = None;
     loop {
         let answer = pool
             .request(
@@ -491,20 +573,31 @@ async fn fetch_one<P: JobPool>(
             .await
             .map_err(|e| e.to_string())?;
         let (data, total_len) = match answer {
-            JobResponse::Chunk { data, total_len } => (data, total_len),
+            JobResponse::Chunk {
+                data,
+                total_len,
+                hash,
+            } => {
+                if offset == 0 {
+                    reported = hash;
+                }
+                (data, total_len)
+            }
             JobResponse::NotFound => return Err("the host has no such output".into()),
-            other => return Err(format!("unexpected answer {other:?}")),
+            other => return Err(format!("unexpected answer {other:?}").into()),
         };
         if total_len > settings.max_output_bytes {
             return Err(format!(
                 "{total_len} bytes is over the cap of {} bytes",
                 settings.max_output_bytes
-            ));
+            )
+            .into());
         }
         if data.len() as u64 > u64::from(OUTPUT_CHUNK_MAX) {
             return Err("the host sent a chunk larger than asked".into());
         }
         offset += data.len() as u64;
+        hasher.update(&data);
         if !data.is_empty() {
             let line = SubmitLine::Output {
                 name: label.to_string(),
@@ -516,7 +609,27 @@ async fn fetch_one<P: JobPool>(
                 .map_err(|_| "the submitter went away")?;
         }
         if data.is_empty() || offset >= total_len {
-            return Ok(());
+            let got = *hasher.finalize().as_bytes();
+            return match reported {
+                Some(h) if h == got => {
+                    let hash = crate::data::ContentHash(got).to_string();
+                    let line = SubmitLine::OutputVerified {
+                        name: label.to_string(),
+                        hash,
+                    };
+                    lines
+                        .send(line)
+                        .await
+                        .map_err(|_| "the submitter went away")?;
+                    Ok(())
+                }
+                Some(_) => Err(FetchFailure::Corrupt(format!(
+                    "output {label} does not match the hash its host reported; discarded"
+                ))),
+                None => Err(FetchFailure::Corrupt(format!(
+                    "output {label}: the host reported no hash for it"
+                ))),
+            };
         }
     }
 }
@@ -530,12 +643,15 @@ mod tests {
     #[derive(Debug, Clone, Copy)]
     enum Host {
         Finish(i32),
+        /// Finishes, but its stdout does not match the hash it reports.
+        CorruptOutput,
         KilledByOwner,
         Vanish,
         Refuse,
     }
 
     struct FakePool {
+        catalog: Catalog,
         inbox: Inbox,
         hosts: Vec<(PeerId, f64, Host)>,
         submits: Mutex<Vec<PeerId>>,
@@ -549,6 +665,10 @@ mod tests {
     }
 
     impl JobPool for FakePool {
+        async fn offer(&self, inputs: &[InputSpec]) -> Result<Offer, String> {
+            self.catalog.offer(inputs).await
+        }
+
         async fn survey(&self, _q: SurveyQuery) -> Result<Vec<HostReport>, NetError> {
             Ok(self
                 .hosts
@@ -592,6 +712,13 @@ mod tests {
                                 event(1, JobEventKind::Finished { exit_status: code }),
                             );
                         }
+                        Host::CorruptOutput => {
+                            self.inbox.deliver(
+                                host,
+                                &s.job_id,
+                                event(0, JobEventKind::Finished { exit_status: 0 }),
+                            );
+                        }
                         Host::KilledByOwner => {
                             self.inbox
                                 .deliver(host, &s.job_id, event(0, JobEventKind::Started));
@@ -625,9 +752,17 @@ mod tests {
                     };
                     let start = (offset as usize).min(data.len());
                     let end = (start + len as usize).min(data.len());
+                    let mut hash = (offset == 0 && len > 0).then(|| *blake3::hash(data).as_bytes());
+                    let mut sent = data[start..end].to_vec();
+                    if matches!(behaviour, Host::CorruptOutput) && !sent.is_empty() {
+                        // Bytes changed after the host hashed them.
+                        sent[0] ^= 0x20;
+                        hash = hash.or(Some([0; 32]));
+                    }
                     Ok(JobResponse::Chunk {
-                        data: data[start..end].to_vec(),
+                        data: sent,
                         total_len: data.len() as u64,
+                        hash,
                     })
                 }
                 JobRequest::Event { .. } | JobRequest::Query { .. } | JobRequest::Cancel { .. } => {
@@ -655,6 +790,7 @@ mod tests {
     ) -> (Vec<SubmitLine>, Vec<PeerId>) {
         let inbox = Inbox::default();
         let pool = FakePool {
+            catalog: Catalog::new(),
             inbox: inbox.clone(),
             hosts,
             submits: Mutex::new(Vec::new()),
@@ -743,6 +879,38 @@ mod tests {
         assert!(
             matches!(lines.last(), Some(SubmitLine::Failed { attempts: 2, .. })),
             "{lines:?}"
+        );
+    }
+
+    /// An output that does not match its host's hash fails the attempt: it
+    /// is never marked verified, and the job runs again elsewhere.
+    #[tokio::test]
+    async fn a_corrupted_output_fails_the_attempt_and_the_job_moves_on() {
+        let (bad, good) = (PeerId::random(), PeerId::random());
+        let (lines, submits) = run(
+            vec![
+                (bad, 0.9, Host::CorruptOutput),
+                (good, 0.5, Host::Finish(0)),
+            ],
+            3,
+        )
+        .await;
+        assert_eq!(submits, vec![bad, good]);
+        assert_eq!(done(&lines), Some((good.to_base58(), 0, 2)));
+        let failed = lines
+            .iter()
+            .position(|l| matches!(l, SubmitLine::HostFailed { reason, .. } if reason.contains("output stdout does not match")))
+            .expect("the corrupt attempt failed");
+        let verified: Vec<usize> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| matches!(l, SubmitLine::OutputVerified { .. }))
+            .map(|(i, _)| i)
+            .collect();
+        assert!(!verified.is_empty());
+        assert!(
+            verified.iter().all(|&i| i > failed),
+            "only the good host's outputs are verified: {lines:#?}"
         );
     }
 

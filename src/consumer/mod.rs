@@ -33,7 +33,7 @@ use crate::clock::Clock;
 use crate::net::protocol::JobEventKind;
 use crate::net::{NetError, NetHandle};
 use batch::{BatchError, BatchQueue, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
-use job::{run_job, JobSettings, SubmitLine, SubmitRequest};
+use job::{run_job, JobSettings, PoolLink, SubmitLine, SubmitRequest};
 use survey::{HostReport, SurveyQuery};
 
 /// Why the consumer could not do what it was asked.
@@ -227,6 +227,8 @@ pub struct ConsumerSettings {
 /// The consumer actor.
 pub struct Consumer {
     net: NetHandle,
+    /// Files offered to hosts by hash; served by `data::serve`.
+    catalog: crate::data::Catalog,
     clock: Arc<dyn Clock>,
     settings: ConsumerSettings,
     tracker: TaskTracker,
@@ -237,7 +239,7 @@ pub struct Consumer {
     /// uniquely (no randomness needed).
     submitted: u64,
     started_ms: i64,
-    queue: BatchQueue<NetHandle>,
+    queue: BatchQueue<PoolLink>,
     queue_msgs: mpsc::UnboundedReceiver<QueueMsg>,
 }
 
@@ -252,8 +254,12 @@ impl Consumer {
         let (tx, commands) = mpsc::channel(32);
         let started_ms = clock.now().as_millisecond();
         let inbox = Inbox::default();
+        let catalog = crate::data::Catalog::new();
         let (queue, queue_msgs) = BatchQueue::open(
-            net.clone(),
+            PoolLink {
+                net: net.clone(),
+                catalog: catalog.clone(),
+            },
             inbox.clone(),
             &settings.batch_dir,
             clock.clone(),
@@ -268,6 +274,7 @@ impl Consumer {
         Ok((
             Consumer {
                 net,
+                catalog,
                 clock,
                 settings,
                 tracker,
@@ -285,6 +292,12 @@ impl Consumer {
 
     /// Serves commands until shutdown or until every handle is gone.
     pub async fn run(mut self) {
+        self.tracker.spawn(crate::data::serve(
+            self.net.clone(),
+            self.catalog.clone(),
+            self.tracker.clone(),
+            self.shutdown.clone(),
+        ));
         let mut tick = tokio::time::interval(batch::queue::TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
@@ -401,13 +414,16 @@ impl Consumer {
             max_output_bytes: self.settings.max_output_bytes,
             ..JobSettings::default()
         };
-        let net = self.net.clone();
+        let pool = PoolLink {
+            net: self.net.clone(),
+            catalog: self.catalog.clone(),
+        };
         let inbox = self.inbox.clone();
         let clock = self.clock.clone();
         let shutdown = self.shutdown.clone();
         self.tracker.spawn(async move {
             let job = run_job(
-                &net,
+                &pool,
                 &inbox,
                 &base_id,
                 &request,

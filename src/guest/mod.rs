@@ -119,9 +119,12 @@ pub struct GuestSpec {
     /// Overrides `guest.user` when the node is root. Never root itself; the
     /// node should set this from its own config, not from a consumer.
     pub user: Option<String>,
-    /// Files written into the work directory before launch (relative paths,
-    /// checked by [`safe_relative_path`]; owned by the guest's user).
-    pub inputs: Vec<(String, Vec<u8>)>,
+    /// Files moved into the work directory before launch: the relative path
+    /// there (checked by [`safe_relative_path`]; owned by the guest's user)
+    /// and a file the node prepared for this job alone (a verified copy of a
+    /// peer's input). Moved by a rename, so a large input costs nothing here;
+    /// copied by the kernel if the rename crosses filesystems.
+    pub inputs: Vec<(String, PathBuf)>,
 }
 
 /// True for a path that stays inside the directory it is joined to: relative,
@@ -803,10 +806,10 @@ fn make_job_dir(dir: &Path, work_dir: &Path, ids: Option<Ids>) -> Result<(), Sta
 /// Writes the job's input files into its work directory, owned by the guest.
 fn write_inputs(
     work_dir: &Path,
-    inputs: &[(String, Vec<u8>)],
+    inputs: &[(String, PathBuf)],
     ids: Option<Ids>,
 ) -> Result<(), StartError> {
-    for (name, data) in inputs {
+    for (name, source) in inputs {
         let path = work_dir.join(name);
         let fail = |source| StartError::JobDir {
             path: path.clone(),
@@ -823,7 +826,9 @@ fn write_inputs(
                 }
             }
         }
-        std::fs::write(&path, data).map_err(fail)?;
+        if std::fs::rename(source, &path).is_err() {
+            std::fs::copy(source, &path).map_err(fail)?;
+        }
         if let Some(ids) = ids {
             std::os::unix::fs::chown(&path, Some(ids.uid), Some(ids.gid)).map_err(fail)?;
         }

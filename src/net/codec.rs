@@ -6,6 +6,10 @@
 //! body must decode to exactly one value with no trailing bytes, and every failure is an
 //! `io::Error` of kind `InvalidData` (libp2p then resets that stream only). This module
 //! knows the frame layout and bincode; it does not know which protocol carries what.
+//!
+//! The data protocol (`/gleaner/data/1`) uses the same frames for its request and
+//! its response header ([`write_frame`], [`read_frame`]); the file bytes that follow
+//! a header are raw, verified by the reader chunk by chunk.
 
 use std::io;
 use std::marker::PhantomData;
@@ -17,8 +21,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::net::protocol::{
-    JobRequest, JobResponse, ReliabilityQuery, ReliabilityResponse, JOB_REQUEST_CAP,
-    JOB_RESPONSE_CAP, RELIABILITY_REQUEST_CAP, RELIABILITY_RESPONSE_CAP,
+    JobRequest, JobResponse, ReliabilityQuery, ReliabilityResponse, DATA_HEADER_CAP,
+    DATA_REQUEST_CAP, JOB_REQUEST_CAP, JOB_RESPONSE_CAP, RELIABILITY_REQUEST_CAP,
+    RELIABILITY_RESPONSE_CAP,
 };
 
 /// Bytes of the length prefix.
@@ -26,7 +31,24 @@ pub const LENGTH_PREFIX_BYTES: usize = 4;
 
 /// Upper bound bincode may claim while decoding one body. No body is longer than the
 /// largest frame cap, so no decoded value can need more.
-const DECODE_LIMIT: usize = JOB_REQUEST_CAP as usize;
+const DECODE_LIMIT: usize = max_cap(&[
+    JOB_REQUEST_CAP,
+    JOB_RESPONSE_CAP,
+    DATA_HEADER_CAP,
+    RELIABILITY_RESPONSE_CAP,
+]) as usize;
+
+const fn max_cap(caps: &[u32]) -> u32 {
+    let mut i = 0;
+    let mut max = 0;
+    while i < caps.len() {
+        if caps[i] > max {
+            max = caps[i];
+        }
+        i += 1;
+    }
+    max
+}
 
 fn bincode_config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<DECODE_LIMIT>()
@@ -115,6 +137,23 @@ where
     io.read_exact(&mut body).await?;
     Ok(decode_body(&body)?)
 }
+
+/// Writes `value` as one frame (refusing bodies over `cap`) and flushes it: the
+/// data protocol's request and response header.
+pub async fn write_frame<T, W>(io: &mut W, value: &T, cap: u32) -> io::Result<()>
+where
+    T: Serialize,
+    W: AsyncWrite + Unpin + Send,
+{
+    let frame = encode_frame(value, cap);
+    write_bytes(io, frame).await
+}
+
+/// Caps of `/gleaner/data/1`: the request, and the header before the file's bytes.
+pub const DATA_CAPS: FrameCaps = FrameCaps {
+    request: DATA_REQUEST_CAP,
+    response: DATA_HEADER_CAP,
+};
 
 /// Writes one encoded frame to `io` and flushes it.
 async fn write_bytes<W>(io: &mut W, frame: Result<Vec<u8>, CodecError>) -> io::Result<()>
@@ -249,12 +288,9 @@ mod tests {
     fn a_frame_longer_than_the_cap_is_refused_when_written() {
         let big = JobRequest::Submit(JobSubmit {
             job_id: "j".into(),
-            argv: vec![],
+            argv: vec!["x".repeat(2000)],
             env: vec![],
-            inputs: vec![InputFile {
-                path: "a".into(),
-                data: vec![7; 2000],
-            }],
+            inputs: vec![],
             outputs: vec![],
             memory_mib: 1,
             expected_runtime_secs: 1,
@@ -308,6 +344,39 @@ mod tests {
             kind: JobEventKind::Killed { cause: None },
         };
         assert_eq!(encode_body(&e).unwrap(), [1, 1, b'j', 0, 4, 4, 0]);
+        // A hash is 32 bytes with no length prefix (a fixed array is a tuple).
+        let input = InputRef {
+            path: "a".into(),
+            hash: [0xEE; 32],
+            size: 300,
+        };
+        let mut want = vec![1, b'a'];
+        want.extend([0xEE; 32]);
+        want.extend([251, 0x2c, 0x01]);
+        assert_eq!(encode_body(&input).unwrap(), want);
+    }
+
+    /// A data header names every chunk; the largest file's header fits the cap.
+    #[test]
+    fn the_largest_data_header_fits_its_cap() {
+        let chunks = (DATA_FILE_MAX / u64::from(DATA_CHUNK_BYTES)) as usize;
+        let header = DataResponse::Sending {
+            chunk_hashes: vec![[0xAB; 32]; chunks],
+        };
+        let frame = encode_frame(&header, DATA_HEADER_CAP).unwrap();
+        let back: DataResponse = read_sync(&frame, DATA_HEADER_CAP).unwrap();
+        assert_eq!(back, header);
+        let req = DataRequest {
+            hash: [1; 32],
+            size: DATA_FILE_MAX,
+            first_chunk: 3,
+        };
+        let frame = encode_frame(&req, DATA_REQUEST_CAP).unwrap();
+        assert!(frame.len() < 64, "{}", frame.len());
+        assert_eq!(
+            read_sync::<DataRequest>(&frame, DATA_REQUEST_CAP).unwrap(),
+            req
+        );
     }
 
     #[test]
@@ -338,7 +407,7 @@ mod tests {
         ) {
             let submit = JobRequest::Submit(JobSubmit {
                 job_id: "job-1".into(), argv, env: vec![("K".into(), "V".into())],
-                inputs: vec![InputFile { path: "in.dat".into(), data: data.clone() }],
+                inputs: vec![InputRef { path: "in.dat".into(), hash: [7; 32], size: data.len() as u64 }],
                 outputs: vec!["out.dat".into()], memory_mib: 512,
                 expected_runtime_secs: 60, wall_time_limit_secs: 600,
             });
@@ -350,7 +419,7 @@ mod tests {
                 let frame = encode_frame(&req, JOB_REQUEST_CAP).unwrap();
                 prop_assert_eq!(read_sync::<JobRequest>(&frame, JOB_REQUEST_CAP).unwrap(), req);
             }
-            let chunk = JobResponse::Chunk { data, total_len: 1 << 40 };
+            let chunk = JobResponse::Chunk { data, total_len: 1 << 40, hash: Some([9; 32]) };
             let frame = encode_frame(&chunk, JOB_RESPONSE_CAP).unwrap();
             prop_assert_eq!(read_sync::<JobResponse>(&frame, JOB_RESPONSE_CAP).unwrap(), chunk);
         }

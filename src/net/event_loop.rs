@@ -92,6 +92,7 @@ pub fn start(
     let mut initial = Reachability::default();
     initial.settle_nat(cfg.relay_server);
     let (reach, reach_rx) = watch::channel(initial);
+    let streams = swarm.behaviour().stream.new_control();
     let bootstrap_peers = cfg
         .bootstrap
         .iter()
@@ -128,6 +129,7 @@ pub fn start(
             commands: commands_tx,
             peer_id,
             reachability: reach_rx,
+            streams,
         },
         events_rx,
         event_loop,

@@ -152,12 +152,23 @@ pub(crate) enum Command {
 }
 
 /// The cloneable handle to the network task. The task ends when the last handle is dropped.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct NetHandle {
     pub(crate) commands: mpsc::Sender<Command>,
     pub(crate) peer_id: PeerId,
     /// The network task's current view of how others reach us.
     pub(crate) reachability: watch::Receiver<Reachability>,
+    /// Opens and accepts raw streams (`/gleaner/data/1`) without going through
+    /// the network task: file bytes flow between the stream and its user only.
+    pub(crate) streams: libp2p_stream::Control,
+}
+
+impl std::fmt::Debug for NetHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetHandle")
+            .field("peer_id", &self.peer_id)
+            .finish_non_exhaustive()
+    }
 }
 
 impl NetHandle {
@@ -214,6 +225,52 @@ impl NetHandle {
         self.commands
             .try_send(Command::Announce { status })
             .map_err(|_| NetError::Stopped)
+    }
+
+    /// True when we hold a direct (not relayed) connection to `peer` now.
+    pub fn is_direct(&self, peer: &PeerId) -> bool {
+        let key = peer.to_base58();
+        self.reachability
+            .borrow()
+            .peers
+            .iter()
+            .any(|l| l.peer == key && l.direct > 0)
+    }
+
+    /// Waits until we hold a direct connection to `peer` (dialed, or a relayed
+    /// one upgraded by hole punching), at most `limit`; true when we do.
+    pub async fn wait_direct(&self, peer: &PeerId, limit: std::time::Duration) -> bool {
+        let mut watch = self.reachability.clone();
+        let key = peer.to_base58();
+        let direct = |r: &Reachability| r.peers.iter().any(|l| l.peer == key && l.direct > 0);
+        tokio::time::timeout(limit, watch.wait_for(direct))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Opens a raw stream of `protocol` to `peer` (dialing it if needed).
+    pub async fn open_stream(
+        &self,
+        peer: PeerId,
+        protocol: &'static str,
+    ) -> Result<libp2p::Stream, NetError> {
+        let mut control = self.streams.clone();
+        control
+            .open_stream(peer, libp2p::StreamProtocol::new(protocol))
+            .await
+            .map_err(|e| match e {
+                libp2p_stream::OpenStreamError::UnsupportedProtocol(_) => {
+                    NetError::UnsupportedProtocol
+                }
+                other => NetError::Io(other.to_string()),
+            })
+    }
+
+    /// Starts accepting raw streams of `protocol`; `None` when something
+    /// already accepts them (one acceptor per protocol and node).
+    pub fn accept_streams(&self, protocol: &'static str) -> Option<libp2p_stream::IncomingStreams> {
+        let mut control = self.streams.clone();
+        control.accept(libp2p::StreamProtocol::new(protocol)).ok()
     }
 
     /// Asks `peer` for its reliability over a window; fails with `Timeout` after the

@@ -16,7 +16,11 @@ use crate::model::state::State;
 /// Protocol id of the reliability query (request/response).
 pub const RELIABILITY_PROTOCOL: &str = "/gleaner/reliability/1";
 /// Protocol id of job submission, job events and output fetches (request/response).
-pub const JOB_PROTOCOL: &str = "/gleaner/job/1";
+/// Version 2: inputs are referenced by hash and fetched over [`DATA_PROTOCOL`].
+pub const JOB_PROTOCOL: &str = "/gleaner/job/2";
+/// Protocol id of content-addressed data streams: a host reads a job's input
+/// from the consumer that offered it (one libp2p stream per file).
+pub const DATA_PROTOCOL: &str = "/gleaner/data/1";
 /// Protocol id of our Kademlia DHT, so Gleaner pools never mix with the public IPFS DHT.
 pub const KAD_PROTOCOL: &str = "/gleaner/kad/1";
 /// Protocol version string sent in identify.
@@ -26,12 +30,24 @@ pub const IDENTIFY_PROTOCOL_VERSION: &str = "/gleaner/1";
 pub const RELIABILITY_REQUEST_CAP: u32 = 1024;
 /// Largest reliability response frame body, in bytes.
 pub const RELIABILITY_RESPONSE_CAP: u32 = 16 * 1024;
-/// Largest job request frame body: a submission carries its input files inline.
-pub const JOB_REQUEST_CAP: u32 = 8 * 1024 * 1024;
+/// Largest job request frame body: a submission carries its command line and
+/// references to its inputs (256 of them at most), never their bytes.
+pub const JOB_REQUEST_CAP: u32 = 1024 * 1024;
 /// Largest job response frame body: one output chunk plus framing.
 pub const JOB_RESPONSE_CAP: u32 = 2 * 1024 * 1024;
 /// Largest output chunk a host returns for one fetch; bigger outputs take several fetches.
 pub const OUTPUT_CHUNK_MAX: u32 = 1024 * 1024;
+/// Largest data request frame body: a hash, a size and a chunk index.
+pub const DATA_REQUEST_CAP: u32 = 1024;
+/// Bytes of one data chunk: the unit of verification and of re-fetching. A
+/// power of two of BLAKE3's 1 KiB chunks, so every chunk is a whole subtree
+/// of the file's BLAKE3 tree.
+pub const DATA_CHUNK_BYTES: u32 = 1024 * 1024;
+/// Largest file the data protocol moves: bounds the chunk list in a header
+/// (65 536 hashes of 32 bytes).
+pub const DATA_FILE_MAX: u64 = 64 * 1024 * 1024 * 1024;
+/// Largest data response header frame body: the chunk hashes of the largest file.
+pub const DATA_HEADER_CAP: u32 = 4 * 1024 * 1024;
 /// Largest announcement a member publishes on gossipsub.
 pub const ANNOUNCE_MAX_BYTES: usize = 4 * 1024;
 /// Gossipsub topic on which members of `pool` announce themselves.
@@ -165,13 +181,50 @@ pub enum ReliabilityResponse {
     },
 }
 
-/// One input file carried inline with a submission.
+/// One input file of a submission, by content: the host takes it from its
+/// cache or reads it from the consumer over [`DATA_PROTOCOL`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InputFile {
+pub struct InputRef {
     /// Relative path inside the job's work directory (no `..`, no leading `/`; the host checks).
     pub path: String,
-    /// File contents.
-    pub data: Vec<u8>,
+    /// BLAKE3 hash of the whole file.
+    pub hash: [u8; 32],
+    /// Size of the file in bytes: the host checks it against its caps before
+    /// fetching anything, and the hash tree depends on it.
+    pub size: u64,
+}
+
+/// `/gleaner/data/1` request, host → consumer: send this file from this chunk on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataRequest {
+    /// BLAKE3 hash of the whole file.
+    pub hash: [u8; 32],
+    /// Its size in bytes (part of the name: the same hash with another size is
+    /// another request, refused).
+    pub size: u64,
+    /// First chunk wanted (of [`DATA_CHUNK_BYTES`]); later than 0 when a host
+    /// resumes after refusing a corrupted chunk.
+    pub first_chunk: u64,
+}
+
+/// `/gleaner/data/1` response header; after `Sending` the stream carries the
+/// file's raw bytes from `first_chunk * DATA_CHUNK_BYTES` to its end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DataResponse {
+    /// The file follows. `chunk_hashes` has one entry per chunk of the whole
+    /// file: the chaining value of that chunk's BLAKE3 subtree, or, for a file
+    /// of one chunk, its BLAKE3 hash. They combine to the file's hash, so the
+    /// host checks them before reading a byte and each chunk as it arrives.
+    Sending {
+        /// One 32-byte value per chunk.
+        chunk_hashes: Vec<[u8; 32]>,
+    },
+    /// Not served; the reason is for humans (unknown hash, not offered to this
+    /// peer, unreadable file).
+    Refused {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// A job submission.
@@ -183,8 +236,8 @@ pub struct JobSubmit {
     pub argv: Vec<String>,
     /// Environment variables (the guest starts from an empty environment).
     pub env: Vec<(String, String)>,
-    /// Input files written into the work directory before launch.
-    pub inputs: Vec<InputFile>,
+    /// Input files the host places into the work directory before launch.
+    pub inputs: Vec<InputRef>,
     /// Output files (relative paths) the consumer will fetch.
     pub outputs: Vec<String>,
     /// Memory the job declares, MiB.
@@ -208,6 +261,23 @@ pub enum RejectReason {
     HostState(WireState),
     /// Anything else (malformed job); the text is for humans.
     Invalid(String),
+    /// One input is larger than this host takes (`[guest] max_input_mib`).
+    InputTooBig {
+        /// The input's path in the job.
+        path: String,
+        /// Its size, bytes.
+        size: u64,
+        /// The host's cap, bytes.
+        cap: u64,
+    },
+    /// The inputs together are larger than this host takes for one job
+    /// (`[guest] max_job_input_mib`).
+    InputsTooBig {
+        /// Their total size, bytes.
+        total: u64,
+        /// The host's cap, bytes.
+        cap: u64,
+    },
 }
 
 /// What happened to a running job, reported by the host to the consumer.
@@ -235,6 +305,19 @@ pub enum JobEventKind {
     /// the declared memory plus the host's margin. The job's own doing:
     /// another host would do the same with the same declaration.
     KilledOverMemory,
+    /// Every input is in place, verified; the guest starts next.
+    InputsReady {
+        /// Bytes read from the consumer for this job.
+        fetched_bytes: u64,
+        /// Bytes taken from the host's cache instead.
+        cached_bytes: u64,
+    },
+    /// The host accepted the job but could not start it (an input could not
+    /// be fetched or verified, the host changed state meanwhile). Ends the attempt.
+    NotStarted {
+        /// Why, naming the input when one is at fault.
+        reason: String,
+    },
 }
 
 /// Which output of a job to fetch.
@@ -305,6 +388,10 @@ pub enum JobResponse {
         /// Total size of the output, so the consumer knows when it is done and can refuse
         /// outputs larger than its own cap.
         total_len: u64,
+        /// BLAKE3 hash of the whole output, sent with the first non-empty read
+        /// (offset 0, `len` > 0): the consumer checks what it received against
+        /// it and treats a mismatch as a failed attempt.
+        hash: Option<[u8; 32]>,
     },
     /// The fetch or event named something the peer does not know or will not give.
     NotFound,

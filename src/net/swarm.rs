@@ -200,6 +200,10 @@ pub(crate) struct Behaviour {
     pub(crate) mdns: Toggle<mdns::tokio::Behaviour>,
     pub(crate) reliability: request_response::Behaviour<ReliabilityCodec>,
     pub(crate) job: request_response::Behaviour<JobCodec>,
+    /// Raw streams for `/gleaner/data/1`: the data layer opens and accepts them
+    /// through a `libp2p_stream::Control`, outside this loop, so a file's bytes
+    /// never pass through the task that owns the Swarm.
+    pub(crate) stream: libp2p_stream::Behaviour,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -303,6 +307,7 @@ fn build_behaviour(
         mdns: mdns.into(),
         reliability,
         job,
+        stream: libp2p_stream::Behaviour::new(),
     })
 }
 

@@ -118,6 +118,12 @@ pub struct GuestSection {
     pub max_runtime_secs: u64,
     pub max_output_mib: u64,
     pub enabled: bool,
+    /// Size cap of the cache of peers' inputs, MiB (0 keeps nothing between jobs).
+    pub cache_mib: u64,
+    /// Largest single input a peer's job may bring, MiB.
+    pub max_input_mib: u64,
+    /// Largest total of one job's inputs, MiB.
+    pub max_job_input_mib: u64,
 }
 
 impl Default for GuestSection {
@@ -129,6 +135,9 @@ impl Default for GuestSection {
             max_runtime_secs: 24 * 3600,
             max_output_mib: 64,
             enabled: true,
+            cache_mib: 4096,
+            max_input_mib: 4096,
+            max_job_input_mib: 8192,
         }
     }
 }
@@ -209,6 +218,9 @@ pub const KEY_DOCS: &[(&str, &str, &str)] = &[
     ("guest", "allow_network", "Let guests use the network. Off, a guest gets its own empty network namespace (or Landlock TCP rules) where the kernel allows."),
     ("guest", "max_runtime_secs", "Longest wall-clock time a guest may run, suspension included."),
     ("guest", "max_output_mib", "Cap on each of a guest's stdout and stderr; output past it is dropped."),
+    ("guest", "cache_mib", "Size cap (MiB) of the cache of peers' job inputs, kept by content hash so an input shared by many jobs crosses once; least recently used files go first; emptied at start. 0 keeps nothing between jobs."),
+    ("guest", "max_input_mib", "Largest single input file (MiB) a peer's job may bring; a bigger one is refused with its name."),
+    ("guest", "max_job_input_mib", "Largest total of one peer's job inputs (MiB)."),
     ("guest", "enabled", "Host guest jobs from the pool. Off (`gleaner node --no-guest`), the node is consumer-only: it still submits jobs and answers queries, and refuses jobs."),
     ("net", "enabled", "Join a pool over libp2p. Off (`--no-net`), the node only measures, remembers and runs local jobs."),
     ("net", "pool", "Pool name (letters, digits, '.', '_', '-'; at most 64): the gossipsub topic and DHT key members share."),
@@ -241,6 +253,9 @@ pub const RANGES: &[(&str, &str, u64, u64)] = &[
     ("guest", "max_mem_mib", 1, 1 << 24),
     ("guest", "max_runtime_secs", 1, 366 * 86_400),
     ("guest", "max_output_mib", 0, 4_096),
+    ("guest", "cache_mib", 0, 1 << 20),
+    ("guest", "max_input_mib", 1, 65_536),
+    ("guest", "max_job_input_mib", 1, 1 << 20),
     ("net", "request_timeout_secs", 1, 600),
     ("net", "announce_secs", 1, 3_600),
     ("net", "max_retries", 0, 100),
@@ -296,7 +311,7 @@ impl Config {
     }
 
     /// Every integer key's value, as named in the file (for [`RANGES`]).
-    fn integer_values(&self) -> [(&'static str, &'static str, u64); 14] {
+    fn integer_values(&self) -> [(&'static str, &'static str, u64); 17] {
         let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
         [
             (
@@ -334,6 +349,9 @@ impl Config {
             ("guest", "max_mem_mib", self.guest.max_mem_mib),
             ("guest", "max_runtime_secs", self.guest.max_runtime_secs),
             ("guest", "max_output_mib", self.guest.max_output_mib),
+            ("guest", "cache_mib", self.guest.cache_mib),
+            ("guest", "max_input_mib", self.guest.max_input_mib),
+            ("guest", "max_job_input_mib", self.guest.max_job_input_mib),
             (
                 "net",
                 "request_timeout_secs",

@@ -183,8 +183,9 @@ pub struct GuestJob {
     /// Wall-clock limit; the node's `[guest] max_runtime_secs` when absent
     /// and never above it.
     pub runtime_secs: Option<u64>,
-    /// Files written into the work directory before launch.
-    pub inputs: Vec<(String, Vec<u8>)>,
+    /// Files moved into the work directory before launch: (path there, a
+    /// verified file prepared for this job on this machine).
+    pub inputs: Vec<(String, PathBuf)>,
 }
 
 /// The answer to `pause` and `resume`.

@@ -71,6 +71,11 @@ pub enum NodeError {
     Net(#[from] crate::net::BuildError),
     #[error("cannot open the batch queue: {0}")]
     Consumer(#[from] crate::consumer::ConsumerError),
+    #[error("cannot open the cache of peers' inputs {path}: {source}")]
+    Cache {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// What the node prints once it is ready.
@@ -305,6 +310,13 @@ pub async fn run(
             shutdown.clone(),
         )?;
         tracker.spawn(consumer.run());
+        let cache_dir = data_dir.join("cache");
+        let cache =
+            crate::data::Cache::open(&cache_dir, config.guest.cache_mib.saturating_mul(1 << 20))
+                .map_err(|source| NodeError::Cache {
+                    path: cache_dir,
+                    source,
+                })?;
         let (pool_host, pool_handle) = PoolHost::new(PoolHostParts {
             config: config.clone(),
             net: handle.clone(),
@@ -313,6 +325,8 @@ pub async fn run(
             clock: clock.clone(),
             tracker: tracker.clone(),
             hardware,
+            cache,
+            jobs_dir: data_dir.join("jobs"),
         });
         tracker.spawn(pool_host.run(PoolHostInputs {
             net: events,

@@ -97,6 +97,22 @@ pub fn check_submit(s: &JobSubmit, guest: &GuestSection) -> Result<JobId, Reject
     if s.memory_mib > guest.max_mem_mib || s.wall_time_limit_secs > guest.max_runtime_secs {
         return Err(RejectReason::TooBig);
     }
+    let cap = guest.max_input_mib.saturating_mul(1 << 20);
+    if let Some(big) = s.inputs.iter().find(|i| i.size > cap) {
+        return Err(RejectReason::InputTooBig {
+            path: big.path.clone(),
+            size: big.size,
+            cap,
+        });
+    }
+    let total = s.inputs.iter().fold(0u64, |t, i| t.saturating_add(i.size));
+    let job_cap = guest.max_job_input_mib.saturating_mul(1 << 20);
+    if total > job_cap {
+        return Err(RejectReason::InputsTooBig {
+            total,
+            cap: job_cap,
+        });
+    }
     if s.wall_time_limit_secs == 0 {
         return invalid("the wall-time limit must be at least one second".into());
     }
@@ -358,6 +374,28 @@ pub fn read_chunk(path: &Path, offset: u64, len: u32) -> std::io::Result<(Vec<u8
     Ok((data, total))
 }
 
+/// BLAKE3 hash of an output file, read in chunks; the last component is
+/// opened without following symlinks. A missing file (stdout never written)
+/// hashes as empty, as it reads.
+pub fn hash_output(path: &Path) -> std::io::Result<[u8; 32]> {
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(*blake3::hash(b"").as_bytes())
+        }
+        other => other?,
+    };
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(file)?;
+    Ok(*hasher.finalize().as_bytes())
+}
+
 /// A file that may not exist yet (stdout before the first write) reads as empty.
 pub fn read_chunk_or_empty(path: &Path, offset: u64, len: u32) -> std::io::Result<(Vec<u8>, u64)> {
     match read_chunk(path, offset, len) {
@@ -369,16 +407,17 @@ pub fn read_chunk_or_empty(path: &Path, offset: u64, len: u32) -> std::io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::protocol::InputFile;
+    use crate::net::protocol::InputRef;
 
     fn submit() -> JobSubmit {
         JobSubmit {
             job_id: "j-1".into(),
             argv: vec!["sh".into(), "-c".into(), "true".into()],
             env: vec![("A".into(), "1".into())],
-            inputs: vec![InputFile {
+            inputs: vec![InputRef {
                 path: "in/data.txt".into(),
-                data: b"x".to_vec(),
+                hash: [0; 32],
+                size: 1,
             }],
             outputs: vec!["out.txt".into()],
             memory_mib: 100,
@@ -405,6 +444,25 @@ mod tests {
                 "{bad}"
             );
         }
+        // Input caps name the input.
+        let mut s = submit();
+        s.inputs[0].size = (g.max_input_mib << 20) + 1;
+        assert!(
+            matches!(check_submit(&s, &g), Err(RejectReason::InputTooBig { ref path, .. }) if path == "in/data.txt")
+        );
+        let mut s = submit();
+        let half = g.max_input_mib << 19;
+        s.inputs = (0..(2 * g.max_job_input_mib / g.max_input_mib + 1))
+            .map(|i| InputRef {
+                path: format!("in/{i}"),
+                hash: [0; 32],
+                size: half * 2,
+            })
+            .collect();
+        assert!(matches!(
+            check_submit(&s, &g),
+            Err(RejectReason::InputsTooBig { .. })
+        ));
         let mut s = submit();
         s.job_id = "../../x".into();
         assert!(check_submit(&s, &g).is_err());

@@ -5,31 +5,39 @@
 //! or effective power Γ changes.
 //!
 //! Inputs, selected into one closed [`Event`]: the network's requests, the
-//! host loop's guest events and snapshots, and [`PoolHostCommand`]s. Job
-//! events hosts send to *us* as a consumer are handed to the consumer actor.
+//! host loop's guest events and snapshots, [`PoolHostCommand`]s, and the end
+//! of a job's preparation. Job events hosts send to *us* as a consumer are
+//! handed to the consumer actor.
+//!
+//! A peer's job is accepted at once and then *prepared* in a tracked task:
+//! its inputs come from the cache ([`crate::data::Cache`]) or are fetched
+//! from the consumer and verified ([`crate::data::fetch_input`]), then copied
+//! into a directory of the job's own; only then does the host loop start the
+//! guest (which moves them into its work directory). One job is prepared at
+//! a time, and the host answers `Busy` meanwhile.
 //! This module must not know the Swarm (that is `net`), HTTP (`control`), nor
 //! how a guest is run (the host loop starts it).
 
 use crate::clock::Clock;
 use crate::consumer::{ConsumerHandle, HostJobEvent};
+use crate::data::{obtain_input, Cache, FetchLimits, Obtained};
 use crate::guest::GuestEvent;
 use crate::model::ids::JobId;
 use crate::model::predict::InitialState;
 use crate::model::state::State;
 use crate::net::protocol::{
-    FailureByCause, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
-    ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, RemoteJobState, WireState,
+    FailureByCause, InputRef, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName,
+    RejectReason, ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, RemoteJobState,
+    WireState,
 };
 use crate::net::{LocalStatus, NetEvent, NetHandle, Responder};
 use crate::node::config::Config;
-use crate::node::host_loop::{
-    GuestJob, GuestOrigin, GuestStart, HostError, HostHandle, HostSnapshot,
-};
+use crate::node::host_loop::{GuestJob, GuestOrigin, GuestStart, HostHandle, HostSnapshot};
 use crate::node::pool::{self, RemoteJob, RemoteJobs};
 use crate::node::Hardware;
 use crate::report::Forecast;
 use libp2p::PeerId;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -84,7 +92,36 @@ enum Event {
     Guest(GuestEvent),
     HostChanged,
     Command(PoolHostCommand),
+    /// A peer's job is prepared (or could not be).
+    Prepared(Prepared),
     Shutdown,
+}
+
+/// The end of a job's preparation.
+#[derive(Debug)]
+struct Prepared {
+    local_id: JobId,
+    result: Result<PreparedInputs, String>,
+}
+
+/// A job's inputs, verified and copied into its own directory.
+#[derive(Debug)]
+struct PreparedInputs {
+    /// (path in the work directory, prepared file).
+    files: Vec<(String, PathBuf)>,
+    fetched_bytes: u64,
+    cached_bytes: u64,
+}
+
+/// A job accepted and being prepared: what the guest will run.
+#[derive(Debug)]
+struct Preparing {
+    local_id: JobId,
+    job: GuestJob,
+    /// Where its inputs are copied; removed once the guest started (or not).
+    stage_dir: PathBuf,
+    /// Its consumer cancelled it while its inputs were prepared.
+    cancelled: bool,
 }
 
 /// What the pool host is made of.
@@ -96,6 +133,10 @@ pub struct PoolHostParts {
     pub clock: Arc<dyn Clock>,
     pub tracker: TaskTracker,
     pub hardware: Hardware,
+    /// Peers' inputs by hash.
+    pub cache: Cache,
+    /// Where the host loop puts job directories (`<data dir>/jobs`).
+    pub jobs_dir: PathBuf,
 }
 
 /// The pool host's inputs.
@@ -117,6 +158,12 @@ pub struct PoolHost {
     /// State, slot and power step last announced, to announce only changes
     /// (power included, so peers never rank us by a stale Γ).
     announced: Option<(State, bool, u32)>,
+    /// The job being prepared, if any (one at a time).
+    preparing: Option<Preparing>,
+    prepared_tx: mpsc::Sender<Prepared>,
+    prepared_rx: mpsc::Receiver<Prepared>,
+    /// Stops preparations at shutdown.
+    shutdown: CancellationToken,
 }
 
 impl PoolHost {
@@ -124,6 +171,7 @@ impl PoolHost {
         let (tx, commands) = mpsc::channel(16);
         let snapshot = parts.host.snapshot();
         let best_score = parts.hardware.benchmark_score;
+        let (prepared_tx, prepared_rx) = mpsc::channel(4);
         (
             PoolHost {
                 parts,
@@ -133,12 +181,17 @@ impl PoolHost {
                 jobs_started: 0,
                 best_score,
                 announced: None,
+                preparing: None,
+                prepared_tx,
+                prepared_rx,
+                shutdown: CancellationToken::new(),
             },
             PoolHostHandle { commands: tx },
         )
     }
 
     pub async fn run(mut self, mut inputs: PoolHostInputs) {
+        self.shutdown = inputs.shutdown.clone();
         self.announce_if_changed();
         loop {
             let event = tokio::select! {
@@ -147,6 +200,7 @@ impl PoolHost {
                 Some(e) = inputs.guest_events.recv() => Event::Guest(e),
                 Some(c) = self.commands.recv() => Event::Command(c),
                 Ok(()) = self.snapshot.changed() => Event::HostChanged,
+                Some(p) = self.prepared_rx.recv() => Event::Prepared(p),
                 Some(n) = inputs.net.recv() => Event::Net(n),
             };
             match event {
@@ -156,6 +210,7 @@ impl PoolHost {
                 Event::Command(PoolHostCommand::RemoteJobs { reply }) => {
                     let _ = reply.send(self.remote.summaries());
                 }
+                Event::Prepared(p) => self.start_prepared(p).await,
                 Event::Shutdown => break,
             }
         }
@@ -205,7 +260,12 @@ impl PoolHost {
                         .map(|job| (job.local_id.clone(), job.ended.is_some()));
                     let answer = match local {
                         Some((local_id, ended)) => {
-                            if !ended {
+                            let preparing =
+                                self.preparing.as_mut().filter(|p| p.local_id == local_id);
+                            if let Some(p) = preparing {
+                                // Not started yet: it will not be.
+                                p.cancelled = true;
+                            } else if !ended {
                                 tracing::info!(job = %local_id, consumer = %peer, "cancelled by its consumer");
                                 self.parts.host.cancel(local_id).await;
                             }
@@ -325,7 +385,8 @@ impl PoolHost {
         });
     }
 
-    /// Starts a peer's job if this host can take it.
+    /// Accepts a peer's job if this host can take it, and starts preparing
+    /// its inputs; the guest starts when they are ready ([`Self::start_prepared`]).
     async fn accept_remote(
         &mut self,
         consumer: PeerId,
@@ -338,6 +399,21 @@ impl PoolHost {
             ));
         }
         let consumer_job_id = pool::check_submit(&submit, guest_cfg)?;
+        if self.preparing.is_some() {
+            return Err(RejectReason::Busy);
+        }
+        // The host loop checks again when the guest starts; this refuses
+        // early what would only be refused after a long fetch.
+        let snapshot = *self.snapshot.borrow();
+        if snapshot.paused {
+            return Err(RejectReason::HostState(WireState::S5));
+        }
+        if !snapshot.slot_free {
+            return Err(RejectReason::Busy);
+        }
+        if let Some(state @ (State::S3 | State::S4 | State::S5)) = snapshot.state {
+            return Err(RejectReason::HostState(state.into()));
+        }
         self.jobs_started += 1;
         let local_id = JobId::new(format!(
             "{}{}-{}",
@@ -351,32 +427,17 @@ impl PoolHost {
             env: submit.env,
             mem_mib: submit.memory_mib,
             runtime_secs: Some(submit.wall_time_limit_secs),
-            inputs: submit
-                .inputs
-                .into_iter()
-                .map(|f| (f.path, f.data))
-                .collect(),
+            inputs: Vec::new(),
         };
-        let start = GuestStart {
-            origin: GuestOrigin::Remote,
-            job_id: Some(local_id.clone()),
-            job,
-        };
-        let handle = self
-            .parts
-            .host
-            .start_guest(start)
-            .await
-            .map_err(|e| reject_reason(e, consumer))?;
-        // The host loop queues the job's Started event behind this reply, so
-        // registering now still catches every event of the job.
         let events =
             pool::spawn_event_sender(self.parts.net.clone(), consumer, &self.parts.tracker);
+        // Registered now, so the consumer's probes find the job while its
+        // inputs arrive (stdout reads as empty until the guest writes).
         let evicted = self.remote.add(RemoteJob {
             consumer,
             consumer_job_id: consumer_job_id.clone(),
             local_id: local_id.clone(),
-            dir: handle.dir,
+            dir: self.parts.jobs_dir.join(local_id.as_str()),
             outputs: submit.outputs,
             seq: 0,
             ended: None,
@@ -387,8 +448,128 @@ impl PoolHost {
                 .tracker
                 .spawn_blocking(move || pool::remove_job_dir(&old.dir));
         }
-        tracing::info!(job = %local_id, %consumer, consumer_job = %consumer_job_id, "remote job started");
+        // Named like a peer's job directory, so a start-up after a crash removes it.
+        let stage_dir = self.parts.jobs_dir.join(format!("{local_id}.inputs"));
+        let preparation = prepare_inputs(
+            self.parts.net.clone(),
+            self.parts.cache.clone(),
+            consumer,
+            submit.inputs,
+            stage_dir.clone(),
+        );
+        let done = self.prepared_tx.clone();
+        let shutdown = self.shutdown.clone();
+        let id = local_id.clone();
+        self.parts.tracker.spawn(async move {
+            let result = tokio::select! {
+                r = preparation => r,
+                _ = shutdown.cancelled() => Err("the host is shutting down".to_string()),
+            };
+            let _ = done
+                .send(Prepared {
+                    local_id: id,
+                    result,
+                })
+                .await;
+        });
+        self.preparing = Some(Preparing {
+            local_id: local_id.clone(),
+            job,
+            stage_dir,
+            cancelled: false,
+        });
+        tracing::info!(job = %local_id, %consumer, consumer_job = %consumer_job_id, "remote job accepted; preparing its inputs");
         Ok(())
+    }
+
+    /// Starts the guest of a prepared job, or tells its consumer why not.
+    async fn start_prepared(&mut self, prepared: Prepared) {
+        let Some(preparing) = self.preparing.take_if(|p| p.local_id == prepared.local_id) else {
+            return;
+        };
+        let Preparing {
+            local_id,
+            mut job,
+            stage_dir,
+            cancelled,
+        } = preparing;
+        let now = self.parts.clock.now();
+        let outcome = match prepared.result {
+            _ if cancelled => Err("cancelled by its consumer".to_string()),
+            Err(reason) => Err(reason),
+            Ok(inputs) => {
+                tracing::info!(
+                    job = %local_id,
+                    fetched = inputs.fetched_bytes,
+                    cached = inputs.cached_bytes,
+                    stats = ?self.parts.cache.stats(),
+                    "inputs ready"
+                );
+                self.send_job_event(
+                    local_id.as_str(),
+                    now.as_second(),
+                    JobEventKind::InputsReady {
+                        fetched_bytes: inputs.fetched_bytes,
+                        cached_bytes: inputs.cached_bytes,
+                    },
+                );
+                job.inputs = inputs.files;
+                let start = GuestStart {
+                    origin: GuestOrigin::Remote,
+                    job_id: Some(local_id.clone()),
+                    job,
+                };
+                self.parts
+                    .host
+                    .start_guest(start)
+                    .await
+                    .map_err(|e| format!("the host could not start it: {e}"))
+            }
+        };
+        self.parts
+            .tracker
+            .spawn_blocking(move || pool::remove_job_dir(&stage_dir));
+        match outcome {
+            Ok(handle) => {
+                if let Some(job) = self.remote.by_local_id(local_id.as_str()) {
+                    job.dir = handle.dir;
+                }
+                tracing::info!(job = %local_id, "remote job started");
+            }
+            Err(reason) => {
+                tracing::warn!(job = %local_id, %reason, "remote job not started");
+                self.send_job_event(
+                    local_id.as_str(),
+                    now.as_second(),
+                    JobEventKind::NotStarted { reason },
+                );
+            }
+        }
+    }
+
+    /// Queues an event of a remote job to its consumer, in order.
+    fn send_job_event(&mut self, local_id: &str, time_unix: i64, kind: JobEventKind) {
+        let Some(job) = self.remote.by_local_id(local_id) else {
+            return;
+        };
+        // What a consumer that lost its events is told (`JobRequest::Query`).
+        if matches!(
+            kind,
+            JobEventKind::Finished { .. }
+                | JobEventKind::Killed { .. }
+                | JobEventKind::KilledOverMemory
+                | JobEventKind::NotStarted { .. }
+        ) {
+            job.ended = Some(kind.clone());
+        }
+        let request = JobRequest::Event {
+            job_id: job.consumer_job_id.to_string(),
+            seq: job.seq,
+            time_unix,
+            kind,
+        };
+        job.seq += 1;
+        let _ = job.events.send(request);
     }
 
     /// Sends a guest event of a remote job to its consumer, in order.
@@ -396,25 +577,7 @@ impl PoolHost {
         let Some(kind) = pool::wire_event(&e.kind) else {
             return;
         };
-        let Some(job) = self.remote.by_local_id(&e.job_id) else {
-            return;
-        };
-        if matches!(
-            kind,
-            JobEventKind::Finished { .. }
-                | JobEventKind::Killed { .. }
-                | JobEventKind::KilledOverMemory
-        ) {
-            job.ended = Some(kind.clone());
-        }
-        let request = JobRequest::Event {
-            job_id: job.consumer_job_id.to_string(),
-            seq: job.seq,
-            time_unix: e.at.as_second(),
-            kind,
-        };
-        job.seq += 1;
-        let _ = job.events.send(request);
+        self.send_job_event(&e.job_id, e.at.as_second(), kind);
     }
 
     /// Serves a piece of a remote job's output to the consumer that submitted it.
@@ -442,8 +605,20 @@ impl PoolHost {
             } else {
                 pool::read_chunk(&path, offset, len)
             };
+            // The first real read carries the hash of the whole output, so
+            // the consumer can check what it assembles.
+            let hash = if offset == 0 && len > 0 {
+                pool::hash_output(&path).ok()
+            } else {
+                None
+            };
             let answer = match read {
-                Ok((data, total_len)) => JobResponse::Chunk { data, total_len },
+                Ok(_) if offset == 0 && len > 0 && hash.is_none() => JobResponse::NotFound,
+                Ok((data, total_len)) => JobResponse::Chunk {
+                    data,
+                    total_len,
+                    hash,
+                },
                 Err(_) => JobResponse::NotFound,
             };
             let _ = reply.send(answer);
@@ -451,18 +626,51 @@ impl PoolHost {
     }
 }
 
-/// The wire reason for a refused start.
-fn reject_reason(e: HostError, consumer: PeerId) -> RejectReason {
-    match e {
-        HostError::Busy { .. } => RejectReason::Busy,
-        HostError::Paused | HostError::Unavailable => RejectReason::HostState(WireState::S5),
-        HostError::HostState(state) => RejectReason::HostState(state.into()),
-        HostError::TooMuchMemory { .. } => RejectReason::TooBig,
-        HostError::Invalid(why) | HostError::Internal(why) => {
-            tracing::warn!(error = %why, %consumer, "cannot start a remote job");
-            RejectReason::Invalid(format!("cannot start: {why}"))
+/// Takes each input from the cache or fetches it from `consumer`, verified,
+/// and copies it into `stage_dir` (the guest gets its own copy; the cached
+/// one stays pinned only while it is copied). Errors name the input.
+async fn prepare_inputs(
+    net: crate::net::NetHandle,
+    cache: Cache,
+    consumer: PeerId,
+    inputs: Vec<InputRef>,
+    stage_dir: PathBuf,
+) -> Result<PreparedInputs, String> {
+    let dir = stage_dir.clone();
+    tokio::task::spawn_blocking(move || std::fs::create_dir_all(&dir))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot make {}: {e}", stage_dir.display()))?;
+    let mut prepared = PreparedInputs {
+        files: Vec::with_capacity(inputs.len()),
+        fetched_bytes: 0,
+        cached_bytes: 0,
+    };
+    for (index, input) in inputs.into_iter().enumerate() {
+        let (pinned, obtained) =
+            obtain_input(&net, &cache, consumer, &input, FetchLimits::default()).await?;
+        match obtained {
+            Obtained::Cached => prepared.cached_bytes += input.size,
+            Obtained::Fetched(f) => prepared.fetched_bytes += f.bytes,
         }
+        let name = &input.path;
+        let dest = stage_dir.join(index.to_string());
+        let source = pinned.path().to_path_buf();
+        let to = dest.clone();
+        tokio::task::spawn_blocking(move || copy_input(&source, &to))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("input {name}: copying from the cache: {e}"))?;
+        drop(pinned);
+        prepared.files.push((input.path, dest));
     }
+    Ok(prepared)
+}
+
+/// Copies a cached input for one job (the kernel copies; nothing is read
+/// into memory).
+fn copy_input(source: &Path, dest: &Path) -> std::io::Result<()> {
+    std::fs::copy(source, dest).map(|_| ())
 }
 
 /// The wire form of a forecast. The wire's `initial_state` holds one state:

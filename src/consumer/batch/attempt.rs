@@ -120,6 +120,13 @@ async fn follow<P: JobPool>(
                 if let Some(end) = ending(&event.kind) {
                     break end;
                 }
+                // Until the guest starts the host is fetching inputs; the
+                // wall-time limit counts from the start.
+                if event.kind == JobEventKind::Started {
+                    deadline
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + plan.limit + plan.settings.grace);
+                }
             }
             _ = probe.tick() => {
                 let query = JobRequest::Query { job_id: plan.job_id.to_string() };
@@ -186,7 +193,11 @@ fn ending(kind: &JobEventKind) -> Option<Result<i32, AttemptEnd>> {
         JobEventKind::KilledOverMemory => Some(Err(AttemptEnd::JobFailed(
             "killed by the host: over its declared memory".into(),
         ))),
+        JobEventKind::NotStarted { reason } => Some(Err(AttemptEnd::HostFailed(format!(
+            "not started: {reason}"
+        )))),
         JobEventKind::Started
+        | JobEventKind::InputsReady { .. }
         | JobEventKind::Reniced
         | JobEventKind::Suspended
         | JobEventKind::Resumed => None,
@@ -264,6 +275,8 @@ async fn fetch_to_file<P: JobPool>(
         .await
         .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     let mut offset = 0u64;
+    let mut hasher = blake3::Hasher::new();
+    let mut reported: Option<[u8; 32]> = None;
     loop {
         let request = JobRequest::Fetch {
             job_id: plan.job_id.to_string(),
@@ -272,7 +285,16 @@ async fn fetch_to_file<P: JobPool>(
             len: OUTPUT_CHUNK_MAX,
         };
         let (data, total_len) = match pool.request(plan.host, request).await {
-            Ok(JobResponse::Chunk { data, total_len }) => (data, total_len),
+            Ok(JobResponse::Chunk {
+                data,
+                total_len,
+                hash,
+            }) => {
+                if offset == 0 {
+                    reported = hash;
+                }
+                (data, total_len)
+            }
             Ok(JobResponse::NotFound) => return Err("the host has no such output".into()),
             Ok(other) => return Err(format!("unexpected answer {other:?}")),
             Err(e) => return Err(e.to_string()),
@@ -288,10 +310,16 @@ async fn fetch_to_file<P: JobPool>(
             return Err("the host sent more than it announced".into());
         }
         file.write_all(&data).await.map_err(|e| e.to_string())?;
+        hasher.update(&data);
         offset += data.len() as u64;
         if data.is_empty() || offset >= total_len {
             if offset != total_len {
                 return Err(format!("the host sent {offset} of {total_len} bytes"));
+            }
+            // Checked before the results are renamed into place: a
+            // corrupted output fails the attempt and never lands.
+            if reported != Some(*hasher.finalize().as_bytes()) {
+                return Err("does not match the hash its host reported; discarded".into());
             }
             break;
         }

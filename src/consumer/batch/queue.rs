@@ -27,8 +27,9 @@ use crate::consumer::job::{JobPool, JobSettings};
 use crate::consumer::rank;
 use crate::consumer::survey::{HostReport, SurveyQuery};
 use crate::consumer::Inbox;
+use crate::data::{InputSpec, Offer};
 use crate::model::ids::BatchId;
-use crate::net::protocol::{InputFile, JobSubmit, JOB_REQUEST_CAP};
+use crate::net::protocol::JobSubmit;
 
 /// Orders the free hosts for the queue's next placements.
 pub trait PlacementPolicy: Send + Sync {
@@ -558,12 +559,15 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             // then asks the host instead of running the task twice.
             let flushed = tokio::task::spawn_blocking(move || store.flush()).await;
             let end = match flushed {
-                Ok(Ok(())) => match job_submit(&plan, &record, submit_parts).await {
-                    Ok(submit) => {
+                Ok(Ok(())) => match job_submit(&pool, &plan, &record, submit_parts).await {
+                    Ok((submit, offer)) => {
                         let accepted = || {
                             let _ = tx.send(QueueMsg::Accepted { batch, task });
                         };
-                        attempt::run(&pool, &inbox, &plan, submit, &cancel, accepted).await
+                        let end =
+                            attempt::run(&pool, &inbox, &plan, submit, &cancel, accepted).await;
+                        drop(offer);
+                        end
                     }
                     Err(e) => AttemptEnd::JobFailed(e),
                 },
@@ -788,37 +792,32 @@ fn check_input(path: &Path) -> Result<(), BatchError> {
 /// A task's command line, environment and inputs (local file, remote path).
 type TaskParts = (Vec<String>, Vec<(String, String)>, Vec<(PathBuf, String)>);
 
-/// The job a task's attempt hands to its host. Inputs travel inline for now,
-/// within the job frame's cap.
-async fn job_submit(
+/// The job a task's attempt hands to its host, and the offer of its inputs
+/// by hash (kept for the attempt; the host reads what it lacks over
+/// `/gleaner/data/1`). A file shared by every task is hashed once.
+async fn job_submit<P: JobPool>(
+    pool: &P,
     plan: &AttemptPlan,
     record: &BatchRecord,
     (argv, env, inputs): TaskParts,
-) -> Result<JobSubmit, String> {
-    let budget = u64::from(JOB_REQUEST_CAP) - 64 * 1024;
-    let files = tokio::task::spawn_blocking(move || {
-        let mut left = budget;
-        let mut files = Vec::with_capacity(inputs.len());
-        for (local, remote) in inputs {
-            let data = crate::fsutil::read_bounded(&local, left)
-                .map_err(|e| format!("input {}: {e}", local.display()))?;
-            left -= data.len() as u64;
-            files.push(InputFile { path: remote, data });
-        }
-        Ok::<_, String>(files)
-    })
-    .await
-    .map_err(|e| e.to_string())??;
-    Ok(JobSubmit {
+) -> Result<(JobSubmit, Offer), String> {
+    let specs: Vec<InputSpec> = inputs
+        .into_iter()
+        .map(|(local, path)| InputSpec { path, local })
+        .collect();
+    let offer = pool.offer(&specs).await?;
+    offer.allow(plan.host);
+    let submit = JobSubmit {
         job_id: plan.job_id.to_string(),
         argv,
         env,
-        inputs: files,
+        inputs: offer.refs().to_vec(),
         outputs: record.outputs.clone(),
         memory_mib: record.mem_mib,
         expected_runtime_secs: record.runtime_secs,
         wall_time_limit_secs: record.limit_secs,
-    })
+    };
+    Ok((submit, offer))
 }
 
 /// Copies (hard-links where it can) a task's landed results into `to`,

@@ -1,0 +1,333 @@
+//! The consumer's catalog: the files it offers by hash, and to whom.
+//!
+//! A submission offers its inputs ([`Catalog::offer`]): each file is hashed
+//! once (the hash is remembered while the file's size, modification time and
+//! inode stay the same, so a batch sharing one input hashes it once) and
+//! registered under its hash. The catalog serves a hash only while an offer
+//! holds it, and only to the hosts that offer was sent to ([`Offer::allow`]);
+//! dropping the offer withdraws it. Files are served from disk where they
+//! are; nothing is copied.
+//!
+//! Knows files, hashes and peer ids; not the network (see `transfer`).
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use libp2p::PeerId;
+use serde::{Deserialize, Serialize};
+
+use crate::data::hash::{hash_file, ChunkValue, ContentHash};
+use crate::net::protocol::{InputRef, DATA_FILE_MAX};
+
+/// One input of a task as the consumer knows it: where it goes in the job's
+/// work directory, and the local file it comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputSpec {
+    /// Relative path in the job's work directory.
+    pub path: String,
+    /// Absolute path of the file on the consumer's machine (read by the node).
+    pub local: PathBuf,
+}
+
+/// A seam for tests: changes the bytes of a chunk as it is served, to prove
+/// that hosts refuse corrupted chunks. Reachable only through the library's
+/// [`Catalog::with_tamper`]; the node never sets one.
+pub trait ChunkTamper: Send + Sync {
+    /// Called with every chunk before it is sent.
+    fn tamper(&self, hash: &ContentHash, chunk: u64, data: &mut [u8]);
+}
+
+/// What the catalog serves for a hash.
+#[derive(Debug, Clone)]
+pub struct Served {
+    /// The file on disk.
+    pub path: PathBuf,
+    /// Its size when it was hashed.
+    pub size: u64,
+    /// Its chunk values.
+    pub values: Arc<Vec<ChunkValue>>,
+}
+
+#[derive(Debug)]
+struct FileEntry {
+    served: Served,
+    /// Offers holding this file.
+    offers: u32,
+}
+
+#[derive(Debug)]
+struct OfferEntry {
+    hashes: Vec<ContentHash>,
+    peers: HashSet<PeerId>,
+}
+
+/// A file's identity on disk: path, size, modification time and inode.
+type FileKey = (PathBuf, u64, i64, i64, u64);
+
+#[derive(Debug, Default)]
+struct Inner {
+    files: HashMap<ContentHash, FileEntry>,
+    offers: HashMap<u64, OfferEntry>,
+    /// Hashes of files already hashed, while they are unchanged.
+    known: HashMap<FileKey, (ContentHash, Arc<Vec<ChunkValue>>)>,
+    next_id: u64,
+}
+
+/// Files remembered as hashed, at most; past it the memory is cleared.
+const KNOWN_MAX: usize = 4096;
+
+/// The catalog; cloneable, shared by the consumer's submissions and the data server.
+#[derive(Clone, Default)]
+pub struct Catalog {
+    inner: Arc<Mutex<Inner>>,
+    tamper: Option<Arc<dyn ChunkTamper>>,
+}
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog")
+            .field("tamper", &self.tamper.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A submission's inputs on offer; withdrawn when dropped.
+#[derive(Debug)]
+pub struct Offer {
+    catalog: Catalog,
+    id: u64,
+    refs: Vec<InputRef>,
+}
+
+impl Offer {
+    /// The inputs as a submission names them.
+    pub fn refs(&self) -> &[InputRef] {
+        &self.refs
+    }
+
+    /// Bytes of all inputs.
+    pub fn total_bytes(&self) -> u64 {
+        self.refs.iter().map(|r| r.size).sum()
+    }
+
+    /// Lets `host` read these inputs (call before sending it the submission).
+    pub fn allow(&self, host: PeerId) {
+        if let Some(o) = self.catalog.lock().offers.get_mut(&self.id) {
+            o.peers.insert(host);
+        }
+    }
+}
+
+impl Drop for Offer {
+    fn drop(&mut self) {
+        let mut inner = self.catalog.lock();
+        let Some(offer) = inner.offers.remove(&self.id) else {
+            return;
+        };
+        for hash in offer.hashes {
+            let gone = inner.files.get_mut(&hash).is_some_and(|f| {
+                f.offers = f.offers.saturating_sub(1);
+                f.offers == 0
+            });
+            if gone {
+                inner.files.remove(&hash);
+            }
+        }
+    }
+}
+
+impl Catalog {
+    /// An empty catalog.
+    pub fn new() -> Catalog {
+        Catalog::default()
+    }
+
+    /// A catalog that passes every chunk it serves through `tamper` (tests only).
+    pub fn with_tamper(tamper: Arc<dyn ChunkTamper>) -> Catalog {
+        Catalog {
+            tamper: Some(tamper),
+            ..Catalog::default()
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn tamper(&self) -> Option<&Arc<dyn ChunkTamper>> {
+        self.tamper.as_ref()
+    }
+
+    /// Hashes (or recalls) each input and offers them together. Errors name
+    /// the input. Hashing runs off the async threads.
+    pub async fn offer(&self, inputs: &[InputSpec]) -> Result<Offer, String> {
+        let mut refs = Vec::with_capacity(inputs.len());
+        let mut found = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            let (hash, served) = self.hash_input(input).await?;
+            refs.push(InputRef {
+                path: input.path.clone(),
+                hash: hash.0,
+                size: served.size,
+            });
+            found.push((hash, served));
+        }
+        let mut inner = self.lock();
+        inner.next_id += 1;
+        let id = inner.next_id;
+        let mut hashes = Vec::with_capacity(found.len());
+        for (hash, served) in found {
+            inner
+                .files
+                .entry(hash)
+                .or_insert(FileEntry { served, offers: 0 })
+                .offers += 1;
+            hashes.push(hash);
+        }
+        inner.offers.insert(
+            id,
+            OfferEntry {
+                hashes,
+                peers: HashSet::new(),
+            },
+        );
+        drop(inner);
+        Ok(Offer {
+            catalog: self.clone(),
+            id,
+            refs,
+        })
+    }
+
+    async fn hash_input(&self, input: &InputSpec) -> Result<(ContentHash, Served), String> {
+        let name = || format!("input {} ({})", input.path, input.local.display());
+        let local = input.local.clone();
+        let meta = std::fs::metadata(&local).map_err(|e| format!("{}: {e}", name()))?;
+        if !meta.is_file() {
+            return Err(format!("{}: not a regular file", name()));
+        }
+        if meta.len() > DATA_FILE_MAX {
+            return Err(format!(
+                "{}: {} bytes is more than the {DATA_FILE_MAX} bytes one file may have",
+                name(),
+                meta.len()
+            ));
+        }
+        let key: FileKey = (
+            local.clone(),
+            meta.len(),
+            meta.mtime(),
+            meta.mtime_nsec(),
+            meta.ino(),
+        );
+        if let Some((hash, values)) = self.lock().known.get(&key).cloned() {
+            let served = Served {
+                path: local,
+                size: meta.len(),
+                values,
+            };
+            return Ok((hash, served));
+        }
+        let path = local.clone();
+        let (hash, size, values) = tokio::task::spawn_blocking(move || hash_file(&path))
+            .await
+            .map_err(|e| format!("{}: hashing stopped: {e}", name()))?
+            .map_err(|e| format!("{}: {e}", name()))?;
+        let values = Arc::new(values);
+        {
+            let mut inner = self.lock();
+            if inner.known.len() >= KNOWN_MAX {
+                inner.known.clear();
+            }
+            if size == meta.len() {
+                inner.known.insert(key, (hash, values.clone()));
+            }
+        }
+        Ok((
+            hash,
+            Served {
+                path: local,
+                size,
+                values,
+            },
+        ))
+    }
+
+    /// What to serve `peer` for `hash` of `size` bytes, or why not.
+    pub fn find(&self, peer: &PeerId, hash: &ContentHash, size: u64) -> Result<Served, String> {
+        let inner = self.lock();
+        let Some(file) = inner.files.get(hash).filter(|f| f.served.size == size) else {
+            return Err(format!("{hash} ({size} bytes) is not offered here"));
+        };
+        let allowed = inner
+            .offers
+            .values()
+            .any(|o| o.peers.contains(peer) && o.hashes.contains(hash));
+        if !allowed {
+            return Err(format!(
+                "{hash} is offered, but not to {peer}: no job using it was sent there"
+            ));
+        }
+        Ok(file.served.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn only_offered_files_go_only_to_allowed_hosts_and_only_while_offered() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = dir.path().join("in.txt");
+        std::fs::write(&local, b"shared input").unwrap();
+        let catalog = Catalog::new();
+        let spec = InputSpec {
+            path: "data/in.txt".into(),
+            local: local.clone(),
+        };
+        let first = catalog.offer(std::slice::from_ref(&spec)).await.unwrap();
+        let second = catalog.offer(std::slice::from_ref(&spec)).await.unwrap();
+        let r = &first.refs()[0];
+        assert_eq!(r.hash, *blake3::hash(b"shared input").as_bytes());
+        assert_eq!((r.size, r.path.as_str()), (12, "data/in.txt"));
+        let hash = ContentHash(r.hash);
+        let (host, stranger) = (PeerId::random(), PeerId::random());
+        assert!(
+            catalog.find(&host, &hash, 12).is_err(),
+            "not sent anywhere yet"
+        );
+        first.allow(host);
+        assert_eq!(catalog.find(&host, &hash, 12).unwrap().path, local);
+        let refused = catalog.find(&stranger, &hash, 12).unwrap_err();
+        assert!(refused.contains("not to"), "{refused}");
+        assert!(
+            catalog.find(&host, &hash, 13).is_err(),
+            "size is part of the name"
+        );
+        drop(first);
+        assert!(
+            catalog.find(&host, &hash, 12).is_err(),
+            "withdrawn with its offer"
+        );
+        second.allow(host);
+        assert!(catalog.find(&host, &hash, 12).is_ok());
+        drop(second);
+        assert!(catalog.lock().files.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_missing_input_is_named() {
+        let catalog = Catalog::new();
+        let err = catalog
+            .offer(&[InputSpec {
+                path: "x".into(),
+                local: "/nonexistent/file.bin".into(),
+            }])
+            .await
+            .unwrap_err();
+        assert!(err.contains("input x (/nonexistent/file.bin)"), "{err}");
+    }
+}

@@ -1,0 +1,347 @@
+//! `/gleaner/data/1`: a host reads a file from the consumer that offered it,
+//! one libp2p stream per file, with yamux's flow control as back-pressure
+//! (the reader takes the next chunk only once it has verified and written the
+//! last one, so neither side holds more than a chunk or two).
+//!
+//! The host ([`fetch_input`]) sends a [`DataRequest`]; the consumer ([`serve`])
+//! answers with a header carrying the file's chunk values, then the file's
+//! raw bytes from the asked chunk on. The host checks that the values combine
+//! to the file's hash before reading a byte, then each chunk against its
+//! value as it arrives, writing verified chunks to disk at once. A chunk that
+//! does not match is refused: the stream is dropped and a new one asks again
+//! from that chunk, a bounded number of times. Data moves over direct
+//! connections only: over a relayed circuit (limited in bytes and time) the
+//! host waits a bounded time for hole punching, then gives up with a reason.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::io::{AsyncReadExt, AsyncWriteExt};
+use futures::StreamExt;
+use libp2p::PeerId;
+use tokio::io::{AsyncReadExt as _, AsyncSeekExt, AsyncWriteExt as _};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::data::cache::{Cache, Pinned};
+use crate::data::catalog::Catalog;
+use crate::data::hash::{chunk_count, chunk_len, chunk_value, root_of, ContentHash, CHUNK_BYTES};
+use crate::net::codec::{read_frame, write_frame, DATA_CAPS};
+use crate::net::protocol::{DataRequest, DataResponse, InputRef, DATA_FILE_MAX, DATA_PROTOCOL};
+use crate::net::NetHandle;
+
+/// Streams a consumer serves at once; more are dropped (the host tries again).
+const SERVE_CONCURRENCY: usize = 16;
+/// How long a host may take to send its request.
+const REQUEST_WAIT: Duration = Duration::from_secs(10);
+
+/// Bounds of one fetch.
+#[derive(Debug, Clone, Copy)]
+pub struct FetchLimits {
+    /// How long to wait for a direct connection when only a relayed one exists.
+    pub direct_wait: Duration,
+    /// Longest wait for one chunk (or the header) before the fetch counts as stalled.
+    pub chunk_timeout: Duration,
+    /// Corrupted chunks refused in one file before giving up on it.
+    pub max_refused: u32,
+}
+
+impl Default for FetchLimits {
+    fn default() -> Self {
+        FetchLimits {
+            direct_wait: Duration::from_secs(30),
+            chunk_timeout: Duration::from_secs(30),
+            max_refused: 8,
+        }
+    }
+}
+
+/// Why a file could not be fetched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DataError {
+    /// Only a relayed circuit to the consumer, and no direct connection came.
+    #[error("only a relayed connection to the consumer; data moves over direct connections only, and hole punching gave none within {0:?}")]
+    RelayedOnly(Duration),
+    /// The consumer would not send the file.
+    #[error("the consumer refused: {0}")]
+    Refused(String),
+    /// The chunk values the consumer sent do not combine to the file's hash.
+    #[error("the consumer's chunk hashes do not combine to the file's hash")]
+    BadChunkList,
+    /// Too many chunks did not match their hash.
+    #[error("{0} chunks did not match their hash; giving up")]
+    Corrupt(u32),
+    /// The stream failed.
+    #[error("stream: {0}")]
+    Stream(String),
+    /// Nothing arrived for too long.
+    #[error("no data for {0:?}")]
+    Stalled(Duration),
+    /// The file cannot be written here.
+    #[error("writing the file: {0}")]
+    Disk(String),
+    /// The file is larger than the protocol moves.
+    #[error("{0} bytes is more than the data protocol moves ({DATA_FILE_MAX})")]
+    TooLarge(u64),
+}
+
+/// What one fetch did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fetched {
+    /// Verified bytes received.
+    pub bytes: u64,
+    /// Chunks refused (and fetched again).
+    pub refused_chunks: u32,
+}
+
+/// How one stream of a fetch ended.
+enum Pass {
+    Done,
+    /// Chunk at this index was refused; ask again from it.
+    Refused,
+}
+
+/// Where an input came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Obtained {
+    /// It was in the cache: nothing crossed.
+    Cached,
+    /// It was read from the consumer.
+    Fetched(Fetched),
+}
+
+/// An input of a job, verified and pinned in `cache`: found there, or
+/// fetched from `consumer` and admitted. Errors name the input.
+pub async fn obtain_input(
+    net: &NetHandle,
+    cache: &Cache,
+    consumer: PeerId,
+    input: &InputRef,
+    limits: FetchLimits,
+) -> Result<(Pinned, Obtained), String> {
+    let hash = ContentHash(input.hash);
+    let name = &input.path;
+    if let Some(pinned) = cache.lookup(hash, input.size) {
+        return Ok((pinned, Obtained::Cached));
+    }
+    let temp = cache.temp_path();
+    match fetch_input(net, consumer, hash, input.size, &temp, limits).await {
+        Ok(fetched) => {
+            cache.record_fetch(fetched.bytes, u64::from(fetched.refused_chunks));
+            let pinned = cache
+                .admit(hash, input.size, &temp)
+                .map_err(|e| format!("input {name}: cannot keep it: {e}"))?;
+            Ok((pinned, Obtained::Fetched(fetched)))
+        }
+        Err((e, refused)) => {
+            cache.record_refused(u64::from(refused));
+            let _ = tokio::fs::remove_file(&temp).await;
+            Err(format!("input {name}: {e}"))
+        }
+    }
+}
+
+/// Reads the file `hash` of `size` bytes from `peer` into `dest` (created or
+/// truncated), verifying every chunk. On error, `dest` may hold a partial
+/// file: the caller deletes it. Counts refused chunks in both outcomes.
+pub async fn fetch_input(
+    net: &NetHandle,
+    peer: PeerId,
+    hash: ContentHash,
+    size: u64,
+    dest: &Path,
+    limits: FetchLimits,
+) -> Result<Fetched, (DataError, u32)> {
+    if size > DATA_FILE_MAX {
+        return Err((DataError::TooLarge(size), 0));
+    }
+    if !net.is_direct(&peer) && !net.wait_direct(&peer, limits.direct_wait).await {
+        return Err((DataError::RelayedOnly(limits.direct_wait), 0));
+    }
+    let mut file = tokio::fs::File::create(dest)
+        .await
+        .map_err(|e| (DataError::Disk(e.to_string()), 0))?;
+    let chunks = chunk_count(size);
+    let mut next = 0u64;
+    let mut refused = 0u32;
+    let mut buf = vec![0u8; CHUNK_BYTES as usize];
+    while next < chunks {
+        let pass = fetch_pass(
+            net, peer, hash, size, &mut next, &mut file, &mut buf, limits,
+        )
+        .await
+        .map_err(|e| (e, refused))?;
+        match pass {
+            Pass::Done => {}
+            Pass::Refused => {
+                refused += 1;
+                tracing::warn!(%peer, %hash, chunk = next, refused, "a chunk did not match its hash: refused, asking again");
+                if refused > limits.max_refused {
+                    return Err((DataError::Corrupt(refused), refused));
+                }
+            }
+        }
+    }
+    file.flush()
+        .await
+        .map_err(|e| (DataError::Disk(e.to_string()), refused))?;
+    file.sync_all()
+        .await
+        .map_err(|e| (DataError::Disk(e.to_string()), refused))?;
+    Ok(Fetched {
+        bytes: size,
+        refused_chunks: refused,
+    })
+}
+
+/// One stream: from chunk `*next` to the end or to the first refused chunk.
+#[allow(clippy::too_many_arguments)]
+async fn fetch_pass(
+    net: &NetHandle,
+    peer: PeerId,
+    hash: ContentHash,
+    size: u64,
+    next: &mut u64,
+    file: &mut tokio::fs::File,
+    buf: &mut [u8],
+    limits: FetchLimits,
+) -> Result<Pass, DataError> {
+    let wait = limits.chunk_timeout;
+    let mut stream = tokio::time::timeout(wait, net.open_stream(peer, DATA_PROTOCOL))
+        .await
+        .map_err(|_| DataError::Stalled(wait))?
+        .map_err(|e| DataError::Stream(e.to_string()))?;
+    let request = DataRequest {
+        hash: hash.0,
+        size,
+        first_chunk: *next,
+    };
+    tokio::time::timeout(wait, write_frame(&mut stream, &request, DATA_CAPS.request))
+        .await
+        .map_err(|_| DataError::Stalled(wait))?
+        .map_err(|e| DataError::Stream(e.to_string()))?;
+    let header: DataResponse =
+        tokio::time::timeout(wait, read_frame(&mut stream, DATA_CAPS.response))
+            .await
+            .map_err(|_| DataError::Stalled(wait))?
+            .map_err(|e| DataError::Stream(e.to_string()))?;
+    let values = match header {
+        DataResponse::Refused { reason } => return Err(DataError::Refused(reason)),
+        DataResponse::Sending { chunk_hashes } => chunk_hashes,
+    };
+    if root_of(size, &values) != Some(hash) {
+        return Err(DataError::BadChunkList);
+    }
+    let chunks = chunk_count(size);
+    file.seek(std::io::SeekFrom::Start(*next * CHUNK_BYTES))
+        .await
+        .map_err(|e| DataError::Disk(e.to_string()))?;
+    while *next < chunks {
+        let len = chunk_len(size, *next) as usize;
+        let data = &mut buf[..len];
+        tokio::time::timeout(wait, stream.read_exact(data))
+            .await
+            .map_err(|_| DataError::Stalled(wait))?
+            .map_err(|e| DataError::Stream(e.to_string()))?;
+        let index = usize::try_from(*next).unwrap_or(usize::MAX);
+        if values.get(index) != Some(&chunk_value(*next, data, chunks)) {
+            // Never written, never used: the stream is dropped (reset) and a
+            // new one asks for this chunk again.
+            return Ok(Pass::Refused);
+        }
+        file.write_all(data)
+            .await
+            .map_err(|e| DataError::Disk(e.to_string()))?;
+        *next += 1;
+    }
+    let _ = stream.close().await;
+    Ok(Pass::Done)
+}
+
+/// Serves the catalog's files to hosts until `shutdown`: one task per
+/// stream (at most [`SERVE_CONCURRENCY`]), each owned by `tracker`.
+pub async fn serve(
+    net: NetHandle,
+    catalog: Catalog,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+) {
+    let Some(mut incoming) = net.accept_streams(DATA_PROTOCOL) else {
+        tracing::warn!("another part of the node already serves {DATA_PROTOCOL}");
+        return;
+    };
+    let slots = Arc::new(tokio::sync::Semaphore::new(SERVE_CONCURRENCY));
+    loop {
+        let (peer, stream) = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            next = incoming.next() => match next {
+                Some(s) => s,
+                None => return,
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, "too many data streams: dropping one");
+            continue;
+        };
+        let catalog = catalog.clone();
+        let shutdown = shutdown.clone();
+        tracker.spawn(async move {
+            tokio::select! {
+                r = serve_one(peer, stream, &catalog) => {
+                    if let Err(e) = r {
+                        tracing::debug!(%peer, error = %e, "data stream ended early");
+                    }
+                }
+                _ = shutdown.cancelled() => {}
+            }
+            drop(slot);
+        });
+    }
+}
+
+async fn serve_one(
+    peer: PeerId,
+    mut stream: libp2p::Stream,
+    catalog: &Catalog,
+) -> std::io::Result<()> {
+    let timeout = |what: &str| std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_string());
+    let request: DataRequest =
+        tokio::time::timeout(REQUEST_WAIT, read_frame(&mut stream, DATA_CAPS.request))
+            .await
+            .map_err(|_| timeout("no request"))??;
+    let hash = ContentHash(request.hash);
+    let served = match catalog.find(&peer, &hash, request.size) {
+        Ok(s) => s,
+        Err(reason) => {
+            tracing::info!(%peer, %hash, %reason, "data request refused");
+            let header = DataResponse::Refused { reason };
+            write_frame(&mut stream, &header, DATA_CAPS.response).await?;
+            return stream.close().await;
+        }
+    };
+    let chunks = chunk_count(served.size);
+    let mut file = tokio::fs::File::open(&served.path).await?;
+    let header = DataResponse::Sending {
+        chunk_hashes: served.values.as_ref().clone(),
+    };
+    write_frame(&mut stream, &header, DATA_CAPS.response).await?;
+    file.seek(std::io::SeekFrom::Start(
+        request.first_chunk.saturating_mul(CHUNK_BYTES),
+    ))
+    .await?;
+    let mut buf = vec![0u8; CHUNK_BYTES as usize];
+    for index in request.first_chunk..chunks {
+        let data = &mut buf[..chunk_len(served.size, index) as usize];
+        file.read_exact(data).await?;
+        if let Some(t) = catalog.tamper() {
+            t.tamper(&hash, index, data);
+        }
+        // A host that stops reading holds us here (back-pressure); one that
+        // is gone for good is dropped after a while.
+        tokio::time::timeout(FetchLimits::default().chunk_timeout, stream.write_all(data))
+            .await
+            .map_err(|_| timeout("host stopped reading"))??;
+    }
+    stream.close().await
+}

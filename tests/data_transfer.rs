@@ -1,0 +1,275 @@
+//! The data layer between two real swarms on 127.0.0.1 in one process: a
+//! consumer offers files by hash from its catalog and serves them over
+//! `/gleaner/data/1`; a host obtains them into its cache, verified chunk by
+//! chunk. A shared input crosses once; a corrupted chunk is refused and read
+//! again, never used; a file not offered to this host is refused with a reason.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gleaner::data::hash::hash_file;
+use gleaner::data::{
+    obtain_input, serve, Cache, Catalog, ChunkTamper, ContentHash, FetchLimits, InputSpec, Obtained,
+};
+use gleaner::net::{start, NetConfig, NetHandle};
+use libp2p::identity::Keypair;
+use libp2p::multiaddr::Protocol;
+use libp2p::Multiaddr;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// A swarm on 127.0.0.1 whose node-side events are dropped (the data layer
+/// does not use them); cancelled when dropped.
+struct Peer {
+    net: NetHandle,
+    addr: Multiaddr,
+    cancel: CancellationToken,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+async fn peer() -> Peer {
+    let cancel = CancellationToken::new();
+    let (net, mut events, event_loop) = start(
+        Keypair::generate_ed25519(),
+        NetConfig::loopback(&gleaner::model::ids::PoolName::new("data-test").unwrap()),
+        cancel.clone(),
+    )
+    .unwrap();
+    tokio::spawn(event_loop.run());
+    tokio::spawn(async move { while events.recv().await.is_some() {} });
+    let mut addr = None;
+    for _ in 0..50 {
+        if let Some(a) = net.listen_addrs().await.unwrap().into_iter().next() {
+            addr = Some(a);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let addr = addr.expect("listens").with(Protocol::P2p(net.peer_id()));
+    Peer { net, addr, cancel }
+}
+
+/// A consumer serving `catalog`, and a host connected to it.
+async fn consumer_and_host(catalog: Catalog) -> (Peer, Peer, TaskTracker) {
+    let consumer = peer().await;
+    let host = peer().await;
+    let tracker = TaskTracker::new();
+    tracker.spawn(serve(
+        consumer.net.clone(),
+        catalog,
+        tracker.clone(),
+        consumer.cancel.clone(),
+    ));
+    host.net.dial(consumer.addr.clone()).await.unwrap();
+    (consumer, host, tracker)
+}
+
+/// Writes `mib` MiB of reproducible, incompressible-looking bytes, a MiB at a time.
+fn write_input(path: &Path, mib: u64) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut block = vec![0u8; 1 << 20];
+    for _ in 0..mib {
+        for b in block.chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            b.copy_from_slice(&x.to_le_bytes());
+        }
+        f.write_all(&block).unwrap();
+    }
+    f.flush().unwrap();
+}
+
+fn limits() -> FetchLimits {
+    FetchLimits {
+        direct_wait: Duration::from_secs(5),
+        chunk_timeout: Duration::from_secs(20),
+        max_refused: 3,
+    }
+}
+
+/// Flips one byte of chunk `chunk` the first `times` times it is served.
+struct FlipChunk {
+    chunk: u64,
+    times: AtomicU32,
+}
+
+impl ChunkTamper for FlipChunk {
+    fn tamper(&self, _: &ContentHash, chunk: u64, data: &mut [u8]) {
+        let left = self.times.load(Ordering::SeqCst);
+        if chunk == self.chunk && left > 0 {
+            self.times.store(left - 1, Ordering::SeqCst);
+            data[data.len() / 2] ^= 0x01;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_64_mib_input_shared_by_two_jobs_crosses_to_the_host_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("shared.bin");
+    write_input(&input, 64);
+    let catalog = Catalog::new();
+    let (_consumer, host, _tracker) = consumer_and_host(catalog.clone()).await;
+    let cache = Cache::open(&dir.path().join("cache"), 256 << 20).unwrap();
+    let spec = InputSpec {
+        path: "data/shared.bin".into(),
+        local: input.clone(),
+    };
+    let (want, _, _) = hash_file(&input).unwrap();
+    for job in 0..2 {
+        // Each job offers its inputs and lets the host it chose read them.
+        let offer = catalog.offer(std::slice::from_ref(&spec)).await.unwrap();
+        offer.allow(host.net.peer_id());
+        let (pinned, how) = obtain_input(
+            &host.net,
+            &cache,
+            _consumer.net.peer_id(),
+            &offer.refs()[0],
+            limits(),
+        )
+        .await
+        .unwrap();
+        match (job, how) {
+            (0, Obtained::Fetched(f)) => assert_eq!(f.bytes, 64 << 20),
+            (1, Obtained::Cached) => {}
+            other => panic!("job {}: {:?}", other.0, other.1),
+        }
+        assert_eq!(hash_file(pinned.path()).unwrap().0, want);
+    }
+    let stats = cache.stats();
+    assert_eq!(
+        (stats.files_fetched, stats.bytes_fetched),
+        (1, 64 << 20),
+        "one crossing: {stats:?}"
+    );
+    assert_eq!((stats.hits, stats.bytes_hit), (1, 64 << 20), "{stats:?}");
+    assert_eq!(stats.chunks_refused, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupted_chunk_is_refused_and_fetched_again_never_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.bin");
+    write_input(&input, 8);
+    let tamper = Arc::new(FlipChunk {
+        chunk: 5,
+        times: AtomicU32::new(1),
+    });
+    let catalog = Catalog::with_tamper(tamper.clone());
+    let (consumer, host, _tracker) = consumer_and_host(catalog.clone()).await;
+    let cache = Cache::open(&dir.path().join("cache"), 256 << 20).unwrap();
+    let offer = catalog
+        .offer(&[InputSpec {
+            path: "in.bin".into(),
+            local: input.clone(),
+        }])
+        .await
+        .unwrap();
+    offer.allow(host.net.peer_id());
+    let (pinned, how) = obtain_input(
+        &host.net,
+        &cache,
+        consumer.net.peer_id(),
+        &offer.refs()[0],
+        limits(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        how,
+        Obtained::Fetched(gleaner::data::Fetched {
+            bytes: 8 << 20,
+            refused_chunks: 1
+        })
+    );
+    assert_eq!(cache.stats().chunks_refused, 1);
+    assert_eq!(
+        std::fs::read(pinned.path()).unwrap(),
+        std::fs::read(&input).unwrap(),
+        "the refused chunk was read again; the file is the consumer's"
+    );
+    drop(pinned);
+
+    // A chunk that is always corrupted: the host gives up, names the input,
+    // and keeps nothing.
+    let cache2 = Cache::open(&dir.path().join("cache2"), 256 << 20).unwrap();
+    tamper.times.store(u32::MAX, Ordering::SeqCst);
+    let err = obtain_input(
+        &host.net,
+        &cache2,
+        consumer.net.peer_id(),
+        &offer.refs()[0],
+        limits(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.contains("input in.bin") && err.contains("did not match"),
+        "{err}"
+    );
+    let stats = cache2.stats();
+    assert_eq!((stats.files, stats.files_fetched), (0, 0), "{stats:?}");
+    assert_eq!(stats.chunks_refused, u64::from(limits().max_refused) + 1);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("cache2/tmp"))
+            .unwrap()
+            .count(),
+        0,
+        "the partial file is gone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_not_offered_to_this_host_are_refused_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("secret.bin");
+    write_input(&input, 1);
+    let catalog = Catalog::new();
+    let (consumer, host, _tracker) = consumer_and_host(catalog.clone()).await;
+    let cache = Cache::open(&dir.path().join("cache"), 16 << 20).unwrap();
+    let offer = catalog
+        .offer(&[InputSpec {
+            path: "secret.bin".into(),
+            local: input,
+        }])
+        .await
+        .unwrap();
+    // Offered, but the job was not sent to this host.
+    let err = obtain_input(
+        &host.net,
+        &cache,
+        consumer.net.peer_id(),
+        &offer.refs()[0],
+        limits(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.contains("input secret.bin") && err.contains("not to"),
+        "{err}"
+    );
+    // A hash nobody offered.
+    let mut unknown = offer.refs()[0].clone();
+    unknown.hash = [7; 32];
+    let err = obtain_input(
+        &host.net,
+        &cache,
+        consumer.net.peer_id(),
+        &unknown,
+        limits(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("not offered here"), "{err}");
+    assert_eq!(cache.stats().files, 0);
+}
