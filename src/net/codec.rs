@@ -179,7 +179,7 @@ pub const RELIABILITY_CAPS: FrameCaps = FrameCaps {
     response: RELIABILITY_RESPONSE_CAP,
 };
 
-/// Caps of `/gleaner/job/1`.
+/// Caps of `/gleaner/job/2`.
 pub const JOB_CAPS: FrameCaps = FrameCaps {
     request: JOB_REQUEST_CAP,
     response: JOB_RESPONSE_CAP,
@@ -209,7 +209,7 @@ impl<Req, Resp> Clone for FrameCodec<Req, Resp> {
 
 /// The codec of `/gleaner/reliability/1`.
 pub type ReliabilityCodec = FrameCodec<ReliabilityQuery, ReliabilityResponse>;
-/// The codec of `/gleaner/job/1`.
+/// The codec of `/gleaner/job/2`.
 pub type JobCodec = FrameCodec<JobRequest, JobResponse>;
 
 impl<Req, Resp> request_response::Codec for FrameCodec<Req, Resp>

@@ -331,7 +331,7 @@ pub enum OutputName {
     File(String),
 }
 
-/// `/gleaner/job/1` request. Consumer → host: `Submit`, `Fetch`; host → consumer: `Event`.
+/// `/gleaner/job/2` request. Consumer → host: `Submit`, `Fetch`; host → consumer: `Event`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JobRequest {
     /// Run this job.
@@ -372,7 +372,7 @@ pub enum JobRequest {
     },
 }
 
-/// `/gleaner/job/1` response.
+/// `/gleaner/job/2` response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JobResponse {
     /// The job was accepted and will start.
