@@ -343,7 +343,11 @@ async fn garbage_and_oversized_frames_are_refused_and_the_node_keeps_serving() {
         let _ = tcp.write_all(&[0xAB; 64 * 1024]);
     }
     // An unknown protocol version is refused at negotiation.
-    for unknown in ["/gleaner/reliability/2", "/gleaner/job/3", "/gleaner/data/2"] {
+    for unknown in [
+        "/gleaner/reliability/2",
+        "/gleaner/job/3",
+        "/gleaner/data/2",
+    ] {
         assert_eq!(
             net_support::send_raw_on(unknown, &target, peer_id, vec![0, 0, 0, 0]).await,
             net_support::RawOutcome::Unsupported,

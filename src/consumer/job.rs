@@ -255,7 +255,12 @@ pub async fn run_job<P: JobPool>(
             wall_time_limit_secs: request.wall_limit_secs,
         };
         let Some((host, report, registration)) = place(
-            pool, inbox, &ranked, &job_id, &submit, &offer, &mut tried, &lines,
+            pool,
+            inbox,
+            &ranked,
+            (&job_id, &submit, &offer),
+            &mut tried,
+            &lines,
         )
         .await
         else {
@@ -350,9 +355,7 @@ async fn place<P: JobPool>(
     pool: &P,
     inbox: &Inbox,
     ranked: &[HostReport],
-    job_id: &JobId,
-    submit: &JobSubmit,
-    offer: &Offer,
+    (job_id, submit, offer): (&JobId, &JobSubmit, &Offer),
     tried: &mut HashSet<String>,
     lines: &mpsc::Sender<SubmitLine>,
 ) -> Option<(PeerId, HostReport, crate::consumer::Registration)> {
