@@ -224,14 +224,11 @@ fn submit_request(args: &SubmitArgs) -> anyhow::Result<SubmitRequest> {
         if !safe_relative_path(&remote) {
             bail!("input {spec}: {remote:?} must be a relative path without '..'");
         }
+        // Devices and FIFOs are refused by name, never waited on.
+        crate::fsutil::open_regular(&local).map_err(|e| anyhow::anyhow!("input {e}"))?;
         let local = local
             .canonicalize()
             .with_context(|| format!("input {}", local.display()))?;
-        let meta =
-            std::fs::metadata(&local).with_context(|| format!("input {}", local.display()))?;
-        if !meta.is_file() {
-            bail!("input {}: not a regular file", local.display());
-        }
         inputs.push(InputSpec {
             path: remote,
             local,
