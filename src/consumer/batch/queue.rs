@@ -584,9 +584,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
 
     fn reattach(&mut self, batch: BatchId, task: u32) {
         let host = self
-            .batches
-            .get(&batch)
-            .and_then(|b| b.tasks.get(task as usize))
+            .task(batch, task)
             .and_then(|t| t.host.as_deref())
             .and_then(|h| h.parse::<PeerId>().ok());
         let plan = host.and_then(|h| self.plan(batch, task, h));
@@ -725,12 +723,12 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         }
     }
 
+    fn task(&self, batch: BatchId, task: u32) -> Option<&TaskRecord> {
+        self.batches.get(&batch)?.tasks.get(task as usize)
+    }
+
     fn persist(&mut self, batch: BatchId, task: u32) {
-        let Some(t) = self
-            .batches
-            .get(&batch)
-            .and_then(|b| b.tasks.get(task as usize))
-        else {
+        let Some(t) = self.task(batch, task) else {
             return;
         };
         if let Err(e) = self.store.put_task(batch, task, t) {
@@ -740,11 +738,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     }
 
     fn emit(&self, batch: BatchId, task: u32) {
-        let Some(t) = self
-            .batches
-            .get(&batch)
-            .and_then(|b| b.tasks.get(task as usize))
-        else {
+        let Some(t) = self.task(batch, task) else {
             return;
         };
         let _ = self.events.send(TaskEvent {
