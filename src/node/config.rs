@@ -118,6 +118,8 @@ pub struct GuestSection {
     pub max_runtime_secs: u64,
     pub max_output_mib: u64,
     pub enabled: bool,
+    pub disk_mib: u64,
+    pub job_cgroups: bool,
 }
 
 impl Default for GuestSection {
@@ -129,6 +131,8 @@ impl Default for GuestSection {
             max_runtime_secs: 24 * 3600,
             max_output_mib: 64,
             enabled: true,
+            disk_mib: crate::guest::DEFAULT_DISK_MIB,
+            job_cgroups: true,
         }
     }
 }
@@ -210,6 +214,8 @@ pub const KEY_DOCS: &[(&str, &str, &str)] = &[
     ("guest", "max_runtime_secs", "Longest wall-clock time a guest may run, suspension included."),
     ("guest", "max_output_mib", "Cap on each of a guest's stdout and stderr; output past it is dropped."),
     ("guest", "enabled", "Host guest jobs from the pool. Off (`gleaner node --no-guest`), the node is consumer-only: it still submits jobs and answers queries, and refuses jobs."),
+    ("guest", "disk_mib", "Disk quota of a job's work dir, inputs included (MiB; 0 = none): while the job runs the work dir is a tmpfs of this size (root nodes only), whose pages also count in the job's memory; at the end its contents are copied to disk."),
+    ("guest", "job_cgroups", "Give each job a cgroup (process, memory and idle-CPU limits, kill of the whole group) where the kernel allows. Off, a job is held by its PID namespace alone."),
     ("net", "enabled", "Join a pool over libp2p. Off (`--no-net`), the node only measures, remembers and runs local jobs."),
     ("net", "pool", "Pool name (letters, digits, '.', '_', '-'; at most 64): the gossipsub topic and DHT key members share."),
     ("net", "listen", "Multiaddrs to listen on; port 0 picks a free port. QUIC is skipped in private pools (the swarm key wraps TCP only)."),
@@ -241,6 +247,7 @@ pub const RANGES: &[(&str, &str, u64, u64)] = &[
     ("guest", "max_mem_mib", 1, 1 << 24),
     ("guest", "max_runtime_secs", 1, 366 * 86_400),
     ("guest", "max_output_mib", 0, 4_096),
+    ("guest", "disk_mib", 0, 65_536),
     ("net", "request_timeout_secs", 1, 600),
     ("net", "announce_secs", 1, 3_600),
     ("net", "max_retries", 0, 100),
@@ -296,7 +303,7 @@ impl Config {
     }
 
     /// Every integer key's value, as named in the file (for [`RANGES`]).
-    fn integer_values(&self) -> [(&'static str, &'static str, u64); 14] {
+    fn integer_values(&self) -> [(&'static str, &'static str, u64); 15] {
         let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
         [
             (
@@ -334,6 +341,7 @@ impl Config {
             ("guest", "max_mem_mib", self.guest.max_mem_mib),
             ("guest", "max_runtime_secs", self.guest.max_runtime_secs),
             ("guest", "max_output_mib", self.guest.max_output_mib),
+            ("guest", "disk_mib", self.guest.disk_mib),
             (
                 "net",
                 "request_timeout_secs",
