@@ -481,7 +481,7 @@ fn the_guest_reads_neither_the_data_dir_nor_home_nor_other_processes() {
         home_secret.display()
     );
     let handle = sup.start("view", spec(&script, 100)).unwrap();
-    let status = sup.wait_exit(Duration::from_secs(10)).unwrap();
+    let status = sup.wait_exit(Duration::from_secs(60)).unwrap();
     let out = stdout_of(&handle);
     eprintln!("guest saw: {out:?} ({:?})", status.exit);
     // The same reads by the node itself succeed: the files are there to read.
@@ -542,7 +542,7 @@ fn without_network_the_guest_cannot_connect_to_a_host_unix_socket() {
         connect(&format!("\\0{abstract_name}"))
     );
     let handle = sup.start("unix", spec(&script, 100)).unwrap();
-    sup.wait_exit(Duration::from_secs(10)).unwrap();
+    sup.wait_exit(Duration::from_secs(60)).unwrap();
     let out = stdout_of(&handle);
     eprintln!(
         "guest: {out:?}; network_blocked {}",
@@ -569,7 +569,7 @@ fn a_guest_cannot_write_past_its_quota_and_its_outputs_come_back() {
     let report = sup.containment();
     let script = "echo kept > out.txt; head -c 16777216 /dev/zero > big; echo head=$?; exit 0";
     let handle = sup.start("quota", spec(script, 200)).unwrap();
-    let status = sup.wait_exit(Duration::from_secs(20)).unwrap();
+    let status = sup.wait_exit(Duration::from_secs(60)).unwrap();
     let out = stdout_of(&handle);
     let err = std::fs::read_to_string(handle.dir.join("stderr")).unwrap_or_default();
     eprintln!(

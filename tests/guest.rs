@@ -612,6 +612,21 @@ fn guest_dies_within_a_second_when_the_node_is_sigkilled() {
         "guest gone {:?} after the node's SIGKILL",
         killed_at.elapsed()
     );
+    // The dead node's work-dir tmpfs (a root node's quota) is unmounted by
+    // the next start on the same data dir, and the job's files are kept.
+    let work = std::fs::canonicalize(dir.path().join("jobs/orphan/work")).unwrap();
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(&format!(" {} ", work.display()))
+    };
+    let was_mounted = mounted();
+    drop(supervisor_in(dir.path(), Arc::new(SystemClock)));
+    assert!(
+        !mounted(),
+        "the work dir of the killed node's job is still mounted"
+    );
+    eprintln!("work dir mounted after the kill: {was_mounted}; unmounted at restart");
 }
 
 #[test]

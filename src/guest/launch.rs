@@ -96,12 +96,11 @@ impl ChildSetup {
                     }
                 }
             }
-            for l in &self.limits {
-                let lim = libc::rlimit {
-                    rlim_cur: l.soft,
-                    rlim_max: l.hard,
-                };
-                check(libc::setrlimit(l.resource, &lim))?;
+            // With the view the limits go on the guest alone: the keeper
+            // and init are copies of the node, whose address space may be
+            // past the guest's, and must still map and fork.
+            if self.view.is_none() {
+                self.set_limits()?;
             }
             check(libc::setpriority(libc::PRIO_PROCESS, 0, self.start_nice))?;
             if let Some(ids) = self.ids {
@@ -113,7 +112,7 @@ impl ChildSetup {
                 check(libc::unshare(self.unshare_flags))?;
                 arm_death_signal(self.parent_pid)?;
                 view.build()?;
-                return in_pid_namespace(view, self.landlock_fd);
+                return in_pid_namespace(view, self.landlock_fd, || self.set_limits());
             }
             if self.unshare_flags != 0 {
                 check(libc::unshare(self.unshare_flags))?;
@@ -124,6 +123,20 @@ impl ChildSetup {
             }
             // Last, because a change of credentials clears the death signal.
             arm_death_signal(self.parent_pid)?;
+        }
+        Ok(())
+    }
+}
+
+impl ChildSetup {
+    fn set_limits(&self) -> io::Result<()> {
+        for l in &self.limits {
+            let lim = libc::rlimit {
+                rlim_cur: l.soft,
+                rlim_max: l.hard,
+            };
+            // SAFETY: a plain system call on a value owned by `self`.
+            check(unsafe { libc::setrlimit(l.resource, &lim) })?;
         }
         Ok(())
     }
@@ -214,7 +227,11 @@ fn end_like(status: libc::c_int) -> ! {
 ///
 /// # Safety
 /// Runs between `fork` and `exec`: plain system calls only.
-unsafe fn in_pid_namespace(view: &ViewPlan, landlock_fd: Option<libc::c_int>) -> io::Result<()> {
+unsafe fn in_pid_namespace(
+    view: &ViewPlan,
+    landlock_fd: Option<libc::c_int>,
+    set_limits: impl Fn() -> io::Result<()>,
+) -> io::Result<()> {
     // How the guest ended, written by init, read by the keeper.
     let shared = libc::mmap(
         std::ptr::null_mut(),
@@ -277,8 +294,9 @@ unsafe fn in_pid_namespace(view: &ViewPlan, landlock_fd: Option<libc::c_int>) ->
         return Err(io::Error::last_os_error());
     }
     if guest == 0 {
-        // The guest: a session of its own, then the usual last steps.
+        // The guest: a session of its own, its limits, then the usual last steps.
         check(libc::setsid())?;
+        set_limits()?;
         check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
         if let Some(fd) = landlock_fd {
             super::landlock::restrict_self(fd)?;

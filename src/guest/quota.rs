@@ -165,16 +165,48 @@ pub fn unmount_leftovers(jobs_dir: &Path) -> Vec<PathBuf> {
             continue;
         };
         let point = PathBuf::from(point.replace("\\040", " ").replace("\\134", "\\"));
-        if point.starts_with(&jobs) && unmount(&point).is_ok() {
-            found.push(point);
+        if !point.starts_with(&jobs) {
+            continue;
+        }
+        // The job's files are kept as at a normal end, up to the tmpfs's size.
+        let size = right.next().and_then(tmpfs_size).unwrap_or(1 << 30);
+        match save_and_unmount(&point, size) {
+            Ok(_) => found.push(point),
+            Err(e) => {
+                tracing::warn!(dir = %point.display(), error = %e, "cannot save a left work dir");
+                if unmount(&point).is_ok() {
+                    found.push(point);
+                }
+            }
         }
     }
     found
 }
 
+/// `size=` from a tmpfs's super options (`rw,size=8192k,...`), in bytes.
+fn tmpfs_size(options: &str) -> Option<u64> {
+    let v = options.split(',').find_map(|o| o.strip_prefix("size="))?;
+    let (digits, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
+    let n: u64 = digits.parse().ok()?;
+    let mult = match unit {
+        "" => 1,
+        "k" => 1 << 10,
+        "m" => 1 << 20,
+        "g" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_the_tmpfs_size() {
+        assert_eq!(tmpfs_size("rw,size=8192k,nr_inodes=65536"), Some(8 << 20));
+        assert_eq!(tmpfs_size("rw,nr_inodes=1"), None);
+    }
 
     #[test]
     fn the_copy_keeps_files_dirs_and_symlinks_up_to_the_cap() {
