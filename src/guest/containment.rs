@@ -733,6 +733,10 @@ impl V1Dirs {
         if !self.freezer.exists() {
             return Ok(());
         }
+        if procs_in(&self.freezer).is_empty() && procs_in(&self.pids).is_empty() {
+            // Nothing to freeze: a process cannot join from outside.
+            return Ok(());
+        }
         let state = self.freezer.join("freezer.state");
         let frozen = write_file(&state, "FROZEN").is_ok() && {
             let deadline = Instant::now() + Duration::from_millis(500);

@@ -57,6 +57,15 @@ pub fn mount(work_dir: &Path, bytes: u64, owner: (u32, u32)) -> io::Result<()> {
     Ok(())
 }
 
+/// Bytes in use on the filesystem at `path` (the work dir's tmpfs).
+// The block counts are 32-bit on some targets.
+#[allow(clippy::useless_conversion)]
+pub fn used_bytes(path: &Path) -> Option<u64> {
+    let st = nix::sys::statvfs::statvfs(path).ok()?;
+    let used = u64::from(st.blocks()).saturating_sub(u64::from(st.blocks_free()));
+    Some(used.saturating_mul(u64::from(st.fragment_size())))
+}
+
 fn unmount(path: &Path) -> io::Result<()> {
     let p = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::other("NUL in a path"))?;
