@@ -612,8 +612,9 @@ fn guest_dies_within_a_second_when_the_node_is_sigkilled() {
         "guest gone {:?} after the node's SIGKILL",
         killed_at.elapsed()
     );
-    // The dead node's work-dir tmpfs (a root node's quota) is unmounted by
-    // the next start on the same data dir, and the job's files are kept.
+    // A root node's work-dir tmpfs is off its mount table while the guest
+    // runs in its own mount namespace, so a crash leaves no mount; where it
+    // had to stay mounted, the next start on the same data dir unmounts it.
     let work = std::fs::canonicalize(dir.path().join("jobs/orphan/work")).unwrap();
     let mounted = || {
         std::fs::read_to_string("/proc/self/mountinfo")

@@ -258,7 +258,7 @@ struct Guest {
     /// namespace, its keeper (whose descendants are the whole job).
     leader: i32,
     /// The work dir's tmpfs and its size, while mounted.
-    quota: Option<(PathBuf, u64)>,
+    quota: Option<quota::WorkMount>,
     /// How the first process ended, while the end is being finished.
     pending_exit: Option<ExitInfo>,
     /// Removing the job's group and saving its work dir off the loop.
@@ -463,8 +463,8 @@ impl Supervisor {
                 },
                 |i| (i.uid, i.gid),
             );
-            match quota::mount(&work_dir, quota_bytes, owner) {
-                Ok(()) => Some((work_dir.clone(), quota_bytes)),
+            match quota::WorkMount::mount(&work_dir, quota_bytes, owner) {
+                Ok(m) => Some(m),
                 Err(e) => {
                     quota_warning = Some(format!("no quota on the work dir: {e}"));
                     None
@@ -473,13 +473,13 @@ impl Supervisor {
         } else {
             None
         };
-        let unmount = |quota: &Option<(PathBuf, u64)>| {
-            if let Some((w, cap)) = quota {
-                let _ = quota::save_and_unmount(w, *cap);
+        let unmount = |quota: Option<quota::WorkMount>| {
+            if let Some(m) = quota {
+                let _ = m.save();
             }
         };
         if let Err(e) = write_inputs(&work_dir, &spec.inputs, ids) {
-            unmount(&quota);
+            unmount(quota);
             return Err(e);
         }
 
@@ -491,7 +491,7 @@ impl Supervisor {
             &self.config.hidden_dirs,
         );
         plan.report.warnings.extend(quota_warning);
-        plan.report.work_quota_bytes = quota.as_ref().map(|q| q.1);
+        plan.report.work_quota_bytes = quota.as_ref().map(|q| q.cap());
         for w in &plan.report.warnings {
             tracing::warn!(job = job_id, "guest sandbox: {w}");
         }
@@ -550,12 +550,20 @@ impl Supervisor {
                 if let Some(mut g) = group {
                     let _ = g.remove();
                 }
-                unmount(&quota);
+                unmount(quota);
                 return Err(StartError::Spawn(e));
             }
         };
         drop(plan.landlock);
         let leader = child.id() as i32;
+        // The guest's mount namespace holds the tmpfs now: off the node's
+        // mount table with it, so a crash of the node leaves no mount.
+        let mut quota = quota;
+        if let Some(m) = quota.as_mut().filter(|_| plan.report.narrow_view) {
+            if let Err(e) = m.detach() {
+                tracing::warn!(job = job_id, error = %e, "the work dir's tmpfs stays mounted");
+            }
+        }
         // In a PID namespace the program runs in the keeper's grandchild.
         let pid = if plan.report.pid_namespace {
             first_child(leader).and_then(first_child).unwrap_or(leader)
@@ -576,7 +584,7 @@ impl Supervisor {
                 if let Some(mut g) = group {
                     let _ = g.remove();
                 }
-                unmount(&quota);
+                unmount(quota);
                 return Err(StartError::JobDir { path: dir, source });
             }
         };
@@ -752,7 +760,7 @@ impl Supervisor {
         let quick = group.as_ref().is_none_or(|g| g.members().is_empty())
             && quota
                 .as_ref()
-                .is_none_or(|(w, _)| quota::used_bytes(w).is_some_and(|u| u <= INLINE_SAVE_BYTES));
+                .is_none_or(|m| m.used_bytes().is_some_and(|u| u <= INLINE_SAVE_BYTES));
         if quick {
             end_job(&guest.handle.job_id, group, quota);
         } else if group.is_some() || quota.is_some() {
@@ -908,14 +916,14 @@ const VIEW_FLAGS: libc::c_int =
 
 /// Finishes a job off the loop: empties and removes its group, then copies
 /// its work dir off the tmpfs and unmounts it.
-fn end_job(job_id: &str, group: Option<Box<dyn JobGroup>>, quota: Option<(PathBuf, u64)>) {
+fn end_job(job_id: &str, group: Option<Box<dyn JobGroup>>, quota: Option<quota::WorkMount>) {
     if let Some(mut g) = group {
         if let Err(e) = g.remove() {
             tracing::warn!(job = job_id, error = %e, "cannot remove the job's group");
         }
     }
-    if let Some((work_dir, cap)) = quota {
-        match quota::save_and_unmount(&work_dir, cap) {
+    if let Some(work) = quota {
+        match work.save() {
             Ok(saved) if saved.skipped > 0 => {
                 tracing::warn!(job = job_id, ?saved, "some of the work dir was not kept")
             }

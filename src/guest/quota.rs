@@ -1,10 +1,13 @@
 //! The disk quota on a job's work dir: while the job runs, its work dir is a
-//! size-limited tmpfs mounted by the node (in the node's own mount namespace,
-//! so the supervisor reads and writes it like any directory, and the guest's
-//! view binds it). A write past the quota fails with "no space left". At the
-//! job's end the supervisor copies what the job left (at most the quota)
-//! onto the disk and unmounts the tmpfs, so finished jobs' outputs hold no
-//! memory while they wait to be fetched.
+//! size-limited tmpfs mounted by the node on the work dir (so the supervisor
+//! writes the inputs like in any directory, and the guest's view binds it).
+//! A write past the quota fails with "no space left". Once the guest's mount
+//! namespace holds it, the node detaches it from its own mount table and
+//! keeps it through a descriptor only: a node that crashes leaves no mount
+//! behind (the tmpfs goes with the last holder). At the job's end the
+//! supervisor copies what the job left (at most the quota) onto the disk
+//! and lets the tmpfs go, so finished jobs' outputs hold no memory while
+//! they wait to be fetched.
 //!
 //! tmpfs lives in memory: the pages a guest writes are charged to its job's
 //! memory group, so a job's files count against its declared memory as well
@@ -26,8 +29,66 @@ pub const MAX_INODES: u64 = 65_536;
 /// The tmpfs source name, so that leftovers of a crashed node are found.
 const SOURCE: &str = "gleaner-work";
 
+/// A job's work-dir tmpfs.
+#[derive(Debug)]
+pub struct WorkMount {
+    work_dir: PathBuf,
+    cap: u64,
+    /// Set once detached from the node's mount table: the tmpfs's root.
+    detached: Option<fs::File>,
+}
+
+impl WorkMount {
+    /// Mounts a tmpfs of `bytes` on `work_dir`, owned by `owner` (uid, gid).
+    pub fn mount(work_dir: &Path, bytes: u64, owner: (u32, u32)) -> io::Result<WorkMount> {
+        mount(work_dir, bytes, owner)?;
+        Ok(WorkMount {
+            work_dir: work_dir.to_path_buf(),
+            cap: bytes,
+            detached: None,
+        })
+    }
+
+    /// The quota, bytes.
+    pub fn cap(&self) -> u64 {
+        self.cap
+    }
+
+    /// Takes the tmpfs off the node's mount table, keeping it through a
+    /// descriptor (the guest's mount namespace has its own copy). Only for a
+    /// guest in its own mount namespace: one in the node's would find the
+    /// bare directory under its work dir's path.
+    pub fn detach(&mut self) -> io::Result<()> {
+        let root = fs::File::open(&self.work_dir)?;
+        unmount(&self.work_dir)?;
+        self.detached = Some(root);
+        Ok(())
+    }
+
+    /// Bytes the job has written.
+    pub fn used_bytes(&self) -> Option<u64> {
+        match &self.detached {
+            Some(root) => used_of(nix::sys::statvfs::fstatvfs(root).ok()?),
+            None => used_bytes(&self.work_dir),
+        }
+    }
+
+    /// Copies what the job left onto the disk at the work dir's path and
+    /// lets the tmpfs go. Runs off the node's loop when it may be large.
+    pub fn save(self) -> io::Result<Saved> {
+        let Some(root) = self.detached else {
+            return save_and_unmount(&self.work_dir, self.cap);
+        };
+        use std::os::fd::AsRawFd;
+        let from = PathBuf::from(format!("/proc/self/fd/{}", root.as_raw_fd()));
+        let mut saved = Saved::default();
+        copy_tree(&from, &self.work_dir, self.cap, &mut saved, 0)?;
+        Ok(saved)
+    }
+}
+
 /// Mounts a tmpfs of `bytes` on `work_dir`, owned by `owner` (uid, gid), mode 0700.
-pub fn mount(work_dir: &Path, bytes: u64, owner: (u32, u32)) -> io::Result<()> {
+fn mount(work_dir: &Path, bytes: u64, owner: (u32, u32)) -> io::Result<()> {
     let options = format!(
         "size={bytes},nr_inodes={MAX_INODES},mode=0700,uid={},gid={}",
         owner.0, owner.1
@@ -61,7 +122,12 @@ pub fn mount(work_dir: &Path, bytes: u64, owner: (u32, u32)) -> io::Result<()> {
 // The block counts are 32-bit on some targets.
 #[allow(clippy::useless_conversion)]
 pub fn used_bytes(path: &Path) -> Option<u64> {
-    let st = nix::sys::statvfs::statvfs(path).ok()?;
+    used_of(nix::sys::statvfs::statvfs(path).ok()?)
+}
+
+// The block counts are 32-bit on some targets.
+#[allow(clippy::useless_conversion)]
+fn used_of(st: nix::sys::statvfs::Statvfs) -> Option<u64> {
     let used = u64::from(st.blocks()).saturating_sub(u64::from(st.blocks_free()));
     Some(used.saturating_mul(u64::from(st.fragment_size())))
 }
