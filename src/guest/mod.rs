@@ -898,8 +898,14 @@ impl Drop for Supervisor {
             let _ = self.apply(GuestAction::Kill(KillCause::Revocation));
             self.wait_exit(Duration::from_secs(2));
         }
-        if let Some(thread) = self.guest.as_mut().and_then(|g| g.ending.take()) {
-            let _ = thread.join();
+        if let Some(guest) = self.guest.as_mut() {
+            if let Some(thread) = guest.ending.take() {
+                let _ = thread.join();
+            }
+            // A guest that did not end in time (a loaded machine): its group
+            // and work dir are finished here, blocking, as the node goes.
+            let (group, quota) = (guest.group.take(), guest.quota.take());
+            end_job(&guest.handle.job_id, group, quota);
         }
         // A clean stop leaves no cgroup of this node behind.
         self.containment.remove_base();
