@@ -497,7 +497,9 @@ fn the_guest_reads_neither_the_data_dir_nor_home_nor_other_processes() {
         data_secret.display(),
         home_secret.display()
     );
-    let handle = sup.start(&JobId::new("view").unwrap(), spec(&script, 100)).unwrap();
+    let handle = sup
+        .start(&JobId::new("view").unwrap(), spec(&script, 100))
+        .unwrap();
     let status = sup.wait_exit(Duration::from_secs(60)).unwrap();
     let out = stdout_of(&handle);
     eprintln!("guest saw: {out:?} ({:?})", status.exit);
@@ -558,7 +560,9 @@ fn without_network_the_guest_cannot_connect_to_a_host_unix_socket() {
         connect(&path.display().to_string()),
         connect(&format!("\\0{abstract_name}"))
     );
-    let handle = sup.start(&JobId::new("unix").unwrap(), spec(&script, 100)).unwrap();
+    let handle = sup
+        .start(&JobId::new("unix").unwrap(), spec(&script, 100))
+        .unwrap();
     sup.wait_exit(Duration::from_secs(60)).unwrap();
     let out = stdout_of(&handle);
     eprintln!(
@@ -585,7 +589,9 @@ fn a_guest_cannot_write_past_its_quota_and_its_outputs_come_back() {
     let (mut sup, _) = supervisor(config);
     let report = sup.containment();
     let script = "echo kept > out.txt; head -c 16777216 /dev/zero > big; echo head=$?; exit 0";
-    let handle = sup.start(&JobId::new("quota").unwrap(), spec(script, 200)).unwrap();
+    let handle = sup
+        .start(&JobId::new("quota").unwrap(), spec(script, 200))
+        .unwrap();
     let status = sup.wait_exit(Duration::from_secs(60)).unwrap();
     let out = stdout_of(&handle);
     let err = std::fs::read_to_string(handle.dir.join("stderr")).unwrap_or_default();
@@ -621,7 +627,8 @@ fn a_guest_cannot_write_past_its_quota_and_its_outputs_come_back() {
         "the work dir is still mounted"
     );
     // The node goes on: the next job runs.
-    sup.start(&JobId::new("after-quota").unwrap(), spec("echo fine", 100)).unwrap();
+    sup.start(&JobId::new("after-quota").unwrap(), spec("echo fine", 100))
+        .unwrap();
     let next = sup.wait_exit(Duration::from_secs(10)).unwrap();
     assert_eq!(next.exit, Some(gleaner::guest::ExitInfo::Code(0)));
 }
@@ -636,7 +643,11 @@ fn without_a_cgroup_the_pid_namespace_ends_the_setsid_escapee() {
     assert_eq!(report.cgroup, "none", "{report}");
     let name = unique("escapee-pidns");
     let _guard = KillOnDrop(name.clone());
-    let handle = sup.start(&JobId::new("escape-pidns").unwrap(), spec(&escapee_script(&name), 100))
+    let handle = sup
+        .start(
+            &JobId::new("escape-pidns").unwrap(),
+            spec(&escapee_script(&name), 100),
+        )
         .unwrap();
     assert!(
         eventually(Duration::from_secs(20), || !named(&name).is_empty()),
@@ -689,7 +700,11 @@ fn a_stopped_supervisor_leaves_no_cgroup_behind() {
     if !cgroups_offered(&sup, "cgroup cleanup") {
         return;
     }
-    sup.start(&JobId::new("tidy").unwrap(), spec("sleep 30 & sleep 30", 100)).unwrap();
+    sup.start(
+        &JobId::new("tidy").unwrap(),
+        spec("sleep 30 & sleep 30", 100),
+    )
+    .unwrap();
     assert!(
         !node_cgroups(dir.path()).is_empty(),
         "the node made its groups"

@@ -762,10 +762,10 @@ impl Supervisor {
                 .as_ref()
                 .is_none_or(|m| m.used_bytes().is_some_and(|u| u <= INLINE_SAVE_BYTES));
         if quick {
-            end_job(&guest.handle.job_id, group, quota);
+            end_job(guest.handle.job_id.as_str(), group, quota);
         } else if group.is_some() || quota.is_some() {
             let job_id = guest.handle.job_id.clone();
-            let end = move || end_job(&job_id, group, quota);
+            let end = move || end_job(job_id.as_str(), group, quota);
             match std::thread::Builder::new()
                 .name("guest-end".into())
                 .spawn(end)
@@ -905,7 +905,7 @@ impl Drop for Supervisor {
             // A guest that did not end in time (a loaded machine): its group
             // and work dir are finished here, blocking, as the node goes.
             let (group, quota) = (guest.group.take(), guest.quota.take());
-            end_job(&guest.handle.job_id, group, quota);
+            end_job(guest.handle.job_id.as_str(), group, quota);
         }
         // A clean stop leaves no cgroup of this node behind.
         self.containment.remove_base();
