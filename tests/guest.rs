@@ -1,8 +1,8 @@
 //! Integration tests of the guest supervisor with real child processes.
 //!
 //! Linux only. Some tests re-run this test binary in a helper role (a node
-//! that gets SIGKILLed, a guest with several threads): the role is chosen by
-//! the `GLEANER_GUEST_ROLE` variable and an `#[ignore]`d test of that name.
+//! that gets SIGKILLed, a node that dropped root): the role is an
+//! `#[ignore]`d test of that name, told its directory by an environment variable.
 //! Tests that need a kernel feature (namespaces, Landlock, autogroups) print
 //! why they skip when it is missing.
 
@@ -18,8 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-const ROLE_VAR: &str = "GLEANER_GUEST_ROLE";
 
 /// A clock the test moves by hand.
 struct ManualClock(Mutex<Timestamp>);
@@ -181,7 +179,23 @@ fn guest_runs_in_its_own_session_and_group_with_a_cleared_environment() {
         );
         assert_eq!(handle.sandbox.uid, 65534);
     }
-    assert_eq!(fx.sup.process_tree(), vec![handle.pid]);
+    // The job is the guest and, in a PID namespace, the two processes that
+    // hold the namespace (its keeper and init), which are its ancestors.
+    let tree = fx.sup.process_tree();
+    assert!(tree.contains(&handle.pid), "{tree:?}");
+    let mut ancestors = Vec::new();
+    let mut p = handle.pid;
+    while let Some(parent) = read_stat(p).map(|s| s.ppid).filter(|&pp| pp > 1) {
+        ancestors.push(parent);
+        p = parent;
+    }
+    for member in tree.iter().filter(|&&m| m != handle.pid) {
+        assert!(
+            ancestors.contains(member),
+            "{member} is not the guest's: {tree:?}"
+        );
+    }
+    assert_eq!(tree.len(), if handle.sandbox.pid_namespace { 3 } else { 1 });
     assert!(matches!(fx.events()[0], GuestEventKind::Started { .. }));
 }
 
@@ -487,13 +501,14 @@ fn landlock_confines_writes_to_the_work_dir() {
 #[test]
 fn renice19_sets_every_thread_and_the_autogroup_and_runnormal_undoes_it() {
     let mut fx = Fixture::new();
-    let mut s = spec(
-        &self_as("role_threads")
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
-    s.env.push((ROLE_VAR.into(), "threads".into()));
+    // Perl's threads, not this test binary: the narrow view shows the system
+    // dirs and the work dir only.
+    let s = spec(&[
+        "perl",
+        "-Mthreads",
+        "-e",
+        "my @t = map { threads->create(sub { sleep 60 }) } 1..3; $_->join for @t",
+    ]);
     let handle = match fx.sup.start(&JobId::new("threads").unwrap(), s) {
         Ok(h) => h,
         Err(e) => {
@@ -553,21 +568,6 @@ fn renice19_sets_every_thread_and_the_autogroup_and_runnormal_undoes_it() {
     )));
 }
 
-/// Guest role: a process with several threads that all sleep.
-#[test]
-#[ignore = "helper role, run by renice19_sets_every_thread..."]
-fn role_threads() {
-    if std::env::var(ROLE_VAR).as_deref() != Ok("threads") {
-        return;
-    }
-    let threads: Vec<_> = (0..3)
-        .map(|_| std::thread::spawn(|| std::thread::sleep(Duration::from_secs(60))))
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-}
-
 /// Node role: starts a guest, writes its pid to a file, then waits to be killed.
 #[test]
 #[ignore = "helper role, run by guest_dies_when_the_node_is_sigkilled"]
@@ -612,6 +612,22 @@ fn guest_dies_within_a_second_when_the_node_is_sigkilled() {
         "guest gone {:?} after the node's SIGKILL",
         killed_at.elapsed()
     );
+    // A root node's work-dir tmpfs is off its mount table while the guest
+    // runs in its own mount namespace, so a crash leaves no mount; where it
+    // had to stay mounted, the next start on the same data dir unmounts it.
+    let work = std::fs::canonicalize(dir.path().join("jobs/orphan/work")).unwrap();
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(&format!(" {} ", work.display()))
+    };
+    let was_mounted = mounted();
+    drop(supervisor_in(dir.path(), Arc::new(SystemClock)));
+    assert!(
+        !mounted(),
+        "the work dir of the killed node's job is still mounted"
+    );
+    eprintln!("work dir mounted after the kill: {was_mounted}; unmounted at restart");
 }
 
 #[test]

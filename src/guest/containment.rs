@@ -69,7 +69,12 @@ pub trait JobGroup: Send + fmt::Debug {
         pids
     }
     /// Kills every process in the group and waits (briefly) until none is left.
+    /// Blocks up to a few seconds on cgroup v1: never call it on the node's loop.
     fn kill_all(&self) -> io::Result<()>;
+    /// Starts killing every process in the group without waiting: one write
+    /// to `cgroup.kill` where there is one, else one SIGKILL to each member.
+    /// [`JobGroup::remove`] finishes the work off the loop.
+    fn start_kill(&self);
     /// Stops (or lets run again) every process of the group at once.
     fn set_frozen(&self, frozen: bool) -> io::Result<()>;
     /// How many processes the kernel killed because the group went over its
@@ -214,6 +219,43 @@ impl Containment {
             })
         })();
         found.unwrap_or_else(|reason| Containment::None { reason })
+    }
+
+    /// No job cgroups, because the node's config turned them off.
+    pub fn disabled() -> Containment {
+        Containment::None {
+            reason: "job cgroups turned off ([guest] job_cgroups = false)".into(),
+        }
+    }
+
+    /// Removes the node's own `gleaner-<key>` groups (a clean stop, once
+    /// every job group is gone), so that stopped nodes leave no trace.
+    pub fn remove_base(&self) {
+        let bases: Vec<&PathBuf> = match self {
+            Containment::V2 { base, .. } => vec![base],
+            Containment::V1 {
+                pids,
+                memory,
+                cpu,
+                freezer,
+                unified_kill,
+                ..
+            } => {
+                let mut v = vec![pids, memory, cpu, freezer];
+                v.extend(unified_kill.as_ref());
+                v
+            }
+            Containment::None { .. } => Vec::new(),
+        };
+        for base in bases {
+            match fs::remove_dir(base) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(dir = %base.display(), error = %e, "cannot remove the node's job cgroup")
+                }
+            }
+        }
     }
 
     /// True when jobs get a cgroup.
@@ -628,6 +670,9 @@ impl JobGroup for V2Group {
     fn kill_all(&self) -> io::Result<()> {
         kill_v2(&self.dir)
     }
+    fn start_kill(&self) {
+        let _ = write_file(&self.dir.join("cgroup.kill"), "1");
+    }
     fn set_frozen(&self, frozen: bool) -> io::Result<()> {
         write_file(
             &self.dir.join("cgroup.freeze"),
@@ -686,6 +731,10 @@ impl V1Dirs {
             let _ = write_file(&u.join("cgroup.kill"), "1");
         }
         if !self.freezer.exists() {
+            return Ok(());
+        }
+        if procs_in(&self.freezer).is_empty() && procs_in(&self.pids).is_empty() {
+            // Nothing to freeze: a process cannot join from outside.
             return Ok(());
         }
         let state = self.freezer.join("freezer.state");
@@ -748,6 +797,17 @@ impl JobGroup for V1Group {
     }
     fn kill_all(&self) -> io::Result<()> {
         self.dirs.kill()
+    }
+    fn start_kill(&self) {
+        if let Some(u) = self.dirs.unified.as_ref() {
+            if write_file(&u.join("cgroup.kill"), "1").is_ok() {
+                return;
+            }
+        }
+        for pid in self.members() {
+            // SAFETY: a plain system call; a pid that is gone gives ESRCH.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
     }
     fn set_frozen(&self, frozen: bool) -> io::Result<()> {
         write_file(

@@ -46,6 +46,18 @@ pub struct SandboxReport {
     pub landlock: bool,
     /// True when the guest cannot use the network (namespace or Landlock TCP rules).
     pub network_blocked: bool,
+    /// True when the guest sees only the system dirs, its work dir and its
+    /// own processes (mount and PID namespaces); without it, Landlock read
+    /// rules narrow what it reads where the kernel has Landlock.
+    #[serde(default)]
+    pub narrow_view: bool,
+    /// True when the job runs in a PID namespace, so that ending its first
+    /// process ends every process it made.
+    #[serde(default)]
+    pub pid_namespace: bool,
+    /// The quota on the work dir (the size of its tmpfs), bytes, if any.
+    #[serde(default)]
+    pub work_quota_bytes: Option<u64>,
     /// Why something asked for could not be had, one line each.
     pub warnings: Vec<String>,
 }

@@ -1,6 +1,10 @@
 //! Landlock through raw system calls: a ruleset that lets the guest write only
 //! beneath its work directory (and to `/dev/null`), and, where the kernel's
-//! ABI has it, connect or bind no TCP port at all.
+//! ABI has it, connect or bind no TCP port at all. Where the guest gets no
+//! narrow view (no namespaces), the same ruleset also confines reads and
+//! execution to the system dirs, a few devices and the work dir: the
+//! fallback view (it cannot hide Unix sockets, which Landlock does not
+//! cover, nor another process's `/proc` entries beyond denying `/proc`).
 //!
 //! The ruleset is built in the supervisor (it allocates and opens paths);
 //! the child only calls [`restrict_self`], which is one system call and so
@@ -14,7 +18,10 @@ use std::path::Path;
 const CREATE_RULESET_VERSION: libc::c_uint = 1;
 const RULE_PATH_BENEATH: libc::c_int = 1;
 
+const ACCESS_FS_EXECUTE: u64 = 1 << 0;
 const ACCESS_FS_WRITE_FILE: u64 = 1 << 1;
+const ACCESS_FS_READ_FILE: u64 = 1 << 2;
+const ACCESS_FS_READ_DIR: u64 = 1 << 3;
 const ACCESS_FS_REMOVE_DIR: u64 = 1 << 4;
 const ACCESS_FS_REMOVE_FILE: u64 = 1 << 5;
 const ACCESS_FS_MAKE_CHAR: u64 = 1 << 6;
@@ -75,7 +82,14 @@ impl Ruleset {
 /// Builds a ruleset for ABI `abi` that handles every write access, allows them
 /// beneath `writable_dir`, allows writing `/dev/null`, and, when `deny_tcp`
 /// and the ABI supports it, handles TCP bind and connect with no port allowed.
-pub fn build(abi: i32, writable_dir: &Path, deny_tcp: bool) -> io::Result<Ruleset> {
+/// With `readable`, reads and execution are handled too and allowed only
+/// beneath those paths (directories or files), the work dir and `/dev/null`.
+pub fn build(
+    abi: i32,
+    writable_dir: &Path,
+    deny_tcp: bool,
+    readable: Option<&[&Path]>,
+) -> io::Result<Ruleset> {
     let mut fs_access = ACCESS_FS_WRITE_FILE
         | ACCESS_FS_REMOVE_DIR
         | ACCESS_FS_REMOVE_FILE
@@ -93,6 +107,11 @@ pub fn build(abi: i32, writable_dir: &Path, deny_tcp: bool) -> io::Result<Rulese
     if abi >= 3 {
         fs_access |= ACCESS_FS_TRUNCATE;
         file_access |= ACCESS_FS_TRUNCATE;
+    }
+    let read = ACCESS_FS_EXECUTE | ACCESS_FS_READ_FILE | ACCESS_FS_READ_DIR;
+    if readable.is_some() {
+        fs_access |= read;
+        file_access |= ACCESS_FS_READ_FILE;
     }
     let denies_tcp = deny_tcp && abi >= 4;
     let attr = RulesetAttr {
@@ -126,6 +145,18 @@ pub fn build(abi: i32, writable_dir: &Path, deny_tcp: bool) -> io::Result<Rulese
     let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
     allow_beneath(&fd, writable_dir, fs_access)?;
     allow_beneath(&fd, Path::new("/dev/null"), file_access)?;
+    for path in readable.unwrap_or_default() {
+        let Ok(meta) = std::fs::metadata(path) else {
+            continue;
+        };
+        // A rule on a file may carry file rights only.
+        let access = if meta.is_dir() {
+            read
+        } else {
+            ACCESS_FS_READ_FILE
+        };
+        allow_beneath(&fd, path, access)?;
+    }
     Ok(Ruleset { fd, denies_tcp })
 }
 

@@ -1,16 +1,27 @@
 //! How a guest process is made: the steps run in the child between `fork` and
-//! `exec` (new session, rlimits, nice, user switch, namespaces, Landlock,
-//! parent-death signal), the probe that tells which of them this kernel
-//! allows, and the launcher thread that forks.
+//! `exec` (new session, rlimits, nice, user switch, namespaces, the narrow
+//! view, Landlock, parent-death signal), the probe that tells which of them
+//! this kernel allows, and the launcher thread that forks.
+//!
+//! With the narrow view the job lives in a PID namespace of its own, and
+//! the child the launcher forks becomes three processes: the *keeper* (the
+//! launcher's child, which never calls `exec`: it waits and then ends the
+//! way the guest ended), the namespace's *init* (pid 1: it mounts `/proc`,
+//! enters the view, reaps orphans and records how the guest ended), and the
+//! *guest* (pid 2, in a session of its own, which `exec`s the program). When
+//! the guest ends, init exits and the kernel kills whatever else is left in
+//! the namespace: ending the job's first process ends all, cgroup or not.
+//! The keeper and init die with the node through their parent-death signals.
 //!
 //! Everything that allocates or reads files happens here in the parent; the
 //! child runs [`ChildSetup::apply`] only, which makes plain system calls and
 //! allocates nothing (it must be async-signal-safe). This module knows nothing
 //! about policy, jobs or events.
 
+use super::view::ViewPlan;
 use std::io;
 use std::process::{Child, Command};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 /// A resource limit to set in the child.
@@ -35,7 +46,7 @@ pub struct Ids {
 }
 
 /// Everything the child does before `exec`, decided in the parent.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ChildSetup {
     /// Applied in order with `setrlimit`.
     pub limits: [Limit; LIMIT_COUNT],
@@ -54,6 +65,9 @@ pub struct ChildSetup {
     /// The supervisor's pid: if the child's parent is no longer it once the
     /// death signal is armed, the supervisor died during the setup.
     pub parent_pid: libc::pid_t,
+    /// The narrow view; with it `unshare_flags` include the user, mount and
+    /// PID namespaces and the child becomes keeper, init and guest.
+    pub view: Option<Arc<ViewPlan>>,
 }
 
 fn check(rc: libc::c_int) -> io::Result<()> {
@@ -82,18 +96,23 @@ impl ChildSetup {
                     }
                 }
             }
-            for l in &self.limits {
-                let lim = libc::rlimit {
-                    rlim_cur: l.soft,
-                    rlim_max: l.hard,
-                };
-                check(libc::setrlimit(l.resource, &lim))?;
+            // With the view the limits go on the guest alone: the keeper
+            // and init are copies of the node, whose address space may be
+            // past the guest's, and must still map and fork.
+            if self.view.is_none() {
+                self.set_limits()?;
             }
             check(libc::setpriority(libc::PRIO_PROCESS, 0, self.start_nice))?;
             if let Some(ids) = self.ids {
                 check(libc::setgroups(0, std::ptr::null()))?;
                 check(libc::setgid(ids.gid))?;
                 check(libc::setuid(ids.uid))?;
+            }
+            if let Some(view) = &self.view {
+                check(libc::unshare(self.unshare_flags))?;
+                arm_death_signal(self.parent_pid)?;
+                view.build()?;
+                return in_pid_namespace(view, self.landlock_fd, || self.set_limits());
             }
             if self.unshare_flags != 0 {
                 check(libc::unshare(self.unshare_flags))?;
@@ -103,18 +122,201 @@ impl ChildSetup {
                 super::landlock::restrict_self(fd)?;
             }
             // Last, because a change of credentials clears the death signal.
-            check(libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ))?;
-            if libc::getppid() != self.parent_pid {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
+            arm_death_signal(self.parent_pid)?;
         }
         Ok(())
+    }
+}
+
+impl ChildSetup {
+    fn set_limits(&self) -> io::Result<()> {
+        for l in &self.limits {
+            let lim = libc::rlimit {
+                rlim_cur: l.soft,
+                rlim_max: l.hard,
+            };
+            // SAFETY: a plain system call on a value owned by `self`.
+            check(unsafe { libc::setrlimit(l.resource, &lim) })?;
+        }
+        Ok(())
+    }
+}
+
+/// SIGKILL when the parent goes; fails if it has gone already.
+fn arm_death_signal(parent: libc::pid_t) -> io::Result<()> {
+    // SAFETY: plain system calls.
+    unsafe {
+        check(libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ))?;
+        if libc::getppid() != parent {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+    }
+    Ok(())
+}
+
+/// Closes every descriptor from `from` up.
+fn close_from(from: libc::c_uint) {
+    close_between(from, libc::c_uint::MAX);
+}
+
+/// Closes every descriptor but `keep`.
+fn close_all_but(keep: libc::c_int) {
+    let keep = keep.max(0) as libc::c_uint;
+    if keep > 0 {
+        close_between(0, keep - 1);
+    }
+    close_from(keep + 1);
+}
+
+/// Closes the descriptors `from..=to`, with `close_range` where the kernel
+/// has it and one by one (up to the open-files limit) where not.
+fn close_between(from: libc::c_uint, to: libc::c_uint) {
+    // SAFETY: plain system calls; closing a descriptor that is not open is harmless.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, from, to, 0) == 0 {
+            return;
+        }
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let top = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(65_536) as libc::c_int
+        } else {
+            1024
+        };
+        let to = to.min(top as libc::c_uint) as libc::c_int;
+        for fd in from as libc::c_int..=to {
+            libc::close(fd);
+        }
+    }
+}
+
+/// Ends this process the way `status` (a wait status) says a process ended:
+/// the same exit code, or the same signal.
+fn end_like(status: libc::c_int) -> ! {
+    // SAFETY: plain system calls; `_exit` does not return.
+    unsafe {
+        if libc::WIFSIGNALED(status) {
+            let sig = libc::WTERMSIG(status);
+            libc::signal(sig, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, sig);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::kill(libc::getpid(), sig);
+            libc::_exit(128 + sig)
+        }
+        libc::_exit(if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            1
+        })
+    }
+}
+
+/// The keeper / init / guest split (see the module doc). Returns only in the
+/// guest, which then `exec`s; an error returned in init or the guest reaches
+/// the supervisor through the spawn's error pipe like any setup error.
+///
+/// # Safety
+/// Runs between `fork` and `exec`: plain system calls only.
+unsafe fn in_pid_namespace(
+    view: &ViewPlan,
+    landlock_fd: Option<libc::c_int>,
+    set_limits: impl Fn() -> io::Result<()>,
+) -> io::Result<()> {
+    // How the guest ended, written by init, read by the keeper.
+    let shared = libc::mmap(
+        std::ptr::null_mut(),
+        4096,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+        -1,
+        0,
+    );
+    if shared == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let shared = shared.cast::<libc::c_int>();
+    // The keeper holds the write end for its whole life: init reads end of
+    // file from it once the keeper is gone.
+    let mut alive = [0 as libc::c_int; 2];
+    check(libc::pipe2(alive.as_mut_ptr(), libc::O_CLOEXEC))?;
+    let init = libc::fork();
+    if init < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if init > 0 {
+        // The keeper: close everything (stdout and stderr too, so the
+        // captures end with the guest; and the spawn's error pipe, so the
+        // supervisor hears from the guest's `exec` alone) and wait.
+        close_all_but(alive[1]);
+        let mut status = 0;
+        loop {
+            let r = libc::waitpid(init, &mut status, 0);
+            if r == init {
+                break;
+            }
+            if r < 0 && *libc::__errno_location() != libc::EINTR {
+                libc::_exit(1);
+            }
+        }
+        if std::ptr::read_volatile(shared) == 1 {
+            end_like(std::ptr::read_volatile(shared.add(1)));
+        }
+        end_like(status);
+    }
+    // Init, pid 1 of the job's namespace.
+    libc::close(alive[1]);
+    check(libc::prctl(
+        libc::PR_SET_PDEATHSIG,
+        libc::SIGKILL as libc::c_ulong,
+        0,
+        0,
+        0,
+    ))?;
+    // The keeper may have died before the signal was armed.
+    check(libc::fcntl(alive[0], libc::F_SETFL, libc::O_NONBLOCK))?;
+    let mut byte = 0u8;
+    if libc::read(alive[0], (&mut byte as *mut u8).cast(), 1) == 0 {
+        libc::_exit(1);
+    }
+    view.enter()?;
+    let guest = libc::fork();
+    if guest < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if guest == 0 {
+        // The guest: a session of its own, its limits, then the usual last steps.
+        check(libc::setsid())?;
+        set_limits()?;
+        check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+        if let Some(fd) = landlock_fd {
+            super::landlock::restrict_self(fd)?;
+        }
+        return Ok(());
+    }
+    // Init: reap every orphan until the guest itself ends; leaving then
+    // makes the kernel kill the rest of the namespace.
+    close_from(0);
+    loop {
+        let mut status = 0;
+        let r = libc::waitpid(-1, &mut status, 0);
+        if r == guest {
+            std::ptr::write_volatile(shared.add(1), status);
+            std::ptr::write_volatile(shared, 1);
+            libc::_exit(0);
+        }
+        if r < 0 && *libc::__errno_location() != libc::EINTR {
+            libc::_exit(1);
+        }
     }
 }
 

@@ -2,8 +2,9 @@
 //! policy's actions on it (renice, suspend, resume, kill).
 //!
 //! It owns the guest's process group, its job directory under the data dir,
-//! its sandbox (user switch, rlimits, namespaces, Landlock), its captured
-//! output and the pid file used to kill orphans after a crash. It must not know
+//! its sandbox (user switch, rlimits, namespaces, the narrow view, Landlock,
+//! the work dir's quota), its job group, its captured output and the pid
+//! file used to kill orphans after a crash. It must not know
 //! about sled, libp2p, tokio or the monitor: the node drives it through
 //! [`Supervisor::start`], [`Supervisor::apply`] and [`Supervisor::poll_exit`]
 //! and receives timestamped [`GuestEvent`]s through an [`EventSink`].
@@ -19,6 +20,8 @@ mod event;
 mod landlock;
 mod launch;
 mod orphan;
+mod quota;
+mod view;
 
 /// The `/proc` reader the supervisor shares with the monitor.
 pub use crate::procfs;
@@ -44,6 +47,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// The nice value of a guest in the background (S2) and at start.
@@ -51,6 +55,9 @@ pub const BACKGROUND_NICE: i32 = 19;
 
 /// The `PATH` a guest gets; the node's own is not passed on.
 pub const GUEST_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The default work dir quota, MiB (`guest.disk_mib`).
+pub const DEFAULT_DISK_MIB: u64 = 1024;
 
 /// Supervisor-wide settings (the `[guest]` config section).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +79,15 @@ pub struct GuestConfig {
     /// the kernel needs for the job's page tables, pipes and the supervisor's
     /// helper process. Over the sum the job is killed ("over its declared memory").
     pub mem_margin_mib: u64,
+    /// Size of the tmpfs a job's work dir is while it runs (`guest.disk_mib`):
+    /// its disk quota, inputs included. 0 turns the quota off. Needs a root node.
+    pub disk_mib: u64,
+    /// Give each job a cgroup where the kernel allows (`guest.job_cgroups`).
+    /// Off, a job is held by its PID namespace alone.
+    pub job_cgroups: bool,
+    /// Directories a guest must not see even where they lie inside the system
+    /// dirs of its view (the node's config dir, when it is under `/etc`).
+    pub hidden_dirs: Vec<PathBuf>,
 }
 
 impl GuestConfig {
@@ -85,6 +101,11 @@ impl GuestConfig {
             max_file_bytes: 1 << 30,
             max_processes: 512,
             mem_margin_mib: 64,
+            disk_mib: DEFAULT_DISK_MIB,
+            job_cgroups: true,
+            // The packaged node's config dir; a user's own lies under
+            // /home or /root, which the view never shows.
+            hidden_dirs: vec![PathBuf::from("/etc/gleaner")],
         }
     }
 
@@ -236,6 +257,15 @@ struct Guest {
     stderr: Capture,
     /// The job's cgroup(s), when this node can make them.
     group: Option<Box<dyn JobGroup>>,
+    /// The process the launcher forked: the guest itself, or, in a PID
+    /// namespace, its keeper (whose descendants are the whole job).
+    leader: i32,
+    /// The work dir's tmpfs and its size, while mounted.
+    quota: Option<quota::WorkMount>,
+    /// How the first process ended, while the end is being finished.
+    pending_exit: Option<ExitInfo>,
+    /// Removing the job's group and saving its work dir off the loop.
+    ending: Option<JoinHandle<()>>,
 }
 
 impl Guest {
@@ -246,6 +276,11 @@ impl Guest {
 
     fn pgid(&self) -> i32 {
         self.handle.pid
+    }
+
+    /// The root of the job's process tree.
+    fn tree_root(&self) -> i32 {
+        self.leader
     }
 
     fn is_running(&self) -> bool {
@@ -261,6 +296,20 @@ pub struct Supervisor {
     launcher: Launcher,
     guest: Option<Guest>,
     containment: Containment,
+    /// What this kernel lets a guest have, probed once at start-up.
+    layers: Layers,
+}
+
+/// The namespace layers and quota a guest gets here, probed once (each
+/// probe forks, so `status` must not run them).
+#[derive(Debug, Clone, Copy)]
+struct Layers {
+    /// User, mount, PID and IPC namespaces and the mounts of the narrow view.
+    view: bool,
+    /// A user and network namespace (the layer without the view).
+    netns: bool,
+    /// The node can mount the work dir's tmpfs (it is root).
+    quota: bool,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -299,7 +348,20 @@ impl Supervisor {
         if let Err(e) = orphan::remove(&pid_file) {
             tracing::warn!(path = %pid_file.display(), error = %e, "cannot remove the guest pid file");
         }
-        let containment = Containment::detect(&containment::node_key(&config.data_dir));
+        for point in quota::unmount_leftovers(&jobs) {
+            tracing::warn!(dir = %point.display(), "unmounted a job's work dir left mounted");
+        }
+        let containment = if config.job_cgroups {
+            Containment::detect(&containment::node_key(&config.data_dir))
+        } else {
+            Containment::disabled()
+        };
+        let ids = default_ids(&config);
+        let layers = Layers {
+            view: view::can_build(ids, VIEW_FLAGS | libc::CLONE_NEWNET),
+            netns: launch::can_unshare_net(ids),
+            quota: nix::unistd::geteuid().is_root() && config.disk_mib > 0,
+        };
         match &containment {
             Containment::None { reason } => {
                 tracing::warn!(%reason, "guest jobs get no cgroup; a PID namespace must hold them")
@@ -314,6 +376,7 @@ impl Supervisor {
             launcher,
             guest: None,
             containment,
+            layers,
         };
         supervisor.kill_leftover_groups();
         Ok(supervisor)
@@ -335,27 +398,29 @@ impl Supervisor {
 
     /// Which containment layers a guest started now gets, for `status`.
     pub fn containment(&self) -> ContainmentReport {
-        let ids = guest_ids(
-            &self.config,
-            &GuestSpec {
-                argv: vec!["true".into()],
-                env: Vec::new(),
-                mem_mib: 0,
-                cpu_time_limit: Duration::ZERO,
-                wall_limit: Duration::ZERO,
-                max_output_bytes: 0,
-                allow_network: false,
-                user: None,
-                inputs: Vec::new(),
-            },
-        )
-        .ok()
-        .flatten();
         let mut namespaces = Vec::new();
-        if launch::can_unshare_net(ids) {
+        if self.layers.view {
+            namespaces.extend(
+                [
+                    "user",
+                    "mount",
+                    "pid",
+                    "ipc",
+                    "net (when the job has no network)",
+                ]
+                .map(String::from),
+            );
+        } else if self.layers.netns {
             namespaces
                 .extend(["user", "ipc", "net (when the job has no network)"].map(String::from));
         }
+        let view = if self.layers.view {
+            "narrow: system dirs, devices, own /proc and the work dir (mount namespace)"
+        } else if landlock::abi_version().is_some() {
+            "system dirs and the work dir readable (Landlock read rules); Unix sockets not hidden"
+        } else {
+            "whole filesystem readable; writes not confined"
+        };
         ContainmentReport {
             cgroup: self.containment.kind().to_string(),
             group_controls: self.containment.controls(),
@@ -364,9 +429,12 @@ impl Supervisor {
                 _ => None,
             },
             namespaces,
-            view: "whole filesystem readable; writes confined by Landlock".into(),
+            view: view.into(),
             landlock_abi: landlock::abi_version(),
-            work_quota_bytes: None,
+            work_quota_bytes: self
+                .layers
+                .quota
+                .then(|| self.config.disk_mib.saturating_mul(1024 * 1024)),
         }
     }
 
@@ -386,9 +454,47 @@ impl Supervisor {
         let dir = self.config.jobs_dir().join(job_id);
         let work_dir = dir.join("work");
         make_job_dir(&dir, &work_dir, ids)?;
-        write_inputs(&work_dir, &spec.inputs, ids)?;
+        let quota_bytes = self.config.disk_mib.saturating_mul(1024 * 1024);
+        let mut quota_warning = None;
+        let quota = if self.layers.quota {
+            let owner = ids.map_or_else(
+                || {
+                    (
+                        nix::unistd::geteuid().as_raw(),
+                        nix::unistd::getegid().as_raw(),
+                    )
+                },
+                |i| (i.uid, i.gid),
+            );
+            match quota::WorkMount::mount(&work_dir, quota_bytes, owner) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    quota_warning = Some(format!("no quota on the work dir: {e}"));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let unmount = |quota: Option<quota::WorkMount>| {
+            if let Some(m) = quota {
+                let _ = m.save();
+            }
+        };
+        if let Err(e) = write_inputs(&work_dir, &spec.inputs, ids) {
+            unmount(quota);
+            return Err(e);
+        }
 
-        let plan = SandboxPlan::prepare(&work_dir, ids, spec.allow_network);
+        let mut plan = SandboxPlan::prepare(
+            &work_dir,
+            ids,
+            spec.allow_network,
+            self.layers,
+            &self.config.hidden_dirs,
+        );
+        plan.report.warnings.extend(quota_warning);
+        plan.report.work_quota_bytes = quota.as_ref().map(|q| q.cap());
         for w in &plan.report.warnings {
             tracing::warn!(job = job_id, "guest sandbox: {w}");
         }
@@ -426,6 +532,7 @@ impl Supervisor {
             unshare_flags: plan.unshare_flags,
             landlock_fd: plan.landlock.as_ref().map(|r| r.raw_fd()),
             parent_pid: std::process::id() as libc::pid_t,
+            view: plan.view.take().map(Arc::new),
         };
         let mut command = Command::new(&spec.argv[0]);
         command
@@ -446,11 +553,26 @@ impl Supervisor {
                 if let Some(mut g) = group {
                     let _ = g.remove();
                 }
+                unmount(quota);
                 return Err(StartError::Spawn(e));
             }
         };
         drop(plan.landlock);
-        let pid = child.id() as i32;
+        let leader = child.id() as i32;
+        // The guest's mount namespace holds the tmpfs now: off the node's
+        // mount table with it, so a crash of the node leaves no mount.
+        let mut quota = quota;
+        if let Some(m) = quota.as_mut().filter(|_| plan.report.narrow_view) {
+            if let Err(e) = m.detach() {
+                tracing::warn!(job = job_id, error = %e, "the work dir's tmpfs stays mounted");
+            }
+        }
+        // In a PID namespace the program runs in the keeper's grandchild.
+        let pid = if plan.report.pid_namespace {
+            first_child(leader).and_then(first_child).unwrap_or(leader)
+        } else {
+            leader
+        };
 
         // Match the thread nice on the scheduling group the new session got.
         if procfs::read_autogroup(pid).is_some() {
@@ -460,7 +582,12 @@ impl Supervisor {
             Ok(c) => c,
             Err(source) => {
                 let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+                let _ = kill(Pid::from_raw(leader), Signal::SIGKILL);
                 let _ = child.wait();
+                if let Some(mut g) = group {
+                    let _ = g.remove();
+                }
+                unmount(quota);
                 return Err(StartError::JobDir { path: dir, source });
             }
         };
@@ -501,6 +628,10 @@ impl Supervisor {
             stdout,
             stderr,
             group,
+            leader,
+            quota,
+            pending_exit: None,
+            ending: None,
         });
         Ok(handle)
     }
@@ -539,7 +670,7 @@ impl Supervisor {
             .as_mut()
             .filter(|g| g.is_running())
             .ok_or(ApplyError::NoGuest)?;
-        let (pid, pgid) = (guest.handle.pid, guest.pgid());
+        let (pid, pgid) = (guest.tree_root(), guest.pgid());
         let job_id = guest.handle.job_id.clone();
         let members = guest.group_members();
         let kind = match action {
@@ -580,10 +711,10 @@ impl Supervisor {
             }
             GuestAction::Kill(cause) => {
                 signal_tree(pid, pgid, &members, Signal::SIGKILL).map_err(ApplyError::Signal)?;
+                // Escapees too; waiting until the group is empty (seconds
+                // on cgroup v1) is left to the end of the job, off the loop.
                 if let Some(g) = &guest.group {
-                    if let Err(e) = g.kill_all() {
-                        tracing::warn!(job = %job_id, error = %e, "cannot empty the job's group");
-                    }
+                    g.start_kill();
                 }
                 guest.kill_cause.get_or_insert(cause);
                 GuestEventKind::KillSent { cause }
@@ -605,6 +736,9 @@ impl Supervisor {
     pub fn poll_exit(&mut self) -> Option<GuestStatus> {
         let now = self.clock.now();
         let guest = self.guest.as_mut().filter(|g| g.is_running())?;
+        if guest.pending_exit.is_some() {
+            return self.finish_if_done();
+        }
         let over_time = now.as_millisecond() - guest.started_at.as_millisecond()
             >= i64::try_from(guest.wall_limit.as_millis()).unwrap_or(i64::MAX);
         let over_memory = guest.group.as_ref().is_some_and(|g| g.memory_kills() > 0);
@@ -615,17 +749,51 @@ impl Supervisor {
         }
         let guest = self.guest.as_mut()?;
         let status = guest.child.try_wait().ok()??;
-        let exit = exit_info(status);
-        guest.exit = Some(exit);
+        guest.pending_exit = Some(exit_info(status));
         guest.run_state = GuestRunState::Idle;
         let members = guest.group_members();
-        let _ = signal_tree(guest.handle.pid, guest.pgid(), &members, Signal::SIGKILL);
-        if let Some(mut g) = guest.group.take() {
-            // The job ends with its first process: escapees included.
-            if let Err(e) = g.remove() {
-                tracing::warn!(job = %guest.handle.job_id, error = %e, "cannot remove the job's group");
+        let _ = signal_tree(guest.tree_root(), guest.pgid(), &members, Signal::SIGKILL);
+        // The job ends with its first process: escapees included. Emptying
+        // and removing the group (seconds on cgroup v1) and saving the work
+        // dir off its tmpfs run on a thread; the end is reported once done.
+        let (group, quota) = (guest.group.take(), guest.quota.take());
+        // Usually the group is empty by now (the namespace went with its
+        // init) and the work dir small: then the end costs a few rmdirs and
+        // a small copy, done here so the end is reported at once.
+        let quick = group.as_ref().is_none_or(|g| g.members().is_empty())
+            && quota
+                .as_ref()
+                .is_none_or(|m| m.used_bytes().is_some_and(|u| u <= INLINE_SAVE_BYTES));
+        if quick {
+            end_job(guest.handle.job_id.as_str(), group, quota);
+        } else if group.is_some() || quota.is_some() {
+            let job_id = guest.handle.job_id.clone();
+            let end = move || end_job(job_id.as_str(), group, quota);
+            match std::thread::Builder::new()
+                .name("guest-end".into())
+                .spawn(end)
+            {
+                Ok(thread) => guest.ending = Some(thread),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no thread to end the job; ending it here");
+                }
             }
         }
+        self.finish_if_done()
+    }
+
+    /// Reports the end once the ending thread (if any) is done.
+    fn finish_if_done(&mut self) -> Option<GuestStatus> {
+        let guest = self.guest.as_mut()?;
+        if guest.ending.as_ref().is_some_and(|t| !t.is_finished()) {
+            return None;
+        }
+        if let Some(thread) = guest.ending.take() {
+            let _ = thread.join();
+        }
+        let exit = guest.pending_exit.take()?;
+        guest.exit = Some(exit);
+        guest.run_state = GuestRunState::Idle;
         let (job_id, cause) = (guest.handle.job_id.clone(), guest.kill_cause);
         if let Err(e) = orphan::remove(&self.config.pid_file()) {
             tracing::warn!(error = %e, "cannot remove the guest pid file");
@@ -704,7 +872,7 @@ impl Supervisor {
                 group: Some(group), ..
             }) => procfs::ProcessScope::Cgroup(group.procs_files()),
             Some(g) => procfs::ProcessScope::Tree {
-                root: g.handle.pid,
+                root: g.tree_root(),
                 whole_session: true,
             },
             None => procfs::ProcessScope::Nothing,
@@ -733,7 +901,73 @@ impl Drop for Supervisor {
             let _ = self.apply(GuestAction::Kill(KillCause::Revocation));
             self.wait_exit(Duration::from_secs(2));
         }
+        if let Some(guest) = self.guest.as_mut() {
+            if let Some(thread) = guest.ending.take() {
+                let _ = thread.join();
+            }
+            // A guest that did not end in time (a loaded machine): its group
+            // and work dir are finished here, blocking, as the node goes.
+            let (group, quota) = (guest.group.take(), guest.quota.take());
+            end_job(guest.handle.job_id.as_str(), group, quota);
+        }
+        // A clean stop leaves no cgroup of this node behind.
+        self.containment.remove_base();
     }
+}
+
+/// Most bytes of a work dir saved on the caller's thread at the job's end.
+const INLINE_SAVE_BYTES: u64 = 1 << 20;
+
+/// The namespaces of the narrow view (the network one is added when the job
+/// has no network).
+const VIEW_FLAGS: libc::c_int =
+    libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
+
+/// Finishes a job off the loop: empties and removes its group, then copies
+/// its work dir off the tmpfs and unmounts it.
+fn end_job(job_id: &str, group: Option<Box<dyn JobGroup>>, quota: Option<quota::WorkMount>) {
+    if let Some(mut g) = group {
+        if let Err(e) = g.remove() {
+            tracing::warn!(job = job_id, error = %e, "cannot remove the job's group");
+        }
+    }
+    if let Some(work) = quota {
+        match work.save() {
+            Ok(saved) if saved.skipped > 0 => {
+                tracing::warn!(job = job_id, ?saved, "some of the work dir was not kept")
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(job = job_id, error = %e, "cannot save the work dir off its tmpfs")
+            }
+        }
+    }
+}
+
+/// The first child of `pid` (the kernel lists children in the order they came).
+fn first_child(pid: i32) -> Option<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The ids a guest of the config's own user gets (for the probes).
+fn default_ids(config: &GuestConfig) -> Option<Ids> {
+    let spec = GuestSpec {
+        argv: vec!["true".into()],
+        env: Vec::new(),
+        mem_mib: 0,
+        cpu_time_limit: Duration::ZERO,
+        wall_limit: Duration::ZERO,
+        max_output_bytes: 0,
+        allow_network: false,
+        user: None,
+        inputs: Vec::new(),
+    };
+    guest_ids(config, &spec).ok().flatten()
 }
 
 /// Checks what the type of the job id does not already guarantee.
@@ -840,22 +1074,61 @@ fn write_inputs(
 struct SandboxPlan {
     unshare_flags: libc::c_int,
     landlock: Option<landlock::Ruleset>,
+    view: Option<view::ViewPlan>,
     report: SandboxReport,
 }
 
 impl SandboxPlan {
-    fn prepare(work_dir: &Path, ids: Option<Ids>, allow_network: bool) -> SandboxPlan {
+    fn prepare(
+        work_dir: &Path,
+        ids: Option<Ids>,
+        allow_network: bool,
+        layers: Layers,
+        hidden: &[PathBuf],
+    ) -> SandboxPlan {
         let mut warnings = Vec::new();
-        // A user namespace (with an IPC namespace of its own, so System V
-        // objects die with the job) whenever the kernel allows one; a network
-        // namespace too when the job has no network.
-        let can_unshare = launch::can_unshare_net(ids);
-        let namespaces = !allow_network && can_unshare;
-        if !allow_network && !namespaces {
+        let uid = ids.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
+        let gid = ids.map_or_else(|| nix::unistd::getegid().as_raw(), |i| i.gid);
+        // The narrow view (user, mount, PID and IPC namespaces, and a network
+        // one when the job has no network) wherever the kernel allows it.
+        let view = if layers.view {
+            match view::ViewPlan::new(work_dir, uid, gid, hidden) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    warnings.push(format!("no narrow view: {e}"));
+                    None
+                }
+            }
+        } else {
+            warnings.push(
+                "no narrow view (the kernel refused the namespaces or mounts in them)".into(),
+            );
+            None
+        };
+        let net_flag = if allow_network { 0 } else { libc::CLONE_NEWNET };
+        let unshare_flags = if view.is_some() {
+            VIEW_FLAGS | net_flag
+        } else if layers.netns {
+            // A user namespace with an IPC namespace of its own, so System V
+            // objects die with the job; a network namespace too without network.
+            libc::CLONE_NEWUSER | libc::CLONE_NEWIPC | net_flag
+        } else {
+            0
+        };
+        let net_namespace = unshare_flags & libc::CLONE_NEWNET != 0;
+        if !allow_network && !net_namespace {
             warnings.push("no user and network namespace (the kernel refused unshare)".into());
         }
+        // Without the view, Landlock confines reads too.
+        let mut readable: Vec<&Path> = view::SYSTEM_DIRS.iter().map(Path::new).collect();
+        readable.extend(["/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"].map(Path::new));
         let landlock = match landlock::abi_version() {
-            Some(abi) => match landlock::build(abi, work_dir, !allow_network && !namespaces) {
+            Some(abi) => match landlock::build(
+                abi,
+                work_dir,
+                !allow_network && !net_namespace,
+                view.is_none().then_some(readable.as_slice()),
+            ) {
                 Ok(r) => Some(r),
                 Err(e) => {
                     warnings.push(format!("Landlock ruleset not built: {e}"));
@@ -868,23 +1141,23 @@ impl SandboxPlan {
             }
         };
         let tcp_denied = landlock.as_ref().is_some_and(|r| r.denies_tcp);
-        let network_blocked = !allow_network && (namespaces || tcp_denied);
+        let network_blocked = !allow_network && (net_namespace || tcp_denied);
         if !allow_network && !network_blocked {
             warnings.push("the guest can reach the network".into());
         }
         SandboxPlan {
-            unshare_flags: match (can_unshare, namespaces) {
-                (true, true) => libc::CLONE_NEWUSER | libc::CLONE_NEWIPC | libc::CLONE_NEWNET,
-                (true, false) => libc::CLONE_NEWUSER | libc::CLONE_NEWIPC,
-                (false, _) => 0,
-            },
+            unshare_flags,
             report: SandboxReport {
-                uid: ids.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid),
-                namespaces,
+                uid,
+                namespaces: net_namespace,
                 landlock: landlock.is_some(),
                 network_blocked,
+                narrow_view: view.is_some(),
+                pid_namespace: view.is_some(),
+                work_quota_bytes: None,
                 warnings,
             },
+            view,
             landlock,
         }
     }

@@ -124,6 +124,8 @@ pub struct GuestSection {
     pub max_input_mib: u64,
     /// Largest total of one job's inputs, MiB.
     pub max_job_input_mib: u64,
+    pub disk_mib: u64,
+    pub job_cgroups: bool,
 }
 
 impl Default for GuestSection {
@@ -138,6 +140,8 @@ impl Default for GuestSection {
             cache_mib: 4096,
             max_input_mib: 4096,
             max_job_input_mib: 8192,
+            disk_mib: crate::guest::DEFAULT_DISK_MIB,
+            job_cgroups: true,
         }
     }
 }
@@ -222,6 +226,8 @@ pub const KEY_DOCS: &[(&str, &str, &str)] = &[
     ("guest", "max_input_mib", "Largest single input file (MiB) a peer's job may bring; a bigger one is refused with its name."),
     ("guest", "max_job_input_mib", "Largest total of one peer's job inputs (MiB)."),
     ("guest", "enabled", "Host guest jobs from the pool. Off (`gleaner node --no-guest`), the node is consumer-only: it still submits jobs and answers queries, and refuses jobs."),
+    ("guest", "disk_mib", "Disk quota of a job's work dir, inputs included (MiB; 0 = none): while the job runs the work dir is a tmpfs of this size (root nodes only), whose pages also count in the job's memory; at the end its contents are copied to disk."),
+    ("guest", "job_cgroups", "Give each job a cgroup (process, memory and idle-CPU limits, kill of the whole group) where the kernel allows. Off, a job is held by its PID namespace alone."),
     ("net", "enabled", "Join a pool over libp2p. Off (`--no-net`), the node only measures, remembers and runs local jobs."),
     ("net", "pool", "Pool name (letters, digits, '.', '_', '-'; at most 64): the gossipsub topic and DHT key members share."),
     ("net", "listen", "Multiaddrs to listen on; port 0 picks a free port. QUIC is skipped in private pools (the swarm key wraps TCP only)."),
@@ -256,6 +262,7 @@ pub const RANGES: &[(&str, &str, u64, u64)] = &[
     ("guest", "cache_mib", 0, 1 << 20),
     ("guest", "max_input_mib", 1, 65_536),
     ("guest", "max_job_input_mib", 1, 1 << 20),
+    ("guest", "disk_mib", 0, 65_536),
     ("net", "request_timeout_secs", 1, 600),
     ("net", "announce_secs", 1, 3_600),
     ("net", "max_retries", 0, 100),
@@ -311,7 +318,7 @@ impl Config {
     }
 
     /// Every integer key's value, as named in the file (for [`RANGES`]).
-    fn integer_values(&self) -> [(&'static str, &'static str, u64); 17] {
+    fn integer_values(&self) -> [(&'static str, &'static str, u64); 18] {
         let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
         [
             (
@@ -352,6 +359,7 @@ impl Config {
             ("guest", "cache_mib", self.guest.cache_mib),
             ("guest", "max_input_mib", self.guest.max_input_mib),
             ("guest", "max_job_input_mib", self.guest.max_job_input_mib),
+            ("guest", "disk_mib", self.guest.disk_mib),
             (
                 "net",
                 "request_timeout_secs",

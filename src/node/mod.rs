@@ -254,6 +254,8 @@ pub async fn run(
     };
     let mut guest_config = GuestConfig::new(&data_dir);
     guest_config.user = config.guest.user.clone();
+    guest_config.disk_mib = config.guest.disk_mib;
+    guest_config.job_cgroups = config.guest.job_cgroups;
     let supervisor = Supervisor::new(guest_config, clock.clone(), Arc::new(sink))?;
     let stale = pool::remove_stale_remote_dirs(&supervisor.jobs_dir());
     if stale > 0 {
