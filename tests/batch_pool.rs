@@ -77,15 +77,17 @@ fn batch_until(
 }
 
 const TASKS: usize = 50;
+/// The input every task of the sweep shares.
+const SHARED_BYTES: usize = 64 << 20;
 
 #[test]
 fn a_sweep_completes_once_through_a_host_and_the_consumer_killed_mid_batch() {
     let (mut hosts, mut consumer) = pool();
     let work = consumer.dir.join("work");
     std::fs::create_dir_all(&work).unwrap();
-    // Every task reads the shared input and its own row.
+    // Every task reads the shared 64 MiB input and its own row.
     let shared = work.join("shared.bin");
-    std::fs::write(&shared, vec![7u8; 1 << 20]).unwrap();
+    std::fs::write(&shared, vec![7u8; SHARED_BYTES]).unwrap();
     let mut csv = String::from("alpha,label\n");
     for i in 0..TASKS {
         csv.push_str(&format!("{},t{i}\n", i * 3));
@@ -93,30 +95,40 @@ fn a_sweep_completes_once_through_a_host_and_the_consumer_killed_mid_batch() {
     let params = work.join("sweep.csv");
     std::fs::write(&params, csv).unwrap();
     let results = work.join("results");
-    let out = consumer.run_ok(&[
-        "--json",
+    let mut stream = consumer.json_stream(
         "batch",
-        "submit",
-        "--name",
-        "sweep",
-        "--runtime",
-        "1m",
-        "--params",
-        params.to_str().unwrap(),
-        "--input",
-        &format!("{}=data/shared.bin", shared.display()),
-        "--output",
-        "result.txt",
-        "--output-dir",
-        results.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        "sleep 0.5; echo {label} $(( {alpha} * 2 )) $(wc -c < data/shared.bin) > result.txt",
-    ]);
-    let created: Value = serde_json::from_str(&out).unwrap();
-    let id = created["id"].as_str().unwrap().to_string();
-    assert_eq!(created["tasks"], TASKS);
+        &[
+            "submit",
+            "--wait",
+            "--name",
+            "sweep",
+            "--runtime",
+            "1m",
+            "--params",
+            params.to_str().unwrap(),
+            "--input",
+            &format!("{}=data/shared.bin", shared.display()),
+            "--output",
+            "result.txt",
+            "--output-dir",
+            results.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "sleep 0.5; echo {label} $(( {alpha} * 2 )) $(wc -c < data/shared.bin) > result.txt",
+        ],
+    );
+    let first = stream.wait_until("a task line", Duration::from_secs(120), |l| {
+        l["type"] == "task"
+    });
+    let id = first["batch"].as_str().unwrap().to_string();
+    assert_eq!(
+        batch_status(&consumer, &id)["tasks"]
+            .as_array()
+            .unwrap()
+            .len(),
+        TASKS
+    );
 
     // A host dies with some tasks done: its running task goes elsewhere.
     batch_until(&consumer, &id, Duration::from_secs(120), |s| {
@@ -128,6 +140,7 @@ fn a_sweep_completes_once_through_a_host_and_the_consumer_killed_mid_batch() {
         s["counts"]["done"].as_u64().unwrap() >= 15
     });
     consumer.kill9();
+    let (_, before_kill) = stream.finish(Duration::from_secs(30));
     std::thread::sleep(Duration::from_millis(500));
     consumer.start();
     let waited = gleaner(&consumer, &["--json", "batch", "wait", &id]);
@@ -148,6 +161,45 @@ fn a_sweep_completes_once_through_a_host_and_the_consumer_killed_mid_batch() {
     assert_eq!(last["type"], "batch");
     assert_eq!(last["counts"]["done"], TASKS, "{last:#}");
 
+    // The shared input crossed to each host at most once: every later task
+    // there read it from the host's cache (the hosts say so in their
+    // "inputs ready" events, which `batch wait --json` relays).
+    let after_restart: Vec<Value> = String::from_utf8_lossy(&waited.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let mut fetches: std::collections::BTreeMap<String, (u32, u32)> = Default::default();
+    for l in before_kill.iter().chain(&after_restart) {
+        let Some(event) = l["event"].as_str() else {
+            continue;
+        };
+        let host = l["host"].as_str().unwrap_or_default().to_string();
+        let entry = fetches.entry(host).or_default();
+        if event
+            == format!("inputs ready: {SHARED_BYTES} bytes fetched, 0 bytes from the host's cache")
+        {
+            entry.0 += 1;
+        } else if event
+            == format!("inputs ready: 0 bytes fetched, {SHARED_BYTES} bytes from the host's cache")
+        {
+            entry.1 += 1;
+        } else {
+            assert!(!event.starts_with("inputs ready"), "{event}");
+        }
+    }
+    eprintln!("shared input per host (fetched, from cache): {fetches:?}");
+    assert!(
+        fetches.values().all(|(fetched, _)| *fetched <= 1),
+        "the shared input crossed to a host more than once: {fetches:?}"
+    );
+    let (fetched, cached): (u32, u32) = fetches
+        .values()
+        .fold((0, 0), |(f, c), (a, b)| (f + a, c + b));
+    assert!(
+        fetched >= 1 && cached >= 10,
+        "seen {fetched} fetches and {cached} cache hits: {fetches:?}"
+    );
+
     // Every task's result, once, and nothing half-written beside them.
     let mut names: Vec<String> = std::fs::read_dir(&results)
         .unwrap()
@@ -161,7 +213,7 @@ fn a_sweep_completes_once_through_a_host_and_the_consumer_killed_mid_batch() {
         let text = std::fs::read_to_string(dir.join("result.txt")).unwrap();
         assert_eq!(
             text.trim(),
-            format!("t{i} {} {}", i * 6, 1 << 20),
+            format!("t{i} {} {}", i * 6, SHARED_BYTES),
             "task {i}"
         );
         assert_eq!(

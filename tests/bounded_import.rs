@@ -191,10 +191,20 @@ fn a_500k_row_import_keeps_the_node_small_and_answering() {
 
     // Predictions over the new history are computed in the background;
     // they are the predictor's working set, not the import's.
-    std::thread::sleep(Duration::from_secs(3));
+    // Wait until they are done: the peak stops moving for 3 s (up to 60 s),
+    // so the export below is measured alone.
     let _ = status_once(&socket);
-    std::thread::sleep(Duration::from_secs(3));
-    let hwm_predicted = vm_hwm_kib(pid);
+    let mut hwm_predicted = vm_hwm_kib(pid);
+    let mut still = 0;
+    for _ in 0..60 {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = vm_hwm_kib(pid);
+        still = if now == hwm_predicted { still + 1 } else { 0 };
+        hwm_predicted = now;
+        if still >= 3 {
+            break;
+        }
+    }
     // The export streams the whole history back.
     let export = node.run_ok(&["history", "export"]);
     eprintln!(

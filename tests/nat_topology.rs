@@ -307,7 +307,10 @@ fn homes_behind_nat_find_query_punch_through_and_recover() {
         )
         .finish(Duration::from_secs(90));
     assert_eq!(code, 0, "{lines:#?}");
-    let done = lines.iter().find(|l| l["type"] == "done").expect("done");
+    let done = lines
+        .iter()
+        .find(|l| l["type"] == "result")
+        .expect("result");
     assert_eq!(done["host"], ids[1].as_str(), "{lines:#?}");
     eprintln!(
         "nat: 1 MiB job 0→1 over the punched connection: {:.2} s",
@@ -339,10 +342,13 @@ fn homes_behind_nat_find_query_punch_through_and_recover() {
         )
         .finish(Duration::from_secs(180));
     assert_eq!(code, 0, "{lines:#?}");
-    let done = lines.iter().find(|l| l["type"] == "done").expect("done");
+    let done = lines
+        .iter()
+        .find(|l| l["type"] == "result")
+        .expect("result");
     assert_eq!(done["host"], ids[1].as_str(), "{lines:#?}");
     assert!(
-        lines.iter().any(|l| l["type"] == "event"
+        lines.iter().any(|l| l["type"] == "task"
             && l["event"]
                 .as_str()
                 .is_some_and(|e| e.starts_with("inputs ready: 52428800 bytes fetched"))),

@@ -9,7 +9,6 @@ mod node_support;
 
 use std::time::{Duration, Instant};
 
-use base64::Engine;
 use node_support::{addr, history, peer, pool_node, started, JsonStream, NodeFixture};
 use serde_json::Value;
 
@@ -50,18 +49,20 @@ fn submit(node: &NodeFixture, args: &[&str]) -> JsonStream {
 /// How long a submitted job may take here, retries on another host included.
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn output_of(lines: &[Value], name: &str) -> String {
-    let mut bytes = Vec::new();
-    for l in lines
+/// The last line of `submit --json`: the task's end, stdout and stderr.
+fn result_of(lines: &[Value]) -> &Value {
+    lines
         .iter()
-        .filter(|l| l["type"] == "output" && l["name"] == name)
-    {
-        let data = base64::engine::general_purpose::STANDARD
-            .decode(l["data"].as_str().unwrap())
-            .unwrap();
-        bytes.extend(data);
-    }
-    String::from_utf8(bytes).unwrap()
+        .find(|l| l["type"] == "result")
+        .unwrap_or_else(|| panic!("no result line: {lines:#?}"))
+}
+
+/// The task's stdout or stderr from the result line.
+fn output_of(lines: &[Value], name: &str) -> String {
+    result_of(lines)[name]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 #[test]
@@ -130,11 +131,11 @@ fn a_pool_of_three_nodes_ranks_by_tr_runs_jobs_and_survives_a_host_killed_mid_jo
     );
     let (code, lines) = job.finish(JOB_TIMEOUT);
     assert_eq!(code, 3, "{lines:#?}");
-    let done = lines.iter().find(|l| l["type"] == "done").unwrap();
+    let done = result_of(&lines);
     assert_eq!(done["host"], steady_id.as_str());
+    assert_eq!(done["exit_status"], 3);
     assert_eq!(output_of(&lines, "stdout"), "hello pool\n");
     assert_eq!(output_of(&lines, "stderr"), "warn\n");
-    assert_eq!(output_of(&lines, "upper.txt"), "HELLO POOL\n");
     assert_eq!(
         std::fs::read_to_string(out_dir.join("upper.txt")).unwrap(),
         "HELLO POOL\n",
@@ -155,19 +156,23 @@ fn a_pool_of_three_nodes_ranks_by_tr_runs_jobs_and_survives_a_host_killed_mid_jo
             "sleep 3; echo survived",
         ],
     );
-    let submitted = job.wait_for("submitted", Duration::from_secs(60));
+    let submitted = job.wait_until("handed to a host", Duration::from_secs(60), |l| {
+        l["type"] == "task" && l["state"] == "running"
+    });
     assert_eq!(submitted["host"], steady_id.as_str());
     job.wait_until("started", Duration::from_secs(60), |l| {
-        l["type"] == "event" && l["event"] == "started"
+        l["type"] == "task" && l["event"] == "started"
     });
     let mut steady = steady;
     steady.kill9();
     let (code, lines) = job.finish(JOB_TIMEOUT);
     assert_eq!(code, 0, "{lines:#?}");
-    assert!(lines
-        .iter()
-        .any(|l| l["type"] == "host_failed" && l["host"] == steady_id.as_str()));
-    let done = lines.iter().find(|l| l["type"] == "done").unwrap();
+    // The task went back to the queue from the dead host, with a reason.
+    assert!(lines.iter().any(|l| l["type"] == "task"
+        && l["state"] == "queued"
+        && l["host"] == steady_id.as_str()
+        && l["reason"].is_string()));
+    let done = result_of(&lines);
     assert_eq!(done["host"], flaky_id.as_str());
     assert_eq!(done["attempts"], 2);
     assert_eq!(output_of(&lines, "stdout"), "survived\n");
@@ -188,11 +193,11 @@ fn big_input(path: &std::path::Path, mib: u64) -> Vec<u8> {
     data
 }
 
-/// The text of every `event` line of a job.
+/// The host's job events a task line reported.
 fn events(lines: &[Value]) -> Vec<String> {
     lines
         .iter()
-        .filter(|l| l["type"] == "event")
+        .filter(|l| l["type"] == "task" && l["event"].is_string())
         .map(|l| l["event"].as_str().unwrap_or_default().to_string())
         .collect()
 }
@@ -229,7 +234,7 @@ fn a_64_mib_input_runs_and_crosses_to_its_host_once_for_two_jobs() {
         )
         .finish(JOB_TIMEOUT);
         assert_eq!(code, 0, "{lines:#?}");
-        let done = lines.iter().find(|l| l["type"] == "done").unwrap();
+        let done = result_of(&lines);
         assert_eq!(done["host"], host_id.as_str());
         assert_eq!(
             output_of(&lines, "stdout").trim(),
@@ -240,7 +245,12 @@ fn a_64_mib_input_runs_and_crosses_to_its_host_once_for_two_jobs() {
             data[data.len() - 4096..],
             "the guest saw the consumer's bytes; the output matched its hash and landed"
         );
-        assert!(!out_dir.join("tail.bin.part").exists());
+        // Only the declared output lands there; the staging dir is gone.
+        let names: Vec<_> = std::fs::read_dir(&out_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["tail.bin"], "{names:?}");
         // The host says where the input came from: read once, then its cache.
         let (fetched, cached) = if job == 0 {
             (64u64 << 20, 0)
@@ -298,11 +308,25 @@ fn a_private_pool_keeps_out_other_keys_and_only_allowlisted_consumers_submit() {
     assert_eq!(code, 0, "{lines:#?}");
     assert_eq!(output_of(&lines, "stdout"), "inside\n");
 
-    let (code, lines) = submit(&refused, &["--", "echo", "outside"]).finish(JOB_TIMEOUT);
+    // Refused for good by the only host: `submit` gives up after its queue
+    // limit and says why.
+    let (code, lines) =
+        submit(&refused, &["--queue-limit", "5s", "--", "echo", "outside"]).finish(JOB_TIMEOUT);
     assert_eq!(code, 75, "{lines:#?}");
-    assert!(lines.iter().any(|l| l["type"] == "rejected"
-        && l["host"] == host_id.as_str()
-        && l["reason"].as_str().unwrap().contains("NotAllowed")));
+    let refusal = format!("refused by {host_id}: NotAllowed");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["type"] == "task"
+                && l["reason"].as_str().is_some_and(|r| r.contains(&refusal))),
+        "{lines:#?}"
+    );
+    let end = result_of(&lines);
+    assert_eq!(end["state"], "cancelled", "{end:#}");
+    assert!(
+        end["reason"].as_str().unwrap().contains(&refusal),
+        "{end:#}"
+    );
 
     // The node with another key never got in, though the host dialled it.
     let report = hosts(&stranger);

@@ -74,27 +74,41 @@ pub struct BatchResultsArgs {
     pub out: PathBuf,
 }
 
+/// What every submission says about its task(s): `gleaner submit` and
+/// `gleaner batch submit` share these flags.
+#[derive(Debug, Args)]
+pub struct TaskArgs {
+    /// The task's working set, MiB (less free memory on the host kills it: S4).
+    #[arg(long, value_name = "MIB", default_value_t = 0)]
+    pub mem: u64,
+    /// The task's expected runtime (90m, 2h): hosts are ranked for it.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10m")]
+    pub runtime: u64,
+    /// The task's wall-time limit on a host [default: twice the runtime].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub limit: Option<u64>,
+    /// A file sent with the task, `FILE` (placed under its file name) or
+    /// `FILE=REMOTE` (a relative path in the work dir). In a batch both may
+    /// hold `{}` or `{column}`. Repeatable.
+    #[arg(long, value_name = "FILE[=REMOTE]")]
+    pub input: Vec<String>,
+    /// A file the task writes in its work dir, to bring back. Repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub output: Vec<String>,
+    /// An environment variable for the task (NAME=VALUE; in a batch the
+    /// value may hold placeholders). Repeatable.
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
 #[derive(Debug, Args)]
 pub struct BatchSubmitArgs {
     /// A name for the batch, shown by `batch list`.
     #[arg(long)]
     pub name: Option<String>,
-    /// Each task's working set, MiB.
-    #[arg(long, value_name = "MIB", default_value_t = 0)]
-    pub mem: u64,
-    /// Each task's expected runtime (90m, 2h): hosts are ranked for it.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10m")]
-    pub runtime: u64,
-    /// Each task's wall-time limit on a host [default: twice the runtime].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-    pub limit: Option<u64>,
-    /// A file for every task, `FILE` or `FILE=REMOTE` (both may hold `{}` or
-    /// `{column}`). Repeatable.
-    #[arg(long, value_name = "FILE[=REMOTE]")]
-    pub input: Vec<String>,
-    /// A file each task writes in its work dir, to bring back. Repeatable.
-    #[arg(long, value_name = "NAME")]
-    pub output: Vec<String>,
     /// Where results land, as DIR/<task>/ [default: ./gleaner-results/<batch id>].
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
@@ -108,16 +122,11 @@ pub struct BatchSubmitArgs {
     /// At most this many tasks of the batch run at once.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_running: Option<u32>,
-    /// An environment variable for every task (NAME=VALUE; the value may hold
-    /// placeholders). Repeatable.
-    #[arg(long, value_name = "NAME=VALUE")]
-    pub env: Vec<String>,
     /// Follow the batch until it ends (see `batch wait`).
     #[arg(long)]
     pub wait: bool,
-    /// The command and its arguments, after `--`.
-    #[arg(required = true, last = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    #[command(flatten)]
+    pub task: TaskArgs,
 }
 
 fn parse_range(text: &str) -> Result<(i64, i64), String> {
@@ -233,6 +242,23 @@ pub fn submit_request(a: &BatchSubmitArgs) -> anyhow::Result<BatchSubmitRequest>
         }
         None => None,
     };
+    let output_dir = match &a.output_dir {
+        Some(dir) => absolute(dir)?,
+        None => absolute(Path::new("gleaner-results"))?.join("{batch}"),
+    };
+    Ok(BatchSubmitRequest {
+        name: a.name.clone(),
+        output_dir: Some(output_dir),
+        range: a.range,
+        params,
+        max_running: a.max_running,
+        ..task_request(&a.task)?
+    })
+}
+
+/// The request for one task (no sweep, no output directory): what `submit`
+/// sends, and the part of every batch the task flags make.
+pub fn task_request(a: &TaskArgs) -> anyhow::Result<BatchSubmitRequest> {
     let mut inputs = Vec::with_capacity(a.input.len());
     for text in &a.input {
         let (local, remote) = match text.split_once('=') {
@@ -246,7 +272,8 @@ pub fn submit_request(a: &BatchSubmitArgs) -> anyhow::Result<BatchSubmitRequest>
             }
         };
         // A file without placeholders is checked now; one with them when
-        // the node expands the tasks (it names the task's file).
+        // the node expands the tasks (it names the task's file). Devices
+        // and FIFOs are refused by name, never waited on.
         if !local.contains('{') {
             crate::fsutil::open_regular(Path::new(&local))
                 .with_context(|| format!("--input {text}"))?;
@@ -266,23 +293,19 @@ pub fn submit_request(a: &BatchSubmitArgs) -> anyhow::Result<BatchSubmitRequest>
     for name in &a.output {
         spec::check_output(name)?;
     }
-    let output_dir = match &a.output_dir {
-        Some(dir) => absolute(dir)?,
-        None => absolute(Path::new("gleaner-results"))?.join("{batch}"),
-    };
     Ok(BatchSubmitRequest {
-        name: a.name.clone(),
+        name: None,
         argv: a.command.clone(),
         env,
         inputs,
         outputs: a.output.clone(),
-        output_dir: Some(output_dir),
+        output_dir: None,
         mem_mib: a.mem,
         runtime_secs: a.runtime,
-        limit_secs: a.limit.unwrap_or(a.runtime.saturating_mul(2)),
-        range: a.range,
-        params,
-        max_running: a.max_running,
+        limit_secs: a.limit.unwrap_or(a.runtime.saturating_mul(2)).max(1),
+        range: None,
+        params: None,
+        max_running: None,
     })
 }
 
@@ -318,10 +341,12 @@ async fn wait(client: &ControlClient, id: BatchId, json: bool, quiet: bool) -> a
 /// 0 when every task ended with status 0, 1 when some task ended with
 /// another status, 75 when some task could not be run (or was cancelled).
 pub fn exit_code(report: &BatchReport) -> i32 {
+    // A task ran and failed: another status than 0, or a declared output
+    // it did not write.
     let nonzero = report
         .tasks
         .iter()
-        .any(|t| t.exit_status.is_some_and(|s| s != 0));
+        .any(|t| t.exit_status.is_some() && t.state == "failed");
     let not_run = report
         .tasks
         .iter()

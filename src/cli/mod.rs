@@ -15,6 +15,7 @@ pub mod node;
 pub mod output;
 pub mod pool;
 pub mod predict;
+pub mod submit;
 pub mod trace;
 
 use crate::node::config::Config;
@@ -128,7 +129,7 @@ pub enum Command {
     /// List the pool's hosts with their reliability for a window, best first.
     Hosts(pool::HostsArgs),
     /// Run a job on the pool's most reliable host; exits with the job's status.
-    Submit(pool::SubmitArgs),
+    Submit(submit::SubmitArgs),
     /// Many tasks from one submission: submit, status, wait, list, cancel, results.
     Batch(batch::BatchArgs),
     /// Make the pre-shared key of a private pool.
@@ -232,7 +233,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Trace(args) => trace::run(&args),
         Command::Eval(args) => eval::run(&args, global.json),
         Command::Hosts(args) => pool::hosts(&args, &global),
-        Command::Submit(args) => pool::submit(&args, &global),
+        Command::Submit(args) => submit::submit(&args, &global),
         Command::Batch(args) => batch::run(&args, &global),
         Command::SwarmKey(args) => pool::swarm_key(&args),
         Command::Completions(args) => completions(&args),

@@ -1,21 +1,22 @@
 //! The consumer half of a pool member: ask the pool who will stay available
-//! for a job's window ([`survey`]), rank the answers ([`rank`]), send the job
-//! to the best host, follow it, fetch its outputs and resubmit elsewhere when
-//! the host kills the job, disappears or revokes it ([`job`]).
+//! for a task's window ([`survey`]), rank the answers ([`rank`]), and run
+//! work on the pool through the durable [`batch`] queue: every submission is
+//! a batch (`gleaner submit` is a batch of one task), placed on the best free
+//! hosts, followed, landed, and resubmitted elsewhere when a host kills a
+//! task, disappears or revokes it.
 //!
 //! The consumer is one of the node's three actors: a task with a cloneable
 //! [`ConsumerHandle`] and a [`ConsumerCommand`] enum. It owns the surveys,
-//! the ranking and the submissions (each submission runs as its own task the
-//! actor spawns and tracks); job events that hosts send back reach it through
-//! the pool host and wait in the [`Inbox`] for the submission that expects
-//! them.
+//! the ranking and the batch queue (each attempt runs as its own task the
+//! queue spawns and tracks); job events that hosts send back reach it through
+//! the pool host and wait in the [`Inbox`] for the attempt that expects them.
 //!
 //! This module talks to peers only through [`crate::net::NetHandle`] (or, in
-//! tests, any [`job::JobPool`]); it does not know sockets, HTTP or the Swarm,
+//! tests, any [`pool::JobPool`]); it does not know sockets, HTTP or the Swarm,
 //! and reads time only through the node's [`Clock`].
 
 pub mod batch;
-pub mod job;
+pub mod pool;
 pub mod rank;
 pub mod survey;
 
@@ -33,14 +34,12 @@ use crate::clock::Clock;
 use crate::net::protocol::JobEventKind;
 use crate::net::{NetError, NetHandle};
 use batch::{BatchError, BatchQueue, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
-use job::{run_job, JobSettings, PoolLink, SubmitLine, SubmitRequest};
-use survey::{HostReport, SurveyQuery};
+use pool::{JobSettings, PoolLink};
+use survey::{SurveyQuery, SurveyedHost};
 
 /// Why the consumer could not do what it was asked.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConsumerError {
-    #[error("the command line is empty")]
-    EmptyCommand,
     #[error("cannot ask the pool: {0}")]
     Pool(String),
     #[error("the node is shutting down")]
@@ -71,7 +70,7 @@ pub struct HostsQuery {
 pub struct HostsView {
     pub our_peer_id: PeerId,
     pub query: SurveyQuery,
-    pub hosts: Vec<HostReport>,
+    pub hosts: Vec<SurveyedHost>,
 }
 
 /// A request to the consumer actor.
@@ -80,13 +79,6 @@ pub enum ConsumerCommand {
     Hosts {
         query: HostsQuery,
         reply: oneshot::Sender<Result<HostsView, ConsumerError>>,
-    },
-    /// Run a job on the pool; progress goes to `lines` until the job ends or
-    /// the receiver is dropped.
-    Submit {
-        request: SubmitRequest,
-        lines: mpsc::Sender<SubmitLine>,
-        reply: oneshot::Sender<Result<(), ConsumerError>>,
     },
     /// Queue a batch.
     SubmitBatch {
@@ -134,23 +126,6 @@ impl ConsumerHandle {
         let (reply, rx) = oneshot::channel();
         self.commands
             .send(ConsumerCommand::Hosts { query, reply })
-            .await
-            .map_err(|_| ConsumerError::Unavailable)?;
-        rx.await.map_err(|_| ConsumerError::Unavailable)?
-    }
-
-    pub async fn submit(
-        &self,
-        request: SubmitRequest,
-        lines: mpsc::Sender<SubmitLine>,
-    ) -> Result<(), ConsumerError> {
-        let (reply, rx) = oneshot::channel();
-        self.commands
-            .send(ConsumerCommand::Submit {
-                request,
-                lines,
-                reply,
-            })
             .await
             .map_err(|_| ConsumerError::Unavailable)?;
         rx.await.map_err(|_| ConsumerError::Unavailable)?
@@ -230,15 +205,10 @@ pub struct Consumer {
     /// Files offered to hosts by hash; served by `data::serve`.
     catalog: crate::data::Catalog,
     clock: Arc<dyn Clock>,
-    settings: ConsumerSettings,
     tracker: TaskTracker,
     shutdown: CancellationToken,
     inbox: Inbox,
     commands: mpsc::Receiver<ConsumerCommand>,
-    /// Submissions made since start; with the start time it names jobs
-    /// uniquely (no randomness needed).
-    submitted: u64,
-    started_ms: i64,
     queue: BatchQueue<PoolLink>,
     queue_msgs: mpsc::UnboundedReceiver<QueueMsg>,
 }
@@ -252,7 +222,6 @@ impl Consumer {
         shutdown: CancellationToken,
     ) -> Result<(Consumer, ConsumerHandle), ConsumerError> {
         let (tx, commands) = mpsc::channel(32);
-        let started_ms = clock.now().as_millisecond();
         let inbox = Inbox::default();
         let catalog = crate::data::Catalog::new();
         let (queue, queue_msgs) = BatchQueue::open(
@@ -276,13 +245,10 @@ impl Consumer {
                 net,
                 catalog,
                 clock,
-                settings,
                 tracker,
                 shutdown,
                 inbox,
                 commands,
-                submitted: 0,
-                started_ms,
                 queue,
                 queue_msgs,
             },
@@ -337,13 +303,6 @@ impl Consumer {
                     let _ = reply.send(answer.map_err(Into::into));
                 }
                 ConsumerCommand::Hosts { query, reply } => self.hosts(query, reply),
-                ConsumerCommand::Submit {
-                    request,
-                    lines,
-                    reply,
-                } => {
-                    let _ = reply.send(self.submit(request, lines));
-                }
                 ConsumerCommand::HostEvent {
                     host,
                     job_id,
@@ -372,9 +331,9 @@ impl Consumer {
         self.tracker.spawn(async move {
             let answer = match survey::survey(&net, survey).await {
                 Ok(mut hosts) => {
-                    let order: Vec<String> = rank::rank(&hosts, &HashSet::new())
+                    let order: Vec<PeerId> = rank::rank(&hosts, &HashSet::new())
                         .iter()
-                        .map(|r| r.peer.clone())
+                        .map(|r| r.peer)
                         .collect();
                     // Ranked hosts first in rank order, then the rest by peer id.
                     hosts.sort_by_key(|r| {
@@ -383,7 +342,7 @@ impl Consumer {
                                 .iter()
                                 .position(|p| *p == r.peer)
                                 .unwrap_or(usize::MAX),
-                            r.peer.clone(),
+                            r.peer,
                         )
                     });
                     Ok(HostsView {
@@ -396,47 +355,6 @@ impl Consumer {
             };
             let _ = reply.send(answer);
         });
-    }
-
-    /// Starts a submission in its own task.
-    fn submit(
-        &mut self,
-        request: SubmitRequest,
-        lines: mpsc::Sender<SubmitLine>,
-    ) -> Result<(), ConsumerError> {
-        if request.argv.first().is_none_or(|a| a.is_empty()) {
-            return Err(ConsumerError::EmptyCommand);
-        }
-        self.submitted += 1;
-        let base_id = format!("{}-{}", self.started_ms, self.submitted);
-        let settings = JobSettings {
-            max_retries: self.settings.max_retries,
-            max_output_bytes: self.settings.max_output_bytes,
-            ..JobSettings::default()
-        };
-        let pool = PoolLink {
-            net: self.net.clone(),
-            catalog: self.catalog.clone(),
-        };
-        let inbox = self.inbox.clone();
-        let clock = self.clock.clone();
-        let shutdown = self.shutdown.clone();
-        self.tracker.spawn(async move {
-            let job = run_job(
-                &pool,
-                &inbox,
-                &base_id,
-                &request,
-                settings,
-                || clock.unix_secs(),
-                lines,
-            );
-            tokio::select! {
-                _ = job => {}
-                _ = shutdown.cancelled() => {}
-            }
-        });
-        Ok(())
     }
 }
 

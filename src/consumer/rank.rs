@@ -6,22 +6,24 @@
 use std::cmp::Ordering;
 use std::collections::HashSet;
 
-use crate::consumer::survey::HostReport;
+use libp2p::PeerId;
+
+use crate::consumer::survey::SurveyedHost;
 
 /// True when `host` can take a job now: it answered, its slot is free and it
 /// is not in a failure state (S3, S4, S5).
-pub fn eligible(host: &HostReport) -> bool {
+pub fn eligible(host: &SurveyedHost) -> bool {
     host.answered
         && host.slot_free != Some(false)
-        && !matches!(host.state.as_deref(), Some("S3" | "S4" | "S5"))
-        && !matches!(host.initial_state.as_deref(), Some("S3" | "S4" | "S5"))
+        && !host.state.is_some_and(|s| s.is_failure())
+        && !host.initial_state.is_some_and(|s| s.is_failure())
 }
 
 /// The eligible hosts not in `exclude`, best first: known TR before unknown
 /// (a host without enough history to predict), higher TR first, then higher
 /// Γ, then peer id.
-pub fn rank<'a>(hosts: &'a [HostReport], exclude: &HashSet<String>) -> Vec<&'a HostReport> {
-    let mut ranked: Vec<&HostReport> = hosts
+pub fn rank<'a>(hosts: &'a [SurveyedHost], exclude: &HashSet<PeerId>) -> Vec<&'a SurveyedHost> {
+    let mut ranked: Vec<&SurveyedHost> = hosts
         .iter()
         .filter(|h| eligible(h) && !exclude.contains(&h.peer))
         .collect();
@@ -29,78 +31,84 @@ pub fn rank<'a>(hosts: &'a [HostReport], exclude: &HashSet<String>) -> Vec<&'a H
     ranked
 }
 
-fn compare(a: &HostReport, b: &HostReport) -> Ordering {
-    let tr = |h: &HostReport| h.tr.filter(|t| t.is_finite());
+fn compare(a: &SurveyedHost, b: &SurveyedHost) -> Ordering {
+    let tr = |h: &SurveyedHost| h.tr.filter(|t| t.is_finite());
+    let power = |h: &SurveyedHost| h.power.filter(|p| p.is_finite()).unwrap_or(0.0);
     match (tr(a), tr(b)) {
         (Some(x), Some(y)) => y.total_cmp(&x),
         (Some(_), None) => Ordering::Less,
         (None, Some(_)) => Ordering::Greater,
         (None, None) => Ordering::Equal,
     }
-    .then_with(|| b.power.unwrap_or(0.0).total_cmp(&a.power.unwrap_or(0.0)))
+    .then_with(|| power(b).total_cmp(&power(a)))
     .then_with(|| a.peer.cmp(&b.peer))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::state::State;
+    use std::collections::HashMap;
 
-    fn host(peer: &str, tr: Option<f64>, power: f64) -> HostReport {
-        HostReport {
-            peer: peer.into(),
-            answered: true,
-            tr,
-            power: Some(power),
-            slot_free: Some(true),
-            state: Some("S1".into()),
-            ..HostReport::default()
+    /// Hosts by name, so expected orders read as names.
+    struct Named(HashMap<PeerId, &'static str>);
+
+    impl Named {
+        fn host(&mut self, name: &'static str, tr: Option<f64>, power: f64) -> SurveyedHost {
+            let peer = PeerId::random();
+            self.0.insert(peer, name);
+            SurveyedHost {
+                answered: true,
+                tr,
+                power: Some(power),
+                slot_free: Some(true),
+                state: Some(State::S1),
+                ..SurveyedHost::new(peer)
+            }
+        }
+
+        fn order(&self, ranked: Vec<&SurveyedHost>) -> Vec<&'static str> {
+            ranked.iter().map(|h| self.0[&h.peer]).collect()
         }
     }
 
     #[test]
     fn higher_tr_first_then_power_then_unknown_tr_last() {
+        let mut n = Named(HashMap::new());
         let hosts = vec![
-            host("a", Some(0.5), 0.9),
-            host("b", Some(0.9), 0.1),
-            host("c", None, 1.0),
-            host("d", Some(0.9), 0.8),
+            n.host("a", Some(0.5), 0.9),
+            n.host("b", Some(0.9), 0.1),
+            n.host("c", None, 1.0),
+            n.host("d", Some(0.9), 0.8),
         ];
-        let order: Vec<&str> = rank(&hosts, &HashSet::new())
-            .iter()
-            .map(|h| h.peer.as_str())
-            .collect();
-        assert_eq!(order, ["d", "b", "a", "c"]);
+        assert_eq!(n.order(rank(&hosts, &HashSet::new())), ["d", "b", "a", "c"]);
     }
 
     #[test]
     fn busy_failed_silent_and_excluded_hosts_are_left_out() {
-        let mut busy = host("busy", Some(1.0), 1.0);
+        let mut n = Named(HashMap::new());
+        let mut busy = n.host("busy", Some(1.0), 1.0);
         busy.slot_free = Some(false);
-        let mut s3 = host("s3", Some(1.0), 1.0);
-        s3.state = Some("S3".into());
-        let mut silent = host("silent", None, 1.0);
+        let mut s3 = n.host("s3", Some(1.0), 1.0);
+        s3.state = Some(State::S3);
+        let mut s4_ahead = n.host("s4", Some(1.0), 1.0);
+        s4_ahead.initial_state = Some(State::S4);
+        let mut silent = n.host("silent", None, 1.0);
         silent.answered = false;
-        let tried = host("tried", Some(1.0), 1.0);
-        let ok = host("ok", Some(0.1), 0.1);
-        let hosts = vec![busy, s3, silent, tried, ok];
-        let exclude = HashSet::from(["tried".to_string()]);
-        let order: Vec<&str> = rank(&hosts, &exclude)
-            .iter()
-            .map(|h| h.peer.as_str())
-            .collect();
-        assert_eq!(order, ["ok"]);
+        let tried = n.host("tried", Some(1.0), 1.0);
+        let ok = n.host("ok", Some(0.1), 0.1);
+        let exclude = HashSet::from([tried.peer]);
+        let hosts = vec![busy, s3, s4_ahead, silent, tried, ok];
+        assert_eq!(n.order(rank(&hosts, &exclude)), ["ok"]);
     }
 
     #[test]
     fn nan_tr_counts_as_unknown() {
+        let mut n = Named(HashMap::new());
         let hosts = vec![
-            host("nan", Some(f64::NAN), 1.0),
-            host("low", Some(0.0), 0.0),
+            n.host("nan", Some(f64::NAN), 1.0),
+            n.host("low", Some(0.0), 0.0),
         ];
-        let order: Vec<&str> = rank(&hosts, &HashSet::new())
-            .iter()
-            .map(|h| h.peer.as_str())
-            .collect();
-        assert_eq!(order, ["low", "nan"]);
+        assert_eq!(n.order(rank(&hosts, &HashSet::new())), ["low", "nan"]);
     }
 }

@@ -7,8 +7,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use libp2p::PeerId;
+use libp2p::{Multiaddr, PeerId};
 use serde::{Deserialize, Serialize};
+
+use crate::model::solver::CAUSES;
+use crate::model::state::State;
 
 use crate::net::handle::Member;
 use crate::net::protocol::{ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse};
@@ -27,33 +30,36 @@ pub struct SurveyQuery {
     pub rounds: u32,
 }
 
-/// One host as a survey saw it: what it announced and what it answered.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct HostReport {
-    /// Peer id (base58).
-    pub peer: String,
-    /// How we found it: "gossip" and/or "dht".
-    pub found_by: Vec<String>,
+/// One host as a survey saw it: what it announced and what it answered,
+/// typed. Its JSON copy for `gleaner hosts` is `control::api::HostReport`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SurveyedHost {
+    pub peer: PeerId,
+    /// Heard on the pool's gossip topic.
+    pub by_gossip: bool,
+    /// Listed as a provider of the pool's DHT key.
+    pub by_dht: bool,
     /// Addresses it announced.
-    pub addresses: Vec<String>,
+    pub addresses: Vec<Multiaddr>,
     /// It returned a reliability response (an answer or "unavailable").
     pub answered: bool,
     /// Temporal reliability for the window, when it could predict.
     pub tr: Option<f64>,
-    /// Failure probability by cause ("S3", "S4", "S5").
-    pub fail_by_cause: BTreeMap<String, f64>,
+    /// Failure probability by cause, in [`State::FAILURES`] order.
+    pub fail_by_cause: Option<[f64; CAUSES]>,
     /// State the prediction starts from.
-    pub initial_state: Option<String>,
+    pub initial_state: Option<State>,
     /// History days behind the prediction.
     pub days_used: Option<u32>,
-    /// Its estimator.
+    /// Its estimator, as it named it (at most 32 characters; a newer host
+    /// may name one this node does not know).
     pub method: Option<String>,
     /// Effective computing power Γ = P·A (0..1).
     pub power: Option<f64>,
     /// Guest slot free (from the answer, else from its announcement).
     pub slot_free: Option<bool>,
     /// Current state from its announcement.
-    pub state: Option<String>,
+    pub state: Option<State>,
     /// Logical CPUs and memory (MiB) it announced.
     pub logical_cpus: Option<u32>,
     pub memory_mib: Option<u64>,
@@ -70,12 +76,41 @@ pub struct HostReport {
     pub responses: u32,
 }
 
+impl SurveyedHost {
+    /// A host known only by its id.
+    pub fn new(peer: PeerId) -> SurveyedHost {
+        SurveyedHost {
+            peer,
+            by_gossip: false,
+            by_dht: false,
+            addresses: Vec::new(),
+            answered: false,
+            tr: None,
+            fail_by_cause: None,
+            initial_state: None,
+            days_used: None,
+            method: None,
+            power: None,
+            slot_free: None,
+            state: None,
+            logical_cpus: None,
+            memory_mib: None,
+            version: None,
+            error: None,
+            rtt_ms: None,
+            rtt_p50_ms: None,
+            rtt_p99_ms: None,
+            responses: 0,
+        }
+    }
+}
+
 /// How long a survey waits for the DHT to list the pool's providers.
 const DHT_WAIT: Duration = Duration::from_secs(3);
 
 /// Finds the pool's hosts (gossip members and DHT providers, ourselves left
 /// out) and queries each; returns them in no particular order.
-pub async fn survey(net: &NetHandle, query: SurveyQuery) -> Result<Vec<HostReport>, NetError> {
+pub async fn survey(net: &NetHandle, query: SurveyQuery) -> Result<Vec<SurveyedHost>, NetError> {
     let members = net.members().await?;
     let providers = match tokio::time::timeout(DHT_WAIT, net.find_hosts()).await {
         Ok(Ok(p)) => p,
@@ -85,18 +120,19 @@ pub async fn survey(net: &NetHandle, query: SurveyQuery) -> Result<Vec<HostRepor
         }
         Err(_) => Vec::new(),
     };
-    let mut hosts: BTreeMap<PeerId, HostReport> = BTreeMap::new();
+    let mut hosts: BTreeMap<PeerId, SurveyedHost> = BTreeMap::new();
     for m in &members {
-        let h = hosts.entry(m.peer).or_default();
+        let h = hosts
+            .entry(m.peer)
+            .or_insert_with(|| SurveyedHost::new(m.peer));
         fill_from_member(h, m);
-        h.found_by.push("gossip".into());
+        h.by_gossip = true;
     }
     for p in providers {
-        let h = hosts.entry(p).or_insert_with(|| HostReport {
-            peer: p.to_base58(),
-            ..HostReport::default()
-        });
-        h.found_by.push("dht".into());
+        hosts
+            .entry(p)
+            .or_insert_with(|| SurveyedHost::new(p))
+            .by_dht = true;
     }
     hosts.remove(&net.peer_id());
     let asks = hosts
@@ -105,11 +141,10 @@ pub async fn survey(net: &NetHandle, query: SurveyQuery) -> Result<Vec<HostRepor
     Ok(join_all(asks).await)
 }
 
-fn fill_from_member(h: &mut HostReport, m: &Member) {
-    h.peer = m.peer.to_base58();
-    h.addresses = m.addresses.iter().map(ToString::to_string).collect();
+fn fill_from_member(h: &mut SurveyedHost, m: &Member) {
+    h.addresses.clone_from(&m.addresses);
     h.slot_free = Some(m.status.slot_free);
-    h.state = Some(m.status.state.label().to_string());
+    h.state = Some(m.status.state);
     h.power = Some(f64::from(m.status.relative_power_milli) / 1000.0);
     h.logical_cpus = Some(m.status.logical_cpus);
     h.memory_mib = Some(m.status.memory_mib);
@@ -119,9 +154,9 @@ fn fill_from_member(h: &mut HostReport, m: &Member) {
 async fn ask_host(
     net: &NetHandle,
     peer: PeerId,
-    mut report: HostReport,
+    mut report: SurveyedHost,
     query: SurveyQuery,
-) -> HostReport {
+) -> SurveyedHost {
     let wire = ReliabilityQuery {
         window_start_unix: query.window_start_unix,
         length_secs: query.window_secs,
@@ -156,7 +191,7 @@ async fn ask_host(
     report
 }
 
-fn apply_response(report: &mut HostReport, response: ReliabilityResponse) {
+fn apply_response(report: &mut SurveyedHost, response: ReliabilityResponse) {
     match response {
         ReliabilityResponse::Answer(a) => apply_answer(report, a),
         ReliabilityResponse::Unavailable { reason } => {
@@ -166,18 +201,18 @@ fn apply_response(report: &mut HostReport, response: ReliabilityResponse) {
     }
 }
 
-fn apply_answer(report: &mut HostReport, a: ReliabilityAnswer) {
+fn apply_answer(report: &mut SurveyedHost, a: ReliabilityAnswer) {
     report.tr = Some(a.tr).filter(|t| (0.0..=1.0).contains(t));
-    report.fail_by_cause = BTreeMap::from([
-        ("S3".to_string(), a.failure.s3),
-        ("S4".to_string(), a.failure.s4),
-        ("S5".to_string(), a.failure.s5),
-    ]);
-    report.initial_state = Some(
-        crate::model::state::State::from(a.initial_state)
-            .label()
-            .into(),
-    );
+    // A hostile host's probabilities are clamped, as its TR is checked.
+    let p = |v: f64| {
+        if v.is_finite() {
+            v.clamp(0.0, 1.0)
+        } else {
+            0.0
+        }
+    };
+    report.fail_by_cause = Some([p(a.failure.s3), p(a.failure.s4), p(a.failure.s5)]);
+    report.initial_state = Some(State::from(a.initial_state));
     report.days_used = Some(a.days_used);
     report.method = Some(a.method.chars().take(32).collect());
     report.power = Some(f64::from(a.relative_power_milli.min(1000)) / 1000.0);
@@ -209,7 +244,7 @@ mod tests {
 
     #[test]
     fn a_hostile_answer_cannot_claim_more_than_certainty() {
-        let mut r = HostReport::default();
+        let mut r = SurveyedHost::new(PeerId::random());
         apply_answer(
             &mut r,
             ReliabilityAnswer {

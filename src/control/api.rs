@@ -5,10 +5,11 @@
 use crate::guest::{ExitInfo, GuestEvent, KillCause, SandboxReport};
 use crate::model::ids::{BatchId, JobId};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-pub use crate::consumer::job::{SubmitLine, SubmitRequest};
-pub use crate::consumer::survey::HostReport;
+use crate::consumer::survey::SurveyedHost;
+use crate::model::state::State;
 
 /// `POST /v1/hosts`: survey the pool for a window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,6 +32,93 @@ pub struct HostsReport {
     pub window_secs: u64,
     pub mem_mib: u64,
     pub hosts: Vec<HostReport>,
+}
+
+/// One host of `hosts`: the JSON copy of a [`SurveyedHost`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostReport {
+    /// Peer id (base58).
+    pub peer: String,
+    /// How we found it: "gossip" and/or "dht".
+    pub found_by: Vec<String>,
+    /// Addresses it announced.
+    pub addresses: Vec<String>,
+    /// It returned a reliability response (an answer or "unavailable").
+    pub answered: bool,
+    /// Temporal reliability for the window, when it could predict.
+    pub tr: Option<f64>,
+    /// Failure probability by cause ("S3", "S4", "S5").
+    pub fail_by_cause: BTreeMap<String, f64>,
+    /// State the prediction starts from.
+    pub initial_state: Option<String>,
+    /// History days behind the prediction.
+    pub days_used: Option<u32>,
+    /// Its estimator.
+    pub method: Option<String>,
+    /// Effective computing power Γ = P·A (0..1).
+    pub power: Option<f64>,
+    /// Guest slot free (from the answer, else from its announcement).
+    pub slot_free: Option<bool>,
+    /// Current state from its announcement.
+    pub state: Option<String>,
+    /// Logical CPUs and memory (MiB) it announced.
+    pub logical_cpus: Option<u32>,
+    pub memory_mib: Option<u64>,
+    /// Its Gleaner version.
+    pub version: Option<String>,
+    /// Why there is no TR (unavailable, timeout, unreachable).
+    pub error: Option<String>,
+    /// Round trip of the last query, milliseconds.
+    pub rtt_ms: Option<f64>,
+    /// Round-trip median and 99th percentile over all rounds, milliseconds.
+    pub rtt_p50_ms: Option<f64>,
+    pub rtt_p99_ms: Option<f64>,
+    /// Queries that got a response, of `rounds`.
+    pub responses: u32,
+}
+
+impl From<&SurveyedHost> for HostReport {
+    fn from(h: &SurveyedHost) -> Self {
+        let label = |s: State| s.label().to_string();
+        let mut found_by = Vec::new();
+        if h.by_gossip {
+            found_by.push("gossip".to_string());
+        }
+        if h.by_dht {
+            found_by.push("dht".to_string());
+        }
+        HostReport {
+            peer: h.peer.to_base58(),
+            found_by,
+            addresses: h.addresses.iter().map(ToString::to_string).collect(),
+            answered: h.answered,
+            tr: h.tr,
+            fail_by_cause: h
+                .fail_by_cause
+                .map(|f| {
+                    State::FAILURES
+                        .iter()
+                        .zip(f)
+                        .map(|(s, p)| (label(*s), p))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            initial_state: h.initial_state.map(label),
+            days_used: h.days_used,
+            method: h.method.clone(),
+            power: h.power,
+            slot_free: h.slot_free,
+            state: h.state.map(label),
+            logical_cpus: h.logical_cpus,
+            memory_mib: h.memory_mib,
+            version: h.version.clone(),
+            error: h.error.clone(),
+            rtt_ms: h.rtt_ms,
+            rtt_p50_ms: h.rtt_p50_ms,
+            rtt_p99_ms: h.rtt_p99_ms,
+            responses: h.responses,
+        }
+    }
 }
 
 /// The version prefix of every path; bumped on incompatible changes.
@@ -329,6 +417,10 @@ pub struct TaskReport {
     pub ended_unix: Option<i64>,
     #[serde(default)]
     pub reason: Option<String>,
+    /// In a `wait` stream: the host's job event this line reports
+    /// ("inputs ready: …", "started", "reniced …"), when that is the news.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
 }
 
 /// `GET /v1/batches/{id}`; without `tasks` in `batch list`.

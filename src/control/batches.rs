@@ -114,6 +114,7 @@ fn task_report(task: u32, t: &TaskRecord) -> TaskReport {
         started_unix: t.started_unix,
         ended_unix: t.ended_unix,
         reason: t.reason.clone(),
+        event: None,
     }
 }
 
@@ -127,6 +128,7 @@ fn event_report(e: &TaskEvent) -> TaskReport {
         started_unix: None,
         ended_unix: e.state.is_final().then_some(e.at_unix),
         reason: e.reason.clone(),
+        event: e.event.clone(),
     }
 }
 

@@ -9,9 +9,9 @@
 //! here.
 
 use super::api::{
-    shell_code, ApiError, GuestReport, HostsQuery, HostsReport, ImportSummary, PauseReport,
-    PauseRequest, PredictQuery, RunLocalRequest, RunStarted, StatusReport, StreamLine, SubmitLine,
-    SubmitRequest, TrReport, PREFIX,
+    shell_code, ApiError, GuestReport, HostReport, HostsQuery, HostsReport, ImportSummary,
+    PauseReport, PauseRequest, PredictQuery, RunLocalRequest, RunStarted, StatusReport, StreamLine,
+    TrReport, PREFIX,
 };
 use crate::consumer::batch::BatchError;
 use crate::consumer::{ConsumerError, ConsumerHandle};
@@ -22,7 +22,7 @@ use crate::node::host_loop::{
     GuestJob, GuestOrigin, GuestStart, HostError, HostHandle, HostStatus, PauseOutcome,
 };
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -76,7 +76,6 @@ impl From<ConsumerError> for ApiError {
     fn from(e: ConsumerError) -> Self {
         let message = e.to_string();
         match e {
-            ConsumerError::EmptyCommand => ApiError::bad_request(message),
             ConsumerError::Pool(_) => ApiError::internal(message),
             ConsumerError::Unavailable => ApiError::unavailable(),
             ConsumerError::Batch(BatchError::UnknownBatch(_)) => ApiError::not_found(message),
@@ -136,11 +135,6 @@ pub async fn serve(mut socket: ControlSocket, handle: ControlHandles) -> std::io
 /// format's cap. The body is streamed to the node's spool, never held.
 const MAX_IMPORT_BYTES: u64 = crate::node::host_loop::MAX_IMPORT_BYTES;
 
-/// The largest `submit` body: the inputs travel inline (base64) and must fit
-/// the job protocol's frame once decoded.
-const MAX_SUBMIT_BYTES: usize =
-    (crate::net::protocol::JOB_REQUEST_CAP as usize) * 4 / 3 + 64 * 1024;
-
 /// The routes, separate from the socket so tests can call them directly.
 pub fn router(handle: ControlHandles) -> Router {
     Router::new()
@@ -150,10 +144,6 @@ pub fn router(handle: ControlHandles) -> Router {
         .route(&format!("{PREFIX}/predict"), post(predict))
         .route(&format!("{PREFIX}/run"), post(run_local))
         .route(&format!("{PREFIX}/hosts"), post(hosts))
-        .route(
-            &format!("{PREFIX}/submit"),
-            post(submit).layer(DefaultBodyLimit::max(MAX_SUBMIT_BYTES)),
-        )
         .route(&format!("{PREFIX}/history/export"), get(export))
         .route(&format!("{PREFIX}/history/import"), post(import))
         .merge(crate::control::batches::routes())
@@ -604,40 +594,9 @@ async fn hosts(State(h): State<ControlHandles>, ApiJson(query): ApiJson<HostsQue
             window_start_unix: view.query.window_start_unix,
             window_secs: view.query.window_secs,
             mem_mib: view.query.mem_mib,
-            hosts: view.hosts,
+            hosts: view.hosts.iter().map(HostReport::from).collect(),
         })
         .into_response(),
         Err(e) => ApiError::from(e).into_response(),
     }
-}
-
-async fn submit(
-    State(h): State<ControlHandles>,
-    ApiJson(request): ApiJson<SubmitRequest>,
-) -> Response {
-    let consumer = match consumer_of(&h) {
-        Ok(c) => c,
-        Err(e) => return e.into_response(),
-    };
-    let (lines_tx, mut lines_rx) = mpsc::channel::<SubmitLine>(64);
-    if let Err(e) = consumer.submit(request, lines_tx).await {
-        return ApiError::from(e).into_response();
-    }
-    let (tx, rx) = mpsc::channel::<Result<String, Infallible>>(64);
-    h.tracker.spawn(async move {
-        while let Some(line) = lines_rx.recv().await {
-            let Ok(mut text) = serde_json::to_string(&line) else {
-                continue;
-            };
-            text.push('\n');
-            if tx.send(Ok(text)).await.is_err() {
-                return;
-            }
-        }
-    });
-    (
-        [(header::CONTENT_TYPE, "application/jsonl")],
-        Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
-    )
-        .into_response()
 }

@@ -18,20 +18,29 @@ use libp2p::PeerId;
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::job::{JobPool, JobSettings};
+use crate::consumer::pool::{input_allowance, JobPool, JobSettings};
 use crate::consumer::Inbox;
 use crate::model::ids::JobId;
 use crate::net::protocol::{
-    JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RemoteJobState, OUTPUT_CHUNK_MAX,
+    JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason, RemoteJobState,
+    OUTPUT_CHUNK_MAX,
 };
 
 /// How an attempt ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AttemptEnd {
-    /// The job ran to its end and its results landed in the task's directory.
-    Landed { exit_status: i32, wall_secs: f64 },
-    /// The host refused the job before running it (busy, state, too big).
-    Refused(String),
+    /// The job ran to its end and its results landed in the task's
+    /// directory; `missing` names the declared outputs it did not write
+    /// (the task's fault, not the host's: another host would do the same).
+    Landed {
+        exit_status: i32,
+        wall_secs: f64,
+        missing: Vec<String>,
+    },
+    /// The host refused the job before running it. `lasting` when it would
+    /// refuse this task again (not allowed, too big, malformed), as opposed
+    /// to for now (busy, in a failure state, unreachable).
+    Refused { reason: String, lasting: bool },
     /// The job did not end well on this host (killed by the owner's load,
     /// host gone, a corrupt or missing output); another host may do better.
     HostFailed(String),
@@ -55,29 +64,57 @@ pub struct AttemptPlan {
     pub settings: JobSettings,
 }
 
-/// Hands `submit` to the plan's host and follows it. `on_accepted` runs once
-/// the host has taken the job.
+/// What an attempt tells its queue while it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptNews {
+    /// The host has taken the job.
+    Accepted,
+    /// The host reported an event of the job (inputs ready, started,
+    /// reniced, suspended...).
+    HostEvent(JobEventKind),
+}
+
+/// Hands `submit` to the plan's host and follows it, telling `news` what
+/// happens.
 pub async fn run<P: JobPool>(
     pool: &P,
     inbox: &Inbox,
     plan: &AttemptPlan,
     submit: JobSubmit,
     cancel: &CancellationToken,
-    on_accepted: impl FnOnce(),
+    news: impl Fn(AttemptNews) + Send + Sync,
 ) -> AttemptEnd {
     let registration = inbox.register(plan.host, &plan.job_id);
+    // Until the guest starts the host fetches the inputs it lacks.
+    let preparing = input_allowance(submit.inputs.iter().map(|i| i.size).sum());
     let answer = tokio::select! {
         a = pool.request(plan.host, JobRequest::Submit(submit)) => a,
         _ = cancel.cancelled() => return AttemptEnd::Cancelled,
     };
     match answer {
         Ok(JobResponse::Accepted) => {}
-        Ok(JobResponse::Rejected(r)) => return AttemptEnd::Refused(format!("{r:?}")),
-        Ok(other) => return AttemptEnd::Refused(format!("unexpected answer {other:?}")),
-        Err(e) => return AttemptEnd::Refused(e.to_string()),
+        Ok(JobResponse::Rejected(r)) => {
+            let lasting = !matches!(r, RejectReason::Busy | RejectReason::HostState(_));
+            return AttemptEnd::Refused {
+                reason: format!("{r:?}"),
+                lasting,
+            };
+        }
+        Ok(other) => {
+            return AttemptEnd::Refused {
+                reason: format!("unexpected answer {other:?}"),
+                lasting: true,
+            }
+        }
+        Err(e) => {
+            return AttemptEnd::Refused {
+                reason: e.to_string(),
+                lasting: false,
+            }
+        }
     }
-    on_accepted();
-    follow(pool, plan, registration, cancel).await
+    news(AttemptNews::Accepted);
+    follow(pool, plan, registration, cancel, preparing, &news).await
 }
 
 /// Picks up an attempt a restarted node finds running: asks the host, then
@@ -87,13 +124,16 @@ pub async fn reattach<P: JobPool>(
     inbox: &Inbox,
     plan: &AttemptPlan,
     cancel: &CancellationToken,
+    news: impl Fn(AttemptNews) + Send + Sync,
 ) -> AttemptEnd {
     let registration = inbox.register(plan.host, &plan.job_id);
     // Right after a restart the node is still dialling its pool: give the
     // host longer to answer before counting it gone.
     let mut plan = plan.clone();
     plan.settings.probes_to_fail = plan.settings.probes_to_fail.max(REATTACH_PROBES);
-    follow(pool, &plan, registration, cancel).await
+    // The inputs' sizes are not kept: allow what an empty job gets; a host
+    // still preparing answers the probes (`Running`) meanwhile.
+    follow(pool, &plan, registration, cancel, input_allowance(0), &news).await
 }
 
 /// Failed probes after which a re-attached job's host counts as gone.
@@ -104,11 +144,13 @@ async fn follow<P: JobPool>(
     plan: &AttemptPlan,
     mut registration: crate::consumer::Registration,
     cancel: &CancellationToken,
+    preparing: Duration,
+    news: &(impl Fn(AttemptNews) + Send + Sync),
 ) -> AttemptEnd {
     let started = tokio::time::Instant::now();
     let mut probe = tokio::time::interval(plan.settings.probe_every);
     probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let deadline = tokio::time::sleep(plan.limit + plan.settings.grace);
+    let deadline = tokio::time::sleep(plan.limit + plan.settings.grace + preparing);
     tokio::pin!(deadline);
     let mut failed_probes = 0u32;
     let end = loop {
@@ -117,6 +159,7 @@ async fn follow<P: JobPool>(
                 let Some(event) = event else {
                     break Err(AttemptEnd::HostFailed("the node stopped following the job".into()));
                 };
+                news(AttemptNews::HostEvent(event.kind.clone()));
                 if let Some(end) = ending(&event.kind) {
                     break end;
                 }
@@ -167,9 +210,10 @@ async fn follow<P: JobPool>(
         Ok(exit_status) => {
             let wall_secs = started.elapsed().as_secs_f64();
             match land(pool, plan, exit_status).await {
-                Ok(()) => AttemptEnd::Landed {
+                Ok(missing) => AttemptEnd::Landed {
                     exit_status,
                     wall_secs,
+                    missing,
                 },
                 Err(reason) => AttemptEnd::HostFailed(reason),
             }
@@ -178,24 +222,43 @@ async fn follow<P: JobPool>(
     }
 }
 
-/// `Some(Ok(status))` when the job finished, `Some(Err(..))` when the host
-/// ended it, `None` while it runs.
-fn ending(kind: &JobEventKind) -> Option<Result<i32, AttemptEnd>> {
+/// A host's job event as people read it (`batch wait`, `submit`).
+pub fn event_text(kind: &JobEventKind) -> String {
     match kind {
-        JobEventKind::Finished { exit_status } => Some(Ok(*exit_status)),
-        JobEventKind::Killed { cause } => Some(Err(AttemptEnd::HostFailed(match cause {
+        JobEventKind::Started => "started".to_string(),
+        JobEventKind::Reniced => "reniced to 19 (the owner is busy)".to_string(),
+        JobEventKind::Suspended => "suspended (owner load spike)".to_string(),
+        JobEventKind::Resumed => "resumed".to_string(),
+        JobEventKind::Killed { cause } => match cause {
             Some(state) => format!(
                 "killed by the host ({})",
                 crate::model::state::State::from(*state).label()
             ),
             None => "killed by the host (wall-time limit)".to_string(),
-        }))),
-        JobEventKind::KilledOverMemory => Some(Err(AttemptEnd::JobFailed(
-            "killed by the host: over its declared memory".into(),
-        ))),
-        JobEventKind::NotStarted { reason } => Some(Err(AttemptEnd::HostFailed(format!(
-            "not started: {reason}"
-        )))),
+        },
+        JobEventKind::Finished { exit_status } => format!("finished with status {exit_status}"),
+        JobEventKind::KilledOverMemory => {
+            "killed by the host: over its declared memory".to_string()
+        }
+        JobEventKind::InputsReady {
+            fetched_bytes,
+            cached_bytes,
+        } => format!(
+            "inputs ready: {fetched_bytes} bytes fetched, {cached_bytes} bytes from the host's cache"
+        ),
+        JobEventKind::NotStarted { reason } => format!("not started: {reason}"),
+    }
+}
+
+/// `Some(Ok(status))` when the job finished, `Some(Err(..))` when the host
+/// ended it, `None` while it runs.
+fn ending(kind: &JobEventKind) -> Option<Result<i32, AttemptEnd>> {
+    match kind {
+        JobEventKind::Finished { exit_status } => Some(Ok(*exit_status)),
+        JobEventKind::Killed { .. } | JobEventKind::NotStarted { .. } => {
+            Some(Err(AttemptEnd::HostFailed(event_text(kind))))
+        }
+        JobEventKind::KilledOverMemory => Some(Err(AttemptEnd::JobFailed(event_text(kind)))),
         JobEventKind::Started
         | JobEventKind::InputsReady { .. }
         | JobEventKind::Reniced
@@ -205,8 +268,12 @@ fn ending(kind: &JobEventKind) -> Option<Result<i32, AttemptEnd>> {
 }
 
 /// Fetches every result into a temporary directory beside the task's, then
-/// renames it into place.
-async fn land<P: JobPool>(pool: &P, plan: &AttemptPlan, exit_status: i32) -> Result<(), String> {
+/// renames it into place. Returns the declared outputs the job did not write.
+async fn land<P: JobPool>(
+    pool: &P,
+    plan: &AttemptPlan,
+    exit_status: i32,
+) -> Result<Vec<String>, String> {
     let parent = plan
         .result_dir
         .parent()
@@ -231,15 +298,23 @@ async fn land<P: JobPool>(pool: &P, plan: &AttemptPlan, exit_status: i32) -> Res
                 .iter()
                 .map(|o| (o.clone(), OutputName::File(o.clone()))),
         );
+        let mut missing = Vec::new();
         for (label, name) in names {
-            fetch_to_file(pool, plan, name, &tmp.join(&label))
+            let declared = matches!(name, OutputName::File(_));
+            let found = fetch_to_file(pool, plan, name, &tmp.join(&label))
                 .await
                 .map_err(|e| format!("output {label}: {e}"))?;
+            match (found, declared) {
+                (true, _) => {}
+                (false, true) => missing.push(label),
+                (false, false) => return Err(format!("output {label}: the host has none")),
+            }
         }
         tokio::fs::write(tmp.join("exit_status"), format!("{exit_status}\n"))
             .await
             .map_err(|e| format!("exit_status: {e}"))?;
-        replace_dir(&tmp, &plan.result_dir).await
+        replace_dir(&tmp, &plan.result_dir).await?;
+        Ok(missing)
     }
     .await;
     if landed.is_err() {
@@ -260,12 +335,14 @@ pub async fn replace_dir(from: &Path, to: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot rename into {}: {e}", to.display()))
 }
 
+/// Fetches one output into `path`, checked against its host's hash.
+/// `Ok(false)` when the host says the job wrote no such file.
 async fn fetch_to_file<P: JobPool>(
     pool: &P,
     plan: &AttemptPlan,
     name: OutputName,
     path: &Path,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     if let Some(dir) = path.parent() {
         tokio::fs::create_dir_all(dir)
             .await
@@ -295,7 +372,12 @@ async fn fetch_to_file<P: JobPool>(
                 }
                 (data, total_len)
             }
-            Ok(JobResponse::NotFound) => return Err("the host has no such output".into()),
+            Ok(JobResponse::NotFound) if offset == 0 => {
+                drop(file);
+                let _ = tokio::fs::remove_file(path).await;
+                return Ok(false);
+            }
+            Ok(JobResponse::NotFound) => return Err("the output went away while fetched".into()),
             Ok(other) => return Err(format!("unexpected answer {other:?}")),
             Err(e) => return Err(e.to_string()),
         };
@@ -326,5 +408,5 @@ async fn fetch_to_file<P: JobPool>(
     }
     file.flush().await.map_err(|e| e.to_string())?;
     file.sync_all().await.map_err(|e| e.to_string())?;
-    Ok(())
+    Ok(true)
 }

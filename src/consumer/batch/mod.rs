@@ -14,6 +14,8 @@ pub mod codec;
 pub mod queue;
 pub mod spec;
 pub mod store;
+#[cfg(test)]
+mod tests;
 
 pub use queue::{BatchError, BatchQueue, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
 pub use store::{BatchRecord, TaskRecord, TaskState};

@@ -20,12 +20,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
-use crate::consumer::batch::attempt::{self, AttemptEnd, AttemptPlan};
+use crate::consumer::batch::attempt::{self, AttemptEnd, AttemptNews, AttemptPlan};
 use crate::consumer::batch::spec::{self, Sweep, TaskTemplate};
 use crate::consumer::batch::store::{BatchRecord, BatchStore, TaskRecord, TaskState};
-use crate::consumer::job::{JobPool, JobSettings};
+use crate::consumer::pool::{JobPool, JobSettings};
 use crate::consumer::rank;
-use crate::consumer::survey::{HostReport, SurveyQuery};
+use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::consumer::Inbox;
 use crate::data::{InputSpec, Offer};
 use crate::model::ids::BatchId;
@@ -36,7 +36,7 @@ pub trait PlacementPolicy: Send + Sync {
     /// Its name, as `batch submit --policy` and `status` spell it.
     fn name(&self) -> &'static str;
     /// The hosts that may take a task now, best first.
-    fn order<'a>(&self, hosts: &'a [HostReport]) -> Vec<&'a HostReport>;
+    fn order<'a>(&self, hosts: &'a [SurveyedHost]) -> Vec<&'a SurveyedHost>;
 }
 
 /// Today's ranking: TR for the task's window, then Γ (`consumer::rank`).
@@ -47,7 +47,7 @@ impl PlacementPolicy for RankByReliability {
     fn name(&self) -> &'static str {
         "tr"
     }
-    fn order<'a>(&self, hosts: &'a [HostReport]) -> Vec<&'a HostReport> {
+    fn order<'a>(&self, hosts: &'a [SurveyedHost]) -> Vec<&'a SurveyedHost> {
         rank::rank(hosts, &HashSet::new())
     }
 }
@@ -90,6 +90,8 @@ pub struct TaskEvent {
     pub attempts: u32,
     pub exit_status: Option<i32>,
     pub reason: Option<String>,
+    /// A host's job event, when that is what happened.
+    pub event: Option<String>,
     pub at_unix: i64,
 }
 
@@ -138,10 +140,16 @@ impl Counts {
 /// What attempt and survey tasks report back to the actor.
 #[derive(Debug)]
 pub enum QueueMsg {
-    Surveyed(Result<Vec<HostReport>, String>),
+    Surveyed(Result<Vec<SurveyedHost>, String>),
     Accepted {
         batch: BatchId,
         task: u32,
+    },
+    /// The host of a running attempt reported an event of its job.
+    HostEvent {
+        batch: BatchId,
+        task: u32,
+        text: String,
     },
     Ended {
         batch: BatchId,
@@ -188,6 +196,9 @@ pub struct BatchQueue<P: JobPool + Clone + 'static> {
     /// Attempts in flight, each with the token that cancels it.
     running: HashMap<(BatchId, u32), CancellationToken>,
     hosts_in_use: HashSet<PeerId>,
+    /// Hosts that refused a task for good (not allowed, too big): not
+    /// offered that task again while this node runs.
+    refused_by: HashMap<(BatchId, u32), HashSet<PeerId>>,
     events: broadcast::Sender<TaskEvent>,
     to_self: mpsc::UnboundedSender<QueueMsg>,
     surveying: bool,
@@ -195,7 +206,7 @@ pub struct BatchQueue<P: JobPool + Clone + 'static> {
     /// The hosts the last survey found eligible, best first, and when: a
     /// host that just finished a task takes the next one without waiting
     /// for a new survey while this is fresh.
-    last_ranked: Vec<HostReport>,
+    last_ranked: Vec<SurveyedHost>,
     last_ranked_at: Option<tokio::time::Instant>,
     /// Set when something changed that may let a task start.
     wanted: bool,
@@ -235,6 +246,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             batches: BTreeMap::new(),
             running: HashMap::new(),
             hosts_in_use: HashSet::new(),
+            refused_by: HashMap::new(),
             events,
             to_self,
             surveying: false,
@@ -453,7 +465,10 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 tracing::debug!(error = %e, "batch queue: survey failed");
             }
             QueueMsg::Accepted { batch, task } => {
-                self.emit(batch, task);
+                self.emit(batch, task, None);
+            }
+            QueueMsg::HostEvent { batch, task, text } => {
+                self.emit(batch, task, Some(text));
             }
             QueueMsg::Ended {
                 batch,
@@ -469,7 +484,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         }
     }
 
-    fn place(&mut self, hosts: &[HostReport]) {
+    fn place(&mut self, hosts: &[SurveyedHost]) {
         self.last_ranked = self.policy.order(hosts).into_iter().cloned().collect();
         self.last_ranked_at = Some(tokio::time::Instant::now());
         let ranked = std::mem::take(&mut self.last_ranked);
@@ -478,20 +493,14 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     }
 
     /// Hands waiting tasks to the free hosts of `ranked`, best first.
-    fn place_ranked(&mut self, ranked: &[HostReport]) {
-        let free: Vec<&HostReport> = ranked
+    fn place_ranked(&mut self, ranked: &[SurveyedHost]) {
+        let free: Vec<PeerId> = ranked
             .iter()
-            .filter(|h| {
-                h.peer
-                    .parse::<PeerId>()
-                    .is_ok_and(|p| !self.hosts_in_use.contains(&p))
-            })
+            .map(|h| h.peer)
+            .filter(|p| !self.hosts_in_use.contains(p))
             .collect();
-        for host in free {
-            let Ok(peer) = host.peer.parse::<PeerId>() else {
-                continue;
-            };
-            let Some((batch, task)) = self.next_task_for(&host.peer) else {
+        for peer in free {
+            let Some((batch, task)) = self.next_task_for(peer) else {
                 continue;
             };
             self.start(batch, task, peer);
@@ -499,14 +508,23 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     }
 
     /// The oldest waiting task that may run on `host`.
-    fn next_task_for(&self, host: &str) -> Option<(BatchId, u32)> {
+    fn next_task_for(&self, host: PeerId) -> Option<(BatchId, u32)> {
+        let name = host.to_base58();
         self.batches.iter().find_map(|(id, b)| {
             if b.record.cancelled || b.record.max_running.is_some_and(|m| b.running >= m) {
                 return None;
             }
             b.tasks
                 .iter()
-                .position(|t| t.state == TaskState::Queued && !t.avoid.iter().any(|a| a == host))
+                .enumerate()
+                .position(|(i, t)| {
+                    t.state == TaskState::Queued
+                        && !t.avoid.contains(&name)
+                        && !self
+                            .refused_by
+                            .get(&(*id, i as u32))
+                            .is_some_and(|r| r.contains(&host))
+                })
                 .map(|i| (*id, i as u32))
         })
     }
@@ -561,17 +579,24 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             let end = match flushed {
                 Ok(Ok(())) => match job_submit(&pool, &plan, &record, submit_parts).await {
                     Ok((submit, offer)) => {
-                        let accepted = || {
-                            let _ = tx.send(QueueMsg::Accepted { batch, task });
-                        };
-                        let end =
-                            attempt::run(&pool, &inbox, &plan, submit, &cancel, accepted).await;
+                        let end = attempt::run(
+                            &pool,
+                            &inbox,
+                            &plan,
+                            submit,
+                            &cancel,
+                            news_to(tx.clone(), batch, task),
+                        )
+                        .await;
                         drop(offer);
                         end
                     }
                     Err(e) => AttemptEnd::JobFailed(e),
                 },
-                _ => AttemptEnd::Refused("cannot write the batch store".into()),
+                _ => AttemptEnd::Refused {
+                    reason: "cannot write the batch store".into(),
+                    lasting: false,
+                },
             };
             let _ = tx.send(QueueMsg::Ended {
                 batch,
@@ -609,7 +634,8 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         self.hosts_in_use.insert(host);
         let (pool, inbox, tx) = (self.pool.clone(), self.inbox.clone(), self.to_self.clone());
         self.tracker.spawn(async move {
-            let end = attempt::reattach(&pool, &inbox, &plan, &cancel).await;
+            let news = news_to(tx.clone(), batch, task);
+            let end = attempt::reattach(&pool, &inbox, &plan, &cancel, news).await;
             let _ = tx.send(QueueMsg::Ended {
                 batch,
                 task,
@@ -640,8 +666,9 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             AttemptEnd::Landed {
                 exit_status,
                 wall_secs,
+                missing,
             } => {
-                t.state = if exit_status == 0 {
+                t.state = if exit_status == 0 && missing.is_empty() {
                     TaskState::Done
                 } else {
                     TaskState::Failed
@@ -649,7 +676,16 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 t.exit_status = Some(exit_status);
                 t.wall_secs = Some(wall_secs);
                 t.ended_unix = Some(now);
-                t.reason = (exit_status != 0).then(|| format!("exit status {exit_status}"));
+                t.reason = if exit_status != 0 {
+                    Some(format!("exit status {exit_status}"))
+                } else if !missing.is_empty() {
+                    Some(format!(
+                        "declared output(s) not written: {}",
+                        missing.join(", ")
+                    ))
+                } else {
+                    None
+                };
                 landed = true;
             }
             AttemptEnd::Cancelled if cancelled => {
@@ -665,12 +701,21 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 t.ended_unix = Some(now);
                 t.reason = Some("cancelled".into());
             }
-            AttemptEnd::Refused(reason) => {
+            AttemptEnd::Refused { reason, lasting } => {
+                if lasting {
+                    self.refused_by
+                        .entry((batch, task))
+                        .or_default()
+                        .insert(host);
+                }
                 // Not the task's fault: back in the queue, this host skipped
                 // until the next survey says it is free.
                 tracing::debug!(%batch, task, host = %host_text, %reason, "host refused a task");
                 t.state = TaskState::Queued;
                 t.host = None;
+                // Shown while the task waits, so `submit` can say why no
+                // host took it.
+                t.reason = Some(format!("refused by {host_text}: {reason}"));
             }
             AttemptEnd::JobFailed(reason) => {
                 t.state = TaskState::Failed;
@@ -694,6 +739,12 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             }
         }
         self.persist(batch, task);
+        if self
+            .task(batch, task)
+            .is_some_and(|t| !matches!(t.state, TaskState::Queued | TaskState::Running))
+        {
+            self.refused_by.remove(&(batch, task));
+        }
         let store = self.store.clone();
         self.tracker.spawn_blocking(move || {
             let _ = store.flush();
@@ -704,12 +755,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             .last_ranked_at
             .is_some_and(|t| t.elapsed() < RANKING_FRESH_FOR);
         if landed && fresh {
-            if let Some(report) = self
-                .last_ranked
-                .iter()
-                .find(|h| h.peer == host_text)
-                .cloned()
-            {
+            if let Some(report) = self.last_ranked.iter().find(|h| h.peer == host).cloned() {
                 self.place_ranked(std::slice::from_ref(&report));
             }
         }
@@ -734,10 +780,12 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         if let Err(e) = self.store.put_task(batch, task, t) {
             tracing::error!(%batch, task, error = %e, "cannot record a task's state");
         }
-        self.emit(batch, task);
+        self.emit(batch, task, None);
     }
 
-    fn emit(&self, batch: BatchId, task: u32) {
+    /// Tells watchers how a task stands, with a host's job event when one
+    /// is the news.
+    fn emit(&self, batch: BatchId, task: u32, event: Option<String>) {
         let Some(t) = self.task(batch, task) else {
             return;
         };
@@ -749,7 +797,27 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             attempts: t.attempts,
             exit_status: t.exit_status,
             reason: t.reason.clone(),
+            event,
             at_unix: self.clock.unix_secs(),
+        });
+    }
+}
+
+/// Where an attempt's news goes: the queue's own channel, as messages for
+/// the actor.
+fn news_to(
+    tx: mpsc::UnboundedSender<QueueMsg>,
+    batch: BatchId,
+    task: u32,
+) -> impl Fn(AttemptNews) + Send + Sync {
+    move |news| {
+        let _ = tx.send(match news {
+            AttemptNews::Accepted => QueueMsg::Accepted { batch, task },
+            AttemptNews::HostEvent(kind) => QueueMsg::HostEvent {
+                batch,
+                task,
+                text: attempt::event_text(&kind),
+            },
         });
     }
 }

@@ -1,0 +1,330 @@
+//! `gleaner submit`: run one task on the pool and wait for it, as a shell
+//! runs a command: its stdout and stderr come out here, its declared output
+//! files land in `--output-dir`, and `submit` exits with its status.
+//!
+//! There is no second way to run work: `submit` queues a batch of one task
+//! through the node's batch queue (`gleaner batch`), so placement, retries,
+//! restarts of the node and verified results are the batch's. What this
+//! module adds is the waiting: it gives up (exit 75, the batch cancelled)
+//! when no host has taken the task within `--queue-limit`, as the old
+//! single-job path failed when no host could take the job.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use serde::Serialize;
+
+use crate::cli::args::parse_duration;
+use crate::cli::batch::{task_request, TaskArgs, EXIT_NOT_RUN};
+use crate::cli::control::{block_on, client};
+use crate::cli::output::print_json;
+use crate::cli::Global;
+use crate::control::api::{
+    BatchCreated, BatchLine, BatchReport, BatchResultsCopied, BatchResultsRequest, TaskCounts,
+    TaskReport, PREFIX,
+};
+use crate::control::client::ControlClient;
+use crate::model::ids::BatchId;
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// Where the declared output files are written.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub output_dir: PathBuf,
+    /// Give up (exit 75, nothing left queued) when no host has taken the task
+    /// within this time of it waiting: every host busy, refusing or gone.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
+    pub queue_limit: u64,
+    #[command(flatten)]
+    pub task: TaskArgs,
+    #[command(flatten)]
+    pub out: crate::cli::JsonFlag,
+}
+
+/// Most bytes of stdout or stderr the `--json` result line carries; the
+/// whole files stay in the node's copy of the batch's results.
+const JSON_TEXT_MAX: u64 = 1 << 20;
+
+/// The last line of `submit --json`.
+#[derive(Debug, Serialize)]
+struct SubmitResult {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    batch: BatchId,
+    /// done, failed, cancelled (or queued when it was given up).
+    state: String,
+    host: Option<String>,
+    attempts: u32,
+    exit_status: Option<i32>,
+    reason: Option<String>,
+    /// The task's stdout and stderr as text (invalid UTF-8 replaced), at
+    /// most [`JSON_TEXT_MAX`] bytes each.
+    stdout: String,
+    stderr: String,
+    /// True when either was cut at that size.
+    truncated: bool,
+    /// The declared outputs, where they landed.
+    outputs: Vec<PathBuf>,
+}
+
+/// `gleaner submit`: exits with the task's status (75 when no host ran it).
+pub fn submit(args: &SubmitArgs, global: &Global) -> anyhow::Result<()> {
+    let request = task_request(&args.task)?;
+    let out_dir = std::path::absolute(&args.output_dir)
+        .with_context(|| format!("--output-dir {}", args.output_dir.display()))?;
+    std::fs::create_dir_all(&out_dir)
+        .with_context(|| format!("--output-dir {}", out_dir.display()))?;
+    let (_, client) = client(global)?;
+    let (json, quiet) = (global.json, global.quiet);
+    let queue_limit = Duration::from_secs(args.queue_limit.max(1));
+    let outputs = args.task.output.clone();
+    let code = block_on(async move {
+        let created: BatchCreated = client
+            .post_json(&format!("{PREFIX}/batches"), &request)
+            .await?;
+        let report = follow(&client, created.id, queue_limit, json, quiet).await?;
+        finish(&client, &report, &out_dir, &outputs, json).await
+    })??;
+    let _ = std::io::stdout().flush();
+    std::process::exit(code);
+}
+
+/// Follows the one task until its batch ends, or cancels it when it waited
+/// in the queue for `queue_limit`. Returns the batch as it ended.
+async fn follow(
+    client: &ControlClient,
+    id: BatchId,
+    queue_limit: Duration,
+    json: bool,
+    quiet: bool,
+) -> anyhow::Result<BatchReport> {
+    let mut lines = client
+        .post_stream(&format!("{PREFIX}/batches/{id}/wait"), &())
+        .await?;
+    let say = |text: String| {
+        if !quiet && !json {
+            eprintln!("gleaner: {text}");
+        }
+    };
+    let waiting_since = tokio::time::sleep(queue_limit);
+    tokio::pin!(waiting_since);
+    let mut queued = true;
+    let mut last_reason: Option<String> = None;
+    let mut last_state: Option<String> = None;
+    let mut gave_up = false;
+    loop {
+        let line = tokio::select! {
+            line = lines.next::<BatchLine>() => line?,
+            _ = &mut waiting_since, if queued && !gave_up => {
+                gave_up = true;
+                say(format!(
+                    "no host took the task within {}; giving up{}",
+                    crate::cli::predict::human_duration(queue_limit.as_secs()),
+                    last_reason.as_deref().map(|r| format!(" (last: {r})")).unwrap_or_default()
+                ));
+                let _: TaskCounts = client
+                    .post_json(&format!("{PREFIX}/batches/{id}/cancel"), &())
+                    .await?;
+                continue;
+            }
+        };
+        let Some(line) = line else {
+            bail!("the node stopped before the task ended; `gleaner batch wait {id}` follows it again");
+        };
+        if json {
+            print_json(&line)?;
+        }
+        match line {
+            BatchLine::Task { task, .. } => {
+                let now_queued = task.state == "queued";
+                if now_queued && !queued {
+                    // Back in the queue (its host failed or refused): the
+                    // wait for a host starts again.
+                    waiting_since
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + queue_limit);
+                }
+                queued = now_queued;
+                // The same state again (the host took the job) is no news.
+                let news = task.event.is_some()
+                    || last_state.as_deref() != Some(task.state.as_str())
+                    || (task.reason.is_some() && task.reason != last_reason);
+                if news {
+                    progress(&task, &say);
+                }
+                last_state = Some(task.state.clone());
+                // Why it waits (a refusal, a failed host); not the end's
+                // own words ("cancelled" after giving up).
+                if task.reason.is_some() && matches!(task.state.as_str(), "queued" | "running") {
+                    last_reason.clone_from(&task.reason);
+                }
+            }
+            BatchLine::Batch(report) => {
+                let mut report = report;
+                if gave_up {
+                    if let Some(t) = report.tasks.first_mut() {
+                        t.reason = Some(format!(
+                            "no host took it within {} s{}",
+                            queue_limit.as_secs(),
+                            last_reason
+                                .map(|r| format!("; last: {r}"))
+                                .unwrap_or_default()
+                        ));
+                    }
+                }
+                return Ok(report);
+            }
+        }
+    }
+}
+
+fn progress(t: &TaskReport, say: &impl Fn(String)) {
+    let host = t.host.as_deref().map(short).unwrap_or("-");
+    if let Some(event) = &t.event {
+        say(format!("{host}: {event}"));
+        return;
+    }
+    match t.state.as_str() {
+        "running" => say(format!("attempt {} on host {host}", t.attempts)),
+        "queued" => {
+            if let Some(r) = &t.reason {
+                say(format!("waiting for a host: {r}"));
+            }
+        }
+        "done" | "failed" => say(format!(
+            "the task ended on {host} after {} attempt(s){}",
+            t.attempts,
+            t.reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        )),
+        _ => {}
+    }
+}
+
+/// Brings the task's results out: stdout and stderr here (or in the JSON
+/// result line), declared outputs into `out_dir`. Returns the exit code.
+async fn finish(
+    client: &ControlClient,
+    report: &BatchReport,
+    out_dir: &Path,
+    outputs: &[String],
+    json: bool,
+) -> anyhow::Result<i32> {
+    let Some(task) = report.tasks.first() else {
+        bail!("batch {} has no task", report.id);
+    };
+    let landed = task.exit_status.is_some();
+    let mut placed = Vec::new();
+    let mut texts = (String::new(), String::new(), false);
+    if landed {
+        // The node copies the results (it may read its data dir; this user
+        // may not) into a staging dir beside the outputs' place, from which
+        // they are renamed: a reader never sees half a file.
+        let staging = out_dir.join(format!(".gleaner-submit-{}", report.id));
+        let copied: BatchResultsCopied = client
+            .post_json(
+                &format!("{PREFIX}/batches/{}/results", report.id),
+                &BatchResultsRequest {
+                    out: staging.clone(),
+                },
+            )
+            .await?;
+        let dir = copied.out.join(task.task.to_string());
+        let result = place_results(&dir, out_dir, outputs, json, &mut placed, &mut texts);
+        let _ = std::fs::remove_dir_all(&staging);
+        result?;
+        if let (false, "failed", Some(0), Some(reason)) = (
+            json,
+            task.state.as_str(),
+            task.exit_status,
+            task.reason.as_deref(),
+        ) {
+            eprintln!("gleaner: {reason}");
+        }
+    } else if !json {
+        eprintln!(
+            "gleaner: the task did not run: {}",
+            task.reason.as_deref().unwrap_or("no reason given")
+        );
+    }
+    if json {
+        print_json(&SubmitResult {
+            kind: "result",
+            batch: report.id,
+            state: task.state.clone(),
+            host: task.host.clone(),
+            attempts: task.attempts,
+            exit_status: task.exit_status,
+            reason: task.reason.clone(),
+            stdout: texts.0,
+            stderr: texts.1,
+            truncated: texts.2,
+            outputs: placed,
+        })?;
+    }
+    Ok(task.exit_status.unwrap_or(EXIT_NOT_RUN))
+}
+
+fn place_results(
+    dir: &Path,
+    out_dir: &Path,
+    outputs: &[String],
+    json: bool,
+    placed: &mut Vec<PathBuf>,
+    texts: &mut (String, String, bool),
+) -> anyhow::Result<()> {
+    if json {
+        let (out, cut_out) = read_text(&dir.join("stdout"))?;
+        let (err, cut_err) = read_text(&dir.join("stderr"))?;
+        *texts = (out, err, cut_out || cut_err);
+    } else {
+        copy_stream(&dir.join("stdout"), &mut std::io::stdout())?;
+        copy_stream(&dir.join("stderr"), &mut std::io::stderr())?;
+    }
+    for name in outputs {
+        let from = dir.join(name);
+        if !from.exists() {
+            // The node said so in the task's reason, shown by the caller.
+            continue;
+        }
+        let to = out_dir.join(name);
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("output {}", parent.display()))?;
+        }
+        std::fs::rename(&from, &to).with_context(|| format!("output {}", to.display()))?;
+        placed.push(to);
+    }
+    Ok(())
+}
+
+fn copy_stream(path: &Path, to: &mut impl Write) -> anyhow::Result<()> {
+    let mut file = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+    std::io::copy(&mut file, to)?;
+    to.flush()?;
+    Ok(())
+}
+
+/// A file's first [`JSON_TEXT_MAX`] bytes as text, and whether it was cut.
+fn read_text(path: &Path) -> anyhow::Result<(String, bool)> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+    let len = file.metadata()?.len();
+    let mut bytes = Vec::new();
+    file.take(JSON_TEXT_MAX).read_to_end(&mut bytes)?;
+    Ok((
+        String::from_utf8_lossy(&bytes).into_owned(),
+        len > JSON_TEXT_MAX,
+    ))
+}
+
+/// The last characters of a peer id: enough to tell hosts apart.
+fn short(peer: &str) -> &str {
+    let start = peer.len().saturating_sub(8);
+    peer.get(start..).unwrap_or(peer)
+}

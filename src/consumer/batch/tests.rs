@@ -1,0 +1,351 @@
+//! The batch queue against a scripted pool ([`FakePool`]): placement by
+//! rank, retries on other hosts, refusals, corrupted and missing outputs,
+//! without sockets. The same queue runs `gleaner submit` (a batch of one
+//! task) and `gleaner batch`; real-node tests are in `tests/batch_pool.rs`
+//! and `tests/pool_nodes.rs`.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use libp2p::PeerId;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::queue::{NewBatch, TICK};
+use super::spec::{Sweep, TaskTemplate};
+use super::{BatchQueue, BatchView, TaskState};
+use crate::clock::SystemClock;
+use crate::consumer::pool::{JobPool, JobSettings};
+use crate::consumer::survey::{SurveyQuery, SurveyedHost};
+use crate::consumer::{HostJobEvent, Inbox};
+use crate::data::{Catalog, InputSpec, Offer};
+use crate::net::protocol::{
+    JobEventKind, JobRequest, JobResponse, OutputName, RejectReason, WireState,
+};
+use crate::net::NetError;
+
+#[derive(Debug, Clone, Copy)]
+enum Host {
+    Finish(i32),
+    /// Finishes, but its stdout does not match the hash it reports.
+    CorruptOutput,
+    KilledByOwner,
+    Vanish,
+    /// Refuses every job for good (the consumer is not on its allowlist).
+    NotAllowed,
+}
+
+#[derive(Clone)]
+struct FakePool {
+    catalog: Catalog,
+    inbox: Inbox,
+    hosts: Arc<Vec<(PeerId, f64, Host)>>,
+    submits: Arc<Mutex<Vec<PeerId>>>,
+    gone: Arc<Mutex<HashSet<PeerId>>>,
+}
+
+impl FakePool {
+    fn behaviour(&self, peer: PeerId) -> Host {
+        self.hosts
+            .iter()
+            .find(|h| h.0 == peer)
+            .map_or(Host::Vanish, |h| h.2)
+    }
+}
+
+impl JobPool for FakePool {
+    async fn offer(&self, inputs: &[InputSpec]) -> Result<Offer, String> {
+        self.catalog.offer(inputs).await
+    }
+
+    async fn survey(&self, _q: SurveyQuery) -> Result<Vec<SurveyedHost>, NetError> {
+        Ok(self
+            .hosts
+            .iter()
+            .map(|(peer, tr, _)| SurveyedHost {
+                answered: true,
+                tr: Some(*tr),
+                slot_free: Some(true),
+                ..SurveyedHost::new(*peer)
+            })
+            .collect())
+    }
+
+    async fn request(&self, host: PeerId, request: JobRequest) -> Result<JobResponse, NetError> {
+        let behaviour = self.behaviour(host);
+        if self.gone.lock().unwrap().contains(&host) {
+            return Err(NetError::ConnectionClosed);
+        }
+        let event = |seq, kind| HostJobEvent {
+            seq,
+            time_unix: 0,
+            kind,
+        };
+        match request {
+            JobRequest::Submit(s) => {
+                self.submits.lock().unwrap().push(host);
+                match behaviour {
+                    Host::NotAllowed => return Ok(JobResponse::Rejected(RejectReason::NotAllowed)),
+                    Host::Finish(code) => {
+                        // Events reach the attempt once it follows the job.
+                        let inbox = self.inbox.clone();
+                        let id = s.job_id.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            inbox.deliver(host, &id, event(0, JobEventKind::Started));
+                            inbox.deliver(
+                                host,
+                                &id,
+                                event(1, JobEventKind::Finished { exit_status: code }),
+                            );
+                        });
+                    }
+                    Host::CorruptOutput => {
+                        let inbox = self.inbox.clone();
+                        let id = s.job_id.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            inbox.deliver(
+                                host,
+                                &id,
+                                event(0, JobEventKind::Finished { exit_status: 0 }),
+                            );
+                        });
+                    }
+                    Host::KilledByOwner => {
+                        let inbox = self.inbox.clone();
+                        let id = s.job_id.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            inbox.deliver(
+                                host,
+                                &id,
+                                event(
+                                    0,
+                                    JobEventKind::Killed {
+                                        cause: Some(WireState::S3),
+                                    },
+                                ),
+                            );
+                        });
+                    }
+                    Host::Vanish => {
+                        self.gone.lock().unwrap().insert(host);
+                    }
+                }
+                Ok(JobResponse::Accepted)
+            }
+            JobRequest::Fetch {
+                name, offset, len, ..
+            } => {
+                let data: &[u8] = match name {
+                    OutputName::Stdout => b"hello\n",
+                    OutputName::Stderr => b"",
+                    OutputName::File(_) => return Ok(JobResponse::NotFound),
+                };
+                let start = (offset as usize).min(data.len());
+                let end = (start + len as usize).min(data.len());
+                let mut hash = (offset == 0).then(|| *blake3::hash(data).as_bytes());
+                let mut sent = data[start..end].to_vec();
+                if matches!(behaviour, Host::CorruptOutput) && !sent.is_empty() {
+                    // Bytes changed after the host hashed them.
+                    sent[0] ^= 0x20;
+                    hash = hash.or(Some([0; 32]));
+                }
+                Ok(JobResponse::Chunk {
+                    data: sent,
+                    total_len: data.len() as u64,
+                    hash,
+                })
+            }
+            JobRequest::Query { .. } => Ok(JobResponse::JobState(
+                crate::net::protocol::RemoteJobState::Running,
+            )),
+            JobRequest::Event { .. } | JobRequest::Cancel { .. } => Ok(JobResponse::NotFound),
+        }
+    }
+}
+
+/// Runs a one-task batch (`true`, declaring `outputs`) on `hosts` until it
+/// ends; returns the batch and the hosts it was handed to, in order.
+async fn run_one(
+    hosts: Vec<(PeerId, f64, Host)>,
+    max_retries: u32,
+    outputs: &[&str],
+) -> (BatchView, Vec<PeerId>) {
+    let dir = tempfile::tempdir().unwrap();
+    let inbox = Inbox::default();
+    let pool = FakePool {
+        catalog: Catalog::new(),
+        inbox: inbox.clone(),
+        hosts: Arc::new(hosts),
+        submits: Arc::default(),
+        gone: Arc::default(),
+    };
+    let settings = JobSettings {
+        max_retries,
+        probe_every: Duration::from_millis(50),
+        ..JobSettings::default()
+    };
+    let (mut queue, mut msgs) = BatchQueue::open(
+        pool.clone(),
+        inbox,
+        dir.path(),
+        Arc::new(SystemClock),
+        settings,
+        TaskTracker::new(),
+        CancellationToken::new(),
+    )
+    .unwrap();
+    let id = queue
+        .submit(NewBatch {
+            name: None,
+            template: TaskTemplate {
+                argv: vec!["true".into()],
+                env: Vec::new(),
+                inputs: Vec::new(),
+                outputs: outputs.iter().map(ToString::to_string).collect(),
+            },
+            sweep: Sweep::One,
+            mem_mib: 10,
+            runtime_secs: 60,
+            limit_secs: 60,
+            max_running: None,
+            output_dir: None,
+        })
+        .unwrap();
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let view = queue.view(id).unwrap();
+        if view.counts.finished() {
+            let submits = pool.submits.lock().unwrap().clone();
+            // The results stay readable after the queue is gone.
+            std::mem::forget(dir);
+            return (view, submits);
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the task did not end: {view:?}"
+        );
+        if queue.wants_survey() {
+            queue.start_survey();
+        }
+        tokio::select! {
+            Some(m) = msgs.recv() => queue.on_msg(m),
+            _ = tokio::time::sleep(TICK) => {}
+        }
+    }
+}
+
+fn stdout_of(view: &BatchView) -> String {
+    std::fs::read_to_string(view.results_dir.join("0/stdout")).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_best_host_runs_the_task_and_its_output_lands() {
+    let (good, worse) = (PeerId::random(), PeerId::random());
+    let (view, submits) = run_one(
+        vec![(worse, 0.5, Host::Finish(0)), (good, 0.9, Host::Finish(7))],
+        3,
+        &[],
+    )
+    .await;
+    assert_eq!(submits, vec![good]);
+    let t = &view.tasks[0];
+    assert_eq!(
+        (t.state, t.exit_status, t.attempts),
+        (TaskState::Failed, Some(7), 1)
+    );
+    assert_eq!(t.host.as_deref(), Some(good.to_base58().as_str()));
+    assert_eq!(stdout_of(&view), "hello\n");
+}
+
+#[tokio::test]
+async fn a_kill_or_a_vanished_host_sends_the_task_to_the_next_best() {
+    let (a, b, c) = (PeerId::random(), PeerId::random(), PeerId::random());
+    let (view, submits) = run_one(
+        vec![
+            (a, 0.9, Host::KilledByOwner),
+            (b, 0.8, Host::Vanish),
+            (c, 0.1, Host::Finish(0)),
+        ],
+        3,
+        &[],
+    )
+    .await;
+    assert_eq!(submits, vec![a, b, c]);
+    let t = &view.tasks[0];
+    assert_eq!(
+        (t.state, t.exit_status, t.attempts),
+        (TaskState::Done, Some(0), 3)
+    );
+    assert_eq!(t.avoid, vec![a.to_base58(), b.to_base58()]);
+}
+
+#[tokio::test]
+async fn retries_are_bounded_and_a_lasting_refusal_moves_on() {
+    let (a, b, c) = (PeerId::random(), PeerId::random(), PeerId::random());
+    let (view, submits) = run_one(
+        vec![
+            (a, 0.9, Host::NotAllowed),
+            (b, 0.8, Host::KilledByOwner),
+            (c, 0.7, Host::KilledByOwner),
+        ],
+        1,
+        &[],
+    )
+    .await;
+    // The refusing host is asked once, not at every survey.
+    assert_eq!(submits, vec![a, b, c]);
+    let t = &view.tasks[0];
+    assert_eq!(t.state, TaskState::Failed);
+    assert_eq!(t.exit_status, None);
+    assert!(
+        t.reason.as_deref().unwrap().contains("no retries left"),
+        "{t:?}"
+    );
+}
+
+/// An output that does not match its host's hash fails the attempt: it
+/// never lands, and the task runs again elsewhere.
+#[tokio::test]
+async fn a_corrupted_output_fails_the_attempt_and_the_task_moves_on() {
+    let (bad, good) = (PeerId::random(), PeerId::random());
+    let (view, submits) = run_one(
+        vec![
+            (bad, 0.9, Host::CorruptOutput),
+            (good, 0.5, Host::Finish(0)),
+        ],
+        3,
+        &[],
+    )
+    .await;
+    assert_eq!(submits, vec![bad, good]);
+    let t = &view.tasks[0];
+    assert_eq!((t.state, t.attempts), (TaskState::Done, 2));
+    assert_eq!(t.avoid, vec![bad.to_base58()]);
+    assert_eq!(
+        stdout_of(&view),
+        "hello\n",
+        "only the good host's output landed"
+    );
+}
+
+/// A declared output the task did not write is the task's fault: it lands
+/// what it has, fails with the name, and is not retried elsewhere.
+#[tokio::test]
+async fn a_missing_declared_output_fails_the_task_without_retries() {
+    let (a, b) = (PeerId::random(), PeerId::random());
+    let (view, submits) = run_one(
+        vec![(a, 0.9, Host::Finish(0)), (b, 0.5, Host::Finish(0))],
+        3,
+        &["result.txt"],
+    )
+    .await;
+    assert_eq!(submits, vec![a]);
+    let t = &view.tasks[0];
+    assert_eq!((t.state, t.exit_status), (TaskState::Failed, Some(0)));
+    assert!(t.reason.as_deref().unwrap().contains("result.txt"), "{t:?}");
+    assert_eq!(stdout_of(&view), "hello\n");
+}
