@@ -3,14 +3,17 @@
 //! (u64::MAX, negatives, floats, deep nesting, long strings) to every route
 //! of an in-process node's real control socket. After every case the node
 //! must still answer `status`, and every refusal must be a 4xx whose body is
-//! a JSON `ApiError` saying what is wrong.
+//! a JSON `ApiError` saying what is wrong. The node is in a pool of its own
+//! (a real libp2p swarm on 127.0.0.1, no peers), so the batch routes reach
+//! the consumer's queue and its checks, not only the JSON decoder.
 
 use gleaner::clock::{Clock, SystemClock};
 use gleaner::control::server::ControlSocket;
 use gleaner::history::store::HistoryStore;
 use gleaner::monitor::OwnerLoadReplay;
+use gleaner::net::NetConfig;
 use gleaner::node::config::Config;
-use gleaner::node::{run, Hardware, NodeResources, OwnerLoad, OwnerLoadSource};
+use gleaner::node::{run, Hardware, NetResources, NodeResources, OwnerLoad, OwnerLoadSource};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -52,6 +55,13 @@ fn fixture() -> &'static Fixture {
         let socket_path = dir.path().join("control.sock");
         let shutdown = CancellationToken::new();
         let replay = OwnerLoadReplay::parse("0 5 4000\n", Path::new("script")).unwrap();
+        let pool = gleaner::model::ids::PoolName::new("fuzz").unwrap();
+        let (handle, events, event_loop) = gleaner::net::start(
+            libp2p::identity::Keypair::generate_ed25519(),
+            NetConfig::loopback(&pool),
+            shutdown.clone(),
+        )
+        .unwrap();
         let resources = NodeResources {
             config,
             data_dir: dir.path().to_path_buf(),
@@ -62,7 +72,11 @@ fn fixture() -> &'static Fixture {
                 description: OwnerLoad::Supplied("the fuzz test's script".into()),
             },
             clock,
-            net: None,
+            net: Some(NetResources {
+                handle,
+                events,
+                event_loop,
+            }),
             shutdown: shutdown.clone(),
             hardware: Hardware::default(),
             monitor_seed: 7,
@@ -94,7 +108,13 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/predict"),
     ("POST", "/v1/run"),
     ("POST", "/v1/hosts"),
-    ("POST", "/v1/submit"),
+    ("POST", "/v1/batches"),
+    ("GET", "/v1/batches"),
+    ("GET", "/v1/batches/b1"),
+    ("GET", "/v1/batches/not-an-id"),
+    ("POST", "/v1/batches/b1/cancel"),
+    ("POST", "/v1/batches/b1/wait"),
+    ("POST", "/v1/batches/b1/results"),
     ("GET", "/v1/history/export"),
     ("POST", "/v1/history/import"),
 ];
@@ -279,6 +299,25 @@ fn shaped_body(route: &'static str) -> BoxedStrategy<Value> {
                 json!({ "at": at, "window_secs": w, "mem_mib": mem, "rounds": rounds })
             })
             .boxed(),
+        "/v1/batches" => (
+            (hostile_number(), hostile_number(), hostile_number()),
+            (hostile_string(), hostile_string(), hostile_string()),
+            (hostile_number(), hostile_number(), hostile_number()),
+        )
+            .prop_map(|((mem, runtime, limit), (arg, output, remote), (a, b, max))| {
+                // Inputs that are missing or not regular files, outputs and
+                // remote names that may escape: all refused by name. No
+                // output_dir, so nothing is created outside the node's dir.
+                json!({ "argv": ["/nonexistent/gleaner-fuzz", arg, "{}"],
+                        "mem_mib": mem, "runtime_secs": runtime, "limit_secs": limit,
+                        "outputs": [output],
+                        "inputs": [{ "local": "/dev/zero", "remote": remote }],
+                        "range": [a, b], "max_running": max })
+            })
+            .boxed(),
+        "/v1/batches/b1/results" => hostile_string()
+            .prop_map(|out| json!({ "out": out }))
+            .boxed(),
         _ => any_json().boxed(),
     }
 }
@@ -313,7 +352,9 @@ proptest! {
 
     #[test]
     fn hostile_values_in_well_formed_requests_are_refused_or_served(
-        (route, body) in prop::sample::select(vec!["/v1/pause", "/v1/predict", "/v1/run", "/v1/hosts"])
+        (route, body) in prop::sample::select(vec![
+            "/v1/pause", "/v1/predict", "/v1/run", "/v1/hosts", "/v1/batches", "/v1/batches/b1/results",
+        ])
             .prop_flat_map(|r| (Just(r), shaped_body(r))),
     ) {
         let (status, answer) = send("POST", route, serde_json::to_vec(&body).unwrap(), "application/json");

@@ -18,7 +18,7 @@ use crate::control::api::{
     ApiError, BatchCreated, BatchLine, BatchReport, BatchResultsCopied, BatchResultsRequest,
     BatchSubmitRequest, TaskCounts, TaskReport, PREFIX,
 };
-use crate::control::server::{consumer_of, ControlHandles};
+use crate::control::server::{consumer_of, ApiJson, ControlHandles};
 use crate::model::ids::BatchId;
 
 /// The largest `batch submit` body: a params table of up to 100,000 rows.
@@ -157,7 +157,7 @@ pub fn batch_report(v: &BatchView, with_tasks: bool) -> BatchReport {
 
 async fn submit(
     State(h): State<ControlHandles>,
-    Json(request): Json<BatchSubmitRequest>,
+    ApiJson(request): ApiJson<BatchSubmitRequest>,
 ) -> Response {
     let run = async {
         let consumer = consumer_of(&h)?;
@@ -219,7 +219,7 @@ async fn cancel(State(h): State<ControlHandles>, Path(id): Path<String>) -> Resp
 async fn results(
     State(h): State<ControlHandles>,
     Path(id): Path<String>,
-    Json(request): Json<BatchResultsRequest>,
+    ApiJson(request): ApiJson<BatchResultsRequest>,
 ) -> Response {
     let run = async {
         let id = batch_id(&id)?;

@@ -170,7 +170,7 @@ async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiEr
 /// `Json` whose refusals are JSON [`ApiError`]s naming what is wrong with
 /// the body (serde's message names the field and the position), with
 /// axum's status (400, 413, 415, 422).
-struct ApiJson<T>(T);
+pub(crate) struct ApiJson<T>(pub(crate) T);
 
 impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
