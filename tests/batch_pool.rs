@@ -282,7 +282,7 @@ fn bad_batches_are_refused_with_the_input_named_before_anything_is_sent() {
 }
 
 #[test]
-fn cancel_kills_running_copies_and_marks_the_rest() {
+fn cancel_kills_running_copies_and_marks_the_rest_then_remove_forgets_it() {
     let (hosts, consumer) = pool();
     let out = consumer.run_ok(&[
         "--json",
@@ -315,6 +315,14 @@ fn cancel_kills_running_copies_and_marks_the_rest() {
         assert!(Instant::now() < deadline, "the hosts never ran the tasks");
         std::thread::sleep(Duration::from_millis(200));
     }
+    // A batch with running tasks cannot be forgotten.
+    let refused = gleaner(&consumer, &["batch", "remove", &id]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("batch cancel"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
     consumer.run_ok(&["batch", "cancel", &id]);
     let s = batch_until(&consumer, &id, Duration::from_secs(30), |s| {
         s["counts"]["cancelled"] == 8
@@ -335,4 +343,22 @@ fn cancel_kills_running_copies_and_marks_the_rest() {
         Some(75),
         "cancelled tasks did not run"
     );
+    // Ended, it is forgotten with its node-side results, across a restart.
+    let node_copy = consumer.data_dir().join("batches").join(&id);
+    assert!(node_copy.exists());
+    consumer.run_ok(&["batch", "remove", &id]);
+    let list = consumer.run_ok(&["--json", "batch", "list"]);
+    assert!(!list.contains(&id), "{list}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node_copy.exists() {
+        assert!(Instant::now() < deadline, "{} stayed", node_copy.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut consumer = consumer;
+    consumer.stop();
+    consumer.start();
+    let list = consumer.run_ok(&["--json", "batch", "list"]);
+    assert!(!list.contains(&id), "back after a restart: {list}");
+    let again = gleaner(&consumer, &["batch", "status", &id]);
+    assert!(!again.status.success());
 }

@@ -58,6 +58,9 @@ pub enum BatchCommand {
     Cancel(BatchIdArg),
     /// Copy a batch's landed results into DIR/<task>/ (again; idempotent).
     Results(BatchResultsArgs),
+    /// Forget an ended batch and the node's copy of its results (what was
+    /// copied to its output directory stays). Cancel a running batch first.
+    Remove(BatchIdArg),
 }
 
 #[derive(Debug, Args)]
@@ -195,6 +198,18 @@ pub fn run(args: &BatchArgs, global: &Global) -> anyhow::Result<()> {
             }
             print_text(&format!(
                 "batch {} cancelled: {}\n",
+                a.id,
+                counts_text(&counts)
+            ))
+        }
+        BatchCommand::Remove(a) => {
+            let counts: TaskCounts =
+                block_on(client.delete_json(&format!("{PREFIX}/batches/{}", a.id)))??;
+            if json {
+                return print_json(&counts);
+            }
+            print_text(&format!(
+                "batch {} removed ({})\n",
                 a.id,
                 counts_text(&counts)
             ))

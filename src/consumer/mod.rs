@@ -99,6 +99,11 @@ pub enum ConsumerCommand {
         id: BatchId,
         reply: oneshot::Sender<Result<Counts, ConsumerError>>,
     },
+    /// Forget an ended batch and the node's copy of its results.
+    RemoveBatch {
+        id: BatchId,
+        reply: oneshot::Sender<Result<Counts, ConsumerError>>,
+    },
     /// Task events from now on, and the batch as it stands (so a waiter
     /// misses nothing between the two).
     WatchBatch {
@@ -162,6 +167,11 @@ impl ConsumerHandle {
 
     pub async fn cancel_batch(&self, id: BatchId) -> Result<Counts, ConsumerError> {
         self.ask(|reply| ConsumerCommand::CancelBatch { id, reply })
+            .await?
+    }
+
+    pub async fn remove_batch(&self, id: BatchId) -> Result<Counts, ConsumerError> {
+        self.ask(|reply| ConsumerCommand::RemoveBatch { id, reply })
             .await?
     }
 
@@ -296,6 +306,9 @@ impl Consumer {
                 }
                 ConsumerCommand::CancelBatch { id, reply } => {
                     let _ = reply.send(self.queue.cancel(id).map_err(Into::into));
+                }
+                ConsumerCommand::RemoveBatch { id, reply } => {
+                    let _ = reply.send(self.queue.remove(id).map_err(Into::into));
                 }
                 ConsumerCommand::WatchBatch { id, reply } => {
                     let events = self.queue.subscribe();

@@ -32,7 +32,10 @@ pub fn routes() -> Router<ControlHandles> {
                 .get(list)
                 .layer(DefaultBodyLimit::max(MAX_BATCH_BYTES)),
         )
-        .route(&format!("{PREFIX}/batches/{{id}}"), get(status))
+        .route(
+            &format!("{PREFIX}/batches/{{id}}"),
+            get(status).delete(remove),
+        )
         .route(&format!("{PREFIX}/batches/{{id}}/cancel"), post(cancel))
         .route(&format!("{PREFIX}/batches/{{id}}/wait"), post(wait))
         .route(&format!("{PREFIX}/batches/{{id}}/results"), post(results))
@@ -200,6 +203,19 @@ async fn status(State(h): State<ControlHandles>, Path(id): Path<String>) -> Resp
     };
     match run.await {
         Ok(report) => Json(report).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `DELETE /v1/batches/{id}`: forget an ended batch (409 while tasks wait
+/// or run).
+async fn remove(State(h): State<ControlHandles>, Path(id): Path<String>) -> Response {
+    let run = async {
+        let id = batch_id(&id)?;
+        Ok::<_, ApiError>(consumer_of(&h)?.remove_batch(id).await?)
+    };
+    match run.await {
+        Ok(c) => Json(counts(c)).into_response(),
         Err(e) => e.into_response(),
     }
 }

@@ -127,6 +127,14 @@ impl ControlClient {
         decode(response).await
     }
 
+    /// `DELETE path`, decoding a JSON answer.
+    pub async fn delete_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let response = self
+            .send(Method::DELETE, path, Vec::new(), "application/json")
+            .await?;
+        decode(response).await
+    }
+
     /// `POST path` with a JSON body, decoding a JSON answer.
     pub async fn post_json<B: Serialize, T: DeserializeOwned>(
         &self,
@@ -137,7 +145,7 @@ impl ControlClient {
     }
 
     /// `POST path` with a JSON body whose answer is a stream of JSON lines
-    /// (`run-local`, `submit`).
+    /// (`run-local`, `batch wait`).
     pub async fn post_stream<B: Serialize>(
         &self,
         path: &str,

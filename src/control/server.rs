@@ -79,6 +79,7 @@ impl From<ConsumerError> for ApiError {
             ConsumerError::Pool(_) => ApiError::internal(message),
             ConsumerError::Unavailable => ApiError::unavailable(),
             ConsumerError::Batch(BatchError::UnknownBatch(_)) => ApiError::not_found(message),
+            ConsumerError::Batch(BatchError::NotEnded(_)) => ApiError::conflict(message),
             ConsumerError::Batch(BatchError::Store(_)) => ApiError::internal(message),
             ConsumerError::Batch(_) => ApiError::bad_request(message),
         }

@@ -72,6 +72,8 @@ pub enum BatchError {
     Spec(#[from] spec::SpecError),
     #[error("no batch {0} on this node (`gleaner batch list`)")]
     UnknownBatch(BatchId),
+    #[error("batch {0} has tasks queued or running; `gleaner batch cancel {0}` first")]
+    NotEnded(BatchId),
     #[error("input {path}: {why}")]
     Input { path: String, why: String },
     #[error("--output-dir {path}: {why}")]
@@ -404,6 +406,32 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         }
         let _ = self.store.flush();
         Ok(Counts::of(&self.batches[&id].tasks))
+    }
+
+    /// Forgets an ended batch: its records and the node's copy of its
+    /// results (copies in its output directory stay). A batch with tasks
+    /// queued or running is refused: cancel it first.
+    pub fn remove(&mut self, id: BatchId) -> Result<Counts, BatchError> {
+        let live = self.batches.get(&id).ok_or(BatchError::UnknownBatch(id))?;
+        let counts = Counts::of(&live.tasks);
+        if !counts.finished() {
+            return Err(BatchError::NotEnded(id));
+        }
+        self.store
+            .remove(id, live.record.task_count)
+            .map_err(|e| BatchError::Store(e.to_string()))?;
+        self.batches.remove(&id);
+        self.refused_by.retain(|(b, _), _| *b != id);
+        let dir = self.dir.join(id.to_string());
+        let store = self.store.clone();
+        self.tracker.spawn_blocking(move || {
+            let _ = store.flush();
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot delete a removed batch's results");
+            }
+        });
+        tracing::info!(batch = %id, "batch removed");
+        Ok(counts)
     }
 
     /// True when a survey should start now.

@@ -191,6 +191,18 @@ impl BatchStore {
         Ok(())
     }
 
+    /// Forgets a batch: its record first (so a crash midway leaves tasks
+    /// without a batch, which `load` removes), then its tasks.
+    pub fn remove(&self, id: BatchId, tasks: u32) -> Result<(), BatchStoreError> {
+        self.batches.remove(codec::batch_key(id))?;
+        let mut writes = sled::Batch::default();
+        for task in 0..tasks {
+            writes.remove(&codec::task_key(id, task)[..]);
+        }
+        self.tasks.apply_batch(writes)?;
+        Ok(())
+    }
+
     /// Makes every write so far durable (an fsync; call it off the loop).
     pub fn flush(&self) -> Result<(), BatchStoreError> {
         self.db.flush()?;
