@@ -137,6 +137,16 @@ fn status_text(r: &StatusReport) -> String {
         rows.push(("monitor period".into(), format!("{p} s")));
     }
     rows.push(("samples".into(), r.samples.to_string()));
+    if r.samples_lost_at_start > 0 {
+        // A torn tail of the store (a crash mid-write) was cut at start.
+        rows.push((
+            "lost at start".into(),
+            format!(
+                "{} sample(s) of a torn write before the last stop",
+                r.samples_lost_at_start
+            ),
+        ));
+    }
     if !r.owner_load.is_empty() {
         rows.push(("owner load".into(), r.owner_load.clone()));
     }
