@@ -39,9 +39,7 @@ pub fn on_battery(dir: &Path) -> bool {
                 }
             }
             Some("Battery") => {
-                if read_attr(&path.join("status")).as_deref() == Some("Discharging") {
-                    discharging = true;
-                }
+                discharging |= read_attr(&path.join("status")).as_deref() == Some("Discharging");
             }
             _ => {}
         }
