@@ -35,6 +35,9 @@ pub struct PauseArgs {
     /// Resume by itself after this long (90m, 2h); until `resume` otherwise.
     #[arg(long = "for", value_name = "DUR", value_parser = parse_duration)]
     pub for_secs: Option<u64>,
+    /// Let the running guest finish, then pause (no new guest starts meanwhile).
+    #[arg(long)]
+    pub after_job: bool,
 }
 
 #[derive(Debug, Args)]
@@ -105,6 +108,10 @@ fn status_text(r: &StatusReport) -> String {
         ("data dir".into(), r.data_dir.display().to_string()),
     ];
     let state = match (&r.state, r.paused) {
+        (_, false) if r.withheld.is_some() => format!(
+            "S5 (withheld: {})",
+            r.withheld.map(|c| c.to_string()).unwrap_or_default()
+        ),
         (_, true) => match r.paused_until {
             Some(t) => format!("S5 (paused by the owner until {})", local_time(t)),
             None => "S5 (paused by the owner)".to_string(),
@@ -150,6 +157,19 @@ fn status_text(r: &StatusReport) -> String {
     if !r.owner_load.is_empty() {
         rows.push(("owner load".into(), r.owner_load.clone()));
     }
+    if let Some(why) = &r.why_idle {
+        rows.push(("why no guest".into(), why.to_string()));
+    }
+    if r.pause_after_job {
+        rows.push((
+            "pause after job".into(),
+            "the node pauses once the running guest has finished".into(),
+        ));
+    }
+    if !r.schedule.is_empty() {
+        rows.push(("owner hours".into(), r.schedule.clone()));
+    }
+    rows.push(("cpu limit".into(), r.throttle.to_string()));
     if !r.containment.is_empty() {
         rows.push(("containment".into(), r.containment.clone()));
     }
@@ -261,10 +281,16 @@ pub fn pause(args: &PauseArgs, global: &Global) -> anyhow::Result<()> {
     let (_, client) = client(global)?;
     let body = PauseRequest {
         for_secs: args.for_secs,
+        after_job: args.after_job,
     };
     let report: PauseReport = block_on(client.post_json(&format!("{PREFIX}/pause"), &body))??;
     if global.json {
         return print_json(&report);
+    }
+    if let Some(job) = &report.after_job {
+        return print_text(&format!(
+            "pausing once guest job {job} has finished (no new guest starts meanwhile)\n"
+        ));
     }
     let mut text = match (report.changed, report.until) {
         (_, Some(t)) => format!("paused until {}", local_time(t)),

@@ -108,6 +108,10 @@ pub struct ConfigArgs {
     /// Print every key with its default and meaning (a valid config file).
     #[arg(long)]
     pub defaults: bool,
+    /// With --defaults: the keys commented out too (the file a package ships,
+    /// so defaults can change with upgrades).
+    #[arg(long, requires = "defaults")]
+    pub commented: bool,
 }
 
 /// Runs the node until SIGINT/SIGTERM.
@@ -161,7 +165,7 @@ fn ready_text(r: &Ready) -> String {
 /// `gleaner config`: the defaults, or the effective configuration.
 pub fn config(args: &ConfigArgs, global: &Global) -> anyhow::Result<()> {
     if args.defaults {
-        return print_text(&defaults_toml(false));
+        return print_text(&defaults_toml(args.commented));
     }
     let Resolved { paths, config } = global.resolve(None)?;
     if global.json {

@@ -172,6 +172,21 @@ pub struct StatusReport {
     /// without networking.
     #[serde(default)]
     pub network: Option<crate::net::Reachability>,
+    /// Why no guest runs now; `None` while one runs.
+    #[serde(default)]
+    pub why_idle: Option<crate::model::owner::IdleReason>,
+    /// The schedule or the battery withholds the machine now (state S5).
+    #[serde(default)]
+    pub withheld: Option<crate::model::owner::S5Cause>,
+    /// `[owner] hours`, normalised ("always" without one).
+    #[serde(default)]
+    pub schedule: String,
+    /// A `pause --after-job` waits for the running guest.
+    #[serde(default)]
+    pub pause_after_job: bool,
+    /// How `[guest] cpu_limit_percent` is enforced.
+    #[serde(default)]
+    pub throttle: crate::guest::ThrottleMode,
 }
 
 /// The guest as `status` shows it.
@@ -206,6 +221,9 @@ pub struct TrReport {
 pub struct PauseRequest {
     /// Resume by itself after this many seconds.
     pub for_secs: Option<u64>,
+    /// Let the running guest finish, then pause (`pause --after-job`).
+    #[serde(default)]
+    pub after_job: bool,
 }
 
 /// The answer to `pause` and `resume`.
@@ -217,6 +235,9 @@ pub struct PauseReport {
     pub until: Option<i64>,
     /// The job the pause killed, if one ran.
     pub killed_job: Option<JobId>,
+    /// `pause --after-job`: the running job the node waits for.
+    #[serde(default)]
+    pub after_job: Option<JobId>,
 }
 
 /// `POST /v1/predict`.

@@ -60,9 +60,11 @@ impl From<HostError> for ApiError {
     fn from(e: HostError) -> Self {
         let message = e.to_string();
         match e {
-            HostError::Paused | HostError::Busy { .. } | HostError::HostState(_) => {
-                ApiError::conflict(message)
-            }
+            HostError::Paused
+            | HostError::Withheld(_)
+            | HostError::Finishing
+            | HostError::Busy { .. }
+            | HostError::HostState(_) => ApiError::conflict(message),
             HostError::TooMuchMemory { .. } | HostError::Invalid(_) => {
                 ApiError::bad_request(message)
             }
@@ -280,6 +282,11 @@ fn status_report(s: HostStatus) -> StatusReport {
         owner_load: s.owner_load.to_string(),
         containment: s.containment,
         network: None,
+        why_idle: s.why_idle,
+        withheld: s.withheld,
+        schedule: s.schedule.to_string(),
+        pause_after_job: s.pause_after_job,
+        throttle: s.throttle,
     }
 }
 
@@ -289,6 +296,7 @@ fn pause_report(p: PauseOutcome) -> PauseReport {
         changed: p.changed,
         until: p.until,
         killed_job: p.killed_job,
+        after_job: p.after_job,
     }
 }
 
@@ -303,7 +311,12 @@ async fn pause(State(h): State<ControlHandles>, ApiJson(req): ApiJson<PauseReque
         ))
         .into_response();
     }
-    json_result(h.host.pause(req.for_secs).await.map(pause_report))
+    let outcome = if req.after_job {
+        h.host.pause_after_job(req.for_secs).await
+    } else {
+        h.host.pause(req.for_secs).await
+    };
+    json_result(outcome.map(pause_report))
 }
 
 async fn resume(State(h): State<ControlHandles>) -> Response {

@@ -84,6 +84,19 @@ pub trait JobGroup: Send + fmt::Debug {
     fn memory_limit(&self) -> u64;
     /// Kills what is left and removes the group's directories.
     fn remove(&mut self) -> io::Result<()>;
+    /// Caps the group's CPU at `percent` of one core per
+    /// [`CPU_PERIOD_US`] (`cpu.max` on v2, `cpu.cfs_quota_us` on v1); an
+    /// error when the cpu controller is not there.
+    fn limit_cpu(&self, percent: u64) -> io::Result<()>;
+}
+
+/// The period of a cgroup CPU quota, µs (the kernel's default).
+pub const CPU_PERIOD_US: u64 = 100_000;
+
+/// The quota of `percent` of one core per [`CPU_PERIOD_US`], µs (at least
+/// the kernel's 1 ms minimum).
+pub fn cpu_quota_us(percent: u64) -> u64 {
+    (CPU_PERIOD_US * percent.min(100) / 100).max(1_000)
 }
 
 /// Which containment the node can give its guests (decided once at start-up).
@@ -259,6 +272,16 @@ impl Containment {
     }
 
     /// True when jobs get a cgroup.
+    /// Whether a job group can take a CPU quota (the cpu controller is
+    /// there: always in v1's hierarchy, on v2 only when delegated).
+    pub fn cpu_quota(&self) -> bool {
+        match self {
+            Containment::V2 { cpu_idle, .. } => *cpu_idle,
+            Containment::V1 { .. } => true,
+            Containment::None { .. } => false,
+        }
+    }
+
     pub fn has_cgroups(&self) -> bool {
         !matches!(self, Containment::None { .. })
     }
@@ -661,6 +684,13 @@ struct V2Group {
 }
 
 impl JobGroup for V2Group {
+    fn limit_cpu(&self, percent: u64) -> io::Result<()> {
+        write_file(
+            &self.dir.join("cpu.max"),
+            &format!("{} {CPU_PERIOD_US}", cpu_quota_us(percent)),
+        )
+    }
+
     fn join_fds(&self) -> Vec<RawFd> {
         self.join.iter().map(|f| f.as_raw_fd()).collect()
     }
@@ -789,6 +819,17 @@ struct V1Group {
 }
 
 impl JobGroup for V1Group {
+    fn limit_cpu(&self, percent: u64) -> io::Result<()> {
+        write_file(
+            &self.dirs.cpu.join("cpu.cfs_period_us"),
+            &CPU_PERIOD_US.to_string(),
+        )?;
+        write_file(
+            &self.dirs.cpu.join("cpu.cfs_quota_us"),
+            &cpu_quota_us(percent).to_string(),
+        )
+    }
+
     fn join_fds(&self) -> Vec<RawFd> {
         self.join.iter().map(|f| f.as_raw_fd()).collect()
     }

@@ -21,6 +21,7 @@ mod landlock;
 mod launch;
 mod orphan;
 mod quota;
+mod throttle;
 mod view;
 
 /// The `/proc` reader the supervisor shares with the monitor.
@@ -31,6 +32,7 @@ pub use capture::{CaptureReport, Stream};
 pub use event::{
     Clock, EventSink, ExitInfo, GuestEvent, GuestEventKind, SandboxReport, SystemClock,
 };
+pub use throttle::ThrottleMode;
 
 use crate::model::ids::JobId;
 use capture::Capture;
@@ -88,6 +90,9 @@ pub struct GuestConfig {
     /// Directories a guest must not see even where they lie inside the system
     /// dirs of its view (the node's config dir, when it is under `/etc`).
     pub hidden_dirs: Vec<PathBuf>,
+    /// Share of one core a job may use, percent (`guest.cpu_limit_percent`);
+    /// 100 is no limit.
+    pub cpu_limit_percent: u64,
 }
 
 impl GuestConfig {
@@ -106,6 +111,7 @@ impl GuestConfig {
             // The packaged node's config dir; a user's own lies under
             // /home or /root, which the view never shows.
             hidden_dirs: vec![PathBuf::from("/etc/gleaner")],
+            cpu_limit_percent: 100,
         }
     }
 
@@ -266,6 +272,10 @@ struct Guest {
     pending_exit: Option<ExitInfo>,
     /// Removing the job's group and saving its work dir off the loop.
     ending: Option<JoinHandle<()>>,
+    /// How the CPU limit is enforced for this job.
+    throttle: ThrottleMode,
+    /// The SIGSTOP/SIGCONT cycle, when the limit has no cgroup quota.
+    duty: Option<throttle::DutyCycle>,
 }
 
 impl Guest {
@@ -518,6 +528,21 @@ impl Supervisor {
         } else {
             None
         };
+        let limit = self.config.cpu_limit_percent;
+        let mut throttle = ThrottleMode::Off;
+        if limit < 100 {
+            throttle = ThrottleMode::DutyCycle(limit);
+            if let Some(g) = &group {
+                match g.limit_cpu(limit) {
+                    Ok(()) => throttle = ThrottleMode::Cgroup(limit),
+                    Err(e) => tracing::info!(
+                        job = job_id,
+                        error = %e,
+                        "no cgroup CPU quota; the limit is a SIGSTOP/SIGCONT duty cycle"
+                    ),
+                }
+            }
+        }
         let mut join_fds = [-1; launch::MAX_JOIN_FDS];
         if let Some(g) = &group {
             for (slot, fd) in join_fds.iter_mut().zip(g.join_fds()) {
@@ -616,6 +641,27 @@ impl Supervisor {
                 sandbox: handle.sandbox.clone(),
             },
         );
+        let duty = match throttle {
+            ThrottleMode::DutyCycle(percent) => {
+                let members_of = group_member_reader(&group);
+                let signal = move |run: bool| {
+                    let sig = if run {
+                        Signal::SIGCONT
+                    } else {
+                        Signal::SIGSTOP
+                    };
+                    let _ = signal_tree(leader, pid, &members_of(), sig);
+                };
+                match throttle::DutyCycle::start(percent, signal) {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        tracing::warn!(job = job_id, error = %e, "cannot start the CPU duty cycle");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         self.guest = Some(Guest {
             handle: handle.clone(),
             child,
@@ -632,6 +678,8 @@ impl Supervisor {
             quota,
             pending_exit: None,
             ending: None,
+            throttle,
+            duty,
         });
         Ok(handle)
     }
@@ -673,6 +721,19 @@ impl Supervisor {
         let (pid, pgid) = (guest.tree_root(), guest.pgid());
         let job_id = guest.handle.job_id.clone();
         let members = guest.group_members();
+        // The duty cycle (if any) must not continue a guest the policy stops.
+        let duty = guest.duty.as_ref().map(|d| d.shared.clone());
+        let _duty_guard = duty.as_ref().map(|d| {
+            if let GuestAction::Suspend | GuestAction::Resume = action {
+                d.suspended.store(
+                    action == GuestAction::Suspend,
+                    std::sync::atomic::Ordering::Release,
+                );
+            }
+            d.lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        });
         let kind = match action {
             GuestAction::Renice19 => {
                 let (threads, autogroups, _) = set_tree_nice(pid, pgid, &members, BACKGROUND_NICE);
@@ -793,6 +854,8 @@ impl Supervisor {
         }
         let exit = guest.pending_exit.take()?;
         guest.exit = Some(exit);
+        // Stops the duty-cycle thread (it joins within one period).
+        guest.duty = None;
         guest.run_state = GuestRunState::Idle;
         let (job_id, cause) = (guest.handle.job_id.clone(), guest.kill_cause);
         if let Err(e) = orphan::remove(&self.config.pid_file()) {
@@ -816,6 +879,22 @@ impl Supervisor {
                 return None;
             }
             std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// How `cpu_limit_percent` is enforced: for the running guest, how it
+    /// is; with none, how it would be for the next.
+    pub fn throttle_mode(&self) -> ThrottleMode {
+        if let Some(g) = self.guest.as_ref().filter(|g| g.is_running()) {
+            return g.throttle;
+        }
+        let limit = self.config.cpu_limit_percent;
+        if limit >= 100 {
+            ThrottleMode::Off
+        } else if self.containment.cpu_quota() {
+            ThrottleMode::Cgroup(limit)
+        } else {
+            ThrottleMode::DutyCycle(limit)
         }
     }
 
@@ -1218,6 +1297,26 @@ fn exit_info(status: ExitStatus) -> ExitInfo {
 /// Sends `signal` to the guest's group and to every other process of its
 /// tree (a child that changed its group). A group that is already gone is
 /// not an error.
+/// Reads the job group's members from another thread (the duty cycle):
+/// the member lists, read afresh each time.
+fn group_member_reader(group: &Option<Box<dyn JobGroup>>) -> impl Fn() -> Vec<i32> + Send {
+    let files = group.as_ref().map(|g| g.procs_files()).unwrap_or_default();
+    move || {
+        let mut pids: Vec<i32> = files
+            .iter()
+            .filter_map(|f| std::fs::read_to_string(f).ok())
+            .flat_map(|t| {
+                t.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect::<Vec<i32>>()
+            })
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+}
+
 fn signal_tree(pid: i32, pgid: i32, members: &[i32], signal: Signal) -> Result<(), Errno> {
     match killpg(Pid::from_raw(pgid), signal) {
         Ok(()) | Err(Errno::ESRCH) => {}

@@ -16,6 +16,7 @@
 //! - job-log key, 16 bytes: time key then a `u64` sequence number;
 //! - job-log value: a JSON object (see [`encode_job_event`] for why JSON).
 
+use crate::model::owner::S5Cause;
 use crate::model::series::Sample;
 use crate::model::state::State;
 use serde::{Deserialize, Serialize};
@@ -53,6 +54,8 @@ pub enum CodecError {
     UnknownFlags(u8),
     #[error("state byte {0} is not one of 1..=5")]
     BadState(u8),
+    #[error("byte {0} is not a cause of S5 (or follows a state that has none)")]
+    BadCause(u8),
     #[error("cpu load {0} is not a percentage between 0 and 100")]
     BadCpu(f64),
     #[error("{what} is not valid: {detail}")]
@@ -145,6 +148,39 @@ pub fn decode_state(bytes: &[u8]) -> Result<State, CodecError> {
     b.checked_sub(1)
         .and_then(|i| State::ALL.get(usize::from(i)).copied())
         .ok_or(CodecError::BadState(b))
+}
+
+/// Encodes a transition: the state byte, then for an S5 with a known cause
+/// a second byte (1 + its index in [`S5Cause::ALL`]). Records written before
+/// causes were kept are one byte long and still decode (cause unknown).
+pub fn encode_transition(state: State, cause: Option<S5Cause>) -> Vec<u8> {
+    let mut v = encode_state(state).to_vec();
+    if let (State::S5, Some(c)) = (state, cause) {
+        let i = S5Cause::ALL.iter().position(|x| *x == c).unwrap_or(0);
+        v.push(i as u8 + 1);
+    }
+    v
+}
+
+/// Decodes a transition record of one or two bytes (see [`encode_transition`]).
+pub fn decode_transition(bytes: &[u8]) -> Result<(State, Option<S5Cause>), CodecError> {
+    match bytes {
+        [s] => Ok((decode_state(&[*s])?, None)),
+        [s, c] => {
+            let state = decode_state(&[*s])?;
+            let cause = c
+                .checked_sub(1)
+                .and_then(|i| S5Cause::ALL.get(usize::from(i)).copied())
+                .filter(|_| state == State::S5)
+                .ok_or(CodecError::BadCause(*c))?;
+            Ok((state, Some(cause)))
+        }
+        _ => Err(CodecError::Length {
+            what: "transition value",
+            expected: 2,
+            found: bytes.len(),
+        }),
+    }
 }
 
 /// Encodes a big-endian `u32` metadata value.
@@ -349,6 +385,26 @@ mod tests {
         assert_eq!(decode_state(&[0]), Err(CodecError::BadState(0)));
         assert_eq!(decode_state(&[6]), Err(CodecError::BadState(6)));
         assert!(decode_state(&[]).is_err());
+    }
+
+    #[test]
+    fn transitions_keep_the_cause_of_s5_and_old_records_still_read() {
+        for cause in S5Cause::ALL {
+            let v = encode_transition(State::S5, Some(cause));
+            assert_eq!(decode_transition(&v), Ok((State::S5, Some(cause))));
+        }
+        // A cause is kept for S5 only; a one-byte record is the old layout.
+        assert_eq!(
+            encode_transition(State::S2, Some(S5Cause::Schedule)).len(),
+            1
+        );
+        assert_eq!(
+            decode_transition(&encode_state(State::S5)),
+            Ok((State::S5, None))
+        );
+        assert_eq!(decode_transition(&[2, 3]), Err(CodecError::BadCause(3)));
+        assert_eq!(decode_transition(&[5, 9]), Err(CodecError::BadCause(9)));
+        assert!(decode_transition(&[5, 1, 1]).is_err());
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::history::trace::{
     write_trace_header, write_trace_row, Trace, TraceError, TraceHeader, TraceReader,
     MAX_STEP_SECS, MAX_TRACE_BYTES,
 };
+use crate::model::owner::S5Cause;
 use crate::model::series::{GapRules, HostSeries, Sample, DEFAULT_MAX_GAP_SECS, DEFAULT_STEP_SECS};
 use crate::model::state::State;
 use jiff::tz::TimeZone;
@@ -259,6 +260,9 @@ pub struct HistoryStore {
     paused: bool,
     /// Cached copy of the stored end of a timed pause.
     pause_until: Option<i64>,
+    /// The schedule or the battery withholds the machine (not stored: the
+    /// node judges both again at start).
+    withheld: Option<S5Cause>,
     flush_every_record: bool,
     /// The down interval recorded by `open`, for the caller to log.
     gap_on_open: Option<DownInterval>,
@@ -411,6 +415,7 @@ impl HistoryStore {
             jobs,
             paused,
             pause_until,
+            withheld: None,
             flush_every_record: opts.flush_every_record,
             gap_on_open: None,
             torn_tail: None,
@@ -518,7 +523,7 @@ impl HistoryStore {
             source,
         })?;
         let heartbeat = codec::encode_i64(sample.time);
-        if self.paused {
+        if self.paused || self.withheld.is_some() {
             self.bulk
                 .meta_tree
                 .insert(KEY_HEARTBEAT, &heartbeat[..])
@@ -544,7 +549,7 @@ impl HistoryStore {
     pub fn pause(&mut self, now: i64, until: Option<i64>) -> Result<bool, StoreError> {
         let changed = !self.paused;
         if changed {
-            self.write_down_row(now, true)?;
+            self.write_down_row(now, true, S5Cause::Paused)?;
             self.paused = true;
         }
         match until {
@@ -600,15 +605,60 @@ impl HistoryStore {
         &self,
         range: impl RangeBounds<i64>,
     ) -> Result<Vec<(i64, State)>, StoreError> {
+        Ok(self
+            .transitions_with_cause(range)?
+            .into_iter()
+            .map(|(t, s, _)| (t, s))
+            .collect())
+    }
+
+    /// The recorded transitions with the cause of each S5 where it was
+    /// recorded (`None` for other states and for records older than causes).
+    pub fn transitions_with_cause(
+        &self,
+        range: impl RangeBounds<i64>,
+    ) -> Result<Vec<(i64, State, Option<S5Cause>)>, StoreError> {
         let mut out = Vec::new();
         for item in self.transitions.range(time_key_range(&range)) {
             let (k, v) = item.map_err(sled_err("reading transitions"))?;
-            match codec::decode_time_key(&k).and_then(|t| codec::decode_state(&v).map(|s| (t, s))) {
+            match codec::decode_time_key(&k)
+                .and_then(|t| codec::decode_transition(&v).map(|(s, c)| (t, s, c)))
+            {
                 Ok(row) => out.push(row),
                 Err(e) => self.note_corrupt("transitions", &e),
             }
         }
         Ok(out)
+    }
+
+    /// True while the schedule or the battery withholds the machine.
+    pub fn withheld(&self) -> Option<S5Cause> {
+        self.withheld
+    }
+
+    /// Records that the node withholds the machine from `now` for `cause`
+    /// (the schedule or the battery): a down row and an S5 transition with
+    /// the cause; samples then only move the heartbeat, as in a pause. Not
+    /// kept across restarts: the node judges the schedule again at start.
+    /// Returns false if already withheld (for any cause) or paused.
+    pub fn withhold(&mut self, now: i64, cause: S5Cause) -> Result<bool, StoreError> {
+        if self.paused || self.withheld.is_some() {
+            return Ok(false);
+        }
+        self.write_down_row(now, false, cause)?;
+        self.bulk
+            .meta_tree
+            .insert(KEY_HEARTBEAT, &codec::encode_i64(now)[..])
+            .map_err(sled_err("writing the heartbeat"))?;
+        self.withheld = Some(cause);
+        self.flush_record()?;
+        Ok(true)
+    }
+
+    /// Ends a withholding; like `resume`, no row is written until the next
+    /// sample. Returns false if the machine was not withheld.
+    pub fn release(&mut self) -> Result<bool, StoreError> {
+        Ok(self.withheld.take().is_some())
     }
 
     /// Appends an event to the guest job log.
@@ -767,13 +817,18 @@ impl HistoryStore {
         let from = alive_until
             .saturating_add(i64::from(self.bulk.meta.step_secs))
             .min(now);
-        self.write_down_row(from, false)?;
+        self.write_down_row(from, false, S5Cause::Off)?;
         Ok(Some(DownInterval { from, until: now }))
     }
 
     /// Writes a down row and an S5 transition at `time`, and the heartbeat;
     /// with `set_paused`, also the pause flag. One transaction.
-    fn write_down_row(&self, time: i64, set_paused: bool) -> Result<(), StoreError> {
+    fn write_down_row(
+        &self,
+        time: i64,
+        set_paused: bool,
+        cause: S5Cause,
+    ) -> Result<(), StoreError> {
         let key = codec::time_key(time);
         let down = Sample {
             time,
@@ -783,7 +838,7 @@ impl HistoryStore {
         };
         let value =
             codec::encode_sample(&down).map_err(|source| StoreError::BadSample { time, source })?;
-        let s5 = codec::encode_state(State::S5);
+        let s5 = codec::encode_transition(State::S5, Some(cause));
         let heartbeat = codec::encode_i64(time);
         let paused = codec::encode_flag(true);
         let added = (&self.bulk.samples, &self.transitions, &self.bulk.meta_tree)

@@ -12,6 +12,7 @@
 pub mod bench;
 pub mod clock;
 pub mod live;
+pub mod power;
 pub mod proc;
 pub mod replay;
 

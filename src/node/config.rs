@@ -8,6 +8,7 @@
 //! lives (that is `node::paths`) nor start anything.
 
 use crate::model::ids::PoolName;
+use crate::model::owner::{OnBattery, Schedule};
 use crate::model::period::PeriodPolicy;
 use crate::model::predict::DEFAULT_DAYS;
 use crate::model::series::DEFAULT_MAX_GAP_SECS;
@@ -30,7 +31,17 @@ pub struct Config {
     pub monitor: MonitorSection,
     pub history: HistoryConfig,
     pub guest: GuestSection,
+    pub owner: OwnerSection,
     pub net: NetSection,
+}
+
+/// `[owner]`: when the owner lends the machine.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OwnerSection {
+    /// The schedule's text, checked by `validate` (see [`Config::schedule`]).
+    pub hours: String,
+    pub on_battery: OnBattery,
 }
 
 /// `[policy]`: the five-state model's thresholds (seed 001, section 3.3).
@@ -126,6 +137,8 @@ pub struct GuestSection {
     pub max_job_input_mib: u64,
     pub disk_mib: u64,
     pub job_cgroups: bool,
+    /// Share of one core a guest may use, percent; 100 leaves it unthrottled.
+    pub cpu_limit_percent: u64,
 }
 
 impl Default for GuestSection {
@@ -142,6 +155,7 @@ impl Default for GuestSection {
             max_job_input_mib: 8192,
             disk_mib: crate::guest::DEFAULT_DISK_MIB,
             job_cgroups: true,
+            cpu_limit_percent: 100,
         }
     }
 }
@@ -228,6 +242,9 @@ pub const KEY_DOCS: &[(&str, &str, &str)] = &[
     ("guest", "enabled", "Host guest jobs from the pool. Off (`gleaner node --no-guest`), the node is consumer-only: it still submits jobs and answers queries, and refuses jobs."),
     ("guest", "disk_mib", "Disk quota of a job's work dir, inputs included (MiB; 0 = none): while the job runs the work dir is a tmpfs of this size (root nodes only), whose pages also count in the job's memory; at the end its contents are copied to disk."),
     ("guest", "job_cgroups", "Give each job a cgroup (process, memory and idle-CPU limits, kill of the whole group) where the kernel allows. Off, a job is held by its PID namespace alone."),
+    ("guest", "cpu_limit_percent", "Share of one CPU core a guest may use (percent; 100 = no limit). Enforced by the job's cgroup (cpu.cfs_quota_us on cgroup v1, cpu.max on v2) where there is one, otherwise by stopping and continuing the guest (SIGSTOP/SIGCONT) in a 100 ms duty cycle; `gleaner status` says which."),
+    ("owner", "hours", "When the owner lends the machine, in the owner's time zone ([history] tz), e.g. \"Mon-Fri 18:00-08:30; Sat,Sun\": entries separated by ';', days or day ranges, then optional HH:MM-HH:MM ranges (an end before the start crosses midnight). Outside them the node withholds itself (S5, cause schedule) and refuses guests. Empty means always."),
+    ("owner", "on_battery", "\"run\" keeps hosting on battery power; \"pause\" withholds the machine (S5, cause battery) while no mains supply is online (read from /sys/class/power_supply)."),
     ("net", "enabled", "Join a pool over libp2p. Off (`--no-net`), the node only measures, remembers and runs local jobs."),
     ("net", "pool", "Pool name (letters, digits, '.', '_', '-'; at most 64): the gossipsub topic and DHT key members share."),
     ("net", "listen", "Multiaddrs to listen on; port 0 picks a free port. QUIC is skipped in private pools (the swarm key wraps TCP only)."),
@@ -263,6 +280,7 @@ pub const RANGES: &[(&str, &str, u64, u64)] = &[
     ("guest", "max_input_mib", 1, 65_536),
     ("guest", "max_job_input_mib", 1, 1 << 20),
     ("guest", "disk_mib", 0, 65_536),
+    ("guest", "cpu_limit_percent", 1, 100),
     ("net", "request_timeout_secs", 1, 600),
     ("net", "announce_secs", 1, 3_600),
     ("net", "max_retries", 0, 100),
@@ -318,7 +336,7 @@ impl Config {
     }
 
     /// Every integer key's value, as named in the file (for [`RANGES`]).
-    fn integer_values(&self) -> [(&'static str, &'static str, u64); 18] {
+    fn integer_values(&self) -> [(&'static str, &'static str, u64); 19] {
         let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
         [
             (
@@ -360,6 +378,7 @@ impl Config {
             ("guest", "max_input_mib", self.guest.max_input_mib),
             ("guest", "max_job_input_mib", self.guest.max_job_input_mib),
             ("guest", "disk_mib", self.guest.disk_mib),
+            ("guest", "cpu_limit_percent", self.guest.cpu_limit_percent),
             (
                 "net",
                 "request_timeout_secs",
@@ -406,6 +425,11 @@ impl Config {
             })?;
         }
         self.net.validate()?;
+        Schedule::parse(&self.owner.hours).map_err(|e| ConfigError::Invalid {
+            section: "owner",
+            key: "hours",
+            why: format!("{:?}: {e}", self.owner.hours),
+        })?;
         if self.guest.user.trim().is_empty() || self.guest.user == "root" {
             return Err(ConfigError::Invalid {
                 section: "guest",
@@ -414,6 +438,21 @@ impl Config {
             });
         }
         Ok(())
+    }
+
+    /// The owner's schedule (`[owner] hours`); always when it does not parse,
+    /// which `validate` has refused already.
+    pub fn schedule(&self) -> Schedule {
+        Schedule::parse(&self.owner.hours).unwrap_or_default()
+    }
+
+    /// The owner's time zone (`[history] tz`, else the system's).
+    pub fn time_zone(&self) -> jiff::tz::TimeZone {
+        self.history
+            .tz
+            .as_deref()
+            .and_then(|name| jiff::tz::TimeZone::get(name).ok())
+            .unwrap_or_else(jiff::tz::TimeZone::system)
     }
 
     /// The model's thresholds, with the working set of the job at hand.
@@ -651,5 +690,27 @@ mod tests {
         assert!(Config::parse("[policy]\nth1 = 70\nth2 = 60\n", Path::new("c")).is_err());
         assert!(Config::parse("[monitor]\nmin_period_secs = 0\n", Path::new("c")).is_err());
         assert!(Config::parse("[guest]\nuser = \"root\"\n", Path::new("c")).is_err());
+    }
+
+    #[test]
+    fn owner_keys_parse_and_a_bad_schedule_names_its_position() {
+        let c = Config::parse(
+            "[owner]\nhours = \"Mon-Fri 18:00-08:30; Sat,Sun\"\non_battery = \"pause\"\n[guest]\ncpu_limit_percent = 30\n",
+            Path::new("c"),
+        )
+        .unwrap();
+        assert_eq!(c.owner.on_battery, OnBattery::Pause);
+        assert_eq!(c.guest.cpu_limit_percent, 30);
+        assert!(!c.schedule().is_always());
+        let e = Config::parse("[owner]\nhours = \"Mon-Fri 18:00-8:3\"\n", Path::new("c"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[owner] hours") && e.contains("at character 15"),
+            "{e}"
+        );
+        assert!(Config::parse("[owner]\non_battery = \"sleep\"\n", Path::new("c")).is_err());
+        assert!(Config::parse("[guest]\ncpu_limit_percent = 0\n", Path::new("c")).is_err());
+        assert!(Config::parse("[guest]\ncpu_limit_percent = 101\n", Path::new("c")).is_err());
     }
 }

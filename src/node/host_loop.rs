@@ -23,6 +23,7 @@ use crate::guest::{
 use crate::history::store::{BulkHistory, HistoryStore, JobEvent, StoreError};
 use crate::model::baselines::MethodId;
 use crate::model::ids::JobId;
+use crate::model::owner::{why_idle, IdleFacts, IdleReason, OnBattery, S5Cause, Schedule};
 use crate::model::policy::decide;
 use crate::model::predict::PredictRequest;
 use crate::model::series::{HostSeries, Sample};
@@ -49,6 +50,8 @@ pub const STATUS_WINDOWS_SECS: [u64; 3] = [3600, 3 * 3600, 10 * 3600];
 /// How stale the cached history may be when predicting: a prediction learns
 /// from whole past days, so a minute of missing samples changes nothing.
 const SERIES_CACHE_SECS: i64 = 60;
+/// How often the owner's rules (schedule, battery) are judged between readings.
+const OWNER_CHECK: Duration = Duration::from_secs(15);
 /// Longest `pause --for`: a year. Longer pauses are refused at the edge; this
 /// bound keeps every instant computed from it representable.
 pub const MAX_PAUSE_SECS: u64 = 366 * 86_400;
@@ -74,6 +77,10 @@ pub type ExportBody = mpsc::Receiver<Result<Vec<u8>, String>>;
 pub enum HostError {
     #[error("the owner has paused this node; `gleaner resume` first")]
     Paused,
+    #[error("this node withholds itself now ({0}) and takes no guest")]
+    Withheld(S5Cause),
+    #[error("the node pauses once its running guest has finished (`pause --after-job`)")]
+    Finishing,
     #[error("a guest is already running here (job {job_id})")]
     Busy { job_id: JobId },
     #[error("the host is in {0} now and takes no guest")]
@@ -98,6 +105,8 @@ pub enum HostCommand {
     },
     Pause {
         for_secs: Option<u64>,
+        /// Let the running guest finish first (`pause --after-job`).
+        after_job: bool,
         reply: oneshot::Sender<Result<PauseOutcome, HostError>>,
     },
     Resume {
@@ -198,6 +207,8 @@ pub struct PauseOutcome {
     pub until: Option<i64>,
     /// The job the pause killed, if one ran.
     pub killed_job: Option<JobId>,
+    /// `pause --after-job` with a guest running: the node pauses when it ends.
+    pub after_job: Option<JobId>,
 }
 
 /// The answer to an import.
@@ -229,6 +240,16 @@ pub struct HostStatus {
     /// Sample rows found missing at the end of the store at start (a torn
     /// write sled dropped when recovering); 0 when none.
     pub samples_lost_at_start: u64,
+    /// `[owner] hours`.
+    pub schedule: Schedule,
+    /// The schedule or the battery withholds the machine now.
+    pub withheld: Option<S5Cause>,
+    /// A `pause --after-job` waits for the running guest.
+    pub pause_after_job: bool,
+    /// Why no guest runs now; `None` while one runs.
+    pub why_idle: Option<IdleReason>,
+    /// How `[guest] cpu_limit_percent` is enforced.
+    pub throttle: crate::guest::ThrottleMode,
 }
 
 /// What the host loop publishes on every change, for the pool host's
@@ -244,6 +265,14 @@ pub struct HostSnapshot {
     pub cpu: Option<f64>,
     /// Memory free for a guest at the last reading, MiB.
     pub free_mib: Option<u64>,
+    /// The schedule or the battery withholds the machine (the state is S5).
+    pub withheld: Option<S5Cause>,
+    /// A `pause --after-job` waits for the running guest.
+    pub pause_after_job: bool,
+    /// Why no guest runs now; `None` while one runs.
+    pub why_idle: Option<IdleReason>,
+    /// How `[guest] cpu_limit_percent` is enforced.
+    pub throttle: crate::guest::ThrottleMode,
 }
 
 /// The cloneable way to the host loop.
@@ -272,8 +301,23 @@ impl HostHandle {
     }
 
     pub async fn pause(&self, for_secs: Option<u64>) -> Result<PauseOutcome, HostError> {
-        self.ask(|reply| HostCommand::Pause { for_secs, reply })
-            .await?
+        self.ask(|reply| HostCommand::Pause {
+            for_secs,
+            after_job: false,
+            reply,
+        })
+        .await?
+    }
+
+    /// `pause --after-job`: the running guest finishes, then the node pauses
+    /// (at once when none runs); no guest starts meanwhile.
+    pub async fn pause_after_job(&self, for_secs: Option<u64>) -> Result<PauseOutcome, HostError> {
+        self.ask(|reply| HostCommand::Pause {
+            for_secs,
+            after_job: true,
+            reply,
+        })
+        .await?
     }
 
     pub async fn resume(&self) -> Result<PauseOutcome, HostError> {
@@ -378,6 +422,8 @@ enum Event {
     Compact,
     /// A `pause --for` has run out.
     PauseOver,
+    /// Time to judge the schedule and the battery again.
+    OwnerCheck,
     /// An import finished (off the loop).
     ImportDone(ImportDone),
     /// SIGINT/SIGTERM (or the caller's token): stop.
@@ -500,6 +546,8 @@ pub struct HostParts {
     /// Guest events for the pool host (remote jobs' events go back to their consumers).
     pub to_pool: Option<mpsc::UnboundedSender<GuestEvent>>,
     pub owner_load: OwnerLoad,
+    /// The power supply class (`/sys/class/power_supply`; a fake one in tests).
+    pub power_supply_dir: PathBuf,
 }
 
 /// The loop's inputs.
@@ -538,6 +586,11 @@ pub struct HostLoop {
     import_done: mpsc::UnboundedReceiver<ImportDone>,
     /// The node's shutdown token (set by `run`), so an import stops with it.
     shutdown: CancellationToken,
+    /// `[owner] hours`, judged in `time_zone`.
+    schedule: Schedule,
+    time_zone: jiff::tz::TimeZone,
+    /// `pause --after-job` waits for the running guest: `Some(for_secs)`.
+    pause_after_job: Option<Option<u64>>,
 }
 
 impl HostLoop {
@@ -577,8 +630,14 @@ impl HostLoop {
             import_done_tx,
             import_done,
             shutdown: CancellationToken::new(),
+            schedule: Schedule::always(),
+            time_zone: jiff::tz::TimeZone::UTC,
+            pause_after_job: None,
         };
+        host.schedule = host.parts.config.schedule();
+        host.time_zone = host.parts.config.time_zone();
         host.restore_pause();
+        host.check_owner_rules();
         host.publish();
         (host, handle)
     }
@@ -604,6 +663,8 @@ impl HostLoop {
             .unwrap_or_else(Instant::now);
         let mut compact = tokio::time::interval_at(first, every);
         compact.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut owner_check = tokio::time::interval(OWNER_CHECK);
+        owner_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let guest_running = self.guest_live;
             let pause_deadline = self.pause_until.map(|(_, at)| at);
@@ -616,6 +677,7 @@ impl HostLoop {
                 Some(d) = self.import_done.recv() => Event::ImportDone(d),
                 _ = guest_tick.tick(), if guest_running => Event::GuestTick,
                 _ = compact.tick() => Event::Compact,
+                _ = owner_check.tick() => Event::OwnerCheck,
                 _ = sleep_until(pause_deadline), if pause_deadline.is_some() => Event::PauseOver,
             };
             match event {
@@ -624,6 +686,7 @@ impl HostLoop {
                 Event::Command(c) => self.on_command(c),
                 Event::GuestTick => self.poll_guest(),
                 Event::Compact => self.compact(),
+                Event::OwnerCheck => self.check_owner_rules(),
                 Event::PauseOver => {
                     if let Err(e) = self.resume() {
                         tracing::error!(error = %e, "cannot end the pause");
@@ -675,19 +738,86 @@ impl HostLoop {
         self.parts.clock.unix_secs()
     }
 
+    /// Why no guest runs now (`None` while one runs).
+    fn why_idle(&self) -> Option<IdleReason> {
+        why_idle(IdleFacts {
+            guests_enabled: self.parts.config.guest.enabled,
+            paused: self.parts.store.is_paused(),
+            withheld: self.parts.store.withheld(),
+            state: self.guest_state().map(|(s, _)| s),
+            guest_running: self.guest_live,
+        })
+    }
+
+    /// What the schedule and the battery say now: the cause to withhold
+    /// the machine for, or `None` to lend it.
+    fn owner_rules_withhold(&self) -> Option<S5Cause> {
+        let now = self.parts.clock.now();
+        if !schedule_allows(&self.schedule, &self.time_zone, now) {
+            return Some(S5Cause::Schedule);
+        }
+        if self.parts.config.owner.on_battery == OnBattery::Pause
+            && crate::monitor::power::on_battery(&self.parts.power_supply_dir)
+        {
+            return Some(S5Cause::Battery);
+        }
+        None
+    }
+
+    /// Withholds or lends the machine as the schedule and the battery say:
+    /// an S5 with the cause is recorded when the node withholds itself, the
+    /// running guest is killed (revocation), and the first sample after the
+    /// end records the state again.
+    fn check_owner_rules(&mut self) {
+        let wanted = self.owner_rules_withhold();
+        let current = self.parts.store.withheld();
+        if wanted == current {
+            return;
+        }
+        let now = self.now();
+        if current.is_some() {
+            if let Err(e) = self.parts.store.release() {
+                tracing::error!(error = %e, "cannot end the withholding");
+            }
+            self.recorded_state = None;
+            tracing::info!(cause = ?current, "the owner's rules lend the machine again");
+        }
+        if let Some(cause) = wanted {
+            match self.parts.store.withhold(now, cause) {
+                Ok(_) => {
+                    self.recorded_state = None;
+                    tracing::info!(%cause, "the owner's rules withhold the machine (S5)");
+                }
+                Err(e) => tracing::error!(error = %e, %cause, "cannot record the withholding"),
+            }
+            if self.parts.supervisor.run_state() != GuestRunState::Idle {
+                self.kill_guest(KillCause::Revocation);
+            }
+        }
+    }
+
     /// Publishes the snapshot when it changed.
     fn publish(&self) {
         let paused = self.parts.store.is_paused();
+        let withheld = self.parts.store.withheld();
         let snapshot = HostSnapshot {
-            state: if paused {
+            state: if paused || withheld.is_some() {
                 Some(State::S5)
             } else {
                 self.last.map(|r| r.state)
             },
             paused,
-            slot_free: self.parts.config.guest.enabled && !self.guest_live && !paused,
+            slot_free: self.parts.config.guest.enabled
+                && !self.guest_live
+                && !paused
+                && withheld.is_none()
+                && self.pause_after_job.is_none(),
             cpu: self.last.map(|r| r.cpu),
             free_mib: self.last.map(|r| r.free_mib),
+            withheld,
+            pause_after_job: self.pause_after_job.is_some(),
+            why_idle: self.why_idle(),
+            throttle: self.parts.supervisor.throttle_mode(),
         };
         self.snapshot.send_if_modified(|s| {
             let changed = *s != snapshot;
@@ -697,8 +827,10 @@ impl HostLoop {
     }
 
     fn on_reading(&mut self, r: MonitorReading) {
+        self.check_owner_rules();
         let store = &mut self.parts.store;
-        if !store.is_paused() && self.recorded_state != Some(r.state) {
+        if !store.is_paused() && store.withheld().is_none() && self.recorded_state != Some(r.state)
+        {
             match store.record_transition(r.time, r.state) {
                 Ok(()) => self.recorded_state = Some(r.state),
                 Err(e) => tracing::error!(error = %e, "cannot record a state transition"),
@@ -735,7 +867,7 @@ impl HostLoop {
     /// Applies policy actions until the policy is satisfied (at most two are
     /// needed: a resume and then a priority change).
     fn apply_policy(&mut self) {
-        if self.parts.store.is_paused() {
+        if self.parts.store.is_paused() || self.parts.store.withheld().is_some() {
             if self.parts.supervisor.run_state() != GuestRunState::Idle {
                 self.kill_guest(KillCause::Revocation);
             }
@@ -788,6 +920,12 @@ impl HostLoop {
         self.guest_mem_mib = 0;
         self.guest_live = false;
         self.refresh_guest_roots();
+        if let Some(for_secs) = self.pause_after_job.take() {
+            match self.pause(for_secs) {
+                Ok(_) => tracing::info!("the guest finished; paused as asked (--after-job)"),
+                Err(e) => tracing::error!(error = %e, "cannot pause after the job"),
+            }
+        }
     }
 
     fn on_guest_event(&mut self, e: GuestEvent) {
@@ -828,8 +966,20 @@ impl HostLoop {
     fn on_command(&mut self, command: HostCommand) {
         match command {
             HostCommand::Status { reply } => self.status(reply),
-            HostCommand::Pause { for_secs, reply } => {
+            HostCommand::Pause {
+                for_secs,
+                after_job: false,
+                reply,
+            } => {
+                self.pause_after_job = None;
                 let _ = reply.send(self.pause(for_secs));
+            }
+            HostCommand::Pause {
+                for_secs,
+                after_job: true,
+                reply,
+            } => {
+                let _ = reply.send(self.pause_when_the_guest_ends(for_secs));
             }
             HostCommand::Resume { reply } => {
                 let _ = reply.send(self.resume());
@@ -926,7 +1076,40 @@ impl HostLoop {
             changed,
             until: self.pause_until.map(|p| p.0),
             killed_job,
+            after_job: None,
         })
+    }
+
+    /// `pause --after-job`: with a guest running, remember to pause when it
+    /// ends (and start no other meanwhile); with none, pause now.
+    fn pause_when_the_guest_ends(
+        &mut self,
+        for_secs: Option<u64>,
+    ) -> Result<PauseOutcome, HostError> {
+        if for_secs.is_some_and(|s| s == 0 || s > MAX_PAUSE_SECS) {
+            return Err(HostError::Invalid(format!(
+                "a timed pause lasts 1 s to {MAX_PAUSE_SECS} s (a year)"
+            )));
+        }
+        let running = self
+            .parts
+            .supervisor
+            .status()
+            .filter(|s| s.phase != GuestPhase::Exited && self.guest_live);
+        match running {
+            Some(guest) if !self.parts.store.is_paused() => {
+                self.pause_after_job = Some(for_secs);
+                tracing::info!(job = %guest.job_id, "pausing once the running guest finishes");
+                Ok(PauseOutcome {
+                    paused: false,
+                    changed: true,
+                    until: None,
+                    killed_job: None,
+                    after_job: Some(guest.job_id),
+                })
+            }
+            _ => self.pause(for_secs),
+        }
     }
 
     fn resume(&mut self) -> Result<PauseOutcome, HostError> {
@@ -937,6 +1120,7 @@ impl HostLoop {
             .map_err(|e| HostError::Internal(e.to_string()))?;
         self.pause_until = None;
         self.recorded_state = None;
+        let changed = changed || self.pause_after_job.take().is_some();
         if changed {
             tracing::info!("resumed by the owner");
         }
@@ -945,6 +1129,7 @@ impl HostLoop {
             changed,
             until: None,
             killed_job: None,
+            after_job: None,
         })
     }
 
@@ -1064,7 +1249,7 @@ impl HostLoop {
             now,
             paused,
             paused_until: self.pause_until.map(|p| p.0),
-            state: if paused {
+            state: if paused || self.parts.store.withheld().is_some() {
                 Some(State::S5)
             } else {
                 self.guest_state().map(|(s, _)| s)
@@ -1077,6 +1262,11 @@ impl HostLoop {
             owner_load: self.parts.owner_load.clone(),
             containment: self.parts.supervisor.containment().to_string(),
             samples_lost_at_start: self.parts.store.torn_tail().map_or(0, |t| t.lost),
+            schedule: self.schedule.clone(),
+            withheld: self.parts.store.withheld(),
+            pause_after_job: self.pause_after_job.is_some(),
+            why_idle: self.why_idle(),
+            throttle: self.parts.supervisor.throttle_mode(),
         };
         // `status` never waits for the history: it shows the predictions
         // of the last refresh (at most a minute old, or from before an
@@ -1113,6 +1303,12 @@ impl HostLoop {
         let guest_cfg = &self.parts.config.guest;
         if self.parts.store.is_paused() {
             return Err(HostError::Paused);
+        }
+        if let Some(cause) = self.parts.store.withheld() {
+            return Err(HostError::Withheld(cause));
+        }
+        if self.pause_after_job.is_some() {
+            return Err(HostError::Finishing);
         }
         if start.job.mem_mib > guest_cfg.max_mem_mib {
             return Err(HostError::TooMuchMemory {
@@ -1298,6 +1494,12 @@ fn event_name(kind: &GuestEventKind) -> &'static str {
     }
 }
 
+/// Whether `schedule` lends the machine at `now`, judged in the owner's
+/// civil time in `tz` (so "18:00" stays 18:00 across a DST change).
+pub fn schedule_allows(schedule: &Schedule, tz: &jiff::tz::TimeZone, now: jiff::Timestamp) -> bool {
+    schedule.allows(now.to_zoned(tz.clone()).datetime())
+}
+
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -1322,5 +1524,37 @@ pub fn guest_spec(config: &Config, job: GuestJob) -> GuestSpec {
         allow_network: guest.allow_network,
         user: None,
         inputs: job.inputs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jiff::tz::TimeZone;
+
+    fn ts(text: &str) -> jiff::Timestamp {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn the_schedule_follows_the_owners_civil_time_across_dst_and_zones() {
+        let s = Schedule::parse("Mon-Fri 18:00-08:30; Sat,Sun").unwrap();
+        let berlin = TimeZone::get("Europe/Berlin").unwrap();
+        // Friday 2026-03-27 17:30 UTC is 18:30 in Berlin (CET, +1): lent.
+        assert!(schedule_allows(&s, &berlin, ts("2026-03-27T17:30:00Z")));
+        // The clocks move on Sunday 29 March; Tuesday 31 at 06:45 UTC is
+        // 08:45 CEST (+2): past 08:30, withheld, though it would be 07:45 in
+        // winter; 06:15 UTC is 08:15, still Monday evening's range.
+        assert!(!schedule_allows(&s, &berlin, ts("2026-03-31T06:45:00Z")));
+        assert!(schedule_allows(&s, &berlin, ts("2026-03-31T06:15:00Z")));
+        assert!(
+            schedule_allows(&s, &berlin, ts("2026-01-13T06:45:00Z")),
+            "07:45 CET in winter"
+        );
+        // The same instant in another zone: Monday 16:45 UTC is 18:45 in
+        // Berlin (lent) and 11:45 in New York (withheld).
+        let new_york = TimeZone::get("America/New_York").unwrap();
+        assert!(schedule_allows(&s, &berlin, ts("2026-03-30T16:45:00Z")));
+        assert!(!schedule_allows(&s, &new_york, ts("2026-03-30T16:45:00Z")));
     }
 }

@@ -213,7 +213,13 @@ pub struct NodeResources {
     pub hardware: Hardware,
     /// Seed of the monitor's random extra samples.
     pub monitor_seed: u64,
+    /// The Linux power supply class, for `[owner] on_battery`
+    /// ([`POWER_SUPPLY_DIR`]; tests lay out a fake one).
+    pub power_supply_dir: PathBuf,
 }
+
+/// Where Linux describes the machine's power supplies.
+pub const POWER_SUPPLY_DIR: &str = "/sys/class/power_supply";
 
 /// The running node's handles, given to `on_ready` (tests drive the actors
 /// through them; the binary prints its "ready" line).
@@ -244,6 +250,7 @@ pub async fn run(
         shutdown,
         hardware,
         monitor_seed,
+        power_supply_dir,
     } = resources;
     let tracker = TaskTracker::new();
 
@@ -256,6 +263,7 @@ pub async fn run(
     guest_config.user = config.guest.user.clone();
     guest_config.disk_mib = config.guest.disk_mib;
     guest_config.job_cgroups = config.guest.job_cgroups;
+    guest_config.cpu_limit_percent = config.guest.cpu_limit_percent;
     let supervisor = Supervisor::new(guest_config, clock.clone(), Arc::new(sink))?;
     let stale = pool::remove_stale_remote_dirs(&supervisor.jobs_dir());
     if stale > 0 {
@@ -283,6 +291,7 @@ pub async fn run(
         tracker: tracker.clone(),
         to_pool,
         owner_load: owner_load.description.clone(),
+        power_supply_dir,
     });
 
     let mut running = Running {
@@ -465,6 +474,7 @@ async fn start_async(
         hardware: hardware(),
         monitor_seed: u64::try_from(clock.now().as_nanosecond() & i128::from(u64::MAX))
             .unwrap_or(0),
+        power_supply_dir: PathBuf::from(POWER_SUPPLY_DIR),
     };
     let pool = config.net.pool.clone();
     let result = run(resources, |running| {

@@ -405,7 +405,8 @@ impl PoolHost {
         // The host loop checks again when the guest starts; this refuses
         // early what would only be refused after a long fetch.
         let snapshot = *self.snapshot.borrow();
-        if snapshot.paused {
+        // Paused, or withheld by the owner's schedule or battery rule.
+        if snapshot.paused || snapshot.withheld.is_some() {
             return Err(RejectReason::HostState(WireState::S5));
         }
         if !snapshot.slot_free {

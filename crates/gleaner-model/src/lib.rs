@@ -11,6 +11,7 @@
 pub mod baselines;
 pub mod ids;
 pub mod kernel;
+pub mod owner;
 pub mod period;
 pub mod policy;
 pub mod predict;
