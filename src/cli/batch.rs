@@ -153,16 +153,30 @@ pub fn run(args: &BatchArgs, global: &Global) -> anyhow::Result<()> {
     let json = global.json;
     match &args.command {
         BatchCommand::Submit(a) => {
-            let request = submit_request(a)?;
-            let created: BatchCreated =
-                block_on(client.post_json(&format!("{PREFIX}/batches"), &request))??;
+            let mut request = submit_request(a)?;
             if a.wait {
-                if !json && !global.quiet {
-                    eprintln!("batch {} queued: {} task(s)", created.id, created.tasks);
-                }
-                let code = block_on(wait(&client, created.id, json, global.quiet))??;
+                request.wait = true;
+                let quiet = global.quiet;
+                let code = block_on(async {
+                    let mut lines = client
+                        .post_stream(&format!("{PREFIX}/batches"), &request)
+                        .await?;
+                    let Some(BatchLine::Queued { batch, tasks }) =
+                        lines.next::<BatchLine>().await?
+                    else {
+                        bail!("the node did not say it queued the batch");
+                    };
+                    if json {
+                        print_json(&BatchLine::Queued { batch, tasks })?;
+                    } else if !quiet {
+                        eprintln!("batch {batch} queued: {tasks} task(s)");
+                    }
+                    follow(&client, batch, lines, json, quiet).await
+                })??;
                 exit(code);
             }
+            let created: BatchCreated =
+                block_on(client.post_json(&format!("{PREFIX}/batches"), &request))??;
             if json {
                 return print_json(&created);
             }
@@ -321,15 +335,27 @@ pub fn task_request(a: &TaskArgs) -> anyhow::Result<BatchSubmitRequest> {
         range: None,
         params: None,
         max_running: None,
+        wait: false,
     })
 }
 
 /// Follows a batch to its end; returns the exit status `wait` ends with.
 async fn wait(client: &ControlClient, id: BatchId, json: bool, quiet: bool) -> anyhow::Result<i32> {
-    let first: BatchReport = client.get_json(&format!("{PREFIX}/batches/{id}")).await?;
-    let mut lines = client
+    let lines = client
         .post_stream(&format!("{PREFIX}/batches/{id}/wait"), &())
         .await?;
+    follow(client, id, lines, json, quiet).await
+}
+
+/// Shows a batch's wait stream to its end; returns the exit status.
+async fn follow(
+    client: &ControlClient,
+    id: BatchId,
+    mut lines: crate::control::client::LineReader,
+    json: bool,
+    quiet: bool,
+) -> anyhow::Result<i32> {
+    let first: BatchReport = client.get_json(&format!("{PREFIX}/batches/{id}")).await?;
     let mut progress = Progress::new(&first, json || quiet);
     let mut last = None;
     while let Some(line) = lines.next::<BatchLine>().await? {
@@ -339,6 +365,7 @@ async fn wait(client: &ControlClient, id: BatchId, json: bool, quiet: bool) -> a
         match line {
             BatchLine::Task { task, .. } => progress.task(&task),
             BatchLine::Batch(report) => last = Some(report),
+            BatchLine::Queued { .. } => {}
         }
     }
     progress.finish();

@@ -23,10 +23,10 @@ use crate::cli::control::{block_on, client};
 use crate::cli::output::print_json;
 use crate::cli::Global;
 use crate::control::api::{
-    BatchCreated, BatchLine, BatchReport, BatchResultsCopied, BatchResultsRequest, TaskCounts,
-    TaskReport, PREFIX,
+    BatchLine, BatchReport, BatchResultsCopied, BatchResultsRequest, BatchSubmitRequest,
+    TaskCounts, TaskReport, PREFIX,
 };
-use crate::control::client::ControlClient;
+use crate::control::client::{ControlClient, LineReader};
 use crate::model::ids::BatchId;
 
 #[derive(Debug, Args)]
@@ -82,10 +82,27 @@ pub fn submit(args: &SubmitArgs, global: &Global) -> anyhow::Result<()> {
     let queue_limit = Duration::from_secs(args.queue_limit.max(1));
     let outputs = args.task.output.clone();
     let code = block_on(async move {
-        let created: BatchCreated = client
-            .post_json(&format!("{PREFIX}/batches"), &request)
+        // Queued and followed in one request, so no event of the task is
+        // missed (it may start within milliseconds).
+        let mut lines = client
+            .post_stream(
+                &format!("{PREFIX}/batches"),
+                &BatchSubmitRequest {
+                    wait: true,
+                    ..request
+                },
+            )
             .await?;
-        let report = follow(&client, created.id, queue_limit, json, quiet).await?;
+        let Some(first) = lines.next::<BatchLine>().await? else {
+            bail!("the node closed the stream before queueing the task");
+        };
+        let BatchLine::Queued { batch, .. } = first else {
+            bail!("the node did not say it queued the task");
+        };
+        if json {
+            print_json(&first)?;
+        }
+        let report = follow(&client, batch, lines, queue_limit, json, quiet).await?;
         finish(&client, &report, &out_dir, &outputs, json).await
     })??;
     let _ = std::io::stdout().flush();
@@ -97,13 +114,11 @@ pub fn submit(args: &SubmitArgs, global: &Global) -> anyhow::Result<()> {
 async fn follow(
     client: &ControlClient,
     id: BatchId,
+    mut lines: LineReader,
     queue_limit: Duration,
     json: bool,
     quiet: bool,
 ) -> anyhow::Result<BatchReport> {
-    let mut lines = client
-        .post_stream(&format!("{PREFIX}/batches/{id}/wait"), &())
-        .await?;
     let say = |text: String| {
         if !quiet && !json {
             eprintln!("gleaner: {text}");
@@ -162,6 +177,7 @@ async fn follow(
                     last_reason.clone_from(&task.reason);
                 }
             }
+            BatchLine::Queued { .. } => {}
             BatchLine::Batch(report) => {
                 let mut report = report;
                 if gave_up {

@@ -80,10 +80,11 @@ pub enum ConsumerCommand {
         query: HostsQuery,
         reply: oneshot::Sender<Result<HostsView, ConsumerError>>,
     },
-    /// Queue a batch.
+    /// Queue a batch; the reply holds its task events from before it was
+    /// queued, so a waiter misses none.
     SubmitBatch {
         batch: Box<NewBatch>,
-        reply: oneshot::Sender<Result<BatchId, ConsumerError>>,
+        reply: oneshot::Sender<Result<(BatchId, broadcast::Receiver<TaskEvent>), ConsumerError>>,
     },
     /// Every batch on this node.
     Batches {
@@ -148,7 +149,10 @@ impl ConsumerHandle {
         rx.await.map_err(|_| ConsumerError::Unavailable)
     }
 
-    pub async fn submit_batch(&self, batch: NewBatch) -> Result<BatchId, ConsumerError> {
+    pub async fn submit_batch(
+        &self,
+        batch: NewBatch,
+    ) -> Result<(BatchId, broadcast::Receiver<TaskEvent>), ConsumerError> {
         self.ask(|reply| ConsumerCommand::SubmitBatch {
             batch: Box::new(batch),
             reply,
@@ -296,7 +300,9 @@ impl Consumer {
             };
             match command {
                 ConsumerCommand::SubmitBatch { batch, reply } => {
-                    let _ = reply.send(self.queue.submit(*batch).map_err(Into::into));
+                    let events = self.queue.subscribe();
+                    let queued = self.queue.submit(*batch).map(|id| (id, events));
+                    let _ = reply.send(queued.map_err(Into::into));
                 }
                 ConsumerCommand::Batches { reply } => {
                     let _ = reply.send(self.queue.list());

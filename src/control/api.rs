@@ -392,6 +392,11 @@ pub struct BatchSubmitRequest {
     pub params: Option<ParamsTable>,
     #[serde(default)]
     pub max_running: Option<u32>,
+    /// Answer with the `wait` stream (JSON lines, from a first `queued`
+    /// line on) instead of [`BatchCreated`]: no event is missed between
+    /// queueing and waiting.
+    #[serde(default)]
+    pub wait: bool,
 }
 
 /// One `--input LOCAL[=REMOTE]`; both may hold placeholders.
@@ -464,6 +469,8 @@ pub struct BatchReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum BatchLine {
+    /// First line of `POST /v1/batches` with `wait`: the batch is queued.
+    Queued { batch: BatchId, tasks: u32 },
     /// A task changed state.
     Task {
         batch: BatchId,

@@ -162,18 +162,27 @@ async fn submit(
     State(h): State<ControlHandles>,
     ApiJson(request): ApiJson<BatchSubmitRequest>,
 ) -> Response {
+    let wait = request.wait;
     let run = async {
         let consumer = consumer_of(&h)?;
         let batch = new_batch(request)?;
-        let id = consumer.submit_batch(batch).await?;
+        let (id, events) = consumer.submit_batch(batch).await?;
         let view = consumer.batch(id).await?;
-        Ok::<_, ApiError>(BatchCreated {
+        Ok::<_, ApiError>((id, consumer, view, events))
+    };
+    match run.await {
+        Ok((id, consumer, view, events)) if wait => {
+            let first = BatchLine::Queued {
+                batch: id,
+                tasks: view.record.task_count,
+            };
+            stream(&h, id, consumer, view, events, Some(first))
+        }
+        Ok((id, _, view, _)) => Json(BatchCreated {
             id,
             tasks: view.record.task_count,
         })
-    };
-    match run.await {
-        Ok(created) => Json(created).into_response(),
+        .into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -285,10 +294,22 @@ async fn wait(State(h): State<ControlHandles>, Path(id): Path<String>) -> Respon
         let (view, events) = consumer.watch_batch(id).await?;
         Ok::<_, ApiError>((id, consumer, view, events))
     };
-    let (id, consumer, view, mut events) = match start.await {
-        Ok(s) => s,
-        Err(e) => return e.into_response(),
-    };
+    match start.await {
+        Ok((id, consumer, view, events)) => stream(&h, id, consumer, view, events, None),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Streams `first`, then the batch's task events as JSON lines until every
+/// task has ended, then the batch itself.
+fn stream(
+    h: &ControlHandles,
+    id: BatchId,
+    consumer: crate::consumer::ConsumerHandle,
+    view: BatchView,
+    mut events: broadcast::Receiver<TaskEvent>,
+    first: Option<BatchLine>,
+) -> Response {
     let (tx, rx) = mpsc::channel::<Result<String, Infallible>>(256);
     let shutdown = h.shutdown.clone();
     h.tracker.spawn(async move {
@@ -302,6 +323,11 @@ async fn wait(State(h): State<ControlHandles>, Path(id): Path<String>) -> Respon
                 tx.send(Ok(text)).await.is_ok()
             }
         };
+        if let Some(line) = first {
+            if !send(line).await {
+                return;
+            }
+        }
         let mut states: Vec<_> = view.tasks.iter().map(|t| t.state).collect();
         let ended =
             |states: &[crate::consumer::batch::TaskState]| states.iter().all(|s| s.is_final());
