@@ -80,6 +80,7 @@ fn fixture() -> &'static Fixture {
             shutdown: shutdown.clone(),
             hardware: Hardware::default(),
             monitor_seed: 7,
+            ui: None,
         };
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         runtime.spawn(async move {

@@ -73,6 +73,7 @@ impl Node {
             shutdown: shutdown.clone(),
             hardware: Hardware::default(),
             monitor_seed: 7,
+            ui: None,
         };
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Running>();
         let task = tokio::spawn(async move {
