@@ -245,7 +245,8 @@ fn refuse(refusal: Refusal) -> Response {
 }
 
 /// Headers every answer carries: no framing, no caching, scripts only from
-/// here, no referrer (the token must not leak through one).
+/// here, no referrer to other origins. (Not `no-referrer`: under it Chromium
+/// sends `Origin: null` with our own forms, which the guard must refuse.)
 async fn headers(State(s): State<Shared>, req: Request, next: Next) -> Response {
     // The Host check applies to the script too (and to unknown paths).
     let host_ok = s
@@ -270,7 +271,7 @@ async fn headers(State(s): State<Shared>, req: Request, next: Next) -> Response 
             "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
         (header::X_FRAME_OPTIONS, "DENY"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        (header::REFERRER_POLICY, "same-origin"),
         (header::CACHE_CONTROL, "no-store"),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
     ] {
