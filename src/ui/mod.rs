@@ -166,10 +166,13 @@ struct UiState {
     handles: UiHandles,
     /// The last reliability curves and when they were made: a reload within
     /// [`CURVES_FRESH`] does not ask for 39 more predictions.
-    curves: Mutex<Option<(Instant, Result<Vec<svg::Curve>, String>)>>,
+    curves: Mutex<Option<(Instant, Curves)>>,
 }
 
 type Shared = Arc<UiState>;
+
+/// The reliability curves, or why there are none.
+type Curves = Result<Vec<svg::Curve>, String>;
 
 /// Serves the dashboard until `handles.shutdown` is cancelled.
 pub async fn serve(listener: UiListener, handles: UiHandles) -> std::io::Result<()> {
@@ -390,7 +393,7 @@ const CURVE_CONCURRENCY: usize = 3;
 
 /// TR for each job length at each start over the next 24 hours, from the
 /// same predictions `/v1/predict` gives (solved off the loop by the host).
-async fn curves(h: &HostHandle) -> Result<Vec<svg::Curve>, String> {
+async fn curves(h: &HostHandle) -> Curves {
     use futures::StreamExt;
     let now = h.status().await.map_err(|e| e.to_string())?.now;
     let asks: Vec<(usize, f64, PredictQuery)> = CURVE_JOBS_SECS
