@@ -5,7 +5,7 @@
 
 use super::svg::escape;
 use crate::consumer::batch::BatchView;
-use crate::consumer::survey::HostReport;
+use crate::consumer::survey::SurveyedHost;
 use crate::guest::GuestPhase;
 use crate::history::store::JobEvent;
 use crate::node::host_loop::HostStatus;
@@ -229,7 +229,7 @@ fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
 }
 
 /// The pool's hosts as the consumer's survey ranks them.
-pub fn hosts_table(hosts: &[HostReport]) -> String {
+pub fn hosts_table(hosts: &[SurveyedHost]) -> String {
     if hosts.is_empty() {
         return "<p>No other host answered.</p>".to_string();
     }
@@ -237,18 +237,19 @@ pub fn hosts_table(hosts: &[HostReport]) -> String {
         "<table><tr><th>Peer</th><th>State</th><th>TR (1 h)</th><th>Γ</th><th>Slot free</th><th>CPUs</th><th>Memory</th><th>Version</th></tr>",
     );
     for h in hosts {
+        let peer = h.peer.to_base58();
         let _ = write!(
             b,
             "<tr><td title=\"{peer}\">{short}…</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            opt(&h.state),
+            h.state.map_or("-", |st| st.label()),
             h.tr.map_or("-".to_string(), |t| format!("{t:.3}")),
             h.power.map_or("-".to_string(), |p| format!("{p:.2}")),
             opt(&h.slot_free),
             opt(&h.logical_cpus),
             h.memory_mib.map_or("-".to_string(), |m| format!("{m} MiB")),
             opt(&h.version),
-            peer = escape(&h.peer),
-            short = escape(&h.peer.chars().take(16).collect::<String>()),
+            peer = escape(&peer),
+            short = escape(&peer.chars().take(16).collect::<String>()),
         );
     }
     b.push_str("</table>");
@@ -316,17 +317,14 @@ mod tests {
 
     #[test]
     fn a_hosts_hostile_fields_are_escaped() {
-        let host = HostReport {
-            peer: "12D3<script>".into(),
-            version: Some("\"><img src=x>".into()),
-            state: Some("<i>S1".into()),
-            ..HostReport::default()
-        };
+        let mut host = SurveyedHost::new(libp2p::PeerId::random());
+        host.version = Some("\"><img src=x><script>".into());
         let html = hosts_table(&[host]);
         assert!(
-            !html.contains("<script") && !html.contains("<img") && !html.contains("<i>"),
+            !html.contains("<script") && !html.contains("<img"),
             "{html}"
         );
+        assert!(html.contains("&lt;img"), "{html}");
     }
 
     #[test]
