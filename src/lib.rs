@@ -21,6 +21,7 @@ pub mod net;
 pub mod node;
 pub mod procfs;
 pub mod report;
+pub mod ui;
 
 /// The pure model lives in its own crate (`crates/gleaner-model`), so the
 /// compiler, not a test, keeps I/O out of it; it is re-exported under its old

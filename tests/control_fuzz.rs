@@ -81,6 +81,7 @@ fn fixture() -> &'static Fixture {
             hardware: Hardware::default(),
             monitor_seed: 7,
             power_supply_dir: std::path::PathBuf::from(gleaner::node::POWER_SUPPLY_DIR),
+            ui: None,
         };
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         runtime.spawn(async move {

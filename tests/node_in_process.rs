@@ -74,6 +74,7 @@ impl Node {
             hardware: Hardware::default(),
             monitor_seed: 7,
             power_supply_dir: PathBuf::from(gleaner::node::POWER_SUPPLY_DIR),
+            ui: None,
         };
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Running>();
         let task = tokio::spawn(async move {

@@ -68,6 +68,7 @@ impl Node {
             hardware: Hardware::default(),
             monitor_seed: 7,
             power_supply_dir: power.to_path_buf(),
+            ui: None,
         };
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Running>();
         let task = tokio::spawn(async move {

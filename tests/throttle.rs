@@ -81,6 +81,7 @@ async fn spin_under_limit(job_cgroups: bool) -> (ThrottleMode, Option<String>, f
         hardware: Hardware::default(),
         monitor_seed: 7,
         power_supply_dir: dir.path().join("no-power-supply"),
+        ui: None,
     };
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Running>();
     let task = tokio::spawn(async move {

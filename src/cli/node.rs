@@ -158,6 +158,9 @@ fn ready_text(r: &Ready) -> String {
             text.push_str(&format!("listening:      {addr}\n"));
         }
     }
+    if let Some(url) = &r.dashboard {
+        text.push_str(&format!("dashboard:      {url}\n"));
+    }
     text.push_str(&format!("ready (pid {})\n", r.pid));
     text
 }

@@ -702,6 +702,30 @@ impl HistoryStore {
         Ok(out)
     }
 
+    /// The newest `limit` job-log events, newest first: reads only those
+    /// (the dashboard's job log asks on the host loop).
+    pub fn recent_job_events(&self, limit: usize) -> Result<Vec<JobEvent>, StoreError> {
+        let mut out = Vec::with_capacity(limit.min(1024));
+        for item in self.jobs.iter().rev() {
+            if out.len() >= limit {
+                break;
+            }
+            let (k, v) = item.map_err(sled_err("reading the job log"))?;
+            let decoded = codec::decode_job_key(&k)
+                .and_then(|(time, _)| codec::decode_job_event(&v).map(|r| (time, r)));
+            match decoded {
+                Ok((time, r)) => out.push(JobEvent {
+                    time,
+                    job: r.job,
+                    kind: r.kind,
+                    detail: r.detail,
+                }),
+                Err(e) => self.note_corrupt("jobs", &e),
+            }
+        }
+        Ok(out)
+    }
+
     /// Number of stored sample rows (corrupt ones included), O(1).
     pub fn sample_count(&self) -> u64 {
         self.bulk.sample_count()

@@ -33,6 +33,7 @@ pub struct Config {
     pub guest: GuestSection,
     pub owner: OwnerSection,
     pub net: NetSection,
+    pub ui: UiSection,
 }
 
 /// `[owner]`: when the owner lends the machine.
@@ -215,6 +216,55 @@ impl Default for NetSection {
     }
 }
 
+/// The dashboard's default address: loopback only, a fixed port so the
+/// owner's bookmark keeps working (a busy port falls back to a free one, and
+/// the node prints the URL it got).
+pub const DEFAULT_UI_LISTEN: &str = "127.0.0.1:8385";
+
+/// `[ui]`: the web dashboard (`crate::ui`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UiSection {
+    /// `None` (empty in the file): no dashboard. Checked by `validate` to be
+    /// a loopback `IP:PORT`, because the page is plain HTTP and its token
+    /// would cross the network in the clear.
+    #[serde(with = "empty_is_none")]
+    pub listen: Option<String>,
+}
+
+impl Default for UiSection {
+    fn default() -> Self {
+        UiSection {
+            listen: Some(DEFAULT_UI_LISTEN.to_string()),
+        }
+    }
+}
+
+impl UiSection {
+    /// The dashboard's address, `None` when it is off; refuses anything but
+    /// a loopback `IP:PORT`.
+    pub fn listen_addr(&self) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+        let Some(text) = &self.listen else {
+            return Ok(None);
+        };
+        let invalid = |why: String| ConfigError::Invalid {
+            section: "ui",
+            key: "listen",
+            why,
+        };
+        let addr: std::net::SocketAddr = text
+            .trim()
+            .parse()
+            .map_err(|e| invalid(format!("{text:?} is not an IP:PORT address: {e}")))?;
+        if !addr.ip().is_loopback() {
+            return Err(invalid(format!(
+                "{text:?} is not a loopback address: the dashboard is plain HTTP behind a token, so it listens on 127.0.0.1 or ::1 only (reach it from elsewhere through an SSH tunnel)"
+            )));
+        }
+        Ok(Some(addr))
+    }
+}
+
 /// What each key means, in file order. `config --defaults` prints these
 /// above the keys; a test checks that every key has exactly one.
 pub const KEY_DOCS: &[(&str, &str, &str)] = &[
@@ -258,6 +308,7 @@ pub const KEY_DOCS: &[(&str, &str, &str)] = &[
     ("net", "request_timeout_secs", "How long a query or job request to a peer may take before it counts as failed."),
     ("net", "announce_secs", "How often this node announces itself on the pool's gossipsub topic (also on every state change)."),
     ("net", "max_retries", "How many times `gleaner submit` resubmits a job elsewhere after its host killed it, left or revoked it."),
+    ("ui", "listen", "Address (loopback IP:PORT) of the web dashboard; the node prints its URL with the access token at start. A busy port falls back to a free one. Empty turns the dashboard off."),
 ];
 
 /// The documented range of every integer key, inclusive. `validate` checks
@@ -430,6 +481,7 @@ impl Config {
             key: "hours",
             why: format!("{:?}: {e}", self.owner.hours),
         })?;
+        self.ui.listen_addr()?;
         if self.guest.user.trim().is_empty() || self.guest.user == "root" {
             return Err(ConfigError::Invalid {
                 section: "guest",
@@ -712,5 +764,19 @@ mod tests {
         assert!(Config::parse("[owner]\non_battery = \"sleep\"\n", Path::new("c")).is_err());
         assert!(Config::parse("[guest]\ncpu_limit_percent = 0\n", Path::new("c")).is_err());
         assert!(Config::parse("[guest]\ncpu_limit_percent = 101\n", Path::new("c")).is_err());
+    }
+
+    #[test]
+    fn the_dashboard_listens_on_loopback_only_and_empty_turns_it_off() {
+        let c = Config::parse("[ui]\nlisten = \"\"\n", Path::new("c")).unwrap();
+        assert_eq!(c.ui.listen_addr().unwrap(), None);
+        let c = Config::parse("[ui]\nlisten = \"[::1]:0\"\n", Path::new("c")).unwrap();
+        assert!(c.ui.listen_addr().unwrap().unwrap().ip().is_loopback());
+        for bad in ["0.0.0.0:8385", "192.0.2.1:80", "localhost:80", "127.0.0.1"] {
+            let e = Config::parse(&format!("[ui]\nlisten = {bad:?}\n"), Path::new("c"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("[ui] listen"), "{bad}: {e}");
+        }
     }
 }

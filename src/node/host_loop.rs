@@ -137,6 +137,16 @@ pub enum HostCommand {
     Export {
         reply: oneshot::Sender<Result<ExportBody, HostError>>,
     },
+    /// The newest job-log events, newest first (the dashboard's job log).
+    JobLog {
+        limit: usize,
+        reply: oneshot::Sender<Result<Vec<JobEvent>, HostError>>,
+    },
+    /// The history as the predictors see it (the cached series, built off
+    /// the loop), for the dashboard's week of availability.
+    History {
+        reply: oneshot::Sender<Result<HistoryView, HostError>>,
+    },
     /// Import a trace: spooled and imported in batches off the loop, one
     /// import at a time; the reply comes when it has finished.
     Import {
@@ -146,6 +156,19 @@ pub enum HostCommand {
         reply: oneshot::Sender<Result<ImportOutcome, HostError>>,
     },
 }
+
+/// The node's history as its predictors read it.
+#[derive(Debug, Clone)]
+pub struct HistoryView {
+    pub series: Arc<HostSeries>,
+    /// The node's thresholds with no declared working set.
+    pub thresholds: crate::model::state::Thresholds,
+    /// Unix seconds when it was asked.
+    pub now: i64,
+}
+
+/// Most job-log events one `JobLog` command returns.
+pub const MAX_JOB_LOG: usize = 1000;
 
 /// What `predict` through the node asks.
 #[derive(Debug, Clone, PartialEq)]
@@ -367,6 +390,17 @@ impl HostHandle {
             out.extend(chunk.map_err(HostError::Internal)?);
         }
         Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// The newest `limit` (at most [`MAX_JOB_LOG`]) job-log events, newest first.
+    pub async fn job_log(&self, limit: usize) -> Result<Vec<JobEvent>, HostError> {
+        self.ask(|reply| HostCommand::JobLog { limit, reply })
+            .await?
+    }
+
+    /// The history series the predictors use, with the node's thresholds.
+    pub async fn history(&self) -> Result<HistoryView, HostError> {
+        self.ask(|reply| HostCommand::History { reply }).await?
     }
 
     /// Imports the trace whose bytes arrive on `body`; errors name `source_name`.
@@ -1012,6 +1046,15 @@ impl HostLoop {
                 source_name,
                 reply,
             } => self.import(body, source_name, reply),
+            HostCommand::JobLog { limit, reply } => {
+                let events = self
+                    .parts
+                    .store
+                    .recent_job_events(limit.min(MAX_JOB_LOG))
+                    .map_err(|e| HostError::Internal(e.to_string()));
+                let _ = reply.send(events);
+            }
+            HostCommand::History { reply } => self.history(reply),
         }
     }
 
@@ -1211,6 +1254,21 @@ impl HostLoop {
             let answer = cache.get(now).and_then(|series| {
                 predict_report(&series, host, &request)
                     .map_err(|e| HostError::Invalid(format!("cannot predict: {e}")))
+            });
+            let _ = reply.send(answer);
+        });
+    }
+
+    /// The cached series, (re)built on the blocking pool like a prediction's.
+    fn history(&mut self, reply: oneshot::Sender<Result<HistoryView, HostError>>) {
+        let now = self.now();
+        let cache = self.series_cache.clone();
+        let thresholds = self.parts.config.thresholds(0);
+        self.parts.tracker.spawn_blocking(move || {
+            let answer = cache.get(now).map(|series| HistoryView {
+                series,
+                thresholds,
+                now,
             });
             let _ = reply.send(answer);
         });

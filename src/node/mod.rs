@@ -71,6 +71,8 @@ pub enum NodeError {
     Net(#[from] crate::net::BuildError),
     #[error("cannot open the batch queue: {0}")]
     Consumer(#[from] crate::consumer::ConsumerError),
+    #[error(transparent)]
+    Ui(#[from] crate::ui::UiError),
     #[error("cannot open the cache of peers' inputs {path}: {source}")]
     Cache {
         path: PathBuf,
@@ -100,6 +102,8 @@ pub struct Ready {
     pub listen: Vec<String>,
     /// True when this node hosts guests for the pool.
     pub hosts_guests: bool,
+    /// The dashboard's URL with its access token, when it is on.
+    pub dashboard: Option<String>,
 }
 
 /// The history store options the node's config implies.
@@ -216,6 +220,8 @@ pub struct NodeResources {
     /// The Linux power supply class, for `[owner] on_battery`
     /// ([`POWER_SUPPLY_DIR`]; tests lay out a fake one).
     pub power_supply_dir: PathBuf,
+    /// The web dashboard's listener, when it is on.
+    pub ui: Option<crate::ui::UiListener>,
 }
 
 /// Where Linux describes the machine's power supplies.
@@ -231,6 +237,8 @@ pub struct Running {
     /// Where peers can dial us, each ending in `/p2p/<peer id>`.
     pub listen: Vec<String>,
     pub peer_id: Option<String>,
+    /// The dashboard's URL with its token, when it is on.
+    pub dashboard: Option<String>,
 }
 
 /// Runs a node on `resources` until `resources.shutdown` is cancelled, then
@@ -251,6 +259,7 @@ pub async fn run(
         hardware,
         monitor_seed,
         power_supply_dir,
+        ui,
     } = resources;
     let tracker = TaskTracker::new();
 
@@ -300,6 +309,7 @@ pub async fn run(
         consumer: None,
         listen: Vec::new(),
         peer_id: None,
+        dashboard: ui.as_ref().map(crate::ui::UiListener::url),
     };
     let net_handle = net.as_ref().map(|n| n.handle.clone());
     if let (Some(net), Some(pool_guest_events)) = (net, pool_guest_events) {
@@ -348,6 +358,22 @@ pub async fn run(
         running.peer_id = Some(handle.peer_id().to_base58());
         running.pool_host = Some(pool_handle);
         running.consumer = Some(consumer_handle);
+    }
+
+    if let Some(listener) = ui {
+        let handles = crate::ui::UiHandles {
+            host: host_handle.clone(),
+            consumer: running.consumer.clone(),
+            node_name: host_name(&config),
+            tracker: tracker.clone(),
+            shutdown: shutdown.clone(),
+        };
+        tracing::info!(addr = %listener.addr(), "the dashboard is up");
+        tracker.spawn(async move {
+            if let Err(e) = crate::ui::serve(listener, handles).await {
+                tracing::error!(error = %e, "the dashboard stopped");
+            }
+        });
     }
 
     let handles = ControlHandles {
@@ -461,6 +487,10 @@ async fn start_async(
         None
     };
     let owner_load = OwnerLoadSource::new(owner_load_file)?;
+    let ui = match config.ui.listen_addr()? {
+        Some(addr) => Some(crate::ui::UiListener::bind(addr, &paths.data_dir)?),
+        None => None,
+    };
     let signal_task = tokio::spawn(cancel_on_signal(signals, shutdown.clone()));
     let resources = NodeResources {
         config: config.clone(),
@@ -475,6 +505,7 @@ async fn start_async(
         monitor_seed: u64::try_from(clock.now().as_nanosecond() & i128::from(u64::MAX))
             .unwrap_or(0),
         power_supply_dir: PathBuf::from(POWER_SUPPLY_DIR),
+        ui,
     };
     let pool = config.net.pool.clone();
     let result = run(resources, |running| {
@@ -491,6 +522,7 @@ async fn start_async(
             peer_id: running.peer_id.clone(),
             listen: running.listen.clone(),
             hosts_guests: config.guest.enabled,
+            dashboard: running.dashboard.clone(),
         })
     })
     .await;
