@@ -306,8 +306,7 @@ struct Run {
     /// Per host: when it is expected to be free (≤ now: free).
     free_at: Vec<f64>,
     is_free: Vec<bool>,
-    free_in: Vec<f64>,
-    queue_view: Vec<usize>,
+    free_list: Vec<usize>,
 }
 
 impl Run {
@@ -321,8 +320,7 @@ impl Run {
             end: vec![0.0; n_tasks],
             free_at: vec![0.0; n_hosts],
             is_free: vec![false; n_hosts],
-            free_in: vec![0.0; n_hosts],
-            queue_view: Vec::new(),
+            free_list: Vec::with_capacity(n_hosts),
         }
     }
 
@@ -379,16 +377,20 @@ impl Run {
         self.left.copy_from_slice(&memo.runtimes);
         self.attempts.iter_mut().for_each(|a| *a = 0);
         self.end.iter_mut().for_each(|e| *e = 0.0);
+        self.free_list.clear();
         for (h, host) in input.hosts.iter().enumerate() {
             self.is_free[h] = host.busy_secs <= 0.0;
             self.free_at[h] = host.busy_secs.max(0.0);
-            if !self.is_free[h] {
+            if self.is_free[h] {
+                self.free_list.push(h);
+            } else {
                 self.push(host.busy_secs, EventKind::HostFree { host: h });
             }
         }
         for (task, r) in input.running.iter().enumerate() {
             if self.is_free[r.host] {
                 self.start(input, task, r.host, 0.0, rng);
+                self.free_list.retain(|&h| h != r.host);
             } else {
                 // Two of our tasks on one host cannot be: queue the extra one.
                 self.queue.push_front(task);
@@ -412,6 +414,7 @@ impl Run {
                     self.left[task] = 0.0;
                     self.is_free[host] = true;
                     self.free_at[host] = now;
+                    self.free_list.push(host);
                 }
                 EventKind::Fail { task, host } => {
                     self.left[task] *= 1.0 - kept;
@@ -423,6 +426,7 @@ impl Run {
                 EventKind::HostFree { host } => {
                     self.is_free[host] = true;
                     self.free_at[host] = now;
+                    self.free_list.push(host);
                 }
             }
         }
@@ -435,51 +439,54 @@ impl Run {
         now: f64,
         rng: &mut R,
     ) {
+        if self.queue.is_empty() || self.free_list.is_empty() {
+            return;
+        }
         let n_hosts = input.hosts.len();
-        let mut placed_any = true;
-        while placed_any && !self.queue.is_empty() {
-            placed_any = false;
-            for h in 0..n_hosts {
-                self.free_in[h] = if self.is_free[h] {
-                    0.0
-                } else {
-                    (self.free_at[h] - now).max(f64::MIN_POSITIVE)
-                };
+        let candidates = std::mem::take(&mut self.free_list);
+        for (i, &host) in candidates.iter().enumerate() {
+            if self.queue.is_empty() {
+                self.free_list.extend_from_slice(&candidates[i..]);
+                break;
             }
-            for host in 0..n_hosts {
-                if !self.is_free[host] || self.queue.is_empty() {
-                    continue;
-                }
-                self.queue_view.clear();
-                self.queue_view.extend(
-                    self.queue
-                        .iter()
-                        .take(super::place::LOOKAHEAD + n_hosts + 1),
-                );
-                let queue_view = &self.queue_view;
-                let free_in = &self.free_in;
-                let queue_len = self.queue.len();
-                let pick = pick_task_by(host, free_in, queue_len, |j, g| match queue_view.get(j) {
+            let queue = &self.queue;
+            let free_at = &self.free_at;
+            let is_free = &self.is_free;
+            let pick = pick_task_by(
+                host,
+                queue.len(),
+                |g| {
+                    if is_free[g] {
+                        0.0
+                    } else {
+                        (free_at[g] - now).max(f64::MIN_POSITIVE)
+                    }
+                },
+                n_hosts,
+                |j, g| match queue.get(j) {
                     Some(&task) => memo.get(task, g),
                     None => f64::INFINITY,
-                });
-                let pick = match pick {
-                    Some(j) => Some(j),
-                    // Nothing else will ever happen: rather than stall, the
-                    // host takes the head (the rule waits only for hosts that
-                    // are busy, so this is the case where none is).
-                    None if self.heap.is_empty() && self.free_in.iter().all(|f| *f == 0.0) => {
-                        Some(0)
-                    }
-                    None => None,
-                };
-                if let Some(j) = pick {
-                    if let Some(task) = self.queue.remove(j) {
-                        // Progress already made is kept through `left`.
-                        self.start(input, task, host, now, rng);
-                        self.free_in[host] = (self.free_at[host] - now).max(f64::MIN_POSITIVE);
-                        placed_any = true;
-                    }
+                },
+            );
+            if let Some(task) = pick.and_then(|j| self.queue.remove(j)) {
+                self.start(input, task, host, now, rng);
+            } else {
+                self.free_list.push(host);
+            }
+        }
+        // Nothing else will ever happen (no event due) yet tasks wait: rather
+        // than stall, the best free host takes the head.
+        if self.heap.is_empty() && !self.free_list.is_empty() {
+            if let Some(&task) = self.queue.front() {
+                let best = self
+                    .free_list
+                    .iter()
+                    .copied()
+                    .min_by(|&a, &b| memo.get(task, a).total_cmp(&memo.get(task, b)));
+                if let Some(host) = best {
+                    self.queue.pop_front();
+                    self.free_list.retain(|&h| h != host);
+                    self.start(input, task, host, now, rng);
                 }
             }
         }

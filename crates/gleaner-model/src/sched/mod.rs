@@ -14,6 +14,8 @@ pub mod curve;
 pub mod estimate;
 pub mod place;
 pub mod power;
+pub mod sim;
+pub mod timeline;
 
 pub use curve::{young_daly_interval, TrCurve};
 pub use estimate::{

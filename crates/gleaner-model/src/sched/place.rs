@@ -92,9 +92,12 @@ pub fn choose_host(runtime_secs: f64, hosts: &[HostView], free: &[usize]) -> Opt
 /// host, infinity for one that cannot be used). Task j (0-based) waits for
 /// a better host only when more than j busy hosts would finish it sooner
 /// (expected time until free plus expected turnaround there) than this host
-/// would — the j tasks ahead of it take the first of them. The first
-/// [`LOOKAHEAD`] tasks are weighed one by one; beyond them the task at
-/// position max(busy hosts, LOOKAHEAD) qualifies by counting alone.
+/// would, free hosts counted with a wait of 0 — the j tasks ahead of it
+/// take the first of them. The first [`LOOKAHEAD`] tasks are weighed one by
+/// one; beyond them the task at position max(other hosts, LOOKAHEAD)
+/// qualifies by counting alone. While more tasks wait than there are hosts
+/// plus [`LOOKAHEAD`] (not yet the batch's tail) the head goes at once:
+/// every host is needed, as in list scheduling.
 pub fn pick_task_for_host(
     host: usize,
     hosts: &[HostView],
@@ -104,36 +107,44 @@ pub fn pick_task_for_host(
     if host >= hosts.len() || free_in.len() != hosts.len() {
         return None;
     }
-    pick_task_by(host, free_in, queue.len(), |j, g| {
-        hosts[g].expected_turnaround(queue[j])
-    })
+    pick_task_by(
+        host,
+        queue.len(),
+        |g| free_in[g],
+        hosts.len(),
+        |j, g| hosts[g].expected_turnaround(queue[j]),
+    )
 }
 
-/// [`pick_task_for_host`] over any source of expected turnarounds:
-/// `turnaround(j, g)` for the task at queue position j on host g (the
-/// estimator passes a memo). `free_in` has one entry per host.
+/// [`pick_task_for_host`] over any source of facts: `free_in(g)` is host
+/// g's expected wait, `turnaround(j, g)` the expected turnaround of the task
+/// at queue position j on host g (the estimator and the simulator pass memos).
 pub(crate) fn pick_task_by(
     host: usize,
-    free_in: &[f64],
     queue_len: usize,
+    free_in: impl Fn(usize) -> f64,
+    n_hosts: usize,
     mut turnaround: impl FnMut(usize, usize) -> f64,
 ) -> Option<usize> {
-    let busy = free_in
-        .iter()
-        .filter(|f| **f > 0.0 && f.is_finite())
-        .count();
+    if queue_len > n_hosts + LOOKAHEAD {
+        // Not the tail yet: every host will be needed and the head (the
+        // longest task) is what list scheduling gives the first free host.
+        return turnaround(0, host).is_finite().then_some(0);
+    }
+    let others = n_hosts.saturating_sub(1);
     for j in 0..queue_len.min(LOOKAHEAD) {
         let mine = turnaround(j, host);
         if !mine.is_finite() {
             continue;
         }
-        if j >= busy {
-            // At most `busy` hosts can be better: the count cannot exceed j.
+        if j >= others {
+            // At most `others` hosts can be better: the count cannot exceed j.
             return Some(j);
         }
         let mut better = 0;
-        for (g, wait) in free_in.iter().enumerate() {
-            if g != host && *wait > 0.0 && wait.is_finite() && *wait + turnaround(j, g) < mine {
+        for g in 0..n_hosts {
+            let wait = free_in(g);
+            if g != host && wait.is_finite() && wait + turnaround(j, g) < mine {
                 better += 1;
                 if better > j {
                     break;
@@ -144,9 +155,9 @@ pub(crate) fn pick_task_by(
             return Some(j);
         }
     }
-    // Past the lookahead, the task at position `busy` always qualifies (at
-    // most `busy` hosts can be better); take it when the queue reaches it.
-    let j = busy.max(LOOKAHEAD);
+    // Past the lookahead, the task at position `others` always qualifies;
+    // take it when the queue reaches it.
+    let j = others.max(LOOKAHEAD);
     (j < queue_len && turnaround(j, host).is_finite()).then_some(j)
 }
 
@@ -206,11 +217,12 @@ mod tests {
             pick_task_for_host(1, &hosts, &free_in, &[3600.0, 3600.0, 3600.0]),
             Some(1)
         );
-        // Nobody busy: the head goes at once.
+        // Both free: the fast host takes the task, the slow one leaves it.
         assert_eq!(
-            pick_task_for_host(1, &hosts, &[0.0, 0.0], &[3600.0]),
+            pick_task_for_host(0, &hosts, &[0.0, 0.0], &[3600.0]),
             Some(0)
         );
+        assert_eq!(pick_task_for_host(1, &hosts, &[0.0, 0.0], &[3600.0]), None);
         // A host that would be slower than waiting even for a short task idles.
         let free_in = [10.0, 0.0];
         assert_eq!(pick_task_for_host(1, &hosts, &free_in, &[100.0]), None);
