@@ -27,16 +27,18 @@ fn main() -> anyhow::Result<()> {
                     },
                     busy_secs: 0.0,
                     recovery_secs: 1_800.0,
+                    checkpoint_secs: 0.0,
                 }
             })
             .collect();
-        let waiting: Vec<f64> = (0..n_tasks).map(|_| rng.random_range(600.0..7_200.0)).collect();
+        let waiting: Vec<f64> = (0..n_tasks)
+            .map(|_| rng.random_range(600.0..7_200.0))
+            .collect();
         let input = EstimateInput {
             hosts: &hosts,
             running: &[],
             waiting: &waiting,
             longest_first: true,
-            kept_on_failure: 0.0,
             runs: 200,
         };
         let mut times = Vec::new();

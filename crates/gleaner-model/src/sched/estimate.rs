@@ -41,6 +41,9 @@ pub struct EstimateHost {
     pub busy_secs: f64,
     /// Wall seconds a host is away after a failure before it takes work again.
     pub recovery_secs: f64,
+    /// Wall seconds between a task's checkpoints on this host (0: none);
+    /// a failure then loses only the work since the last one.
+    pub checkpoint_secs: f64,
 }
 
 /// A task of ours already running.
@@ -61,9 +64,6 @@ pub struct EstimateInput<'a> {
     pub waiting: &'a [f64],
     /// Place the longest waiting task first (LPT) instead of queue order.
     pub longest_first: bool,
-    /// Share of a failed attempt's work that survives it (0: restart from
-    /// zero; with checkpoints every τ of work, about 1 − τ/(2·run)).
-    pub kept_on_failure: f64,
     pub runs: usize,
 }
 
@@ -125,8 +125,12 @@ pub enum EstimateError {
 enum EventKind {
     /// Task ended on host.
     Finish { task: usize, host: usize },
-    /// Task's attempt was hit on host.
-    Fail { task: usize, host: usize },
+    /// Task's attempt was hit on host, keeping this share of its work.
+    Fail {
+        task: usize,
+        host: usize,
+        saved: f64,
+    },
     /// Host is free again (its own work or its recovery ended).
     HostFree { host: usize },
 }
@@ -239,14 +243,13 @@ pub fn estimate<R: Rng + ?Sized>(
         runtimes,
         cells,
     };
-    let kept = input.kept_on_failure.clamp(0.0, 1.0);
 
     let mut ends = vec![Vec::with_capacity(input.runs); n_tasks];
     let mut makespans = Vec::with_capacity(input.runs);
     let mut unfinished_runs = 0;
     let mut run = Run::new(n_hosts, n_tasks);
     for _ in 0..input.runs {
-        let finished = run.simulate(input, &queue_order, &mut memo, kept, rng);
+        let finished = run.simulate(input, &queue_order, &mut memo, rng);
         if finished {
             let makespan = run.end.iter().copied().fold(0.0, f64::max);
             makespans.push(makespan);
@@ -307,6 +310,8 @@ struct Run {
     free_at: Vec<f64>,
     is_free: Vec<bool>,
     free_list: Vec<usize>,
+    /// A task ran out of attempts in this run.
+    gave_up: bool,
 }
 
 impl Run {
@@ -321,6 +326,7 @@ impl Run {
             free_at: vec![0.0; n_hosts],
             is_free: vec![false; n_hosts],
             free_list: Vec::with_capacity(n_hosts),
+            gave_up: false,
         }
     }
 
@@ -346,12 +352,19 @@ impl Run {
         let view = &input.hosts[host].view;
         let run = view.expected_run_secs(self.left[task]);
         self.attempts[task] += 1;
+        self.gave_up |= self.attempts[task] > MAX_ATTEMPTS;
         self.is_free[host] = false;
         let fail = view.curve.sample_failure(rng).filter(|f| *f < run);
         match fail {
             Some(f) => {
                 self.free_at[host] = now + run;
-                self.push(now + f, EventKind::Fail { task, host });
+                let tau = input.hosts[host].checkpoint_secs;
+                let saved = if tau > 0.0 && run > 0.0 {
+                    ((f / tau).floor() * tau / run).clamp(0.0, 1.0)
+                } else {
+                    0.0
+                };
+                self.push(now + f, EventKind::Fail { task, host, saved });
             }
             None => {
                 self.free_at[host] = now + run;
@@ -366,12 +379,12 @@ impl Run {
         input: &EstimateInput<'_>,
         queue_order: &[usize],
         memo: &mut Memo<'_>,
-        kept: f64,
         rng: &mut R,
     ) -> bool {
         // Alg. 1:1-2: duplicate the state; t0 = 0.
         self.heap.clear();
         self.seq = 0;
+        self.gave_up = false;
         self.queue.clear();
         self.queue.extend(queue_order.iter().copied());
         self.left.copy_from_slice(&memo.runtimes);
@@ -400,7 +413,7 @@ impl Run {
         loop {
             // Alg. 1:8-13: free hosts take waiting tasks by the proactive rule.
             self.dispatch(input, memo, now, rng);
-            if self.attempts.iter().any(|a| *a > MAX_ATTEMPTS) {
+            if self.gave_up {
                 return false;
             }
             // Alg. 1:3-6: the next event; nothing left to happen ends the run.
@@ -416,8 +429,8 @@ impl Run {
                     self.free_at[host] = now;
                     self.free_list.push(host);
                 }
-                EventKind::Fail { task, host } => {
-                    self.left[task] *= 1.0 - kept;
+                EventKind::Fail { task, host, saved } => {
+                    self.left[task] *= 1.0 - saved;
                     self.queue.push_front(task);
                     let back = now + input.hosts[host].recovery_secs.max(0.0);
                     self.free_at[host] = back;
@@ -509,6 +522,7 @@ mod tests {
             },
             busy_secs: 0.0,
             recovery_secs: 0.0,
+            checkpoint_secs: 0.0,
         }
     }
 
@@ -518,7 +532,6 @@ mod tests {
             running: &[],
             waiting,
             longest_first: true,
-            kept_on_failure: 0.0,
             runs,
         };
         estimate(&input, &mut ChaCha8Rng::seed_from_u64(1))
@@ -570,7 +583,6 @@ mod tests {
             }],
             waiting: &[],
             longest_first: false,
-            kept_on_failure: 0.0,
             runs: 1,
         };
         let mut rng = ChaCha8Rng::seed_from_u64(1);

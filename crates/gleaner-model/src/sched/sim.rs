@@ -40,12 +40,19 @@ pub const DEFAULT_OUTAGE_SECS: f64 = 1_800.0;
 /// A scheduling policy of the simulator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Policy {
+    #[serde(rename = "random")]
     Random,
+    #[serde(rename = "power")]
     Power,
+    #[serde(rename = "tr-freq")]
     TrFreq,
+    #[serde(rename = "tr")]
     Tr,
+    #[serde(rename = "proactive")]
     Proactive,
+    #[serde(rename = "proactive+checkpoint")]
     ProactiveCheckpoint,
+    #[serde(rename = "oracle")]
     Oracle,
 }
 
@@ -491,44 +498,29 @@ impl<'a> Sim<'a> {
     ) -> Option<Quantiles> {
         let mut est_hosts = Vec::with_capacity(self.hosts.len());
         let checkpointing = self.config.policy == Policy::ProactiveCheckpoint;
-        let mut kept = Vec::new();
         for host in 0..self.hosts.len() {
             let view = self.view(host, forecaster).clone();
             let outage = self.outage_guess(host);
             let tl = &self.timelines[self.hosts[host].timeline];
             let down = tl.failure_at(self.trace_time(host, 0.0)).is_some();
-            if checkpointing {
-                let tau = young_daly_interval(self.config.checkpoint_cost_secs, view.curve.mttf());
-                kept.push(tau.map_or(0.0, |t| t));
-            }
+            let checkpoint_secs = if checkpointing {
+                young_daly_interval(self.config.checkpoint_cost_secs, view.curve.mttf())
+                    .unwrap_or(0.0)
+            } else {
+                0.0
+            };
             est_hosts.push(EstimateHost {
                 view,
                 busy_secs: if down { outage } else { 0.0 },
                 recovery_secs: outage,
+                checkpoint_secs,
             });
         }
-        // With checkpoints a failure loses half an interval on average: the
-        // share kept is 1 − τ/(2·run) for the median task and median τ.
-        let kept_on_failure = if checkpointing && !kept.is_empty() {
-            kept.sort_by(f64::total_cmp);
-            let tau = kept[kept.len() / 2];
-            let mut r = self.config.runtimes.clone();
-            r.sort_by(f64::total_cmp);
-            let run = r.get(r.len() / 2).copied().unwrap_or(0.0);
-            if tau > 0.0 && run > 0.0 {
-                (1.0 - tau / (2.0 * run)).clamp(0.0, 1.0)
-            } else {
-                0.0
-            }
-        } else {
-            0.0
-        };
         let input = EstimateInput {
             hosts: &est_hosts,
             running: &[],
             waiting: &self.config.runtimes,
             longest_first: true,
-            kept_on_failure,
             runs: self.config.estimate_runs,
         };
         estimate(&input, rng).ok().map(|(e, _)| e.makespan)
