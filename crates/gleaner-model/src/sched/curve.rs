@@ -55,7 +55,7 @@ impl TrCurve {
 
     /// A constant hazard: TR(T) = exp(−T / mttf).
     pub fn exponential(mttf_secs: f64) -> TrCurve {
-        if !(mttf_secs > 0.0) || mttf_secs.is_infinite() {
+        if !is_positive(mttf_secs) || mttf_secs.is_infinite() {
             return TrCurve::never_fails();
         }
         TrCurve::new([(mttf_secs, (-1.0f64).exp())])
@@ -83,7 +83,7 @@ impl TrCurve {
 
     /// TR(T): the probability that no failure hits a window of `secs`.
     pub fn tr_at(&self, secs: f64) -> f64 {
-        if !(secs > 0.0) {
+        if !is_positive(secs) {
             return 1.0;
         }
         let mut last = (0.0, 1.0);
@@ -106,7 +106,7 @@ impl TrCurve {
     /// ∫₀^secs TR(t) dt: the expected time a run of `secs` is up before it
     /// ends or fails.
     pub fn integral(&self, secs: f64) -> f64 {
-        if !(secs > 0.0) {
+        if !is_positive(secs) {
             return 0.0;
         }
         let mut total = 0.0;
@@ -137,7 +137,7 @@ impl TrCurve {
 
     /// The time at which TR falls to `u` (the inverse of [`Self::tr_at`]).
     pub fn failure_time_at(&self, u: f64) -> Option<f64> {
-        if !(u > 0.0) {
+        if !is_positive(u) {
             // u = 0 only in the limit; treat as "at the curve's end".
             return self.points.last().map(|p| p.0);
         }
@@ -162,7 +162,7 @@ impl TrCurve {
     /// ∫₀^r TR / TR(r) (for a constant hazard λ: (e^{λr} − 1)/λ). Infinite
     /// when the run can never succeed.
     pub fn expected_time_with_restarts(&self, run_secs: f64) -> f64 {
-        if !(run_secs > 0.0) {
+        if !is_positive(run_secs) {
             return 0.0;
         }
         let s = self.tr_at(run_secs);
@@ -208,7 +208,7 @@ fn segment_integral(s0: f64, h: f64, len: f64) -> f64 {
 /// and a mean time to failure M (both seconds). With M infinite (a host that
 /// never fails) there is nothing to checkpoint against: `None`.
 pub fn young_daly_interval(checkpoint_cost_secs: f64, mttf_secs: f64) -> Option<f64> {
-    if !(checkpoint_cost_secs > 0.0) || !(mttf_secs > 0.0) || !mttf_secs.is_finite() {
+    if !is_positive(checkpoint_cost_secs) || !is_positive(mttf_secs) || !mttf_secs.is_finite() {
         return None;
     }
     Some((2.0 * checkpoint_cost_secs * mttf_secs).sqrt())
@@ -219,14 +219,19 @@ pub fn young_daly_interval(checkpoint_cost_secs: f64, mttf_secs: f64) -> Option<
 /// a failure, under a constant hazard 1/M (the first-order model behind
 /// Young/Daly): (run/τ)·M·(e^{(τ+C)/M} − 1).
 pub fn expected_time_checkpointed(run_secs: f64, interval: f64, cost: f64, mttf_secs: f64) -> f64 {
-    if !(run_secs > 0.0) {
+    if !is_positive(run_secs) {
         return 0.0;
     }
-    if !(interval > 0.0) || !mttf_secs.is_finite() {
+    if !is_positive(interval) || !mttf_secs.is_finite() {
         return run_secs;
     }
     let blocks = run_secs / interval;
     blocks * mttf_secs * (((interval + cost) / mttf_secs).exp() - 1.0)
+}
+
+/// True for a positive number; false for zero, negatives and NaN.
+fn is_positive(x: f64) -> bool {
+    x > 0.0
 }
 
 #[cfg(test)]

@@ -62,10 +62,15 @@ pub fn remaining_elapsed(remaining_dedicated_secs: f64, sp: f64) -> f64 {
 /// wall time at slowdown `sp_before` (T^p_rem = T'^p_rem − T^p_Δt / SP'),
 /// never below zero.
 pub fn remaining_after(remaining_dedicated_secs: f64, elapsed_secs: f64, sp_before: f64) -> f64 {
-    if !(sp_before > 0.0) || sp_before.is_infinite() {
+    if !is_positive(sp_before) || sp_before.is_infinite() {
         return remaining_dedicated_secs.max(0.0);
     }
     (remaining_dedicated_secs - elapsed_secs / sp_before).max(0.0)
+}
+
+/// True for a positive number; false for zero, negatives and NaN.
+fn is_positive(x: f64) -> bool {
+    x > 0.0
 }
 
 #[cfg(test)]
