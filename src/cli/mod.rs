@@ -15,6 +15,7 @@ pub mod node;
 pub mod output;
 pub mod pool;
 pub mod predict;
+pub mod simulate;
 pub mod submit;
 pub mod trace;
 
@@ -126,6 +127,8 @@ pub enum Command {
     Trace(trace::TraceArgs),
     /// Score reliability methods on host traces (rolling origin, no peeking).
     Eval(eval::EvalArgs),
+    /// Simulate a batch on a pool of hosts replaying traces, once per scheduling policy.
+    Simulate(simulate::SimulateArgs),
     /// List the pool's hosts with their reliability for a window, best first.
     Hosts(pool::HostsArgs),
     /// Run a job on the pool's most reliable host; exits with the job's status.
@@ -203,9 +206,11 @@ impl Command {
             Command::Hosts(a) => a.out.json,
             Command::Submit(a) => a.out.json,
             Command::Batch(a) => a.out.json,
-            Command::Eval(_) | Command::SwarmKey(_) | Command::Completions(_) | Command::Man => {
-                false
-            }
+            Command::Eval(_)
+            | Command::Simulate(_)
+            | Command::SwarmKey(_)
+            | Command::Completions(_)
+            | Command::Man => false,
         }
     }
 }
@@ -232,6 +237,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Config(args) => node::config(&args, &global),
         Command::Trace(args) => trace::run(&args),
         Command::Eval(args) => eval::run(&args, global.json),
+        Command::Simulate(args) => simulate::run(&args, global.json),
         Command::Hosts(args) => pool::hosts(&args, &global),
         Command::Submit(args) => submit::submit(&args, &global),
         Command::Batch(args) => batch::run(&args, &global),

@@ -16,6 +16,7 @@ pub mod period;
 pub mod policy;
 pub mod predict;
 pub mod predictor;
+pub mod sched;
 pub mod series;
 pub mod solver;
 pub mod state;

@@ -1,0 +1,24 @@
+//! Scheduling maths for a pool of non-dedicated hosts (issue 11): SDPN's
+//! slowdowns (`power`), CISNE's remaining-time and CPU-time estimators
+//! (`cisne`), TR curves over window lengths with Young/Daly checkpointing
+//! (`curve`), the proactive placement rule (`place`), the Monte Carlo
+//! turnaround estimate after CISNE's Algorithm 1 (`estimate`), and the
+//! trace-driven pool simulator (`sim`).
+//!
+//! The consumer describes a host by [`HostView`] (relative power, predicted
+//! availability, TR curve) and a task by its reference runtime; nothing here
+//! knows about the network, the clock or the store.
+
+pub mod cisne;
+pub mod curve;
+pub mod estimate;
+pub mod place;
+pub mod power;
+pub mod sim;
+pub mod timeline;
+
+pub use curve::{young_daly_interval, TrCurve};
+pub use estimate::{
+    estimate, Estimate, EstimateError, EstimateHost, EstimateInput, Quantiles, RunningTask,
+};
+pub use place::{choose_host, longest_first, pick_task_for_host, HostView};

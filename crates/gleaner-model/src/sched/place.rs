@@ -1,0 +1,231 @@
+//! Proactive placement: what a task is expected to cost on a host, and
+//! which free host it should go to so the batch's expected makespan is
+//! smallest (issue 11, scope 1).
+//!
+//! A host is described by what the consumer can know of it: its relative
+//! power P, its predicted availability A over the coming window (from its
+//! history, not only its last reading) and its TR curve over window
+//! lengths. A task is its runtime estimate on a dedicated reference host.
+//! Then: expected run time = runtime · SP (SP = 1/(P·A), seed 004),
+//! P(success) = TR(expected run time), expected turnaround counting restarts
+//! = ∫₀^r TR / TR(r). Pure code.
+
+use super::curve::TrCurve;
+use super::power::{effective_power, slowdown};
+use serde::{Deserialize, Serialize};
+
+/// What the consumer knows of a host when it places a task there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostView {
+    /// Relative power P in (0, 1]: the host's speed against the pool's fastest.
+    pub power: f64,
+    /// Predicted availability A in [0, 1] over the coming window (1 − owner load).
+    pub availability: f64,
+    /// TR over window lengths, for windows starting now.
+    pub curve: TrCurve,
+}
+
+impl HostView {
+    /// Γ = P·A.
+    pub fn gamma(&self) -> f64 {
+        effective_power(self.power, self.availability)
+    }
+
+    /// Wall seconds `runtime_secs` of reference work take here (runtime · SP).
+    pub fn expected_run_secs(&self, runtime_secs: f64) -> f64 {
+        runtime_secs * slowdown(self.gamma())
+    }
+
+    /// The probability that a task of `runtime_secs` finishes here unhit.
+    pub fn p_success(&self, runtime_secs: f64) -> f64 {
+        let run = self.expected_run_secs(runtime_secs);
+        if run.is_finite() {
+            self.curve.tr_at(run)
+        } else {
+            0.0
+        }
+    }
+
+    /// Expected wall seconds until the task has succeeded, counting restarts
+    /// from zero (on hosts like this one).
+    pub fn expected_turnaround(&self, runtime_secs: f64) -> f64 {
+        let run = self.expected_run_secs(runtime_secs);
+        if run.is_finite() {
+            self.curve.expected_time_with_restarts(run)
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
+/// How far down the queue a free host looks for a task it should take
+/// (bounds the work per placement; the queue is longest first, so the tasks
+/// further down are shorter and a weak host fits them better).
+pub const LOOKAHEAD: usize = 8;
+
+/// Task indices ordered longest first (LPT), ties by index so the order is
+/// stable. Use it when runtimes are known: long tasks placed last set the makespan.
+pub fn longest_first(runtimes: &[f64]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..runtimes.len()).collect();
+    order.sort_by(|&a, &b| runtimes[b].total_cmp(&runtimes[a]).then(a.cmp(&b)));
+    order
+}
+
+/// The free host (an index into `hosts`, drawn from `free`) with the least
+/// expected turnaround for a task of `runtime_secs`; ties go to the lower
+/// index; `None` when no free host can run it.
+pub fn choose_host(runtime_secs: f64, hosts: &[HostView], free: &[usize]) -> Option<usize> {
+    free.iter()
+        .filter(|&&h| h < hosts.len())
+        .map(|&h| (h, hosts[h].expected_turnaround(runtime_secs)))
+        .filter(|(_, e)| e.is_finite())
+        .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
+        .map(|(h, _)| h)
+}
+
+/// The proactive rule, from the free host's side: which waiting task (a
+/// position in `queue`, runtimes in queue order, longest first) host `host`
+/// should take now so that the batch's expected makespan is least, or `None`
+/// when it should stay idle.
+///
+/// `free_in[g]` is the expected wall time until host g is free (0 for a free
+/// host, infinity for one that cannot be used). Task j (0-based) waits for
+/// a better host only when more than j busy hosts would finish it sooner
+/// (expected time until free plus expected turnaround there) than this host
+/// would, free hosts counted with a wait of 0 — the j tasks ahead of it
+/// take the first of them. The first [`LOOKAHEAD`] tasks are weighed one by
+/// one; beyond them the task at position max(other hosts, LOOKAHEAD)
+/// qualifies by counting alone. While more tasks wait than there are hosts
+/// plus [`LOOKAHEAD`] (not yet the batch's tail) the head goes at once:
+/// every host is needed, as in list scheduling.
+pub fn pick_task_for_host(
+    host: usize,
+    hosts: &[HostView],
+    free_in: &[f64],
+    queue: &[f64],
+) -> Option<usize> {
+    if host >= hosts.len() || free_in.len() != hosts.len() {
+        return None;
+    }
+    pick_task_by(
+        host,
+        queue.len(),
+        |g| free_in[g],
+        hosts.len(),
+        |j, g| hosts[g].expected_turnaround(queue[j]),
+    )
+}
+
+/// [`pick_task_for_host`] over any source of facts: `free_in(g)` is host
+/// g's expected wait, `turnaround(j, g)` the expected turnaround of the task
+/// at queue position j on host g (the estimator and the simulator pass memos).
+pub(crate) fn pick_task_by(
+    host: usize,
+    queue_len: usize,
+    free_in: impl Fn(usize) -> f64,
+    n_hosts: usize,
+    mut turnaround: impl FnMut(usize, usize) -> f64,
+) -> Option<usize> {
+    if queue_len > n_hosts + LOOKAHEAD {
+        // Not the tail yet: every host will be needed and the head (the
+        // longest task) is what list scheduling gives the first free host.
+        return turnaround(0, host).is_finite().then_some(0);
+    }
+    let others = n_hosts.saturating_sub(1);
+    for j in 0..queue_len.min(LOOKAHEAD) {
+        let mine = turnaround(j, host);
+        if !mine.is_finite() {
+            continue;
+        }
+        if j >= others {
+            // At most `others` hosts can be better: the count cannot exceed j.
+            return Some(j);
+        }
+        let mut better = 0;
+        for g in 0..n_hosts {
+            let wait = free_in(g);
+            if g != host && wait.is_finite() && wait + turnaround(j, g) < mine {
+                better += 1;
+                if better > j {
+                    break;
+                }
+            }
+        }
+        if better <= j {
+            return Some(j);
+        }
+    }
+    // Past the lookahead, the task at position `others` always qualifies;
+    // take it when the queue reaches it.
+    let j = others.max(LOOKAHEAD);
+    (j < queue_len && turnaround(j, host).is_finite()).then_some(j)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(power: f64, availability: f64, mttf: f64) -> HostView {
+        HostView {
+            power,
+            availability,
+            curve: TrCurve::exponential(mttf),
+        }
+    }
+
+    #[test]
+    fn expected_costs_combine_sp_and_tr() {
+        // P = 0.5, A = 0.8: SP = 2.5; 1440 s of work takes 3600 s.
+        let h = host(0.5, 0.8, 3600.0);
+        assert!((h.expected_run_secs(1440.0) - 3600.0).abs() < 1e-9);
+        // M = 1 h: P(success) = e^-1, turnaround with restarts 3600·(e − 1).
+        assert!((h.p_success(1440.0) - (-1.0f64).exp()).abs() < 1e-12);
+        assert!((h.expected_turnaround(1440.0) - 3600.0 * (1f64.exp() - 1.0)).abs() < 1e-6);
+        let dead = host(0.5, 0.0, 3600.0);
+        assert_eq!(dead.p_success(10.0), 0.0);
+        assert!(dead.expected_turnaround(10.0).is_infinite());
+    }
+
+    #[test]
+    fn the_free_host_with_the_least_expected_turnaround_wins() {
+        let hosts = vec![
+            host(1.0, 1.0, 1e9),   // fast and safe
+            host(1.0, 1.0, 600.0), // fast, fails often
+            host(0.5, 1.0, 1e9),   // half speed, safe
+        ];
+        // A 1 h task: host 1 expects 600·(e^6 − 1) ≈ 242 000 s, host 2 7200 s.
+        assert_eq!(choose_host(3600.0, &hosts, &[1, 2]), Some(2));
+        assert_eq!(choose_host(3600.0, &hosts, &[0, 1, 2]), Some(0));
+        assert_eq!(choose_host(3600.0, &hosts, &[]), None);
+        assert_eq!(longest_first(&[1.0, 5.0, 3.0, 5.0]), vec![1, 3, 2, 0]);
+    }
+
+    #[test]
+    fn in_the_tail_a_weak_host_leaves_the_long_task_to_a_better_one() {
+        let hosts = vec![host(1.0, 1.0, 1e9), host(0.25, 1.0, 1e9)];
+        // Host 0 is busy for 600 s more; host 1 is free and 4× slower.
+        let free_in = [600.0, 0.0];
+        // One 1 h task left: host 0 finishes it at 600 + 3600 < 14 400 on host 1.
+        assert_eq!(pick_task_for_host(1, &hosts, &free_in, &[3600.0]), None);
+        // A 1 h task then a 100 s task: host 1 takes the short one (400 s on it).
+        assert_eq!(
+            pick_task_for_host(1, &hosts, &free_in, &[3600.0, 100.0]),
+            Some(1)
+        );
+        // Three equal tasks: the head waits for host 0, host 1 takes the second.
+        assert_eq!(
+            pick_task_for_host(1, &hosts, &free_in, &[3600.0, 3600.0, 3600.0]),
+            Some(1)
+        );
+        // Both free: the fast host takes the task, the slow one leaves it.
+        assert_eq!(
+            pick_task_for_host(0, &hosts, &[0.0, 0.0], &[3600.0]),
+            Some(0)
+        );
+        assert_eq!(pick_task_for_host(1, &hosts, &[0.0, 0.0], &[3600.0]), None);
+        // A host that would be slower than waiting even for a short task idles.
+        let free_in = [10.0, 0.0];
+        assert_eq!(pick_task_for_host(1, &hosts, &free_in, &[100.0]), None);
+        assert_eq!(pick_task_for_host(5, &hosts, &free_in, &[100.0]), None);
+    }
+}

@@ -1,0 +1,201 @@
+//! Simulator tests on hand-made timelines: a host that never fails, a host
+//! that fails every day at the same hour, and conservation of tasks.
+
+use super::*;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// Forecasts one fixed curve for every host.
+struct Fixed(TrCurve);
+
+impl Forecaster for Fixed {
+    fn curve(&mut self, _trace: usize, _at: i64) -> TrCurve {
+        self.0.clone()
+    }
+}
+
+fn config(policy: Policy, runtimes: Vec<f64>) -> SimConfig {
+    SimConfig {
+        policy,
+        runtimes,
+        checkpoint_cost_secs: 60.0,
+        horizon_secs: 30.0 * 86_400.0,
+        estimate_runs: 200,
+        recheck_secs: 600.0,
+    }
+}
+
+fn run(config: &SimConfig, hosts: &[SimHost], timelines: &[Timeline], curve: TrCurve) -> SimResult {
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    simulate(
+        config,
+        hosts,
+        timelines,
+        &mut Fixed(curve),
+        &mut rng,
+        &mut |_| {},
+    )
+    .unwrap()
+}
+
+/// Ten days of one-minute cells, always usable at full speed.
+fn never_failing() -> Timeline {
+    let n = 10 * 1440;
+    Timeline::from_cells(0, 60, vec![0; n], vec![1.0; n])
+}
+
+/// Ten days of one-minute cells, revoked (S5) from 12:00 to 13:00 every day.
+fn daily_noon_outage() -> Timeline {
+    let n = 10 * 1440;
+    let fail = (0..n)
+        .map(|k| {
+            if (720..780).contains(&(k % 1440)) {
+                5
+            } else {
+                0
+            }
+        })
+        .collect();
+    Timeline::from_cells(0, 60, fail, vec![1.0; n])
+}
+
+#[test]
+fn on_hosts_that_never_fail_every_policy_gives_the_list_schedule() {
+    let timelines = [never_failing()];
+    let hosts = [
+        SimHost {
+            timeline: 0,
+            offset: 0,
+            power: 1.0,
+        },
+        SimHost {
+            timeline: 0,
+            offset: 0,
+            power: 1.0,
+        },
+    ];
+    for policy in Policy::ALL {
+        let r = run(
+            &config(policy, vec![3600.0; 10]),
+            &hosts,
+            &timelines,
+            TrCurve::never_fails(),
+        );
+        assert_eq!(r.makespan_secs, Some(5.0 * 3600.0), "{policy}");
+        assert_eq!(r.kills, [0, 0, 0], "{policy}");
+        assert_eq!(r.wasted_cpu_secs, 0.0, "{policy}");
+        assert_eq!(r.goodput, 1.0, "{policy}");
+        // The estimate knows the same: every run gives 5 h.
+        let e = r.estimate.unwrap();
+        assert_eq!((e.p10, e.p90), (18_000.0, 18_000.0), "{policy}");
+    }
+}
+
+#[test]
+fn a_host_that_fails_at_noon_kills_a_task_started_at_eleven_unless_one_knows() {
+    let timelines = [daily_noon_outage()];
+    // Simulation time 0 is 11:00 on the host's first day.
+    let hosts = [SimHost {
+        timeline: 0,
+        offset: 11 * 3600,
+        power: 1.0,
+    }];
+    let curve = TrCurve::exponential(86_400.0);
+    // A 2 h task at 11:00 is killed at 12:00 (one S5 kill, 1 h of work lost),
+    // waits out the outage and runs 13:00-15:00.
+    let r = run(
+        &config(Policy::Random, vec![7200.0]),
+        &hosts,
+        &timelines,
+        curve.clone(),
+    );
+    assert_eq!(r.kills, [0, 0, 1]);
+    assert_eq!(r.makespan_secs, Some(4.0 * 3600.0));
+    assert!((r.wasted_cpu_secs - 3600.0).abs() < 1e-6);
+    // The oracle sees the outage coming: it waits, loses nothing, ends as soon.
+    let r = run(
+        &config(Policy::Oracle, vec![7200.0]),
+        &hosts,
+        &timelines,
+        curve.clone(),
+    );
+    assert_eq!(r.kills, [0, 0, 0]);
+    assert_eq!(r.makespan_secs, Some(4.0 * 3600.0));
+    assert_eq!(r.wasted_cpu_secs, 0.0);
+    // A 30 h task never fits between two outages: restarting from zero it
+    // never ends; with checkpoints it does.
+    let r = run(
+        &config(Policy::Proactive, vec![30.0 * 3600.0]),
+        &hosts,
+        &timelines,
+        curve.clone(),
+    );
+    assert_eq!(r.unfinished, 1);
+    assert!(r.kills[2] >= 5);
+    let r = run(
+        &config(Policy::ProactiveCheckpoint, vec![30.0 * 3600.0]),
+        &hosts,
+        &timelines,
+        curve,
+    );
+    assert_eq!(r.unfinished, 0);
+    assert!(r.checkpoints > 0);
+    let makespan = r.makespan_secs.unwrap();
+    // 30 h of work, two 1 h outages, a little lost work and overhead.
+    assert!(
+        makespan > 32.0 * 3600.0 && makespan < 34.0 * 3600.0,
+        "{makespan}"
+    );
+}
+
+#[test]
+fn no_task_is_lost_or_run_twice() {
+    // Three hosts whose cells fail at random with every cause.
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let timelines: Vec<Timeline> = (0..3)
+        .map(|_| {
+            let n = 20 * 1440;
+            let mut fail = vec![0u8; n];
+            let mut k = 0;
+            while k < n {
+                if rng.random::<f64>() < 0.002 {
+                    let cause = [3, 4, 5][rng.random_range(0..3)];
+                    let len = rng.random_range(5..90);
+                    for c in fail.iter_mut().skip(k).take(len) {
+                        *c = cause;
+                    }
+                    k += len;
+                }
+                k += 1;
+            }
+            let rate = (0..n).map(|_| rng.random_range(0.2f32..1.0)).collect();
+            Timeline::from_cells(0, 60, fail, rate)
+        })
+        .collect();
+    let hosts: Vec<SimHost> = (0..6)
+        .map(|i| SimHost {
+            timeline: i % 3,
+            offset: (i as i64) * 7_919,
+            power: [1.0, 0.6, 0.3][i % 3],
+        })
+        .collect();
+    let runtimes: Vec<f64> = (0..60).map(|i| 600.0 + 97.0 * i as f64).collect();
+    for policy in Policy::ALL {
+        let r = run(
+            &config(policy, runtimes.clone()),
+            &hosts,
+            &timelines,
+            TrCurve::exponential(20_000.0),
+        );
+        assert_eq!(r.finished + r.unfinished, runtimes.len(), "{policy}");
+        assert_eq!(r.duplicate_completions, 0, "{policy}");
+        assert_eq!(r.unfinished, 0, "{policy}");
+        let kills: u64 = r.kills.iter().sum();
+        assert_eq!(r.attempts, runtimes.len() as u64 + kills, "{policy}");
+        for (task, end) in r.task_end.iter().enumerate() {
+            // No task ends before its work could be done at full speed.
+            assert!(end.unwrap() >= runtimes[task], "{policy} task {task}");
+        }
+        assert!(r.goodput > 0.0 && r.goodput <= 1.0, "{policy}");
+    }
+}

@@ -1,0 +1,344 @@
+//! A host's trace as the simulator replays it: on a fixed grid, whether a
+//! guest may run (S1, S2) or is killed (S3, S4, S5), and the cumulative
+//! share of the CPU a guest gets, so that "when does this much work finish"
+//! and "when is the next kill" are a binary search and a table lookup.
+//!
+//! A guest progresses at the availability its host's load leaves it,
+//! A = 1 − L_H/100, in S1 (nice 0 beside a light owner) and S2 (nice 19:
+//! what the owner leaves); it makes no progress while suspended (the first
+//! `sustain` seconds above Th2) and is killed on S3, S4 or S5 — the
+//! five-state rules of `model::state`, read through [`HostSeries::cursor`].
+//! Past the grid's end the trace starts again from its beginning, so a
+//! simulation longer than a trace still ends. Pure code.
+
+use crate::series::HostSeries;
+use crate::state::{State, Thresholds};
+
+/// Most grid cells one timeline keeps (a coarser step is used past it).
+pub const MAX_CELLS: usize = 4_000_000;
+
+/// One replayable host trace.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    /// Trace time of cell 0, Unix seconds.
+    start: i64,
+    /// Cell length, seconds.
+    step: i64,
+    /// 0 where a guest may run, else the failure state's number (3, 4, 5).
+    fail: Vec<u8>,
+    /// Guest CPU share per cell (0 while suspended or failed).
+    rate: Vec<f32>,
+    /// Cumulative work (availability-seconds) before each cell; n + 1 entries.
+    cum_work: Vec<f64>,
+    /// Cumulative usable seconds before each cell; n + 1 entries.
+    cum_up: Vec<f64>,
+    /// Failure episodes begun before each cell; n + 1 entries.
+    cum_episodes: Vec<u32>,
+    /// First failed cell at or after each cell (n: none).
+    next_fail: Vec<u32>,
+    /// First usable cell at or after each cell (n: none).
+    next_ok: Vec<u32>,
+}
+
+/// Why a timeline could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimelineError {
+    #[error("the trace has no rows between {from} and {to}")]
+    Empty { from: i64, to: i64 },
+}
+
+impl Timeline {
+    /// The timeline of `series` over [from, to) on the series' own step
+    /// (coarser if the span would pass [`MAX_CELLS`]).
+    pub fn from_series(
+        series: &HostSeries,
+        th: Thresholds,
+        from: i64,
+        to: i64,
+    ) -> Result<Timeline, TimelineError> {
+        let first = series.first_time().unwrap_or(i64::MAX);
+        let from = from.max(first);
+        if to <= from {
+            return Err(TimelineError::Empty { from, to });
+        }
+        let span = (to - from) as u64;
+        let mut step = u64::from(series.step_secs.max(1));
+        if span / step > MAX_CELLS as u64 {
+            step = span.div_ceil(MAX_CELLS as u64);
+        }
+        let n = (span / step).max(1) as usize;
+        let step = step as i64;
+        let Some(mut cursor) = series.cursor(th, from) else {
+            return Err(TimelineError::Empty { from, to });
+        };
+        let mut row = series.row_at(from).unwrap_or(0);
+        let mut fail = Vec::with_capacity(n);
+        let mut rate = Vec::with_capacity(n);
+        for k in 0..n {
+            let t = from + k as i64 * step;
+            while row + 1 < series.len() && series.get(row + 1).is_some_and(|s| s.time <= t) {
+                row += 1;
+            }
+            let state = cursor.state_at(t);
+            let cpu = series.get(row).map_or(100.0, |s| s.cpu);
+            let (f, r) = match state {
+                State::S1 | State::S2 if th.is_hot(cpu) => (0, 0.0),
+                State::S1 | State::S2 => (0, super::power::availability_from_load(cpu)),
+                State::S3 => (3, 0.0),
+                State::S4 => (4, 0.0),
+                State::S5 => (5, 0.0),
+            };
+            fail.push(f);
+            rate.push(r as f32);
+        }
+        Ok(Timeline::from_cells(from, step, fail, rate))
+    }
+
+    /// A timeline from cells directly (tests, synthetic hosts).
+    pub fn from_cells(start: i64, step: i64, fail: Vec<u8>, rate: Vec<f32>) -> Timeline {
+        let n = fail.len().min(rate.len());
+        let step = step.max(1);
+        let mut cum_work = Vec::with_capacity(n + 1);
+        let mut cum_up = Vec::with_capacity(n + 1);
+        let mut cum_episodes = Vec::with_capacity(n + 1);
+        let (mut w, mut u, mut e) = (0.0f64, 0.0f64, 0u32);
+        for k in 0..n {
+            cum_work.push(w);
+            cum_up.push(u);
+            cum_episodes.push(e);
+            if fail[k] == 0 {
+                w += f64::from(rate[k]) * step as f64;
+                u += step as f64;
+            } else if k == 0 || fail[k - 1] == 0 {
+                e += 1;
+            }
+        }
+        cum_work.push(w);
+        cum_up.push(u);
+        cum_episodes.push(e);
+        let mut next_fail = vec![n as u32; n];
+        let mut next_ok = vec![n as u32; n];
+        let (mut nf, mut no) = (n as u32, n as u32);
+        for k in (0..n).rev() {
+            if fail[k] != 0 {
+                nf = k as u32;
+            } else {
+                no = k as u32;
+            }
+            next_fail[k] = nf;
+            next_ok[k] = no;
+        }
+        Timeline {
+            start,
+            step,
+            fail: fail[..n].to_vec(),
+            rate: rate[..n].to_vec(),
+            cum_work,
+            cum_up,
+            cum_episodes,
+            next_fail,
+            next_ok,
+        }
+    }
+
+    /// Cells in one lap.
+    pub fn cells(&self) -> usize {
+        self.fail.len()
+    }
+
+    /// Trace time of cell 0.
+    pub fn start(&self) -> i64 {
+        self.start
+    }
+
+    /// Seconds in one lap.
+    pub fn span_secs(&self) -> i64 {
+        self.step * self.fail.len() as i64
+    }
+
+    /// Grid position (cells, fractional) of trace time `t`, counting laps.
+    fn pos(&self, t: f64) -> f64 {
+        ((t - self.start as f64) / self.step as f64).max(0.0)
+    }
+
+    fn time_of(&self, pos: f64) -> f64 {
+        self.start as f64 + pos * self.step as f64
+    }
+
+    /// (lap, cell, fraction into the cell) of a position.
+    fn split(&self, pos: f64) -> (f64, usize, f64) {
+        let n = self.fail.len() as f64;
+        let lap = (pos / n).floor();
+        let within = pos - lap * n;
+        let k = (within.floor() as usize).min(self.fail.len() - 1);
+        (lap, k, within - k as f64)
+    }
+
+    /// Cumulative work up to trace time `t`, over laps.
+    fn work_at(&self, t: f64) -> f64 {
+        let (lap, k, frac) = self.split(self.pos(t));
+        let lap_work = self.cum_work[self.fail.len()];
+        lap * lap_work + self.cum_work[k] + frac * f64::from(self.rate[k]) * self.step as f64
+    }
+
+    /// The failure state at trace time `t`, or `None` when a guest may run.
+    pub fn failure_at(&self, t: f64) -> Option<State> {
+        let (_, k, _) = self.split(self.pos(t));
+        match self.fail[k] {
+            3 => Some(State::S3),
+            4 => Some(State::S4),
+            5 => Some(State::S5),
+            _ => None,
+        }
+    }
+
+    /// The guest's CPU share at trace time `t` (what a reading now shows).
+    pub fn rate_at(&self, t: f64) -> f64 {
+        let (_, k, _) = self.split(self.pos(t));
+        f64::from(self.rate[k])
+    }
+
+    /// The next failure at or after `t`: (trace time, state); `None` if the
+    /// trace never fails.
+    pub fn next_failure(&self, t: f64) -> Option<(f64, State)> {
+        let (lap, k, _) = self.split(self.pos(t));
+        let n = self.fail.len();
+        let lap_start = lap * n as f64;
+        let cell = if self.fail[k] != 0 {
+            return self.failure_at(t).map(|s| (t, s));
+        } else if (self.next_fail[k] as usize) < n {
+            lap_start + f64::from(self.next_fail[k])
+        } else if (self.next_fail[0] as usize) < n {
+            lap_start + n as f64 + f64::from(self.next_fail[0])
+        } else {
+            return None;
+        };
+        let time = self.time_of(cell);
+        self.failure_at(time).map(|s| (time, s))
+    }
+
+    /// The first time at or after `t` when a guest may run again; `None` if never.
+    pub fn next_usable(&self, t: f64) -> Option<f64> {
+        let (lap, k, _) = self.split(self.pos(t));
+        let n = self.fail.len();
+        let lap_start = lap * n as f64;
+        if self.fail[k] == 0 {
+            return Some(t);
+        }
+        let cell = if (self.next_ok[k] as usize) < n {
+            lap_start + f64::from(self.next_ok[k])
+        } else if (self.next_ok[0] as usize) < n {
+            lap_start + n as f64 + f64::from(self.next_ok[0])
+        } else {
+            return None;
+        };
+        Some(self.time_of(cell))
+    }
+
+    /// When `need` availability-seconds of guest CPU, started at `t`, are
+    /// done (ignoring failures; the caller compares with [`Self::next_failure`]).
+    /// `None` when the trace never gives a guest any CPU.
+    pub fn finish_time(&self, t: f64, need: f64) -> Option<f64> {
+        let lap_work = self.cum_work[self.fail.len()];
+        if need <= 0.0 {
+            return Some(t);
+        }
+        if lap_work <= 0.0 {
+            return None;
+        }
+        let target = self.work_at(t) + need;
+        let n = self.fail.len();
+        let mut lap = (target / lap_work).floor();
+        let mut rest = target - lap * lap_work;
+        if rest <= 0.0 && lap > 0.0 {
+            lap -= 1.0;
+            rest += lap_work;
+        }
+        // The cell k with cum_work[k] < rest <= cum_work[k + 1].
+        let k = self.cum_work[1..=n]
+            .partition_point(|w| *w < rest)
+            .min(n - 1);
+        let cell_work = f64::from(self.rate[k]) * self.step as f64;
+        let frac = if cell_work > 0.0 {
+            ((rest - self.cum_work[k]) / cell_work).clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        Some(self.time_of(lap * n as f64 + k as f64 + frac).max(t))
+    }
+
+    /// Work (availability-seconds) a guest gets in [a, b).
+    pub fn work_between(&self, a: f64, b: f64) -> f64 {
+        (self.work_at(b) - self.work_at(a)).max(0.0)
+    }
+
+    /// From the past only: the guest's mean CPU share while usable over
+    /// the `lookback` seconds before `t`, and the mean length of a failure
+    /// episode begun in them (seconds; `None` when none began). A lookback
+    /// reaching before the trace's start is cut at the start.
+    pub fn past(&self, t: f64, lookback: f64) -> (Option<f64>, Option<f64>) {
+        let a = (t - lookback).max(self.start as f64);
+        if a >= t {
+            return (None, None);
+        }
+        let (lap_a, ka, _) = self.split(self.pos(a));
+        let (lap_b, kb, _) = self.split(self.pos(t));
+        let n = self.fail.len();
+        let laps = lap_b - lap_a;
+        let up = laps * self.cum_up[n] + self.cum_up[kb] - self.cum_up[ka];
+        let work = laps * self.cum_work[n] + self.cum_work[kb] - self.cum_work[ka];
+        let episodes = laps * f64::from(self.cum_episodes[n]) + f64::from(self.cum_episodes[kb])
+            - f64::from(self.cum_episodes[ka]);
+        let span = (kb as f64 - ka as f64 + laps * n as f64) * self.step as f64;
+        let share = (up > 0.0).then(|| work / up);
+        let outage = (episodes > 0.0).then(|| (span - up).max(0.0) / episodes);
+        (share, outage)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ten 100 s cells: usable at half speed, then S3 in cells 5..7.
+    fn line() -> Timeline {
+        let fail = vec![0, 0, 0, 0, 0, 3, 3, 0, 0, 0];
+        let rate = vec![0.5, 0.5, 0.5, 0.5, 0.5, 0.0, 0.0, 1.0, 1.0, 1.0];
+        Timeline::from_cells(1000, 100, fail, rate)
+    }
+
+    #[test]
+    fn work_finishes_where_the_cumulative_share_says() {
+        let tl = line();
+        // 100 availability-seconds from t = 1000 at half speed: 200 s.
+        assert_eq!(tl.finish_time(1000.0, 100.0), Some(1200.0));
+        // 300 from 1000: 250 by 1500, then the failure cells give nothing,
+        // then full speed from 1700: 50 more by 1750.
+        assert_eq!(tl.finish_time(1000.0, 300.0), Some(1750.0));
+        assert_eq!(tl.next_failure(1000.0), Some((1500.0, State::S3)));
+        assert_eq!(tl.next_usable(1550.0), Some(1700.0));
+        assert!((tl.work_between(1000.0, 2000.0) - 550.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn past_the_end_the_trace_starts_again() {
+        let tl = line();
+        // From 1800: 200 by 2000 (end of lap), then the next lap at half speed.
+        assert_eq!(tl.finish_time(1800.0, 250.0), Some(2100.0));
+        assert_eq!(tl.next_failure(1800.0), Some((2500.0, State::S3)));
+        assert_eq!(tl.failure_at(2550.0), Some(State::S3));
+        // The past: over the lap before 2000, 800 s usable with 550 of work,
+        // one episode of 200 s.
+        let (share, outage) = tl.past(2000.0, 1000.0);
+        assert!((share.unwrap() - 550.0 / 800.0).abs() < 1e-9);
+        assert!((outage.unwrap() - 200.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_host_that_never_runs_a_guest_never_finishes() {
+        let tl = Timeline::from_cells(0, 10, vec![5; 4], vec![0.0; 4]);
+        assert_eq!(tl.finish_time(0.0, 1.0), None);
+        assert_eq!(tl.next_usable(0.0), None);
+        assert_eq!(tl.next_failure(5.0), Some((5.0, State::S5)));
+    }
+}

@@ -1,0 +1,400 @@
+//! `gleaner simulate`: a trace-driven discrete-event simulation of a pool
+//! running one batch, once per scheduling policy (issue 11, scope 5).
+//!
+//! This file reads the traces (the same bounded reader as `eval`), builds
+//! the pool — host i replays trace i mod the number of traces from its own
+//! start offset, with a relative power drawn from the seed — draws the
+//! tasks' runtimes, and prints or writes the results. The simulator, the
+//! policies and the estimate live in `model::sched`.
+
+use crate::cli::args::parse_duration;
+use crate::cli::output::{print_json, print_text};
+use crate::eval::load::read_traces;
+use crate::model::baselines::{method_by_name, DEFAULT_METHOD};
+use crate::model::sched::sim::{simulate, Policy, SeriesForecaster, SimConfig, SimHost, SimResult};
+use crate::model::sched::timeline::Timeline;
+use crate::model::series::HostSeries;
+use crate::model::state::Thresholds;
+use anyhow::{bail, Context};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Most simulated hosts.
+pub const MAX_HOSTS: usize = 100_000;
+/// Most simulated tasks.
+pub const MAX_TASKS: usize = 1_000_000;
+/// History a host has before its replay starts (predictions need past days).
+pub const WARMUP_SECS: i64 = 14 * 86_400;
+/// Time-bucket of the cached TR curves.
+pub const CURVE_BUCKET_SECS: i64 = 3_600;
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Host trace files (format v1); host i replays trace i mod their number.
+    #[arg(long, value_name = "FILE", num_args = 1.., required = true)]
+    pub trace: Vec<PathBuf>,
+
+    /// Number of hosts [default: one per trace].
+    #[arg(long, value_name = "N")]
+    pub hosts: Option<usize>,
+
+    /// Number of tasks in the batch.
+    #[arg(long, value_name = "N")]
+    pub tasks: usize,
+
+    /// Each task's runtime on a dedicated reference host: a duration (`2h`)
+    /// or `lognormal:MEDIAN,SIGMA` (e.g. `lognormal:1h,0.5`).
+    #[arg(long, value_name = "DUR|lognormal:MEDIAN,SIGMA", value_parser = parse_runtime)]
+    pub runtime: RuntimeSpec,
+
+    /// Comma-separated policies: random, power, tr-freq, tr, proactive,
+    /// proactive+checkpoint, oracle.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "random,power,tr-freq,tr,proactive,proactive+checkpoint,oracle"
+    )]
+    pub policy: Vec<Policy>,
+
+    /// Seed of every random choice (offsets, powers, runtimes, draws).
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Wall time one checkpoint costs (for proactive+checkpoint).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
+    pub checkpoint_cost: u64,
+
+    /// The simulation stops after this long; tasks not done are counted as unfinished.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "90d")]
+    pub horizon: u64,
+
+    /// Monte Carlo runs of the estimate made at submission.
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    pub estimate_runs: usize,
+
+    /// Reliability method behind `tr`, `proactive` and the estimate.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_METHOD)]
+    pub method: String,
+
+    /// Write the results as JSON to FILE (`-`: stdout).
+    #[arg(long = "json", value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
+}
+
+/// How task runtimes are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum RuntimeSpec {
+    Fixed(f64),
+    LogNormal { median: f64, sigma: f64 },
+}
+
+/// Parses `DUR` or `lognormal:MEDIAN,SIGMA`.
+pub fn parse_runtime(text: &str) -> Result<RuntimeSpec, String> {
+    let t = text.trim();
+    if let Some(rest) = t.strip_prefix("lognormal:") {
+        let (median, sigma) = rest
+            .split_once(',')
+            .ok_or_else(|| format!("`{t}`: use lognormal:MEDIAN,SIGMA, e.g. lognormal:1h,0.5"))?;
+        let median = parse_duration(median)? as f64;
+        let sigma: f64 = sigma
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{sigma}` in `{t}` is not a number"))?;
+        if !(0.0..=5.0).contains(&sigma) {
+            return Err(format!("sigma {sigma} in `{t}` must be between 0 and 5"));
+        }
+        return Ok(RuntimeSpec::LogNormal { median, sigma });
+    }
+    Ok(RuntimeSpec::Fixed(parse_duration(t)? as f64))
+}
+
+impl RuntimeSpec {
+    fn draw(self, rng: &mut ChaCha8Rng) -> f64 {
+        match self {
+            RuntimeSpec::Fixed(r) => r,
+            RuntimeSpec::LogNormal { median, sigma } => {
+                // Box-Muller: one standard normal from two uniforms.
+                let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+                let u2: f64 = rng.random::<f64>();
+                let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+                (median * (sigma * z).exp()).clamp(1.0, 366.0 * 86_400.0)
+            }
+        }
+    }
+}
+
+/// One policy's line of the report.
+#[derive(Debug, Serialize)]
+pub struct PolicyReport {
+    #[serde(flatten)]
+    pub result: SimResult,
+    /// Kills per task by cause (S3, S4, S5).
+    pub kills_per_task: [f64; 3],
+    /// Whether the realised makespan fell within the estimate's [p10, p90].
+    pub within_estimate: Option<bool>,
+    pub wall_secs: f64,
+}
+
+/// The whole report.
+#[derive(Debug, Serialize)]
+pub struct SimulateReport {
+    pub traces: Vec<String>,
+    pub hosts: usize,
+    pub tasks: usize,
+    pub runtime: RuntimeSpec,
+    pub seed: u64,
+    pub method: String,
+    pub checkpoint_cost_secs: u64,
+    pub policies: Vec<PolicyReport>,
+    /// TR curves computed (cache misses) and forecasts that had too little history.
+    pub curves_computed: usize,
+    pub forecasts_failed: usize,
+    pub setup_secs: f64,
+}
+
+/// The pool: hosts with offsets and powers, and one timeline per trace.
+pub fn build_pool(
+    series: &[HostSeries],
+    n_hosts: usize,
+    th: Thresholds,
+    rng: &mut ChaCha8Rng,
+) -> anyhow::Result<(Vec<SimHost>, Vec<Timeline>)> {
+    let mut timelines = Vec::with_capacity(series.len());
+    for (i, s) in series.iter().enumerate() {
+        let (Some(first), Some(last)) = (s.first_time(), s.last_time()) else {
+            bail!("trace {} has no rows", i + 1);
+        };
+        timelines.push(
+            Timeline::from_series(s, th, first, last + i64::from(s.step_secs))
+                .with_context(|| format!("trace {}", i + 1))?,
+        );
+    }
+    let mut hosts = Vec::with_capacity(n_hosts);
+    for i in 0..n_hosts {
+        let t = i % series.len();
+        let tl = &timelines[t];
+        // Start after two weeks of history where the trace allows, and
+        // hosts sharing a trace start up to a week apart.
+        let warmup = WARMUP_SECS.min(tl.span_secs() / 2);
+        let shift = if i < series.len() {
+            0
+        } else {
+            rng.random_range(0..7 * 1440) * 60
+        };
+        let power = if i < series.len() {
+            1.0
+        } else {
+            rng.random_range(0.4..=1.0)
+        };
+        hosts.push(SimHost {
+            timeline: t,
+            offset: tl.start() + warmup + shift,
+            power,
+        });
+    }
+    Ok((hosts, timelines))
+}
+
+pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let json_stdout = global_json || args.json.as_deref() == Some(Path::new("-"));
+    let n_hosts = args.hosts.unwrap_or(args.trace.len());
+    if n_hosts == 0 || n_hosts > MAX_HOSTS {
+        bail!("--hosts must be between 1 and {MAX_HOSTS}, got {n_hosts}");
+    }
+    if args.tasks == 0 || args.tasks > MAX_TASKS {
+        bail!(
+            "--tasks must be between 1 and {MAX_TASKS}, got {}",
+            args.tasks
+        );
+    }
+    if args.estimate_runs > crate::model::sched::estimate::MAX_RUNS {
+        bail!(
+            "--estimate-runs must be at most {}",
+            crate::model::sched::estimate::MAX_RUNS
+        );
+    }
+    if method_by_name(&args.method, args.seed).is_none() {
+        bail!("unknown --method {:?}", args.method);
+    }
+    let traces = read_traces(&args.trace)?;
+    let series: Vec<HostSeries> = traces.into_iter().map(|t| t.series).collect();
+    let th = Thresholds::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
+    let (hosts, timelines) = build_pool(&series, n_hosts, th, &mut rng)?;
+    let runtimes: Vec<f64> = (0..args.tasks)
+        .map(|_| args.runtime.draw(&mut rng))
+        .collect();
+    let setup_secs = started.elapsed().as_secs_f64();
+
+    let method = |name: &str| method_by_name(name, args.seed).context("unknown method");
+    let mut default_fc =
+        SeriesForecaster::new(&series, method(&args.method)?, th, CURVE_BUCKET_SECS);
+    let mut freq_fc = SeriesForecaster::new(&series, method("freq")?, th, CURVE_BUCKET_SECS);
+    let mut policies = Vec::new();
+    for (i, &policy) in args.policy.iter().enumerate() {
+        let bar = progress_bar(policy, json_stdout);
+        let config = SimConfig {
+            policy,
+            runtimes: runtimes.clone(),
+            checkpoint_cost_secs: args.checkpoint_cost as f64,
+            horizon_secs: args.horizon as f64,
+            estimate_runs: args.estimate_runs,
+            recheck_secs: 600.0,
+        };
+        let mut policy_rng = ChaCha8Rng::seed_from_u64(args.seed ^ ((i as u64 + 1) << 32));
+        let t0 = Instant::now();
+        let forecaster = if policy == Policy::TrFreq {
+            &mut freq_fc
+        } else {
+            &mut default_fc
+        };
+        let result = simulate(
+            &config,
+            &hosts,
+            &timelines,
+            forecaster,
+            &mut policy_rng,
+            &mut |share| bar.set_position((share * 1000.0) as u64),
+        )?;
+        bar.finish_and_clear();
+        let per_task = |k: u64| k as f64 / args.tasks as f64;
+        let within = match (result.estimate, result.makespan_secs) {
+            (Some(e), Some(m)) => Some(e.p10 <= m && m <= e.p90),
+            _ => None,
+        };
+        policies.push(PolicyReport {
+            kills_per_task: [
+                per_task(result.kills[0]),
+                per_task(result.kills[1]),
+                per_task(result.kills[2]),
+            ],
+            within_estimate: within,
+            wall_secs: t0.elapsed().as_secs_f64(),
+            result,
+        });
+    }
+    let report = SimulateReport {
+        traces: args.trace.iter().map(|p| p.display().to_string()).collect(),
+        hosts: n_hosts,
+        tasks: args.tasks,
+        runtime: args.runtime,
+        seed: args.seed,
+        method: args.method.clone(),
+        checkpoint_cost_secs: args.checkpoint_cost,
+        policies,
+        curves_computed: default_fc.computed + freq_fc.computed,
+        forecasts_failed: default_fc.failed + freq_fc.failed,
+        setup_secs,
+    };
+    if json_stdout {
+        return print_json(&report);
+    }
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    print_text(&table(&report))
+}
+
+fn progress_bar(policy: Policy, quiet: bool) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(1000), ProgressDrawTarget::stderr());
+    if quiet || !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg:>22} [{bar:40}] {percent}% tasks done, {elapsed}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(policy.name());
+    bar
+}
+
+fn hours(secs: f64) -> String {
+    format!("{:.1} h", secs / 3600.0)
+}
+
+/// The text report: one line per policy.
+fn table(r: &SimulateReport) -> String {
+    let mut out = format!(
+        "{} hosts, {} tasks, seed {}, method {}\n{:<21} {:>9} {:>9} {:>9} {:>17} {:>9} {:>7} {:>26}\n",
+        r.hosts,
+        r.tasks,
+        r.seed,
+        r.method,
+        "policy",
+        "makespan",
+        "mean turn",
+        "p90 turn",
+        "kills/task S3/S4/S5",
+        "wasted",
+        "goodput",
+        "estimate p10/p50/p90"
+    );
+    for p in &r.policies {
+        let res = &p.result;
+        let makespan = res
+            .makespan_secs
+            .map_or_else(|| format!("{} left", res.unfinished), hours);
+        let estimate = res.estimate.map_or_else(
+            || "-".to_string(),
+            |e| {
+                format!(
+                    "{:.1}/{:.1}/{:.1} h",
+                    e.p10 / 3600.0,
+                    e.p50 / 3600.0,
+                    e.p90 / 3600.0
+                )
+            },
+        );
+        out.push_str(&format!(
+            "{:<21} {:>9} {:>9} {:>9} {:>17} {:>9} {:>7.3} {:>26}\n",
+            res.policy.name(),
+            makespan,
+            hours(res.mean_turnaround_secs),
+            hours(res.p90_turnaround_secs),
+            format!(
+                "{:.2}/{:.2}/{:.2}",
+                p.kills_per_task[0], p.kills_per_task[1], p.kills_per_task[2]
+            ),
+            hours(res.wasted_cpu_secs),
+            res.goodput,
+            estimate
+        ));
+    }
+    out.push_str(&format!(
+        "wasted: reference CPU time lost to kills and checkpoints; {} TR curves computed, {} forecasts lacked history; setup {:.1} s",
+        r.curves_computed, r.forecasts_failed, r.setup_secs
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtimes_parse_as_durations_or_lognormal() {
+        assert_eq!(parse_runtime("2h"), Ok(RuntimeSpec::Fixed(7200.0)));
+        assert_eq!(
+            parse_runtime("lognormal:1h,0.5"),
+            Ok(RuntimeSpec::LogNormal {
+                median: 3600.0,
+                sigma: 0.5
+            })
+        );
+        assert!(parse_runtime("lognormal:1h")
+            .unwrap_err()
+            .contains("MEDIAN,SIGMA"));
+        assert!(parse_runtime("lognormal:1h,9").is_err());
+        assert!(parse_runtime("soon").is_err());
+    }
+}

@@ -1,0 +1,184 @@
+//! `gleaner simulate` run as a user would: the built binary on the shared
+//! traces, every policy, checked for conservation and for the estimate's
+//! coverage of the realised makespan.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// A shared trace: `../shared/traces` next to the main checkout, or two
+/// levels up from a worktree under `wt/`.
+fn shared(rel: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    ["../shared/traces", "../../shared/traces"]
+        .iter()
+        .map(|dir| root.join(dir).join(rel))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| root.join("../shared/traces").join(rel))
+}
+
+const TRACES: [&str; 8] = [
+    "synthetic/lab-1.csv",
+    "synthetic/lab-2.csv",
+    "real/bitbrains-60.csv",
+    "real/bitbrains-72.csv",
+    "real/bitbrains-363.csv",
+    "real/bitbrains-407.csv",
+    "real/lanl-1.csv",
+    "real/lanl-21.csv",
+];
+
+fn gleaner() -> Command {
+    let mut cmd = Command::cargo_bin("gleaner").expect("the gleaner binary is built");
+    cmd.env_remove("RUST_LOG").env_remove("GLEANER_LOG");
+    cmd
+}
+
+fn simulate(extra: &[&str]) -> Value {
+    let mut cmd = gleaner();
+    cmd.arg("simulate").arg("--trace");
+    for t in TRACES {
+        cmd.arg(shared(t));
+    }
+    let out = cmd
+        .args(extra)
+        .args(["--json", "-"])
+        .output()
+        .expect("gleaner runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("simulate prints JSON")
+}
+
+#[test]
+fn every_policy_finishes_every_task_once_on_the_shared_traces() {
+    let r = simulate(&[
+        "--hosts",
+        "24",
+        "--tasks",
+        "80",
+        "--runtime",
+        "lognormal:90m,0.5",
+        "--seed",
+        "5",
+    ]);
+    let policies = r["policies"].as_array().unwrap();
+    assert_eq!(policies.len(), 7);
+    for p in policies {
+        let name = p["policy"].as_str().unwrap();
+        assert_eq!(p["tasks"], 80, "{name}");
+        assert_eq!(p["finished"], 80, "{name}");
+        assert_eq!(p["unfinished"], 0, "{name}");
+        assert_eq!(p["duplicate_completions"], 0, "{name}");
+        let kills: u64 = p["kills"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_u64().unwrap())
+            .sum();
+        assert_eq!(p["attempts"].as_u64().unwrap(), 80 + kills, "{name}");
+        let goodput = p["goodput"].as_f64().unwrap();
+        assert!(goodput > 0.0 && goodput <= 1.0, "{name}");
+        let e = &p["estimate"];
+        assert!(
+            e["p10"].as_f64().unwrap() <= e["p90"].as_f64().unwrap(),
+            "{name}"
+        );
+    }
+    let by = |n: &str| policies.iter().find(|p| p["policy"] == n).unwrap();
+    // The oracle never puts a task where it will be hit.
+    assert_eq!(by("oracle")["kills"], serde_json::json!([0, 0, 0]));
+    assert_eq!(by("oracle")["wasted_cpu_secs"], 0.0);
+    assert!(by("proactive+checkpoint")["checkpoints"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn bad_arguments_are_refused_by_name() {
+    gleaner()
+        .args([
+            "simulate",
+            "--trace",
+            "x.csv",
+            "--tasks",
+            "1",
+            "--runtime",
+            "1h",
+            "--policy",
+            "fastest",
+        ])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("unknown policy \"fastest\""));
+    gleaner()
+        .args([
+            "simulate",
+            "--trace",
+            "x.csv",
+            "--tasks",
+            "1",
+            "--runtime",
+            "lognormal:1h",
+        ])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("MEDIAN,SIGMA"));
+    gleaner()
+        .arg("simulate")
+        .arg("--trace")
+        .arg(shared(TRACES[2]))
+        .args(["--tasks", "0", "--runtime", "1h"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("--tasks"));
+    gleaner()
+        .args([
+            "simulate",
+            "--trace",
+            "/nonexistent/t.csv",
+            "--tasks",
+            "1",
+            "--runtime",
+            "1h",
+        ])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("/nonexistent/t.csv"));
+}
+
+/// Issue 11's target: the realised makespan within the estimate's
+/// [p10, p90] for at least 70 % of seeds. Measured on this branch: 3 of 10
+/// seeds for `proactive` (the estimate is about 5 % pessimistic and its
+/// spread narrow: it draws only failures, not model error); see
+/// docs/scheduling.md. Kept as a test so that it fails until the estimate
+/// is calibrated; run with `--ignored`.
+#[test]
+#[ignore = "the estimate covers 3 of 10 seeds, below the 70 % target (docs/scheduling.md)"]
+fn the_estimate_covers_the_realised_makespan_for_most_seeds() {
+    let mut covered = 0;
+    let seeds = 10;
+    for seed in 1..=seeds {
+        let r = simulate(&[
+            "--hosts",
+            "40",
+            "--tasks",
+            "200",
+            "--runtime",
+            "lognormal:2h,0.5",
+            "--policy",
+            "proactive",
+            "--seed",
+            &seed.to_string(),
+        ]);
+        if r["policies"][0]["within_estimate"] == true {
+            covered += 1;
+        }
+    }
+    assert!(
+        covered * 10 >= seeds * 7,
+        "covered {covered} of {seeds} seeds"
+    );
+}
