@@ -163,6 +163,11 @@ async fn the_dashboard_works_in_a_real_browser_and_refuses_what_it_must() {
     let chromium = find_program(&["chromium", "chromium-browser", "google-chrome"]);
     let chromedriver = find_program(&["chromedriver"]);
     let (Some(chromium), Some(chromedriver)) = (chromium, chromedriver) else {
+        // `.ci/run` installs both: there, a missing browser is a failure.
+        assert!(
+            std::env::var_os("GLEANER_CI").is_none(),
+            "no chromium and chromedriver on PATH under .ci/run"
+        );
         eprintln!(
             "\n\n*** SKIPPED dashboard_browser: no chromium (or chromium-browser, google-chrome) and chromedriver on PATH; \
              install them with `apt-get install -y chromium chromium-driver` (.ci/run does) ***\n\n"

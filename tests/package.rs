@@ -2,8 +2,9 @@
 //! built (the dev profile, so no release build is needed) with the unit,
 //! config, man page and completions; the package is unpacked into a
 //! throwaway root with `dpkg -x`, and `gleaner --version` runs from there.
-//! Needs `cargo-deb` and `dpkg-deb` on the PATH (`.ci/run` installs them);
-//! without them the test fails and says so.
+//! Needs `cargo-deb` and `dpkg-deb` on the PATH (`.ci/run` installs them).
+//! Without them a newcomer's `cargo test` skips it loudly; under `.ci/run`
+//! (`GLEANER_CI=1`) it fails instead, so CI can never skip it silently.
 
 use std::path::Path;
 use std::process::Command;
@@ -18,10 +19,15 @@ fn on_path(tool: &str) -> bool {
 #[test]
 fn the_debian_package_installs_into_a_throwaway_root_and_runs() {
     for tool in ["cargo-deb", "dpkg-deb"] {
-        assert!(
-            on_path(tool),
+        if on_path(tool) {
+            continue;
+        }
+        let why = format!(
             "{tool} is missing: run .ci/run, or `cargo install cargo-deb --locked` and `apt-get install dpkg`"
         );
+        assert!(std::env::var_os("GLEANER_CI").is_none(), "{why}");
+        eprintln!("\n\n*** SKIPPED package: {why} ***\n\n");
+        return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let bin = Path::new(env!("CARGO_BIN_EXE_gleaner"));
