@@ -435,5 +435,49 @@ fn homes_behind_nat_find_query_punch_through_and_recover() {
         "nat: NAT flush at router 2: home 0 queries home 2 again {:.1} s after the flush",
         secs(flushed.elapsed())
     );
+
+    // Where only the relay connects (home 2 behind the symmetric NAT), a job's
+    // input does not cross: each host waits for a direct connection, then
+    // says it did not start and why; `submit` ends with 75 and that reason,
+    // never hanging.
+    hosts_until(
+        c,
+        Duration::from_secs(45),
+        "home 2 lists homes 0 and 1",
+        |r| has_tr(r, &ids[0]) && has_tr(r, &ids[1]),
+    );
+    let small = c.dir.join("small.bin");
+    std::fs::write(&small, vec![1u8; 1 << 20]).unwrap();
+    let relay_only = Instant::now();
+    let (code, lines) = c
+        .json_stream(
+            "submit",
+            &[
+                "--runtime",
+                "2h",
+                "--queue-limit",
+                "5s",
+                "--input",
+                small.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                "wc -c < small.bin",
+            ],
+        )
+        .finish(Duration::from_secs(240));
+    assert_eq!(code, 75, "{lines:#?}");
+    let said = |l: &Value| {
+        ["event", "reason"].iter().any(|k| {
+            l[*k]
+                .as_str()
+                .is_some_and(|t| t.contains("only a relayed connection to the consumer"))
+        })
+    };
+    assert!(lines.iter().any(said), "the hosts said why: {lines:#?}");
+    eprintln!(
+        "nat: a job with a 1 MiB input from home 2 (symmetric NAT, relay only): refused with the reason after {:.1} s",
+        secs(relay_only.elapsed())
+    );
     let _ = b;
 }
