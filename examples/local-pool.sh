@@ -101,8 +101,11 @@ g 3 hosts --window 1h --rounds 1000 --json | grep -o '"peer":"[^"]*"\|"rtt_p50_m
 for i in 1 2 3 4 5; do
     T0=$(ms)
     g 3 --json submit --runtime 1m -- true | while read -r line; do echo "$(ms) $line"; done > "$DIR/job$i.jsonl"
-    START=$(grep '"event":"started"' "$DIR/job$i.jsonl" | awk '{print $1}')
-    FIN=$(grep '"event":"finished' "$DIR/job$i.jsonl" | awk '{print $1}')
-    DONE=$(grep '"type":"result"' "$DIR/job$i.jsonl" | awk '{print $1}')
+    START=$(grep '"event":"started"' "$DIR/job$i.jsonl" | awk '{print $1}' || true)
+    FIN=$(grep '"event":"finished' "$DIR/job$i.jsonl" | awk '{print $1}' || true)
+    DONE=$(grep '"type":"result"' "$DIR/job$i.jsonl" | awk '{print $1}' || true)
+    if [ -z "$START" ] || [ -z "$FIN" ] || [ -z "$DONE" ]; then
+        echo "job $i: a line is missing:"; cut -c1-300 "$DIR/job$i.jsonl"; continue
+    fi
     echo "job $i: submit→started $((START - T0)) ms, finished→outputs back $((DONE - FIN)) ms, total $((DONE - T0)) ms"
 done

@@ -148,7 +148,13 @@ async fn follow<P: JobPool>(
     news: &(impl Fn(AttemptNews) + Send + Sync),
 ) -> AttemptEnd {
     let started = tokio::time::Instant::now();
-    let mut probe = tokio::time::interval(plan.settings.probe_every);
+    // The first probe after one period, not at once: a job that ends within
+    // milliseconds is then told by its events (started, finished), which a
+    // probe's answer would skip.
+    let mut probe = tokio::time::interval_at(
+        tokio::time::Instant::now() + plan.settings.probe_every,
+        plan.settings.probe_every,
+    );
     probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let deadline = tokio::time::sleep(plan.limit + plan.settings.grace + preparing);
     tokio::pin!(deadline);
@@ -176,6 +182,10 @@ async fn follow<P: JobPool>(
                 match pool.request(plan.host, query).await {
                     Ok(JobResponse::JobState(RemoteJobState::Running)) => failed_probes = 0,
                     Ok(JobResponse::JobState(RemoteJobState::Ended(kind))) => {
+                        // Events that came meanwhile are still news.
+                        while let Ok(event) = registration.events.try_recv() {
+                            news(AttemptNews::HostEvent(event.kind));
+                        }
                         if let Some(end) = ending(&kind) {
                             break end;
                         }

@@ -353,6 +353,17 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             },
         );
         self.wanted = true;
+        // While the last survey is fresh its free hosts take the new tasks
+        // at once (a host that became busy since refuses, and the task
+        // waits for the next survey): `submit` does not wait for one.
+        if self
+            .last_ranked_at
+            .is_some_and(|t| t.elapsed() < RANKING_FRESH_FOR)
+        {
+            let ranked = std::mem::take(&mut self.last_ranked);
+            self.place_ranked(&ranked);
+            self.last_ranked = ranked;
+        }
         Ok(id)
     }
 
