@@ -208,7 +208,7 @@ pub struct BatchQueue<P: JobPool + Clone + 'static> {
     /// The hosts the last survey found eligible, best first, and when: a
     /// host that just finished a task takes the next one without waiting
     /// for a new survey while this is fresh.
-    last_ranked: Vec<SurveyedHost>,
+    last_ranked: Vec<PeerId>,
     last_ranked_at: Option<tokio::time::Instant>,
     /// Set when something changed that may let a task start.
     wanted: bool,
@@ -356,14 +356,8 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         // While the last survey is fresh its free hosts take the new tasks
         // at once (a host that became busy since refuses, and the task
         // waits for the next survey): `submit` does not wait for one.
-        if self
-            .last_ranked_at
-            .is_some_and(|t| t.elapsed() < RANKING_FRESH_FOR)
-        {
-            let ranked = std::mem::take(&mut self.last_ranked);
-            self.place_ranked(&ranked);
-            self.last_ranked = ranked;
-        }
+        let fresh = self.fresh_ranking().to_vec();
+        self.place_on(&fresh);
         Ok(id)
     }
 
@@ -524,18 +518,30 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     }
 
     fn place(&mut self, hosts: &[SurveyedHost]) {
-        self.last_ranked = self.policy.order(hosts).into_iter().cloned().collect();
+        let ranked: Vec<PeerId> = self.policy.order(hosts).iter().map(|h| h.peer).collect();
+        self.last_ranked.clone_from(&ranked);
         self.last_ranked_at = Some(tokio::time::Instant::now());
-        let ranked = std::mem::take(&mut self.last_ranked);
-        self.place_ranked(&ranked);
-        self.last_ranked = ranked;
+        self.place_on(&ranked);
+    }
+
+    /// The last survey's ranking, best first, while it is fresh; empty
+    /// after that.
+    fn fresh_ranking(&self) -> &[PeerId] {
+        if self
+            .last_ranked_at
+            .is_some_and(|t| t.elapsed() < RANKING_FRESH_FOR)
+        {
+            &self.last_ranked
+        } else {
+            &[]
+        }
     }
 
     /// Hands waiting tasks to the free hosts of `ranked`, best first.
-    fn place_ranked(&mut self, ranked: &[SurveyedHost]) {
+    fn place_on(&mut self, ranked: &[PeerId]) {
         let free: Vec<PeerId> = ranked
             .iter()
-            .map(|h| h.peer)
+            .copied()
             .filter(|p| !self.hosts_in_use.contains(p))
             .collect();
         for peer in free {
@@ -790,13 +796,8 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         });
         // A host that just ended a task well is free now: while the last
         // survey is fresh it takes the next task at once.
-        let fresh = self
-            .last_ranked_at
-            .is_some_and(|t| t.elapsed() < RANKING_FRESH_FOR);
-        if landed && fresh {
-            if let Some(report) = self.last_ranked.iter().find(|h| h.peer == host).cloned() {
-                self.place_ranked(std::slice::from_ref(&report));
-            }
+        if landed && self.fresh_ranking().contains(&host) {
+            self.place_on(&[host]);
         }
         if let (true, Some(out)) = (landed, output_dir) {
             let from = self.results_dir(batch).join(task.to_string());
