@@ -483,7 +483,8 @@ fn unix_text(secs: i64) -> String {
         .unwrap_or_else(|_| secs.to_string())
 }
 
-fn short(peer: &str) -> &str {
+/// The last characters of a peer id: enough to tell hosts apart.
+pub fn short(peer: &str) -> &str {
     let start = peer.len().saturating_sub(8);
     peer.get(start..).unwrap_or(peer)
 }

@@ -18,7 +18,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::cli::args::parse_duration;
-use crate::cli::batch::{task_request, TaskArgs, EXIT_NOT_RUN};
+use crate::cli::batch::{short, task_request, TaskArgs, EXIT_NOT_RUN};
 use crate::cli::control::{block_on, client};
 use crate::cli::output::print_json;
 use crate::cli::Global;
@@ -337,10 +337,4 @@ fn read_text(path: &Path) -> anyhow::Result<(String, bool)> {
         String::from_utf8_lossy(&bytes).into_owned(),
         len > JSON_TEXT_MAX,
     ))
-}
-
-/// The last characters of a peer id: enough to tell hosts apart.
-fn short(peer: &str) -> &str {
-    let start = peer.len().saturating_sub(8);
-    peer.get(start..).unwrap_or(peer)
 }
