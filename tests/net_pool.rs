@@ -68,6 +68,9 @@ fn answer_for(q: &ReliabilityQuery) -> ReliabilityResponse {
         method: "km".into(),
         relative_power_milli: 500,
         slot_free: true,
+        curve: vec![(60, 0.99), (3600, 0.9)],
+        availability_milli: Some(800),
+        speed_milli: 900,
     })
 }
 

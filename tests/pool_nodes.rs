@@ -366,11 +366,12 @@ async fn garbage_and_oversized_frames_are_refused_and_the_node_keeps_serving() {
         let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         let _ = tcp.write_all(&[0xAB; 64 * 1024]);
     }
-    // An unknown protocol version is refused at negotiation.
+    // An unknown protocol version, or one this node no longer speaks, is
+    // refused at negotiation.
     for unknown in [
-        "/gleaner/reliability/2",
-        "/gleaner/job/3",
-        "/gleaner/data/2",
+        "/gleaner/reliability/1",
+        "/gleaner/job/99",
+        "/gleaner/data/99",
     ] {
         assert_eq!(
             net_support::send_raw_on(unknown, &target, peer_id, vec![0, 0, 0, 0]).await,

@@ -64,6 +64,37 @@ pub fn parse_time(text: &str) -> Result<i64, String> {
         })
 }
 
+/// A deadline as written: a duration from now (`3h`) or a point in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deadline {
+    In(u64),
+    At(i64),
+}
+
+impl Deadline {
+    /// Unix seconds, given now.
+    pub fn at(self, now_unix: i64) -> i64 {
+        match self {
+            Deadline::In(secs) => now_unix.saturating_add(i64::try_from(secs).unwrap_or(i64::MAX)),
+            Deadline::At(t) => t,
+        }
+    }
+}
+
+/// Parses `--deadline`: a duration from now (`90m`, `3h`) or a time (RFC
+/// 3339 or Unix seconds). A bare number is a time, as for `--at`.
+pub fn parse_deadline(text: &str) -> Result<Deadline, String> {
+    let t = text.trim();
+    if t.parse::<i64>().is_err() {
+        if let Ok(secs) = parse_duration(t) {
+            return Ok(Deadline::In(secs));
+        }
+    }
+    parse_time(t).map(Deadline::At).map_err(|_| {
+        format!("`{t}` is not a deadline: use a duration from now (90m, 3h) or a time (RFC 3339 or Unix seconds)")
+    })
+}
+
 /// The five-state model's thresholds, shared by every command that
 /// classifies states. Unset flags take the model's defaults
 /// (`model::state::DEFAULT_*`); they are options so that a command can tell
@@ -116,6 +147,21 @@ impl ThresholdArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deadlines_are_durations_from_now_or_times() {
+        assert_eq!(parse_deadline("3h"), Ok(Deadline::In(3 * 3600)));
+        assert_eq!(
+            parse_deadline("1700000000"),
+            Ok(Deadline::At(1_700_000_000))
+        );
+        assert_eq!(
+            parse_deadline("2023-11-14T22:13:20Z"),
+            Ok(Deadline::At(1_700_000_000))
+        );
+        assert_eq!(Deadline::In(60).at(1_000), 1_060);
+        assert!(parse_deadline("soon").unwrap_err().contains("`soon`"));
+    }
 
     #[test]
     fn durations_in_the_documented_forms() {

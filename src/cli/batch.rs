@@ -13,11 +13,11 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 
-use crate::cli::args::parse_duration;
+use crate::cli::args::{parse_deadline, parse_duration, Deadline};
 use crate::cli::control::{block_on, client};
 use crate::cli::output::{print_json, print_text, table};
 use crate::cli::Global;
-use crate::consumer::batch::spec;
+use crate::consumer::batch::{spec, PolicyName};
 use crate::control::api::{
     BatchCreated, BatchInput, BatchLine, BatchReport, BatchResultsCopied, BatchResultsRequest,
     BatchSubmitRequest, ParamsTable, TaskCounts, PREFIX,
@@ -102,6 +102,17 @@ pub struct TaskArgs {
     /// value may hold placeholders). Repeatable.
     #[arg(long, value_name = "NAME=VALUE")]
     pub env: Vec<String>,
+    /// How hosts are chosen: `proactive` (least expected turnaround from
+    /// each host's speed, predicted availability and TR curve), `tr`
+    /// (highest TR for the runtime), `power` (highest Γ), `random`.
+    #[arg(long, value_name = "POLICY", default_value = "proactive")]
+    pub policy: PolicyName,
+    /// When the work must be done: a duration from now (3h) or a time
+    /// (RFC 3339 or Unix seconds). The chance of meeting it is estimated
+    /// before anything is sent; while it runs, a task whose chance falls
+    /// gets a second copy on another free host (the first result wins).
+    #[arg(long, value_name = "TIME|DUR", value_parser = parse_deadline)]
+    pub deadline: Option<Deadline>,
     /// The command and its arguments, after `--`.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -335,6 +346,10 @@ pub fn task_request(a: &TaskArgs) -> anyhow::Result<BatchSubmitRequest> {
         range: None,
         params: None,
         max_running: None,
+        policy: Some(a.policy.to_string()),
+        deadline_unix: a.deadline.map(|d| d.at(jiff::Timestamp::now().as_second())),
+        checkpoint: None,
+        checkpoint_cost_secs: None,
         wait: false,
     })
 }

@@ -10,11 +10,14 @@ use futures::future::join_all;
 use libp2p::{Multiaddr, PeerId};
 use serde::{Deserialize, Serialize};
 
+use crate::model::sched::curve::TrCurve;
 use crate::model::solver::CAUSES;
 use crate::model::state::State;
 
 use crate::net::handle::Member;
-use crate::net::protocol::{ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse};
+use crate::net::protocol::{
+    ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, CURVE_POINTS_MAX,
+};
 use crate::net::{NetError, NetHandle};
 
 /// What one survey asks.
@@ -56,6 +59,14 @@ pub struct SurveyedHost {
     pub method: Option<String>,
     /// Effective computing power Γ = P·A (0..1).
     pub power: Option<f64>,
+    /// Relative speed P (0..1): Γ without the owner's load.
+    pub speed: Option<f64>,
+    /// Predicted CPU share for a guest over the window (0..1), from the
+    /// host's history (SDPN's A, forecast rather than read now).
+    pub availability: Option<f64>,
+    /// TR over window lengths from the window's start (checked: at most
+    /// [`CURVE_POINTS_MAX`] points, lengths increasing, TR non-increasing).
+    pub curve: Option<TrCurve>,
     /// Guest slot free (from the answer, else from its announcement).
     pub slot_free: Option<bool>,
     /// Current state from its announcement.
@@ -91,6 +102,9 @@ impl SurveyedHost {
             days_used: None,
             method: None,
             power: None,
+            speed: None,
+            availability: None,
+            curve: None,
             slot_free: None,
             state: None,
             logical_cpus: None,
@@ -216,6 +230,18 @@ fn apply_answer(report: &mut SurveyedHost, a: ReliabilityAnswer) {
     report.days_used = Some(a.days_used);
     report.method = Some(a.method.chars().take(32).collect());
     report.power = Some(f64::from(a.relative_power_milli.min(1000)) / 1000.0);
+    report.speed = Some(f64::from(a.speed_milli.min(1000)) / 1000.0);
+    report.availability = a
+        .availability_milli
+        .map(|m| f64::from(m.min(1000)) / 1000.0);
+    report.curve = (!a.curve.is_empty()).then(|| {
+        TrCurve::new(
+            a.curve
+                .iter()
+                .take(CURVE_POINTS_MAX)
+                .map(|&(secs, tr)| (secs as f64, tr)),
+        )
+    });
     report.slot_free = Some(a.slot_free);
 }
 
@@ -259,10 +285,18 @@ mod tests {
                 method: "x".repeat(10_000),
                 relative_power_milli: 99_999,
                 slot_free: true,
+                curve: (1..1000).map(|i| (1000 - i, f64::from(i as u32))).collect(),
+                availability_milli: Some(5000),
+                speed_milli: 77_777,
             },
         );
         assert_eq!(r.tr, None);
         assert_eq!(r.power, Some(1.0));
+        assert_eq!(r.speed, Some(1.0));
+        assert_eq!(r.availability, Some(1.0));
+        let curve = r.curve.unwrap();
+        assert!(curve.points().len() <= CURVE_POINTS_MAX);
+        assert!(curve.points().iter().all(|p| (0.0..=1.0).contains(&p.1)));
         assert_eq!(r.method.unwrap().len(), 32);
     }
 }

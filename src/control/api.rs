@@ -392,6 +392,20 @@ pub struct BatchSubmitRequest {
     pub params: Option<ParamsTable>,
     #[serde(default)]
     pub max_running: Option<u32>,
+    /// `--policy`: how hosts are chosen (`proactive`, `tr`, `power`,
+    /// `random`); the default is `proactive`.
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// `--deadline`, Unix seconds.
+    #[serde(default)]
+    pub deadline_unix: Option<i64>,
+    /// `--checkpoint FILE`: the file each task saves its state to
+    /// (relative to its work directory).
+    #[serde(default)]
+    pub checkpoint: Option<String>,
+    /// `--checkpoint-cost`: seconds one checkpoint costs, as declared.
+    #[serde(default)]
+    pub checkpoint_cost_secs: Option<u64>,
     /// Answer with the `wait` stream (JSON lines, from a first `queued`
     /// line on) instead of [`BatchCreated`]: no event is missed between
     /// queueing and waiting.

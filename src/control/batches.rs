@@ -12,8 +12,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::sync::{broadcast, mpsc};
 
+use crate::consumer::batch::policy::UnknownPolicy;
+use crate::consumer::batch::queue::DEFAULT_CHECKPOINT_COST_SECS;
 use crate::consumer::batch::spec::{InputTemplate, Params, Sweep, TaskTemplate};
-use crate::consumer::batch::{BatchView, Counts, NewBatch, TaskEvent, TaskRecord};
+use crate::consumer::batch::{
+    BatchView, CheckpointSpec, Counts, NewBatch, PolicyName, TaskEvent, TaskRecord,
+};
 use crate::control::api::{
     ApiError, BatchCreated, BatchLine, BatchReport, BatchResultsCopied, BatchResultsRequest,
     BatchSubmitRequest, TaskCounts, TaskReport, PREFIX,
@@ -73,8 +77,26 @@ fn new_batch(r: BatchSubmitRequest) -> Result<NewBatch, ApiError> {
             )));
         }
     }
+    let policy = match r.policy.as_deref() {
+        None => PolicyName::default(),
+        Some(name) => name
+            .parse()
+            .map_err(|e: UnknownPolicy| ApiError::bad_request(format!("policy: {e}")))?,
+    };
+    let checkpoint = match r.checkpoint {
+        None => None,
+        Some(path) => Some(CheckpointSpec {
+            path,
+            cost_secs: r
+                .checkpoint_cost_secs
+                .unwrap_or(DEFAULT_CHECKPOINT_COST_SECS),
+        }),
+    };
     Ok(NewBatch {
         name: r.name,
+        policy,
+        deadline_unix: r.deadline_unix,
+        checkpoint,
         template: TaskTemplate {
             argv: r.argv,
             env: r.env,

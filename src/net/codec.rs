@@ -277,6 +277,9 @@ mod tests {
             method,
             relative_power_milli: 730,
             slot_free: true,
+            curve: vec![(60, 0.99), (3600, 0.9)],
+            availability_milli: Some(800),
+            speed_milli: 900,
         })
     }
 

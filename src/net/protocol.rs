@@ -13,8 +13,10 @@ use serde::{Deserialize, Serialize};
 use crate::model::ids::PoolName;
 use crate::model::state::State;
 
-/// Protocol id of the reliability query (request/response).
-pub const RELIABILITY_PROTOCOL: &str = "/gleaner/reliability/1";
+/// Protocol id of the reliability query (request/response). Version 2: the
+/// answer carries a TR curve over window lengths, the predicted
+/// availability over the window and the host's relative speed P.
+pub const RELIABILITY_PROTOCOL: &str = "/gleaner/reliability/2";
 /// Protocol id of job submission, job events and output fetches (request/response).
 /// Version 2: inputs are referenced by hash and fetched over [`DATA_PROTOCOL`].
 pub const JOB_PROTOCOL: &str = "/gleaner/job/2";
@@ -30,6 +32,8 @@ pub const IDENTIFY_PROTOCOL_VERSION: &str = "/gleaner/1";
 pub const RELIABILITY_REQUEST_CAP: u32 = 1024;
 /// Largest reliability response frame body, in bytes.
 pub const RELIABILITY_RESPONSE_CAP: u32 = 16 * 1024;
+/// Most points of a reliability answer's TR curve; a consumer drops the rest.
+pub const CURVE_POINTS_MAX: usize = 16;
 /// Largest job request frame body: a submission carries its command line and
 /// references to its inputs (256 of them at most), never their bytes.
 pub const JOB_REQUEST_CAP: u32 = 1024 * 1024;
@@ -127,7 +131,7 @@ pub struct Announcement {
     pub version: String,
 }
 
-/// `/gleaner/reliability/1` request: what is the reliability of a job that would run in
+/// `/gleaner/reliability/2` request: what is the reliability of a job that would run in
 /// this window with this much memory?
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReliabilityQuery {
@@ -167,9 +171,22 @@ pub struct ReliabilityAnswer {
     pub relative_power_milli: u32,
     /// True when the guest slot is free now.
     pub slot_free: bool,
+    /// TR for windows from the same start and of other lengths, so one
+    /// query serves every runtime: `(length seconds, TR)`, lengths
+    /// increasing, at most [`CURVE_POINTS_MAX`]. The asked length is among
+    /// them. Empty when the host cannot predict.
+    pub curve: Vec<(u64, f64)>,
+    /// The CPU share a guest is predicted to get over the window, in
+    /// thousandths (0..=1000): one minus the owner's load, zero while the
+    /// host is off, averaged over the same history days the TR learned
+    /// from. `None` without such history.
+    pub availability_milli: Option<u32>,
+    /// Relative speed P in thousandths: the host's benchmark score against
+    /// the best it has heard in the pool (Γ = P·A without the owner's load).
+    pub speed_milli: u32,
 }
 
-/// `/gleaner/reliability/1` response.
+/// `/gleaner/reliability/2` response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ReliabilityResponse {
     /// The prediction.

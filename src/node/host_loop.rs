@@ -29,9 +29,10 @@ use crate::model::predict::PredictRequest;
 use crate::model::series::{HostSeries, Sample};
 use crate::model::state::State;
 use crate::monitor::MonitorReading;
+use crate::node::answer::{host_answer, AnswerCache, HostAnswer};
 use crate::node::config::Config;
 use crate::node::OwnerLoad;
-use crate::report::{forecast, predict_report, Forecast, PredictReport, ReportRequest};
+use crate::report::{forecast, predict_report, PredictReport, ReportRequest};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -117,12 +118,13 @@ pub enum HostCommand {
         query: PredictQuery,
         reply: oneshot::Sender<Result<PredictReport, HostError>>,
     },
-    /// A typed forecast for a peer's reliability query.
+    /// A typed forecast for a peer's reliability query, with the TR curve
+    /// and the predicted availability (`node::answer`).
     Forecast {
         at: i64,
         window_secs: u64,
         mem_mib: u64,
-        reply: oneshot::Sender<Result<Forecast, HostError>>,
+        reply: oneshot::Sender<Result<HostAnswer, HostError>>,
     },
     /// Start a guest (the owner's `run-local`, or a peer's job via the pool host).
     StartGuest {
@@ -357,7 +359,7 @@ impl HostHandle {
         at: i64,
         window_secs: u64,
         mem_mib: u64,
-    ) -> Result<Forecast, HostError> {
+    ) -> Result<HostAnswer, HostError> {
         self.ask(|reply| HostCommand::Forecast {
             at,
             window_secs,
@@ -613,6 +615,8 @@ pub struct HostLoop {
     local_jobs_started: u64,
     /// The history as a series, built off the loop.
     series_cache: Arc<SeriesCache>,
+    /// Peers' reliability answers, reused for a minute.
+    answers: AnswerCache,
     /// An import is running (one at a time).
     import_running: bool,
     /// Imports report their end here.
@@ -660,6 +664,7 @@ impl HostLoop {
             pause_until: None,
             local_jobs_started: 0,
             series_cache,
+            answers: AnswerCache::default(),
             import_running: false,
             import_done_tx,
             import_done,
@@ -729,6 +734,7 @@ impl HostLoop {
                 Event::ImportDone(d) => {
                     self.import_running = false;
                     self.series_cache.invalidate();
+                    self.answers.clear();
                     if let Ok(o) = &d.outcome {
                         tracing::info!(
                             added = o.added,
@@ -983,6 +989,7 @@ impl HostLoop {
 
     fn compact(&mut self) {
         self.series_cache.invalidate();
+        self.answers.clear();
         let now = self.now();
         match self
             .parts
@@ -1280,15 +1287,24 @@ impl HostLoop {
         at: i64,
         window_secs: u64,
         mem_mib: u64,
-        reply: oneshot::Sender<Result<Forecast, HostError>>,
+        reply: oneshot::Sender<Result<HostAnswer, HostError>>,
     ) {
+        let key = AnswerCache::key(at, window_secs, mem_mib);
+        if let Some(answer) = self.answers.get(key) {
+            let _ = reply.send(Ok(answer));
+            return;
+        }
         let now = self.now();
         let cache = self.series_cache.clone();
+        let answers = self.answers.clone();
         let request = ReportRequest::new(self.predict_request(at, window_secs, mem_mib));
         self.parts.tracker.spawn_blocking(move || {
             let answer = cache.get(now).and_then(|series| {
-                forecast(&series, &request).map_err(|e| HostError::Invalid(e.to_string()))
+                host_answer(&series, &request).map_err(|e| HostError::Invalid(e.to_string()))
             });
+            if let Ok(a) = &answer {
+                answers.put(key, a.clone());
+            }
             let _ = reply.send(answer);
         });
     }

@@ -17,6 +17,7 @@
 //! how states are defined (`model`), how the host is measured (`monitor`) or
 //! how a guest is sandboxed (`guest`).
 
+pub mod answer;
 pub mod config;
 pub mod host_loop;
 pub mod paths;

@@ -28,14 +28,14 @@ use crate::model::state::State;
 use crate::net::protocol::{
     FailureByCause, InputRef, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName,
     RejectReason, ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, RemoteJobState,
-    WireState,
+    WireState, CURVE_POINTS_MAX,
 };
 use crate::net::{LocalStatus, NetEvent, NetHandle, Responder};
+use crate::node::answer::HostAnswer;
 use crate::node::config::Config;
 use crate::node::host_loop::{GuestJob, GuestOrigin, GuestStart, HostHandle, HostSnapshot};
 use crate::node::pool::{self, RemoteJob, RemoteJobs};
 use crate::node::Hardware;
-use crate::report::Forecast;
 use libp2p::PeerId;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -349,7 +349,14 @@ impl PoolHost {
     /// forecast is computed off both loops.
     fn answer_reliability(&mut self, q: ReliabilityQuery, reply: Responder<ReliabilityResponse>) {
         let snapshot = *self.snapshot.borrow();
-        let power = self.power_milli(&snapshot);
+        let power = PowerMilli {
+            effective: self.power_milli(&snapshot),
+            speed: crate::monitor::bench::effective_power_milli(
+                self.parts.hardware.benchmark_score,
+                self.best_score,
+                0.0,
+            ),
+        };
         let slot_free = snapshot.slot_free;
         if snapshot.paused {
             let _ = reply.send(ReliabilityResponse::Answer(ReliabilityAnswer {
@@ -362,8 +369,11 @@ impl PoolHost {
                 initial_state: WireState::S5,
                 days_used: 0,
                 method: String::new(),
-                relative_power_milli: power,
+                relative_power_milli: power.effective,
                 slot_free,
+                curve: Vec::new(),
+                availability_milli: Some(0),
+                speed_milli: power.speed,
             }));
             return;
         }
@@ -374,8 +384,8 @@ impl PoolHost {
                 .forecast(q.window_start_unix, q.length_secs, q.memory_mib)
                 .await
             {
-                Ok(f) => {
-                    ReliabilityResponse::Answer(wire_answer(&f, fallback_state, power, slot_free))
+                Ok(a) => {
+                    ReliabilityResponse::Answer(wire_answer(&a, fallback_state, power, slot_free))
                 }
                 Err(e) => ReliabilityResponse::Unavailable {
                     reason: e.to_string(),
@@ -679,11 +689,12 @@ fn copy_input(source: &Path, dest: &Path) -> std::io::Result<()> {
 /// of states, and the wire then carries the host's current state instead
 /// (PROTOCOL.md says so).
 pub fn wire_answer(
-    f: &Forecast,
+    answer: &HostAnswer,
     fallback_state: WireState,
-    relative_power_milli: u32,
+    power: PowerMilli,
     slot_free: bool,
 ) -> ReliabilityAnswer {
+    let f = &answer.forecast;
     let [s3, s4, s5] = f.fail_by_cause.unwrap_or([0.0; 3]);
     ReliabilityAnswer {
         tr: f.tr,
@@ -694,7 +705,24 @@ pub fn wire_answer(
         },
         days_used: u32::try_from(f.days_used).unwrap_or(u32::MAX),
         method: f.method.to_string(),
-        relative_power_milli,
+        relative_power_milli: power.effective,
         slot_free,
+        curve: answer
+            .curve
+            .iter()
+            .take(CURVE_POINTS_MAX)
+            .copied()
+            .collect(),
+        availability_milli: answer
+            .availability
+            .map(|a| (a.clamp(0.0, 1.0) * 1000.0).round() as u32),
+        speed_milli: power.speed,
     }
+}
+
+/// A host's power as it answers: Γ = P·A now, and P alone, in thousandths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PowerMilli {
+    pub effective: u32,
+    pub speed: u32,
 }

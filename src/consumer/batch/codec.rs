@@ -8,9 +8,25 @@
 //! Values are bincode 2 (standard config) of [`BatchRecord`] and
 //! [`TaskRecord`], decoded with a size limit: the database is outside input
 //! (a bad disk, a future version), so a decoder returns an error, never panics.
+//!
+//! Schema versions: the `meta` tree's `schema` key holds the version as a
+//! big-endian `u32`. A store without it was written by version 1 (before
+//! placement policies, deadlines, checkpoints and copies); `store` upgrades
+//! it at open with [`upgrade_batch`] and [`upgrade_task`], which read either
+//! layout, so an upgrade cut short is finished by the next open.
 
-use crate::consumer::batch::store::{BatchRecord, TaskRecord};
-use crate::model::ids::BatchId;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::consumer::batch::policy::PolicyName;
+use crate::consumer::batch::store::{BatchRecord, TaskRecord, TaskState};
+use crate::model::ids::{BatchId, JobId};
+
+/// The layout this code writes.
+pub const SCHEMA_VERSION: u32 = 2;
+/// Key of the schema version in the `meta` tree.
+pub const SCHEMA_KEY: &[u8] = b"schema";
 
 /// Length of a batch key.
 pub const BATCH_KEY_LEN: usize = 8;
@@ -109,6 +125,105 @@ pub fn encode_task(record: &TaskRecord) -> Result<Vec<u8>, CodecError> {
 
 pub fn decode_task(bytes: &[u8]) -> Result<TaskRecord, CodecError> {
     decode("task record", bytes)
+}
+
+pub fn encode_schema(version: u32) -> [u8; 4] {
+    version.to_be_bytes()
+}
+
+pub fn decode_schema(bytes: &[u8]) -> Result<u32, CodecError> {
+    let array: [u8; 4] = bytes.try_into().map_err(|_| CodecError::KeyLength {
+        what: "schema version",
+        found: bytes.len(),
+        expected: 4,
+    })?;
+    Ok(u32::from_be_bytes(array))
+}
+
+/// A batch record of schema 1.
+#[derive(Deserialize)]
+struct BatchRecordV1 {
+    id: BatchId,
+    name: Option<String>,
+    created_unix: i64,
+    command: Vec<String>,
+    mem_mib: u64,
+    runtime_secs: u64,
+    limit_secs: u64,
+    outputs: Vec<String>,
+    output_dir: Option<PathBuf>,
+    max_running: Option<u32>,
+    task_count: u32,
+    cancelled: bool,
+}
+
+/// A task record of schema 1.
+#[derive(Deserialize)]
+struct TaskRecordV1 {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    inputs: Vec<(PathBuf, String)>,
+    state: TaskState,
+    attempts: u32,
+    host: Option<String>,
+    job_id: Option<JobId>,
+    avoid: Vec<String>,
+    exit_status: Option<i32>,
+    started_unix: Option<i64>,
+    ended_unix: Option<i64>,
+    reason: Option<String>,
+    wall_secs: Option<f64>,
+}
+
+/// A stored batch record in the current layout: schema 1's upgraded (its
+/// batches placed as they were, by TR), the current one as it is.
+pub fn upgrade_batch(bytes: &[u8]) -> Result<BatchRecord, CodecError> {
+    let Ok(v1) = decode::<BatchRecordV1>("batch record (schema 1)", bytes) else {
+        return decode_batch(bytes);
+    };
+    Ok(BatchRecord {
+        id: v1.id,
+        name: v1.name,
+        created_unix: v1.created_unix,
+        command: v1.command,
+        mem_mib: v1.mem_mib,
+        runtime_secs: v1.runtime_secs,
+        limit_secs: v1.limit_secs,
+        outputs: v1.outputs,
+        output_dir: v1.output_dir,
+        max_running: v1.max_running,
+        task_count: v1.task_count,
+        cancelled: v1.cancelled,
+        policy: PolicyName::Tr,
+        deadline_unix: None,
+        checkpoint: None,
+    })
+}
+
+/// A stored task record in the current layout (see [`upgrade_batch`]).
+pub fn upgrade_task(bytes: &[u8]) -> Result<TaskRecord, CodecError> {
+    let Ok(v1) = decode::<TaskRecordV1>("task record (schema 1)", bytes) else {
+        return decode_task(bytes);
+    };
+    Ok(TaskRecord {
+        argv: v1.argv,
+        env: v1.env,
+        inputs: v1.inputs,
+        state: v1.state,
+        attempts: v1.attempts,
+        host: v1.host,
+        job_id: v1.job_id,
+        avoid: v1.avoid,
+        exit_status: v1.exit_status,
+        started_unix: v1.started_unix,
+        ended_unix: v1.ended_unix,
+        reason: v1.reason,
+        wall_secs: v1.wall_secs,
+        cpu_secs: None,
+        host_gamma: None,
+        checkpoint: None,
+        copies: Vec::new(),
+    })
 }
 
 #[cfg(test)]

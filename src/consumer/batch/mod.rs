@@ -6,16 +6,19 @@
 //! - [`store`] and [`codec`]: the durable queue in sled;
 //! - [`queue`]: the queue itself, owned by the consumer actor: placement,
 //!   retries, cancel, re-attach after a restart;
+//! - [`policy`]: the named placement policies (`--policy`);
 //! - [`attempt`]: one attempt of one task on one host, with its results
 //!   landed whole or not at all.
 
 pub mod attempt;
 pub mod codec;
+pub mod policy;
 pub mod queue;
 pub mod spec;
 pub mod store;
 #[cfg(test)]
 mod tests;
 
+pub use policy::PolicyName;
 pub use queue::{BatchError, BatchQueue, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
-pub use store::{BatchRecord, TaskRecord, TaskState};
+pub use store::{BatchRecord, CheckpointRef, CheckpointSpec, TaskCopy, TaskRecord, TaskState};

@@ -4,9 +4,10 @@
 //! before acting on a change that must survive a restart.
 //!
 //! Dispatch: while tasks wait, the queue surveys the pool (in a task of its
-//! own), orders the free hosts with its [`PlacementPolicy`] and hands each
-//! free host the oldest waiting task that may run there (a batch's
-//! `max_running`, hosts that failed the task). Each attempt runs as a task
+//! own); the oldest batch with waiting tasks orders the free hosts by its
+//! placement policy ([`PolicyName::order`]) and hands them its waiting
+//! tasks that may run there (the batch's `max_running`, hosts that failed
+//! the task); the next batch gets the hosts left. Each attempt runs as a task
 //! ([`attempt`]) and reports its end back to the actor as a [`QueueMsg`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -15,42 +16,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use libp2p::PeerId;
+use rand::SeedableRng;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
 use crate::consumer::batch::attempt::{self, AttemptEnd, AttemptNews, AttemptPlan};
+use crate::consumer::batch::policy::{PolicyName, TaskNeeds};
 use crate::consumer::batch::spec::{self, Sweep, TaskTemplate};
-use crate::consumer::batch::store::{BatchRecord, BatchStore, TaskRecord, TaskState};
+use crate::consumer::batch::store::{
+    BatchRecord, BatchStore, CheckpointSpec, TaskRecord, TaskState,
+};
 use crate::consumer::pool::{JobPool, JobSettings};
-use crate::consumer::rank;
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::consumer::Inbox;
 use crate::data::{InputSpec, Offer};
 use crate::model::ids::BatchId;
 use crate::net::protocol::JobSubmit;
-
-/// Orders the free hosts for the queue's next placements.
-pub trait PlacementPolicy: Send + Sync {
-    /// Its name, as `batch submit --policy` and `status` spell it.
-    fn name(&self) -> &'static str;
-    /// The hosts that may take a task now, best first.
-    fn order<'a>(&self, hosts: &'a [SurveyedHost]) -> Vec<&'a SurveyedHost>;
-}
-
-/// Today's ranking: TR for the task's window, then Γ (`consumer::rank`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RankByReliability;
-
-impl PlacementPolicy for RankByReliability {
-    fn name(&self) -> &'static str {
-        "tr"
-    }
-    fn order<'a>(&self, hosts: &'a [SurveyedHost]) -> Vec<&'a SurveyedHost> {
-        rank::rank(hosts, &HashSet::new())
-    }
-}
 
 /// A new batch, as the control API hands it over (paths absolute).
 #[derive(Debug, Clone)]
@@ -63,7 +46,14 @@ pub struct NewBatch {
     pub limit_secs: u64,
     pub max_running: Option<u32>,
     pub output_dir: Option<PathBuf>,
+    pub policy: PolicyName,
+    /// When the user wants the last task done, Unix seconds.
+    pub deadline_unix: Option<i64>,
+    pub checkpoint: Option<CheckpointSpec>,
 }
+
+/// Seconds one checkpoint is taken to cost when a batch does not say.
+pub const DEFAULT_CHECKPOINT_COST_SECS: u64 = 5;
 
 /// Why a batch was refused or a batch command failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -191,7 +181,6 @@ pub struct BatchQueue<P: JobPool + Clone + 'static> {
     dir: PathBuf,
     clock: Arc<dyn Clock>,
     settings: JobSettings,
-    policy: Box<dyn PlacementPolicy>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
     batches: BTreeMap<BatchId, LiveBatch>,
@@ -205,11 +194,13 @@ pub struct BatchQueue<P: JobPool + Clone + 'static> {
     to_self: mpsc::UnboundedSender<QueueMsg>,
     surveying: bool,
     last_survey: Option<tokio::time::Instant>,
-    /// The hosts the last survey found eligible, best first, and when: a
-    /// host that just finished a task takes the next one without waiting
-    /// for a new survey while this is fresh.
-    last_ranked: Vec<PeerId>,
-    last_ranked_at: Option<tokio::time::Instant>,
+    /// The hosts the last survey found, and when: a host that just
+    /// finished a task takes the next one without waiting for a new survey
+    /// while this is fresh.
+    last_hosts: Vec<SurveyedHost>,
+    last_hosts_at: Option<tokio::time::Instant>,
+    /// Draws for the `random` policy.
+    rng: rand_chacha::ChaCha8Rng,
     /// Set when something changed that may let a task start.
     wanted: bool,
 }
@@ -242,7 +233,6 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             dir: dir.to_path_buf(),
             clock,
             settings,
-            policy: Box::new(RankByReliability),
             tracker,
             shutdown,
             batches: BTreeMap::new(),
@@ -253,8 +243,9 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             to_self,
             surveying: false,
             last_survey: None,
-            last_ranked: Vec::new(),
-            last_ranked_at: None,
+            last_hosts: Vec::new(),
+            last_hosts_at: None,
+            rng: rand_chacha::ChaCha8Rng::from_os_rng(),
             wanted: true,
         };
         for (record, tasks) in loaded {
@@ -285,10 +276,6 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         self.events.subscribe()
     }
 
-    pub fn policy_name(&self) -> &'static str {
-        self.policy.name()
-    }
-
     fn results_dir(&self, id: BatchId) -> PathBuf {
         self.dir.join(id.to_string()).join("results")
     }
@@ -296,6 +283,10 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     /// Checks, expands and stores a new batch; its tasks start as hosts free up.
     pub fn submit(&mut self, new: NewBatch) -> Result<BatchId, BatchError> {
         let tasks = spec::expand(&new.template, &new.sweep)?;
+        if let Some(checkpoint) = &new.checkpoint {
+            // The checkpoint comes back like an output: same confinement.
+            spec::check_output(&checkpoint.path)?;
+        }
         // Every input must be a readable regular file now, not when a host
         // asks for it. Each distinct file is checked once.
         let mut checked = HashSet::new();
@@ -333,6 +324,9 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             max_running: new.max_running.filter(|n| *n > 0),
             task_count: tasks.len() as u32,
             cancelled: false,
+            policy: new.policy,
+            deadline_unix: new.deadline_unix,
+            checkpoint: new.checkpoint,
         };
         let records: Vec<TaskRecord> = tasks
             .into_iter()
@@ -356,7 +350,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         // While the last survey is fresh its free hosts take the new tasks
         // at once (a host that became busy since refuses, and the task
         // waits for the next survey): `submit` does not wait for one.
-        let fresh = self.fresh_ranking().to_vec();
+        let fresh = self.fresh_hosts().to_vec();
         self.place_on(&fresh);
         Ok(id)
     }
@@ -491,7 +485,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         match msg {
             QueueMsg::Surveyed(Ok(hosts)) => {
                 self.surveying = false;
-                self.place(&hosts);
+                self.place(hosts);
             }
             QueueMsg::Surveyed(Err(e)) => {
                 self.surveying = false;
@@ -517,61 +511,88 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         }
     }
 
-    fn place(&mut self, hosts: &[SurveyedHost]) {
-        let ranked: Vec<PeerId> = self.policy.order(hosts).iter().map(|h| h.peer).collect();
-        self.last_ranked.clone_from(&ranked);
-        self.last_ranked_at = Some(tokio::time::Instant::now());
-        self.place_on(&ranked);
+    fn place(&mut self, hosts: Vec<SurveyedHost>) {
+        self.last_hosts = hosts;
+        self.last_hosts_at = Some(tokio::time::Instant::now());
+        let hosts = self.last_hosts.clone();
+        self.place_on(&hosts);
     }
 
-    /// The last survey's ranking, best first, while it is fresh; empty
-    /// after that.
-    fn fresh_ranking(&self) -> &[PeerId] {
+    /// The last survey's hosts while it is fresh; empty after that.
+    fn fresh_hosts(&self) -> &[SurveyedHost] {
         if self
-            .last_ranked_at
+            .last_hosts_at
             .is_some_and(|t| t.elapsed() < RANKING_FRESH_FOR)
         {
-            &self.last_ranked
+            &self.last_hosts
         } else {
             &[]
         }
     }
 
-    /// Hands waiting tasks to the free hosts of `ranked`, best first.
-    fn place_on(&mut self, ranked: &[PeerId]) {
-        let free: Vec<PeerId> = ranked
+    /// Hands waiting tasks to the free hosts among `hosts`: batches in
+    /// order of age, each taking the hosts its policy puts first.
+    fn place_on(&mut self, hosts: &[SurveyedHost]) {
+        let mut free: Vec<SurveyedHost> = hosts
             .iter()
-            .copied()
-            .filter(|p| !self.hosts_in_use.contains(p))
+            .filter(|h| !self.hosts_in_use.contains(&h.peer))
+            .cloned()
             .collect();
-        for peer in free {
-            let Some((batch, task)) = self.next_task_for(peer) else {
+        let waiting: Vec<BatchId> = self
+            .batches
+            .iter()
+            .filter(|(_, b)| {
+                !b.record.cancelled && b.tasks.iter().any(|t| t.state == TaskState::Queued)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for batch in waiting {
+            if free.is_empty() {
+                break;
+            }
+            let Some(live) = self.batches.get(&batch) else {
                 continue;
             };
-            self.start(batch, task, peer);
+            let needs = TaskNeeds {
+                runtime_secs: runtime_estimate(live),
+                window_secs: live.record.runtime_secs,
+            };
+            let ordered: Vec<(PeerId, Option<f64>)> = live
+                .record
+                .policy
+                .order(&free, needs, &mut self.rng)
+                .into_iter()
+                .map(|h| (h.peer, h.power))
+                .collect();
+            for (peer, gamma) in ordered {
+                let Some(task) = self.next_task_of(batch, peer) else {
+                    continue;
+                };
+                self.start(batch, task, peer, gamma);
+                free.retain(|h| h.peer != peer);
+            }
         }
     }
 
-    /// The oldest waiting task that may run on `host`.
-    fn next_task_for(&self, host: PeerId) -> Option<(BatchId, u32)> {
+    /// The first waiting task of `batch` that may run on `host`.
+    fn next_task_of(&self, batch: BatchId, host: PeerId) -> Option<u32> {
+        let b = self.batches.get(&batch)?;
+        if b.record.cancelled || b.record.max_running.is_some_and(|m| b.running >= m) {
+            return None;
+        }
         let name = host.to_base58();
-        self.batches.iter().find_map(|(id, b)| {
-            if b.record.cancelled || b.record.max_running.is_some_and(|m| b.running >= m) {
-                return None;
-            }
-            b.tasks
-                .iter()
-                .enumerate()
-                .position(|(i, t)| {
-                    t.state == TaskState::Queued
-                        && !t.avoid.contains(&name)
-                        && !self
-                            .refused_by
-                            .get(&(*id, i as u32))
-                            .is_some_and(|r| r.contains(&host))
-                })
-                .map(|i| (*id, i as u32))
-        })
+        b.tasks
+            .iter()
+            .enumerate()
+            .position(|(i, t)| {
+                t.state == TaskState::Queued
+                    && !t.avoid.contains(&name)
+                    && !self
+                        .refused_by
+                        .get(&(batch, i as u32))
+                        .is_some_and(|r| r.contains(&host))
+            })
+            .map(|i| i as u32)
     }
 
     fn plan(&self, batch: BatchId, task: u32, host: PeerId) -> Option<AttemptPlan> {
@@ -587,7 +608,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         })
     }
 
-    fn start(&mut self, batch: BatchId, task: u32, host: PeerId) {
+    fn start(&mut self, batch: BatchId, task: u32, host: PeerId, gamma: Option<f64>) {
         let now = self.clock.unix_secs();
         let Some(live) = self.batches.get_mut(&batch) else {
             return;
@@ -602,6 +623,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         t.host = Some(host.to_base58());
         t.job_id = Some(job_id.clone());
         t.started_unix = Some(now);
+        t.host_gamma = gamma;
         let submit_parts = (t.argv.clone(), t.env.clone(), t.inputs.clone());
         live.running += 1;
         self.persist(batch, task);
@@ -796,8 +818,14 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         });
         // A host that just ended a task well is free now: while the last
         // survey is fresh it takes the next task at once.
-        if landed && self.fresh_ranking().contains(&host) {
-            self.place_on(&[host]);
+        let fresh: Vec<SurveyedHost> = self
+            .fresh_hosts()
+            .iter()
+            .filter(|h| h.peer == host)
+            .cloned()
+            .collect();
+        if landed && !fresh.is_empty() {
+            self.place_on(&fresh);
         }
         if let (true, Some(out)) = (landed, output_dir) {
             let from = self.results_dir(batch).join(task.to_string());
@@ -860,6 +888,11 @@ fn news_to(
             },
         });
     }
+}
+
+/// The reference run time a policy plans a batch's next task with, seconds.
+fn runtime_estimate(live: &LiveBatch) -> f64 {
+    live.record.runtime_secs.max(1) as f64
 }
 
 /// When the last task should end: the tasks left, at the pace tasks have

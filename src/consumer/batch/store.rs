@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::consumer::batch::codec::{self, CodecError};
+use crate::consumer::batch::policy::PolicyName;
 use crate::model::ids::{BatchId, JobId};
 
 /// A batch as stored: what the user asked, once.
@@ -32,6 +33,42 @@ pub struct BatchRecord {
     pub task_count: u32,
     /// `batch cancel` was asked: nothing more is started.
     pub cancelled: bool,
+    /// How hosts are chosen for this batch's tasks.
+    pub policy: PolicyName,
+    /// `--deadline`: when the user wants the last task done, Unix seconds.
+    pub deadline_unix: Option<i64>,
+    /// `--checkpoint`: the file the tasks save their state to.
+    pub checkpoint: Option<CheckpointSpec>,
+}
+
+/// A batch's checkpoint declaration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointSpec {
+    /// Relative path of the checkpoint file in the task's work directory.
+    pub path: String,
+    /// Seconds one checkpoint costs the task, as declared (the prior of
+    /// Young/Daly's C until a cost is measured).
+    pub cost_secs: u64,
+}
+
+/// A task's latest checkpoint, verified and kept by the consumer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointRef {
+    /// BLAKE3 of the file.
+    pub hash: [u8; 32],
+    pub size: u64,
+    /// When the host took it, Unix seconds.
+    pub saved_unix: i64,
+}
+
+/// A further copy of a task running beside its main attempt (a deadline's
+/// second copy): the first copy to land wins and the others are killed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskCopy {
+    /// The copy's host, base58.
+    pub host: String,
+    pub job_id: JobId,
+    pub started_unix: i64,
 }
 
 /// Where a task stands.
@@ -92,6 +129,15 @@ pub struct TaskRecord {
     pub reason: Option<String>,
     /// The attempt's wall seconds on the host, for ETAs.
     pub wall_secs: Option<f64>,
+    /// The landed attempt's guest CPU seconds, as its host measured them.
+    pub cpu_secs: Option<f64>,
+    /// Effective power Γ of the host of the current (or last) attempt when
+    /// it was placed, so a landed run time can be normalised.
+    pub host_gamma: Option<f64>,
+    /// The latest checkpoint the consumer holds (`--checkpoint` batches).
+    pub checkpoint: Option<CheckpointRef>,
+    /// Further copies running beside the main attempt.
+    pub copies: Vec<TaskCopy>,
 }
 
 impl TaskRecord {
@@ -114,6 +160,10 @@ impl TaskRecord {
             ended_unix: None,
             reason: None,
             wall_secs: None,
+            cpu_secs: None,
+            host_gamma: None,
+            checkpoint: None,
+            copies: Vec::new(),
         }
     }
 }
@@ -127,6 +177,14 @@ pub enum BatchStoreError {
     Sled(#[from] sled::Error),
     #[error("batch store: {0}")]
     Codec(#[from] CodecError),
+    #[error(
+        "the batch store {path} was written by a newer Gleaner (schema {found}; this one reads up to {supported})"
+    )]
+    Newer {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
 }
 
 /// The batch database.
@@ -153,7 +211,62 @@ impl BatchStore {
         })?;
         let batches = db.open_tree("batches")?;
         let tasks = db.open_tree("tasks")?;
-        Ok(BatchStore { db, batches, tasks })
+        let store = BatchStore { db, batches, tasks };
+        store.upgrade(dir)?;
+        Ok(store)
+    }
+
+    /// Brings an older store to [`codec::SCHEMA_VERSION`] in place, and
+    /// refuses a newer one rather than misread it. Each record is rewritten
+    /// on its own; the version is written last, so an upgrade cut short is
+    /// finished by the next open (the upgrade reads both layouts).
+    fn upgrade(&self, dir: &Path) -> Result<(), BatchStoreError> {
+        let meta = self.db.open_tree("meta")?;
+        let found = match meta.get(codec::SCHEMA_KEY)? {
+            Some(bytes) => codec::decode_schema(&bytes)?,
+            None => 1,
+        };
+        if found > codec::SCHEMA_VERSION {
+            return Err(BatchStoreError::Newer {
+                path: dir.to_path_buf(),
+                found,
+                supported: codec::SCHEMA_VERSION,
+            });
+        }
+        if found < codec::SCHEMA_VERSION {
+            let mut upgraded = 0usize;
+            for item in self.batches.iter() {
+                let (key, value) = item?;
+                // A record that reads in neither layout is left for `load`
+                // to report.
+                if let Ok(record) = codec::upgrade_batch(&value) {
+                    self.batches.insert(key, codec::encode_batch(&record)?)?;
+                    upgraded += 1;
+                }
+            }
+            for item in self.tasks.iter() {
+                let (key, value) = item?;
+                if let Ok(record) = codec::upgrade_task(&value) {
+                    self.tasks.insert(key, codec::encode_task(&record)?)?;
+                    upgraded += 1;
+                }
+            }
+            self.db.flush()?;
+            meta.insert(
+                codec::SCHEMA_KEY,
+                &codec::encode_schema(codec::SCHEMA_VERSION)[..],
+            )?;
+            self.db.flush()?;
+            if upgraded > 0 {
+                tracing::info!(
+                    from = found,
+                    to = codec::SCHEMA_VERSION,
+                    records = upgraded,
+                    "batch store upgraded"
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Stores a new batch and all its tasks at once, durably.
@@ -283,6 +396,12 @@ mod tests {
             max_running: None,
             task_count: tasks,
             cancelled: false,
+            policy: PolicyName::Tr,
+            deadline_unix: Some(99),
+            checkpoint: Some(CheckpointSpec {
+                path: "state".into(),
+                cost_secs: 3,
+            }),
         }
     }
 
@@ -318,5 +437,159 @@ mod tests {
         let (loaded, _) = store.load().unwrap();
         assert!(loaded.is_empty());
         assert_eq!(store.tasks.len(), 0);
+    }
+}
+
+#[cfg(test)]
+mod upgrade_tests {
+    //! Stores written by schema 1 (before policies, deadlines, checkpoints
+    //! and copies), laid out here field by field as that version wrote them.
+    use super::*;
+    use serde::Serialize;
+
+    #[derive(Serialize)]
+    struct BatchV1 {
+        id: BatchId,
+        name: Option<String>,
+        created_unix: i64,
+        command: Vec<String>,
+        mem_mib: u64,
+        runtime_secs: u64,
+        limit_secs: u64,
+        outputs: Vec<String>,
+        output_dir: Option<PathBuf>,
+        max_running: Option<u32>,
+        task_count: u32,
+        cancelled: bool,
+    }
+
+    #[derive(Serialize)]
+    struct TaskV1 {
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        inputs: Vec<(PathBuf, String)>,
+        state: TaskState,
+        attempts: u32,
+        host: Option<String>,
+        job_id: Option<JobId>,
+        avoid: Vec<String>,
+        exit_status: Option<i32>,
+        started_unix: Option<i64>,
+        ended_unix: Option<i64>,
+        reason: Option<String>,
+        wall_secs: Option<f64>,
+    }
+
+    fn bytes<T: Serialize>(v: &T) -> Vec<u8> {
+        bincode::serde::encode_to_vec(v, bincode::config::standard()).unwrap()
+    }
+
+    fn write_v1_store(dir: &Path, tasks: u32) {
+        let db = sled::open(dir).unwrap();
+        let id = BatchId::new(1_700_000_000_000);
+        db.open_tree("batches")
+            .unwrap()
+            .insert(
+                codec::batch_key(id),
+                bytes(&BatchV1 {
+                    id,
+                    name: Some("old".into()),
+                    created_unix: 5,
+                    command: vec!["echo".into()],
+                    mem_mib: 64,
+                    runtime_secs: 60,
+                    limit_secs: 600,
+                    outputs: vec!["out".into()],
+                    output_dir: None,
+                    max_running: Some(2),
+                    task_count: tasks,
+                    cancelled: false,
+                }),
+            )
+            .unwrap();
+        let t = db.open_tree("tasks").unwrap();
+        for i in 0..tasks {
+            t.insert(
+                codec::task_key(id, i),
+                bytes(&TaskV1 {
+                    argv: vec!["echo".into(), i.to_string()],
+                    env: vec![],
+                    inputs: vec![],
+                    state: TaskState::Done,
+                    attempts: 1,
+                    host: Some("12D3KooW".into()),
+                    job_id: None,
+                    avoid: vec![],
+                    exit_status: Some(0),
+                    started_unix: Some(7),
+                    ended_unix: Some(9),
+                    reason: None,
+                    wall_secs: Some(2.5),
+                }),
+            )
+            .unwrap();
+        }
+        db.flush().unwrap();
+    }
+
+    #[test]
+    fn a_schema_1_store_is_upgraded_at_open_and_keeps_every_task() {
+        let dir = tempfile::tempdir().unwrap();
+        write_v1_store(dir.path(), 3);
+        let store = BatchStore::open(dir.path()).unwrap();
+        let (loaded, problems) = store.load().unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        let (batch, tasks) = &loaded[0];
+        assert_eq!(batch.name.as_deref(), Some("old"));
+        assert_eq!(batch.max_running, Some(2));
+        assert_eq!(
+            batch.policy,
+            PolicyName::Tr,
+            "old batches keep TR placement"
+        );
+        assert_eq!(batch.checkpoint, None);
+        assert_eq!(tasks.len(), 3);
+        assert_eq!(tasks[2].argv[1], "2");
+        assert_eq!(tasks[1].wall_secs, Some(2.5));
+        assert!(tasks[0].copies.is_empty());
+        drop((store, loaded));
+        // Reopened, it is a current store and reads the same.
+        let again = BatchStore::open(dir.path()).unwrap();
+        assert_eq!(again.load().unwrap().0[0].1.len(), 3);
+    }
+
+    #[test]
+    fn an_upgrade_cut_short_is_finished_by_the_next_open() {
+        let dir = tempfile::tempdir().unwrap();
+        write_v1_store(dir.path(), 2);
+        {
+            // Task 0 already rewritten, the version not yet.
+            let db = sled::open(dir.path()).unwrap();
+            let tasks = db.open_tree("tasks").unwrap();
+            let key = codec::task_key(BatchId::new(1_700_000_000_000), 0);
+            let v1 = tasks.get(key).unwrap().unwrap();
+            let current = codec::encode_task(&codec::upgrade_task(&v1).unwrap()).unwrap();
+            tasks.insert(key, current).unwrap();
+            db.flush().unwrap();
+        }
+        let store = BatchStore::open(dir.path()).unwrap();
+        let (loaded, problems) = store.load().unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(loaded[0].1.len(), 2);
+    }
+
+    #[test]
+    fn a_store_from_a_newer_version_is_refused_not_misread() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::open(dir.path()).unwrap();
+            db.open_tree("meta")
+                .unwrap()
+                .insert(codec::SCHEMA_KEY, &codec::encode_schema(99)[..])
+                .unwrap();
+            db.flush().unwrap();
+        }
+        let err = BatchStore::open(dir.path()).err().unwrap().to_string();
+        assert!(err.contains("schema 99"), "{err}");
     }
 }

@@ -14,7 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use super::queue::{NewBatch, TICK};
 use super::spec::{Sweep, TaskTemplate};
-use super::{BatchQueue, BatchView, TaskState};
+use super::{BatchQueue, BatchView, PolicyName, TaskState};
 use crate::clock::SystemClock;
 use crate::consumer::pool::{JobPool, JobSettings};
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
@@ -213,6 +213,9 @@ async fn run_one(
             limit_secs: 60,
             max_running: None,
             output_dir: None,
+            policy: PolicyName::Tr,
+            deadline_unix: None,
+            checkpoint: None,
         })
         .unwrap();
     let give_up = tokio::time::Instant::now() + Duration::from_secs(20);

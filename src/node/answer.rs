@@ -1,0 +1,244 @@
+//! What a host answers a consumer's reliability query with, beyond the TR
+//! of the asked window: TR for other window lengths from the same start (a
+//! small curve, so one query serves every runtime) and the CPU share a
+//! guest is predicted to get over the window, both from the host's own
+//! history. Computed on the blocking pool; answers are reused for a minute
+//! (a queue asks the same question every few seconds while tasks wait).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::model::predict::{history_days, PredictRequest};
+use crate::model::series::HostSeries;
+use crate::model::state::State;
+use crate::report::{forecast, Forecast, ReportError, ReportRequest};
+
+/// The window lengths the curve answers, as multiples of the asked one: a
+/// task runs longer than declared on a slow or loaded host (SDPN's SP),
+/// shorter when the declaration was generous.
+pub const CURVE_MULTIPLES: [f64; 5] = [0.25, 0.5, 1.0, 2.0, 4.0];
+/// Shortest and longest window a curve point covers, seconds.
+const CURVE_MIN_SECS: u64 = 60;
+const CURVE_MAX_SECS: u64 = 7 * 24 * 3600;
+/// Points of one history day's window the availability looks at, at most.
+const AVAILABILITY_POINTS_PER_DAY: i64 = 2_000;
+/// How long an answer is reused, seconds; also the rounding of its start.
+const REUSE_SECS: i64 = 60;
+/// Answers kept at most.
+const CACHE_ENTRIES: usize = 64;
+
+/// A host's full answer to one reliability query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostAnswer {
+    /// The asked window's forecast.
+    pub forecast: Forecast,
+    /// `(window seconds, TR)` from the same start, lengths increasing.
+    pub curve: Vec<(u64, f64)>,
+    /// Predicted CPU share for a guest over the window (0..1).
+    pub availability: Option<f64>,
+}
+
+/// Forecasts the request's window, the curve around it and the availability.
+/// A curve length the history cannot cover is left out, never an error.
+pub fn host_answer(
+    series: &HostSeries,
+    request: &ReportRequest,
+) -> Result<HostAnswer, ReportError> {
+    let main = forecast(series, request)?;
+    let asked = request.window.window_secs;
+    let mut curve = Vec::with_capacity(CURVE_MULTIPLES.len());
+    for multiple in CURVE_MULTIPLES {
+        let secs = ((asked as f64 * multiple).round() as u64).clamp(CURVE_MIN_SECS, CURVE_MAX_SECS);
+        if curve.last().is_some_and(|&(last, _)| secs <= last) {
+            continue;
+        }
+        if secs == asked {
+            curve.push((secs, main.tr));
+            continue;
+        }
+        let mut other = request.clone();
+        other.window.window_secs = secs;
+        if let Ok(f) = forecast(series, &other) {
+            curve.push((secs, f.tr));
+        }
+    }
+    Ok(HostAnswer {
+        availability: predicted_availability(series, &request.window),
+        forecast: main,
+        curve,
+    })
+}
+
+/// The CPU share a guest gets over the window on the history days the
+/// forecast learns from: `1 − L_H` while the host is in S1 or S2, nothing
+/// in S3, S4 or S5 (the guest is suspended, killed or the host is off).
+/// `None` when no history day covers the window.
+pub fn predicted_availability(series: &HostSeries, window: &PredictRequest) -> Option<f64> {
+    let span = i64::try_from(window.window_secs).ok()?;
+    let days = history_days(series, window.at, span, window.days).ok()?;
+    let stride = (span / AVAILABILITY_POINTS_PER_DAY).max(i64::from(series.step_secs.max(1)));
+    let (mut sum, mut n) = (0.0f64, 0u64);
+    for day in days {
+        let Some(mut cursor) = series.cursor(window.thresholds, day.start) else {
+            continue;
+        };
+        let mut t = day.start;
+        while t < day.start.saturating_add(span) {
+            let share = match cursor.state_at(t) {
+                State::S1 | State::S2 => series
+                    .row_at(t)
+                    .and_then(|i| series.get(i))
+                    .map_or(0.0, |s| (1.0 - s.cpu / 100.0).clamp(0.0, 1.0)),
+                State::S3 | State::S4 | State::S5 => 0.0,
+            };
+            sum += share;
+            n += 1;
+            t = t.saturating_add(stride);
+        }
+    }
+    (n > 0).then(|| sum / n as f64)
+}
+
+/// Answers reused for [`REUSE_SECS`]: keyed by the window's start rounded
+/// to that, its length and the job's memory.
+#[derive(Debug, Clone, Default)]
+pub struct AnswerCache {
+    inner: Arc<Mutex<HashMap<AnswerKey, HostAnswer>>>,
+}
+
+/// The window's start in minutes, its length and the job's memory.
+pub type AnswerKey = (i64, u64, u64);
+
+impl AnswerCache {
+    pub fn key(at: i64, window_secs: u64, mem_mib: u64) -> AnswerKey {
+        (at.div_euclid(REUSE_SECS), window_secs, mem_mib)
+    }
+
+    pub fn get(&self, key: AnswerKey) -> Option<HostAnswer> {
+        self.inner.lock().ok()?.get(&key).cloned()
+    }
+
+    /// Forgets every answer (the history changed: an import).
+    pub fn clear(&self) {
+        if let Ok(mut map) = self.inner.lock() {
+            map.clear();
+        }
+    }
+
+    pub fn put(&self, key: AnswerKey, answer: HostAnswer) {
+        let Ok(mut map) = self.inner.lock() else {
+            return;
+        };
+        // Older windows are of no use once time has moved on.
+        map.retain(|k, _| k.0 >= key.0 - 1);
+        if map.len() >= CACHE_ENTRIES {
+            map.clear();
+        }
+        map.insert(key, answer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::series::Sample;
+    use crate::model::state::Thresholds;
+    use jiff::tz::TimeZone;
+
+    /// Twelve days at a 60 s step: load 30 % from 09:00 to 12:00 UTC, 0
+    /// otherwise, and the host off from 12:00 to 13:00.
+    fn series() -> HostSeries {
+        let mut s = HostSeries::new(60, 120, TimeZone::UTC);
+        let start = 1_700_006_400; // a Wednesday 00:00 UTC
+        for i in 0..(12 * 1440) {
+            let time = start + i * 60;
+            let minute = i % 1440;
+            let cpu = if (9 * 60..12 * 60).contains(&minute) {
+                30.0
+            } else {
+                0.0
+            };
+            let up = !(12 * 60..13 * 60).contains(&minute);
+            s.push(Sample {
+                time,
+                cpu,
+                free_mib: 4096,
+                up,
+            })
+            .unwrap();
+        }
+        s
+    }
+
+    fn thresholds() -> Thresholds {
+        Thresholds {
+            th1: 20.0,
+            th2: 60.0,
+            sustain_secs: 60,
+            job_mem_mib: 0,
+        }
+    }
+
+    fn window(at: i64, secs: u64) -> PredictRequest {
+        let mut w = PredictRequest::new(at, secs, thresholds());
+        w.days = 5;
+        w
+    }
+
+    #[test]
+    fn availability_is_one_minus_load_and_nothing_while_off() {
+        let s = series();
+        let day11 = 1_700_006_400 + 11 * 86_400;
+        // 09:00–12:00: 70 % left.
+        let a = predicted_availability(&s, &window(day11 + 9 * 3600, 3 * 3600)).unwrap();
+        assert!((a - 0.7).abs() < 1e-9, "{a}");
+        // 11:00–13:00: one hour at 70 %, one hour off.
+        let a = predicted_availability(&s, &window(day11 + 11 * 3600, 2 * 3600)).unwrap();
+        assert!((a - 0.35).abs() < 0.02, "{a}");
+        // Before the record: no history.
+        assert_eq!(
+            predicted_availability(&s, &window(1_600_000_000, 3600)),
+            None
+        );
+    }
+
+    #[test]
+    fn the_curve_has_the_asked_length_and_never_rises() {
+        let s = series();
+        let day11 = 1_700_006_400 + 11 * 86_400;
+        let request = ReportRequest::new(window(day11 + 6 * 3600, 4 * 3600));
+        let answer = host_answer(&s, &request).unwrap();
+        assert!(answer
+            .curve
+            .iter()
+            .any(|&(t, tr)| t == 4 * 3600 && tr == answer.forecast.tr));
+        assert!(answer.curve.windows(2).all(|w| w[0].0 < w[1].0));
+        // 06:00 + 1 h and + 2 h stay clear of the 12:00 outage; + 8 h and
+        // + 16 h cross it every day.
+        let tr = |t: u64| answer.curve.iter().find(|p| p.0 == t).map(|p| p.1);
+        assert!(tr(3600).unwrap() > 0.9, "{:?}", answer.curve);
+        if let Some(long) = tr(8 * 3600) {
+            assert!(long < 0.1, "{:?}", answer.curve);
+        }
+    }
+
+    #[test]
+    fn the_cache_reuses_an_answer_within_a_minute_only() {
+        let cache = AnswerCache::default();
+        let answer = HostAnswer {
+            forecast: Forecast {
+                tr: 0.5,
+                fail_by_cause: None,
+                initial: None,
+                days_used: 3,
+                method: Default::default(),
+            },
+            curve: vec![(60, 0.9)],
+            availability: Some(0.5),
+        };
+        cache.put(AnswerCache::key(120, 3600, 0), answer.clone());
+        assert_eq!(cache.get(AnswerCache::key(179, 3600, 0)), Some(answer));
+        assert_eq!(cache.get(AnswerCache::key(180, 3600, 0)), None);
+        assert_eq!(cache.get(AnswerCache::key(150, 3601, 0)), None);
+    }
+}
