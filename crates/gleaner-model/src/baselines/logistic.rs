@@ -35,6 +35,13 @@
 //! new samples arrive. A cached forecast reads one day of states before W;
 //! a cold one first builds a state grid of the whole record once
 //! ([`GridIndex`], also cached by fingerprint) and fits (a few hundred µs).
+//!
+//! `logistic+cal` adds one out-of-sample step per fit: the fit the record
+//! had [`HOLDOUT_DAYS`] days before W's date forecasts the windows of the
+//! days since, and a three-coefficient recalibration ([`Recalibration`]) is
+//! fitted on those forecasts and applied to today's. It is the issue's
+//! "per-host calibration", parametric rather than isotonic because two
+//! weeks of one host's windows are few and overlap.
 //! Pure code: no clock, no I/O; the cache is plain memory behind a mutex.
 
 use super::{certain_failure, observed_state, Frequency};
@@ -75,11 +82,23 @@ const EPS: f64 = 1e-3;
 const MAX_FITS: usize = 8192;
 /// Most grids kept (each a few bytes per step of a record).
 const MAX_GRIDS: usize = 3;
+/// `logistic+cal`: the most recent days before W's date held out to learn
+/// the recalibration (a fit made without them forecasts them).
+pub const HOLDOUT_DAYS: i64 = 14;
+/// `logistic+cal`: L2 pull of the recalibration towards the identity. The
+/// held-out windows of one host overlap (hourly starts, windows up to 10 h),
+/// so they count for less than their number; the pull is stronger than the
+/// fit's.
+pub const RECAL_RIDGE: f64 = 10.0;
+/// `logistic+cal`: fewer held-out windows than this, no recalibration.
+const MIN_HOLDOUT: usize = 48;
 
-/// The `logistic` method. Clones share one cache.
+/// The `logistic` method (and `logistic+cal`, the same with a per-host
+/// recalibration on held-out days). Clones share one cache.
 #[derive(Clone)]
 pub struct Logistic {
     cache: Arc<FitCache>,
+    calibrated: bool,
 }
 
 impl Logistic {
@@ -90,6 +109,7 @@ impl Logistic {
         static SHARED: OnceLock<Arc<FitCache>> = OnceLock::new();
         Logistic {
             cache: SHARED.get_or_init(|| Arc::new(FitCache::default())).clone(),
+            calibrated: false,
         }
     }
 
@@ -97,6 +117,16 @@ impl Logistic {
     pub fn with_own_cache() -> Self {
         Logistic {
             cache: Arc::new(FitCache::default()),
+            calibrated: false,
+        }
+    }
+
+    /// `logistic+cal`: the same fits (and cache), each forecast passed
+    /// through the host's own recalibration ([`Recalibration`]).
+    pub fn calibrated(self) -> Self {
+        Logistic {
+            calibrated: true,
+            ..self
         }
     }
 
@@ -420,7 +450,7 @@ impl Tables {
         class: usize,
         bucket: usize,
         own: Option<(f64, bool)>,
-    ) -> (f64, f64) {
+    ) -> (f64, f64, f64) {
         let (ow, os) = own.map_or((0.0, 0.0), |(w, y)| (w, if y { w } else { 0.0 }));
         let cls = self.class[class];
         let overall = self.class[0].n + self.class[1].n;
@@ -440,7 +470,7 @@ impl Tables {
             s += c * sh.s;
         }
         let p_tod = (s - os + TOD_PSEUDO * p_age) / (n - ow + TOD_PSEUDO);
-        (p_tod, p_age)
+        (p_tod, p_age, p_class)
     }
 }
 
@@ -465,6 +495,48 @@ pub struct WindowFit {
     beta: Option<[f64; FEATURES]>,
     /// Training windows used.
     pub windows: usize,
+    /// `logistic+cal`'s recalibration for this fit, made on first use.
+    recal: OnceLock<Recalibration>,
+}
+
+/// `logistic+cal`'s map from a fit's score to the forecast: TR =
+/// σ(a + b·z + c·logit(p_class)), where z is the fit's log-odds and p_class
+/// the share of the start state among the training windows. It is fitted
+/// (ridge [`RECAL_RIDGE`] towards a = 0, b = 1, c = 0: the identity) on the
+/// last [`HOLDOUT_DAYS`] days before W's date as forecast by a fit made
+/// without them, so it learns out of sample how far this host's features
+/// can be trusted (b < 1, c > 0 lean towards the state's base rate where
+/// they over-fit; a fixes a bias) — a per-host calibration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Recalibration {
+    /// (a, b, c) in the formula above, padded to the fitter's width.
+    coef: [f64; FEATURES],
+    /// Held-out windows it was fitted on (0: the identity).
+    pub windows: usize,
+}
+
+impl Recalibration {
+    /// The identity (no held-out days, or too few).
+    pub const IDENTITY: Recalibration = Recalibration {
+        coef: RECAL_PRIOR,
+        windows: 0,
+    };
+
+    /// (a, b, c).
+    pub fn coefficients(&self) -> [f64; 3] {
+        [self.coef[0], self.coef[1], self.coef[2]]
+    }
+
+    fn apply(&self, z: f64, p_class: f64) -> f64 {
+        sigmoid(dot(&self.coef, &recal_features(z, p_class)))
+    }
+}
+
+/// The recalibration's prior (the identity), padded to [`FEATURES`].
+const RECAL_PRIOR: [f64; FEATURES] = [0.0, 1.0, 0.0, 0.0, 0.0, 0.0];
+
+fn recal_features(z: f64, p_class: f64) -> [f64; FEATURES] {
+    [1.0, z, logit(p_class), 0.0, 0.0, 0.0]
 }
 
 impl WindowFit {
@@ -473,17 +545,29 @@ impl WindowFit {
         self.beta
     }
 
-    fn forecast(&self, weekend: bool, hour: u8, p: &Present) -> ReliabilityForecast {
+    /// The fit's log-odds for a window out of its training set, and the
+    /// share of its start state.
+    fn score(&self, weekend: bool, hour: u8, class: usize, bucket: usize, tail: [f64; 3]) -> (f64, f64) {
+        let (p_tod, p_age, p_class) = self.tables.shares(weekend, hour, class, bucket, None);
+        let z = match self.beta {
+            Some(beta) => dot(&beta, &features(p_tod, p_age, tail)),
+            None => logit(p_tod),
+        };
+        (z, p_class)
+    }
+
+    fn forecast(
+        &self,
+        weekend: bool,
+        hour: u8,
+        p: &Present,
+        recal: Option<&Recalibration>,
+    ) -> ReliabilityForecast {
         let class = p.class();
-        let (p_tod, p_age) = self
-            .tables
-            .shares(weekend, hour, class, p.age_bucket(), None);
-        let tr = match self.beta {
-            Some(beta) => {
-                let x = features(p_tod, p_age, p.tail());
-                sigmoid(dot(&beta, &x))
-            }
-            None => p_tod,
+        let (z, p_class) = self.score(weekend, hour, class, p.age_bucket(), p.tail());
+        let tr = match recal {
+            Some(r) => r.apply(z, p_class),
+            None => sigmoid(z),
         }
         .clamp(EPS, 1.0 - EPS);
         let causes = self.tables.causes[class];
@@ -510,9 +594,24 @@ fn dot(a: &[f64; FEATURES], b: &[f64; FEATURES]) -> f64 {
 /// Fits the model for windows of `m` steps from the record before `midnight`
 /// (W's local date `date` begins there).
 fn fit(grid: &GridIndex, job_mem: u64, m: usize, date: Date, midnight: i64) -> WindowFit {
+    let oldest = midnight.saturating_sub(MAX_TRAINING_DAYS * 86_400);
+    let examples = windows_between(grid, job_mem, m, date, oldest, midnight);
+    fit_examples(examples)
+}
+
+/// The training windows of `m` steps that start at or after `oldest` on a
+/// date before `date` and end by `midnight`, weighted by their age in days
+/// before `date`.
+fn windows_between(
+    grid: &GridIndex,
+    job_mem: u64,
+    m: usize,
+    date: Date,
+    oldest: i64,
+    midnight: i64,
+) -> Vec<Example> {
     let span = m as i64 * grid.step;
     let mut examples = Vec::new();
-    let oldest = midnight.saturating_sub(MAX_TRAINING_DAYS * 86_400);
     let from = grid.slots.partition_point(|s| s.2 < oldest);
     let to = grid.slots.partition_point(|s| s.2 < midnight);
     for &(day, hour, start) in grid.slots.get(from..to).unwrap_or_default() {
@@ -546,6 +645,11 @@ fn fit(grid: &GridIndex, job_mem: u64, m: usize, date: Date, midnight: i64) -> W
             tail: p.tail(),
         });
     }
+    examples
+}
+
+/// The tables and the coefficients of a set of training windows.
+fn fit_examples(examples: Vec<Example>) -> WindowFit {
     let tables = Tables::new(&examples);
     let windows = examples.len();
     if windows < MIN_TRAINING {
@@ -553,12 +657,13 @@ fn fit(grid: &GridIndex, job_mem: u64, m: usize, date: Date, midnight: i64) -> W
             tables,
             beta: None,
             windows,
+            recal: OnceLock::new(),
         };
     }
     let rows: Vec<([f64; FEATURES], f64, f64)> = examples
         .iter()
         .map(|e| {
-            let (p_tod, p_age) = tables.shares(
+            let (p_tod, p_age, _) = tables.shares(
                 e.weekend,
                 e.hour,
                 e.class,
@@ -574,17 +679,45 @@ fn fit(grid: &GridIndex, job_mem: u64, m: usize, date: Date, midnight: i64) -> W
         .collect();
     WindowFit {
         tables,
-        beta: Some(newton(&rows)),
+        beta: Some(newton(&rows, PRIOR, RIDGE)),
         windows,
+        recal: OnceLock::new(),
+    }
+}
+
+/// Fits the recalibration of `held_out` (windows the fit `early` never saw).
+fn recalibrate(early: &WindowFit, held_out: &[Example]) -> Recalibration {
+    if held_out.len() < MIN_HOLDOUT {
+        return Recalibration::IDENTITY;
+    }
+    let rows: Vec<([f64; FEATURES], f64, f64)> = held_out
+        .iter()
+        .map(|e| {
+            let (z, p_class) = early.score(e.weekend, e.hour, e.class, e.bucket, e.tail);
+            (
+                recal_features(z, p_class),
+                e.weight,
+                f64::from(u8::from(e.survived)),
+            )
+        })
+        .collect();
+    Recalibration {
+        coef: newton(&rows, RECAL_PRIOR, RECAL_RIDGE),
+        windows: held_out.len(),
     }
 }
 
 /// The penalised weighted log loss Newton's method minimises.
-fn objective(rows: &[([f64; FEATURES], f64, f64)], beta: &[f64; FEATURES]) -> f64 {
+fn objective(
+    rows: &[([f64; FEATURES], f64, f64)],
+    beta: &[f64; FEATURES],
+    prior: [f64; FEATURES],
+    ridge: f64,
+) -> f64 {
     let penalty: f64 = beta
         .iter()
-        .zip(PRIOR)
-        .map(|(b, p)| 0.5 * RIDGE * (b - p).powi(2))
+        .zip(prior)
+        .map(|(b, p)| 0.5 * ridge * (b - p).powi(2))
         .sum();
     rows.iter().fold(penalty, |acc, (x, w, y)| {
         let z = dot(beta, x);
@@ -598,18 +731,22 @@ fn objective(rows: &[([f64; FEATURES], f64, f64)], beta: &[f64; FEATURES]) -> f6
     })
 }
 
-/// Weighted ridge logistic regression towards [`PRIOR`] by Newton's method,
+/// Weighted ridge logistic regression towards `prior` by Newton's method,
 /// each step halved until the penalised loss goes down (a full Newton step
 /// can overshoot where nearly every window survived and the loss is flat).
-pub(crate) fn newton(rows: &[([f64; FEATURES], f64, f64)]) -> [f64; FEATURES] {
-    let mut beta = PRIOR;
-    let mut loss = objective(rows, &beta);
+pub(crate) fn newton(
+    rows: &[([f64; FEATURES], f64, f64)],
+    prior: [f64; FEATURES],
+    ridge: f64,
+) -> [f64; FEATURES] {
+    let mut beta = prior;
+    let mut loss = objective(rows, &beta, prior, ridge);
     for _ in 0..25 {
         let mut grad = [0.0; FEATURES];
         let mut hess = [[0.0; FEATURES]; FEATURES];
         for i in 0..FEATURES {
-            grad[i] = RIDGE * (beta[i] - PRIOR[i]);
-            hess[i][i] = RIDGE;
+            grad[i] = ridge * (beta[i] - prior[i]);
+            hess[i][i] = ridge;
         }
         for (x, w, y) in rows {
             let p = sigmoid(dot(&beta, x));
@@ -632,7 +769,7 @@ pub(crate) fn newton(rows: &[([f64; FEATURES], f64, f64)]) -> [f64; FEATURES] {
             for i in 0..FEATURES {
                 trial[i] -= scale * delta[i];
             }
-            let trial_loss = objective(rows, &trial);
+            let trial_loss = objective(rows, &trial, prior, ridge);
             if trial_loss.is_finite() && trial_loss <= loss {
                 let moved = delta.iter().fold(0.0f64, |m, d| m.max((scale * d).abs()));
                 beta = trial;
@@ -753,6 +890,45 @@ impl Logistic {
         Some(fitted)
     }
 
+    /// `logistic+cal`'s recalibration of `fitted` (the fit for `date`),
+    /// made once per fit: the fit the record had [`HOLDOUT_DAYS`] days
+    /// earlier (cached: it is that day's own fit) forecasts the windows of
+    /// the days since. The identity when the record before those days is
+    /// shorter than [`HOLDOUT_DAYS`] too (an early fit on a few days would
+    /// teach the recalibration to distrust a fit that has since seen more).
+    fn recal_for(
+        &self,
+        series: &HostSeries,
+        th: Thresholds,
+        m: usize,
+        date: Date,
+        midnight: i64,
+        fitted: &WindowFit,
+    ) -> Recalibration {
+        *fitted.recal.get_or_init(|| {
+            let Ok(split) = date.checked_sub(jiff::Span::new().days(HOLDOUT_DAYS)) else {
+                return Recalibration::IDENTITY;
+            };
+            let Ok(split_midnight) = split.to_zoned(series.tz.clone()).map(|z| z.timestamp().as_second()) else {
+                return Recalibration::IDENTITY;
+            };
+            let long_enough = series
+                .first_time()
+                .is_some_and(|t| t <= split_midnight - HOLDOUT_DAYS * 86_400);
+            if !long_enough {
+                return Recalibration::IDENTITY;
+            }
+            let (Some(early), Some(grid)) = (
+                self.fit_for(series, th, m, split, split_midnight),
+                self.grid_for(series, th),
+            ) else {
+                return Recalibration::IDENTITY;
+            };
+            let held_out = windows_between(&grid, th.job_mem_mib, m, date, split_midnight, midnight);
+            recalibrate(&early, &held_out)
+        })
+    }
+
     fn grid_for(&self, series: &HostSeries, th: Thresholds) -> Option<Arc<GridIndex>> {
         let end = series.last_time()?.saturating_add(1);
         let key = prefix_fingerprint(series, end, &th);
@@ -771,7 +947,11 @@ impl Logistic {
 
 impl ReliabilityPredictor for Logistic {
     fn name(&self) -> String {
-        "logistic".to_string()
+        if self.calibrated {
+            "logistic+cal".to_string()
+        } else {
+            "logistic".to_string()
+        }
     }
 
     fn forecast(
@@ -806,6 +986,97 @@ impl ReliabilityPredictor for Logistic {
             return Err(super::no_history(series, req.at));
         };
         let present = present_at(series, th, req.at, state).ok_or(PredictError::BadTime(req.at))?;
-        Ok(fitted.forecast(is_weekend(date.weekday()), zoned.hour() as u8, &present))
+        let recal = self
+            .calibrated
+            .then(|| self.recal_for(series, th, m, date, midnight, &fitted));
+        Ok(fitted.forecast(
+            is_weekend(date.weekday()),
+            zoned.hour() as u8,
+            &present,
+            recal.as_ref(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod recal_tests {
+    use super::*;
+
+    fn window(survived: bool) -> Example {
+        Example {
+            weekend: false,
+            hour: 9,
+            class: 0,
+            bucket: 3,
+            weight: 1.0,
+            survived,
+            cause: (!survived).then_some(0),
+            tail: [0.0; 3],
+        }
+    }
+
+    #[test]
+    fn recalibration_formula_by_hand() {
+        let r = Recalibration {
+            coef: [0.5, 2.0, -1.0, 0.0, 0.0, 0.0],
+            windows: 60,
+        };
+        // σ(0.5 + 2·0.3 − logit 0.8) = σ(1.1 − ln 4), computed by hand.
+        assert!((r.apply(0.3, 0.8) - 0.428_911_309_879_796_9).abs() < 1e-12);
+        assert_eq!(Recalibration::IDENTITY.apply(0.7, 0.2), sigmoid(0.7));
+        assert_eq!(r.coefficients(), [0.5, 2.0, -1.0]);
+    }
+
+    /// An early fit that knows nothing (z = 0, state share ½: both features
+    /// 0) and held-out days where 45 of 60 windows survived: only the
+    /// intercept moves, to the root of 60 (σ(a) − 0.75) + 10 a = 0, solved
+    /// by bisection outside the code (0.610 994 387 890 291 7).
+    #[test]
+    fn recalibration_learns_the_held_out_bias_with_its_ridge() {
+        let early = fit_examples(Vec::new());
+        assert!(early.beta.is_none());
+        let held_out: Vec<Example> = (0..60).map(|i| window(i < 45)).collect();
+        let r = recalibrate(&early, &held_out);
+        assert_eq!(r.windows, 60);
+        let [a, b, c] = r.coefficients();
+        assert!((a - 0.610_994_387_890_291_7).abs() < 1e-6, "a = {a}");
+        assert!((b - 1.0).abs() < 1e-9 && c.abs() < 1e-9, "b = {b}, c = {c}");
+        // Too few held-out windows: the identity.
+        assert_eq!(
+            recalibrate(&early, &held_out[..MIN_HOLDOUT - 1]),
+            Recalibration::IDENTITY
+        );
+    }
+
+    /// Held-out windows whose outcome the early fit's score predicts
+    /// backwards: the slope on the score turns down from 1.
+    #[test]
+    fn recalibration_distrusts_a_score_that_failed_out_of_sample() {
+        let mut examples = Vec::new();
+        for _day in 0..40 {
+            for hour in 0..24u8 {
+                // Training: morning windows fail, afternoon ones survive.
+                let mut e = window(hour >= 12);
+                e.hour = hour;
+                examples.push(e);
+            }
+        }
+        let early = fit_examples(examples);
+        let held_out: Vec<Example> = (0..5u8)
+            .flat_map(|_| {
+                (0..24u8).map(|hour| {
+                    // Held out: the other way round.
+                    let mut e = window(hour < 12);
+                    e.hour = hour;
+                    e
+                })
+            })
+            .collect();
+        let r = recalibrate(&early, &held_out);
+        let [_, b, _] = r.coefficients();
+        assert!(b < 0.5, "slope {b}");
+        // The fit's own morning forecast was near 0; recalibrated it rises.
+        let (z, p_class) = early.score(false, 9, 0, 3, [0.0; 3]);
+        assert!(sigmoid(z) < 0.1 && r.apply(z, p_class) > sigmoid(z) + 0.2);
     }
 }

@@ -8,6 +8,9 @@
 //! - [`blend`]: the equal-weight mean of `km` and `freq` (`blend`), and of
 //!   `km`, `km+age` and `freq` (`blend+age`); `stack` weights those three
 //!   by their Brier score on the host's own history days.
+//! - [`logistic`]: a per-host logistic model of window survival fitted on
+//!   every past hour (`logistic`), and the same passed through a per-host
+//!   recalibration learned on the last two weeks held out (`logistic+cal`).
 //! - [`linear`]: the papers' AR(8), BM(8), MA(8), ARMA(8,8), LAST on host load
 //!   and free memory, as an iterated point forecast and as simulated paths.
 //!
@@ -96,6 +99,7 @@ pub fn method_names() -> Vec<&'static str> {
         "stack",
         "stack+markov",
         "logistic",
+        "logistic+cal",
     ];
     names.extend(LINEAR.iter().map(|(point, _, _)| *point));
     names.extend(LINEAR.iter().map(|(_, prob, _)| *prob));
@@ -122,6 +126,7 @@ pub fn method_by_name(name: &str, seed: u64) -> Option<Box<dyn ReliabilityPredic
         "markov" => Box::new(MarkovChain),
         "rippp" => Box::new(Rippp),
         "logistic" => Box::new(Logistic::shared()),
+        "logistic+cal" => Box::new(Logistic::shared().calibrated()),
         "blend" | "blend+age" => {
             let mut parts = vec![method_by_name("km", seed)?, method_by_name("freq", seed)?];
             if name == "blend+age" {

@@ -317,7 +317,7 @@ fn linear_baselines_forecast_memory_only_for_a_working_set() {
 #[test]
 fn registry_round_trips_every_name() {
     let names = method_names();
-    assert_eq!(names.len(), 21);
+    assert_eq!(names.len(), 22);
     for name in &names {
         let method = method_by_name(name, 1).unwrap();
         assert_eq!(method.name(), *name);
@@ -520,4 +520,50 @@ fn logistic_learns_a_daily_failure_without_peeking() {
     assert_eq!(f.unwrap().tr, 0.0);
     let beyond = MONDAY + 31 * DAY + 13 * HOUR;
     assert!(method.forecast(&series, &request(beyond, 3600, th)).is_ok());
+}
+
+/// `logistic+cal` on the same daily hog: on day 29 it has two held-out
+/// weeks (days 15–28) and an early fit from the days before; the hog is as
+/// regular then as now, so the recalibration keeps the hour, and a
+/// truncated record with a cache of its own gives the same answer.
+#[test]
+fn logistic_cal_keeps_a_regular_daily_failure_without_peeking() {
+    let series = series_from(30, 60, |t| {
+        let tod = time_of_day(t);
+        let weekday = day_of(t).rem_euclid(7) < 5;
+        if weekday && (10 * HOUR..10 * HOUR + 1800).contains(&tod) {
+            95.0
+        } else {
+            5.0
+        }
+    });
+    let th = Thresholds::default();
+    let before = MONDAY + 29 * DAY + 9 * HOUR;
+    let after = MONDAY + 29 * DAY + 13 * HOUR;
+    let method = Logistic::with_own_cache().calibrated();
+    assert_eq!(method.name(), "logistic+cal");
+    let hit = method
+        .forecast(&series, &request(before, 2 * 3600, th))
+        .unwrap();
+    let clear = method
+        .forecast(&series, &request(after, 2 * 3600, th))
+        .unwrap();
+    assert!(hit.tr < 0.1, "window over the hog: {}", hit.tr);
+    assert!(clear.tr > 0.9, "window after the hog: {}", clear.tr);
+    for at in [before, after] {
+        let cut = truncated(&series, at);
+        let fresh = Logistic::with_own_cache().calibrated();
+        assert_eq!(
+            fresh.forecast(&cut, &request(at, 2 * 3600, th)),
+            method.forecast(&series, &request(at, 2 * 3600, th)),
+            "at {at}"
+        );
+    }
+    // Day 20: the record before the held-out days is 6 days, too short, so
+    // the answer is plain `logistic`'s.
+    let early = MONDAY + 20 * DAY + 9 * HOUR;
+    assert_eq!(
+        method.forecast(&series, &request(early, 2 * 3600, th)),
+        Logistic::with_own_cache().forecast(&series, &request(early, 2 * 3600, th))
+    );
 }
