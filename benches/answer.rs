@@ -1,7 +1,9 @@
 //! The default method's cost as the node answers a reliability query: one
 //! `predict_report` (the forecast plus the window's context) for a 10-hour
 //! window at 6 s steps (m = 6000) with N = 10 from `lab-1.csv`, beside `km`
-//! in the same run. The target is at most 1 ms.
+//! in the same run, for the default and for `logistic+cal` (the round-three
+//! candidate: one more fit, of the record two weeks earlier, when cold).
+//! The target is at most 1 ms.
 //!
 //! - `cold`: the default's cache is emptied before every answer, so each one
 //!   builds the state grid of the whole record and fits the day's model.
@@ -58,38 +60,53 @@ fn bench(c: &mut Criterion) {
     let short = window_of(&full, AT - 14 * 86_400, AT);
     let shared = Logistic::shared();
     let mut group = c.benchmark_group("answer 10h m=6000 N=10");
+    let mut methods = vec![DEFAULT_METHOD, "logistic+cal"];
+    methods.dedup();
     for (label, series) in [("35 days", &full), ("14 days", &short)] {
-        let default = request(DEFAULT_METHOD);
         let km = request("km");
-        let r = predict_report(series, None, &default).expect("the default answers");
-        assert_eq!((r.steps, r.days_used), (6000, 10));
         group.bench_function(format!("km, {label}"), |b| {
             b.iter(|| predict_report(black_box(series), None, black_box(&km)))
         });
-        group.bench_function(format!("{DEFAULT_METHOD} cold, {label}"), |b| {
-            b.iter(|| {
-                shared.clear_cache();
-                predict_report(black_box(series), None, black_box(&default))
-            })
-        });
-        group.bench_function(format!("{DEFAULT_METHOD} cached, {label}"), |b| {
-            b.iter(|| predict_report(black_box(series), None, black_box(&default)))
-        });
-        // One more row after W: a new record, the same fit.
-        let mut grown = series.clone();
-        let last = grown.get(grown.len() - 1).expect("not empty");
-        grown
-            .push(Sample {
-                time: last.time + 6,
-                ..last
-            })
-            .expect("a later row");
-        let _ = predict_report(series, None, &default);
-        group.bench_function(format!("{DEFAULT_METHOD} new sample, {label}"), |b| {
-            b.iter(|| predict_report(black_box(&grown), None, black_box(&default)))
-        });
+        for name in &methods {
+            answers(&mut group, &shared, name, label, series);
+        }
     }
     group.finish();
+}
+
+/// Cold, cached and new-sample answers of the logistic method `name`.
+fn answers(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    shared: &Logistic,
+    name: &str,
+    label: &str,
+    series: &HostSeries,
+) {
+    let asked = request(name);
+    let r = predict_report(series, None, &asked).expect("the method answers");
+    assert_eq!((r.steps, r.days_used), (6000, 10));
+    group.bench_function(format!("{name} cold, {label}"), |b| {
+        b.iter(|| {
+            shared.clear_cache();
+            predict_report(black_box(series), None, black_box(&asked))
+        })
+    });
+    group.bench_function(format!("{name} cached, {label}"), |b| {
+        b.iter(|| predict_report(black_box(series), None, black_box(&asked)))
+    });
+    // One more row after W: a new record, the same fit.
+    let mut grown = series.clone();
+    let last = grown.get(grown.len() - 1).expect("not empty");
+    grown
+        .push(Sample {
+            time: last.time + 6,
+            ..last
+        })
+        .expect("a later row");
+    let _ = predict_report(series, None, &asked);
+    group.bench_function(format!("{name} new sample, {label}"), |b| {
+        b.iter(|| predict_report(black_box(&grown), None, black_box(&asked)))
+    });
 }
 
 criterion_group!(benches, bench);

@@ -547,7 +547,14 @@ impl WindowFit {
 
     /// The fit's log-odds for a window out of its training set, and the
     /// share of its start state.
-    fn score(&self, weekend: bool, hour: u8, class: usize, bucket: usize, tail: [f64; 3]) -> (f64, f64) {
+    fn score(
+        &self,
+        weekend: bool,
+        hour: u8,
+        class: usize,
+        bucket: usize,
+        tail: [f64; 3],
+    ) -> (f64, f64) {
         let (p_tod, p_age, p_class) = self.tables.shares(weekend, hour, class, bucket, None);
         let z = match self.beta {
             Some(beta) => dot(&beta, &features(p_tod, p_age, tail)),
@@ -909,7 +916,10 @@ impl Logistic {
             let Ok(split) = date.checked_sub(jiff::Span::new().days(HOLDOUT_DAYS)) else {
                 return Recalibration::IDENTITY;
             };
-            let Ok(split_midnight) = split.to_zoned(series.tz.clone()).map(|z| z.timestamp().as_second()) else {
+            let Ok(split_midnight) = split
+                .to_zoned(series.tz.clone())
+                .map(|z| z.timestamp().as_second())
+            else {
                 return Recalibration::IDENTITY;
             };
             let long_enough = series
@@ -924,7 +934,8 @@ impl Logistic {
             ) else {
                 return Recalibration::IDENTITY;
             };
-            let held_out = windows_between(&grid, th.job_mem_mib, m, date, split_midnight, midnight);
+            let held_out =
+                windows_between(&grid, th.job_mem_mib, m, date, split_midnight, midnight);
             recalibrate(&early, &held_out)
         })
     }
