@@ -13,6 +13,10 @@
 //!   node's cached series does each minute); the fit, keyed by the record
 //!   before W's date, is still found.
 //!
+//! - `host answer`: what a node now sends a consumer (`node::answer::
+//!   host_answer`: the window, a TR curve at ¼, ½, 2 and 4 times its
+//!   length, and the predicted CPU share), cold and cached, beside `km`.
+//!
 //! Each is run on the whole 35-day trace and on the 14 days before W (ten
 //! weekdays: the smallest record that answers with N = 10).
 //! `cargo bench --bench answer`.
@@ -23,6 +27,7 @@ use gleaner::model::baselines::{truncated, Logistic, DEFAULT_METHOD};
 use gleaner::model::predict::PredictRequest;
 use gleaner::model::series::{HostSeries, Sample};
 use gleaner::model::state::Thresholds;
+use gleaner::node::answer::host_answer;
 use gleaner::report::{predict_report, ReportRequest};
 use std::hint::black_box;
 use std::path::Path;
@@ -70,6 +75,20 @@ fn bench(c: &mut Criterion) {
         for name in &methods {
             answers(&mut group, &shared, name, label, series);
         }
+        let default = request(DEFAULT_METHOD);
+        group.bench_function(format!("km host answer, {label}"), |b| {
+            b.iter(|| host_answer(black_box(series), black_box(&km)))
+        });
+        group.bench_function(format!("{DEFAULT_METHOD} host answer cold, {label}"), |b| {
+            b.iter(|| {
+                shared.clear_cache();
+                host_answer(black_box(series), black_box(&default))
+            })
+        });
+        group.bench_function(
+            format!("{DEFAULT_METHOD} host answer cached, {label}"),
+            |b| b.iter(|| host_answer(black_box(series), black_box(&default))),
+        );
     }
     group.finish();
 }
