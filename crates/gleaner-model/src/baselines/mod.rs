@@ -94,6 +94,10 @@ const LINEAR: [(&str, &str, TimeSeriesModel); 5] = [
 /// point per (set, length) cell to the lowest pooled Brier (16 cells); the
 /// most points wins; a tie keeps the current default; the 1 ms clause of
 /// rule 3 and rule 4 stand.
+///
+/// Outcome of round three: `logistic` 12 points, `logistic+cal` 3,
+/// `last-prob` 1; the default is unchanged (`docs/accuracy.md`, "Round
+/// three").
 pub const DEFAULT_METHOD: &str = "logistic";
 
 /// Every method name the registry knows, semi-Markov variants first.
