@@ -44,3 +44,37 @@ fn no_method_peeks_past_w() {
     }
     assert!(checked >= 40, "only {checked} forecasts succeeded");
 }
+
+/// The same rule for the logistic methods on a record long enough for
+/// `logistic+cal`'s held-out fortnight (28 days before W's date), where its
+/// recalibration reads the fit of two weeks earlier and the windows since.
+#[test]
+fn logistic_methods_do_not_peek_with_the_held_out_days_active() {
+    let trace = generate(&SynthConfig::new(11, 36, "UTC").unwrap());
+    let series = &trace.series;
+    let start = series.first_time().unwrap();
+    let th = Thresholds {
+        job_mem_mib: 256,
+        ..Thresholds::default()
+    };
+    let mut checked = 0;
+    for (day, hour) in [(30, 8), (33, 13), (35, 21)] {
+        let nominal = start + day * DAY + hour * HOUR;
+        let row = series.row_at(nominal).unwrap();
+        let at = series.get(row).unwrap().time;
+        let cut = truncated(series, at);
+        for window in [3600, 10 * 3600] {
+            let req = request(at, window, th);
+            for name in ["logistic", "logistic+cal"] {
+                let method = method_by_name(name, 3).unwrap();
+                let full = method.forecast(series, &req);
+                let known = method.forecast(&cut, &req);
+                assert_eq!(full, known, "{name} at {at}, {window} s");
+                if full.is_ok() {
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked >= 8, "only {checked} forecasts succeeded");
+}
