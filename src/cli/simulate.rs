@@ -136,6 +136,10 @@ impl RuntimeSpec {
     }
 }
 
+/// What the estimate at submission depends on: (tr-freq's predictions,
+/// checkpointing).
+type EstimateKind = (bool, bool);
+
 /// One policy's line of the report.
 #[derive(Debug, Serialize)]
 pub struct PolicyReport {
@@ -247,7 +251,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
     let mut policies = Vec::new();
     // The estimate at submission depends on the predictions (tr-freq has
     // its own) and on checkpointing, not on the policy: made once per kind.
-    let mut estimates: Vec<((bool, bool), Option<Quantiles>, Option<f64>)> = Vec::new();
+    let mut estimates: Vec<(EstimateKind, Option<Quantiles>, Option<f64>)> = Vec::new();
     for (i, &policy) in args.policy.iter().enumerate() {
         let kind = (
             policy == Policy::TrFreq,

@@ -336,8 +336,9 @@ pub fn estimate<R: Rng + ?Sized>(
     let mut unfinished_runs = 0;
     let mut failures = 0u64;
     let mut run = Run::new(n_hosts, &memo.runtimes);
+    run.sigma = sigma;
     for r in 0..input.runs {
-        let finished = run.simulate(input, &facts, &order, sigma, &queue_order, &mut memo, rng);
+        let finished = run.simulate(input, &facts, &order, &queue_order, &mut memo, rng);
         if finished {
             let makespan = run.end.iter().copied().fold(0.0, f64::max);
             makespans.push(makespan);
@@ -390,6 +391,8 @@ fn quantiles(values: &mut [f64]) -> Quantiles {
 
 /// The mutable state of one run, reused between runs to spare allocations.
 struct Run {
+    /// σ of ln(true runtime / estimate) (0: exact).
+    sigma: f64,
     /// The estimated runtimes (what the rule plans with).
     runtimes: Vec<f64>,
     heap: BinaryHeap<Event>,
@@ -433,6 +436,7 @@ impl Run {
     fn new(n_hosts: usize, runtimes: &[f64]) -> Run {
         let n_tasks = runtimes.len();
         Run {
+            sigma: 0.0,
             runtimes: runtimes.to_vec(),
             heap: BinaryHeap::with_capacity(2 * n_hosts),
             seq: 0,
@@ -538,7 +542,6 @@ impl Run {
         input: &EstimateInput<'_>,
         facts: &[HostFacts],
         order: &[usize],
-        sigma: f64,
         queue_order: &[usize],
         memo: &mut Memo<'_>,
         rng: &mut R,
@@ -552,6 +555,7 @@ impl Run {
         self.recheck_all = true;
         self.queue.clear();
         self.queue.extend(queue_order.iter().copied());
+        let sigma = self.sigma;
         if sigma > 0.0 {
             for task in 0..self.left.len() {
                 let factor = (sigma * standard_normal(rng) - sigma * sigma / 2.0).exp();
