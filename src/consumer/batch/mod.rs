@@ -7,10 +7,13 @@
 //! - [`queue`]: the queue itself, owned by the consumer actor: placement,
 //!   retries, cancel, re-attach after a restart;
 //! - [`policy`]: the named placement policies (`--policy`);
+//! - [`checkpoint`]: checkpoint intervals (Young/Daly) and each task's
+//!   latest verified checkpoint, offered to its next attempt;
 //! - [`attempt`]: one attempt of one task on one host, with its results
 //!   landed whole or not at all.
 
 pub mod attempt;
+pub mod checkpoint;
 pub mod codec;
 pub mod policy;
 pub mod queue;

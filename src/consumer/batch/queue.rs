@@ -149,6 +149,12 @@ pub enum QueueMsg {
         host: PeerId,
         end: AttemptEnd,
     },
+    /// A checkpoint or the guest's usage came from a task's host.
+    Checkpoint {
+        batch: BatchId,
+        task: u32,
+        news: crate::consumer::batch::checkpoint::CheckpointNews,
+    },
     /// A landed task's results were copied to the batch's output directory
     /// (or could not be).
     Copied {
@@ -203,6 +209,9 @@ pub struct BatchQueue<P: JobPool + Clone + 'static> {
     rng: rand_chacha::ChaCha8Rng,
     /// Set when something changed that may let a task start.
     wanted: bool,
+    /// Checkpoint intervals: each host's last TR and the measured cost of
+    /// each batch's checkpoints (`batch::checkpoint`).
+    checkpoints: crate::consumer::batch::checkpoint::Intervals,
 }
 
 impl<P: JobPool + Clone + 'static> BatchQueue<P> {
@@ -247,6 +256,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             last_hosts_at: None,
             rng: rand_chacha::ChaCha8Rng::from_os_rng(),
             wanted: true,
+            checkpoints: Default::default(),
         };
         for (record, tasks) in loaded {
             let id = record.id;
@@ -497,6 +507,23 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             QueueMsg::HostEvent { batch, task, text } => {
                 self.emit(batch, task, Some(text));
             }
+            QueueMsg::Checkpoint { batch, task, news } => {
+                let now = self.clock.unix_secs();
+                let Some(t) = self
+                    .batches
+                    .get_mut(&batch)
+                    .and_then(|b| b.tasks.get_mut(task as usize))
+                else {
+                    return;
+                };
+                let text = self.checkpoints.record(batch, t, news, now);
+                if let Err(e) = self.store.put_task(batch, task, &self.batches[&batch].tasks[task as usize]) {
+                    tracing::error!(%batch, task, error = %e, "cannot record a task's checkpoint");
+                }
+                if let Some(text) = text {
+                    self.emit(batch, task, Some(text));
+                }
+            }
             QueueMsg::Ended {
                 batch,
                 task,
@@ -512,6 +539,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     }
 
     fn place(&mut self, hosts: Vec<SurveyedHost>) {
+        self.checkpoints.surveyed(&hosts);
         self.last_hosts = hosts;
         self.last_hosts_at = Some(tokio::time::Instant::now());
         let hosts = self.last_hosts.clone();
@@ -605,6 +633,12 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             result_dir: self.results_dir(batch).join(task.to_string()),
             limit: Duration::from_secs(live.record.limit_secs),
             settings: self.settings,
+            checkpoint_dest: live.record.checkpoint.as_ref().map(|_| {
+                crate::consumer::batch::checkpoint::checkpoint_file(
+                    &self.dir.join(batch.to_string()),
+                    task,
+                )
+            }),
         })
     }
 
@@ -624,7 +658,13 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         t.job_id = Some(job_id.clone());
         t.started_unix = Some(now);
         t.host_gamma = gamma;
-        let submit_parts = (t.argv.clone(), t.env.clone(), t.inputs.clone());
+        let mut submit_parts = (t.argv.clone(), t.env.clone(), t.inputs.clone());
+        // A checkpointing task gets its order, and its latest checkpoint as
+        // an input at the checkpoint path, so it resumes wherever it runs.
+        let batch_dir = self.dir.join(batch.to_string());
+        let order = self
+            .checkpoints
+            .order(batch, task, t, &record, host, &batch_dir, &mut submit_parts.2);
         live.running += 1;
         self.persist(batch, task);
         let Some(plan) = self.plan(batch, task, host) else {
@@ -644,7 +684,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             // then asks the host instead of running the task twice.
             let flushed = tokio::task::spawn_blocking(move || store.flush()).await;
             let end = match flushed {
-                Ok(Ok(())) => match job_submit(&pool, &plan, &record, submit_parts).await {
+                Ok(Ok(())) => match job_submit(&pool, &plan, &record, submit_parts, order).await {
                     Ok((submit, offer)) => {
                         let end = attempt::run(
                             &pool,
@@ -879,6 +919,9 @@ fn news_to(
     task: u32,
 ) -> impl Fn(AttemptNews) + Send + Sync {
     move |news| {
+        if let Some(news) = crate::consumer::batch::checkpoint::CheckpointNews::of(&news) {
+            let _ = tx.send(QueueMsg::Checkpoint { batch, task, news });
+        }
         let _ = tx.send(match news {
             AttemptNews::Accepted => QueueMsg::Accepted { batch, task },
             AttemptNews::HostEvent(kind) => QueueMsg::HostEvent {
@@ -886,6 +929,7 @@ fn news_to(
                 task,
                 text: attempt::event_text(&kind),
             },
+            AttemptNews::Checkpoint { .. } => return,
         });
     }
 }
@@ -935,6 +979,7 @@ async fn job_submit<P: JobPool>(
     plan: &AttemptPlan,
     record: &BatchRecord,
     (argv, env, inputs): TaskParts,
+    checkpoint: Option<crate::net::protocol::CheckpointOrder>,
 ) -> Result<(JobSubmit, Offer), String> {
     let specs: Vec<InputSpec> = inputs
         .into_iter()
@@ -951,6 +996,7 @@ async fn job_submit<P: JobPool>(
         memory_mib: record.mem_mib,
         expected_runtime_secs: record.runtime_secs,
         wall_time_limit_secs: record.limit_secs,
+        checkpoint,
     };
     Ok((submit, offer))
 }

@@ -97,7 +97,10 @@ impl JobPool for FakePool {
                             inbox.deliver(
                                 host,
                                 &id,
-                                event(1, JobEventKind::Finished { exit_status: code }),
+                                event(1, JobEventKind::Finished {
+                                    exit_status: code,
+                                    usage: None,
+                                }),
                             );
                         });
                     }
@@ -109,7 +112,10 @@ impl JobPool for FakePool {
                             inbox.deliver(
                                 host,
                                 &id,
-                                event(0, JobEventKind::Finished { exit_status: 0 }),
+                                event(0, JobEventKind::Finished {
+                                    exit_status: 0,
+                                    usage: None,
+                                }),
                             );
                         });
                     }
@@ -125,6 +131,7 @@ impl JobPool for FakePool {
                                     0,
                                     JobEventKind::Killed {
                                         cause: Some(WireState::S3),
+                                        usage: None,
                                     },
                                 ),
                             );
