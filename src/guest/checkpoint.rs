@@ -109,7 +109,8 @@ fn open_beneath(root: &File, rel: &str) -> io::Result<Option<File>> {
     let mut dir: Option<OwnedFd> = None;
     for (i, part) in parts.iter().enumerate() {
         let last = i + 1 == parts.len();
-        let name = std::ffi::CString::new(*part).map_err(|_| io::Error::other("NUL in the path"))?;
+        let name =
+            std::ffi::CString::new(*part).map_err(|_| io::Error::other("NUL in the path"))?;
         let flags = libc::O_RDONLY
             | libc::O_NOFOLLOW
             | libc::O_CLOEXEC
@@ -149,13 +150,13 @@ pub fn take_snapshot(
         path: plan.path.clone(),
         source,
     };
-    let Some(file) = open_beneath(root, &plan.path).map_err(|source| match source.raw_os_error()
-    {
-        Some(libc::ELOOP) | Some(libc::ENOTDIR) => SnapshotError::NotRegular {
-            path: plan.path.clone(),
-        },
-        _ => io_err(source),
-    })?
+    let Some(file) =
+        open_beneath(root, &plan.path).map_err(|source| match source.raw_os_error() {
+            Some(libc::ELOOP) | Some(libc::ENOTDIR) => SnapshotError::NotRegular {
+                path: plan.path.clone(),
+            },
+            _ => io_err(source),
+        })?
     else {
         return Ok(None);
     };
@@ -384,17 +385,28 @@ mod tests {
         let job = dir.path();
         let root = File::open(&work).unwrap();
         let p = plan(16);
-        assert!(take_snapshot(&root, &p, job, None).unwrap().is_none(), "no file yet");
+        assert!(
+            take_snapshot(&root, &p, job, None).unwrap().is_none(),
+            "no file yet"
+        );
         std::fs::write(work.join("state/ckpt"), b"step 7").unwrap();
         let (seen, snap) = take_snapshot(&root, &p, job, None).unwrap().unwrap();
         assert_eq!(snap.size, 6);
         assert_eq!(snap.hash, *blake3::hash(b"step 7").as_bytes());
         assert_eq!(std::fs::read(job.join(SNAPSHOT_NAME)).unwrap(), b"step 7");
-        assert!(take_snapshot(&root, &p, job, Some(seen)).unwrap().is_none(), "unchanged");
+        assert!(
+            take_snapshot(&root, &p, job, Some(seen)).unwrap().is_none(),
+            "unchanged"
+        );
         // Over the cap: refused, naming the file and the cap; the old snapshot stays.
         std::fs::write(work.join("state/ckpt"), [0u8; 17]).unwrap();
-        let e = take_snapshot(&root, &p, job, Some(seen)).unwrap_err().to_string();
-        assert!(e.contains("state/ckpt") && e.contains("17 bytes") && e.contains("16"), "{e}");
+        let e = take_snapshot(&root, &p, job, Some(seen))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("state/ckpt") && e.contains("17 bytes") && e.contains("16"),
+            "{e}"
+        );
         assert_eq!(std::fs::read(job.join(SNAPSHOT_NAME)).unwrap(), b"step 7");
         // A symlink, at the end or on the way, is never followed.
         std::fs::write(dir.path().join("secret"), b"owner").unwrap();

@@ -258,7 +258,6 @@ pub enum ApplyError {
 #[derive(Debug)]
 struct Guest {
     handle: GuestHandle,
-    child: Child,
     started_at: Timestamp,
     wall_limit: Duration,
     run_state: GuestRunState,
@@ -702,7 +701,6 @@ impl Supervisor {
         });
         self.guest = Some(Guest {
             handle: handle.clone(),
-            child,
             started_at,
             wall_limit: spec.wall_limit,
             run_state: GuestRunState::Running(Priority::Background),
@@ -1199,8 +1197,15 @@ fn validate(spec: &GuestSpec) -> Result<(), StartError> {
             return Err(StartError::InvalidText(format!("input path {name}")));
         }
     }
-    if let Some(c) = spec.checkpoint.as_ref().filter(|c| !safe_relative_path(&c.path)) {
-        return Err(StartError::InvalidText(format!("checkpoint path {}", c.path)));
+    if let Some(c) = spec
+        .checkpoint
+        .as_ref()
+        .filter(|c| !safe_relative_path(&c.path))
+    {
+        return Err(StartError::InvalidText(format!(
+            "checkpoint path {}",
+            c.path
+        )));
     }
     for (name, value) in &spec.env {
         if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {

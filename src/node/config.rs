@@ -392,7 +392,7 @@ impl Config {
     }
 
     /// Every integer key's value, as named in the file (for [`RANGES`]).
-    fn integer_values(&self) -> [(&'static str, &'static str, u64); 19] {
+    fn integer_values(&self) -> [(&'static str, &'static str, u64); 20] {
         let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
         [
             (

@@ -517,7 +517,10 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                     return;
                 };
                 let text = self.checkpoints.record(batch, t, news, now);
-                if let Err(e) = self.store.put_task(batch, task, &self.batches[&batch].tasks[task as usize]) {
+                if let Err(e) =
+                    self.store
+                        .put_task(batch, task, &self.batches[&batch].tasks[task as usize])
+                {
                     tracing::error!(%batch, task, error = %e, "cannot record a task's checkpoint");
                 }
                 if let Some(text) = text {
@@ -662,9 +665,15 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         // A checkpointing task gets its order, and its latest checkpoint as
         // an input at the checkpoint path, so it resumes wherever it runs.
         let batch_dir = self.dir.join(batch.to_string());
-        let order = self
-            .checkpoints
-            .order(batch, task, t, &record, host, &batch_dir, &mut submit_parts.2);
+        let order = self.checkpoints.order(
+            batch,
+            task,
+            t,
+            &record,
+            host,
+            &batch_dir,
+            &mut submit_parts.2,
+        );
         live.running += 1;
         self.persist(batch, task);
         let Some(plan) = self.plan(batch, task, host) else {

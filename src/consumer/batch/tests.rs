@@ -97,10 +97,13 @@ impl JobPool for FakePool {
                             inbox.deliver(
                                 host,
                                 &id,
-                                event(1, JobEventKind::Finished {
-                                    exit_status: code,
-                                    usage: None,
-                                }),
+                                event(
+                                    1,
+                                    JobEventKind::Finished {
+                                        exit_status: code,
+                                        usage: None,
+                                    },
+                                ),
                             );
                         });
                     }
@@ -112,10 +115,13 @@ impl JobPool for FakePool {
                             inbox.deliver(
                                 host,
                                 &id,
-                                event(0, JobEventKind::Finished {
-                                    exit_status: 0,
-                                    usage: None,
-                                }),
+                                event(
+                                    0,
+                                    JobEventKind::Finished {
+                                        exit_status: 0,
+                                        usage: None,
+                                    },
+                                ),
                             );
                         });
                     }
@@ -149,7 +155,9 @@ impl JobPool for FakePool {
                 let data: &[u8] = match name {
                     OutputName::Stdout => b"hello\n",
                     OutputName::Stderr => b"",
-                    OutputName::File(_) => return Ok(JobResponse::NotFound),
+                    OutputName::File(_) | OutputName::Checkpoint => {
+                        return Ok(JobResponse::NotFound)
+                    }
                 };
                 let start = (offset as usize).min(data.len());
                 let end = (start + len as usize).min(data.len());
