@@ -350,7 +350,7 @@ mod tests {
                 usage: None,
             },
         };
-        assert_eq!(encode_body(&e).unwrap(), [1, 1, b'j', 0, 4, 4, 0]);
+        assert_eq!(encode_body(&e).unwrap(), [1, 1, b'j', 0, 4, 4, 0, 0]);
         // A hash is 32 bytes with no length prefix (a fixed array is a tuple).
         let input = InputRef {
             path: "a".into(),
