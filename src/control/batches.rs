@@ -123,7 +123,6 @@ fn new_batch(r: BatchSubmitRequest) -> Result<NewBatch, ApiError> {
         limit_secs: r.limit_secs,
         max_running: r.max_running,
         output_dir: r.output_dir,
-        checkpoint,
     })
 }
 

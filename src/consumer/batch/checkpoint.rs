@@ -116,6 +116,9 @@ impl CheckpointNews {
 /// In memory: after a restart the declared cost is the prior again.
 #[derive(Debug, Default)]
 pub struct Intervals {
+    /// Each host's MTTF from its TR curve (`None`: it never fails), or
+    /// failing a curve its TR for the surveyed window.
+    host_mttf: HashMap<PeerId, Option<f64>>,
     host_tr: HashMap<PeerId, f64>,
     measured_cost: HashMap<BatchId, f64>,
 }
@@ -124,6 +127,10 @@ impl Intervals {
     /// Remembers the TRs a survey returned.
     pub fn surveyed(&mut self, hosts: &[SurveyedHost]) {
         for h in hosts {
+            if let Some(curve) = &h.curve {
+                let m = curve.mttf();
+                self.host_mttf.insert(h.peer, m.is_finite().then_some(m));
+            }
             if let Some(tr) = h.tr {
                 self.host_tr.insert(h.peer, tr);
             }
@@ -184,10 +191,15 @@ impl Intervals {
             inputs.retain(|(_, remote)| remote != &spec.path);
             inputs.push((file, spec.path.clone()));
         }
-        let mttf = self
-            .host_tr
-            .get(&host)
-            .and_then(|tr| mttf_from_tr(*tr, batch_record.runtime_secs));
+        // M from the host's TR curve (`TrCurve::mttf`) when it answered
+        // with one, else from its TR over the window, T / -ln TR.
+        let mttf = match self.host_mttf.get(&host) {
+            Some(m) => *m,
+            None => self
+                .host_tr
+                .get(&host)
+                .and_then(|tr| mttf_from_tr(*tr, batch_record.runtime_secs)),
+        };
         let cost = checkpoint_cost(spec.cost_secs, self.measured_cost.get(&batch).copied());
         Some(CheckpointOrder {
             path: spec.path.clone(),
