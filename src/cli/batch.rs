@@ -118,6 +118,17 @@ pub struct TaskArgs {
     /// gets a second copy on another free host (the first result wins).
     #[arg(long, value_name = "TIME|DUR", value_parser = parse_deadline)]
     pub deadline: Option<Deadline>,
+    /// A file the task saves its state to (a relative path in its work
+    /// dir) and resumes from when it is there: a task killed on one host
+    /// continues on the next from its latest checkpoint (docs/checkpoint.md).
+    #[arg(long, value_name = "FILE")]
+    pub checkpoint: Option<String>,
+    /// What one checkpoint costs the task (5s, 1m): with the host's
+    /// predicted time to failure it sets the interval the task is asked to
+    /// checkpoint at (Young/Daly); measured checkpoints replace it when longer.
+    /// [default: 5s]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, requires = "checkpoint")]
+    pub checkpoint_cost: Option<u64>,
     /// The command and its arguments, after `--`.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -350,6 +361,11 @@ pub fn task_request(a: &TaskArgs) -> anyhow::Result<BatchSubmitRequest> {
     for name in &a.output {
         spec::check_output(name)?;
     }
+    if let Some(path) = &a.checkpoint {
+        if !crate::guest::safe_relative_path(path) || path.contains(['{', '}']) {
+            bail!("--checkpoint {path}: must be a relative path inside the task's work dir, without '..' or placeholders");
+        }
+    }
     Ok(BatchSubmitRequest {
         name: None,
         argv: a.command.clone(),
@@ -365,8 +381,8 @@ pub fn task_request(a: &TaskArgs) -> anyhow::Result<BatchSubmitRequest> {
         max_running: None,
         policy: Some(a.policy.to_string()),
         deadline_unix: a.deadline.map(|d| d.at(jiff::Timestamp::now().as_second())),
-        checkpoint: None,
-        checkpoint_cost_secs: None,
+        checkpoint: a.checkpoint.clone(),
+        checkpoint_cost_secs: a.checkpoint_cost,
         wait: false,
     })
 }

@@ -469,6 +469,12 @@ pub struct TaskReport {
     /// ("inputs ready: …", "started", "reniced …"), when that is the news.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event: Option<String>,
+    /// CPU seconds the task's guests used so far, as their hosts reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_secs: Option<f64>,
+    /// Size of the task's latest checkpoint kept by this node, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_bytes: Option<u64>,
 }
 
 /// `GET /v1/batches/{id}`; without `tasks` in `batch list`.

@@ -90,12 +90,19 @@ fn new_batch(r: BatchSubmitRequest) -> Result<NewBatch, ApiError> {
     };
     let checkpoint = match r.checkpoint {
         None => None,
-        Some(path) => Some(CheckpointSpec {
-            path,
-            cost_secs: r
-                .checkpoint_cost_secs
-                .unwrap_or(DEFAULT_CHECKPOINT_COST_SECS),
-        }),
+        Some(path) => {
+            if !crate::guest::safe_relative_path(&path) || path.contains(['{', '}']) {
+                return Err(ApiError::bad_request(format!(
+                    "--checkpoint {path}: must be a relative path inside the task's work dir, without '..' or placeholders"
+                )));
+            }
+            Some(CheckpointSpec {
+                path,
+                cost_secs: r
+                    .checkpoint_cost_secs
+                    .unwrap_or(DEFAULT_CHECKPOINT_COST_SECS),
+            })
+        }
     };
     Ok(NewBatch {
         name: r.name,
@@ -145,6 +152,8 @@ fn task_report(task: u32, t: &TaskRecord) -> TaskReport {
         ended_unix: t.ended_unix,
         reason: t.reason.clone(),
         event: None,
+        cpu_secs: t.cpu_secs,
+        checkpoint_bytes: t.checkpoint.as_ref().map(|c| c.size),
     }
 }
 
@@ -158,6 +167,8 @@ fn event_report(e: &TaskEvent) -> TaskReport {
         started_unix: None,
         ended_unix: e.state.is_final().then_some(e.at_unix),
         reason: e.reason.clone(),
+        cpu_secs: None,
+        checkpoint_bytes: None,
         event: e.event.clone(),
     }
 }

@@ -437,6 +437,7 @@ async fn run_local(
         mem_mib: request.mem_mib,
         runtime_secs: request.runtime_secs,
         inputs: Vec::new(),
+        checkpoint: None,
     };
     let started = match h
         .host

@@ -157,6 +157,12 @@ pub enum QueueMsg {
         host: PeerId,
         end: AttemptEnd,
     },
+    /// A checkpoint or the guest's usage came from a task's host.
+    Checkpoint {
+        batch: BatchId,
+        task: u32,
+        news: crate::consumer::batch::checkpoint::CheckpointNews,
+    },
     /// A landed task's results were copied to the batch's output directory
     /// (or could not be).
     Copied {
@@ -225,6 +231,9 @@ pub struct BatchQueue<P: JobPool + Clone + 'static> {
     last_deadline_check: Option<tokio::time::Instant>,
     /// Set when something changed that may let a task start.
     wanted: bool,
+    /// Checkpoint intervals: each host's last TR and the measured cost of
+    /// each batch's checkpoints (`batch::checkpoint`).
+    checkpoints: crate::consumer::batch::checkpoint::Intervals,
 }
 
 impl<P: JobPool + Clone + 'static> BatchQueue<P> {
@@ -270,6 +279,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             rng: rand_chacha::ChaCha8Rng::from_os_rng(),
             last_deadline_check: None,
             wanted: true,
+            checkpoints: Default::default(),
         };
         for (record, tasks) in loaded {
             let id = record.id;
@@ -615,6 +625,26 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             QueueMsg::HostEvent { batch, task, text } => {
                 self.emit(batch, task, Some(text));
             }
+            QueueMsg::Checkpoint { batch, task, news } => {
+                let now = self.clock.unix_secs();
+                let Some(t) = self
+                    .batches
+                    .get_mut(&batch)
+                    .and_then(|b| b.tasks.get_mut(task as usize))
+                else {
+                    return;
+                };
+                let text = self.checkpoints.record(batch, t, news, now);
+                if let Err(e) =
+                    self.store
+                        .put_task(batch, task, &self.batches[&batch].tasks[task as usize])
+                {
+                    tracing::error!(%batch, task, error = %e, "cannot record a task's checkpoint");
+                }
+                if let Some(text) = text {
+                    self.emit(batch, task, Some(text));
+                }
+            }
             QueueMsg::Ended {
                 batch,
                 task,
@@ -630,6 +660,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     }
 
     fn place(&mut self, hosts: Vec<SurveyedHost>) {
+        self.checkpoints.surveyed(&hosts);
         self.last_hosts = hosts;
         self.last_hosts_at = Some(tokio::time::Instant::now());
         let hosts = self.last_hosts.clone();
@@ -722,6 +753,12 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             result_dir: self.results_dir(batch).join(task.to_string()),
             limit: Duration::from_secs(live.record.limit_secs),
             settings: self.settings,
+            checkpoint_dest: live.record.checkpoint.as_ref().map(|_| {
+                crate::consumer::batch::checkpoint::checkpoint_file(
+                    &self.dir.join(batch.to_string()),
+                    task,
+                )
+            }),
         })
     }
 
@@ -781,7 +818,20 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         let Some(t) = live.tasks.get(task as usize) else {
             return;
         };
-        let submit_parts = (t.argv.clone(), t.env.clone(), t.inputs.clone());
+        let mut submit_parts = (t.argv.clone(), t.env.clone(), t.inputs.clone());
+        // A checkpointing task gets its order, and its latest checkpoint as
+        // an input at the checkpoint path, so it resumes wherever it runs
+        // (a deadline's second copy too).
+        let batch_dir = self.dir.join(batch.to_string());
+        let order = self.checkpoints.order(
+            batch,
+            task,
+            t,
+            &record,
+            host,
+            &batch_dir,
+            &mut submit_parts.2,
+        );
         let Some(plan) = self.plan(batch, task, host, job_id) else {
             return;
         };
@@ -799,7 +849,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             // then asks the host instead of running the task twice.
             let flushed = tokio::task::spawn_blocking(move || store.flush()).await;
             let end = match flushed {
-                Ok(Ok(())) => match job_submit(&pool, &plan, &record, submit_parts).await {
+                Ok(Ok(())) => match job_submit(&pool, &plan, &record, submit_parts, order).await {
                     Ok((submit, offer)) => {
                         let end = attempt::run(
                             &pool,
@@ -1220,6 +1270,9 @@ fn news_to(
     task: u32,
 ) -> impl Fn(AttemptNews) + Send + Sync {
     move |news| {
+        if let Some(news) = crate::consumer::batch::checkpoint::CheckpointNews::of(&news) {
+            let _ = tx.send(QueueMsg::Checkpoint { batch, task, news });
+        }
         let _ = tx.send(match news {
             AttemptNews::Accepted => QueueMsg::Accepted { batch, task },
             AttemptNews::HostEvent(kind) => QueueMsg::HostEvent {
@@ -1227,6 +1280,7 @@ fn news_to(
                 task,
                 text: attempt::event_text(&kind),
             },
+            AttemptNews::Checkpoint { .. } => return,
         });
     }
 }
@@ -1305,6 +1359,7 @@ async fn job_submit<P: JobPool>(
     plan: &AttemptPlan,
     record: &BatchRecord,
     (argv, env, inputs): TaskParts,
+    checkpoint: Option<crate::net::protocol::CheckpointOrder>,
 ) -> Result<(JobSubmit, Offer), String> {
     let specs: Vec<InputSpec> = inputs
         .into_iter()
@@ -1321,6 +1376,7 @@ async fn job_submit<P: JobPool>(
         memory_mib: record.mem_mib,
         expected_runtime_secs: record.runtime_secs,
         wall_time_limit_secs: record.limit_secs,
+        checkpoint,
     };
     Ok((submit, offer))
 }
