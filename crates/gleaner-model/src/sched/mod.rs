@@ -3,8 +3,9 @@
 //! (`cisne`), TR curves over window lengths with Young/Daly checkpointing
 //! (`curve`), the proactive placement rule (`place`), the Monte Carlo
 //! turnaround estimate after CISNE's Algorithm 1 (`estimate`), the runtime
-//! estimate learnt from completed tasks (`runtime`), and the trace-driven
-//! pool simulator (`sim`).
+//! estimate learnt from completed tasks (`runtime`), the trace-driven pool
+//! simulator (`sim`), and the chance that a copy of a task meets a deadline
+//! (`deadline`).
 //!
 //! The consumer describes a host by [`HostView`] (relative power, predicted
 //! availability, TR curve) and a task by its reference runtime; nothing here
@@ -12,6 +13,7 @@
 
 pub mod cisne;
 pub mod curve;
+pub mod deadline;
 pub mod estimate;
 pub mod place;
 pub mod power;
