@@ -1,7 +1,8 @@
 //! Batches on pools of real `gleaner node` processes on 127.0.0.1: a sweep of
 //! tasks with params and a shared input on three hosts, a host and then the
 //! consumer's node killed with SIGKILL mid-batch, every result landing
-//! exactly once; bad batches refused before anything is sent; cancel.
+//! exactly once; bad batches refused before anything is sent; cancel; a
+//! task whose deadline is at risk getting a second copy that wins.
 
 mod node_support;
 
@@ -361,4 +362,75 @@ fn cancel_kills_running_copies_and_marks_the_rest_then_remove_forgets_it() {
     assert!(!list.contains(&id), "back after a restart: {list}");
     let again = gleaner(&consumer, &["batch", "status", &id]);
     assert!(!again.status.success());
+}
+
+#[test]
+fn a_task_whose_deadline_is_at_risk_gets_a_second_copy_and_the_first_result_wins() {
+    let (hosts, consumer) = pool();
+    let work = consumer.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    // Declared 2 s; a copy that starts in the first 15 s hangs, a later
+    // one takes a second and writes when it started.
+    let slow_until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 15;
+    let out = consumer.run_ok(&[
+        "--json",
+        "batch",
+        "submit",
+        "--runtime",
+        "2s",
+        "--limit",
+        "5m",
+        "--deadline",
+        "60s",
+        "--env",
+        &format!("SLOW_UNTIL={slow_until}"),
+        "--output",
+        "started.txt",
+        "--output-dir",
+        work.join("results").to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        r#"now=$(date +%s); if [ "$now" -lt "$SLOW_UNTIL" ]; then sleep 300; else sleep 1; fi; echo "$now" > started.txt"#,
+    ]);
+    let id = serde_json::from_str::<Value>(&out).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let started = Instant::now();
+    let s = batch_until(&consumer, &id, Duration::from_secs(90), |s| {
+        s["counts"]["done"] == 1 || s["counts"]["failed"] == 1
+    });
+    let took = started.elapsed();
+    let task = &s["tasks"][0];
+    assert_eq!(task["state"], "done", "{s:#}\n{}", consumer.log());
+    assert_eq!(task["attempts"], 2, "one second copy: {s:#}");
+    let landed: u64 = std::fs::read_to_string(work.join("results/0/started.txt"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        landed >= slow_until,
+        "the second copy's result landed, not the hanging one's: it started at {landed}"
+    );
+    eprintln!("deadline 60 s: done after {took:?} by the second copy");
+    assert!(
+        took < Duration::from_secs(75),
+        "done after {took:?}, past the deadline"
+    );
+    // The losing copy is killed on its host.
+    let guest_gone = |h: &NodeFixture| {
+        let g = &h.status()["guest"];
+        g.is_null() || g["phase"] == "exited"
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    while !hosts.iter().all(guest_gone) {
+        assert!(Instant::now() < until, "the losing copy still runs");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -150,9 +150,9 @@ fn bad_arguments_are_refused_by_name() {
 }
 
 /// Issue 11's target: the realised makespan within the estimate's
-/// [p10, p90] for at least 70 % of seeds. Measured on this branch: 3 of 10
-/// seeds for `proactive` (the estimate is about 5 % pessimistic and its
-/// spread narrow: it draws only failures, not model error); see
+/// [p10, p90] for at least 70 % of seeds. Measured: 3 of 10 seeds for
+/// `proactive`, still pessimistic by 2-10 % after failures were made the
+/// hosts' (drawn once per host and run, not per attempt); see
 /// docs/scheduling.md. Kept as a test so that it fails until the estimate
 /// is calibrated; run with `--ignored`.
 #[test]

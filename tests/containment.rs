@@ -47,6 +47,7 @@ fn spec(script: &str, mem_mib: u64) -> GuestSpec {
         allow_network: false,
         user: None,
         inputs: Vec::new(),
+        checkpoint: None,
     }
 }
 

@@ -114,6 +114,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/batches"),
     ("GET", "/v1/batches/b1"),
     ("GET", "/v1/batches/not-an-id"),
+    ("POST", "/v1/batches/estimate"),
     ("POST", "/v1/batches/b1/cancel"),
     ("POST", "/v1/batches/b1/wait"),
     ("POST", "/v1/batches/b1/results"),
@@ -301,7 +302,7 @@ fn shaped_body(route: &'static str) -> BoxedStrategy<Value> {
                 json!({ "at": at, "window_secs": w, "mem_mib": mem, "rounds": rounds })
             })
             .boxed(),
-        "/v1/batches" => (
+        "/v1/batches" | "/v1/batches/estimate" => (
             (hostile_number(), hostile_number(), hostile_number()),
             (hostile_string(), hostile_string(), hostile_string()),
             (hostile_number(), hostile_number(), hostile_number()),
@@ -314,7 +315,8 @@ fn shaped_body(route: &'static str) -> BoxedStrategy<Value> {
                         "mem_mib": mem, "runtime_secs": runtime, "limit_secs": limit,
                         "outputs": [output],
                         "inputs": [{ "local": "/dev/zero", "remote": remote }],
-                        "range": [a, b], "max_running": max })
+                        "range": [a, b], "max_running": max,
+                        "policy": remote, "deadline_unix": a })
             })
             .boxed(),
         "/v1/batches/b1/results" => hostile_string()
@@ -355,7 +357,8 @@ proptest! {
     #[test]
     fn hostile_values_in_well_formed_requests_are_refused_or_served(
         (route, body) in prop::sample::select(vec![
-            "/v1/pause", "/v1/predict", "/v1/run", "/v1/hosts", "/v1/batches", "/v1/batches/b1/results",
+            "/v1/pause", "/v1/predict", "/v1/run", "/v1/hosts", "/v1/batches",
+            "/v1/batches/estimate", "/v1/batches/b1/results",
         ])
             .prop_flat_map(|r| (Just(r), shaped_body(r))),
     ) {

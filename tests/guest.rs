@@ -89,6 +89,7 @@ fn spec(argv: &[&str]) -> GuestSpec {
         allow_network: false,
         user: None,
         inputs: Vec::new(),
+        checkpoint: None,
     }
 }
 

@@ -166,6 +166,7 @@ fn submit(job_id: &str) -> JobRequest {
         memory_mib: 64,
         expected_runtime_secs: 10,
         wall_time_limit_secs: 60,
+        checkpoint: None,
     })
 }
 

@@ -235,6 +235,7 @@ async fn start_sleeper(host: &HostHandle, mem_mib: u64) -> JobId {
             mem_mib,
             runtime_secs: None,
             inputs: Vec::new(),
+            checkpoint: None,
         },
     })
     .await

@@ -122,6 +122,7 @@ fn job(argv: &[&str]) -> GuestStart {
             mem_mib: 10,
             runtime_secs: None,
             inputs: Vec::new(),
+            checkpoint: None,
         },
     }
 }

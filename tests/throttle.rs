@@ -106,6 +106,7 @@ async fn spin_under_limit(job_cgroups: bool) -> (ThrottleMode, Option<String>, f
                 mem_mib: 64,
                 runtime_secs: Some(120),
                 inputs: Vec::new(),
+                checkpoint: None,
             },
         })
         .await

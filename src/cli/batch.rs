@@ -16,11 +16,12 @@ use clap::{Args, Subcommand};
 use crate::cli::args::{parse_deadline, parse_duration, Deadline};
 use crate::cli::control::{block_on, client};
 use crate::cli::output::{print_json, print_text, table};
+use crate::cli::predict::human_duration;
 use crate::cli::Global;
 use crate::consumer::batch::{spec, PolicyName};
 use crate::control::api::{
     BatchCreated, BatchInput, BatchLine, BatchReport, BatchResultsCopied, BatchResultsRequest,
-    BatchSubmitRequest, ParamsTable, TaskCounts, PREFIX,
+    BatchSubmitRequest, EstimateReport, ParamsTable, TaskCounts, PREFIX,
 };
 use crate::control::client::ControlClient;
 use crate::model::ids::BatchId;
@@ -47,7 +48,11 @@ pub struct BatchArgs {
 pub enum BatchCommand {
     /// Queue a batch: one task per `--range` value or `--params` row.
     Submit(Box<BatchSubmitArgs>),
-    /// Show a batch and its tasks.
+    /// Estimate when a batch would end, and its chance of meeting
+    /// `--deadline`: the submit flags; nothing is queued or sent but a
+    /// survey of the pool.
+    Estimate(Box<BatchSubmitArgs>),
+    /// Show a batch and its tasks (with the estimate of its end while it runs).
     Status(BatchIdArg),
     /// Follow a batch until every task has ended; exits 0 when all ended
     /// with status 0, 1 when some did not, 75 when some could not run.
@@ -113,6 +118,17 @@ pub struct TaskArgs {
     /// gets a second copy on another free host (the first result wins).
     #[arg(long, value_name = "TIME|DUR", value_parser = parse_deadline)]
     pub deadline: Option<Deadline>,
+    /// A file the task saves its state to (a relative path in its work
+    /// dir) and resumes from when it is there: a task killed on one host
+    /// continues on the next from its latest checkpoint (docs/checkpoint.md).
+    #[arg(long, value_name = "FILE")]
+    pub checkpoint: Option<String>,
+    /// What one checkpoint costs the task (5s, 1m): with the host's
+    /// predicted time to failure it sets the interval the task is asked to
+    /// checkpoint at (Young/Daly); measured checkpoints replace it when longer.
+    /// [default: 5s]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, requires = "checkpoint")]
+    pub checkpoint_cost: Option<u64>,
     /// The command and its arguments, after `--`.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -163,8 +179,20 @@ pub fn run(args: &BatchArgs, global: &Global) -> anyhow::Result<()> {
     let (_, client) = client(global)?;
     let json = global.json;
     match &args.command {
+        BatchCommand::Estimate(a) => {
+            let request = submit_request(a)?;
+            let report: EstimateReport =
+                block_on(client.post_json(&format!("{PREFIX}/batches/estimate"), &request))??;
+            if json {
+                return print_json(&report);
+            }
+            print_text(&estimate_text(&report))
+        }
         BatchCommand::Submit(a) => {
             let mut request = submit_request(a)?;
+            if !global.quiet {
+                block_on(warn_if_deadline_at_risk(&client, &request))??;
+            }
             if a.wait {
                 request.wait = true;
                 let quiet = global.quiet;
@@ -333,6 +361,11 @@ pub fn task_request(a: &TaskArgs) -> anyhow::Result<BatchSubmitRequest> {
     for name in &a.output {
         spec::check_output(name)?;
     }
+    if let Some(path) = &a.checkpoint {
+        if !crate::guest::safe_relative_path(path) || path.contains(['{', '}']) {
+            bail!("--checkpoint {path}: must be a relative path inside the task's work dir, without '..' or placeholders");
+        }
+    }
     Ok(BatchSubmitRequest {
         name: None,
         argv: a.command.clone(),
@@ -348,8 +381,8 @@ pub fn task_request(a: &TaskArgs) -> anyhow::Result<BatchSubmitRequest> {
         max_running: None,
         policy: Some(a.policy.to_string()),
         deadline_unix: a.deadline.map(|d| d.at(jiff::Timestamp::now().as_second())),
-        checkpoint: None,
-        checkpoint_cost_secs: None,
+        checkpoint: a.checkpoint.clone(),
+        checkpoint_cost_secs: a.checkpoint_cost,
         wait: false,
     })
 }
@@ -424,6 +457,55 @@ fn counts_text(c: &TaskCounts) -> String {
     )
 }
 
+/// The estimate as `batch estimate` and `batch status` print it.
+fn estimate_text(e: &EstimateReport) -> String {
+    let d = |secs: f64| human_duration(secs.max(0.0).round() as u64);
+    let mut text = format!(
+        "estimated end: in {} (10 % chance by {}, 90 % by {}), over {} host(s), {} runs\n",
+        d(e.makespan_p50_secs),
+        d(e.makespan_p10_secs),
+        d(e.makespan_p90_secs),
+        e.hosts,
+        e.runs
+    );
+    if let (Some(p), Some(at)) = (e.p_deadline, e.deadline_unix) {
+        text.push_str(&format!(
+            "chance of ending by the deadline ({}): {:.0} %\n",
+            unix_text(at),
+            p * 100.0
+        ));
+    }
+    text
+}
+
+/// Before a submission with `--deadline`: estimates it and warns when the
+/// chance of meeting the deadline is under one half (the batch is queued
+/// all the same). An estimate that cannot be made is said, not fatal.
+pub async fn warn_if_deadline_at_risk(
+    client: &ControlClient,
+    request: &BatchSubmitRequest,
+) -> anyhow::Result<()> {
+    if request.deadline_unix.is_none() {
+        return Ok(());
+    }
+    match client
+        .post_json::<_, EstimateReport>(&format!("{PREFIX}/batches/estimate"), request)
+        .await
+    {
+        Ok(e) => {
+            if let Some(p) = e.p_deadline.filter(|p| *p < 0.5) {
+                eprintln!(
+                    "warning: the estimate gives this work a {:.0} % chance of ending by the deadline (expected end in {}); queued all the same",
+                    p * 100.0,
+                    human_duration(e.makespan_p50_secs.max(0.0).round() as u64)
+                );
+            }
+        }
+        Err(e) => eprintln!("warning: no estimate for the deadline: {e}"),
+    }
+    Ok(())
+}
+
 fn status_text(r: &BatchReport) -> String {
     let mut text = format!(
         "batch {}{}: {}\n",
@@ -435,7 +517,10 @@ fn status_text(r: &BatchReport) -> String {
         counts_text(&r.counts)
     );
     if let Some(eta) = r.eta_unix {
-        text.push_str(&format!("expected end: {}\n", unix_text(eta)));
+        text.push_str(&format!("expected end at this pace: {}\n", unix_text(eta)));
+    }
+    if let Some(e) = &r.estimate {
+        text.push_str(&estimate_text(e));
     }
     if let Some(dir) = &r.output_dir {
         text.push_str(&format!("results: {}\n", dir.display()));

@@ -11,6 +11,7 @@ use crate::cli::args::parse_duration;
 use crate::cli::output::{print_json, print_text};
 use crate::eval::load::read_traces;
 use crate::model::baselines::{method_by_name, DEFAULT_METHOD};
+use crate::model::sched::estimate::Quantiles;
 use crate::model::sched::sim::{simulate, Policy, SeriesForecaster, SimConfig, SimHost, SimResult};
 use crate::model::sched::timeline::Timeline;
 use crate::model::series::HostSeries;
@@ -83,6 +84,11 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "NAME", default_value = DEFAULT_METHOD)]
     pub method: String,
 
+    /// Write three SVG bar charts into DIR: makespan.svg, kills.svg (kills
+    /// per task by cause) and wasted.svg (wasted CPU hours), one bar per policy.
+    #[arg(long, value_name = "DIR")]
+    pub svg: Option<PathBuf>,
+
     /// Write the results as JSON to FILE (`-`: stdout).
     #[arg(long = "json", value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<PathBuf>,
@@ -129,6 +135,10 @@ impl RuntimeSpec {
         }
     }
 }
+
+/// What the estimate at submission depends on: (tr-freq's predictions,
+/// checkpointing).
+type EstimateKind = (bool, bool);
 
 /// One policy's line of the report.
 #[derive(Debug, Serialize)]
@@ -239,14 +249,26 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         SeriesForecaster::new(&series, method(&args.method)?, th, CURVE_BUCKET_SECS);
     let mut freq_fc = SeriesForecaster::new(&series, method("freq")?, th, CURVE_BUCKET_SECS);
     let mut policies = Vec::new();
+    // The estimate at submission depends on the predictions (tr-freq has
+    // its own) and on checkpointing, not on the policy: made once per kind.
+    let mut estimates: Vec<(EstimateKind, Option<Quantiles>, Option<f64>)> = Vec::new();
     for (i, &policy) in args.policy.iter().enumerate() {
+        let kind = (
+            policy == Policy::TrFreq,
+            policy == Policy::ProactiveCheckpoint,
+        );
+        let known = estimates.iter().find(|e| e.0 == kind).cloned();
         let bar = progress_bar(policy, json_stdout);
         let config = SimConfig {
             policy,
             runtimes: runtimes.clone(),
             checkpoint_cost_secs: args.checkpoint_cost as f64,
             horizon_secs: args.horizon as f64,
-            estimate_runs: args.estimate_runs,
+            estimate_runs: if known.is_some() {
+                0
+            } else {
+                args.estimate_runs
+            },
             recheck_secs: 600.0,
         };
         let mut policy_rng = ChaCha8Rng::seed_from_u64(args.seed ^ ((i as u64 + 1) << 32));
@@ -264,6 +286,14 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
             &mut policy_rng,
             &mut |share| bar.set_position((share * 1000.0) as u64),
         )?;
+        let mut result = result;
+        match known {
+            Some((_, estimate, kills)) => {
+                result.estimate = estimate;
+                result.estimate_kills = kills;
+            }
+            None => estimates.push((kind, result.estimate, result.estimate_kills)),
+        }
         bar.finish_and_clear();
         let per_task = |k: u64| k as f64 / args.tasks as f64;
         let within = match (result.estimate, result.makespan_secs) {
@@ -294,6 +324,9 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         forecasts_failed: default_fc.failed + freq_fc.failed,
         setup_secs,
     };
+    if let Some(dir) = &args.svg {
+        write_svgs(dir, &report)?;
+    }
     if json_stdout {
         return print_json(&report);
     }
@@ -302,6 +335,122 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
     }
     print_text(&table(&report))
+}
+
+/// Writes makespan.svg, kills.svg and wasted.svg into `dir`.
+fn write_svgs(dir: &Path, r: &SimulateReport) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let names: Vec<&str> = r.policies.iter().map(|p| p.result.policy.name()).collect();
+    let title = format!("{} hosts, {} tasks, seed {}", r.hosts, r.tasks, r.seed);
+    let charts = [
+        (
+            "makespan.svg",
+            "makespan (h)",
+            r.policies
+                .iter()
+                .map(|p| vec![p.result.makespan_secs.unwrap_or(0.0) / 3600.0])
+                .collect::<Vec<_>>(),
+            vec!["makespan"],
+        ),
+        (
+            "kills.svg",
+            "kills per task",
+            r.policies
+                .iter()
+                .map(|p| p.kills_per_task.to_vec())
+                .collect(),
+            vec!["S3", "S4", "S5"],
+        ),
+        (
+            "wasted.svg",
+            "wasted CPU (reference h)",
+            r.policies
+                .iter()
+                .map(|p| vec![p.result.wasted_cpu_secs / 3600.0])
+                .collect(),
+            vec!["wasted"],
+        ),
+    ];
+    for (file, label, values, series) in charts {
+        let svg = bar_chart(&format!("{label}: {title}"), &names, &values, &series);
+        let path = dir.join(file);
+        std::fs::write(&path, svg).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Escapes text for SVG.
+fn xml(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A horizontal stacked bar chart: one bar per name, `values[i]` stacked
+/// in `series` order. Bounded: at most 64 bars, values clamped to finite.
+fn bar_chart(title: &str, names: &[&str], values: &[Vec<f64>], series: &[&str]) -> String {
+    const COLOURS: [&str; 3] = ["#4c78a8", "#f58518", "#e45756"];
+    let n = names.len().min(64);
+    let (left, top, bar_h, width) = (170.0, 40.0, 24.0, 420.0);
+    let total = |v: &Vec<f64>| -> f64 {
+        v.iter()
+            .map(|x| if x.is_finite() { x.max(0.0) } else { 0.0 })
+            .sum()
+    };
+    let max = values
+        .iter()
+        .take(n)
+        .map(total)
+        .fold(0.0f64, f64::max)
+        .max(1e-9);
+    let height = top + n as f64 * (bar_h + 8.0) + 40.0;
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n<text x=\"10\" y=\"20\" font-size=\"14\">{t}</text>\n",
+        w = left + width + 80.0,
+        t = xml(title)
+    );
+    for (i, name) in names.iter().take(n).enumerate() {
+        let y = top + i as f64 * (bar_h + 8.0);
+        out.push_str(&format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n",
+            left - 8.0,
+            y + bar_h * 0.7,
+            xml(name)
+        ));
+        let mut x = left;
+        for (k, v) in values[i].iter().enumerate() {
+            let v = if v.is_finite() { v.max(0.0) } else { 0.0 };
+            let w = v / max * width;
+            out.push_str(&format!(
+                "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{bar_h}\" fill=\"{}\"><title>{}: {v:.2}</title></rect>\n",
+                COLOURS[k % COLOURS.len()],
+                xml(series.get(k).copied().unwrap_or(""))
+            ));
+            x += w;
+        }
+        out.push_str(&format!(
+            "<text x=\"{:.1}\" y=\"{:.1}\">{:.2}</text>\n",
+            x + 6.0,
+            y + bar_h * 0.7,
+            total(&values[i])
+        ));
+    }
+    if series.len() > 1 {
+        let y = height - 14.0;
+        for (k, s) in series.iter().enumerate() {
+            let x = left + k as f64 * 70.0;
+            out.push_str(&format!(
+                "<rect x=\"{x}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/><text x=\"{}\" y=\"{y}\">{}</text>\n",
+                y - 10.0,
+                COLOURS[k % COLOURS.len()],
+                x + 16.0,
+                xml(s)
+            ));
+        }
+    }
+    out.push_str("</svg>\n");
+    out
 }
 
 fn progress_bar(policy: Policy, quiet: bool) -> ProgressBar {
@@ -396,5 +545,19 @@ mod tests {
             .contains("MEDIAN,SIGMA"));
         assert!(parse_runtime("lognormal:1h,9").is_err());
         assert!(parse_runtime("soon").is_err());
+    }
+
+    #[test]
+    fn bar_charts_escape_names_and_survive_bad_numbers() {
+        let svg = bar_chart(
+            "a <b> & c",
+            &["x\"y", "z"],
+            &[vec![1.0, f64::NAN], vec![f64::INFINITY, 2.0]],
+            &["S3", "S4"],
+        );
+        assert!(svg.contains("a &lt;b&gt; &amp; c"));
+        assert!(svg.contains("x&quot;y"));
+        assert!(!svg.contains("NaN") && !svg.contains("inf"));
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
     }
 }

@@ -18,7 +18,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::cli::args::parse_duration;
-use crate::cli::batch::{short, task_request, TaskArgs, EXIT_NOT_RUN};
+use crate::cli::batch::{short, task_request, warn_if_deadline_at_risk, TaskArgs, EXIT_NOT_RUN};
 use crate::cli::control::{block_on, client};
 use crate::cli::output::print_json;
 use crate::cli::Global;
@@ -82,6 +82,9 @@ pub fn submit(args: &SubmitArgs, global: &Global) -> anyhow::Result<()> {
     let queue_limit = Duration::from_secs(args.queue_limit.max(1));
     let outputs = args.task.output.clone();
     let code = block_on(async move {
+        if !quiet {
+            warn_if_deadline_at_risk(&client, &request).await?;
+        }
         // Queued and followed in one request, so no event of the task is
         // missed (it may start within milliseconds).
         let mut lines = client

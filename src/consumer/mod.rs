@@ -33,6 +33,7 @@ use tokio_util::task::TaskTracker;
 use crate::clock::Clock;
 use crate::net::protocol::JobEventKind;
 use crate::net::{NetError, NetHandle};
+use batch::forecast::BatchEstimate;
 use batch::{BatchError, BatchQueue, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
 use pool::{JobSettings, PoolLink};
 use survey::{SurveyQuery, SurveyedHost};
@@ -86,13 +87,20 @@ pub enum ConsumerCommand {
         batch: Box<NewBatch>,
         reply: oneshot::Sender<Result<(BatchId, broadcast::Receiver<TaskEvent>), ConsumerError>>,
     },
+    /// Estimate a batch's end before queueing it (`batch estimate`, and
+    /// `--deadline`'s check): nothing is queued or sent but a survey.
+    EstimateBatch {
+        batch: Box<NewBatch>,
+        reply: oneshot::Sender<Result<BatchEstimate, ConsumerError>>,
+    },
     /// Every batch on this node.
     Batches {
         reply: oneshot::Sender<Vec<BatchView>>,
     },
-    /// One batch.
+    /// One batch, with its estimate when `estimate` (computed off the loop).
     Batch {
         id: BatchId,
+        estimate: bool,
         reply: oneshot::Sender<Result<BatchView, ConsumerError>>,
     },
     /// Cancel a batch's tasks that have not ended.
@@ -160,13 +168,36 @@ impl ConsumerHandle {
         .await?
     }
 
+    /// The estimate of a batch's end, before it is queued.
+    pub async fn estimate_batch(&self, batch: NewBatch) -> Result<BatchEstimate, ConsumerError> {
+        self.ask(|reply| ConsumerCommand::EstimateBatch {
+            batch: Box::new(batch),
+            reply,
+        })
+        .await?
+    }
+
     pub async fn batches(&self) -> Result<Vec<BatchView>, ConsumerError> {
         self.ask(|reply| ConsumerCommand::Batches { reply }).await
     }
 
     pub async fn batch(&self, id: BatchId) -> Result<BatchView, ConsumerError> {
-        self.ask(|reply| ConsumerCommand::Batch { id, reply })
-            .await?
+        self.ask(|reply| ConsumerCommand::Batch {
+            id,
+            estimate: false,
+            reply,
+        })
+        .await?
+    }
+
+    /// One batch with the estimate of its end (`batch status`).
+    pub async fn batch_with_estimate(&self, id: BatchId) -> Result<BatchView, ConsumerError> {
+        self.ask(|reply| ConsumerCommand::Batch {
+            id,
+            estimate: true,
+            reply,
+        })
+        .await?
     }
 
     pub async fn cancel_batch(&self, id: BatchId) -> Result<Counts, ConsumerError> {
@@ -284,6 +315,7 @@ impl Consumer {
             if self.queue.wants_survey() {
                 self.queue.start_survey();
             }
+            self.queue.watch_deadlines();
             let command = tokio::select! {
                 _ = self.shutdown.cancelled() => return,
                 msg = self.queue_msgs.recv() => {
@@ -307,8 +339,35 @@ impl Consumer {
                 ConsumerCommand::Batches { reply } => {
                     let _ = reply.send(self.queue.list());
                 }
-                ConsumerCommand::Batch { id, reply } => {
+                ConsumerCommand::Batch {
+                    id,
+                    estimate: false,
+                    reply,
+                } => {
                     let _ = reply.send(self.queue.view(id).map_err(Into::into));
+                }
+                ConsumerCommand::Batch {
+                    id,
+                    estimate: true,
+                    reply,
+                } => {
+                    // Answered when the estimate is made, off the loop.
+                    let (tx, rx) = oneshot::channel();
+                    self.queue.view_with_estimate(id, tx);
+                    tokio::spawn(async move {
+                        if let Ok(view) = rx.await {
+                            let _ = reply.send(view.map_err(Into::into));
+                        }
+                    });
+                }
+                ConsumerCommand::EstimateBatch { batch, reply } => {
+                    let (tx, rx) = oneshot::channel();
+                    self.queue.estimate_new(&batch, tx);
+                    tokio::spawn(async move {
+                        if let Ok(estimate) = rx.await {
+                            let _ = reply.send(estimate.map_err(Into::into));
+                        }
+                    });
                 }
                 ConsumerCommand::CancelBatch { id, reply } => {
                     let _ = reply.send(self.queue.cancel(id).map_err(Into::into));

@@ -345,6 +345,14 @@ impl ApiError {
             message: message.into(),
         }
     }
+    /// 503 with a reason: the node cannot answer this now (no host to
+    /// estimate with).
+    pub fn unavailable_because(message: impl Into<String>) -> Self {
+        ApiError {
+            status: 503,
+            message: message.into(),
+        }
+    }
     pub fn unavailable() -> Self {
         ApiError {
             status: 503,
@@ -461,6 +469,12 @@ pub struct TaskReport {
     /// ("inputs ready: …", "started", "reniced …"), when that is the news.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event: Option<String>,
+    /// CPU seconds the task's guests used so far, as their hosts reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_secs: Option<f64>,
+    /// Size of the task's latest checkpoint kept by this node, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_bytes: Option<u64>,
 }
 
 /// `GET /v1/batches/{id}`; without `tasks` in `batch list`.
@@ -477,6 +491,36 @@ pub struct BatchReport {
     pub results_dir: PathBuf,
     pub output_dir: Option<PathBuf>,
     pub cancelled: bool,
+    /// How its hosts are chosen (`proactive`, `tr`, `power`, `random`).
+    #[serde(default)]
+    pub policy: String,
+    #[serde(default)]
+    pub deadline_unix: Option<i64>,
+    /// The estimate of its end (`batch status` of a batch still running,
+    /// once the node has surveyed the pool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<EstimateReport>,
+}
+
+/// `POST /v1/batches/estimate`, and a running batch's in `batch status`:
+/// CISNE's Algorithm 1 over the pool's hosts (Monte Carlo, SDPN slowdowns,
+/// failures drawn from each host's TR curve).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EstimateReport {
+    /// When it was made, Unix seconds.
+    pub at_unix: i64,
+    /// Seconds from then until the last task ends: 10th, 50th and 90th
+    /// percentile and the mean over the runs.
+    pub makespan_p10_secs: f64,
+    pub makespan_p50_secs: f64,
+    pub makespan_p90_secs: f64,
+    pub makespan_mean_secs: f64,
+    /// The chance of ending by the deadline, when there is one.
+    pub p_deadline: Option<f64>,
+    pub deadline_unix: Option<i64>,
+    /// Hosts the tasks were spread over, and Monte Carlo runs.
+    pub hosts: usize,
+    pub runs: usize,
 }
 
 /// One line of `POST /v1/batches/{id}/wait`: task events, then the batch.

@@ -12,6 +12,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::sync::{broadcast, mpsc};
 
+use crate::consumer::batch::forecast::BatchEstimate;
 use crate::consumer::batch::policy::UnknownPolicy;
 use crate::consumer::batch::queue::DEFAULT_CHECKPOINT_COST_SECS;
 use crate::consumer::batch::spec::{InputTemplate, Params, Sweep, TaskTemplate};
@@ -20,7 +21,7 @@ use crate::consumer::batch::{
 };
 use crate::control::api::{
     ApiError, BatchCreated, BatchLine, BatchReport, BatchResultsCopied, BatchResultsRequest,
-    BatchSubmitRequest, TaskCounts, TaskReport, PREFIX,
+    BatchSubmitRequest, EstimateReport, TaskCounts, TaskReport, PREFIX,
 };
 use crate::control::server::{consumer_of, ApiJson, ControlHandles};
 use crate::model::ids::BatchId;
@@ -39,6 +40,10 @@ pub fn routes() -> Router<ControlHandles> {
         .route(
             &format!("{PREFIX}/batches/{{id}}"),
             get(status).delete(remove),
+        )
+        .route(
+            &format!("{PREFIX}/batches/estimate"),
+            post(estimate).layer(DefaultBodyLimit::max(MAX_BATCH_BYTES)),
         )
         .route(&format!("{PREFIX}/batches/{{id}}/cancel"), post(cancel))
         .route(&format!("{PREFIX}/batches/{{id}}/wait"), post(wait))
@@ -85,12 +90,19 @@ fn new_batch(r: BatchSubmitRequest) -> Result<NewBatch, ApiError> {
     };
     let checkpoint = match r.checkpoint {
         None => None,
-        Some(path) => Some(CheckpointSpec {
-            path,
-            cost_secs: r
-                .checkpoint_cost_secs
-                .unwrap_or(DEFAULT_CHECKPOINT_COST_SECS),
-        }),
+        Some(path) => {
+            if !crate::guest::safe_relative_path(&path) || path.contains(['{', '}']) {
+                return Err(ApiError::bad_request(format!(
+                    "--checkpoint {path}: must be a relative path inside the task's work dir, without '..' or placeholders"
+                )));
+            }
+            Some(CheckpointSpec {
+                path,
+                cost_secs: r
+                    .checkpoint_cost_secs
+                    .unwrap_or(DEFAULT_CHECKPOINT_COST_SECS),
+            })
+        }
     };
     Ok(NewBatch {
         name: r.name,
@@ -140,6 +152,8 @@ fn task_report(task: u32, t: &TaskRecord) -> TaskReport {
         ended_unix: t.ended_unix,
         reason: t.reason.clone(),
         event: None,
+        cpu_secs: t.cpu_secs,
+        checkpoint_bytes: t.checkpoint.as_ref().map(|c| c.size),
     }
 }
 
@@ -153,6 +167,8 @@ fn event_report(e: &TaskEvent) -> TaskReport {
         started_unix: None,
         ended_unix: e.state.is_final().then_some(e.at_unix),
         reason: e.reason.clone(),
+        cpu_secs: None,
+        checkpoint_bytes: None,
         event: e.event.clone(),
     }
 }
@@ -177,6 +193,45 @@ pub fn batch_report(v: &BatchView, with_tasks: bool) -> BatchReport {
         results_dir: v.results_dir.clone(),
         output_dir: v.record.output_dir.clone(),
         cancelled: v.record.cancelled,
+        policy: v.record.policy.to_string(),
+        deadline_unix: v.record.deadline_unix,
+        estimate: v
+            .estimate
+            .as_ref()
+            .map(|e| estimate_report(e, v.record.deadline_unix)),
+    }
+}
+
+pub fn estimate_report(e: &BatchEstimate, deadline_unix: Option<i64>) -> EstimateReport {
+    EstimateReport {
+        at_unix: e.at_unix,
+        makespan_p10_secs: e.makespan.p10,
+        makespan_p50_secs: e.makespan.p50,
+        makespan_p90_secs: e.makespan.p90,
+        makespan_mean_secs: e.makespan.mean,
+        p_deadline: e.p_deadline,
+        deadline_unix,
+        hosts: e.hosts,
+        runs: e.runs,
+    }
+}
+
+/// `POST /v1/batches/estimate`: the submit body, nothing queued or sent
+/// but a survey of the pool.
+async fn estimate(
+    State(h): State<ControlHandles>,
+    ApiJson(request): ApiJson<BatchSubmitRequest>,
+) -> Response {
+    let run = async {
+        let consumer = consumer_of(&h)?;
+        let batch = new_batch(request)?;
+        let deadline = batch.deadline_unix;
+        let e = consumer.estimate_batch(batch).await?;
+        Ok::<_, ApiError>(estimate_report(&e, deadline))
+    };
+    match run.await {
+        Ok(report) => Json(report).into_response(),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -229,7 +284,7 @@ async fn list(State(h): State<ControlHandles>) -> Response {
 async fn status(State(h): State<ControlHandles>, Path(id): Path<String>) -> Response {
     let run = async {
         let id = batch_id(&id)?;
-        let view = consumer_of(&h)?.batch(id).await?;
+        let view = consumer_of(&h)?.batch_with_estimate(id).await?;
         Ok::<_, ApiError>(batch_report(&view, true))
     };
     match run.await {

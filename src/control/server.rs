@@ -83,6 +83,7 @@ impl From<ConsumerError> for ApiError {
             ConsumerError::Batch(BatchError::UnknownBatch(_)) => ApiError::not_found(message),
             ConsumerError::Batch(BatchError::NotEnded(_)) => ApiError::conflict(message),
             ConsumerError::Batch(BatchError::Store(_)) => ApiError::internal(message),
+            ConsumerError::Batch(BatchError::Estimate(_)) => ApiError::unavailable_because(message),
             ConsumerError::Batch(_) => ApiError::bad_request(message),
         }
     }
@@ -436,6 +437,7 @@ async fn run_local(
         mem_mib: request.mem_mib,
         runtime_secs: request.runtime_secs,
         inputs: Vec::new(),
+        checkpoint: None,
     };
     let started = match h
         .host

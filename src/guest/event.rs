@@ -95,6 +95,22 @@ pub enum GuestEventKind {
     Resumed,
     /// SIGKILL was sent to the group.
     KillSent { cause: KillCause },
+    /// SIGTERM was sent to a checkpointing guest's group: it has `grace_millis`
+    /// to save its state before SIGKILL.
+    TermSent { cause: KillCause, grace_millis: u64 },
+    /// What the guest used, measured as it ended (just before `Exited`):
+    /// CPU of the job's processes from the keeper's rusage (`None` when it
+    /// could not be read), wall time from its start.
+    Usage {
+        cpu_millis: Option<u64>,
+        wall_millis: u64,
+    },
+    /// The guest's checkpoint file changed and was copied to
+    /// `<job dir>/checkpoint`, with this size and BLAKE3 hash.
+    Checkpointed { size: u64, hash: [u8; 32] },
+    /// The guest's checkpoint file was not taken (over the cap, not a
+    /// regular file); the reason names it.
+    CheckpointRefused { reason: String },
     /// The guest's main process ended.
     Exited {
         exit: ExitInfo,
@@ -129,6 +145,26 @@ impl fmt::Display for GuestEventKind {
             GuestEventKind::Suspended => f.write_str("suspended: the owner's load is above th2"),
             GuestEventKind::Resumed => f.write_str("resumed"),
             GuestEventKind::KillSent { cause } => write!(f, "killed: {cause}"),
+            GuestEventKind::TermSent {
+                cause,
+                grace_millis,
+            } => write!(
+                f,
+                "asked to stop (SIGTERM, {grace_millis} ms to save its state): {cause}"
+            ),
+            GuestEventKind::Usage {
+                cpu_millis,
+                wall_millis,
+            } => match cpu_millis {
+                Some(cpu) => write!(f, "used {cpu} ms of CPU in {wall_millis} ms"),
+                None => write!(f, "ran {wall_millis} ms"),
+            },
+            GuestEventKind::Checkpointed { size, .. } => {
+                write!(f, "checkpoint taken ({size} bytes)")
+            }
+            GuestEventKind::CheckpointRefused { reason } => {
+                write!(f, "checkpoint not taken: {reason}")
+            }
             GuestEventKind::Exited { exit, cause } => {
                 match exit {
                     ExitInfo::Code(code) => write!(f, "exited with code {code}")?,

@@ -15,6 +15,7 @@
 //! the parent-death signal is tied to the forking thread.
 
 mod capture;
+pub mod checkpoint;
 pub mod containment;
 mod event;
 mod landlock;
@@ -29,6 +30,7 @@ pub use crate::procfs;
 
 pub use crate::model::policy::{GuestAction, GuestRunState, KillCause, Priority};
 pub use capture::{CaptureReport, Stream};
+pub use checkpoint::CheckpointPlan;
 pub use event::{
     Clock, EventSink, ExitInfo, GuestEvent, GuestEventKind, SandboxReport, SystemClock,
 };
@@ -152,6 +154,10 @@ pub struct GuestSpec {
     /// peer's input). Moved by a rename, so a large input costs nothing here;
     /// copied by the kernel if the rename crosses filesystems.
     pub inputs: Vec<(String, PathBuf)>,
+    /// The guest saves its state to a file (docs/checkpoint.md): it gets the
+    /// `GLEANER_CHECKPOINT*` variables, SIGTERM and a grace before SIGKILL on
+    /// an S3/S4 kill, and the node snapshots the file as it changes.
+    pub checkpoint: Option<CheckpointPlan>,
 }
 
 /// True for a path that stays inside the directory it is joined to: relative,
@@ -252,7 +258,6 @@ pub enum ApplyError {
 #[derive(Debug)]
 struct Guest {
     handle: GuestHandle,
-    child: Child,
     started_at: Timestamp,
     wall_limit: Duration,
     run_state: GuestRunState,
@@ -276,6 +281,15 @@ struct Guest {
     throttle: ThrottleMode,
     /// The SIGSTOP/SIGCONT cycle, when the limit has no cgroup quota.
     duty: Option<throttle::DutyCycle>,
+    /// The checkpoint order, when the guest checkpoints.
+    checkpoint: Option<CheckpointPlan>,
+    /// The thread that snapshots the checkpoint file while the guest runs.
+    watcher: Option<checkpoint::Watcher>,
+    /// SIGTERM was sent (a kill with grace): SIGKILL follows at this instant
+    /// unless the guest is gone by then.
+    term_deadline: Option<std::time::Instant>,
+    /// CPU time of the job's processes, from the keeper's rusage once reaped.
+    cpu_time: Option<Duration>,
 }
 
 impl Guest {
@@ -662,9 +676,31 @@ impl Supervisor {
             }
             _ => None,
         };
+        let watcher = spec.checkpoint.clone().and_then(|plan| {
+            // The node reads the work dir through the tmpfs's descriptor when
+            // the mount left its table, else by its path.
+            let root = match quota.as_ref().and_then(|q| q.root()) {
+                Some(r) => r,
+                None => std::fs::File::open(&handle.work_dir),
+            };
+            let parts = root.map(|root| checkpoint::WatchParts {
+                job_id: job_id.to_string(),
+                plan,
+                root,
+                job_dir: handle.dir.clone(),
+                clock: self.clock.clone(),
+                sink: self.sink.clone(),
+            });
+            match parts.and_then(checkpoint::Watcher::start) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::warn!(job = job_id, error = %e, "cannot watch the job's checkpoint");
+                    None
+                }
+            }
+        });
         self.guest = Some(Guest {
             handle: handle.clone(),
-            child,
             started_at,
             wall_limit: spec.wall_limit,
             run_state: GuestRunState::Running(Priority::Background),
@@ -680,6 +716,10 @@ impl Supervisor {
             ending: None,
             throttle,
             duty,
+            checkpoint: spec.checkpoint,
+            watcher,
+            term_deadline: None,
+            cpu_time: None,
         });
         Ok(handle)
     }
@@ -770,6 +810,21 @@ impl Supervisor {
 
                 GuestEventKind::Resumed
             }
+            GuestAction::Kill(cause) if guest.term_deadline.is_none() && graceful(guest, cause) => {
+                let grace = guest
+                    .checkpoint
+                    .as_ref()
+                    .map_or(Duration::ZERO, |c| c.granted_grace());
+                // A stopped guest cannot save: continued, it gets its grace.
+                signal_tree(pid, pgid, &members, Signal::SIGTERM).map_err(ApplyError::Signal)?;
+                let _ = signal_tree(pid, pgid, &members, Signal::SIGCONT);
+                guest.term_deadline = Some(std::time::Instant::now() + grace);
+                guest.kill_cause.get_or_insert(cause);
+                GuestEventKind::TermSent {
+                    cause,
+                    grace_millis: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+                }
+            }
             GuestAction::Kill(cause) => {
                 signal_tree(pid, pgid, &members, Signal::SIGKILL).map_err(ApplyError::Signal)?;
                 // Escapees too; waiting until the group is empty (seconds
@@ -803,14 +858,24 @@ impl Supervisor {
         let over_time = now.as_millisecond() - guest.started_at.as_millisecond()
             >= i64::try_from(guest.wall_limit.as_millis()).unwrap_or(i64::MAX);
         let over_memory = guest.group.as_ref().is_some_and(|g| g.memory_kills() > 0);
+        let grace_over = guest
+            .term_deadline
+            .is_some_and(|d| std::time::Instant::now() >= d);
         if over_memory && guest.kill_cause.is_none() {
             let _ = self.apply(GuestAction::Kill(KillCause::OverDeclaredMemory));
         } else if over_time && guest.kill_cause.is_none() {
             let _ = self.apply(GuestAction::Kill(KillCause::WallTimeLimit));
+        } else if grace_over {
+            // The grace is over: SIGKILL (the term deadline stays set, so
+            // this is the plain kill of `apply`).
+            let cause = guest.kill_cause.unwrap_or(KillCause::Revocation);
+            guest.term_deadline = Some(std::time::Instant::now() + Duration::from_secs(3600));
+            let _ = self.apply(GuestAction::Kill(cause));
         }
         let guest = self.guest.as_mut()?;
-        let status = guest.child.try_wait().ok()??;
+        let (status, cpu) = try_wait_rusage(guest.leader)?;
         guest.pending_exit = Some(exit_info(status));
+        guest.cpu_time = cpu;
         guest.run_state = GuestRunState::Idle;
         let members = guest.group_members();
         let _ = signal_tree(guest.tree_root(), guest.pgid(), &members, Signal::SIGKILL);
@@ -818,18 +883,46 @@ impl Supervisor {
         // and removing the group (seconds on cgroup v1) and saving the work
         // dir off its tmpfs run on a thread; the end is reported once done.
         let (group, quota) = (guest.group.take(), guest.quota.take());
+        // After a kill the last checkpoint is taken (off the loop, once the
+        // work dir is saved) before the end is reported.
+        let last_checkpoint = match (guest.checkpoint.clone(), guest.kill_cause) {
+            (Some(plan), Some(_)) => {
+                let seen = guest.watcher.take().and_then(|w| w.finish());
+                let (clock, sink) = (self.clock.clone(), self.sink.clone());
+                let (job_id, work_dir, dir) = (
+                    guest.handle.job_id.to_string(),
+                    guest.handle.work_dir.clone(),
+                    guest.handle.dir.clone(),
+                );
+                Some(move || {
+                    checkpoint::final_snapshot(
+                        &job_id, &plan, &work_dir, &dir, seen, &*clock, &*sink,
+                    )
+                })
+            }
+            _ => {
+                guest.watcher.take();
+                None
+            }
+        };
         // Usually the group is empty by now (the namespace went with its
         // init) and the work dir small: then the end costs a few rmdirs and
         // a small copy, done here so the end is reported at once.
-        let quick = group.as_ref().is_none_or(|g| g.members().is_empty())
+        let quick = last_checkpoint.is_none()
+            && group.as_ref().is_none_or(|g| g.members().is_empty())
             && quota
                 .as_ref()
                 .is_none_or(|m| m.used_bytes().is_some_and(|u| u <= INLINE_SAVE_BYTES));
         if quick {
             end_job(guest.handle.job_id.as_str(), group, quota);
-        } else if group.is_some() || quota.is_some() {
+        } else if group.is_some() || quota.is_some() || last_checkpoint.is_some() {
             let job_id = guest.handle.job_id.clone();
-            let end = move || end_job(job_id.as_str(), group, quota);
+            let end = move || {
+                end_job(job_id.as_str(), group, quota);
+                if let Some(snapshot) = last_checkpoint {
+                    snapshot();
+                }
+            };
             match std::thread::Builder::new()
                 .name("guest-end".into())
                 .spawn(end)
@@ -858,9 +951,17 @@ impl Supervisor {
         guest.duty = None;
         guest.run_state = GuestRunState::Idle;
         let (job_id, cause) = (guest.handle.job_id.clone(), guest.kill_cause);
+        let wall = self.clock.now().as_millisecond() - guest.started_at.as_millisecond();
+        let usage = GuestEventKind::Usage {
+            cpu_millis: guest
+                .cpu_time
+                .map(|c| u64::try_from(c.as_millis()).unwrap_or(u64::MAX)),
+            wall_millis: u64::try_from(wall).unwrap_or(0),
+        };
         if let Err(e) = orphan::remove(&self.config.pid_file()) {
             tracing::warn!(error = %e, "cannot remove the guest pid file");
         }
+        self.emit(job_id.as_str(), usage);
         self.emit(job_id.as_str(), GuestEventKind::Exited { exit, cause });
         self.status()
     }
@@ -1023,6 +1124,37 @@ fn end_job(job_id: &str, group: Option<Box<dyn JobGroup>>, quota: Option<quota::
     }
 }
 
+/// Whether a kill of this guest gets SIGTERM and a grace first: a
+/// checkpointing guest killed for S3 or S4 (the owner needs the machine, but
+/// a few seconds to save its state cost less than its lost work). Never for
+/// S5 (revoked: the node may be going away), a cancel, or the job's own fault.
+fn graceful(guest: &Guest, cause: KillCause) -> bool {
+    guest
+        .checkpoint
+        .as_ref()
+        .is_some_and(|c| !c.granted_grace().is_zero())
+        && matches!(cause, KillCause::CpuContention | KillCause::MemoryShortage)
+}
+
+/// Reaps `pid` if it has ended, without blocking, with the CPU time of it
+/// and of the descendants it reaped (the keeper reaps init, which reaps the
+/// job: so the whole job's CPU). `None` while it runs.
+fn try_wait_rusage(pid: i32) -> Option<(ExitStatus, Option<Duration>)> {
+    let mut status = 0;
+    // SAFETY: rusage is plain data, written by the kernel.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a plain system call on our own child with valid pointers.
+    let rc = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+    if rc <= 0 {
+        return None;
+    }
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    let cpu = tv(usage.ru_utime) + tv(usage.ru_stime);
+    Some((ExitStatus::from_raw(status), Some(cpu)))
+}
+
 /// The first child of `pid` (the kernel lists children in the order they came).
 fn first_child(pid: i32) -> Option<i32> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
@@ -1045,6 +1177,7 @@ fn default_ids(config: &GuestConfig) -> Option<Ids> {
         allow_network: false,
         user: None,
         inputs: Vec::new(),
+        checkpoint: None,
     };
     guest_ids(config, &spec).ok().flatten()
 }
@@ -1063,6 +1196,16 @@ fn validate(spec: &GuestSpec) -> Result<(), StartError> {
         if !safe_relative_path(name) {
             return Err(StartError::InvalidText(format!("input path {name}")));
         }
+    }
+    if let Some(c) = spec
+        .checkpoint
+        .as_ref()
+        .filter(|c| !safe_relative_path(&c.path))
+    {
+        return Err(StartError::InvalidText(format!(
+            "checkpoint path {}",
+            c.path
+        )));
     }
     for (name, value) in &spec.env {
         if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
@@ -1283,6 +1426,10 @@ fn guest_env(job_id: &str, work_dir: &Path, spec: &GuestSpec) -> BTreeMap<String
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     env.extend(spec.env.iter().cloned());
+    // After the job's own: a job cannot point the node's variables elsewhere.
+    if let Some(c) = &spec.checkpoint {
+        env.extend(c.env(work_dir));
+    }
     env
 }
 

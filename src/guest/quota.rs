@@ -65,6 +65,13 @@ impl WorkMount {
         Ok(())
     }
 
+    /// A descriptor of the tmpfs's root while it is detached (the node reads
+    /// the running job's files through it); `None` while it is mounted at
+    /// the work dir's path.
+    pub fn root(&self) -> Option<io::Result<fs::File>> {
+        self.detached.as_ref().map(|f| f.try_clone())
+    }
+
     /// Bytes the job has written.
     pub fn used_bytes(&self) -> Option<u64> {
         match &self.detached {

@@ -179,7 +179,7 @@ pub const RELIABILITY_CAPS: FrameCaps = FrameCaps {
     response: RELIABILITY_RESPONSE_CAP,
 };
 
-/// Caps of `/gleaner/job/2`.
+/// Caps of `/gleaner/job/3`.
 pub const JOB_CAPS: FrameCaps = FrameCaps {
     request: JOB_REQUEST_CAP,
     response: JOB_RESPONSE_CAP,
@@ -209,7 +209,7 @@ impl<Req, Resp> Clone for FrameCodec<Req, Resp> {
 
 /// The codec of `/gleaner/reliability/1`.
 pub type ReliabilityCodec = FrameCodec<ReliabilityQuery, ReliabilityResponse>;
-/// The codec of `/gleaner/job/2`.
+/// The codec of `/gleaner/job/3`.
 pub type JobCodec = FrameCodec<JobRequest, JobResponse>;
 
 impl<Req, Resp> request_response::Codec for FrameCodec<Req, Resp>
@@ -298,6 +298,7 @@ mod tests {
             memory_mib: 1,
             expected_runtime_secs: 1,
             wall_time_limit_secs: 1,
+            checkpoint: None,
         });
         assert!(matches!(
             encode_frame(&big, 1000),
@@ -344,9 +345,12 @@ mod tests {
             job_id: "j".into(),
             seq: 0,
             time_unix: 2,
-            kind: JobEventKind::Killed { cause: None },
+            kind: JobEventKind::Killed {
+                cause: None,
+                usage: None,
+            },
         };
-        assert_eq!(encode_body(&e).unwrap(), [1, 1, b'j', 0, 4, 4, 0]);
+        assert_eq!(encode_body(&e).unwrap(), [1, 1, b'j', 0, 4, 4, 0, 0]);
         // A hash is 32 bytes with no length prefix (a fixed array is a tuple).
         let input = InputRef {
             path: "a".into(),
@@ -413,10 +417,14 @@ mod tests {
                 inputs: vec![InputRef { path: "in.dat".into(), hash: [7; 32], size: data.len() as u64 }],
                 outputs: vec!["out.dat".into()], memory_mib: 512,
                 expected_runtime_secs: 60, wall_time_limit_secs: 600,
+                checkpoint: Some(CheckpointOrder { path: "state".into(), interval_secs: 60, grace_secs: 3 }),
             });
             let event = JobRequest::Event {
                 job_id: "job-1".into(), seq, time_unix: -5,
-                kind: JobEventKind::Finished { exit_status: status },
+                kind: JobEventKind::Finished {
+                    exit_status: status,
+                    usage: None,
+                },
             };
             for req in [submit, event] {
                 let frame = encode_frame(&req, JOB_REQUEST_CAP).unwrap();

@@ -19,7 +19,10 @@ use crate::model::state::State;
 pub const RELIABILITY_PROTOCOL: &str = "/gleaner/reliability/2";
 /// Protocol id of job submission, job events and output fetches (request/response).
 /// Version 2: inputs are referenced by hash and fetched over [`DATA_PROTOCOL`].
-pub const JOB_PROTOCOL: &str = "/gleaner/job/2";
+/// Version 3: a submission may carry a checkpoint order; hosts report
+/// checkpoints (`Checkpointed`, `CheckpointRefused`) and the guest's CPU and
+/// wall time at its end; `OutputName::Checkpoint` fetches the latest one.
+pub const JOB_PROTOCOL: &str = "/gleaner/job/3";
 /// Protocol id of content-addressed data streams: a host reads a job's input
 /// from the consumer that offered it (one libp2p stream per file).
 pub const DATA_PROTOCOL: &str = "/gleaner/data/1";
@@ -263,6 +266,33 @@ pub struct JobSubmit {
     pub expected_runtime_secs: u64,
     /// Hard wall-time limit, seconds.
     pub wall_time_limit_secs: u64,
+    /// The task saves its state to a file and resumes from it (`--checkpoint`);
+    /// `None`: the host treats it as before (no variables, no grace).
+    pub checkpoint: Option<CheckpointOrder>,
+}
+
+/// What a self-checkpointing task asks of its host (docs/checkpoint.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointOrder {
+    /// The checkpoint file, a relative path in the work directory (the host
+    /// checks it like an input path). A previous checkpoint, if any, comes
+    /// as an input at this same path.
+    pub path: String,
+    /// How often the consumer asks the task to save, seconds (Young/Daly);
+    /// the guest reads it from `GLEANER_CHECKPOINT_INTERVAL`.
+    pub interval_secs: u64,
+    /// Seconds between SIGTERM and SIGKILL the task asks for when the host
+    /// kills it for S3 or S4; the host grants at most its own cap.
+    pub grace_secs: u64,
+}
+
+/// What a guest used, measured by its host at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestUsage {
+    /// User plus system CPU time of the job's processes, milliseconds.
+    pub cpu_millis: u64,
+    /// Wall time from the guest's start to its end, milliseconds.
+    pub wall_millis: u64,
 }
 
 /// Why a host refuses a job.
@@ -312,11 +342,31 @@ pub enum JobEventKind {
     Killed {
         /// State that caused the kill.
         cause: Option<WireState>,
+        /// What the guest used until it died (`None` when it could not be measured).
+        usage: Option<GuestUsage>,
     },
     /// The guest exited by itself.
     Finished {
         /// Exit status (or `128 + signal`).
         exit_status: i32,
+        /// What the guest used (`None` when it could not be measured).
+        usage: Option<GuestUsage>,
+    },
+    /// The host took a snapshot of the job's checkpoint file: fetch it with
+    /// `OutputName::Checkpoint` (the hash is the snapshot's). Sent at most
+    /// once per the host's rate limit while the job runs, and once more
+    /// after a kill, before `Killed`.
+    Checkpointed {
+        /// Size of the snapshot, bytes.
+        size: u64,
+        /// BLAKE3 hash of the snapshot.
+        hash: [u8; 32],
+    },
+    /// The job's checkpoint file was not taken (bigger than the host's cap,
+    /// not a regular file, unreadable); the job goes on.
+    CheckpointRefused {
+        /// Why, naming the file.
+        reason: String,
     },
     /// The host killed the job because its processes together used more than
     /// the declared memory plus the host's margin. The job's own doing:
@@ -346,9 +396,11 @@ pub enum OutputName {
     Stderr,
     /// A declared output file, by relative path.
     File(String),
+    /// The latest checkpoint snapshot the host reported (`Checkpointed`).
+    Checkpoint,
 }
 
-/// `/gleaner/job/2` request. Consumer → host: `Submit`, `Fetch`; host → consumer: `Event`.
+/// `/gleaner/job/3` request. Consumer → host: `Submit`, `Fetch`; host → consumer: `Event`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JobRequest {
     /// Run this job.
@@ -389,7 +441,7 @@ pub enum JobRequest {
     },
 }
 
-/// `/gleaner/job/2` response.
+/// `/gleaner/job/3` response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JobResponse {
     /// The job was accepted and will start.

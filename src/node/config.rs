@@ -136,6 +136,8 @@ pub struct GuestSection {
     pub max_input_mib: u64,
     /// Largest total of one job's inputs, MiB.
     pub max_job_input_mib: u64,
+    /// Largest checkpoint of a self-checkpointing job the host snapshots, MiB.
+    pub max_checkpoint_mib: u64,
     pub disk_mib: u64,
     pub job_cgroups: bool,
     /// Share of one core a guest may use, percent; 100 leaves it unthrottled.
@@ -154,6 +156,7 @@ impl Default for GuestSection {
             cache_mib: 4096,
             max_input_mib: 4096,
             max_job_input_mib: 8192,
+            max_checkpoint_mib: 256,
             disk_mib: crate::guest::DEFAULT_DISK_MIB,
             job_cgroups: true,
             cpu_limit_percent: 100,
@@ -289,6 +292,7 @@ pub const KEY_DOCS: &[(&str, &str, &str)] = &[
     ("guest", "cache_mib", "Size cap (MiB) of the cache of peers' job inputs, kept by content hash so an input shared by many jobs crosses once; least recently used files go first; emptied at start. 0 keeps nothing between jobs."),
     ("guest", "max_input_mib", "Largest single input file (MiB) a peer's job may bring; a bigger one is refused with its name."),
     ("guest", "max_job_input_mib", "Largest total of one peer's job inputs (MiB)."),
+    ("guest", "max_checkpoint_mib", "Largest checkpoint file (MiB) of a self-checkpointing job (`--checkpoint`) the host copies and sends back; a bigger one is refused with its name and the job goes on."),
     ("guest", "enabled", "Host guest jobs from the pool. Off (`gleaner node --no-guest`), the node is consumer-only: it still submits jobs and answers queries, and refuses jobs."),
     ("guest", "disk_mib", "Disk quota of a job's work dir, inputs included (MiB; 0 = none): while the job runs the work dir is a tmpfs of this size (root nodes only), whose pages also count in the job's memory; at the end its contents are copied to disk."),
     ("guest", "job_cgroups", "Give each job a cgroup (process, memory and idle-CPU limits, kill of the whole group) where the kernel allows. Off, a job is held by its PID namespace alone."),
@@ -330,6 +334,7 @@ pub const RANGES: &[(&str, &str, u64, u64)] = &[
     ("guest", "cache_mib", 0, 1 << 20),
     ("guest", "max_input_mib", 1, 65_536),
     ("guest", "max_job_input_mib", 1, 1 << 20),
+    ("guest", "max_checkpoint_mib", 1, 65_536),
     ("guest", "disk_mib", 0, 65_536),
     ("guest", "cpu_limit_percent", 1, 100),
     ("net", "request_timeout_secs", 1, 600),
@@ -387,7 +392,7 @@ impl Config {
     }
 
     /// Every integer key's value, as named in the file (for [`RANGES`]).
-    fn integer_values(&self) -> [(&'static str, &'static str, u64); 19] {
+    fn integer_values(&self) -> [(&'static str, &'static str, u64); 20] {
         let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
         [
             (
@@ -428,6 +433,7 @@ impl Config {
             ("guest", "cache_mib", self.guest.cache_mib),
             ("guest", "max_input_mib", self.guest.max_input_mib),
             ("guest", "max_job_input_mib", self.guest.max_job_input_mib),
+            ("guest", "max_checkpoint_mib", self.guest.max_checkpoint_mib),
             ("guest", "disk_mib", self.guest.disk_mib),
             ("guest", "cpu_limit_percent", self.guest.cpu_limit_percent),
             (

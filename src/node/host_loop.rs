@@ -220,6 +220,9 @@ pub struct GuestJob {
     /// Files moved into the work directory before launch: (path there, a
     /// verified file prepared for this job on this machine).
     pub inputs: Vec<(String, PathBuf)>,
+    /// The job's checkpoint order (a peer's `--checkpoint`); the host's cap
+    /// on its size is added by [`guest_spec`].
+    pub checkpoint: Option<crate::net::protocol::CheckpointOrder>,
 }
 
 /// The answer to `pause` and `resume`.
@@ -1561,6 +1564,10 @@ fn event_name(kind: &GuestEventKind) -> &'static str {
         GuestEventKind::Suspended => "suspended",
         GuestEventKind::Resumed => "resumed",
         GuestEventKind::KillSent { .. } => "killed",
+        GuestEventKind::TermSent { .. } => "term_sent",
+        GuestEventKind::Usage { .. } => "usage",
+        GuestEventKind::Checkpointed { .. } => "checkpointed",
+        GuestEventKind::CheckpointRefused { .. } => "checkpoint_refused",
         GuestEventKind::Exited { .. } => "exited",
         GuestEventKind::OutputTruncated { .. } => "output_truncated",
         GuestEventKind::OrphanKilled { .. } => "orphan_killed",
@@ -1598,6 +1605,12 @@ pub fn guest_spec(config: &Config, job: GuestJob) -> GuestSpec {
         allow_network: guest.allow_network,
         user: None,
         inputs: job.inputs,
+        checkpoint: job.checkpoint.map(|c| crate::guest::CheckpointPlan {
+            path: c.path,
+            interval: Duration::from_secs(c.interval_secs),
+            grace: Duration::from_secs(c.grace_secs),
+            max_bytes: guest.max_checkpoint_mib.saturating_mul(1 << 20),
+        }),
     }
 }
 

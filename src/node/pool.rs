@@ -21,7 +21,8 @@ use tokio_util::task::TaskTracker;
 use crate::guest::{safe_relative_path, ExitInfo, GuestEventKind, KillCause};
 use crate::model::ids::JobId;
 use crate::net::protocol::{
-    JobEventKind, JobRequest, JobSubmit, OutputName, RejectReason, WireState, OUTPUT_CHUNK_MAX,
+    GuestUsage, JobEventKind, JobRequest, JobSubmit, OutputName, RejectReason, WireState,
+    OUTPUT_CHUNK_MAX,
 };
 use crate::net::{read_swarm_key, BuildError, NetConfig, NetError, NetHandle};
 use crate::node::config::{GuestSection, NetSection};
@@ -86,7 +87,12 @@ pub fn check_submit(s: &JobSubmit, guest: &GuestSection) -> Result<JobId, Reject
     if s.env.iter().any(|(k, _)| k.is_empty() || k.contains('=')) {
         return invalid("an environment variable has an empty name or '=' in it".into());
     }
-    let paths = s.inputs.iter().map(|i| &i.path).chain(s.outputs.iter());
+    let paths = s
+        .inputs
+        .iter()
+        .map(|i| &i.path)
+        .chain(s.outputs.iter())
+        .chain(s.checkpoint.iter().map(|c| &c.path));
     for p in paths {
         if !safe_relative_path(p) {
             return invalid(format!(
@@ -139,6 +145,8 @@ pub struct RemoteJob {
     pub ended: Option<JobEventKind>,
     /// The ordered event queue to the consumer.
     pub events: mpsc::UnboundedSender<JobRequest>,
+    /// What the guest used, reported just before its end and sent with it.
+    pub usage: Option<GuestUsage>,
 }
 
 /// Remote jobs, the running one and the last few finished (their outputs stay
@@ -252,9 +260,17 @@ pub fn remove_stale_remote_dirs(jobs_dir: &Path) -> usize {
     removed
 }
 
-/// The wire event for a guest event, if the consumer needs to hear of it.
-pub fn wire_event(kind: &GuestEventKind) -> Option<JobEventKind> {
+/// The wire event for a guest event, if the consumer needs to hear of it;
+/// `usage` is what the guest used, sent with its end.
+pub fn wire_event(kind: &GuestEventKind, usage: Option<GuestUsage>) -> Option<JobEventKind> {
     match kind {
+        GuestEventKind::Checkpointed { size, hash } => Some(JobEventKind::Checkpointed {
+            size: *size,
+            hash: *hash,
+        }),
+        GuestEventKind::CheckpointRefused { reason } => Some(JobEventKind::CheckpointRefused {
+            reason: reason.clone(),
+        }),
         GuestEventKind::Started { .. } => Some(JobEventKind::Started),
         GuestEventKind::Reniced { nice, .. } if *nice > 0 => Some(JobEventKind::Reniced),
         GuestEventKind::Suspended => Some(JobEventKind::Suspended),
@@ -265,12 +281,14 @@ pub fn wire_event(kind: &GuestEventKind) -> Option<JobEventKind> {
         } => Some(JobEventKind::KilledOverMemory),
         GuestEventKind::Exited { cause: Some(c), .. } => Some(JobEventKind::Killed {
             cause: kill_state(*c),
+            usage,
         }),
         GuestEventKind::Exited { exit, cause: None } => Some(JobEventKind::Finished {
             exit_status: match exit {
                 ExitInfo::Code(c) => *c,
                 ExitInfo::Signal(s) => 128 + s,
             },
+            usage,
         }),
         _ => None,
     }
@@ -342,6 +360,7 @@ pub fn output_path(job: &RemoteJob, name: &OutputName) -> Option<PathBuf> {
     match name {
         OutputName::Stdout => Some(job.dir.join("stdout")),
         OutputName::Stderr => Some(job.dir.join("stderr")),
+        OutputName::Checkpoint => Some(job.dir.join(crate::guest::checkpoint::SNAPSHOT_NAME)),
         OutputName::File(f) => {
             if !job.outputs.iter().any(|o| o == f) || !safe_relative_path(f) {
                 return None;
@@ -423,6 +442,7 @@ mod tests {
             memory_mib: 100,
             expected_runtime_secs: 60,
             wall_time_limit_secs: 60,
+            checkpoint: None,
         }
     }
 
@@ -485,6 +505,7 @@ mod tests {
             seq: 0,
             ended: None,
             events: tx,
+            usage: None,
         }
     }
 
@@ -496,8 +517,14 @@ mod tests {
             time_unix: 0,
             kind,
         };
-        let finished = event(JobEventKind::Finished { exit_status: 0 });
-        let killed = event(JobEventKind::Killed { cause: None });
+        let finished = event(JobEventKind::Finished {
+            exit_status: 0,
+            usage: None,
+        });
+        let killed = event(JobEventKind::Killed {
+            cause: None,
+            usage: None,
+        });
         let started = event(JobEventKind::Started);
         assert!(event_attempts(&finished) > event_attempts(&started));
         assert_eq!(event_attempts(&finished), event_attempts(&killed));
@@ -589,6 +616,7 @@ mod tests {
             seq: 0,
             ended: None,
             events: tx,
+            usage: None,
         };
         let out = output_path(&job, &OutputName::File("out.txt".into())).unwrap();
         assert_eq!(read_chunk(&out, 0, 1024).unwrap(), (b"result".to_vec(), 6));
@@ -602,30 +630,52 @@ mod tests {
     #[test]
     fn guest_events_map_to_wire_events() {
         assert_eq!(
-            wire_event(&GuestEventKind::Exited {
-                exit: ExitInfo::Signal(9),
-                cause: Some(KillCause::CpuContention)
-            }),
+            wire_event(
+                &GuestEventKind::Exited {
+                    exit: ExitInfo::Signal(9),
+                    cause: Some(KillCause::CpuContention)
+                },
+                Some(GuestUsage {
+                    cpu_millis: 5,
+                    wall_millis: 9
+                })
+            ),
             Some(JobEventKind::Killed {
-                cause: Some(WireState::S3)
+                cause: Some(WireState::S3),
+                usage: Some(GuestUsage {
+                    cpu_millis: 5,
+                    wall_millis: 9
+                })
             })
         );
         assert_eq!(
-            wire_event(&GuestEventKind::Exited {
-                exit: ExitInfo::Code(3),
-                cause: None
-            }),
-            Some(JobEventKind::Finished { exit_status: 3 })
+            wire_event(
+                &GuestEventKind::Exited {
+                    exit: ExitInfo::Code(3),
+                    cause: None
+                },
+                None
+            ),
+            Some(JobEventKind::Finished {
+                exit_status: 3,
+                usage: None
+            })
         );
         assert_eq!(
-            wire_event(&GuestEventKind::Exited {
-                exit: ExitInfo::Signal(9),
-                cause: Some(KillCause::WallTimeLimit)
-            }),
-            Some(JobEventKind::Killed { cause: None })
+            wire_event(
+                &GuestEventKind::Exited {
+                    exit: ExitInfo::Signal(9),
+                    cause: Some(KillCause::WallTimeLimit)
+                },
+                None
+            ),
+            Some(JobEventKind::Killed {
+                cause: None,
+                usage: None
+            })
         );
         assert_eq!(
-            wire_event(&GuestEventKind::Suspended),
+            wire_event(&GuestEventKind::Suspended, None),
             Some(JobEventKind::Suspended)
         );
     }

@@ -439,6 +439,7 @@ impl PoolHost {
             mem_mib: submit.memory_mib,
             runtime_secs: Some(submit.wall_time_limit_secs),
             inputs: Vec::new(),
+            checkpoint: submit.checkpoint,
         };
         let events =
             pool::spawn_event_sender(self.parts.net.clone(), consumer, &self.parts.tracker);
@@ -453,6 +454,7 @@ impl PoolHost {
             seq: 0,
             ended: None,
             events,
+            usage: None,
         });
         if let Some(old) = evicted {
             self.parts
@@ -585,7 +587,22 @@ impl PoolHost {
 
     /// Sends a guest event of a remote job to its consumer, in order.
     fn forward_to_consumer(&mut self, e: &GuestEvent) {
-        let Some(kind) = pool::wire_event(&e.kind) else {
+        if let crate::guest::GuestEventKind::Usage {
+            cpu_millis: Some(cpu_millis),
+            wall_millis,
+        } = e.kind
+        {
+            // Sent with the end, which comes next.
+            if let Some(job) = self.remote.by_local_id(&e.job_id) {
+                job.usage = Some(crate::net::protocol::GuestUsage {
+                    cpu_millis,
+                    wall_millis,
+                });
+            }
+            return;
+        }
+        let usage = self.remote.by_local_id(&e.job_id).and_then(|j| j.usage);
+        let Some(kind) = pool::wire_event(&e.kind, usage) else {
             return;
         };
         self.send_job_event(&e.job_id, e.at.as_second(), kind);

@@ -62,6 +62,9 @@ pub struct AttemptPlan {
     /// The job's wall-time limit on the host.
     pub limit: Duration,
     pub settings: JobSettings,
+    /// Where the task's latest checkpoint is kept, when it checkpoints: each
+    /// snapshot its host reports is fetched there.
+    pub checkpoint_dest: Option<PathBuf>,
 }
 
 /// What an attempt tells its queue while it runs.
@@ -72,6 +75,39 @@ pub enum AttemptNews {
     /// The host reported an event of the job (inputs ready, started,
     /// reniced, suspended...).
     HostEvent(JobEventKind),
+    /// A checkpoint the host reported was fetched and verified into the
+    /// plan's `checkpoint_dest`, in `fetch_secs`.
+    Checkpoint {
+        size: u64,
+        hash: [u8; 32],
+        fetch_secs: f64,
+    },
+}
+
+/// Fetches the checkpoint a `Checkpointed` event announces, when the task
+/// keeps checkpoints; a failed fetch is logged and the job goes on (the
+/// next snapshot, or the last one after a kill, will be tried).
+async fn take_checkpoint<P: JobPool>(
+    pool: &P,
+    plan: &AttemptPlan,
+    kind: &JobEventKind,
+    news: &(impl Fn(AttemptNews) + Send + Sync),
+) {
+    let (JobEventKind::Checkpointed { size, hash }, Some(dest)) = (kind, &plan.checkpoint_dest)
+    else {
+        return;
+    };
+    match crate::consumer::batch::checkpoint::fetch_checkpoint(pool, plan, dest, *size, *hash).await
+    {
+        Ok(fetch_secs) => news(AttemptNews::Checkpoint {
+            size: *size,
+            hash: *hash,
+            fetch_secs,
+        }),
+        Err(e) => {
+            tracing::info!(job = %plan.job_id, host = %plan.host, error = %e, "checkpoint not fetched")
+        }
+    }
 }
 
 /// Hands `submit` to the plan's host and follows it, telling `news` what
@@ -166,6 +202,7 @@ async fn follow<P: JobPool>(
                     break Err(AttemptEnd::HostFailed("the node stopped following the job".into()));
                 };
                 news(AttemptNews::HostEvent(event.kind.clone()));
+                take_checkpoint(pool, plan, &event.kind, news).await;
                 if let Some(end) = ending(&event.kind) {
                     break end;
                 }
@@ -184,6 +221,7 @@ async fn follow<P: JobPool>(
                     Ok(JobResponse::JobState(RemoteJobState::Ended(kind))) => {
                         // Events that came meanwhile are still news.
                         while let Ok(event) = registration.events.try_recv() {
+                            take_checkpoint(pool, plan, &event.kind, news).await;
                             news(AttemptNews::HostEvent(event.kind));
                         }
                         if let Some(end) = ending(&kind) {
@@ -239,14 +277,20 @@ pub fn event_text(kind: &JobEventKind) -> String {
         JobEventKind::Reniced => "reniced to 19 (the owner is busy)".to_string(),
         JobEventKind::Suspended => "suspended (owner load spike)".to_string(),
         JobEventKind::Resumed => "resumed".to_string(),
-        JobEventKind::Killed { cause } => match cause {
+        JobEventKind::Killed { cause, .. } => match cause {
             Some(state) => format!(
                 "killed by the host ({})",
                 crate::model::state::State::from(*state).label()
             ),
             None => "killed by the host (wall-time limit)".to_string(),
         },
-        JobEventKind::Finished { exit_status } => format!("finished with status {exit_status}"),
+        JobEventKind::Finished { exit_status, .. } => {
+            format!("finished with status {exit_status}")
+        }
+        JobEventKind::Checkpointed { size, .. } => {
+            format!("checkpoint taken on the host ({size} bytes)")
+        }
+        JobEventKind::CheckpointRefused { reason } => format!("checkpoint refused: {reason}"),
         JobEventKind::KilledOverMemory => {
             "killed by the host: over its declared memory".to_string()
         }
@@ -264,7 +308,7 @@ pub fn event_text(kind: &JobEventKind) -> String {
 /// ended it, `None` while it runs.
 fn ending(kind: &JobEventKind) -> Option<Result<i32, AttemptEnd>> {
     match kind {
-        JobEventKind::Finished { exit_status } => Some(Ok(*exit_status)),
+        JobEventKind::Finished { exit_status, .. } => Some(Ok(*exit_status)),
         JobEventKind::Killed { .. } | JobEventKind::NotStarted { .. } => {
             Some(Err(AttemptEnd::HostFailed(event_text(kind))))
         }
@@ -273,7 +317,9 @@ fn ending(kind: &JobEventKind) -> Option<Result<i32, AttemptEnd>> {
         | JobEventKind::InputsReady { .. }
         | JobEventKind::Reniced
         | JobEventKind::Suspended
-        | JobEventKind::Resumed => None,
+        | JobEventKind::Resumed
+        | JobEventKind::Checkpointed { .. }
+        | JobEventKind::CheckpointRefused { .. } => None,
     }
 }
 
@@ -347,7 +393,7 @@ pub async fn replace_dir(from: &Path, to: &Path) -> Result<(), String> {
 
 /// Fetches one output into `path`, checked against its host's hash.
 /// `Ok(false)` when the host says the job wrote no such file.
-async fn fetch_to_file<P: JobPool>(
+pub(crate) async fn fetch_to_file<P: JobPool>(
     pool: &P,
     plan: &AttemptPlan,
     name: OutputName,

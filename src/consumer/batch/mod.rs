@@ -6,12 +6,17 @@
 //! - [`store`] and [`codec`]: the durable queue in sled;
 //! - [`queue`]: the queue itself, owned by the consumer actor: placement,
 //!   retries, cancel, re-attach after a restart;
+//! - [`forecast`]: the batch's turnaround estimate (`batch estimate`);
 //! - [`policy`]: the named placement policies (`--policy`);
+//! - [`checkpoint`]: checkpoint intervals (Young/Daly) and each task's
+//!   latest verified checkpoint, offered to its next attempt;
 //! - [`attempt`]: one attempt of one task on one host, with its results
 //!   landed whole or not at all.
 
 pub mod attempt;
+pub mod checkpoint;
 pub mod codec;
+pub mod forecast;
 pub mod policy;
 pub mod queue;
 pub mod spec;

@@ -17,22 +17,26 @@ use std::time::Duration;
 
 use libp2p::PeerId;
 use rand::SeedableRng;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
 use crate::consumer::batch::attempt::{self, AttemptEnd, AttemptNews, AttemptPlan};
+use crate::consumer::batch::forecast::{estimate_batch, view_or_guess, BatchEstimate, BatchShape};
 use crate::consumer::batch::policy::{PolicyName, TaskNeeds};
 use crate::consumer::batch::spec::{self, Sweep, TaskTemplate};
 use crate::consumer::batch::store::{
-    BatchRecord, BatchStore, CheckpointSpec, TaskRecord, TaskState,
+    BatchRecord, BatchStore, CheckpointSpec, TaskCopy, TaskRecord, TaskState,
 };
 use crate::consumer::pool::{JobPool, JobSettings};
+use crate::consumer::rank;
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::consumer::Inbox;
 use crate::data::{InputSpec, Offer};
-use crate::model::ids::BatchId;
+use crate::model::ids::{BatchId, JobId};
+use crate::model::sched::deadline::{p_fresh_copy_in_time, p_running_copy_in_time};
+use crate::model::sched::runtime::{Completion, RuntimeEstimate, DEFAULT_PRIOR_WEIGHT};
 use crate::net::protocol::JobSubmit;
 
 /// A new batch, as the control API hands it over (paths absolute).
@@ -70,6 +74,8 @@ pub enum BatchError {
     OutputDir { path: String, why: String },
     #[error("{0}")]
     Store(String),
+    #[error("no estimate: {0}")]
+    Estimate(String),
 }
 
 /// One change of one task, for `batch wait` and the progress bar.
@@ -97,6 +103,9 @@ pub struct BatchView {
     pub eta_unix: Option<i64>,
     /// The node's copy of the results: `<dir>/<task>/`.
     pub results_dir: PathBuf,
+    /// CISNE's estimate of its end from the last survey's hosts (`batch
+    /// status`; not in `batch list`).
+    pub estimate: Option<BatchEstimate>,
 }
 
 /// Tasks by state.
@@ -149,6 +158,12 @@ pub enum QueueMsg {
         host: PeerId,
         end: AttemptEnd,
     },
+    /// A checkpoint or the guest's usage came from a task's host.
+    Checkpoint {
+        batch: BatchId,
+        task: u32,
+        news: crate::consumer::batch::checkpoint::CheckpointNews,
+    },
     /// A landed task's results were copied to the batch's output directory
     /// (or could not be).
     Copied {
@@ -172,6 +187,18 @@ pub const IDLE_SURVEY_EVERY: Duration = Duration::from_secs(2);
 const RANKING_FRESH_FOR: Duration = Duration::from_secs(10);
 /// How often the consumer actor asks the queue whether to survey.
 pub const TICK: Duration = Duration::from_millis(100);
+/// How often running tasks of batches with a deadline are looked at.
+const DEADLINE_CHECK_EVERY: Duration = Duration::from_secs(1);
+/// A running task whose chance of meeting its batch's deadline is below
+/// this gets a second copy on another free host...
+const COPY_BELOW: f64 = 0.5;
+/// ...when a fresh copy there has at least this much more chance.
+const COPY_GAIN: f64 = 0.1;
+/// Spread (log scale) of a task's wall time around its expected value:
+/// a declared runtime is a guess, and a task may well take e (2.7) times
+/// or a third of it. Log-normal tails are light: with less spread a task
+/// far past its runtime would still look about to end.
+const RUNTIME_SIGMA_PRIOR: f64 = 1.0;
 
 /// The queue. Owned by the consumer actor.
 pub struct BatchQueue<P: JobPool + Clone + 'static> {
@@ -184,8 +211,9 @@ pub struct BatchQueue<P: JobPool + Clone + 'static> {
     tracker: TaskTracker,
     shutdown: CancellationToken,
     batches: BTreeMap<BatchId, LiveBatch>,
-    /// Attempts in flight, each with the token that cancels it.
-    running: HashMap<(BatchId, u32), CancellationToken>,
+    /// Attempts in flight (a task's main attempt and its copies, by host),
+    /// each with the token that cancels it.
+    running: HashMap<(BatchId, u32, PeerId), CancellationToken>,
     hosts_in_use: HashSet<PeerId>,
     /// Hosts that refused a task for good (not allowed, too big): not
     /// offered that task again while this node runs.
@@ -201,8 +229,12 @@ pub struct BatchQueue<P: JobPool + Clone + 'static> {
     last_hosts_at: Option<tokio::time::Instant>,
     /// Draws for the `random` policy.
     rng: rand_chacha::ChaCha8Rng,
+    last_deadline_check: Option<tokio::time::Instant>,
     /// Set when something changed that may let a task start.
     wanted: bool,
+    /// Checkpoint intervals: each host's last TR and the measured cost of
+    /// each batch's checkpoints (`batch::checkpoint`).
+    checkpoints: crate::consumer::batch::checkpoint::Intervals,
 }
 
 impl<P: JobPool + Clone + 'static> BatchQueue<P> {
@@ -246,7 +278,9 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             last_hosts: Vec::new(),
             last_hosts_at: None,
             rng: rand_chacha::ChaCha8Rng::from_os_rng(),
+            last_deadline_check: None,
             wanted: true,
+            checkpoints: Default::default(),
         };
         for (record, tasks) in loaded {
             let id = record.id;
@@ -287,16 +321,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             // The checkpoint comes back like an output: same confinement.
             spec::check_output(&checkpoint.path)?;
         }
-        // Every input must be a readable regular file now, not when a host
-        // asks for it. Each distinct file is checked once.
-        let mut checked = HashSet::new();
-        for task in &tasks {
-            for (local, _) in &task.inputs {
-                if checked.insert(local.clone()) {
-                    check_input(local)?;
-                }
-            }
-        }
+        check_inputs(&tasks)?;
         let now_ms = self.clock.now().as_millisecond().max(0) as u64;
         let last = self.batches.keys().next_back().map_or(0, |b| b.number());
         let id = BatchId::new(now_ms.max(last + 1));
@@ -371,7 +396,109 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             counts,
             eta_unix: eta(&live.tasks, counts, self.clock.unix_secs()),
             results_dir: self.results_dir(id),
+            estimate: None,
         })
+    }
+
+    /// Estimates a batch before it is queued: checked as `submit` checks it,
+    /// nothing queued or sent but the survey. The Monte Carlo runs off the
+    /// actor's loop; the answer comes on `reply`.
+    pub fn estimate_new(
+        &mut self,
+        new: &NewBatch,
+        reply: oneshot::Sender<Result<BatchEstimate, BatchError>>,
+    ) {
+        let tasks = match spec::expand(&new.template, &new.sweep)
+            .map_err(BatchError::from)
+            .and_then(|tasks| check_inputs(&tasks).map(|()| tasks))
+        {
+            Ok(tasks) => tasks,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        let now = self.clock.unix_secs();
+        let runtime = new.runtime_secs.max(1);
+        let shape = BatchShape {
+            // The prior's mean: the estimate draws runtimes around it.
+            runtime_secs: RuntimeEstimate::with_prior(
+                runtime as f64,
+                DEFAULT_PRIOR_WEIGHT,
+                RUNTIME_SIGMA_PRIOR,
+            )
+            .map_or(runtime as f64, |m| m.mean_secs()),
+            window_secs: runtime,
+            running: Vec::new(),
+            waiting: tasks.len(),
+            deadline_in: new.deadline_unix.map(|d| (d - now) as f64),
+            checkpoint_cost_secs: new.checkpoint.as_ref().map(|c| c.cost_secs as f64),
+            runtime_sigma_log: Some(RUNTIME_SIGMA_PRIOR),
+        };
+        let query = SurveyQuery {
+            window_start_unix: now,
+            window_secs: runtime,
+            mem_mib: new.mem_mib,
+            rounds: 1,
+        };
+        let pool = self.pool.clone();
+        self.tracker.spawn(async move {
+            let result = match pool.survey(query).await {
+                Err(e) => Err(BatchError::Estimate(format!("cannot survey the pool: {e}"))),
+                Ok(hosts) => run_estimate(hosts, shape, now).await,
+            };
+            let _ = reply.send(result);
+        });
+    }
+
+    /// A running batch's view with its estimate from the last survey's
+    /// hosts, computed off the loop; without one when the batch has ended
+    /// or no survey has been made.
+    pub fn view_with_estimate(
+        &self,
+        id: BatchId,
+        reply: oneshot::Sender<Result<BatchView, BatchError>>,
+    ) {
+        let mut view = match self.view(id) {
+            Ok(view) => view,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        let Some(live) = self.batches.get(&id) else {
+            return;
+        };
+        if view.counts.finished() || live.record.cancelled || self.last_hosts.is_empty() {
+            let _ = reply.send(Ok(view));
+            return;
+        }
+        let now = self.clock.unix_secs();
+        let running = live
+            .tasks
+            .iter()
+            .filter(|t| t.state == TaskState::Running)
+            .filter_map(|t| {
+                let host = t.host.as_deref()?.parse::<PeerId>().ok()?;
+                Some((host, (now - t.started_unix?).max(0) as f64))
+            })
+            .collect();
+        let shape = BatchShape {
+            // The mean: the estimate draws runtimes around it keeping it.
+            runtime_secs: runtime_model(live)
+                .map_or(live.record.runtime_secs.max(1) as f64, |m| m.mean_secs()),
+            window_secs: live.record.runtime_secs,
+            running,
+            waiting: view.counts.queued as usize,
+            deadline_in: live.record.deadline_unix.map(|d| (d - now) as f64),
+            checkpoint_cost_secs: live.record.checkpoint.as_ref().map(|c| c.cost_secs as f64),
+            runtime_sigma_log: Some(runtime_spread(live)),
+        };
+        let hosts = self.last_hosts.clone();
+        self.tracker.spawn(async move {
+            view.estimate = run_estimate(hosts, shape, now).await.ok();
+            let _ = reply.send(Ok(view));
+        });
     }
 
     /// Marks every task not yet ended cancelled and kills running copies on
@@ -443,6 +570,16 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 && b.record.max_running.is_none_or(|m| b.running < m)
                 && b.tasks.iter().any(|t| t.state == TaskState::Queued)
         });
+        // A batch with a deadline keeps the view of free hosts fresh while
+        // its tasks run, for second copies.
+        let watching = self.batches.values().any(|b| {
+            !b.record.cancelled
+                && b.record.deadline_unix.is_some()
+                && b.tasks
+                    .iter()
+                    .any(|t| t.state == TaskState::Running && t.copies.is_empty())
+        });
+        let waiting = waiting || watching;
         if !waiting {
             return false;
         }
@@ -456,11 +593,13 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
 
     /// Starts a survey for the oldest waiting task's window.
     pub fn start_survey(&mut self) {
-        let Some(first) = self
-            .batches
-            .values()
-            .find(|b| !b.record.cancelled && b.tasks.iter().any(|t| t.state == TaskState::Queued))
-        else {
+        let Some(first) = self.batches.values().find(|b| {
+            !b.record.cancelled
+                && b.tasks.iter().any(|t| {
+                    t.state == TaskState::Queued
+                        || (b.record.deadline_unix.is_some() && t.state == TaskState::Running)
+                })
+        }) else {
             return;
         };
         let query = SurveyQuery {
@@ -497,6 +636,26 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             QueueMsg::HostEvent { batch, task, text } => {
                 self.emit(batch, task, Some(text));
             }
+            QueueMsg::Checkpoint { batch, task, news } => {
+                let now = self.clock.unix_secs();
+                let Some(t) = self
+                    .batches
+                    .get_mut(&batch)
+                    .and_then(|b| b.tasks.get_mut(task as usize))
+                else {
+                    return;
+                };
+                let text = self.checkpoints.record(batch, t, news, now);
+                if let Err(e) =
+                    self.store
+                        .put_task(batch, task, &self.batches[&batch].tasks[task as usize])
+                {
+                    tracing::error!(%batch, task, error = %e, "cannot record a task's checkpoint");
+                }
+                if let Some(text) = text {
+                    self.emit(batch, task, Some(text));
+                }
+            }
             QueueMsg::Ended {
                 batch,
                 task,
@@ -512,6 +671,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     }
 
     fn place(&mut self, hosts: Vec<SurveyedHost>) {
+        self.checkpoints.surveyed(&hosts);
         self.last_hosts = hosts;
         self.last_hosts_at = Some(tokio::time::Instant::now());
         let hosts = self.last_hosts.clone();
@@ -595,25 +755,30 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             .map(|i| i as u32)
     }
 
-    fn plan(&self, batch: BatchId, task: u32, host: PeerId) -> Option<AttemptPlan> {
+    fn plan(&self, batch: BatchId, task: u32, host: PeerId, job_id: JobId) -> Option<AttemptPlan> {
         let live = self.batches.get(&batch)?;
-        let t = live.tasks.get(task as usize)?;
         Some(AttemptPlan {
             host,
-            job_id: t.job_id.clone()?,
+            job_id,
             outputs: live.record.outputs.clone(),
             result_dir: self.results_dir(batch).join(task.to_string()),
             limit: Duration::from_secs(live.record.limit_secs),
             settings: self.settings,
+            checkpoint_dest: live.record.checkpoint.as_ref().map(|_| {
+                crate::consumer::batch::checkpoint::checkpoint_file(
+                    &self.dir.join(batch.to_string()),
+                    task,
+                )
+            }),
         })
     }
 
+    /// Hands a waiting task to `host`: its main attempt.
     fn start(&mut self, batch: BatchId, task: u32, host: PeerId, gamma: Option<f64>) {
         let now = self.clock.unix_secs();
         let Some(live) = self.batches.get_mut(&batch) else {
             return;
         };
-        let record = live.record.clone();
         let Some(t) = live.tasks.get_mut(task as usize) else {
             return;
         };
@@ -624,14 +789,65 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         t.job_id = Some(job_id.clone());
         t.started_unix = Some(now);
         t.host_gamma = gamma;
-        let submit_parts = (t.argv.clone(), t.env.clone(), t.inputs.clone());
         live.running += 1;
         self.persist(batch, task);
-        let Some(plan) = self.plan(batch, task, host) else {
+        self.launch(batch, task, host, job_id);
+    }
+
+    /// Starts a further copy of a running task on `host` (a deadline at
+    /// risk): the first copy to land wins, the others are killed.
+    fn start_copy(&mut self, batch: BatchId, task: u32, host: PeerId) {
+        let now = self.clock.unix_secs();
+        let Some(live) = self.batches.get_mut(&batch) else {
+            return;
+        };
+        let Some(t) = live.tasks.get_mut(task as usize) else {
+            return;
+        };
+        if t.state != TaskState::Running {
+            return;
+        }
+        let job_id = batch.job_id(task, t.attempts);
+        t.attempts += 1;
+        t.copies.push(TaskCopy {
+            host: host.to_base58(),
+            job_id: job_id.clone(),
+            started_unix: now,
+        });
+        live.running += 1;
+        tracing::info!(%batch, task, %host, "deadline at risk: a second copy of the task starts");
+        self.persist(batch, task);
+        self.launch(batch, task, host, job_id);
+    }
+
+    /// Runs one attempt (the main one or a copy) of a task as a tracked task.
+    fn launch(&mut self, batch: BatchId, task: u32, host: PeerId, job_id: JobId) {
+        let Some(live) = self.batches.get(&batch) else {
+            return;
+        };
+        let record = live.record.clone();
+        let Some(t) = live.tasks.get(task as usize) else {
+            return;
+        };
+        let mut submit_parts = (t.argv.clone(), t.env.clone(), t.inputs.clone());
+        // A checkpointing task gets its order, and its latest checkpoint as
+        // an input at the checkpoint path, so it resumes wherever it runs
+        // (a deadline's second copy too).
+        let batch_dir = self.dir.join(batch.to_string());
+        let order = self.checkpoints.order(
+            batch,
+            task,
+            t,
+            &record,
+            host,
+            &batch_dir,
+            &mut submit_parts.2,
+        );
+        let Some(plan) = self.plan(batch, task, host, job_id) else {
             return;
         };
         let cancel = self.shutdown.child_token();
-        self.running.insert((batch, task), cancel.clone());
+        self.running.insert((batch, task, host), cancel.clone());
         self.hosts_in_use.insert(host);
         let (pool, inbox, store, tx) = (
             self.pool.clone(),
@@ -644,7 +860,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             // then asks the host instead of running the task twice.
             let flushed = tokio::task::spawn_blocking(move || store.flush()).await;
             let end = match flushed {
-                Ok(Ok(())) => match job_submit(&pool, &plan, &record, submit_parts).await {
+                Ok(Ok(())) => match job_submit(&pool, &plan, &record, submit_parts, order).await {
                     Ok((submit, offer)) => {
                         let end = attempt::run(
                             &pool,
@@ -674,13 +890,23 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         });
     }
 
+    /// After a restart: asks the hosts of a task that was running (its main
+    /// attempt and any copies) how it stands.
     fn reattach(&mut self, batch: BatchId, task: u32) {
-        let host = self
-            .task(batch, task)
-            .and_then(|t| t.host.as_deref())
-            .and_then(|h| h.parse::<PeerId>().ok());
-        let plan = host.and_then(|h| self.plan(batch, task, h));
-        let (Some(host), Some(plan)) = (host, plan) else {
+        let Some(t) = self.task(batch, task) else {
+            return;
+        };
+        let main = t
+            .host
+            .as_deref()
+            .and_then(|h| h.parse::<PeerId>().ok())
+            .zip(t.job_id.clone());
+        let copies: Vec<(PeerId, JobId)> = t
+            .copies
+            .iter()
+            .filter_map(|c| Some((c.host.parse::<PeerId>().ok()?, c.job_id.clone())))
+            .collect();
+        let Some(main) = main else {
             // Nothing to ask: run it again.
             if let Some(t) = self
                 .batches
@@ -688,32 +914,172 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 .and_then(|b| b.tasks.get_mut(task as usize))
             {
                 t.state = TaskState::Queued;
+                t.copies.clear();
             }
             self.persist(batch, task);
             return;
         };
-        tracing::info!(%batch, task, %host, "re-attaching to a task that was running");
-        if let Some(b) = self.batches.get_mut(&batch) {
-            b.running += 1;
-        }
-        let cancel = self.shutdown.child_token();
-        self.running.insert((batch, task), cancel.clone());
-        self.hosts_in_use.insert(host);
-        let (pool, inbox, tx) = (self.pool.clone(), self.inbox.clone(), self.to_self.clone());
-        self.tracker.spawn(async move {
-            let news = news_to(tx.clone(), batch, task);
-            let end = attempt::reattach(&pool, &inbox, &plan, &cancel, news).await;
-            let _ = tx.send(QueueMsg::Ended {
-                batch,
-                task,
-                host,
-                end,
+        for (host, job_id) in std::iter::once(main).chain(copies) {
+            let Some(plan) = self.plan(batch, task, host, job_id) else {
+                continue;
+            };
+            tracing::info!(%batch, task, %host, "re-attaching to a task that was running");
+            if let Some(b) = self.batches.get_mut(&batch) {
+                b.running += 1;
+            }
+            let cancel = self.shutdown.child_token();
+            self.running.insert((batch, task, host), cancel.clone());
+            self.hosts_in_use.insert(host);
+            let (pool, inbox, tx) = (self.pool.clone(), self.inbox.clone(), self.to_self.clone());
+            self.tracker.spawn(async move {
+                let news = news_to(tx.clone(), batch, task);
+                let end = attempt::reattach(&pool, &inbox, &plan, &cancel, news).await;
+                let _ = tx.send(QueueMsg::Ended {
+                    batch,
+                    task,
+                    host,
+                    end,
+                });
             });
-        });
+        }
+    }
+
+    /// Looks at the running tasks of batches with a deadline: a task whose
+    /// chance of ending in time has fallen below [`COPY_BELOW`] gets a second
+    /// copy on the free host where a fresh copy's chance is best, when that
+    /// is at least [`COPY_GAIN`] higher. Called on every tick; works at
+    /// most once per [`DEADLINE_CHECK_EVERY`].
+    pub fn watch_deadlines(&mut self) {
+        if self
+            .last_deadline_check
+            .is_some_and(|t| t.elapsed() < DEADLINE_CHECK_EVERY)
+        {
+            return;
+        }
+        self.last_deadline_check = Some(tokio::time::Instant::now());
+        let hosts = self.fresh_hosts().to_vec();
+        if hosts.is_empty() {
+            return;
+        }
+        let now = self.clock.unix_secs();
+        let mut taken: HashSet<PeerId> = self.hosts_in_use.clone();
+        let mut copies = Vec::new();
+        for (id, live) in &self.batches {
+            let Some(deadline) = live.record.deadline_unix else {
+                continue;
+            };
+            let time_left = (deadline - now) as f64;
+            if live.record.cancelled || time_left <= 0.0 {
+                continue;
+            }
+            let runtime = runtime_estimate(live);
+            let spread = runtime_spread(live);
+            let window = live.record.runtime_secs;
+            for (i, t) in live.tasks.iter().enumerate() {
+                if t.state != TaskState::Running || !t.copies.is_empty() {
+                    continue;
+                }
+                let (Some(started), Some(host)) = (
+                    t.started_unix,
+                    t.host.as_deref().and_then(|h| h.parse::<PeerId>().ok()),
+                ) else {
+                    continue;
+                };
+                let view = match hosts.iter().find(|h| h.peer == host) {
+                    Some(h) => view_or_guess(h, window),
+                    None => view_or_guess(&SurveyedHost::new(host), window),
+                };
+                let p_main = p_running_copy_in_time(
+                    view.expected_run_secs(runtime),
+                    spread,
+                    (now - started).max(0) as f64,
+                    time_left,
+                    |s| view.curve.tr_at(s),
+                );
+                if p_main >= COPY_BELOW {
+                    continue;
+                }
+                let refused = self.refused_by.get(&(*id, i as u32));
+                let best = hosts
+                    .iter()
+                    .filter(|h| {
+                        rank::eligible(h)
+                            && !taken.contains(&h.peer)
+                            && !t.avoid.contains(&h.peer.to_base58())
+                            && !refused.is_some_and(|r| r.contains(&h.peer))
+                    })
+                    .map(|h| {
+                        let v = view_or_guess(h, window);
+                        let p = p_fresh_copy_in_time(
+                            v.expected_run_secs(runtime),
+                            spread,
+                            time_left,
+                            |s| v.curve.tr_at(s),
+                        );
+                        (h.peer, p)
+                    })
+                    .max_by(|a, b| a.1.total_cmp(&b.1));
+                if let Some((peer, p_copy)) = best {
+                    if p_copy >= p_main + COPY_GAIN {
+                        tracing::debug!(batch = %id, task = i, p_main, p_copy, "deadline at risk");
+                        taken.insert(peer);
+                        copies.push((*id, i as u32, peer));
+                    }
+                }
+            }
+        }
+        for (batch, task, host) in copies {
+            self.start_copy(batch, task, host);
+        }
+    }
+
+    /// Takes one ended attempt of a task that has others still running (a
+    /// copy): the task goes on with them. A copy that landed wins instead
+    /// (`ended` handles that). Returns true when this handled the end.
+    fn end_one_of_several(
+        &mut self,
+        batch: BatchId,
+        task: u32,
+        host: PeerId,
+        end: &AttemptEnd,
+    ) -> bool {
+        if matches!(end, AttemptEnd::Landed { .. }) {
+            return false;
+        }
+        let batch_cancelled = self.batches.get(&batch).is_some_and(|b| b.record.cancelled);
+        let Some(t) = self
+            .batches
+            .get_mut(&batch)
+            .and_then(|b| b.tasks.get_mut(task as usize))
+        else {
+            return false;
+        };
+        if t.copies.is_empty() || t.state != TaskState::Running || batch_cancelled {
+            return false;
+        }
+        if matches!(end, AttemptEnd::Cancelled) {
+            // The node is stopping: every copy is re-attached at the next start.
+            return true;
+        }
+        let name = host.to_base58();
+        if t.host.as_deref() == Some(name.as_str()) {
+            // The main attempt ended: the oldest copy takes its place.
+            let next = t.copies.remove(0);
+            t.host = Some(next.host);
+            t.job_id = Some(next.job_id);
+        } else {
+            t.copies.retain(|c| c.host != name);
+        }
+        if let AttemptEnd::HostFailed(reason) = end {
+            t.avoid.push(name);
+            t.reason = Some(reason.clone());
+        }
+        self.persist(batch, task);
+        true
     }
 
     fn ended(&mut self, batch: BatchId, task: u32, host: PeerId, end: AttemptEnd) {
-        self.running.remove(&(batch, task));
+        self.running.remove(&(batch, task, host));
         self.hosts_in_use.remove(&host);
         self.wanted = true;
         let now = self.clock.unix_secs();
@@ -722,6 +1088,34 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             return;
         };
         live.running = live.running.saturating_sub(1);
+        // A copy that lost (another landed first) ends with nothing to say.
+        if live
+            .tasks
+            .get(task as usize)
+            .is_some_and(|t| t.state.is_final())
+        {
+            return;
+        }
+        if self.end_one_of_several(batch, task, host, &end) {
+            return;
+        }
+        // The first copy to land wins: the others are killed on their hosts.
+        let siblings: Vec<PeerId> = self
+            .running
+            .keys()
+            .filter(|k| k.0 == batch && k.1 == task)
+            .map(|k| k.2)
+            .collect();
+        if matches!(end, AttemptEnd::Landed { .. }) {
+            for other in siblings {
+                if let Some(cancel) = self.running.get(&(batch, task, other)) {
+                    cancel.cancel();
+                }
+            }
+        }
+        let Some(live) = self.batches.get_mut(&batch) else {
+            return;
+        };
         let cancelled = live.record.cancelled;
         let output_dir = live.record.output_dir.clone();
         let Some(t) = live.tasks.get_mut(task as usize) else {
@@ -735,6 +1129,15 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 wall_secs,
                 missing,
             } => {
+                if t.host.as_deref() != Some(host_text.as_str()) {
+                    // A copy won: it is the attempt the task's record shows.
+                    if let Some(copy) = t.copies.iter().find(|c| c.host == host_text) {
+                        t.job_id = Some(copy.job_id.clone());
+                        t.started_unix = Some(copy.started_unix);
+                    }
+                    t.host = Some(host_text.clone());
+                }
+                t.copies.clear();
                 t.state = if exit_status == 0 && missing.is_empty() {
                     TaskState::Done
                 } else {
@@ -879,6 +1282,9 @@ fn news_to(
     task: u32,
 ) -> impl Fn(AttemptNews) + Send + Sync {
     move |news| {
+        if let Some(news) = crate::consumer::batch::checkpoint::CheckpointNews::of(&news) {
+            let _ = tx.send(QueueMsg::Checkpoint { batch, task, news });
+        }
         let _ = tx.send(match news {
             AttemptNews::Accepted => QueueMsg::Accepted { batch, task },
             AttemptNews::HostEvent(kind) => QueueMsg::HostEvent {
@@ -886,13 +1292,63 @@ fn news_to(
                 task,
                 text: attempt::event_text(&kind),
             },
+            AttemptNews::Checkpoint { .. } => return,
         });
     }
 }
 
-/// The reference run time a policy plans a batch's next task with, seconds.
+/// Runs [`estimate_batch`] on the blocking pool.
+async fn run_estimate(
+    hosts: Vec<SurveyedHost>,
+    shape: BatchShape,
+    now: i64,
+) -> Result<BatchEstimate, BatchError> {
+    tokio::task::spawn_blocking(move || {
+        let mut rng = rand_chacha::ChaCha8Rng::from_os_rng();
+        estimate_batch(&hosts, &shape, now, &mut rng)
+            .map_err(|e| BatchError::Estimate(e.to_string()))
+    })
+    .await
+    .unwrap_or_else(|e| Err(BatchError::Estimate(e.to_string())))
+}
+
+/// What a batch's tasks are expected to take (reference seconds): the
+/// declared runtime as the prior, spread [`RUNTIME_SIGMA_PRIOR`] and
+/// weighing as a few tasks, updated by every task of the batch that landed
+/// done — its wall time on its host times the host's Γ when it was placed
+/// (SDPN's normalisation; CISNE's ExeTime). A task's reported CPU seconds
+/// are not used here: they add up all its attempts, and the host's P
+/// alone is not kept.
+fn runtime_model(live: &LiveBatch) -> Option<RuntimeEstimate> {
+    let declared = live.record.runtime_secs.max(1) as f64;
+    let mut model =
+        RuntimeEstimate::with_prior(declared, DEFAULT_PRIOR_WEIGHT, RUNTIME_SIGMA_PRIOR).ok()?;
+    for t in &live.tasks {
+        if t.state != TaskState::Done {
+            continue;
+        }
+        let (Some(wall_secs), Some(gamma)) = (t.wall_secs, t.host_gamma) else {
+            continue;
+        };
+        // A bad record is skipped (`observe` refuses it by value).
+        let _ = model.observe(Completion {
+            cpu_secs: 0.0,
+            wall_secs,
+            gamma: gamma.clamp(1e-3, 1.0),
+        });
+    }
+    Some(model)
+}
+
+/// The reference run time a policy plans a batch's next task with: the
+/// model's median (the declared runtime until tasks land), seconds.
 fn runtime_estimate(live: &LiveBatch) -> f64 {
-    live.record.runtime_secs.max(1) as f64
+    runtime_model(live).map_or(live.record.runtime_secs.max(1) as f64, |m| m.median_secs())
+}
+
+/// The runtime's spread on a log scale, for deadlines and estimates.
+fn runtime_spread(live: &LiveBatch) -> f64 {
+    runtime_model(live).map_or(RUNTIME_SIGMA_PRIOR, |m| m.sigma_log())
 }
 
 /// When the last task should end: the tasks left, at the pace tasks have
@@ -915,6 +1371,20 @@ fn eta(tasks: &[TaskRecord], counts: Counts, now: i64) -> Option<i64> {
     Some(now + (left / rate).ceil() as i64)
 }
 
+/// Every input must be a readable regular file now, not when a host asks
+/// for it. Each distinct file is checked once.
+fn check_inputs(tasks: &[spec::TaskSpec]) -> Result<(), BatchError> {
+    let mut checked = HashSet::new();
+    for task in tasks {
+        for (local, _) in &task.inputs {
+            if checked.insert(local.clone()) {
+                check_input(local)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_input(path: &Path) -> Result<(), BatchError> {
     crate::fsutil::open_regular(path)
         .map(|_| ())
@@ -935,6 +1405,7 @@ async fn job_submit<P: JobPool>(
     plan: &AttemptPlan,
     record: &BatchRecord,
     (argv, env, inputs): TaskParts,
+    checkpoint: Option<crate::net::protocol::CheckpointOrder>,
 ) -> Result<(JobSubmit, Offer), String> {
     let specs: Vec<InputSpec> = inputs
         .into_iter()
@@ -951,6 +1422,7 @@ async fn job_submit<P: JobPool>(
         memory_mib: record.mem_mib,
         expected_runtime_secs: record.runtime_secs,
         wall_time_limit_secs: record.limit_secs,
+        checkpoint,
     };
     Ok((submit, offer))
 }

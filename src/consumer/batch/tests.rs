@@ -97,7 +97,13 @@ impl JobPool for FakePool {
                             inbox.deliver(
                                 host,
                                 &id,
-                                event(1, JobEventKind::Finished { exit_status: code }),
+                                event(
+                                    1,
+                                    JobEventKind::Finished {
+                                        exit_status: code,
+                                        usage: None,
+                                    },
+                                ),
                             );
                         });
                     }
@@ -109,7 +115,13 @@ impl JobPool for FakePool {
                             inbox.deliver(
                                 host,
                                 &id,
-                                event(0, JobEventKind::Finished { exit_status: 0 }),
+                                event(
+                                    0,
+                                    JobEventKind::Finished {
+                                        exit_status: 0,
+                                        usage: None,
+                                    },
+                                ),
                             );
                         });
                     }
@@ -125,6 +137,7 @@ impl JobPool for FakePool {
                                     0,
                                     JobEventKind::Killed {
                                         cause: Some(WireState::S3),
+                                        usage: None,
                                     },
                                 ),
                             );
@@ -142,7 +155,9 @@ impl JobPool for FakePool {
                 let data: &[u8] = match name {
                     OutputName::Stdout => b"hello\n",
                     OutputName::Stderr => b"",
-                    OutputName::File(_) => return Ok(JobResponse::NotFound),
+                    OutputName::File(_) | OutputName::Checkpoint => {
+                        return Ok(JobResponse::NotFound)
+                    }
                 };
                 let start = (offset as usize).min(data.len());
                 let end = (start + len as usize).min(data.len());

@@ -173,6 +173,53 @@ impl TrCurve {
     }
 }
 
+/// A curve's inverse CDF laid out for many draws: each segment's survival
+/// at both ends precomputed, so that a draw costs one comparison per
+/// segment and one logarithm (instead of an exponential per segment).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailureSampler {
+    /// `(t0, s0, s1, hazard)` per segment, the last one open-ended.
+    segments: Vec<(f64, f64, f64, f64)>,
+}
+
+impl FailureSampler {
+    pub fn new(curve: &TrCurve) -> FailureSampler {
+        let mut segments: Vec<(f64, f64, f64, f64)> = curve
+            .segments()
+            .map(|(t0, s0, t1, h)| (t0, s0, s0 * (-h * (t1 - t0)).exp(), h))
+            .collect();
+        if let Some(&(t0, _, s1, h)) = segments.last() {
+            let t1 = curve.points.last().map_or(t0, |p| p.0);
+            segments.push((t1, s1, 0.0, h));
+        }
+        FailureSampler { segments }
+    }
+
+    /// The same as [`TrCurve::failure_time_at`] for `u` in (0, 1].
+    pub fn failure_time_at(&self, u: f64) -> Option<f64> {
+        if !is_positive(u) {
+            let n = self.segments.len();
+            return (n >= 2).then(|| self.segments[n - 1].0);
+        }
+        let last = self.segments.len().saturating_sub(1);
+        for (i, &(t0, s0, s1, h)) in self.segments.iter().enumerate() {
+            if i == last {
+                // The open tail: TR keeps falling at the last hazard.
+                return (h > 0.0 && u < s0).then(|| t0 + (s0 / u).ln() / h);
+            }
+            if u >= s1 && u <= s0 {
+                return Some(if h > 0.0 { t0 + (s0 / u).ln() / h } else { t0 });
+            }
+        }
+        None
+    }
+
+    /// A failure time drawn from the curve; `None` where the host never fails.
+    pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> Option<f64> {
+        self.failure_time_at(rng.random::<f64>())
+    }
+}
+
 /// The constant hazard that takes survival from `s0` to `s1` over `dt`.
 fn hazard(s0: f64, s1: f64, dt: f64) -> f64 {
     if dt <= 0.0 || s0 <= TINY {
@@ -285,6 +332,32 @@ mod tests {
             .filter(|_| c.sample_failure(&mut rng).is_some_and(|t| t <= 1000.0))
             .count();
         assert!((early as f64 / n as f64 - 0.5).abs() < 0.02);
+    }
+
+    #[test]
+    fn the_sampler_inverts_like_the_curve() {
+        let curves = [
+            TrCurve::new([
+                (1800.0, 0.95),
+                (3600.0, 0.9),
+                (14_400.0, 0.75),
+                (86_400.0, 0.5),
+            ]),
+            TrCurve::new([(1000.0, 0.5), (2000.0, 0.5)]),
+            TrCurve::exponential(3600.0),
+            TrCurve::never_fails(),
+        ];
+        for c in &curves {
+            let s = FailureSampler::new(c);
+            for k in 0..=1000 {
+                let u = k as f64 / 1000.0;
+                let (a, b) = (c.failure_time_at(u), s.failure_time_at(u));
+                match (a, b) {
+                    (Some(a), Some(b)) => assert!(close(a, b, 1e-9), "{u}: {a} vs {b}"),
+                    _ => assert_eq!(a, b, "{u}"),
+                }
+            }
+        }
     }
 
     #[test]

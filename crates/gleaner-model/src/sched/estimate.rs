@@ -8,18 +8,29 @@
 //! end time stands for the paper's "compute every RemainTime and take the
 //! least": with a constant SP per attempt Eq. 6 changes no order, so it is
 //! applied lazily), and free hosts take waiting tasks by the proactive rule
-//! (Alg. 1:8-13, [`super::place::pick_task_by`]). An attempt on host h
-//! lasts runtime · SP_h; a failure time is drawn from h's TR curve; if it
-//! comes first the task goes back to the head of the queue (restarting from
-//! zero, or from its last checkpoint) and the host is away for its recovery
-//! time. Runs differ only by the draws; the quantiles over runs are the
-//! estimate. Pure code: the caller passes the RNG.
+//! (Alg. 1:8-13, [`super::place`]). An attempt on host h lasts runtime · SP_h.
+//!
+//! Failures belong to hosts, not to attempts: TR(T) is the chance that the
+//! host survives [now, now + T] whatever runs there, so each run draws one
+//! failure time per host from its curve and a task is hit when that time
+//! falls inside its attempt (or the idle host goes down when it passes).
+//! After a failure the host is away for its recovery time and its next
+//! failure is drawn afresh from its return. (Drawing a fresh failure per
+//! attempt instead would restart the curve's early, high hazard at every
+//! task and overcount failures on hosts whose hazard falls with time.)
+//! A hit task goes back to the head of the queue, restarting from zero or
+//! from its last checkpoint. With a runtime spread each run also draws each
+//! task's true runtime around its estimate; the rule still plans with the
+//! estimates. The quantiles over runs are the estimate. Pure code: the
+//! caller passes the RNG.
 
-use super::place::{pick_task_by, HostView};
+use super::curve::FailureSampler;
+use super::place::{by_slowdown, HostView, Rule};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
+use std::f64::consts::PI;
 
 /// Most Monte Carlo runs one estimate makes.
 pub const MAX_RUNS: usize = 100_000;
@@ -65,6 +76,25 @@ pub struct EstimateInput<'a> {
     /// Place the longest waiting task first (LPT) instead of queue order.
     pub longest_first: bool,
     pub runs: usize,
+    /// How far a task's true runtime may lie from its estimate: the σ of
+    /// ln(true / estimate) (e.g. [`super::runtime::RuntimeEstimate::sigma_log`]).
+    /// Each run then draws every task's runtime as estimate · e^{σz − σ²/2}
+    /// (mean-preserving); `None` or 0: runtimes are exact.
+    pub runtime_sigma_log: Option<f64>,
+}
+
+impl Default for EstimateInput<'_> {
+    /// No hosts, no tasks, longest first, 200 runs, exact runtimes.
+    fn default() -> Self {
+        EstimateInput {
+            hosts: &[],
+            running: &[],
+            waiting: &[],
+            longest_first: true,
+            runs: 200,
+            runtime_sigma_log: None,
+        }
+    }
 }
 
 /// p10, p50, p90 and the mean of a quantity over the runs, seconds from now.
@@ -86,6 +116,10 @@ pub struct Estimate {
     pub runs: usize,
     /// Runs that gave up on a task (see [`MAX_ATTEMPTS`]); their makespan is infinite.
     pub unfinished_runs: usize,
+    /// Attempts hit by a failure, per run on average (what the estimate
+    /// expects the batch to lose; compare with the kills it then suffers).
+    #[serde(default)]
+    pub mean_failures: f64,
 }
 
 impl Estimate {
@@ -119,6 +153,8 @@ pub enum EstimateError {
     },
     #[error("task {task} has runtime {runtime}: runtimes must be finite and non-negative")]
     BadRuntime { task: usize, runtime: f64 },
+    #[error("the runtime spread {0} must be finite and between 0 and 5")]
+    BadSpread(f64),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -133,6 +169,8 @@ enum EventKind {
     },
     /// Host is free again (its own work or its recovery ended).
     HostFree { host: usize },
+    /// An idle host's failure time came (stale unless its epoch still matches).
+    HostDown { host: usize, epoch: u32 },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -149,12 +187,14 @@ impl PartialEq for Event {
 }
 impl Eq for Event {}
 impl PartialOrd for Event {
+    #[inline]
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 impl Ord for Event {
     /// Reversed, so the max-heap pops the earliest event first.
+    #[inline]
     fn cmp(&self, other: &Self) -> Ordering {
         other
             .time
@@ -163,30 +203,71 @@ impl Ord for Event {
     }
 }
 
-/// Expected turnarounds of (task, host), computed once and shared by runs.
+/// What a run needs of each host, computed once per estimate.
+struct HostFacts {
+    /// SP = 1/Γ (infinite when the host cannot run anything).
+    slowdown: f64,
+    /// Runs this long or longer can never succeed here (TR below 1e-12).
+    horizon: f64,
+    sampler: FailureSampler,
+    recovery: f64,
+    checkpoint: f64,
+}
+
+impl HostFacts {
+    fn new(host: &EstimateHost) -> HostFacts {
+        HostFacts {
+            slowdown: host.view.expected_run_secs(1.0),
+            horizon: host
+                .view
+                .curve
+                .failure_time_at(1e-12)
+                .unwrap_or(f64::INFINITY),
+            sampler: FailureSampler::new(&host.view.curve),
+            recovery: host.recovery_secs.max(0.0),
+            checkpoint: host.checkpoint_secs,
+        }
+    }
+
+    /// Whether a task of `runtime` reference seconds can succeed here at
+    /// all (its expected turnaround is finite).
+    fn can_run(&self, runtime: f64) -> bool {
+        let run = runtime * self.slowdown;
+        run.is_finite() && run < self.horizon
+    }
+}
+
+/// Expected turnarounds of (task, host), computed when first asked and
+/// shared by the runs; rows are made only for the tasks the rule weighs
+/// (those near the batch's tail), up to [`MEMO_LIMIT`] cells.
 struct Memo<'a> {
     hosts: &'a [EstimateHost],
     runtimes: Vec<f64>,
-    cells: Option<Vec<f64>>,
+    row_of: Vec<u32>,
+    cells: Vec<f64>,
 }
 
 impl Memo<'_> {
     fn get(&mut self, task: usize, host: usize) -> f64 {
         let n = self.hosts.len();
-        match &mut self.cells {
-            Some(cells) => {
-                let cell = &mut cells[task * n + host];
-                if cell.is_nan() {
-                    *cell = self.hosts[host]
-                        .view
-                        .expected_turnaround(self.runtimes[task]);
-                }
-                *cell
-            }
-            None => self.hosts[host]
-                .view
-                .expected_turnaround(self.runtimes[task]),
+        let mut row = self.row_of[task];
+        if row == u32::MAX && self.cells.len() + n <= MEMO_LIMIT {
+            row = (self.cells.len() / n) as u32;
+            self.row_of[task] = row;
+            self.cells.resize(self.cells.len() + n, f64::NAN);
         }
+        if row == u32::MAX {
+            return self.hosts[host]
+                .view
+                .expected_turnaround(self.runtimes[task]);
+        }
+        let cell = &mut self.cells[row as usize * n + host];
+        if cell.is_nan() {
+            *cell = self.hosts[host]
+                .view
+                .expected_turnaround(self.runtimes[task]);
+        }
+        *cell
     }
 }
 
@@ -213,6 +294,10 @@ pub fn estimate<R: Rng + ?Sized>(
     if n_hosts == 0 {
         return Err(EstimateError::NoHosts);
     }
+    let sigma = input.runtime_sigma_log.unwrap_or(0.0);
+    if !(0.0..=5.0).contains(&sigma) {
+        return Err(EstimateError::BadSpread(sigma));
+    }
     let mut runtimes = Vec::with_capacity(n_tasks);
     for (task, r) in input.running.iter().enumerate() {
         if r.host >= n_hosts {
@@ -236,20 +321,24 @@ pub fn estimate<R: Rng + ?Sized>(
     if input.longest_first {
         queue_order.sort_by(|&a, &b| runtimes[b].total_cmp(&runtimes[a]).then(a.cmp(&b)));
     }
-    let cells =
-        (n_tasks.saturating_mul(n_hosts) <= MEMO_LIMIT).then(|| vec![f64::NAN; n_tasks * n_hosts]);
+    let facts: Vec<HostFacts> = hosts.iter().map(HostFacts::new).collect();
+    let order = by_slowdown(&facts.iter().map(|f| f.slowdown).collect::<Vec<_>>());
     let mut memo = Memo {
         hosts,
         runtimes,
-        cells,
+        row_of: vec![u32::MAX; n_tasks],
+        cells: Vec::new(),
     };
 
-    let mut ends = vec![Vec::with_capacity(input.runs); n_tasks];
+    // ends[task * runs + run]
+    let mut ends = vec![0.0; n_tasks * input.runs];
     let mut makespans = Vec::with_capacity(input.runs);
     let mut unfinished_runs = 0;
-    let mut run = Run::new(n_hosts, n_tasks);
-    for _ in 0..input.runs {
-        let finished = run.simulate(input, &queue_order, &mut memo, rng);
+    let mut failures = 0u64;
+    let mut run = Run::new(n_hosts, &memo.runtimes);
+    run.sigma = sigma;
+    for r in 0..input.runs {
+        let finished = run.simulate(input, &facts, &order, &queue_order, &mut memo, rng);
         if finished {
             let makespan = run.end.iter().copied().fold(0.0, f64::max);
             makespans.push(makespan);
@@ -258,10 +347,11 @@ pub fn estimate<R: Rng + ?Sized>(
             makespans.push(f64::INFINITY);
         }
         for (task, end) in run.end.iter().enumerate() {
-            ends[task].push(*end);
+            ends[task * input.runs + r] = *end;
         }
+        failures += run.failures;
     }
-    let task_eta = ends.iter_mut().map(|v| quantiles(v)).collect();
+    let task_eta = ends.chunks_mut(input.runs).map(quantiles).collect();
     let makespan = quantiles(&mut makespans.clone());
     Ok((
         Estimate {
@@ -269,12 +359,13 @@ pub fn estimate<R: Rng + ?Sized>(
             task_eta,
             runs: input.runs,
             unfinished_runs,
+            mean_failures: failures as f64 / input.runs as f64,
         },
         makespans,
     ))
 }
 
-/// Nearest-rank quantiles of `values` (sorted in place).
+/// Nearest-rank quantiles of `values` (reordered in place).
 fn quantiles(values: &mut [f64]) -> Quantiles {
     if values.is_empty() {
         return Quantiles {
@@ -284,48 +375,87 @@ fn quantiles(values: &mut [f64]) -> Quantiles {
             mean: 0.0,
         };
     }
-    values.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        let idx = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1;
-        values[idx]
+    let n = values.len();
+    let mean = values.iter().sum::<f64>() / n as f64;
+    let mut at = |q: f64| {
+        let idx = ((q * n as f64).ceil() as usize).clamp(1, n) - 1;
+        *values.select_nth_unstable_by(idx, f64::total_cmp).1
     };
     Quantiles {
         p10: at(0.1),
         p50: at(0.5),
         p90: at(0.9),
-        mean: values.iter().sum::<f64>() / values.len() as f64,
+        mean,
     }
 }
 
 /// The mutable state of one run, reused between runs to spare allocations.
 struct Run {
+    /// σ of ln(true runtime / estimate) (0: exact).
+    sigma: f64,
+    /// The estimated runtimes (what the rule plans with).
+    runtimes: Vec<f64>,
     heap: BinaryHeap<Event>,
     seq: u64,
     queue: VecDeque<usize>,
-    /// Reference work left per task.
+    /// Reference work left per task, in this run's true runtimes.
     left: Vec<f64>,
+    /// This run's true runtime over the estimate, per task.
+    factor: Vec<f64>,
     attempts: Vec<u32>,
     end: Vec<f64>,
     /// Per host: when it is expected to be free (≤ now: free).
     free_at: Vec<f64>,
     is_free: Vec<bool>,
+    /// Per host: its next failure time (infinite: none).
+    next_fail: Vec<f64>,
+    /// Per host: bumped when it takes a task, so a pending `HostDown` of
+    /// an earlier idle spell is recognised as stale.
+    epoch: Vec<u32>,
+    /// Free hosts, fastest first (by their place in the rule's order).
     free_list: Vec<usize>,
+    /// Per host: its place in the rule's scan order.
+    rank: Vec<u32>,
+    /// Hosts that became free since the last dispatch.
+    fresh: Vec<usize>,
+    /// Hosts that became free since the last dispatch, to be given a
+    /// `HostDown` event if they stay idle (not before: most take work at once).
+    armed: Vec<usize>,
+    /// Something other than a host becoming free changed what the rule
+    /// sees (the queue's head, a host's expected wait grew): every free
+    /// host must be weighed again, not only the fresh ones.
+    recheck_all: bool,
+    running: usize,
+    /// Attempts hit in this run.
+    failures: u64,
     /// A task ran out of attempts in this run.
     gave_up: bool,
 }
 
 impl Run {
-    fn new(n_hosts: usize, n_tasks: usize) -> Run {
+    fn new(n_hosts: usize, runtimes: &[f64]) -> Run {
+        let n_tasks = runtimes.len();
         Run {
-            heap: BinaryHeap::new(),
+            sigma: 0.0,
+            runtimes: runtimes.to_vec(),
+            heap: BinaryHeap::with_capacity(2 * n_hosts),
             seq: 0,
             queue: VecDeque::with_capacity(n_tasks),
             left: vec![0.0; n_tasks],
+            factor: vec![1.0; n_tasks],
             attempts: vec![0; n_tasks],
             end: vec![0.0; n_tasks],
             free_at: vec![0.0; n_hosts],
             is_free: vec![false; n_hosts],
+            next_fail: vec![f64::INFINITY; n_hosts],
+            epoch: vec![0; n_hosts],
             free_list: Vec::with_capacity(n_hosts),
+            rank: Vec::new(),
+            fresh: Vec::with_capacity(n_hosts),
+            armed: Vec::with_capacity(n_hosts),
+            recheck_all: true,
+            running: 0,
+            failures: 0,
             gave_up: false,
         }
     }
@@ -339,37 +469,70 @@ impl Run {
         });
     }
 
-    /// Starts an attempt of `task` on `host` at `now`: its end or its
-    /// failure, whichever the draw puts first.
-    fn start<R: Rng + ?Sized>(
+    /// Host `host` is free from `now`: it can take work, and if it is
+    /// still idle after the dispatch and its next failure comes before it
+    /// takes any, it goes down then.
+    fn host_free(&mut self, host: usize, now: f64) {
+        self.is_free[host] = true;
+        self.free_at[host] = now;
+        let rank = &self.rank;
+        let at = self.free_list.partition_point(|&g| rank[g] < rank[host]);
+        self.free_list.insert(at, host);
+        self.fresh.push(host);
+        self.armed.push(host);
+    }
+
+    fn remove_free(&mut self, host: usize) {
+        let rank = &self.rank;
+        let at = self.free_list.partition_point(|&g| rank[g] < rank[host]);
+        if self.free_list.get(at) == Some(&host) {
+            self.free_list.remove(at);
+        }
+    }
+
+    /// Host `host` failed at `now`: it is away for its recovery, and its
+    /// next failure is drawn from its return.
+    fn host_failed<R: Rng + ?Sized>(
         &mut self,
-        input: &EstimateInput<'_>,
-        task: usize,
+        facts: &[HostFacts],
         host: usize,
         now: f64,
         rng: &mut R,
     ) {
-        let view = &input.hosts[host].view;
-        let run = view.expected_run_secs(self.left[task]);
+        let back = now + facts[host].recovery;
+        self.free_at[host] = back;
+        self.next_fail[host] = facts[host]
+            .sampler
+            .sample(rng)
+            .map_or(f64::INFINITY, |f| back + f);
+        self.push(back, EventKind::HostFree { host });
+        self.recheck_all = true;
+    }
+
+    /// Starts an attempt of `task` on `host` at `now`: its end, or its
+    /// failure when the host's next failure comes first.
+    fn start(&mut self, facts: &[HostFacts], task: usize, host: usize, now: f64) {
+        let fact = &facts[host];
+        let run = self.left[task] * fact.slowdown;
         self.attempts[task] += 1;
         self.gave_up |= self.attempts[task] > MAX_ATTEMPTS;
         self.is_free[host] = false;
-        let fail = view.curve.sample_failure(rng).filter(|f| *f < run);
-        match fail {
-            Some(f) => {
-                self.free_at[host] = now + run;
-                let tau = input.hosts[host].checkpoint_secs;
-                let saved = if tau > 0.0 && run > 0.0 {
-                    ((f / tau).floor() * tau / run).clamp(0.0, 1.0)
-                } else {
-                    0.0
-                };
-                self.push(now + f, EventKind::Fail { task, host, saved });
-            }
-            None => {
-                self.free_at[host] = now + run;
-                self.push(now + run, EventKind::Finish { task, host });
-            }
+        self.epoch[host] = self.epoch[host].wrapping_add(1);
+        self.running += 1;
+        // The rule plans with the estimate, not with this run's truth.
+        let planned = self.left[task] / self.factor[task].max(f64::MIN_POSITIVE);
+        self.free_at[host] = now + planned * fact.slowdown;
+        let f = self.next_fail[host] - now;
+        if f < run {
+            let tau = fact.checkpoint;
+            let saved = if tau > 0.0 && run > 0.0 {
+                ((f / tau).floor() * tau / run).clamp(0.0, 1.0)
+            } else {
+                0.0
+            };
+            self.push(now + f, EventKind::Fail { task, host, saved });
+        } else {
+            self.push(now + run, EventKind::Finish { task, host });
         }
     }
 
@@ -377,6 +540,8 @@ impl Run {
     fn simulate<R: Rng + ?Sized>(
         &mut self,
         input: &EstimateInput<'_>,
+        facts: &[HostFacts],
+        order: &[usize],
         queue_order: &[usize],
         memo: &mut Memo<'_>,
         rng: &mut R,
@@ -385,25 +550,52 @@ impl Run {
         self.heap.clear();
         self.seq = 0;
         self.gave_up = false;
+        self.running = 0;
+        self.failures = 0;
+        self.recheck_all = true;
         self.queue.clear();
         self.queue.extend(queue_order.iter().copied());
-        self.left.copy_from_slice(&memo.runtimes);
+        let sigma = self.sigma;
+        if sigma > 0.0 {
+            for task in 0..self.left.len() {
+                let factor = (sigma * standard_normal(rng) - sigma * sigma / 2.0).exp();
+                self.factor[task] = factor;
+                self.left[task] = memo.runtimes[task] * factor;
+            }
+        } else {
+            self.factor.iter_mut().for_each(|f| *f = 1.0);
+            self.left.copy_from_slice(&memo.runtimes);
+        }
         self.attempts.iter_mut().for_each(|a| *a = 0);
         self.end.iter_mut().for_each(|e| *e = 0.0);
         self.free_list.clear();
+        self.fresh.clear();
+        self.armed.clear();
+        if self.rank.len() != order.len() {
+            self.rank = vec![0; order.len()];
+            for (i, &h) in order.iter().enumerate() {
+                self.rank[h] = i as u32;
+            }
+        }
         for (h, host) in input.hosts.iter().enumerate() {
-            self.is_free[h] = host.busy_secs <= 0.0;
-            self.free_at[h] = host.busy_secs.max(0.0);
-            if self.is_free[h] {
-                self.free_list.push(h);
+            // Each host's failure clock starts when it is first free.
+            let from = host.busy_secs.max(0.0);
+            self.next_fail[h] = facts[h]
+                .sampler
+                .sample(rng)
+                .map_or(f64::INFINITY, |f| from + f);
+            if host.busy_secs <= 0.0 {
+                self.host_free(h, 0.0);
             } else {
-                self.push(host.busy_secs, EventKind::HostFree { host: h });
+                self.is_free[h] = false;
+                self.free_at[h] = from;
+                self.push(from, EventKind::HostFree { host: h });
             }
         }
         for (task, r) in input.running.iter().enumerate() {
             if self.is_free[r.host] {
-                self.start(input, task, r.host, 0.0, rng);
-                self.free_list.retain(|&h| h != r.host);
+                self.remove_free(r.host);
+                self.start(facts, task, r.host, 0.0);
             } else {
                 // Two of our tasks on one host cannot be: queue the extra one.
                 self.queue.push_front(task);
@@ -412,9 +604,12 @@ impl Run {
         let mut now = 0.0;
         loop {
             // Alg. 1:8-13: free hosts take waiting tasks by the proactive rule.
-            self.dispatch(input, memo, now, rng);
+            self.dispatch(facts, order, memo, now);
             if self.gave_up {
                 return false;
+            }
+            if self.queue.is_empty() && self.running == 0 {
+                return true;
             }
             // Alg. 1:3-6: the next event; nothing left to happen ends the run.
             let Some(event) = self.heap.pop() else {
@@ -423,87 +618,142 @@ impl Run {
             now = event.time;
             match event.kind {
                 EventKind::Finish { task, host } => {
+                    self.running -= 1;
                     self.end[task] = now;
                     self.left[task] = 0.0;
-                    self.is_free[host] = true;
-                    self.free_at[host] = now;
-                    self.free_list.push(host);
+                    self.host_free(host, now);
                 }
                 EventKind::Fail { task, host, saved } => {
+                    self.running -= 1;
+                    self.failures += 1;
                     self.left[task] *= 1.0 - saved;
                     self.queue.push_front(task);
-                    let back = now + input.hosts[host].recovery_secs.max(0.0);
-                    self.free_at[host] = back;
-                    self.push(back, EventKind::HostFree { host });
+                    self.host_failed(facts, host, now, rng);
                 }
-                EventKind::HostFree { host } => {
-                    self.is_free[host] = true;
-                    self.free_at[host] = now;
-                    self.free_list.push(host);
+                EventKind::HostFree { host } => self.host_free(host, now),
+                EventKind::HostDown { host, epoch } => {
+                    if self.is_free[host] && self.epoch[host] == epoch {
+                        self.is_free[host] = false;
+                        self.remove_free(host);
+                        self.host_failed(facts, host, now, rng);
+                    }
                 }
             }
         }
     }
 
-    fn dispatch<R: Rng + ?Sized>(
-        &mut self,
-        input: &EstimateInput<'_>,
-        memo: &mut Memo<'_>,
-        now: f64,
-        rng: &mut R,
-    ) {
-        if self.queue.is_empty() || self.free_list.is_empty() {
-            return;
-        }
-        let n_hosts = input.hosts.len();
-        let candidates = std::mem::take(&mut self.free_list);
-        for (i, &host) in candidates.iter().enumerate() {
-            if self.queue.is_empty() {
-                self.free_list.extend_from_slice(&candidates[i..]);
-                break;
-            }
-            let queue = &self.queue;
-            let free_at = &self.free_at;
-            let is_free = &self.is_free;
-            let pick = pick_task_by(
-                host,
-                queue.len(),
-                |g| {
+    fn dispatch(&mut self, facts: &[HostFacts], order: &[usize], memo: &mut Memo<'_>, now: f64) {
+        while !self.queue.is_empty() && !self.free_list.is_empty() {
+            let (free_at, is_free, queue) = (&self.free_at, &self.is_free, &self.queue);
+            let runtimes = &self.runtimes;
+            let rule = Rule {
+                order,
+                free_sorted: Some(&self.free_list),
+                lower: |j: usize, g: usize| match queue.get(j) {
+                    Some(&task) => runtimes[task] * facts[g].slowdown,
+                    None => f64::INFINITY,
+                },
+                free_in: |g: usize| {
                     if is_free[g] {
                         0.0
                     } else {
                         (free_at[g] - now).max(f64::MIN_POSITIVE)
                     }
                 },
-                n_hosts,
-                |j, g| match queue.get(j) {
-                    Some(&task) => memo.get(task, g),
-                    None => f64::INFINITY,
-                },
-            );
-            if let Some(task) = pick.and_then(|j| self.queue.remove(j)) {
-                self.start(input, task, host, now, rng);
-            } else {
-                self.free_list.push(host);
-            }
-        }
-        // Nothing else will ever happen (no event due) yet tasks wait: rather
-        // than stall, the best free host takes the head.
-        if self.heap.is_empty() && !self.free_list.is_empty() {
-            if let Some(&task) = self.queue.front() {
-                let best = self
+                queue_len: queue.len(),
+            };
+            let placed = if rule.in_bulk() {
+                // Every host will be needed, and the head (the longest
+                // task) is what list scheduling gives the first free host
+                // that can run it.
+                let runtime = runtimes[queue[0]];
+                let found = self
                     .free_list
                     .iter()
-                    .copied()
-                    .min_by(|&a, &b| memo.get(task, a).total_cmp(&memo.get(task, b)));
-                if let Some(host) = best {
-                    self.queue.pop_front();
-                    self.free_list.retain(|&h| h != host);
-                    self.start(input, task, host, now, rng);
+                    .position(|&h| facts[h].can_run(runtime));
+                // Entering the tail: everyone idle is weighed by the rule.
+                self.recheck_all = true;
+                found.map(|i| (0, self.free_list.remove(i)))
+            } else if self.recheck_all {
+                let pair = rule.pick_pair(|j, g| match queue.get(j) {
+                    Some(&task) => memo.get(task, g),
+                    None => f64::INFINITY,
+                });
+                if pair.is_none() {
+                    self.recheck_all = false;
+                    self.fresh.clear();
                 }
+                pair
+            } else {
+                // Only the hosts freed since the last look can have
+                // changed their answer: time passing only shortens the
+                // busy hosts' waits, which makes an idle host's answer no
+                // better, and a host taking a task shifts the later tasks
+                // forward as it leaves their counts (see `Rule::pick_pair`).
+                let mut placed = None;
+                while let Some(host) = self.fresh.pop() {
+                    if !is_free[host] {
+                        continue;
+                    }
+                    let pick = rule.pick_for_host(host, |j, g| match queue.get(j) {
+                        Some(&task) => memo.get(task, g),
+                        None => f64::INFINITY,
+                    });
+                    if let Some(j) = pick {
+                        placed = Some((j, host));
+                        break;
+                    }
+                }
+                placed
+            };
+            let Some((j, host)) = placed else {
+                break;
+            };
+            self.remove_free(host);
+            let Some(task) = self.queue.remove(j) else {
+                break;
+            };
+            self.start(facts, task, host, now);
+        }
+        // Hosts still idle go down when their failure time comes.
+        while let Some(host) = self.armed.pop() {
+            let f = self.next_fail[host];
+            if self.is_free[host] && f.is_finite() {
+                let epoch = self.epoch[host];
+                self.push(f.max(now), EventKind::HostDown { host, epoch });
+            }
+        }
+        if self.running > 0 || self.queue.is_empty() {
+            return;
+        }
+        let task = self.queue[0];
+        if !facts.iter().any(|f| f.can_run(self.runtimes[task])) {
+            // No host can ever finish it: the run would go on forever.
+            self.gave_up = true;
+            return;
+        }
+        // Every host is free, nothing of ours runs, and still the rule
+        // keeps them idle (no finite turnaround anywhere it would take):
+        // rather than stall, the best free host takes the head.
+        if self.free_list.len() == facts.len() {
+            let best = (0..self.free_list.len()).min_by(|&a, &b| {
+                let (ha, hb) = (self.free_list[a], self.free_list[b]);
+                memo.get(task, ha).total_cmp(&memo.get(task, hb))
+            });
+            if let Some(i) = best {
+                let host = self.free_list.remove(i);
+                self.queue.pop_front();
+                self.start(facts, task, host, now);
             }
         }
     }
+}
+
+/// One standard normal draw (Box-Muller).
+fn standard_normal<R: Rng + ?Sized>(rng: &mut R) -> f64 {
+    let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    let u2: f64 = rng.random::<f64>();
+    (-2.0 * u1.ln()).sqrt() * (2.0 * PI * u2).cos()
 }
 
 #[cfg(test)]
@@ -533,6 +783,7 @@ mod tests {
             waiting,
             longest_first: true,
             runs,
+            runtime_sigma_log: None,
         };
         estimate(&input, &mut ChaCha8Rng::seed_from_u64(1))
             .unwrap()
@@ -584,6 +835,7 @@ mod tests {
             waiting: &[],
             longest_first: false,
             runs: 1,
+            runtime_sigma_log: None,
         };
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         assert!(matches!(

@@ -2,8 +2,10 @@
 //! slowdowns (`power`), CISNE's remaining-time and CPU-time estimators
 //! (`cisne`), TR curves over window lengths with Young/Daly checkpointing
 //! (`curve`), the proactive placement rule (`place`), the Monte Carlo
-//! turnaround estimate after CISNE's Algorithm 1 (`estimate`), and the
-//! trace-driven pool simulator (`sim`).
+//! turnaround estimate after CISNE's Algorithm 1 (`estimate`), the runtime
+//! estimate learnt from completed tasks (`runtime`), the trace-driven pool
+//! simulator (`sim`), and the chance that a copy of a task meets a deadline
+//! (`deadline`).
 //!
 //! The consumer describes a host by [`HostView`] (relative power, predicted
 //! availability, TR curve) and a task by its reference runtime; nothing here
@@ -11,9 +13,11 @@
 
 pub mod cisne;
 pub mod curve;
+pub mod deadline;
 pub mod estimate;
 pub mod place;
 pub mod power;
+pub mod runtime;
 pub mod sim;
 pub mod timeline;
 
@@ -22,3 +26,4 @@ pub use estimate::{
     estimate, Estimate, EstimateError, EstimateHost, EstimateInput, Quantiles, RunningTask,
 };
 pub use place::{choose_host, longest_first, pick_task_for_host, HostView};
+pub use runtime::{Completion, RuntimeEstimate};

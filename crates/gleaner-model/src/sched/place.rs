@@ -107,58 +107,181 @@ pub fn pick_task_for_host(
     if host >= hosts.len() || free_in.len() != hosts.len() {
         return None;
     }
-    pick_task_by(
-        host,
-        queue.len(),
-        |g| free_in[g],
-        hosts.len(),
-        |j, g| hosts[g].expected_turnaround(queue[j]),
-    )
+    let slowdowns: Vec<f64> = hosts.iter().map(|h| h.expected_run_secs(1.0)).collect();
+    let order = by_slowdown(&slowdowns);
+    let rule = Rule {
+        order: &order,
+        free_sorted: None,
+        lower: |j: usize, g: usize| queue[j] * slowdowns[g],
+        free_in: |g: usize| free_in[g],
+        queue_len: queue.len(),
+    };
+    rule.pick_for_host(host, |j, g| hosts[g].expected_turnaround(queue[j]))
 }
 
-/// [`pick_task_for_host`] over any source of facts: `free_in(g)` is host
-/// g's expected wait, `turnaround(j, g)` the expected turnaround of the task
-/// at queue position j on host g (the estimator and the simulator pass memos).
-pub(crate) fn pick_task_by(
-    host: usize,
-    queue_len: usize,
-    free_in: impl Fn(usize) -> f64,
-    n_hosts: usize,
-    mut turnaround: impl FnMut(usize, usize) -> f64,
-) -> Option<usize> {
-    if queue_len > n_hosts + LOOKAHEAD {
-        // Not the tail yet: every host will be needed and the head (the
-        // longest task) is what list scheduling gives the first free host.
-        return turnaround(0, host).is_finite().then_some(0);
+/// Host indices by slowdown, fastest first (ties by index): the order the
+/// rule scans hosts in, so that a scan can stop at the first host too slow
+/// to matter.
+pub(crate) fn by_slowdown(slowdowns: &[f64]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..slowdowns.len()).collect();
+    order.sort_by(|&a, &b| slowdowns[a].total_cmp(&slowdowns[b]).then(a.cmp(&b)));
+    order
+}
+
+/// The pool as the proactive rule sees it at one instant.
+///
+/// `order` lists every host once, and `lower(j, g)` is a lower bound of the
+/// expected turnaround of queue position j on host g that does not fall
+/// along `order` (runtime × SP with `order` by SP: a run takes at least its
+/// failure-free time), so a scan for hosts that would end j sooner than
+/// some time stops at the first host whose bound reaches it.
+pub(crate) struct Rule<'a, L, F> {
+    pub order: &'a [usize],
+    /// The free hosts in `order`'s order, when the caller keeps them so
+    /// (else they are found by scanning `order` for a wait of 0).
+    pub free_sorted: Option<&'a [usize]>,
+    pub lower: L,
+    /// Expected wait until host g is free: 0 when free, infinite when unusable.
+    pub free_in: F,
+    pub queue_len: usize,
+}
+
+impl<L, F> Rule<'_, L, F>
+where
+    L: Fn(usize, usize) -> f64,
+    F: Fn(usize) -> f64,
+{
+    fn n_hosts(&self) -> usize {
+        self.order.len()
     }
-    let others = n_hosts.saturating_sub(1);
-    for j in 0..queue_len.min(LOOKAHEAD) {
-        let mine = turnaround(j, host);
-        if !mine.is_finite() {
-            continue;
-        }
-        if j >= others {
-            // At most `others` hosts can be better: the count cannot exceed j.
-            return Some(j);
-        }
+
+    /// Not the tail yet: every host will be needed, and the head (the
+    /// longest task) is what list scheduling gives the first free host.
+    pub fn in_bulk(&self) -> bool {
+        self.queue_len > self.n_hosts() + LOOKAHEAD
+    }
+
+    /// Whether at most `j` hosts other than `host` would end the task at
+    /// queue position `j` sooner than `mine` (its expected turnaround on `host`).
+    fn better_hosts_at_most(
+        &self,
+        host: usize,
+        j: usize,
+        mine: f64,
+        turnaround: &mut impl FnMut(usize, usize) -> f64,
+    ) -> bool {
         let mut better = 0;
-        for g in 0..n_hosts {
-            let wait = free_in(g);
-            if g != host && wait.is_finite() && wait + turnaround(j, g) < mine {
+        for &g in self.order {
+            if (self.lower)(j, g) >= mine {
+                break;
+            }
+            if g == host {
+                continue;
+            }
+            let wait = (self.free_in)(g);
+            if wait < mine && wait + turnaround(j, g) < mine {
                 better += 1;
                 if better > j {
-                    break;
+                    return false;
                 }
             }
         }
-        if better <= j {
-            return Some(j);
-        }
+        true
     }
-    // Past the lookahead, the task at position `others` always qualifies;
-    // take it when the queue reaches it.
-    let j = others.max(LOOKAHEAD);
-    (j < queue_len && turnaround(j, host).is_finite()).then_some(j)
+
+    /// [`pick_task_for_host`]: the queue position free host `host` takes.
+    pub fn pick_for_host(
+        &self,
+        host: usize,
+        mut turnaround: impl FnMut(usize, usize) -> f64,
+    ) -> Option<usize> {
+        if self.in_bulk() {
+            return turnaround(0, host).is_finite().then_some(0);
+        }
+        let others = self.n_hosts().saturating_sub(1);
+        for j in 0..self.queue_len.min(LOOKAHEAD) {
+            let mine = turnaround(j, host);
+            if !mine.is_finite() {
+                continue;
+            }
+            if j >= others || self.better_hosts_at_most(host, j, mine, &mut turnaround) {
+                return Some(j);
+            }
+        }
+        // Past the lookahead, the task at position `others` always qualifies;
+        // take it when the queue reaches it.
+        let j = others.max(LOOKAHEAD);
+        (j < self.queue_len && turnaround(j, host).is_finite()).then_some(j)
+    }
+
+    /// The free host (wait 0) that would end position `j` soonest, with
+    /// its expected turnaround; ties go to the faster, then lower, index.
+    fn best_free(
+        &self,
+        j: usize,
+        turnaround: &mut impl FnMut(usize, usize) -> f64,
+    ) -> Option<(usize, f64)> {
+        let mut best: Option<(usize, f64)> = None;
+        let (hosts, all) = match self.free_sorted {
+            Some(free) => (free, false),
+            None => (self.order, true),
+        };
+        for &g in hosts {
+            if best.is_some_and(|(_, t)| (self.lower)(j, g) >= t) {
+                break;
+            }
+            if all && (self.free_in)(g) != 0.0 {
+                continue;
+            }
+            let t = turnaround(j, g);
+            if t.is_finite() && best.is_none_or(|(_, b)| t < b) {
+                best = Some((g, t));
+            }
+        }
+        best
+    }
+
+    /// The same rule from the tasks' side, for every free host at once:
+    /// the first (queue position, host) pair the rule places, or `None`
+    /// when every free host should stay idle.
+    ///
+    /// Position j goes to the free host that would end it soonest, if that
+    /// host takes it by [`Self::pick_for_host`]'s count. A free host that
+    /// would not take j cannot be one that ends j sooner, so no other free
+    /// host would take it either: asking positions in order finds what
+    /// asking each free host would find (ties aside), at the cost of one
+    /// count per position instead of one per free host and position.
+    pub fn pick_pair(
+        &self,
+        mut turnaround: impl FnMut(usize, usize) -> f64,
+    ) -> Option<(usize, usize)> {
+        if self.queue_len == 0 {
+            return None;
+        }
+        if self.in_bulk() {
+            return self
+                .free_sorted
+                .unwrap_or(self.order)
+                .iter()
+                .copied()
+                .find(|&g| (self.free_in)(g) == 0.0 && turnaround(0, g).is_finite())
+                .map(|g| (0, g));
+        }
+        let others = self.n_hosts().saturating_sub(1);
+        for j in 0..self.queue_len.min(LOOKAHEAD) {
+            let Some((host, mine)) = self.best_free(j, &mut turnaround) else {
+                continue;
+            };
+            if j >= others || self.better_hosts_at_most(host, j, mine, &mut turnaround) {
+                return Some((j, host));
+            }
+        }
+        let j = others.max(LOOKAHEAD);
+        if j < self.queue_len {
+            return self.best_free(j, &mut turnaround).map(|(g, _)| (j, g));
+        }
+        None
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@
 
 use super::curve::{young_daly_interval, TrCurve};
 use super::estimate::{estimate, EstimateHost, EstimateInput, Quantiles};
-use super::place::{pick_task_by, HostView, LOOKAHEAD};
+use super::place::{by_slowdown, HostView, Rule, LOOKAHEAD};
 use super::timeline::Timeline;
 use crate::predict::PredictRequest;
 use crate::predictor::ReliabilityPredictor;
@@ -244,6 +244,8 @@ pub struct SimResult {
     pub checkpoints: u64,
     /// The Monte Carlo estimate made at submission (proactive rule).
     pub estimate: Option<Quantiles>,
+    /// The kills that estimate expected (mean over its runs).
+    pub estimate_kills: Option<f64>,
     /// Each task's end (seconds), `None` if unfinished.
     #[serde(skip)]
     pub task_end: Vec<Option<f64>>,
@@ -279,6 +281,11 @@ enum Ev {
     },
     HostUp {
         host: usize,
+    },
+    /// An idle host's trace fails (stale unless its epoch still matches).
+    IdleDown {
+        host: usize,
+        epoch: u32,
     },
     Recheck,
 }
@@ -390,12 +397,30 @@ struct Sim<'a> {
     completions: Vec<u32>,
     next_attempt: u64,
     recheck_pending: bool,
+    /// Free hosts (slot `Free`), in no particular order.
+    free: Vec<usize>,
+    /// Hosts that became free since the last dispatch.
+    fresh: Vec<usize>,
+    /// Hosts that became free since the last dispatch, to be given an
+    /// `IdleDown` event if they stay idle.
+    armed: Vec<usize>,
+    /// Per host: bumped when it takes a task (stale `IdleDown` events).
+    epoch: Vec<u32>,
+    /// Something beyond hosts becoming free changed what the rules see
+    /// (the queue's head, a host's wait, the views): weigh every free
+    /// host again, not only the fresh ones.
+    recheck_all: bool,
+    /// Hosts by the slowdown of their last view (the rule's scan order).
+    order: Vec<usize>,
+    order_stale: bool,
+    /// The oracle: tasks already offered to every idle host.
+    offered: Vec<bool>,
     kills: Kills,
     attempts: u64,
     wasted: f64,
     checkpoints: u64,
     done: usize,
-    estimate: Option<Quantiles>,
+    estimate: Option<(Quantiles, f64)>,
 }
 
 impl<'a> Sim<'a> {
@@ -422,7 +447,7 @@ impl<'a> Sim<'a> {
             seq: 0,
             now: 0.0,
             queue: order.into(),
-            slots: vec![Slot::Free; hosts.len()],
+            slots: vec![Slot::Down { expected_up: 0.0 }; hosts.len()],
             views: vec![blank; hosts.len()],
             view_bucket: vec![i64::MIN; hosts.len()],
             left: config.runtimes.clone(),
@@ -430,6 +455,14 @@ impl<'a> Sim<'a> {
             completions: vec![0; n],
             next_attempt: 0,
             recheck_pending: false,
+            free: Vec::with_capacity(hosts.len()),
+            fresh: Vec::with_capacity(hosts.len()),
+            armed: Vec::with_capacity(hosts.len()),
+            epoch: vec![0; hosts.len()],
+            recheck_all: true,
+            order: (0..hosts.len()).collect(),
+            order_stale: true,
+            offered: vec![false; n],
             kills: [0; 3],
             attempts: 0,
             wasted: 0.0,
@@ -477,6 +510,7 @@ impl<'a> Sim<'a> {
                 curve,
             };
             self.view_bucket[host] = bucket;
+            self.order_stale = true;
         }
         &self.views[host]
     }
@@ -495,7 +529,7 @@ impl<'a> Sim<'a> {
         &mut self,
         forecaster: &mut dyn Forecaster,
         rng: &mut R,
-    ) -> Option<Quantiles> {
+    ) -> Option<(Quantiles, f64)> {
         let mut est_hosts = Vec::with_capacity(self.hosts.len());
         let checkpointing = self.config.policy == Policy::ProactiveCheckpoint;
         for host in 0..self.hosts.len() {
@@ -522,8 +556,11 @@ impl<'a> Sim<'a> {
             waiting: &self.config.runtimes,
             longest_first: true,
             runs: self.config.estimate_runs,
+            runtime_sigma_log: None,
         };
-        estimate(&input, rng).ok().map(|(e, _)| e.makespan)
+        estimate(&input, rng)
+            .ok()
+            .map(|(e, _)| (e.makespan, e.mean_failures))
     }
 
     fn run<R: Rng + ?Sized>(
@@ -534,6 +571,9 @@ impl<'a> Sim<'a> {
     ) {
         let total = self.config.runtimes.len().max(1);
         let mut last_report = 0usize;
+        for host in 0..self.hosts.len() {
+            self.host_up(host);
+        }
         loop {
             self.dispatch(forecaster, rng);
             if self.done >= self.config.runtimes.len() {
@@ -547,10 +587,18 @@ impl<'a> Sim<'a> {
             }
             self.now = event.time;
             match event.ev {
-                Ev::Recheck => self.recheck_pending = false,
+                Ev::Recheck => {
+                    self.recheck_pending = false;
+                    self.recheck_all = true;
+                }
                 Ev::HostUp { host } => {
                     if matches!(self.slots[host], Slot::Down { .. }) {
-                        self.slots[host] = Slot::Free;
+                        self.host_up(host);
+                    }
+                }
+                Ev::IdleDown { host, epoch } => {
+                    if matches!(self.slots[host], Slot::Free) && self.epoch[host] == epoch {
+                        self.go_down(host);
                     }
                 }
                 Ev::Finish { host, attempt } => self.finish(host, attempt),
@@ -576,7 +624,7 @@ impl<'a> Sim<'a> {
             return;
         }
         let a = a.clone();
-        self.slots[host] = Slot::Free;
+        self.host_up(host);
         let overhead = a.cost * checkpoints_in(a.work, a.interval) as f64;
         self.wasted += overhead;
         self.checkpoints += checkpoints_in(a.work, a.interval);
@@ -617,99 +665,211 @@ impl<'a> Sim<'a> {
             self.kills[i] += 1;
         }
         self.queue.push_front(a.task);
-        let up = tl
-            .next_usable(self.trace_time(host, self.now))
-            .map(|tt| tt - h.offset as f64);
-        let expected_up = self.now + self.outage_guess(host);
-        self.slots[host] = Slot::Down { expected_up };
-        if let Some(up) = up {
-            self.push(up.max(self.now), Ev::HostUp { host });
+        self.go_down(host);
+    }
+
+    /// Host `host` may take work again, unless its trace is failing right now.
+    fn host_up(&mut self, host: usize) {
+        let h = self.hosts[host];
+        if self.timelines[h.timeline]
+            .failure_at(self.trace_time(host, self.now))
+            .is_some()
+        {
+            self.go_down(host);
+        } else {
+            self.set_free(host);
         }
     }
 
-    /// Free hosts in a failure state go down until they are usable again.
-    fn sweep_free_hosts(&mut self) -> Vec<usize> {
-        let mut free = Vec::new();
-        for host in 0..self.hosts.len() {
+    fn set_free(&mut self, host: usize) {
+        self.slots[host] = Slot::Free;
+        self.free.push(host);
+        self.fresh.push(host);
+        self.armed.push(host);
+    }
+
+    /// Host `host` is failing now: away until its trace is usable again
+    /// (the consumer expects it back after its usual outage). Whatever the
+    /// rules compared against it changed.
+    fn go_down(&mut self, host: usize) {
+        if matches!(self.slots[host], Slot::Free) {
+            if let Some(i) = self.free.iter().position(|&g| g == host) {
+                self.free.swap_remove(i);
+            }
+        }
+        let h = self.hosts[host];
+        let tt = self.trace_time(host, self.now);
+        let expected_up = self.now + self.outage_guess(host);
+        self.slots[host] = Slot::Down { expected_up };
+        if let Some(up) = self.timelines[h.timeline].next_usable(tt) {
+            self.push((up - h.offset as f64).max(self.now), Ev::HostUp { host });
+        }
+        self.recheck_all = true;
+    }
+
+    /// Takes `host` out of the free list for a start.
+    fn take(&mut self, host: usize) {
+        if let Some(i) = self.free.iter().position(|&g| g == host) {
+            self.free.swap_remove(i);
+        }
+        self.epoch[host] = self.epoch[host].wrapping_add(1);
+    }
+
+    fn dispatch<R: Rng + ?Sized>(&mut self, forecaster: &mut dyn Forecaster, rng: &mut R) {
+        if !self.queue.is_empty() && !self.free.is_empty() {
+            match self.config.policy {
+                Policy::Random | Policy::Power | Policy::TrFreq | Policy::Tr => {
+                    while !self.free.is_empty() {
+                        let Some(&task) = self.queue.front() else {
+                            break;
+                        };
+                        let free = std::mem::take(&mut self.free);
+                        let i = self.choose_fifo(task, &free, forecaster, rng);
+                        self.free = free;
+                        let host = self.free[i];
+                        self.take(host);
+                        self.queue.pop_front();
+                        self.start(task, host, forecaster);
+                    }
+                }
+                Policy::Proactive | Policy::ProactiveCheckpoint => {
+                    self.dispatch_proactive(forecaster)
+                }
+                Policy::Oracle => self.dispatch_oracle(forecaster),
+            }
+            if !self.queue.is_empty() && !self.free.is_empty() && !self.recheck_pending {
+                self.recheck_pending = true;
+                self.push(self.now + self.config.recheck_secs.max(1.0), Ev::Recheck);
+            }
+        }
+        self.fresh.clear();
+        self.recheck_all = false;
+        // Hosts still idle go down when their trace next fails.
+        while let Some(host) = self.armed.pop() {
             if !matches!(self.slots[host], Slot::Free) {
                 continue;
             }
             let h = self.hosts[host];
-            let tl = &self.timelines[h.timeline];
             let tt = self.trace_time(host, self.now);
-            if tl.failure_at(tt).is_some() {
-                let expected_up = self.now + self.outage_guess(host);
-                self.slots[host] = Slot::Down { expected_up };
-                if let Some(up) = tl.next_usable(tt) {
-                    self.push(up - h.offset as f64, Ev::HostUp { host });
-                }
-            } else {
-                free.push(host);
+            if let Some((f, _)) = self.timelines[h.timeline].next_failure(tt) {
+                let epoch = self.epoch[host];
+                self.push(
+                    (f - h.offset as f64).max(self.now),
+                    Ev::IdleDown { host, epoch },
+                );
             }
         }
-        free
     }
 
-    fn dispatch<R: Rng + ?Sized>(&mut self, forecaster: &mut dyn Forecaster, rng: &mut R) {
-        if self.queue.is_empty() {
-            return;
+    /// The proactive rule over the free hosts: everyone on a full recheck,
+    /// else only the hosts freed since the last look (see `Rule::pick_pair`
+    /// for why the others' answers cannot have improved).
+    fn dispatch_proactive(&mut self, forecaster: &mut dyn Forecaster) {
+        let asked: Vec<usize> = if self.recheck_all {
+            self.free.clone()
+        } else {
+            self.fresh.clone()
+        };
+        for &host in &asked {
+            self.view(host, forecaster);
         }
-        let mut free = self.sweep_free_hosts();
-        if free.is_empty() {
-            return;
+        if self.order_stale {
+            let slowdowns: Vec<f64> = self
+                .views
+                .iter()
+                .map(|v| v.expected_run_secs(1.0))
+                .collect();
+            self.order = by_slowdown(&slowdowns);
+            self.order_stale = false;
         }
-        match self.config.policy {
-            Policy::Random | Policy::Power | Policy::TrFreq | Policy::Tr => {
-                while !free.is_empty() {
-                    let Some(&task) = self.queue.front() else {
+        let mut fresh = asked;
+        loop {
+            if self.queue.is_empty() || self.free.is_empty() {
+                return;
+            }
+            let now = self.now;
+            let (slots, views, queue, left) = (&self.slots, &self.views, &self.queue, &self.left);
+            let rule = Rule {
+                order: &self.order,
+                free_sorted: None,
+                lower: |j: usize, g: usize| match queue.get(j) {
+                    Some(&task) => views[g].expected_run_secs(left[task]),
+                    None => f64::INFINITY,
+                },
+                free_in: |g: usize| match &slots[g] {
+                    Slot::Free => 0.0,
+                    Slot::Down { expected_up } => (expected_up - now).max(f64::MIN_POSITIVE),
+                    Slot::Busy(a) => (a.expected_end - now).max(f64::MIN_POSITIVE),
+                },
+                queue_len: queue.len(),
+            };
+            let turnaround = |j: usize, g: usize| match queue.get(j) {
+                Some(&task) => views[g].expected_turnaround(left[task]),
+                None => f64::INFINITY,
+            };
+            let placed = if self.recheck_all {
+                rule.pick_pair(turnaround)
+            } else {
+                let mut placed = None;
+                while let Some(host) = fresh.pop() {
+                    if !matches!(slots[host], Slot::Free) {
+                        continue;
+                    }
+                    if let Some(j) = rule.pick_for_host(host, turnaround) {
+                        placed = Some((j, host));
                         break;
-                    };
-                    let i = self.choose_fifo(task, &free, forecaster, rng);
-                    let host = free.swap_remove(i);
-                    self.queue.pop_front();
+                    }
+                }
+                placed
+            };
+            let Some((j, host)) = placed else {
+                return;
+            };
+            let Some(task) = self.queue.remove(j) else {
+                return;
+            };
+            self.take(host);
+            self.start(task, host, forecaster);
+        }
+    }
+
+    /// The oracle: each of the first [`LOOKAHEAD`] tasks goes to the free
+    /// host where it ends soonest without being hit, if there is one. An
+    /// idle host that fits none of them cannot come to fit one while it
+    /// stays up (its next failure stays where it is, the finish only moves
+    /// later), so between full rechecks a task already offered to every
+    /// idle host is offered only to the fresh ones.
+    fn dispatch_oracle(&mut self, forecaster: &mut dyn Forecaster) {
+        if self.recheck_all {
+            self.offered.iter_mut().for_each(|o| *o = false);
+        }
+        let fresh = if self.recheck_all {
+            self.free.clone()
+        } else {
+            self.fresh.clone()
+        };
+        'place: while !self.free.is_empty() && !self.queue.is_empty() {
+            for j in 0..self.queue.len().min(LOOKAHEAD) {
+                let task = self.queue[j];
+                let candidates = if self.offered[task] {
+                    &fresh
+                } else {
+                    &self.free
+                };
+                let best = candidates
+                    .iter()
+                    .filter(|&&h| matches!(self.slots[h], Slot::Free))
+                    .filter_map(|&h| self.unhit_finish(task, h).map(|t| (h, t)))
+                    .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+                self.offered[task] = true;
+                if let Some((host, _)) = best {
+                    self.queue.remove(j);
+                    self.take(host);
                     self.start(task, host, forecaster);
+                    continue 'place;
                 }
             }
-            Policy::Proactive | Policy::ProactiveCheckpoint => {
-                for &host in &free {
-                    self.view(host, forecaster);
-                }
-                let mut idle = Vec::new();
-                for &host in &free {
-                    if self.queue.is_empty() {
-                        break;
-                    }
-                    let pick = self.pick_proactive(host);
-                    match pick.and_then(|j| self.queue.remove(j)) {
-                        Some(task) => self.start(task, host, forecaster),
-                        None => idle.push(host),
-                    }
-                }
-                free = idle;
-            }
-            Policy::Oracle => {
-                'place: while !free.is_empty() && !self.queue.is_empty() {
-                    for j in 0..self.queue.len().min(LOOKAHEAD) {
-                        let task = self.queue[j];
-                        let best = free
-                            .iter()
-                            .enumerate()
-                            .filter_map(|(i, &h)| self.unhit_finish(task, h).map(|t| (i, t)))
-                            .min_by(|a, b| a.1.total_cmp(&b.1));
-                        if let Some((i, _)) = best {
-                            let host = free.swap_remove(i);
-                            self.queue.remove(j);
-                            self.start(task, host, forecaster);
-                            continue 'place;
-                        }
-                    }
-                    break;
-                }
-            }
-        }
-        if !self.queue.is_empty() && !free.is_empty() && !self.recheck_pending {
-            self.recheck_pending = true;
-            self.push(self.now + self.config.recheck_secs.max(1.0), Ev::Recheck);
+            break;
         }
     }
 
@@ -723,28 +883,6 @@ impl<'a> Sim<'a> {
             Some((f, _)) if f < end => None,
             _ => Some(end),
         }
-    }
-
-    fn pick_proactive(&mut self, host: usize) -> Option<usize> {
-        let now = self.now;
-        let slots = &self.slots;
-        let views = &self.views;
-        let queue = &self.queue;
-        let left = &self.left;
-        pick_task_by(
-            host,
-            queue.len(),
-            |g| match &slots[g] {
-                Slot::Free => 0.0,
-                Slot::Down { expected_up } => (expected_up - now).max(f64::MIN_POSITIVE),
-                Slot::Busy(a) => (a.expected_end - now).max(f64::MIN_POSITIVE),
-            },
-            self.hosts.len(),
-            |j, g| match queue.get(j) {
-                Some(&task) => views[g].expected_turnaround(left[task]),
-                None => f64::INFINITY,
-            },
-        )
     }
 
     /// Index into `free` of the host a FIFO policy gives `task`.
@@ -873,7 +1011,8 @@ impl<'a> Sim<'a> {
                 0.0
             },
             checkpoints: self.checkpoints,
-            estimate: self.estimate,
+            estimate: self.estimate.map(|e| e.0),
+            estimate_kills: self.estimate.map(|e| e.1),
             task_end: self.end,
         }
     }

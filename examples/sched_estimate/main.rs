@@ -1,0 +1,119 @@
+//! Times the submission-time turnaround estimate (issue 11's target: under
+//! 50 ms for 1,000 tasks on 100 hosts, 200 Monte Carlo runs) against the
+//! phase-1 code (`old.rs`, frozen) in the same process, and prints the
+//! figures. Hosts get powers from 0.4 to 1, availabilities from 0.5 to 1
+//! and five-point TR curves with a falling hazard (Weibull, shape 0.7) and
+//! mean times to failure from 2 h to 2 days; tasks are 10 min to 2 h.
+//! Run: `cargo run --release --example sched_estimate [-- --old]`
+//! (`--old` also times the phase-1 code at the larger size, which takes minutes).
+mod old;
+
+use gleaner::model::sched::{estimate, EstimateHost, EstimateInput, HostView, TrCurve};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::time::Instant;
+
+const ROUNDS: usize = 7;
+
+/// Median, min and max of `f` over [`ROUNDS`] calls, milliseconds.
+fn time(mut f: impl FnMut(u64)) -> (f64, f64, f64) {
+    let mut times: Vec<f64> = (0..ROUNDS as u64)
+        .map(|round| {
+            let t = Instant::now();
+            f(round);
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    (times[ROUNDS / 2], times[0], times[ROUNDS - 1])
+}
+
+fn main() -> anyhow::Result<()> {
+    let old_at_scale = std::env::args().any(|a| a == "--old");
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    for (n_hosts, n_tasks) in [(100usize, 1_000usize), (1_000, 10_000)] {
+        let hosts: Vec<EstimateHost> = (0..n_hosts)
+            .map(|_| {
+                let mttf = rng.random_range(7_200.0..172_800.0);
+                // Weibull survival exp(-(t/λ)^k), k = 0.7, scaled so the mean is `mttf`
+                // (Γ(1 + 1/0.7) ≈ 1.2658).
+                let scale = mttf / 1.2658;
+                let curve = TrCurve::new(
+                    [1_800.0, 3_600.0, 14_400.0, 43_200.0, 86_400.0]
+                        .map(|t: f64| (t, (-(t / scale).powf(0.7)).exp())),
+                );
+                EstimateHost {
+                    view: HostView {
+                        power: rng.random_range(0.4..=1.0),
+                        availability: rng.random_range(0.5..=1.0),
+                        curve,
+                    },
+                    busy_secs: 0.0,
+                    recovery_secs: 1_800.0,
+                    checkpoint_secs: 0.0,
+                }
+            })
+            .collect();
+        let waiting: Vec<f64> = (0..n_tasks)
+            .map(|_| rng.random_range(600.0..7_200.0))
+            .collect();
+        let input = EstimateInput {
+            hosts: &hosts,
+            waiting: &waiting,
+            runs: 200,
+            ..EstimateInput::default()
+        };
+        let mut last = None;
+        let (med, min, max) = time(|round| {
+            let (e, _) = estimate(&input, &mut ChaCha8Rng::seed_from_u64(round)).expect("valid");
+            last = Some(e);
+        });
+        let e = last.take().expect("rounds ran");
+        println!(
+            "estimate, {n_tasks} tasks on {n_hosts} hosts, 200 runs: median {med:.1} ms (min {min:.1}, max {max:.1}); makespan p10/p50/p90 {:.2}/{:.2}/{:.2} h",
+            e.makespan.p10 / 3600.0,
+            e.makespan.p50 / 3600.0,
+            e.makespan.p90 / 3600.0
+        );
+        let spread = EstimateInput {
+            runtime_sigma_log: Some(0.3),
+            ..input.clone()
+        };
+        let (smed, _, _) = time(|round| {
+            let (e, _) = estimate(&spread, &mut ChaCha8Rng::seed_from_u64(round)).expect("valid");
+            last = Some(e);
+        });
+        let e = last.take().expect("rounds ran");
+        println!(
+            "  with a runtime spread σ = 0.3: median {smed:.1} ms; makespan p10/p50/p90 {:.2}/{:.2}/{:.2} h",
+            e.makespan.p10 / 3600.0,
+            e.makespan.p50 / 3600.0,
+            e.makespan.p90 / 3600.0
+        );
+        if n_hosts > 100 && !old_at_scale {
+            continue;
+        }
+        let old_input = old::EstimateInput {
+            hosts: &hosts,
+            running: &[],
+            waiting: &waiting,
+            longest_first: true,
+            runs: 200,
+        };
+        let mut old_last = None;
+        let (omed, omin, omax) = time(|round| {
+            let (e, _) =
+                old::estimate(&old_input, &mut ChaCha8Rng::seed_from_u64(round)).expect("valid");
+            old_last = Some(e);
+        });
+        let o = old_last.expect("rounds ran");
+        println!(
+            "  phase-1 code, same input: median {omed:.1} ms (min {omin:.1}, max {omax:.1}); makespan p10/p50/p90 {:.2}/{:.2}/{:.2} h; {:.1}× faster now",
+            o.makespan.p10 / 3600.0,
+            o.makespan.p50 / 3600.0,
+            o.makespan.p90 / 3600.0,
+            omed / med
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,303 @@
+//! Checkpoint-aware migration on the consumer's side (issue 11, item 4): the
+//! interval a task is asked to checkpoint at (Young/Daly from the checkpoint's
+//! cost and the chosen host's predicted mean time to failure), where a task's
+//! latest verified checkpoint is kept, and fetching a host's snapshot into it.
+//!
+//! A task's checkpoint lives at `<data>/batches/<id>/checkpoints/<task>`,
+//! replaced atomically (fetched to a temporary file, checked against the hash
+//! the host reported, renamed); the next attempt of the task, on any host,
+//! gets it as an input at the checkpoint path, so its guest resumes from it.
+//! Pure arithmetic here takes its inputs as parameters; the file work is in
+//! [`fetch_checkpoint`], which the attempt calls.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use libp2p::PeerId;
+
+use crate::consumer::batch::attempt::{fetch_to_file, AttemptNews, AttemptPlan};
+use crate::consumer::batch::store::{BatchRecord, CheckpointRef, TaskRecord};
+use crate::consumer::pool::JobPool;
+use crate::consumer::survey::SurveyedHost;
+use crate::model::ids::BatchId;
+use crate::model::sched::curve::young_daly_interval;
+use crate::net::protocol::{CheckpointOrder, JobEventKind, OutputName};
+
+/// Shortest interval asked for: a checkpoint every few seconds costs more in
+/// transfers and host work than it saves.
+pub const MIN_INTERVAL_SECS: u64 = 30;
+/// Longest interval asked for, whatever the host's reliability: a host's
+/// prediction can be wrong, and an hour is what one loses at most.
+pub const MAX_INTERVAL_SECS: u64 = 3600;
+/// The grace a consumer asks for between SIGTERM and SIGKILL (hosts grant at
+/// most 5 s): enough to write a small state file, short for the owner.
+pub const GRACE_SECS: u64 = 3;
+
+/// The mean time to failure implied by a TR over a window of `window_secs`,
+/// under a constant hazard: TR = e^{-T/M}, so M = T / -ln(TR). `None` when
+/// the host is predicted never to fail in the window (TR = 1) or TR is not a
+/// probability.
+pub fn mttf_from_tr(tr: f64, window_secs: u64) -> Option<f64> {
+    if !(tr > 0.0 && tr < 1.0) || window_secs == 0 {
+        // TR = 0: failure at once; the shortest interval is the answer.
+        return (tr == 0.0).then_some(0.0);
+    }
+    Some(window_secs as f64 / -tr.ln())
+}
+
+/// The cost C of one checkpoint: the declared `--checkpoint-cost` is the
+/// prior; once a checkpoint has been fetched, the measured time it took to
+/// bring it here replaces it when larger (the host's copy and the transfer
+/// are what the consumer can see of a checkpoint's cost).
+pub fn checkpoint_cost(declared_secs: u64, measured_secs: Option<f64>) -> f64 {
+    let declared = declared_secs as f64;
+    match measured_secs {
+        Some(m) if m.is_finite() && m > declared => m,
+        _ => declared,
+    }
+}
+
+/// The interval the task is asked to checkpoint at: τ = sqrt(2·C·M), bounded
+/// to [`MIN_INTERVAL_SECS`], [`MAX_INTERVAL_SECS`]. No MTTF (a host that
+/// never fails) asks for the longest; a zero MTTF for the shortest.
+pub fn interval_secs(cost_secs: f64, mttf_secs: Option<f64>) -> u64 {
+    let tau = match mttf_secs {
+        None => MAX_INTERVAL_SECS as f64,
+        Some(m) if m <= 0.0 => MIN_INTERVAL_SECS as f64,
+        Some(m) => young_daly_interval(cost_secs.max(1.0), m).unwrap_or(MAX_INTERVAL_SECS as f64),
+    };
+    (tau.round() as u64).clamp(MIN_INTERVAL_SECS, MAX_INTERVAL_SECS)
+}
+
+/// Where a task's latest checkpoint is kept.
+pub fn checkpoint_file(batch_dir: &Path, task: u32) -> PathBuf {
+    batch_dir.join("checkpoints").join(task.to_string())
+}
+
+/// What the queue learns from an attempt about its checkpoints and usage.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CheckpointNews {
+    /// A checkpoint was fetched and verified into the task's file.
+    Saved {
+        size: u64,
+        hash: [u8; 32],
+        fetch_secs: f64,
+    },
+    /// The guest of an attempt ended having used this much CPU.
+    Used { cpu_secs: f64 },
+}
+
+impl CheckpointNews {
+    /// The checkpoint or usage news in an attempt's news, if any.
+    pub fn of(news: &AttemptNews) -> Option<CheckpointNews> {
+        match news {
+            AttemptNews::Checkpoint {
+                size,
+                hash,
+                fetch_secs,
+            } => Some(CheckpointNews::Saved {
+                size: *size,
+                hash: *hash,
+                fetch_secs: *fetch_secs,
+            }),
+            AttemptNews::HostEvent(
+                JobEventKind::Finished { usage: Some(u), .. }
+                | JobEventKind::Killed { usage: Some(u), .. },
+            ) => Some(CheckpointNews::Used {
+                cpu_secs: u.cpu_millis as f64 / 1000.0,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// What the queue keeps to choose checkpoint intervals: each host's TR from
+/// the last survey and the last measured cost of each batch's checkpoints.
+/// In memory: after a restart the declared cost is the prior again.
+#[derive(Debug, Default)]
+pub struct Intervals {
+    /// Each host's MTTF from its TR curve (`None`: it never fails), or
+    /// failing a curve its TR for the surveyed window.
+    host_mttf: HashMap<PeerId, Option<f64>>,
+    host_tr: HashMap<PeerId, f64>,
+    measured_cost: HashMap<BatchId, f64>,
+}
+
+impl Intervals {
+    /// Remembers the TRs a survey returned.
+    pub fn surveyed(&mut self, hosts: &[SurveyedHost]) {
+        for h in hosts {
+            if let Some(curve) = &h.curve {
+                let m = curve.mttf();
+                self.host_mttf.insert(h.peer, m.is_finite().then_some(m));
+            }
+            if let Some(tr) = h.tr {
+                self.host_tr.insert(h.peer, tr);
+            }
+        }
+    }
+
+    /// Records a task's news; returns the line watchers see, if any.
+    pub fn record(
+        &mut self,
+        batch: BatchId,
+        task: &mut TaskRecord,
+        news: CheckpointNews,
+        now_unix: i64,
+    ) -> Option<String> {
+        match news {
+            CheckpointNews::Saved {
+                size,
+                hash,
+                fetch_secs,
+            } => {
+                task.checkpoint = Some(CheckpointRef {
+                    hash,
+                    size,
+                    saved_unix: now_unix,
+                });
+                self.measured_cost.insert(batch, fetch_secs);
+                Some(format!(
+                    "checkpoint saved ({size} bytes, fetched in {:.0} ms)",
+                    fetch_secs * 1000.0
+                ))
+            }
+            CheckpointNews::Used { cpu_secs } => {
+                // Every attempt's CPU counts: what the task cost the pool.
+                task.cpu_secs = Some(task.cpu_secs.unwrap_or(0.0) + cpu_secs);
+                None
+            }
+        }
+    }
+
+    /// The checkpoint order for an attempt of `task` on `host`, and its
+    /// latest checkpoint added to `inputs` at the checkpoint path (replacing
+    /// an input the task declared there). `None` for a batch without
+    /// `--checkpoint`: nothing changes for it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn order(
+        &self,
+        batch: BatchId,
+        task: u32,
+        record: &TaskRecord,
+        batch_record: &BatchRecord,
+        host: PeerId,
+        batch_dir: &Path,
+        inputs: &mut Vec<(PathBuf, String)>,
+    ) -> Option<CheckpointOrder> {
+        let spec = batch_record.checkpoint.as_ref()?;
+        let file = checkpoint_file(batch_dir, task);
+        if record.checkpoint.is_some() && file.is_file() {
+            inputs.retain(|(_, remote)| remote != &spec.path);
+            inputs.push((file, spec.path.clone()));
+        }
+        // M from the host's TR curve (`TrCurve::mttf`) when it answered
+        // with one, else from its TR over the window, T / -ln TR.
+        let mttf = match self.host_mttf.get(&host) {
+            Some(m) => *m,
+            None => self
+                .host_tr
+                .get(&host)
+                .and_then(|tr| mttf_from_tr(*tr, batch_record.runtime_secs)),
+        };
+        let cost = checkpoint_cost(spec.cost_secs, self.measured_cost.get(&batch).copied());
+        Some(CheckpointOrder {
+            path: spec.path.clone(),
+            interval_secs: interval_secs(cost, mttf),
+            grace_secs: GRACE_SECS,
+        })
+    }
+}
+
+/// Fetches the host's snapshot of the job's checkpoint into `dest` (through
+/// a temporary file beside it), and keeps it only when it matches the `hash`
+/// and `size` the host reported in its `Checkpointed` event. Returns the
+/// seconds the fetch took.
+pub async fn fetch_checkpoint<P: JobPool>(
+    pool: &P,
+    plan: &AttemptPlan,
+    dest: &Path,
+    size: u64,
+    hash: [u8; 32],
+) -> Result<f64, String> {
+    let started = tokio::time::Instant::now();
+    let dir = dest.parent().ok_or("the checkpoint path has no parent")?;
+    tokio::fs::create_dir_all(dir)
+        .await
+        .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+    let name = dest
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or("the checkpoint path has no name")?;
+    let tmp = dir.join(format!(".{name}.{}.part", plan.job_id));
+    let result = async {
+        let found = fetch_to_file(pool, plan, OutputName::Checkpoint, &tmp).await?;
+        if !found {
+            return Err("the host has no checkpoint".to_string());
+        }
+        // Hashed as it streams from disk: a checkpoint is never whole in memory.
+        let path = tmp.clone();
+        let (got_size, got_hash) = tokio::task::spawn_blocking(move || {
+            let file = std::fs::File::open(&path)?;
+            let size = file.metadata()?.len();
+            let mut hasher = blake3::Hasher::new();
+            hasher.update_reader(file)?;
+            Ok::<_, std::io::Error>((size, *hasher.finalize().as_bytes()))
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+        // A newer snapshot may have replaced the one the event named: it is
+        // not the one announced, so it waits for its own event.
+        if got_size != size || got_hash != hash {
+            return Err("does not match the hash its host announced; discarded".to_string());
+        }
+        tokio::fs::rename(&tmp, dest)
+            .await
+            .map_err(|e| format!("cannot rename into {}: {e}", dest.display()))
+    }
+    .await;
+    if result.is_err() {
+        let _ = tokio::fs::remove_file(&tmp).await;
+    }
+    result.map(|()| started.elapsed().as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mttf_follows_a_constant_hazard() {
+        // TR = e^{-1} over an hour: M is one hour.
+        let m = mttf_from_tr((-1.0f64).exp(), 3600).unwrap();
+        assert!((m - 3600.0).abs() < 1e-6, "{m}");
+        // TR = 0.5 over 2 h: M = 7200 / ln 2 = 10 387.4 s.
+        let m = mttf_from_tr(0.5, 7200).unwrap();
+        assert!((m - 10_387.4).abs() < 0.1, "{m}");
+        assert_eq!(mttf_from_tr(1.0, 3600), None);
+        assert_eq!(mttf_from_tr(0.0, 3600), Some(0.0));
+        assert_eq!(mttf_from_tr(f64::NAN, 3600), None);
+    }
+
+    #[test]
+    fn the_interval_is_young_daly_bounded() {
+        // C = 10 s, M = 10 387.4 s: τ = sqrt(2·10·10 387.4) = 455.8 s.
+        assert_eq!(interval_secs(10.0, mttf_from_tr(0.5, 7200)), 456);
+        // A host that never fails: the longest; one that fails at once: the shortest.
+        assert_eq!(interval_secs(10.0, None), MAX_INTERVAL_SECS);
+        assert_eq!(interval_secs(10.0, Some(0.0)), MIN_INTERVAL_SECS);
+        // C = 1 s, M = 100 s: τ = 14 s, raised to the floor.
+        assert_eq!(interval_secs(1.0, Some(100.0)), MIN_INTERVAL_SECS);
+        // C = 60 s, M = 10 days: τ = 10 182 s, capped.
+        assert_eq!(interval_secs(60.0, Some(864_000.0)), MAX_INTERVAL_SECS);
+    }
+
+    #[test]
+    fn a_measured_cost_replaces_the_declared_one_when_larger() {
+        assert_eq!(checkpoint_cost(10, None), 10.0);
+        assert_eq!(checkpoint_cost(10, Some(2.0)), 10.0);
+        assert_eq!(checkpoint_cost(10, Some(25.5)), 25.5);
+        assert_eq!(checkpoint_cost(0, Some(f64::INFINITY)), 0.0);
+    }
+}
