@@ -9,72 +9,11 @@ mod node_support;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use node_support::{addr, history, pool_node, started, NodeFixture};
+use node_support::{batch_status, batch_until, pool, pool_node, NodeFixture};
 use serde_json::Value;
-
-/// Three hosts with history and a consumer-only node, all bootstrapped from
-/// the first host; returns once the consumer sees every host with a TR.
-fn pool() -> (Vec<NodeFixture>, NodeFixture) {
-    let first = started(pool_node(Some(&history(0)), &[]));
-    let boot = addr(&first);
-    let mut hosts = vec![first];
-    for _ in 0..2 {
-        hosts.push(started(pool_node(
-            Some(&history(0)),
-            &["--bootstrap", &boot],
-        )));
-    }
-    let consumer = started(pool_node(None, &["--bootstrap", &boot, "--no-guest"]));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let report: Value =
-            serde_json::from_str(&consumer.run_ok(&["hosts", "--json", "--window", "1h"])).unwrap();
-        let with_tr = report["hosts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|h| h["tr"].is_number())
-            .count();
-        if with_tr == 3 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the consumer never saw 3 hosts: {report:#}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    (hosts, consumer)
-}
 
 fn gleaner(node: &NodeFixture, args: &[&str]) -> Output {
     node.gleaner().args(args).output().unwrap()
-}
-
-fn batch_status(node: &NodeFixture, id: &str) -> Value {
-    serde_json::from_str(&node.run_ok(&["batch", "status", id, "--json"])).unwrap()
-}
-
-/// Polls the batch until `ok` holds (panics after `limit`).
-fn batch_until(
-    node: &NodeFixture,
-    id: &str,
-    limit: Duration,
-    ok: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let s = batch_status(node, id);
-        if ok(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "batch never got there: {s:#}\n{}",
-            node.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 const TASKS: usize = 50;

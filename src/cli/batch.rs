@@ -129,6 +129,23 @@ pub struct TaskArgs {
     /// [default: 5s]
     #[arg(long, value_name = "DUR", value_parser = parse_duration, requires = "checkpoint")]
     pub checkpoint_cost: Option<u64>,
+    /// How results are checked (docs/trust.md): `none` (the default: one
+    /// copy, taken as it comes), `replicate` (--replicas K copies on
+    /// distinct hosts, accepted when --quorum Q agree) or `adaptive` (two
+    /// copies until a host has a run of valid results, then single copies
+    /// with spot checks).
+    #[arg(long, value_name = "MODE")]
+    pub verify: Option<crate::consumer::batch::verify::VerifyMode>,
+    /// K: copies of each task on distinct hosts (implies --verify replicate).
+    #[arg(long, value_name = "K")]
+    pub replicas: Option<u32>,
+    /// Q: agreeing copies that accept a result [default: a majority of K].
+    #[arg(long, value_name = "Q")]
+    pub quorum: Option<u32>,
+    /// A command run on this node as `CMD DIR_A DIR_B` that exits 0 when two
+    /// results are equivalent (for output that is not bit-identical).
+    #[arg(long, value_name = "CMD")]
+    pub validator: Option<String>,
     /// The command and its arguments, after `--`.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -383,8 +400,26 @@ pub fn task_request(a: &TaskArgs) -> anyhow::Result<BatchSubmitRequest> {
         deadline_unix: a.deadline.map(|d| d.at(jiff::Timestamp::now().as_second())),
         checkpoint: a.checkpoint.clone(),
         checkpoint_cost_secs: a.checkpoint_cost,
+        verify: verify_spec(a)?,
         wait: false,
     })
+}
+
+/// The verification flags, checked here so a mistake is told before
+/// anything is sent; `None` when none was given.
+fn verify_spec(a: &TaskArgs) -> anyhow::Result<Option<crate::consumer::batch::verify::VerifySpec>> {
+    if a.verify.is_none() && a.replicas.is_none() && a.quorum.is_none() && a.validator.is_none() {
+        return Ok(None);
+    }
+    let spec = crate::consumer::batch::verify::VerifySpec {
+        mode: a.verify.unwrap_or_default(),
+        replicas: a.replicas.unwrap_or(0),
+        quorum: a.quorum.unwrap_or(0),
+        validator: a.validator.clone(),
+    }
+    .checked()
+    .map_err(|e| anyhow::anyhow!(e))?;
+    Ok(Some(spec))
 }
 
 /// Follows a batch to its end; returns the exit status `wait` ends with.

@@ -71,7 +71,15 @@ fn hosts_table(r: &HostsReport) -> String {
     );
     out.push_str(&crate::cli::output::table(
         &[
-            "peer", "TR", "state", "power", "slot", "days", "rtt ms", "note",
+            "peer",
+            "TR",
+            "state",
+            "power",
+            "slot",
+            "days",
+            "rtt ms",
+            "valid/invalid/streak",
+            "note",
         ],
         r.hosts.iter().map(host_row),
         true,
@@ -98,6 +106,11 @@ fn host_row(h: &HostReport) -> Vec<String> {
         slot.to_string(),
         opt(h.days_used.map(|d| d.to_string())),
         rtt,
+        if h.valid + h.invalid == 0 {
+            "-".to_string()
+        } else {
+            format!("{}/{}/{}", h.valid, h.invalid, h.streak)
+        },
         h.error.clone().unwrap_or_default(),
     ]
 }

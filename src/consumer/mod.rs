@@ -18,6 +18,7 @@
 pub mod batch;
 pub mod pool;
 pub mod rank;
+pub mod reputation;
 pub mod survey;
 
 use std::collections::{HashMap, HashSet};
@@ -72,6 +73,8 @@ pub struct HostsView {
     pub our_peer_id: PeerId,
     pub query: SurveyQuery,
     pub hosts: Vec<SurveyedHost>,
+    /// This node's count of each host's checked results.
+    pub reputation: HashMap<PeerId, crate::model::trust::HostTrack>,
 }
 
 /// A request to the consumer actor.
@@ -406,6 +409,7 @@ impl Consumer {
             rounds: query.rounds.clamp(1, 100_000),
         };
         let net = self.net.clone();
+        let reputation = self.queue.reputation();
         self.tracker.spawn(async move {
             let answer = match survey::survey(&net, survey).await {
                 Ok(mut hosts) => {
@@ -413,9 +417,12 @@ impl Consumer {
                         .iter()
                         .map(|r| r.peer)
                         .collect();
-                    // Ranked hosts first in rank order, then the rest by peer id.
+                    // Hosts that returned an invalid result last; within
+                    // each part ranked hosts first in rank order, then the
+                    // rest by peer id.
                     hosts.sort_by_key(|r| {
                         (
+                            reputation.get(&r.peer).is_some_and(|t| t.invalid > 0),
                             order
                                 .iter()
                                 .position(|p| *p == r.peer)
@@ -427,6 +434,7 @@ impl Consumer {
                         our_peer_id: net.peer_id(),
                         query: survey,
                         hosts,
+                        reputation,
                     })
                 }
                 Err(e) => Err(e.into()),

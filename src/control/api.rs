@@ -75,6 +75,14 @@ pub struct HostReport {
     pub rtt_p99_ms: Option<f64>,
     /// Queries that got a response, of `rounds`.
     pub responses: u32,
+    /// Its results this node checked against other hosts' and found valid
+    /// or invalid, and its current run of valid ones (docs/trust.md).
+    #[serde(default)]
+    pub valid: u64,
+    #[serde(default)]
+    pub invalid: u64,
+    #[serde(default)]
+    pub streak: u32,
 }
 
 impl From<&SurveyedHost> for HostReport {
@@ -117,6 +125,9 @@ impl From<&SurveyedHost> for HostReport {
             rtt_p50_ms: h.rtt_p50_ms,
             rtt_p99_ms: h.rtt_p99_ms,
             responses: h.responses,
+            valid: 0,
+            invalid: 0,
+            streak: 0,
         }
     }
 }
@@ -414,6 +425,10 @@ pub struct BatchSubmitRequest {
     /// `--checkpoint-cost`: seconds one checkpoint costs, as declared.
     #[serde(default)]
     pub checkpoint_cost_secs: Option<u64>,
+    /// `--verify`, `--replicas`, `--quorum`, `--validator` (docs/trust.md);
+    /// absent: no verification.
+    #[serde(default)]
+    pub verify: Option<crate::consumer::batch::verify::VerifySpec>,
     /// Answer with the `wait` stream (JSON lines, from a first `queued`
     /// line on) instead of [`BatchCreated`]: no event is missed between
     /// queueing and waiting.

@@ -104,7 +104,13 @@ fn new_batch(r: BatchSubmitRequest) -> Result<NewBatch, ApiError> {
             })
         }
     };
+    let verify = r
+        .verify
+        .unwrap_or_default()
+        .checked()
+        .map_err(ApiError::bad_request)?;
     Ok(NewBatch {
+        verify,
         name: r.name,
         policy,
         deadline_unix: r.deadline_unix,

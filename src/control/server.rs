@@ -610,7 +610,19 @@ async fn hosts(State(h): State<ControlHandles>, ApiJson(query): ApiJson<HostsQue
             window_start_unix: view.query.window_start_unix,
             window_secs: view.query.window_secs,
             mem_mib: view.query.mem_mib,
-            hosts: view.hosts.iter().map(HostReport::from).collect(),
+            hosts: view
+                .hosts
+                .iter()
+                .map(|host| {
+                    let track = view.reputation.get(&host.peer).copied().unwrap_or_default();
+                    HostReport {
+                        valid: track.valid,
+                        invalid: track.invalid,
+                        streak: track.streak,
+                        ..HostReport::from(host)
+                    }
+                })
+                .collect(),
         })
         .into_response(),
         Err(e) => ApiError::from(e).into_response(),

@@ -21,3 +21,4 @@ pub mod series;
 pub mod solver;
 pub mod state;
 pub mod timeseries;
+pub mod trust;

@@ -11,7 +11,10 @@
 //! - [`checkpoint`]: checkpoint intervals (Young/Daly) and each task's
 //!   latest verified checkpoint, offered to its next attempt;
 //! - [`attempt`]: one attempt of one task on one host, with its results
-//!   landed whole or not at all.
+//!   landed whole or not at all;
+//! - [`verify`]: verified results (`--replicas`, `--quorum`, `--verify
+//!   adaptive`, `--validator`): digests, the validator, provenance; the
+//!   queue's side is its child module `replicas` (docs/trust.md).
 
 pub mod attempt;
 pub mod checkpoint;
@@ -23,6 +26,7 @@ pub mod spec;
 pub mod store;
 #[cfg(test)]
 mod tests;
+pub mod verify;
 
 pub use policy::PolicyName;
 pub use queue::{BatchError, BatchQueue, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};

@@ -39,6 +39,10 @@ use crate::model::sched::deadline::{p_fresh_copy_in_time, p_running_copy_in_time
 use crate::model::sched::runtime::{Completion, RuntimeEstimate, DEFAULT_PRIOR_WEIGHT};
 use crate::net::protocol::JobSubmit;
 
+#[path = "replicas.rs"]
+mod replicas;
+pub use replicas::Verdict;
+
 /// A new batch, as the control API hands it over (paths absolute).
 #[derive(Debug, Clone)]
 pub struct NewBatch {
@@ -54,6 +58,8 @@ pub struct NewBatch {
     /// When the user wants the last task done, Unix seconds.
     pub deadline_unix: Option<i64>,
     pub checkpoint: Option<CheckpointSpec>,
+    /// `--replicas/--quorum/--verify/--validator` (checked).
+    pub verify: crate::consumer::batch::verify::VerifySpec,
 }
 
 /// Seconds one checkpoint is taken to cost when a batch does not say.
@@ -171,6 +177,12 @@ pub enum QueueMsg {
         task: u32,
         error: Option<String>,
     },
+    /// A copy of a verified task was judged, or its accepted copy kept.
+    Verdict {
+        batch: BatchId,
+        task: u32,
+        verdict: Verdict,
+    },
 }
 
 struct LiveBatch {
@@ -235,6 +247,8 @@ pub struct BatchQueue<P: JobPool + Clone + 'static> {
     /// Checkpoint intervals: each host's last TR and the measured cost of
     /// each batch's checkpoints (`batch::checkpoint`).
     checkpoints: crate::consumer::batch::checkpoint::Intervals,
+    /// Verified results and the hosts' reputation (`replicas`).
+    trust: replicas::Trust,
 }
 
 impl<P: JobPool + Clone + 'static> BatchQueue<P> {
@@ -258,6 +272,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         }
         let (to_self, from_tasks) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(4096);
+        let trust = replicas::Trust::open(&store);
         let mut queue = BatchQueue {
             pool,
             inbox,
@@ -281,6 +296,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             last_deadline_check: None,
             wanted: true,
             checkpoints: Default::default(),
+            trust,
         };
         for (record, tasks) in loaded {
             let id = record.id;
@@ -302,6 +318,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             for task in reattach {
                 queue.reattach(id, task);
             }
+            queue.restore_copies(id);
         }
         Ok((queue, from_tasks))
     }
@@ -362,6 +379,9 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             .map_err(|e| BatchError::Store(e.to_string()))?;
         std::fs::create_dir_all(self.results_dir(id))
             .map_err(|e| BatchError::Store(e.to_string()))?;
+        self.trust
+            .set_spec(id, new.verify)
+            .map_err(BatchError::Store)?;
         tracing::info!(batch = %id, tasks = records.len(), "batch queued");
         self.batches.insert(
             id,
@@ -515,7 +535,9 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             .map_err(|e| BatchError::Store(e.to_string()))?;
         let mut changed = Vec::new();
         for (i, task) in live.tasks.iter_mut().enumerate() {
-            if task.state == TaskState::Queued {
+            // A verified task between copies runs nowhere: it ends now too.
+            let idle = task.state == TaskState::Running && task.host.is_none();
+            if task.state == TaskState::Queued || idle {
                 task.state = TaskState::Cancelled;
                 task.ended_unix = Some(now);
                 task.reason = Some("cancelled".into());
@@ -547,6 +569,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             .remove(id, live.record.task_count)
             .map_err(|e| BatchError::Store(e.to_string()))?;
         self.batches.remove(&id);
+        self.trust.forget(id);
         self.refused_by.retain(|(b, _), _| *b != id);
         let dir = self.dir.join(id.to_string());
         let store = self.store.clone();
@@ -579,7 +602,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                     .iter()
                     .any(|t| t.state == TaskState::Running && t.copies.is_empty())
         });
-        let waiting = waiting || watching;
+        let waiting = waiting || watching || self.any_wants_copy();
         if !waiting {
             return false;
         }
@@ -597,7 +620,9 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             !b.record.cancelled
                 && b.tasks.iter().any(|t| {
                     t.state == TaskState::Queued
-                        || (b.record.deadline_unix.is_some() && t.state == TaskState::Running)
+                        || ((b.record.deadline_unix.is_some()
+                            || self.trust.spec(b.record.id).is_some())
+                            && t.state == TaskState::Running)
                 })
         }) else {
             return;
@@ -662,6 +687,11 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 host,
                 end,
             } => self.ended(batch, task, host, end),
+            QueueMsg::Verdict {
+                batch,
+                task,
+                verdict,
+            } => self.on_verdict(batch, task, verdict),
             QueueMsg::Copied { batch, task, error } => {
                 if let Some(error) = error {
                     tracing::warn!(%batch, task, %error, "cannot copy results to the output directory");
@@ -701,8 +731,10 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         let waiting: Vec<BatchId> = self
             .batches
             .iter()
-            .filter(|(_, b)| {
-                !b.record.cancelled && b.tasks.iter().any(|t| t.state == TaskState::Queued)
+            .filter(|(id, b)| {
+                !b.record.cancelled
+                    && (b.tasks.iter().any(|t| t.state == TaskState::Queued)
+                        || self.trust.spec(**id).is_some())
             })
             .map(|(id, _)| *id)
             .collect();
@@ -724,11 +756,25 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 .into_iter()
                 .map(|h| (h.peer, h.power))
                 .collect();
+            let ordered = self.trust.order(batch, ordered);
+            let verifying = self.trust.spec(batch).is_some();
+            // Hosts in an unsettled dispute over a verified task take only
+            // further copies (tie-breaks), no new task, until it settles.
+            let disputed = self.trust.disputed(batch);
             for (peer, gamma) in ordered {
-                let Some(task) = self.next_task_of(batch, peer) else {
+                // A verified task's further copies go before new tasks.
+                if let Some(task) = verifying.then(|| self.copy_task_for(batch, peer)).flatten() {
+                    self.start_replica(batch, task, peer);
+                } else if disputed.contains(&peer.to_base58()) {
                     continue;
-                };
-                self.start(batch, task, peer, gamma);
+                } else if let Some(task) = self.next_task_of(batch, peer) {
+                    self.start(batch, task, peer, gamma);
+                    if verifying {
+                        self.plan_copies(batch, task, peer);
+                    }
+                } else {
+                    continue;
+                }
                 free.retain(|h| h.peer != peer);
             }
         }
@@ -761,7 +807,9 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             host,
             job_id,
             outputs: live.record.outputs.clone(),
-            result_dir: self.results_dir(batch).join(task.to_string()),
+            result_dir: self
+                .copy_result_dir(batch, task, host)
+                .unwrap_or_else(|| self.results_dir(batch).join(task.to_string())),
             limit: Duration::from_secs(live.record.limit_secs),
             settings: self.settings,
             checkpoint_dest: live.record.checkpoint.as_ref().map(|_| {
@@ -968,6 +1016,10 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             let Some(deadline) = live.record.deadline_unix else {
                 continue;
             };
+            if self.trust.spec(*id).is_some() {
+                // Its copies are for checking, not for racing.
+                continue;
+            }
             let time_left = (deadline - now) as f64;
             if live.record.cancelled || time_left <= 0.0 {
                 continue;
@@ -1094,6 +1146,16 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             .get(task as usize)
             .is_some_and(|t| t.state.is_final())
         {
+            return;
+        }
+        if self.trust.spec(batch).is_some() && self.replica_ended(batch, task, host, &end) {
+            let fresh: Vec<SurveyedHost> = self
+                .fresh_hosts()
+                .iter()
+                .filter(|h| h.peer == host)
+                .cloned()
+                .collect();
+            self.place_on(&fresh);
             return;
         }
         if self.end_one_of_several(batch, task, host, &end) {
@@ -1238,6 +1300,15 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 let _ = tx.send(QueueMsg::Copied { batch, task, error });
             });
         }
+    }
+
+    /// Every host's checked results as this node has counted them.
+    pub fn reputation(&self) -> HashMap<PeerId, crate::model::trust::HostTrack> {
+        self.trust
+            .reputation
+            .as_ref()
+            .map(|r| r.all().clone())
+            .unwrap_or_default()
     }
 
     fn task(&self, batch: BatchId, task: u32) -> Option<&TaskRecord> {

@@ -317,6 +317,13 @@ impl BatchStore {
     }
 
     /// Makes every write so far durable (an fsync; call it off the loop).
+    /// Another tree of the same database, for records kept beside the
+    /// batches (each batch's verification, the hosts' reputation): their
+    /// writes are flushed with the batches'.
+    pub fn tree(&self, name: &str) -> Result<sled::Tree, BatchStoreError> {
+        Ok(self.db.open_tree(name)?)
+    }
+
     pub fn flush(&self) -> Result<(), BatchStoreError> {
         self.db.flush()?;
         Ok(())

@@ -215,6 +215,7 @@ async fn run_one(
     .unwrap();
     let id = queue
         .submit(NewBatch {
+            verify: Default::default(),
             name: None,
             template: TaskTemplate {
                 argv: vec!["true".into()],
