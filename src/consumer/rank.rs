@@ -10,11 +10,16 @@ use libp2p::PeerId;
 
 use crate::consumer::survey::SurveyedHost;
 
-/// True when `host` can take a job now: it answered, its slot is free and it
-/// is not in a failure state (S3, S4, S5).
+/// True when `host` can take a job now: it is [`healthy`] and its slot is
+/// free.
 pub fn eligible(host: &SurveyedHost) -> bool {
+    healthy(host) && host.slot_free != Some(false)
+}
+
+/// True when `host` answered and is not in a failure state (S3, S4, S5),
+/// busy or not.
+pub fn healthy(host: &SurveyedHost) -> bool {
     host.answered
-        && host.slot_free != Some(false)
         && !host.state.is_some_and(|s| s.is_failure())
         && !host.initial_state.is_some_and(|s| s.is_failure())
 }

@@ -9,6 +9,7 @@ use libp2p::PeerId;
 use rand::Rng;
 
 use crate::consumer::batch::policy::host_view;
+use crate::consumer::rank;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::sched::curve::{young_daly_interval, TrCurve};
 use crate::model::sched::estimate::{
@@ -73,14 +74,7 @@ pub fn estimate_batch<R: Rng + ?Sized>(
     at_unix: i64,
     rng: &mut R,
 ) -> Result<BatchEstimate, ForecastError> {
-    let usable: Vec<&SurveyedHost> = hosts
-        .iter()
-        .filter(|h| {
-            h.answered
-                && !h.state.is_some_and(|s| s.is_failure())
-                && !h.initial_state.is_some_and(|s| s.is_failure())
-        })
-        .collect();
+    let usable: Vec<&SurveyedHost> = hosts.iter().filter(|h| rank::healthy(h)).collect();
     if usable.is_empty() {
         return Err(ForecastError::NoHosts);
     }

@@ -503,16 +503,16 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 Some((host, (now - t.started_unix?).max(0) as f64))
             })
             .collect();
+        let planned = planned_runtime(live);
         let shape = BatchShape {
             // The mean: the estimate draws runtimes around it keeping it.
-            runtime_secs: runtime_model(live)
-                .map_or(live.record.runtime_secs.max(1) as f64, |m| m.mean_secs()),
+            runtime_secs: planned.mean,
             window_secs: live.record.runtime_secs,
             running,
             waiting: view.counts.queued as usize,
             deadline_in: live.record.deadline_unix.map(|d| (d - now) as f64),
             checkpoint_cost_secs: live.record.checkpoint.as_ref().map(|c| c.cost_secs as f64),
-            runtime_sigma_log: Some(runtime_spread(live)),
+            runtime_sigma_log: Some(planned.spread),
         };
         let hosts = self.last_hosts.clone();
         self.tracker.spawn(async move {
@@ -588,21 +588,25 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         if self.surveying || self.shutdown.is_cancelled() {
             return false;
         }
-        let waiting = self.batches.values().any(|b| {
-            !b.record.cancelled
-                && b.record.max_running.is_none_or(|m| b.running < m)
-                && b.tasks.iter().any(|t| t.state == TaskState::Queued)
-        });
+        let waiting = || {
+            self.batches.values().any(|b| {
+                !b.record.cancelled
+                    && b.record.max_running.is_none_or(|m| b.running < m)
+                    && b.tasks.iter().any(|t| t.state == TaskState::Queued)
+            })
+        };
         // A batch with a deadline keeps the view of free hosts fresh while
         // its tasks run, for second copies.
-        let watching = self.batches.values().any(|b| {
-            !b.record.cancelled
-                && b.record.deadline_unix.is_some()
-                && b.tasks
-                    .iter()
-                    .any(|t| t.state == TaskState::Running && t.copies.is_empty())
-        });
-        let waiting = waiting || watching || self.any_wants_copy();
+        let watching = || {
+            self.batches.values().any(|b| {
+                !b.record.cancelled
+                    && b.record.deadline_unix.is_some()
+                    && b.tasks
+                        .iter()
+                        .any(|t| t.state == TaskState::Running && t.copies.is_empty())
+            })
+        };
+        let waiting = waiting() || watching() || self.any_wants_copy();
         if !waiting {
             return false;
         }
@@ -746,7 +750,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 continue;
             };
             let needs = TaskNeeds {
-                runtime_secs: runtime_estimate(live),
+                runtime_secs: planned_runtime(live).median,
                 window_secs: live.record.runtime_secs,
             };
             let ordered: Vec<(PeerId, Option<f64>)> = live
@@ -845,27 +849,39 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     /// Starts a further copy of a running task on `host` (a deadline at
     /// risk): the first copy to land wins, the others are killed.
     fn start_copy(&mut self, batch: BatchId, task: u32, host: PeerId) {
-        let now = self.clock.unix_secs();
-        let Some(live) = self.batches.get_mut(&batch) else {
-            return;
-        };
-        let Some(t) = live.tasks.get_mut(task as usize) else {
-            return;
-        };
-        if t.state != TaskState::Running {
+        if self.task(batch, task).map(|t| t.state) != Some(TaskState::Running) {
             return;
         }
-        let job_id = batch.job_id(task, t.attempts);
-        t.attempts += 1;
-        t.copies.push(TaskCopy {
-            host: host.to_base58(),
-            job_id: job_id.clone(),
-            started_unix: now,
-        });
-        live.running += 1;
+        let Some(job_id) = self.add_attempt(batch, task, host) else {
+            return;
+        };
         tracing::info!(%batch, task, %host, "deadline at risk: a second copy of the task starts");
         self.persist(batch, task);
         self.launch(batch, task, host, job_id);
+    }
+
+    /// Records one more attempt of a task on `host`, not yet started: its
+    /// main attempt when it has none, else a further copy. Returns the
+    /// attempt's job id.
+    fn add_attempt(&mut self, batch: BatchId, task: u32, host: PeerId) -> Option<JobId> {
+        let now = self.clock.unix_secs();
+        let live = self.batches.get_mut(&batch)?;
+        let t = live.tasks.get_mut(task as usize)?;
+        let job_id = batch.job_id(task, t.attempts);
+        t.attempts += 1;
+        if t.host.is_none() {
+            t.host = Some(host.to_base58());
+            t.job_id = Some(job_id.clone());
+            t.started_unix.get_or_insert(now);
+        } else {
+            t.copies.push(TaskCopy {
+                host: host.to_base58(),
+                job_id: job_id.clone(),
+                started_unix: now,
+            });
+        }
+        live.running += 1;
+        Some(job_id)
     }
 
     /// Runs one attempt (the main one or a copy) of a task as a tracked task.
@@ -1024,8 +1040,11 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             if live.record.cancelled || time_left <= 0.0 {
                 continue;
             }
-            let runtime = runtime_estimate(live);
-            let spread = runtime_spread(live);
+            let PlannedRuntime {
+                median: runtime,
+                spread,
+                ..
+            } = planned_runtime(live);
             let window = live.record.runtime_secs;
             for (i, t) in live.tasks.iter().enumerate() {
                 if t.state != TaskState::Running || !t.copies.is_empty() {
@@ -1411,15 +1430,34 @@ fn runtime_model(live: &LiveBatch) -> Option<RuntimeEstimate> {
     Some(model)
 }
 
-/// The reference run time a policy plans a batch's next task with: the
-/// model's median (the declared runtime until tasks land), seconds.
-fn runtime_estimate(live: &LiveBatch) -> f64 {
-    runtime_model(live).map_or(live.record.runtime_secs.max(1) as f64, |m| m.median_secs())
+/// What [`runtime_model`] says of a batch's tasks, read off one scan.
+#[derive(Debug, Clone, Copy)]
+struct PlannedRuntime {
+    /// The median, seconds: what a policy and a deadline plan a task with
+    /// (the declared runtime until tasks land).
+    median: f64,
+    /// The mean, seconds: what the estimate draws runtimes around.
+    mean: f64,
+    /// The spread on a log scale, for deadlines and estimates.
+    spread: f64,
 }
 
-/// The runtime's spread on a log scale, for deadlines and estimates.
-fn runtime_spread(live: &LiveBatch) -> f64 {
-    runtime_model(live).map_or(RUNTIME_SIGMA_PRIOR, |m| m.sigma_log())
+fn planned_runtime(live: &LiveBatch) -> PlannedRuntime {
+    match runtime_model(live) {
+        Some(m) => PlannedRuntime {
+            median: m.median_secs(),
+            mean: m.mean_secs(),
+            spread: m.sigma_log(),
+        },
+        None => {
+            let declared = live.record.runtime_secs.max(1) as f64;
+            PlannedRuntime {
+                median: declared,
+                mean: declared,
+                spread: RUNTIME_SIGMA_PRIOR,
+            }
+        }
+    }
 }
 
 /// When the last task should end: the tasks left, at the pace tasks have

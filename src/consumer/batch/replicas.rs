@@ -14,7 +14,7 @@ use rand::Rng;
 
 use super::{BatchQueue, QueueMsg};
 use crate::consumer::batch::attempt::AttemptEnd;
-use crate::consumer::batch::store::{TaskCopy, TaskState};
+use crate::consumer::batch::store::TaskState;
 use crate::consumer::batch::verify::{
     self, LandedCopy, Provenance, ProvenanceCopy, VerifyMode, VerifySpec,
 };
@@ -370,27 +370,9 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
 
     /// Starts one more copy of a verifying task on `host`.
     pub(super) fn start_replica(&mut self, batch: BatchId, task: u32, host: PeerId) {
-        let now = self.clock.unix_secs();
-        let Some(live) = self.batches.get_mut(&batch) else {
+        let Some(job_id) = self.add_attempt(batch, task, host) else {
             return;
         };
-        let Some(t) = live.tasks.get_mut(task as usize) else {
-            return;
-        };
-        let job_id = batch.job_id(task, t.attempts);
-        t.attempts += 1;
-        if t.host.is_none() {
-            t.host = Some(host.to_base58());
-            t.job_id = Some(job_id.clone());
-            t.started_unix.get_or_insert(now);
-        } else {
-            t.copies.push(TaskCopy {
-                host: host.to_base58(),
-                job_id: job_id.clone(),
-                started_unix: now,
-            });
-        }
-        live.running += 1;
         tracing::info!(%batch, task, %host, "a copy of a verified task starts");
         self.persist(batch, task);
         self.launch(batch, task, host, job_id);
