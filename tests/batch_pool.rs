@@ -1,7 +1,8 @@
 //! Batches on pools of real `gleaner node` processes on 127.0.0.1: a sweep of
 //! tasks with params and a shared input on three hosts, a host and then the
 //! consumer's node killed with SIGKILL mid-batch, every result landing
-//! exactly once; bad batches refused before anything is sent; cancel; a
+//! exactly once; bad batches refused before anything is sent; the
+//! estimate of each task's end before and during a batch; cancel; a
 //! task whose deadline is at risk getting a second copy that wins.
 
 mod node_support;
@@ -224,6 +225,52 @@ fn bad_batches_are_refused_with_the_input_named_before_anything_is_sent() {
 #[test]
 fn cancel_kills_running_copies_and_marks_the_rest_then_remove_forgets_it() {
     let (hosts, consumer) = pool();
+    // Before anything is sent: the estimate gives every task its end, the
+    // first three (one per host) a round before the other five.
+    let estimate: Value = serde_json::from_str(&consumer.run_ok(&[
+        "--json",
+        "batch",
+        "estimate",
+        "--range",
+        "0..8",
+        "--runtime",
+        "1m",
+        "--",
+        "sleep",
+        "60",
+    ]))
+    .unwrap();
+    let ends: Vec<(u64, f64)> = estimate["tasks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no task ends: {estimate:#}"))
+        .iter()
+        .map(|t| {
+            (
+                t["task"].as_u64().unwrap(),
+                t["end_p50_secs"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ends.iter().map(|e| e.0).collect::<Vec<_>>(),
+        (0..8).collect::<Vec<_>>(),
+        "{estimate:#}"
+    );
+    let last = estimate["makespan_p50_secs"].as_f64().unwrap();
+    assert!(ends[0].1 > 0.0 && ends[0].1 < ends[7].1, "{estimate:#}");
+    assert!(ends.iter().all(|e| e.1 <= last + 1e-6), "{estimate:#}");
+    let text = consumer.run_ok(&[
+        "batch",
+        "estimate",
+        "--range",
+        "0..8",
+        "--runtime",
+        "1m",
+        "--",
+        "sleep",
+        "60",
+    ]);
+    assert!(text.contains("ends in"), "{text}");
     let out = consumer.run_ok(&[
         "--json",
         "batch",
@@ -240,9 +287,26 @@ fn cancel_kills_running_copies_and_marks_the_rest_then_remove_forgets_it() {
         .as_str()
         .unwrap()
         .to_string();
-    batch_until(&consumer, &id, Duration::from_secs(60), |s| {
-        s["counts"]["running"] == 3
+    let s = batch_until(&consumer, &id, Duration::from_secs(60), |s| {
+        s["counts"]["running"] == 3 && s["estimate"].is_object()
     });
+    // Live in `batch status`: the end of each task not ended, the running
+    // ones before any waiting one.
+    let etas = s["estimate"]["tasks"].as_array().unwrap();
+    assert_eq!(etas.len(), 8, "{s:#}");
+    let end_of = |state: &str| -> Vec<f64> {
+        etas.iter()
+            .filter(|e| s["tasks"][e["task"].as_u64().unwrap() as usize]["state"] == state)
+            .map(|e| e["end_p50_secs"].as_f64().unwrap())
+            .collect()
+    };
+    let (running, queued) = (end_of("running"), end_of("queued"));
+    assert_eq!((running.len(), queued.len()), (3, 5), "{s:#}");
+    let latest_running = running.iter().copied().fold(0.0, f64::max);
+    assert!(
+        queued.iter().all(|q| *q > latest_running),
+        "a waiting task ends before a running one: {s:#}"
+    );
     // Wait until every host runs its guest.
     let running_guests = || {
         hosts

@@ -203,7 +203,9 @@ pub fn run(args: &BatchArgs, global: &Global) -> anyhow::Result<()> {
             if json {
                 return print_json(&report);
             }
-            print_text(&estimate_text(&report))
+            let mut text = estimate_text(&report);
+            text.push_str(&task_etas_text(&report));
+            print_text(&text)
         }
         BatchCommand::Submit(a) => {
             let mut request = submit_request(a)?;
@@ -513,6 +515,37 @@ fn estimate_text(e: &EstimateReport) -> String {
     text
 }
 
+/// Most tasks `batch estimate` lists one by one; past it, a summary line.
+const ETA_ROWS_MAX: usize = 20;
+
+/// Each task's expected end, for `batch estimate` (`batch status` puts it
+/// in its task table instead).
+fn task_etas_text(e: &EstimateReport) -> String {
+    let d = |secs: f64| human_duration(secs.max(0.0).round() as u64);
+    if e.tasks.len() > ETA_ROWS_MAX {
+        let first = e
+            .tasks
+            .iter()
+            .map(|t| t.end_p50_secs)
+            .fold(f64::INFINITY, f64::min);
+        let last = e.tasks.iter().map(|t| t.end_p50_secs).fold(0.0, f64::max);
+        return format!(
+            "{} tasks end from in {} to in {} (medians); --json lists each task\n",
+            e.tasks.len(),
+            d(first),
+            d(last)
+        );
+    }
+    let rows = e.tasks.iter().map(|t| {
+        vec![
+            t.task.to_string(),
+            d(t.end_p50_secs),
+            format!("{} .. {}", d(t.end_p10_secs), d(t.end_p90_secs)),
+        ]
+    });
+    table(&["task", "ends in", "10 % .. 90 %"], rows, false)
+}
+
 /// Before a submission with `--deadline`: estimates it and warns when the
 /// chance of meeting the deadline is under one half (the batch is queued
 /// all the same). An estimate that cannot be made is said, not fatal.
@@ -561,6 +594,12 @@ fn status_text(r: &BatchReport) -> String {
         text.push_str(&format!("results: {}\n", dir.display()));
     }
     if !r.tasks.is_empty() {
+        // Each task's expected end, from the estimate, for tasks not ended.
+        let etas: std::collections::HashMap<u32, f64> = r
+            .estimate
+            .iter()
+            .flat_map(|e| e.tasks.iter().map(|t| (t.task, t.end_p50_secs)))
+            .collect();
         let rows = r.tasks.iter().map(|t| {
             vec![
                 t.task.to_string(),
@@ -568,11 +607,14 @@ fn status_text(r: &BatchReport) -> String {
                 t.host.as_deref().map(short).unwrap_or("-").to_string(),
                 t.attempts.to_string(),
                 t.exit_status.map_or("-".into(), |s| s.to_string()),
+                etas.get(&t.task).map_or("-".into(), |secs| {
+                    format!("in {}", human_duration(secs.max(0.0).round() as u64))
+                }),
                 t.reason.clone().unwrap_or_default(),
             ]
         });
         text.push_str(&table(
-            &["task", "state", "host", "attempts", "exit", "note"],
+            &["task", "state", "host", "attempts", "exit", "ends", "note"],
             rows,
             false,
         ));

@@ -536,6 +536,18 @@ pub struct EstimateReport {
     /// Hosts the tasks were spread over, and Monte Carlo runs.
     pub hosts: usize,
     pub runs: usize,
+    /// Each task not yet ended, by number: when it is expected to end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskEtaReport>,
+}
+
+/// When one task is expected to end, seconds from the estimate's `at_unix`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskEtaReport {
+    pub task: u32,
+    pub end_p10_secs: f64,
+    pub end_p50_secs: f64,
+    pub end_p90_secs: f64,
 }
 
 /// One line of `POST /v1/batches/{id}/wait`: task events, then the batch.

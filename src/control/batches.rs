@@ -21,7 +21,7 @@ use crate::consumer::batch::{
 };
 use crate::control::api::{
     ApiError, BatchCreated, BatchLine, BatchReport, BatchResultsCopied, BatchResultsRequest,
-    BatchSubmitRequest, EstimateReport, TaskCounts, TaskReport, PREFIX,
+    BatchSubmitRequest, EstimateReport, TaskCounts, TaskEtaReport, TaskReport, PREFIX,
 };
 use crate::control::server::{consumer_of, ApiJson, ControlHandles};
 use crate::model::ids::BatchId;
@@ -219,6 +219,16 @@ pub fn estimate_report(e: &BatchEstimate, deadline_unix: Option<i64>) -> Estimat
         deadline_unix,
         hosts: e.hosts,
         runs: e.runs,
+        tasks: e
+            .tasks
+            .iter()
+            .map(|t| TaskEtaReport {
+                task: t.task,
+                end_p10_secs: t.end.p10,
+                end_p50_secs: t.end.p50,
+                end_p90_secs: t.end.p90,
+            })
+            .collect(),
     }
 }
 

@@ -34,6 +34,26 @@ pub struct BatchEstimate {
     /// Hosts the estimate spread the tasks over.
     pub hosts: usize,
     pub runs: usize,
+    /// Each task's end, seconds from `at_unix`, by task number: the running
+    /// tasks and the waiting ones (tasks that have ended are not in it).
+    pub tasks: Vec<TaskEta>,
+}
+
+/// When one task is expected to end.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TaskEta {
+    pub task: u32,
+    /// Seconds from the estimate's `at_unix`: p10, p50, p90, mean.
+    pub end: Quantiles,
+}
+
+/// A task of the batch that is running.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunningShape {
+    pub task: u32,
+    pub host: PeerId,
+    /// Seconds since it started there.
+    pub elapsed_secs: f64,
 }
 
 /// What the estimate needs of a batch.
@@ -43,10 +63,10 @@ pub struct BatchShape {
     pub runtime_secs: f64,
     /// The survey's window, seconds (what a host's one TR answer covers).
     pub window_secs: u64,
-    /// Running tasks: the host and the seconds it has been running.
-    pub running: Vec<(PeerId, f64)>,
-    /// Tasks waiting for a host.
-    pub waiting: usize,
+    /// Running tasks.
+    pub running: Vec<RunningShape>,
+    /// Tasks waiting for a host, by number, in the order they will be placed.
+    pub waiting: Vec<u32>,
     /// Seconds from now to the deadline.
     pub deadline_in: Option<f64>,
     /// The declared cost of one checkpoint, seconds (checkpointing batches).
@@ -79,7 +99,7 @@ pub fn estimate_batch<R: Rng + ?Sized>(
         return Err(ForecastError::NoHosts);
     }
     let runtime = shape.runtime_secs.max(1.0);
-    let ours: std::collections::HashSet<PeerId> = shape.running.iter().map(|r| r.0).collect();
+    let ours: std::collections::HashSet<PeerId> = shape.running.iter().map(|r| r.host).collect();
     let est_hosts: Vec<EstimateHost> = usable
         .iter()
         .map(|h| {
@@ -102,23 +122,28 @@ pub fn estimate_batch<R: Rng + ?Sized>(
         })
         .collect();
     let mut running = Vec::new();
-    let mut waiting = shape.waiting;
-    for (peer, elapsed) in &shape.running {
-        match usable.iter().position(|h| h.peer == *peer) {
+    // Task numbers in the estimate's order: the running ones, then the waiting.
+    let mut order = Vec::with_capacity(shape.running.len() + shape.waiting.len());
+    let mut waiting = Vec::new();
+    for task in &shape.running {
+        match usable.iter().position(|h| h.peer == task.host) {
             Some(host) => {
                 let gamma = est_hosts[host].view.gamma().max(1e-3);
                 running.push(RunningTask {
                     host,
                     // SDPN Eq. 5: the work done is elapsed · Γ; at least a
                     // twentieth is left while it has not ended.
-                    remaining_secs: (runtime - elapsed * gamma).max(runtime / 20.0),
+                    remaining_secs: (runtime - task.elapsed_secs * gamma).max(runtime / 20.0),
                 });
+                order.push(task.task);
             }
-            // Its host did not answer: count it as waiting again.
-            None => waiting += 1,
+            // Its host did not answer: it waits again, first in line.
+            None => waiting.push(task.task),
         }
     }
-    let waiting_runtimes = vec![runtime; waiting];
+    waiting.extend_from_slice(&shape.waiting);
+    order.extend_from_slice(&waiting);
+    let waiting_runtimes = vec![runtime; waiting.len()];
     let input = EstimateInput {
         hosts: &est_hosts,
         running: &running,
@@ -131,12 +156,19 @@ pub fn estimate_batch<R: Rng + ?Sized>(
     let p_deadline = shape
         .deadline_in
         .map(|secs| result.p_within(&makespans, secs));
+    let mut tasks: Vec<TaskEta> = order
+        .iter()
+        .zip(&result.task_eta)
+        .map(|(&task, &end)| TaskEta { task, end })
+        .collect();
+    tasks.sort_by_key(|t| t.task);
     Ok(BatchEstimate {
         at_unix,
         makespan: result.makespan,
         p_deadline,
         hosts: est_hosts.len(),
         runs: ESTIMATE_RUNS,
+        tasks,
     })
 }
 
@@ -177,12 +209,12 @@ mod tests {
         }
     }
 
-    fn shape(waiting: usize, deadline_in: Option<f64>) -> BatchShape {
+    fn shape(waiting: u32, deadline_in: Option<f64>) -> BatchShape {
         BatchShape {
             runtime_secs: 3600.0,
             window_secs: 3600,
             running: Vec::new(),
-            waiting,
+            waiting: (0..waiting).collect(),
             deadline_in,
             checkpoint_cost_secs: None,
             runtime_sigma_log: None,
@@ -197,6 +229,16 @@ mod tests {
         let e = estimate_batch(&hosts, &shape(4, Some(3.0 * 3600.0)), 0, &mut rng).unwrap();
         assert!((e.makespan.p50 - 7200.0).abs() < 1.0, "{e:?}");
         assert_eq!(e.p_deadline, Some(1.0));
+        // Two tasks end after the first hour, two after the second.
+        let ends: Vec<(u32, f64)> = e.tasks.iter().map(|t| (t.task, t.end.p50)).collect();
+        let mut by_end: Vec<f64> = ends.iter().map(|e| e.1.round()).collect();
+        by_end.sort_by(f64::total_cmp);
+        assert_eq!(by_end, [3600.0, 3600.0, 7200.0, 7200.0], "{ends:?}");
+        assert_eq!(
+            ends.iter().map(|e| e.0).collect::<Vec<_>>(),
+            [0, 1, 2, 3],
+            "by task number"
+        );
         let tight = estimate_batch(&hosts, &shape(4, Some(3600.0)), 0, &mut rng).unwrap();
         assert_eq!(tight.p_deadline, Some(0.0));
     }
@@ -219,9 +261,25 @@ mod tests {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
         let hosts = vec![host(1.0, Some(1e12))];
         let mut s = shape(0, None);
-        s.running = vec![(hosts[0].peer, 2700.0)];
+        s.running = vec![RunningShape {
+            task: 5,
+            host: hosts[0].peer,
+            elapsed_secs: 2700.0,
+        }];
+        s.waiting = vec![6];
         let e = estimate_batch(&hosts, &s, 0, &mut rng).unwrap();
-        assert!((e.makespan.p50 - 900.0).abs() < 1.0, "{e:?}");
+        // Task 5 ends after the quarter hour it has left, task 6 an hour later.
+        assert!((e.makespan.p50 - 4500.0).abs() < 1.0, "{e:?}");
+        assert_eq!(e.tasks.len(), 2);
+        assert_eq!(e.tasks[0].task, 5);
+        assert!((e.tasks[0].end.p50 - 900.0).abs() < 1.0, "{e:?}");
+        assert!((e.tasks[1].end.p50 - 4500.0).abs() < 1.0, "{e:?}");
+        // A running task whose host did not answer waits again.
+        let mut gone = s.clone();
+        gone.running[0].host = PeerId::random();
+        let e = estimate_batch(&hosts, &gone, 0, &mut rng).unwrap();
+        assert!((e.tasks[0].end.p50 - 3600.0).abs() < 1.0, "{e:?}");
+        assert!((e.tasks[1].end.p50 - 7200.0).abs() < 1.0, "{e:?}");
         assert_eq!(
             estimate_batch(&[], &s, 0, &mut rng),
             Err(ForecastError::NoHosts)

@@ -23,7 +23,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
 use crate::consumer::batch::attempt::{self, AttemptEnd, AttemptNews, AttemptPlan};
-use crate::consumer::batch::forecast::{estimate_batch, view_or_guess, BatchEstimate, BatchShape};
+use crate::consumer::batch::forecast::{
+    estimate_batch, view_or_guess, BatchEstimate, BatchShape, RunningShape,
+};
 use crate::consumer::batch::policy::{PolicyName, TaskNeeds};
 use crate::consumer::batch::spec::{self, Sweep, TaskTemplate};
 use crate::consumer::batch::store::{
@@ -450,7 +452,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             .map_or(runtime as f64, |m| m.mean_secs()),
             window_secs: runtime,
             running: Vec::new(),
-            waiting: tasks.len(),
+            waiting: (0..tasks.len() as u32).collect(),
             deadline_in: new.deadline_unix.map(|d| (d - now) as f64),
             checkpoint_cost_secs: new.checkpoint.as_ref().map(|c| c.cost_secs as f64),
             runtime_sigma_log: Some(RUNTIME_SIGMA_PRIOR),
@@ -497,11 +499,23 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         let running = live
             .tasks
             .iter()
-            .filter(|t| t.state == TaskState::Running)
-            .filter_map(|t| {
-                let host = t.host.as_deref()?.parse::<PeerId>().ok()?;
-                Some((host, (now - t.started_unix?).max(0) as f64))
+            .enumerate()
+            .filter(|(_, t)| t.state == TaskState::Running)
+            .filter_map(|(i, t)| {
+                Some(RunningShape {
+                    task: i as u32,
+                    host: t.host.as_deref()?.parse::<PeerId>().ok()?,
+                    elapsed_secs: (now - t.started_unix?).max(0) as f64,
+                })
             })
+            .collect();
+        // Waiting tasks are placed lowest number first (`next_task_of`).
+        let waiting = live
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.state == TaskState::Queued)
+            .map(|(i, _)| i as u32)
             .collect();
         let planned = planned_runtime(live);
         let shape = BatchShape {
@@ -509,7 +523,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             runtime_secs: planned.mean,
             window_secs: live.record.runtime_secs,
             running,
-            waiting: view.counts.queued as usize,
+            waiting,
             deadline_in: live.record.deadline_unix.map(|d| (d - now) as f64),
             checkpoint_cost_secs: live.record.checkpoint.as_ref().map(|c| c.cost_secs as f64),
             runtime_sigma_log: Some(planned.spread),
