@@ -227,18 +227,10 @@ fn cancel_kills_running_copies_and_marks_the_rest_then_remove_forgets_it() {
     let (hosts, consumer) = pool();
     // Before anything is sent: the estimate gives every task its end, the
     // first three (one per host) a round before the other five.
-    let estimate: Value = serde_json::from_str(&consumer.run_ok(&[
-        "--json",
-        "batch",
-        "estimate",
-        "--range",
-        "0..8",
-        "--runtime",
-        "1m",
-        "--",
-        "sleep",
-        "60",
-    ]))
+    let work = ["--range", "0..8", "--runtime", "1m", "--", "sleep", "60"];
+    let estimate: Value = serde_json::from_str(
+        &consumer.run_ok(&[&["--json", "batch", "estimate"][..], &work].concat()),
+    )
     .unwrap();
     let ends: Vec<(u64, f64)> = estimate["tasks"]
         .as_array()
@@ -259,30 +251,9 @@ fn cancel_kills_running_copies_and_marks_the_rest_then_remove_forgets_it() {
     let last = estimate["makespan_p50_secs"].as_f64().unwrap();
     assert!(ends[0].1 > 0.0 && ends[0].1 < ends[7].1, "{estimate:#}");
     assert!(ends.iter().all(|e| e.1 <= last + 1e-6), "{estimate:#}");
-    let text = consumer.run_ok(&[
-        "batch",
-        "estimate",
-        "--range",
-        "0..8",
-        "--runtime",
-        "1m",
-        "--",
-        "sleep",
-        "60",
-    ]);
+    let text = consumer.run_ok(&[&["batch", "estimate"][..], &work].concat());
     assert!(text.contains("ends in"), "{text}");
-    let out = consumer.run_ok(&[
-        "--json",
-        "batch",
-        "submit",
-        "--range",
-        "0..8",
-        "--runtime",
-        "1m",
-        "--",
-        "sleep",
-        "60",
-    ]);
+    let out = consumer.run_ok(&[&["--json", "batch", "submit"][..], &work].concat());
     let id = serde_json::from_str::<Value>(&out).unwrap()["id"]
         .as_str()
         .unwrap()

@@ -193,6 +193,18 @@ struct LiveBatch {
     running: u32,
 }
 
+impl LiveBatch {
+    /// The numbers of the tasks in `state`, lowest first.
+    fn tasks_in(&self, state: TaskState) -> Vec<u32> {
+        self.tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.state == state)
+            .map(|(i, _)| i as u32)
+            .collect()
+    }
+}
+
 /// Least time between two surveys, so a burst of ends makes one survey.
 const SURVEY_GAP: Duration = Duration::from_millis(200);
 /// How often the queue looks again while tasks wait and nothing happens.
@@ -310,14 +322,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                     running: 0,
                 },
             );
-            let reattach: Vec<u32> = queue.batches[&id]
-                .tasks
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| t.state == TaskState::Running)
-                .map(|(i, _)| i as u32)
-                .collect();
-            for task in reattach {
+            for task in queue.batches[&id].tasks_in(TaskState::Running) {
                 queue.reattach(id, task);
             }
             queue.restore_copies(id);
@@ -510,13 +515,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             })
             .collect();
         // Waiting tasks are placed lowest number first (`next_task_of`).
-        let waiting = live
-            .tasks
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.state == TaskState::Queued)
-            .map(|(i, _)| i as u32)
-            .collect();
+        let waiting = live.tasks_in(TaskState::Queued);
         let planned = planned_runtime(live);
         let shape = BatchShape {
             // The mean: the estimate draws runtimes around it keeping it.
