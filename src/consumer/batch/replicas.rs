@@ -435,6 +435,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 exit_status,
                 wall_secs,
                 missing,
+                ..
             } => {
                 j.pending.push_back(Landing {
                     host: name,
