@@ -19,6 +19,7 @@ pub mod history;
 pub mod monitor;
 pub mod net;
 pub mod node;
+pub mod parallel;
 pub mod procfs;
 pub mod report;
 pub mod ui;

@@ -4,19 +4,33 @@
 //! figures. Hosts get powers from 0.4 to 1, availabilities from 0.5 to 1
 //! and five-point TR curves with a falling hazard (Weibull, shape 0.7) and
 //! mean times to failure from 2 h to 2 days; tasks are 10 min to 2 h.
+//! Each estimate is timed on one thread and split over two
+//! (`gleaner::parallel::estimate`; the answer is the same), wall and CPU.
 //! Run: `cargo run --release --example sched_estimate [-- --old]`
 //! (`--old` also times the phase-1 code at the larger size, which takes minutes).
 mod old;
 
-use gleaner::model::sched::{estimate, EstimateHost, EstimateInput, HostView, TrCurve};
+use gleaner::model::sched::{EstimateHost, EstimateInput, HostView, TrCurve};
+use gleaner::parallel;
+use nix::sys::resource::{getrusage, UsageWho};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Instant;
 
 const ROUNDS: usize = 7;
 
-/// Median, min and max of `f` over [`ROUNDS`] calls, milliseconds.
-fn time(mut f: impl FnMut(u64)) -> (f64, f64, f64) {
+/// This process's CPU time so far (user + system), milliseconds.
+fn cpu_ms() -> f64 {
+    getrusage(UsageWho::RUSAGE_SELF).map_or(0.0, |u| {
+        let ms = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 * 1e3 + t.tv_usec() as f64 / 1e3;
+        ms(u.user_time()) + ms(u.system_time())
+    })
+}
+
+/// Wall median, min and max of `f` over [`ROUNDS`] calls, and its mean CPU
+/// time per call, milliseconds.
+fn time(mut f: impl FnMut(u64)) -> (f64, f64, f64, f64) {
+    let cpu0 = cpu_ms();
     let mut times: Vec<f64> = (0..ROUNDS as u64)
         .map(|round| {
             let t = Instant::now();
@@ -24,8 +38,9 @@ fn time(mut f: impl FnMut(u64)) -> (f64, f64, f64) {
             t.elapsed().as_secs_f64() * 1e3
         })
         .collect();
+    let cpu = (cpu_ms() - cpu0) / ROUNDS as f64;
     times.sort_by(f64::total_cmp);
-    (times[ROUNDS / 2], times[0], times[ROUNDS - 1])
+    (times[ROUNDS / 2], times[0], times[ROUNDS - 1], cpu)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -64,32 +79,44 @@ fn main() -> anyhow::Result<()> {
             ..EstimateInput::default()
         };
         let mut last = None;
-        let (med, min, max) = time(|round| {
-            let (e, _) = estimate(&input, &mut ChaCha8Rng::seed_from_u64(round)).expect("valid");
-            last = Some(e);
-        });
-        let e = last.take().expect("rounds ran");
-        println!(
-            "estimate, {n_tasks} tasks on {n_hosts} hosts, 200 runs: median {med:.1} ms (min {min:.1}, max {max:.1}); makespan p10/p50/p90 {:.2}/{:.2}/{:.2} h",
-            e.makespan.p10 / 3600.0,
-            e.makespan.p50 / 3600.0,
-            e.makespan.p90 / 3600.0
-        );
+        let mut med = f64::NAN;
+        for threads in [1, 2] {
+            let (m, min, max, cpu) = time(|round| {
+                let (e, _) =
+                    parallel::estimate(&input, &mut ChaCha8Rng::seed_from_u64(round), threads)
+                        .expect("valid");
+                last = Some(e);
+            });
+            if threads == 1 {
+                med = m;
+            }
+            let e = last.take().expect("rounds ran");
+            println!(
+                "estimate, {n_tasks} tasks on {n_hosts} hosts, 200 runs, {threads} thread(s): median {m:.1} ms (min {min:.1}, max {max:.1}), CPU {cpu:.1} ms per estimate; makespan p10/p50/p90 {:.2}/{:.2}/{:.2} h",
+                e.makespan.p10 / 3600.0,
+                e.makespan.p50 / 3600.0,
+                e.makespan.p90 / 3600.0
+            );
+        }
         let spread = EstimateInput {
             runtime_sigma_log: Some(0.3),
             ..input.clone()
         };
-        let (smed, _, _) = time(|round| {
-            let (e, _) = estimate(&spread, &mut ChaCha8Rng::seed_from_u64(round)).expect("valid");
-            last = Some(e);
-        });
-        let e = last.take().expect("rounds ran");
-        println!(
-            "  with a runtime spread σ = 0.3: median {smed:.1} ms; makespan p10/p50/p90 {:.2}/{:.2}/{:.2} h",
-            e.makespan.p10 / 3600.0,
-            e.makespan.p50 / 3600.0,
-            e.makespan.p90 / 3600.0
-        );
+        for threads in [1, 2] {
+            let (smed, _, _, cpu) = time(|round| {
+                let (e, _) =
+                    parallel::estimate(&spread, &mut ChaCha8Rng::seed_from_u64(round), threads)
+                        .expect("valid");
+                last = Some(e);
+            });
+            let e = last.take().expect("rounds ran");
+            println!(
+                "  with a runtime spread σ = 0.3, {threads} thread(s): median {smed:.1} ms, CPU {cpu:.1} ms; makespan p10/p50/p90 {:.2}/{:.2}/{:.2} h",
+                e.makespan.p10 / 3600.0,
+                e.makespan.p50 / 3600.0,
+                e.makespan.p90 / 3600.0
+            );
+        }
         if n_hosts > 100 && !old_at_scale {
             continue;
         }
@@ -101,14 +128,14 @@ fn main() -> anyhow::Result<()> {
             runs: 200,
         };
         let mut old_last = None;
-        let (omed, omin, omax) = time(|round| {
+        let (omed, omin, omax, _) = time(|round| {
             let (e, _) =
                 old::estimate(&old_input, &mut ChaCha8Rng::seed_from_u64(round)).expect("valid");
             old_last = Some(e);
         });
         let o = old_last.expect("rounds ran");
         println!(
-            "  phase-1 code, same input: median {omed:.1} ms (min {omin:.1}, max {omax:.1}); makespan p10/p50/p90 {:.2}/{:.2}/{:.2} h; {:.1}× faster now",
+            "  phase-1 code, same input: median {omed:.1} ms (min {omin:.1}, max {omax:.1}); makespan p10/p50/p90 {:.2}/{:.2}/{:.2} h; {:.1}× slower than now on one thread",
             o.makespan.p10 / 3600.0,
             o.makespan.p50 / 3600.0,
             o.makespan.p90 / 3600.0,

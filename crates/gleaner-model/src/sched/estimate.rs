@@ -24,9 +24,10 @@
 //! estimates. The quantiles over runs are the estimate. Pure code: the
 //! caller passes the RNG.
 
-use super::curve::FailureSampler;
+use super::curve::{FailureSampler, PreparedCurve};
 use super::place::{by_slowdown, HostView, Rule};
-use rand::Rng;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
@@ -210,6 +211,8 @@ struct HostFacts {
     /// Runs this long or longer can never succeed here (TR below 1e-12).
     horizon: f64,
     sampler: FailureSampler,
+    /// The host's curve, laid out for the rule's expected turnarounds.
+    curve: PreparedCurve,
     recovery: f64,
     checkpoint: f64,
 }
@@ -224,8 +227,20 @@ impl HostFacts {
                 .failure_time_at(1e-12)
                 .unwrap_or(f64::INFINITY),
             sampler: FailureSampler::new(&host.view.curve),
+            curve: PreparedCurve::new(&host.view.curve),
             recovery: host.recovery_secs.max(0.0),
             checkpoint: host.checkpoint_secs,
+        }
+    }
+
+    /// [`HostView::expected_turnaround`] of a task of `runtime` reference
+    /// seconds, bit for bit (`slowdown` is `expected_run_secs(1.0)`).
+    fn expected_turnaround(&self, runtime: f64) -> f64 {
+        let run = runtime * self.slowdown;
+        if run.is_finite() {
+            self.curve.expected_time_with_restarts(run)
+        } else {
+            f64::INFINITY
         }
     }
 
@@ -241,7 +256,7 @@ impl HostFacts {
 /// shared by the runs; rows are made only for the tasks the rule weighs
 /// (those near the batch's tail), up to [`MEMO_LIMIT`] cells.
 struct Memo<'a> {
-    hosts: &'a [EstimateHost],
+    hosts: &'a [HostFacts],
     runtimes: Vec<f64>,
     row_of: Vec<u32>,
     cells: Vec<f64>,
@@ -257,112 +272,200 @@ impl Memo<'_> {
             self.cells.resize(self.cells.len() + n, f64::NAN);
         }
         if row == u32::MAX {
-            return self.hosts[host]
-                .view
-                .expected_turnaround(self.runtimes[task]);
+            return self.hosts[host].expected_turnaround(self.runtimes[task]);
         }
         let cell = &mut self.cells[row as usize * n + host];
         if cell.is_nan() {
-            *cell = self.hosts[host]
-                .view
-                .expected_turnaround(self.runtimes[task]);
+            *cell = self.hosts[host].expected_turnaround(self.runtimes[task]);
         }
         *cell
     }
 }
 
-/// Runs the estimate. Deterministic for a given RNG state.
+/// Runs the estimate. Deterministic for a given RNG state, which gives the
+/// estimate one seed (see [`EstimatePlan`]); the runs are made here, one
+/// after the other (a caller with threads splits them with the plan).
 pub fn estimate<R: Rng + ?Sized>(
     input: &EstimateInput<'_>,
     rng: &mut R,
 ) -> Result<(Estimate, Vec<f64>), EstimateError> {
-    let hosts = input.hosts;
-    let n_hosts = hosts.len();
-    let n_tasks = input.running.len() + input.waiting.len();
-    if input.runs == 0 {
-        return Err(EstimateError::NoRuns);
-    }
-    for (what, got, max) in [
-        ("the number of runs", input.runs, MAX_RUNS),
-        ("the number of tasks", n_tasks, MAX_TASKS),
-        ("the number of hosts", n_hosts, MAX_HOSTS),
-    ] {
-        if got > max {
-            return Err(EstimateError::TooMany { what, got, max });
-        }
-    }
-    if n_hosts == 0 {
-        return Err(EstimateError::NoHosts);
-    }
-    let sigma = input.runtime_sigma_log.unwrap_or(0.0);
-    if !(0.0..=5.0).contains(&sigma) {
-        return Err(EstimateError::BadSpread(sigma));
-    }
-    let mut runtimes = Vec::with_capacity(n_tasks);
-    for (task, r) in input.running.iter().enumerate() {
-        if r.host >= n_hosts {
-            return Err(EstimateError::BadHost {
-                task,
-                host: r.host,
-                hosts: n_hosts,
-            });
-        }
-        runtimes.push(r.remaining_secs);
-    }
-    runtimes.extend_from_slice(input.waiting);
-    if let Some((task, &runtime)) = runtimes
-        .iter()
-        .enumerate()
-        .find(|(_, r)| !r.is_finite() || **r < 0.0)
-    {
-        return Err(EstimateError::BadRuntime { task, runtime });
-    }
-    let mut queue_order: Vec<usize> = (input.running.len()..n_tasks).collect();
-    if input.longest_first {
-        queue_order.sort_by(|&a, &b| runtimes[b].total_cmp(&runtimes[a]).then(a.cmp(&b)));
-    }
-    let facts: Vec<HostFacts> = hosts.iter().map(HostFacts::new).collect();
-    let order = by_slowdown(&facts.iter().map(|f| f.slowdown).collect::<Vec<_>>());
-    let mut memo = Memo {
-        hosts,
-        runtimes,
-        row_of: vec![u32::MAX; n_tasks],
-        cells: Vec::new(),
-    };
+    let plan = EstimatePlan::new(input, rng)?;
+    let part = plan.runs(0..plan.run_count());
+    Ok(plan.finish(vec![part]))
+}
 
-    // ends[task * runs + run]
-    let mut ends = vec![0.0; n_tasks * input.runs];
-    let mut makespans = Vec::with_capacity(input.runs);
-    let mut unfinished_runs = 0;
-    let mut failures = 0u64;
-    let mut run = Run::new(n_hosts, &memo.runtimes);
-    run.sigma = sigma;
-    for r in 0..input.runs {
-        let finished = run.simulate(input, &facts, &order, &queue_order, &mut memo, rng);
-        if finished {
-            let makespan = run.end.iter().copied().fold(0.0, f64::max);
-            makespans.push(makespan);
-        } else {
-            unfinished_runs += 1;
-            makespans.push(f64::INFINITY);
+/// An estimate checked and prepared, whose Monte Carlo runs can be made
+/// in any split (`runs(0..k)` and `runs(k..n)` on two threads give what
+/// `runs(0..n)` gives): run r draws from its own generator, the plan's
+/// seed on stream r, so no run depends on another or on which thread made
+/// it. [`Self::finish`] puts the parts together in run order.
+pub struct EstimatePlan<'i> {
+    input: EstimateInput<'i>,
+    runtimes: Vec<f64>,
+    queue_order: Vec<usize>,
+    facts: Vec<HostFacts>,
+    order: Vec<usize>,
+    seed: u64,
+}
+
+/// The runs `first..first + makespans.len()` of an [`EstimatePlan`].
+pub struct EstimatePart {
+    first: usize,
+    /// `ends[run * tasks + task]`, runs from `first`.
+    ends: Vec<f64>,
+    makespans: Vec<f64>,
+    unfinished_runs: usize,
+    failures: u64,
+}
+
+impl<'i> EstimatePlan<'i> {
+    /// Checks `input` and takes one seed from `rng`.
+    pub fn new<R: Rng + ?Sized>(
+        input: &EstimateInput<'i>,
+        rng: &mut R,
+    ) -> Result<EstimatePlan<'i>, EstimateError> {
+        let hosts = input.hosts;
+        let n_hosts = hosts.len();
+        let n_tasks = input.running.len() + input.waiting.len();
+        if input.runs == 0 {
+            return Err(EstimateError::NoRuns);
         }
-        for (task, end) in run.end.iter().enumerate() {
-            ends[task * input.runs + r] = *end;
+        for (what, got, max) in [
+            ("the number of runs", input.runs, MAX_RUNS),
+            ("the number of tasks", n_tasks, MAX_TASKS),
+            ("the number of hosts", n_hosts, MAX_HOSTS),
+        ] {
+            if got > max {
+                return Err(EstimateError::TooMany { what, got, max });
+            }
         }
-        failures += run.failures;
+        if n_hosts == 0 {
+            return Err(EstimateError::NoHosts);
+        }
+        let sigma = input.runtime_sigma_log.unwrap_or(0.0);
+        if !(0.0..=5.0).contains(&sigma) {
+            return Err(EstimateError::BadSpread(sigma));
+        }
+        let mut runtimes = Vec::with_capacity(n_tasks);
+        for (task, r) in input.running.iter().enumerate() {
+            if r.host >= n_hosts {
+                return Err(EstimateError::BadHost {
+                    task,
+                    host: r.host,
+                    hosts: n_hosts,
+                });
+            }
+            runtimes.push(r.remaining_secs);
+        }
+        runtimes.extend_from_slice(input.waiting);
+        if let Some((task, &runtime)) = runtimes
+            .iter()
+            .enumerate()
+            .find(|(_, r)| !r.is_finite() || **r < 0.0)
+        {
+            return Err(EstimateError::BadRuntime { task, runtime });
+        }
+        let mut queue_order: Vec<usize> = (input.running.len()..n_tasks).collect();
+        if input.longest_first {
+            queue_order.sort_by(|&a, &b| runtimes[b].total_cmp(&runtimes[a]).then(a.cmp(&b)));
+        }
+        let facts: Vec<HostFacts> = hosts.iter().map(HostFacts::new).collect();
+        let order = by_slowdown(&facts.iter().map(|f| f.slowdown).collect::<Vec<_>>());
+        Ok(EstimatePlan {
+            input: input.clone(),
+            runtimes,
+            queue_order,
+            facts,
+            order,
+            seed: rng.random(),
+        })
     }
-    let task_eta = ends.chunks_mut(input.runs).map(quantiles).collect();
-    let makespan = quantiles(&mut makespans.clone());
-    Ok((
-        Estimate {
-            makespan,
-            task_eta,
-            runs: input.runs,
-            unfinished_runs,
-            mean_failures: failures as f64 / input.runs as f64,
-        },
-        makespans,
-    ))
+
+    /// The number of Monte Carlo runs.
+    pub fn run_count(&self) -> usize {
+        self.input.runs
+    }
+
+    /// Makes runs `range` (clamped to the plan's runs).
+    pub fn runs(&self, range: std::ops::Range<usize>) -> EstimatePart {
+        let range = range.start.min(self.input.runs)..range.end.min(self.input.runs);
+        let n_tasks = self.runtimes.len();
+        let mut memo = Memo {
+            hosts: &self.facts,
+            runtimes: self.runtimes.clone(),
+            row_of: vec![u32::MAX; n_tasks],
+            cells: Vec::new(),
+        };
+        let mut part = EstimatePart {
+            first: range.start,
+            ends: Vec::with_capacity(range.len() * n_tasks),
+            makespans: Vec::with_capacity(range.len()),
+            unfinished_runs: 0,
+            failures: 0,
+        };
+        let mut run = Run::new(self.input.hosts.len(), &memo.runtimes);
+        run.sigma = self.input.runtime_sigma_log.unwrap_or(0.0);
+        for r in range {
+            let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+            rng.set_stream(r as u64);
+            let finished = run.simulate(
+                &self.input,
+                &self.facts,
+                &self.order,
+                &self.queue_order,
+                &mut memo,
+                &mut rng,
+            );
+            if finished {
+                let makespan = run.end.iter().copied().fold(0.0, f64::max);
+                part.makespans.push(makespan);
+            } else {
+                part.unfinished_runs += 1;
+                part.makespans.push(f64::INFINITY);
+            }
+            part.ends.extend_from_slice(&run.end);
+            part.failures += run.failures;
+        }
+        part
+    }
+
+    /// The estimate from parts that together make every run once (in any
+    /// order), and the makespan of every run in run order.
+    pub fn finish(&self, mut parts: Vec<EstimatePart>) -> (Estimate, Vec<f64>) {
+        parts.sort_by_key(|p| p.first);
+        let runs = self.input.runs;
+        let n_tasks = self.runtimes.len();
+        let mut makespans = Vec::with_capacity(runs);
+        let mut unfinished_runs = 0;
+        let mut failures = 0u64;
+        for p in &parts {
+            makespans.extend_from_slice(&p.makespans);
+            unfinished_runs += p.unfinished_runs;
+            failures += p.failures;
+        }
+        // Per task, its end in every run.
+        let mut column = Vec::with_capacity(makespans.len());
+        let task_eta = (0..n_tasks)
+            .map(|task| {
+                column.clear();
+                for p in &parts {
+                    column.extend(p.ends.iter().skip(task).step_by(n_tasks.max(1)));
+                }
+                quantiles(&mut column)
+            })
+            .collect();
+        let makespan = quantiles(&mut makespans.clone());
+        (
+            Estimate {
+                makespan,
+                task_eta,
+                runs,
+                unfinished_runs,
+                mean_failures: failures as f64 / runs as f64,
+            },
+            makespans,
+        )
+    }
 }
 
 /// Nearest-rank quantiles of `values` (reordered in place).
