@@ -96,6 +96,49 @@ fn every_policy_finishes_every_task_once_on_the_shared_traces() {
     assert!(by("proactive+checkpoint")["checkpoints"].as_u64().unwrap() > 0);
 }
 
+/// The report without what measures this run's timing or machine
+/// (`setup_secs`, each policy's `wall_secs`, `threads`).
+fn outcome(mut r: Value) -> Value {
+    let obj = r.as_object_mut().unwrap();
+    obj.remove("setup_secs");
+    obj.remove("threads");
+    for p in obj["policies"].as_array_mut().unwrap() {
+        p.as_object_mut().unwrap().remove("wall_secs");
+    }
+    r
+}
+
+#[test]
+fn the_same_seed_gives_the_same_report_on_one_thread_or_several() {
+    let args = |threads: &'static str| {
+        [
+            "--hosts",
+            "30",
+            "--tasks",
+            "120",
+            "--runtime",
+            "lognormal:2h,0.5",
+            "--seed",
+            "9",
+            "--estimate-runs",
+            "40",
+            "--threads",
+            threads,
+        ]
+    };
+    let first = outcome(simulate(&args("2")));
+    let again = outcome(simulate(&args("2")));
+    assert_eq!(first, again, "two runs with the same seed differ");
+    let single = outcome(simulate(&args("1")));
+    assert_eq!(first, single, "one thread and two differ");
+    let many = outcome(simulate(&args("5")));
+    assert_eq!(first, many, "five threads and two differ");
+    // The seed matters: another gives another outcome.
+    let mut other = args("2");
+    other[7] = "10";
+    assert_ne!(first, outcome(simulate(&other)));
+}
+
 #[test]
 fn bad_arguments_are_refused_by_name() {
     gleaner()

@@ -12,13 +12,16 @@ use crate::cli::output::{print_json, print_text};
 use crate::eval::load::read_traces;
 use crate::model::baselines::{method_by_name, DEFAULT_METHOD};
 use crate::model::sched::estimate::Quantiles;
-use crate::model::sched::sim::{simulate, Policy, SeriesForecaster, SimConfig, SimHost, SimResult};
+use crate::model::sched::sim::{
+    simulate, submission_estimate, Policy, SeriesForecaster, SimConfig, SimHost, SimResult,
+};
+use crate::parallel;
 use crate::model::sched::timeline::Timeline;
 use crate::model::series::HostSeries;
 use crate::model::state::Thresholds;
 use anyhow::{bail, Context};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -88,6 +91,11 @@ pub struct SimulateArgs {
     /// per task by cause) and wasted.svg (wasted CPU hours), one bar per policy.
     #[arg(long, value_name = "DIR")]
     pub svg: Option<PathBuf>,
+
+    /// Threads to run the policies on [default: the machine's cores, at
+    /// most 16]. The results are the same on any number.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub threads: Option<u16>,
 
     /// Write the results as JSON to FILE (`-`: stdout).
     #[arg(long = "json", value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
@@ -167,6 +175,8 @@ pub struct SimulateReport {
     pub curves_computed: usize,
     pub forecasts_failed: usize,
     pub setup_secs: f64,
+    /// Threads the policies and estimates ran on (the results do not depend on it).
+    pub threads: usize,
 }
 
 /// The pool: hosts with offsets and powers, and one timeline per trace.
@@ -245,56 +255,100 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
     let setup_secs = started.elapsed().as_secs_f64();
 
     let method = |name: &str| method_by_name(name, args.seed).context("unknown method");
-    let mut default_fc =
-        SeriesForecaster::new(&series, method(&args.method)?, th, CURVE_BUCKET_SECS);
-    let mut freq_fc = SeriesForecaster::new(&series, method("freq")?, th, CURVE_BUCKET_SECS);
-    let mut policies = Vec::new();
+    let default_fc = SeriesForecaster::new(&series, method(&args.method)?, th, CURVE_BUCKET_SECS);
+    let freq_fc = SeriesForecaster::new(&series, method("freq")?, th, CURVE_BUCKET_SECS);
+    let forecaster = |policy: Policy| {
+        if policy == Policy::TrFreq {
+            &freq_fc
+        } else {
+            &default_fc
+        }
+    };
     // The estimate at submission depends on the predictions (tr-freq has
-    // its own) and on checkpointing, not on the policy: made once per kind.
-    let mut estimates: Vec<(EstimateKind, Option<Quantiles>, Option<f64>)> = Vec::new();
-    for (i, &policy) in args.policy.iter().enumerate() {
-        let kind = (
+    // its own) and on checkpointing, not on the policy: made once per kind,
+    // by the first policy of that kind, from a generator of its own.
+    let kind_of = |policy: Policy| -> EstimateKind {
+        (
             policy == Policy::TrFreq,
             policy == Policy::ProactiveCheckpoint,
-        );
-        let known = estimates.iter().find(|e| e.0 == kind).cloned();
-        let bar = progress_bar(policy, json_stdout);
-        let config = SimConfig {
-            policy,
-            runtimes: runtimes.clone(),
-            checkpoint_cost_secs: args.checkpoint_cost as f64,
-            horizon_secs: args.horizon as f64,
-            estimate_runs: if known.is_some() {
-                0
-            } else {
-                args.estimate_runs
-            },
-            recheck_secs: 600.0,
-        };
-        let mut policy_rng = ChaCha8Rng::seed_from_u64(args.seed ^ ((i as u64 + 1) << 32));
-        let t0 = Instant::now();
-        let forecaster = if policy == Policy::TrFreq {
-            &mut freq_fc
-        } else {
-            &mut default_fc
-        };
-        let result = simulate(
-            &config,
-            &hosts,
-            &timelines,
-            forecaster,
-            &mut policy_rng,
-            &mut |share| bar.set_position((share * 1000.0) as u64),
-        )?;
-        let mut result = result;
-        match known {
-            Some((_, estimate, kills)) => {
-                result.estimate = estimate;
-                result.estimate_kills = kills;
+        )
+    };
+    let mut kinds: Vec<(EstimateKind, Policy)> = Vec::new();
+    if args.estimate_runs > 0 {
+        for &policy in &args.policy {
+            if !kinds.iter().any(|k| k.0 == kind_of(policy)) {
+                kinds.push((kind_of(policy), policy));
             }
-            None => estimates.push((kind, result.estimate, result.estimate_kills)),
         }
-        bar.finish_and_clear();
+    }
+    let config = |policy: Policy, estimate_runs: usize| SimConfig {
+        policy,
+        runtimes: runtimes.clone(),
+        checkpoint_cost_secs: args.checkpoint_cost as f64,
+        horizon_secs: args.horizon as f64,
+        estimate_runs,
+        recheck_secs: 600.0,
+    };
+    let bars = ProgressBars::new(&args.policy, json_stdout);
+    // Jobs: the estimates, then the simulations, the costliest first so
+    // the threads end together; each job's result depends only on the job.
+    let mut jobs: Vec<Job> = (0..kinds.len()).map(Job::Estimate).collect();
+    let mut sims: Vec<usize> = (0..args.policy.len()).collect();
+    sims.sort_by_key(|&i| std::cmp::Reverse(expected_cost(args.policy[i])));
+    jobs.extend(sims.into_iter().map(Job::Simulate));
+    let threads = args.threads.map_or_else(parallel::default_threads, usize::from);
+    let outputs = parallel::run_jobs(jobs.len(), threads, |j| match jobs[j] {
+        Job::Estimate(k) => {
+            let ((freq, checkpoint), policy) = kinds[k];
+            let tag = 1 + u64::from(freq) + 2 * u64::from(checkpoint);
+            let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ (tag << 48));
+            let estimate = submission_estimate(
+                &config(policy, args.estimate_runs),
+                &hosts,
+                &timelines,
+                &mut forecaster(policy),
+                |input| parallel::estimate(input, &mut rng, 1),
+            );
+            JobOutput::Estimate(estimate)
+        }
+        Job::Simulate(i) => {
+            let policy = args.policy[i];
+            let bar = bars.start(i);
+            let mut policy_rng = ChaCha8Rng::seed_from_u64(args.seed ^ ((i as u64 + 1) << 32));
+            let t0 = Instant::now();
+            let result = simulate(
+                &config(policy, 0),
+                &hosts,
+                &timelines,
+                &mut forecaster(policy),
+                &mut policy_rng,
+                &mut |share| bar.set_position((share * 1000.0) as u64),
+            );
+            bar.finish_and_clear();
+            JobOutput::Simulate(result, t0.elapsed().as_secs_f64())
+        }
+    });
+    bars.clear();
+    let mut estimates = vec![None; kinds.len()];
+    let mut results: Vec<Option<(SimResult, f64)>> = (0..args.policy.len()).map(|_| None).collect();
+    for (job, output) in jobs.iter().zip(outputs) {
+        match (job, output) {
+            (Job::Estimate(k), JobOutput::Estimate(e)) => estimates[*k] = e,
+            (Job::Simulate(i), JobOutput::Simulate(result, wall)) => {
+                results[*i] = Some((result?, wall))
+            }
+            _ => bail!("a simulation job returned another job's output"),
+        }
+    }
+    let mut policies = Vec::with_capacity(args.policy.len());
+    for (i, &policy) in args.policy.iter().enumerate() {
+        let Some((mut result, wall_secs)) = results[i].take() else {
+            bail!("policy {policy} was not simulated");
+        };
+        if let Some(k) = kinds.iter().position(|k| k.0 == kind_of(policy)) {
+            result.estimate = estimates[k].map(|e| e.0);
+            result.estimate_kills = estimates[k].map(|e| e.1);
+        }
         let per_task = |k: u64| k as f64 / args.tasks as f64;
         let within = match (result.estimate, result.makespan_secs) {
             (Some(e), Some(m)) => Some(e.p10 <= m && m <= e.p90),
@@ -307,7 +361,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
                 per_task(result.kills[2]),
             ],
             within_estimate: within,
-            wall_secs: t0.elapsed().as_secs_f64(),
+            wall_secs,
             result,
         });
     }
@@ -320,8 +374,9 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         method: args.method.clone(),
         checkpoint_cost_secs: args.checkpoint_cost,
         policies,
-        curves_computed: default_fc.computed + freq_fc.computed,
-        forecasts_failed: default_fc.failed + freq_fc.failed,
+        curves_computed: default_fc.computed() + freq_fc.computed(),
+        forecasts_failed: default_fc.failed() + freq_fc.failed(),
+        threads,
         setup_secs,
     };
     if let Some(dir) = &args.svg {
@@ -453,18 +508,73 @@ fn bar_chart(title: &str, names: &[&str], values: &[Vec<f64>], series: &[&str]) 
     out
 }
 
-fn progress_bar(policy: Policy, quiet: bool) -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(Some(1000), ProgressDrawTarget::stderr());
-    if quiet || !std::io::stderr().is_terminal() {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
+/// A unit of the run: the estimate of one kind, or one policy's simulation.
+#[derive(Debug, Clone, Copy)]
+enum Job {
+    Estimate(usize),
+    Simulate(usize),
+}
+
+enum JobOutput {
+    Estimate(Option<(Quantiles, f64)>),
+    Simulate(Result<SimResult, crate::model::sched::sim::SimError>, f64),
+}
+
+/// A rough rank of a policy's simulation cost (which jobs to start first).
+fn expected_cost(policy: Policy) -> u8 {
+    match policy {
+        Policy::Oracle => 6,
+        Policy::Proactive => 5,
+        Policy::ProactiveCheckpoint => 4,
+        Policy::Tr => 3,
+        Policy::TrFreq => 2,
+        Policy::Random => 1,
+        Policy::Power => 0,
     }
-    if let Ok(style) =
-        ProgressStyle::with_template("{msg:>22} [{bar:40}] {percent}% tasks done, {elapsed}")
-    {
-        bar.set_style(style.progress_chars("=> "));
+}
+
+/// One progress bar per policy, shown while its simulation runs (several
+/// at once on several threads); hidden for JSON on stdout or when stderr
+/// is not a terminal.
+struct ProgressBars {
+    multi: MultiProgress,
+    bars: Vec<ProgressBar>,
+}
+
+impl ProgressBars {
+    fn new(policies: &[Policy], quiet: bool) -> ProgressBars {
+        let multi = if quiet || !std::io::stderr().is_terminal() {
+            MultiProgress::with_draw_target(ProgressDrawTarget::hidden())
+        } else {
+            MultiProgress::with_draw_target(ProgressDrawTarget::stderr())
+        };
+        let bars = policies
+            .iter()
+            .map(|policy| {
+                let bar = ProgressBar::hidden();
+                bar.set_length(1000);
+                if let Ok(style) = ProgressStyle::with_template(
+                    "{msg:>22} [{bar:40}] {percent}% tasks done, {elapsed}",
+                ) {
+                    bar.set_style(style.progress_chars("=> "));
+                }
+                bar.set_message(policy.name());
+                bar
+            })
+            .collect();
+        ProgressBars { multi, bars }
     }
-    bar.set_message(policy.name());
-    bar
+
+    /// Shows policy `i`'s bar (its simulation starts) and returns it.
+    fn start(&self, i: usize) -> ProgressBar {
+        let bar = self.multi.add(self.bars[i].clone());
+        bar.reset_elapsed();
+        bar
+    }
+
+    fn clear(&self) {
+        let _ = self.multi.clear();
+    }
 }
 
 fn hours(secs: f64) -> String {

@@ -15,7 +15,7 @@
 //! task only where it will finish unhit, soonest). Pure code.
 
 use super::curve::{young_daly_interval, TrCurve};
-use super::estimate::{estimate, EstimateHost, EstimateInput, Quantiles};
+use super::estimate::{estimate, Estimate, EstimateError, EstimateHost, EstimateInput, Quantiles};
 use super::place::{by_slowdown, HostView, Rule, LOOKAHEAD};
 use super::timeline::Timeline;
 use crate::predict::PredictRequest;
@@ -28,6 +28,7 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::{Mutex, MutexGuard};
 
 /// Window lengths a forecaster asks TR for to build a host's curve (seconds).
 pub const CURVE_WINDOWS: [u64; 5] = [1_800, 3_600, 4 * 3_600, 12 * 3_600, 24 * 3_600];
@@ -117,17 +118,18 @@ pub trait Forecaster {
 }
 
 /// A [`Forecaster`] over host series with any registry method, caching one
-/// curve per (trace, time bucket, state at W).
+/// curve per (trace, time bucket, state at W). The cache sits behind a lock
+/// so that simulations on several threads share it (`&SeriesForecaster` is
+/// a forecaster too): a curve is a function of its key alone, so which
+/// thread computes it first changes nothing, and the counts below are of
+/// keys, the same whatever the threads' timing.
 pub struct SeriesForecaster<'a> {
     series: &'a [HostSeries],
     method: Box<dyn ReliabilityPredictor>,
     thresholds: Thresholds,
     bucket_secs: i64,
-    cache: HashMap<(usize, i64, u8), TrCurve>,
-    /// Curves computed (cache misses).
-    pub computed: usize,
-    /// Forecasts that failed (not enough history); their point was left out.
-    pub failed: usize,
+    /// Per key: the curve and how many of its forecasts failed.
+    cache: Mutex<HashMap<(usize, i64, u8), (TrCurve, u32)>>,
 }
 
 impl<'a> SeriesForecaster<'a> {
@@ -142,14 +144,54 @@ impl<'a> SeriesForecaster<'a> {
             method,
             thresholds,
             bucket_secs: bucket_secs.max(1),
-            cache: HashMap::new(),
-            computed: 0,
-            failed: 0,
+            cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Curves computed (distinct keys asked).
+    pub fn computed(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Forecasts that failed (not enough history); their point was left out.
+    pub fn failed(&self) -> usize {
+        self.lock().values().map(|(_, f)| *f as usize).sum()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<(usize, i64, u8), (TrCurve, u32)>> {
+        // A panic elsewhere cannot leave a half-made entry: entries are
+        // inserted whole.
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The curve of the key (trace, bucket, state) from the bucket's start.
+    fn compute(&self, series: &HostSeries, bucket: i64) -> (TrCurve, u32) {
+        // The bucket's start stands for every time in it; it is not after
+        // the time asked, so nothing past it is read.
+        let w = bucket * self.bucket_secs;
+        // A coarser step than the trace's keeps a day-long window cheap.
+        let step = series.step_secs.max(60);
+        let mut points = Vec::with_capacity(CURVE_WINDOWS.len());
+        let mut failed = 0;
+        for &len in &CURVE_WINDOWS {
+            let mut req = PredictRequest::new(w, len, self.thresholds);
+            req.step_secs = Some(step);
+            match self.method.forecast(series, &req) {
+                Ok(f) => points.push((len as f64, f.tr)),
+                Err(_) => failed += 1,
+            }
+        }
+        let curve = if points.is_empty() {
+            // No history yet: assume one failure a day.
+            TrCurve::exponential(86_400.0)
+        } else {
+            TrCurve::new(points)
+        };
+        (curve, failed)
     }
 }
 
-impl Forecaster for SeriesForecaster<'_> {
+impl Forecaster for &SeriesForecaster<'_> {
     fn curve(&mut self, trace: usize, at: i64) -> TrCurve {
         let Some(series) = self.series.get(trace) else {
             return TrCurve::never_fails();
@@ -159,32 +201,21 @@ impl Forecaster for SeriesForecaster<'_> {
             .map_or(0u8, |s| s.index() as u8 + 1);
         let bucket = at.div_euclid(self.bucket_secs);
         let key = (trace, bucket, state);
-        if let Some(c) = self.cache.get(&key) {
+        if let Some((c, _)) = self.lock().get(&key) {
             return c.clone();
         }
-        // The bucket's start stands for every time in it; it is not after
-        // `at`, so nothing past `at` is read.
-        let w = bucket * self.bucket_secs;
-        // A coarser step than the trace's keeps a day-long window cheap.
-        let step = series.step_secs.max(60);
-        let mut points = Vec::with_capacity(CURVE_WINDOWS.len());
-        for &len in &CURVE_WINDOWS {
-            let mut req = PredictRequest::new(w, len, self.thresholds);
-            req.step_secs = Some(step);
-            match self.method.forecast(series, &req) {
-                Ok(f) => points.push((len as f64, f.tr)),
-                Err(_) => self.failed += 1,
-            }
-        }
-        self.computed += 1;
-        let curve = if points.is_empty() {
-            // No history yet: assume one failure a day.
-            TrCurve::exponential(86_400.0)
-        } else {
-            TrCurve::new(points)
-        };
-        self.cache.insert(key, curve.clone());
+        // Computed without the lock, so other threads go on meanwhile.
+        let made = self.compute(series, bucket);
+        let curve = made.0.clone();
+        self.lock().entry(key).or_insert(made);
         curve
+    }
+}
+
+impl Forecaster for SeriesForecaster<'_> {
+    fn curve(&mut self, trace: usize, at: i64) -> TrCurve {
+        let mut shared: &SeriesForecaster<'_> = self;
+        shared.curve(trace, at)
     }
 }
 
@@ -380,6 +411,47 @@ pub fn simulate<R: Rng + ?Sized>(
     Ok(sim.result())
 }
 
+/// The estimate at submission that [`simulate`] makes when
+/// `config.estimate_runs` > 0, made apart from the simulation so a caller
+/// can run it elsewhere (on other threads, once for several policies that
+/// share it): `run` makes the estimate of the input it is given (e.g.
+/// [`estimate`] with a generator). Returns the makespan's quantiles and the
+/// kills the estimate expects; `None` when there is nothing to estimate or
+/// `run` fails.
+pub fn submission_estimate(
+    config: &SimConfig,
+    hosts: &[SimHost],
+    timelines: &[Timeline],
+    forecaster: &mut dyn Forecaster,
+    run: impl FnOnce(&EstimateInput<'_>) -> Result<(Estimate, Vec<f64>), EstimateError>,
+) -> Option<(Quantiles, f64)> {
+    if config.estimate_runs == 0 || hosts.is_empty() {
+        return None;
+    }
+    if hosts
+        .iter()
+        .any(|h| h.timeline >= timelines.len() || timelines[h.timeline].cells() == 0)
+    {
+        return None;
+    }
+    let est_hosts = Sim::new(config, hosts, timelines).estimate_hosts(forecaster);
+    run(&submission_input(config, &est_hosts))
+        .ok()
+        .map(|(e, _)| (e.makespan, e.mean_failures))
+}
+
+/// The estimate's input at submission: every task waiting, longest first.
+fn submission_input<'a>(config: &'a SimConfig, hosts: &'a [EstimateHost]) -> EstimateInput<'a> {
+    EstimateInput {
+        hosts,
+        running: &[],
+        waiting: &config.runtimes,
+        longest_first: true,
+        runs: config.estimate_runs,
+        runtime_sigma_log: None,
+    }
+}
+
 struct Sim<'a> {
     config: &'a SimConfig,
     hosts: &'a [SimHost],
@@ -415,6 +487,9 @@ struct Sim<'a> {
     order_stale: bool,
     /// The oracle: tasks already offered to every idle host.
     offered: Vec<bool>,
+    /// The oracle: a task was requeued since the last dispatch (every
+    /// task is offered to every idle host again).
+    oracle_requeued: bool,
     kills: Kills,
     attempts: u64,
     wasted: f64,
@@ -463,6 +538,7 @@ impl<'a> Sim<'a> {
             order: (0..hosts.len()).collect(),
             order_stale: true,
             offered: vec![false; n],
+            oracle_requeued: true,
             kills: [0; 3],
             attempts: 0,
             wasted: 0.0,
@@ -530,6 +606,16 @@ impl<'a> Sim<'a> {
         forecaster: &mut dyn Forecaster,
         rng: &mut R,
     ) -> Option<(Quantiles, f64)> {
+        let est_hosts = self.estimate_hosts(forecaster);
+        let input = submission_input(self.config, &est_hosts);
+        estimate(&input, rng)
+            .ok()
+            .map(|(e, _)| (e.makespan, e.mean_failures))
+    }
+
+    /// The pool as the estimate at submission sees it: each host's view
+    /// at time 0, its usual outage, and (with checkpoints) its interval.
+    fn estimate_hosts(&mut self, forecaster: &mut dyn Forecaster) -> Vec<EstimateHost> {
         let mut est_hosts = Vec::with_capacity(self.hosts.len());
         let checkpointing = self.config.policy == Policy::ProactiveCheckpoint;
         for host in 0..self.hosts.len() {
@@ -550,17 +636,7 @@ impl<'a> Sim<'a> {
                 checkpoint_secs,
             });
         }
-        let input = EstimateInput {
-            hosts: &est_hosts,
-            running: &[],
-            waiting: &self.config.runtimes,
-            longest_first: true,
-            runs: self.config.estimate_runs,
-            runtime_sigma_log: None,
-        };
-        estimate(&input, rng)
-            .ok()
-            .map(|(e, _)| (e.makespan, e.mean_failures))
+        est_hosts
     }
 
     fn run<R: Rng + ?Sized>(
@@ -665,6 +741,7 @@ impl<'a> Sim<'a> {
             self.kills[i] += 1;
         }
         self.queue.push_front(a.task);
+        self.oracle_requeued = true;
         self.go_down(host);
     }
 
@@ -837,13 +914,16 @@ impl<'a> Sim<'a> {
     /// host where it ends soonest without being hit, if there is one. An
     /// idle host that fits none of them cannot come to fit one while it
     /// stays up (its next failure stays where it is, the finish only moves
-    /// later), so between full rechecks a task already offered to every
-    /// idle host is offered only to the fresh ones.
+    /// later), so a task already offered to every idle host is offered only
+    /// to the fresh ones. Nothing else the rule weighs changes: a task's
+    /// work changes only when it is killed and requeued, and only a requeue
+    /// can push an offered task out of the window while hosts are freed, so
+    /// only a requeue makes every task new again (not every full recheck:
+    /// hosts going down, which is most events, change no idle host's answer).
     fn dispatch_oracle(&mut self, forecaster: &mut dyn Forecaster) {
-        if self.recheck_all {
+        let fresh = if self.oracle_requeued {
+            self.oracle_requeued = false;
             self.offered.iter_mut().for_each(|o| *o = false);
-        }
-        let fresh = if self.recheck_all {
             self.free.clone()
         } else {
             self.fresh.clone()
