@@ -536,6 +536,8 @@ impl<'a> Sim<'a> {
             let view = self.view(host, forecaster).clone();
             let outage = self.outage_guess(host);
             let tl = &self.timelines[self.hosts[host].timeline];
+            // The mean up-spell between failures over the same past.
+            let (up, episodes) = tl.past_spells(self.trace_time(host, 0.0), PAST_LOOKBACK_SECS);
             let down = tl.failure_at(self.trace_time(host, 0.0)).is_some();
             let checkpoint_secs = if checkpointing {
                 young_daly_interval(self.config.checkpoint_cost_secs, view.curve.mttf())
@@ -547,6 +549,7 @@ impl<'a> Sim<'a> {
                 view,
                 busy_secs: if down { outage } else { 0.0 },
                 recovery_secs: outage,
+                uptime_secs: (episodes > 0.0).then(|| up / episodes),
                 checkpoint_secs,
             });
         }
