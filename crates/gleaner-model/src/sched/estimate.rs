@@ -843,6 +843,21 @@ mod tests {
     }
 
     #[test]
+    fn after_a_failure_the_host_fails_at_its_past_rate_not_the_curves() {
+        // One host, M = 1 h, one task of 3 h. Redrawn from the curve after
+        // every return it is hit e^3 − 1 ≈ 19 times on average; a host whose
+        // past shows up-spells of 10^9 s is hit at most once (the first
+        // failure still comes from the curve).
+        let mut h = host(1.0, TrCurve::exponential(3600.0));
+        let curve_only = run(std::slice::from_ref(&h), &[3.0 * 3600.0], 400);
+        assert!(curve_only.mean_failures > 15.0, "{curve_only:?}");
+        h.uptime_secs = Some(1e9);
+        let with_past = run(&[h], &[3.0 * 3600.0], 400);
+        assert!(with_past.mean_failures <= 1.0, "{with_past:?}");
+        assert!(with_past.mean_failures > 0.8, "{with_past:?}");
+    }
+
+    #[test]
     fn bad_input_is_refused_by_name() {
         let hosts = [host(1.0, TrCurve::never_fails())];
         let input = EstimateInput {

@@ -350,6 +350,9 @@ mod tests {
         let (share, outage) = tl.past(2000.0, 1000.0);
         assert!((share.unwrap() - 550.0 / 800.0).abs() < 1e-9);
         assert!((outage.unwrap() - 200.0).abs() < 1e-9);
+        // The same past as up-spells: 800 usable seconds, one episode.
+        assert_eq!(tl.past_spells(2000.0, 1000.0), (800.0, 1.0));
+        assert_eq!(tl.past_spells(1000.0, 1000.0), (0.0, 0.0));
     }
 
     #[test]
