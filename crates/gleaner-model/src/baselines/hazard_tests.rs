@@ -158,7 +158,10 @@ fn hazard_learns_a_daily_failure_without_peeking() {
         .forecast(&series, &request(before, 2 * 3600))
         .unwrap();
     let clear = method.forecast(&series, &request(after, 2 * 3600)).unwrap();
-    assert!(hit.tr < 0.2, "window over the hog: {}", hit.tr);
+    // The hazard is learnt per hour of the day (the 10:00 hour also holds
+    // the at-risk steps after 10:30), so a failure at one fixed minute is
+    // spread over its hour: TR well under `freq`'s 0 + smoothing, not 0.
+    assert!(hit.tr < 0.3, "window over the hog: {}", hit.tr);
     assert!(clear.tr > 0.8, "window after the hog: {}", clear.tr);
     let causes = hit.fail_by_cause.unwrap();
     assert!(causes[0] > 0.8, "CPU contention: {causes:?}");
