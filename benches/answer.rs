@@ -18,7 +18,8 @@
 //!   length, and the predicted CPU share), cold and cached, beside `km`.
 //!
 //! - `hazard` (round four): cold and cached, as one forecast and as the
-//!   node's whole answer (its curve in one pass).
+//!   node's whole answer (its curve in one pass); and the answer's
+//!   predicted CPU share alone (`availability`), the part no method changes.
 //!
 //! Each is run on the whole 35-day trace and on the 14 days before W (ten
 //! weekdays: the smallest record that answers with N = 10).
@@ -30,7 +31,7 @@ use gleaner::model::baselines::{truncated, Hazard, Logistic, DEFAULT_METHOD};
 use gleaner::model::predict::PredictRequest;
 use gleaner::model::series::{HostSeries, Sample};
 use gleaner::model::state::Thresholds;
-use gleaner::node::answer::host_answer;
+use gleaner::node::answer::{host_answer, predicted_availability};
 use gleaner::report::{predict_report, ReportRequest};
 use std::hint::black_box;
 use std::path::Path;
@@ -92,6 +93,10 @@ fn bench(c: &mut Criterion) {
             format!("{DEFAULT_METHOD} host answer cached, {label}"),
             |b| b.iter(|| host_answer(black_box(series), black_box(&default))),
         );
+        // The answer's predicted CPU share alone (same window, no forecast).
+        group.bench_function(format!("availability, {label}"), |b| {
+            b.iter(|| predicted_availability(black_box(series), black_box(&default.window)))
+        });
         // `hazard` (round four): one fit per day serves every length, and
         // the host answer's curve is one pass of its survival.
         let hazard = Hazard::shared();

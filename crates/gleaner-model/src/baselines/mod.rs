@@ -111,6 +111,10 @@ const LINEAR: [(&str, &str, TimeSeriesModel); 5] = [
 /// not decided). One point per cell to the lowest pooled Brier (16 cells);
 /// the most points wins; a tie keeps the current default; the 1 ms clause
 /// and rule 4 stand; a set not finished by 08:30 UTC: no switch.
+///
+/// Outcome of round four: `logistic` 9 points, `hazard` 3 (cluster nodes,
+/// 3–10 h), `logistic+cal` 3, `last-prob` 1; the default is unchanged
+/// (`docs/accuracy.md`, "Round four").
 pub const DEFAULT_METHOD: &str = "logistic";
 
 /// Every method name the registry knows, semi-Markov variants first.
