@@ -289,6 +289,15 @@ pub(crate) fn follow_up(first_fail: Option<usize>, available: usize) -> (usize, 
 /// Training rows of one host: (features, weight, events / weight).
 type Row = ([f64; FEATURES], f64, f64);
 
+/// What a fit learns from: the base table, the failures' causes by start
+/// class, the merged training rows and the number of origins.
+struct Training {
+    base: [f64; 48],
+    causes: [[f64; CAUSES]; 2],
+    rows: Vec<Row>,
+    origins: usize,
+}
+
 /// The base table, causes and training rows for windows up to `horizon`
 /// coarse steps, from the grid's steps before `midnight` on dates before `date`.
 fn training(
@@ -298,7 +307,7 @@ fn training(
     horizon: usize,
     date: Date,
     midnight: i64,
-) -> ([f64; 48], [[f64; CAUSES]; 2], Vec<Row>, usize) {
+) -> Training {
     let oldest = midnight.saturating_sub(MAX_TRAINING_DAYS * 86_400);
     let from = grid.slots.partition_point(|s| s.2 < oldest);
     let to = grid.slots.partition_point(|s| s.2 < midnight);
@@ -437,11 +446,16 @@ fn training(
             rows.push((features(base[s], b, coarse_h, &o), w * cnt, ev / cnt));
         }
     }
-    (base, causes, rows, origins)
+    Training {
+        base,
+        causes,
+        rows,
+        origins,
+    }
 }
 
-/// Fits the host's model; `None` when the record before `date` has no
-/// coarse step at risk.
+/// Fits the host's model (no origin before `date`: the prior with the
+/// host's base table, and `origins` 0, which the forecast refuses).
 fn fit(
     grid: &GridIndex,
     job_mem: u64,
@@ -450,13 +464,13 @@ fn fit(
     date: Date,
     midnight: i64,
 ) -> HazardFit {
-    let (base, causes, rows, origins) = training(grid, job_mem, coarse, horizon, date, midnight);
+    let t = training(grid, job_mem, coarse, horizon, date, midnight);
     HazardFit {
-        base,
-        beta: newton(&rows, PRIOR, RIDGE),
-        causes,
+        base: t.base,
+        beta: newton(&t.rows, PRIOR, RIDGE),
+        causes: t.causes,
         coarse,
-        origins,
+        origins: t.origins,
     }
 }
 
@@ -471,8 +485,7 @@ pub fn pooled_prior(hosts: &[HostSeries], th: Thresholds) -> Option<[f64; FEATUR
         let last = series.last_time()?;
         let (date, midnight) = local_midnight(series, last + 86_400)?;
         let horizon = horizon_steps(12, coarse, grid.step);
-        let (_, _, r, _) = training(&grid, th.job_mem_mib, coarse, horizon, date, midnight);
-        rows.extend(r);
+        rows.extend(training(&grid, th.job_mem_mib, coarse, horizon, date, midnight).rows);
     }
     Some(newton(&rows, NEUTRAL, 1.0))
 }
@@ -520,6 +533,7 @@ fn objective(rows: &[Row], beta: &[f64; FEATURES], prior: [f64; FEATURES], ridge
 }
 
 /// Weighted ridge logistic regression towards `prior` by damped Newton steps.
+#[allow(clippy::needless_range_loop)] // the Hessian's loops read two of its rows at once
 fn newton(rows: &[Row], prior: [f64; FEATURES], ridge: f64) -> [f64; FEATURES] {
     let mut beta = prior;
     let mut loss = objective(rows, &beta, prior, ridge);

@@ -135,7 +135,7 @@ fn the_fit_of_censored_rows_is_events_over_steps_at_risk() {
         x[0] = 1.0;
         x
     };
-    let rows: Vec<Row> = vec![(x, 2.0, 0.0), (x, 1.0, 1.0), (x, 5.0, 0.0)];
+    let rows: [Row; 3] = [(x, 2.0, 0.0), (x, 1.0, 1.0), (x, 5.0, 0.0)];
     let beta = newton(&rows, [0.0; FEATURES], 1e-9);
     assert!((sigmoid(beta[0]) - 0.125).abs() < 1e-6, "{beta:?}");
     // A pull towards 0 of λ = 8 moves it to the root of
