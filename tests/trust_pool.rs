@@ -276,6 +276,17 @@ fn copies_that_all_differ_end_no_quorum_within_the_bound_and_a_validator_accepts
         4,
         "every copy kept aside, no more than the bound: {aside:#?}"
     );
+    // `batch status` shows the verification and the four copies, each in an
+    // agreement group of its own.
+    assert_eq!(status["verification"]["mode"], "replicate", "{status:#}");
+    assert_eq!(status["verification"]["quorum"], 2);
+    let copies = t["copies"].as_array().expect("the copies are shown");
+    assert_eq!(copies.len(), 4, "{t:#}");
+    let groups: std::collections::HashSet<u64> = copies
+        .iter()
+        .map(|c| c["group"].as_u64().unwrap())
+        .collect();
+    assert_eq!(groups.len(), 4, "{t:#}");
     let answers: std::collections::HashSet<&String> = aside.iter().map(|(_, a)| a).collect();
     assert_eq!(answers.len(), 4, "four different answers: {aside:#?}");
     for (host, answer) in &aside {
@@ -285,11 +296,34 @@ fn copies_that_all_differ_end_no_quorum_within_the_bound_and_a_validator_accepts
 
     let status = batch_until(&consumer, &checked, Duration::from_secs(120), finished);
     let results = Path::new(status["results_dir"].as_str().unwrap());
+    assert_eq!(
+        status["verification"]["validator"].as_str(),
+        Some(validator_cmd.as_str())
+    );
+    let text = consumer.run_ok(&["batch", "status", &checked]);
+    assert!(
+        text.contains("verification: replicate, 2 copies, quorum 2, validator"),
+        "{text}"
+    );
+    assert!(
+        text.contains("copies:") && text.contains("accepted"),
+        "{text}"
+    );
     for task in 0..2 {
         let t = &status["tasks"][task as usize];
         assert_eq!(t["state"], "done", "task {task}: {t:#}");
         let p = provenance(&checked_out, task);
         assert_eq!(p["verification"], "replicate");
+        // Status reads the decided copies back from the provenance.
+        let shown: Vec<(&str, bool)> = t["copies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["state"].as_str().unwrap(), c["agrees"] == true))
+            .collect();
+        assert_eq!(shown.len(), 2, "{t:#}");
+        assert!(shown.contains(&("accepted", true)), "{t:#}");
+        assert!(shown.contains(&("agreed", true)), "{t:#}");
         let agreed = p["agreed"].as_array().unwrap();
         assert_eq!(agreed.len(), 2, "{p:#}");
         assert!(agreed.contains(&p["host"]), "{p:#}");
