@@ -628,7 +628,7 @@ fn status_text(r: &BatchReport) -> String {
             text.push_str("copies:\n");
             text.push_str(&table(
                 &["task", "host", "copy", "agreement", "digest"],
-                copies.into_iter(),
+                copies,
                 false,
             ));
         }

@@ -944,7 +944,7 @@ mod tests {
         let trust = Trust::open(&store);
         assert!(trust.spec(batch).is_none());
         assert!(
-            trust.tainted.get(&batch).is_none(),
+            !trust.tainted.contains_key(&batch),
             "forgotten with its batch"
         );
         assert_eq!(trust.spec(other), Some(&spec));
