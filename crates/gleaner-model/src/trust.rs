@@ -6,6 +6,21 @@
 //! measurement (`examples/trust_overhead.rs`). docs/trust.md says why the
 //! numbers are what they are.
 
+/// Most copies of one task `--replicas K` may grow to when copies
+/// disagree, whatever K.
+pub const MAX_COPIES: u32 = 9;
+
+/// Most copies a task with `replicas` copies and quorum `quorum` may run
+/// before it fails with "no quorum": `max(K + 2, 2Q − 1)`, at most
+/// [`MAX_COPIES`], never fewer than K. The node (`batch::verify`) and the
+/// simulator (`sched::sim::verify`) both use it.
+pub fn max_copies(replicas: u32, quorum: u32) -> u32 {
+    (replicas + 2)
+        .max(2 * quorum.saturating_sub(1) + 1)
+        .min(MAX_COPIES)
+        .max(replicas)
+}
+
 /// What a consumer remembers of one host: results checked against other
 /// hosts' and found valid or invalid, and the current run of valid ones.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -95,6 +110,14 @@ mod tests {
         assert_eq!((t.valid, t.invalid, t.streak), (5, 1, 0));
         t.record(true);
         assert_eq!(t.streak, 1);
+    }
+
+    #[test]
+    fn the_copy_bound_grows_with_k_and_q_up_to_nine() {
+        assert_eq!(max_copies(2, 2), 4);
+        assert_eq!(max_copies(3, 2), 5);
+        assert_eq!(max_copies(5, 5), 9);
+        assert_eq!(max_copies(9, 1), 9);
     }
 
     #[test]
