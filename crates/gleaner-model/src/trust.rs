@@ -47,7 +47,7 @@ impl HostTrack {
 /// The adaptive rule: untrusted hosts' tasks run on two hosts (quorum 2);
 /// a host with at least `trust_after` consecutive valid results runs its
 /// tasks alone, each spot-checked (a second copy elsewhere) with a
-/// probability that falls with its streak down to a floor.
+/// probability that falls with the square of its streak down to a floor.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdaptiveRule {
     /// N: consecutive valid results before a host runs single copies.
@@ -76,13 +76,17 @@ impl AdaptiveRule {
 
     /// The chance that a task given to a host with this streak also runs
     /// on a second host: 1 until it is trusted, then
-    /// `check_at_trust · N / streak`, never below the floor.
+    /// `check_at_trust · (N / streak)²`, never below the floor. The square
+    /// brings a newly trusted host to the floor in a few dozen checked
+    /// results rather than hundreds: the floor is what bounds how long a
+    /// host that turns bad goes unseen, and the climb to it is paid by
+    /// honest hosts (docs/trust.md).
     pub fn check_probability(&self, streak: u32) -> f64 {
         if !self.trusted(streak) {
             return 1.0;
         }
-        let n = f64::from(self.trust_after.max(1));
-        (self.check_at_trust * n / f64::from(streak)).clamp(self.check_floor, 1.0)
+        let ratio = f64::from(self.trust_after.max(1)) / f64::from(streak);
+        (self.check_at_trust * ratio * ratio).clamp(self.check_floor, 1.0)
     }
 
     /// Copies (1 or 2) of a task whose first copy goes to a host with this
@@ -139,6 +143,11 @@ mod tests {
             last = p;
         }
         assert_eq!(rule.check_probability(rule.trust_after), 0.5);
+        // Hand-computed: 0.5 · (10 / 20)² = 0.125; the floor from
+        // 10 · √10 ≈ 31.6 on.
+        assert!((rule.check_probability(20) - 0.125).abs() < 1e-12);
+        assert!(rule.check_probability(31) > rule.check_floor);
+        assert_eq!(rule.check_probability(32), rule.check_floor);
         assert_eq!(rule.check_probability(10_000), rule.check_floor);
         assert_eq!(rule.copies(10_000, 0.04), 2);
         assert_eq!(rule.copies(10_000, 0.06), 1);
