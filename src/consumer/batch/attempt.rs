@@ -22,8 +22,8 @@ use crate::consumer::pool::{input_allowance, JobPool, JobSettings};
 use crate::consumer::Inbox;
 use crate::model::ids::JobId;
 use crate::net::protocol::{
-    JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason, RemoteJobState,
-    OUTPUT_CHUNK_MAX,
+    GuestUsage, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
+    RemoteJobState, OUTPUT_CHUNK_MAX,
 };
 
 /// How an attempt ended.
@@ -34,7 +34,10 @@ pub enum AttemptEnd {
     /// (the task's fault, not the host's: another host would do the same).
     Landed {
         exit_status: i32,
+        /// From the hand-over to the results landed, as the consumer saw it.
         wall_secs: f64,
+        /// What the guest used, as its host measured it, when it said.
+        usage: Option<GuestUsage>,
         missing: Vec<String>,
     },
     /// The host refused the job before running it. `lasting` when it would
@@ -65,6 +68,11 @@ pub struct AttemptPlan {
     /// Where the task's latest checkpoint is kept, when it checkpoints: each
     /// snapshot its host reports is fetched there.
     pub checkpoint_dest: Option<PathBuf>,
+    /// `Some(task)` when this landing is the task's result as it comes (no
+    /// verification): `land` writes its `provenance.json` (this host, its
+    /// digest) before the result appears. A verified copy's provenance is
+    /// written when a quorum accepts it (`replicas`).
+    pub provenance_task: Option<u32>,
 }
 
 /// What an attempt tells its queue while it runs.
@@ -255,12 +263,13 @@ async fn follow<P: JobPool>(
         }
     };
     match end {
-        Ok(exit_status) => {
+        Ok((exit_status, usage)) => {
             let wall_secs = started.elapsed().as_secs_f64();
             match land(pool, plan, exit_status).await {
                 Ok(missing) => AttemptEnd::Landed {
                     exit_status,
                     wall_secs,
+                    usage,
                     missing,
                 },
                 Err(reason) => AttemptEnd::HostFailed(reason),
@@ -306,9 +315,9 @@ pub fn event_text(kind: &JobEventKind) -> String {
 
 /// `Some(Ok(status))` when the job finished, `Some(Err(..))` when the host
 /// ended it, `None` while it runs.
-fn ending(kind: &JobEventKind) -> Option<Result<i32, AttemptEnd>> {
+fn ending(kind: &JobEventKind) -> Option<Result<(i32, Option<GuestUsage>), AttemptEnd>> {
     match kind {
-        JobEventKind::Finished { exit_status, .. } => Some(Ok(*exit_status)),
+        JobEventKind::Finished { exit_status, usage } => Some(Ok((*exit_status, *usage))),
         JobEventKind::Killed { .. } | JobEventKind::NotStarted { .. } => {
             Some(Err(AttemptEnd::HostFailed(event_text(kind))))
         }
@@ -369,6 +378,21 @@ async fn land<P: JobPool>(
         tokio::fs::write(tmp.join("exit_status"), format!("{exit_status}\n"))
             .await
             .map_err(|e| format!("exit_status: {e}"))?;
+        if let Some(task) = plan.provenance_task {
+            // Digesting reads every output: on the blocking pool.
+            let (dir, outputs, host) = (tmp.clone(), plan.outputs.clone(), plan.host.to_base58());
+            tokio::task::spawn_blocking(move || {
+                crate::consumer::batch::verify::write_single_provenance(
+                    &dir,
+                    &outputs,
+                    task,
+                    host,
+                    exit_status,
+                )
+            })
+            .await
+            .map_err(|e| format!("provenance: {e}"))??;
+        }
         replace_dir(&tmp, &plan.result_dir).await?;
         Ok(missing)
     }

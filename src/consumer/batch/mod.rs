@@ -8,6 +8,8 @@
 //!   retries, cancel, re-attach after a restart;
 //! - [`forecast`]: the batch's turnaround estimate (`batch estimate`);
 //! - [`policy`]: the named placement policies (`--policy`);
+//! - [`runtime`]: the batch's run time as its landed tasks show it (the
+//!   declared `--runtime` as the prior; CPU · P or wall · Γ per task);
 //! - [`checkpoint`]: checkpoint intervals (Young/Daly) and each task's
 //!   latest verified checkpoint, offered to its next attempt;
 //! - [`attempt`]: one attempt of one task on one host, with its results
@@ -22,6 +24,7 @@ pub mod codec;
 pub mod forecast;
 pub mod policy;
 pub mod queue;
+pub mod runtime;
 pub mod spec;
 pub mod store;
 #[cfg(test)]

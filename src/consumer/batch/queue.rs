@@ -27,6 +27,7 @@ use crate::consumer::batch::forecast::{
     estimate_batch, view_or_guess, BatchEstimate, BatchShape, RunningShape,
 };
 use crate::consumer::batch::policy::{PolicyName, TaskNeeds};
+use crate::consumer::batch::runtime::{landed_work, planned_runtime, PlannedRuntime};
 use crate::consumer::batch::spec::{self, Sweep, TaskTemplate};
 use crate::consumer::batch::store::{
     BatchRecord, BatchStore, CheckpointSpec, TaskCopy, TaskRecord, TaskState,
@@ -38,7 +39,6 @@ use crate::consumer::Inbox;
 use crate::data::{InputSpec, Offer};
 use crate::model::ids::{BatchId, JobId};
 use crate::model::sched::deadline::{p_fresh_copy_in_time, p_running_copy_in_time};
-use crate::model::sched::runtime::{Completion, RuntimeEstimate, DEFAULT_PRIOR_WEIGHT};
 use crate::net::protocol::JobSubmit;
 
 #[path = "replicas.rs"]
@@ -114,6 +114,10 @@ pub struct BatchView {
     /// CISNE's estimate of its end from the last survey's hosts (`batch
     /// status`; not in `batch list`).
     pub estimate: Option<BatchEstimate>,
+    /// How its results are checked (`None`: taken as they come).
+    pub verify: Option<crate::consumer::batch::verify::VerifySpec>,
+    /// The copies of each verified task still being decided.
+    pub copies: BTreeMap<u32, Vec<crate::consumer::batch::verify::CopyView>>,
 }
 
 /// Tasks by state.
@@ -220,11 +224,6 @@ const DEADLINE_CHECK_EVERY: Duration = Duration::from_secs(1);
 const COPY_BELOW: f64 = 0.5;
 /// ...when a fresh copy there has at least this much more chance.
 const COPY_GAIN: f64 = 0.1;
-/// Spread (log scale) of a task's wall time around its expected value:
-/// a declared runtime is a guess, and a task may well take e (2.7) times
-/// or a third of it. Log-normal tails are light: with less spread a task
-/// far past its runtime would still look about to end.
-const RUNTIME_SIGMA_PRIOR: f64 = 1.0;
 
 /// The queue. Owned by the consumer actor.
 pub struct BatchQueue<P: JobPool + Clone + 'static> {
@@ -424,6 +423,8 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             eta_unix: eta(&live.tasks, counts, self.clock.unix_secs()),
             results_dir: self.results_dir(id),
             estimate: None,
+            verify: self.verify_spec(id),
+            copies: self.live_copies(id),
         })
     }
 
@@ -447,20 +448,16 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         };
         let now = self.clock.unix_secs();
         let runtime = new.runtime_secs.max(1);
+        let prior = planned_runtime(runtime, &[]);
         let shape = BatchShape {
             // The prior's mean: the estimate draws runtimes around it.
-            runtime_secs: RuntimeEstimate::with_prior(
-                runtime as f64,
-                DEFAULT_PRIOR_WEIGHT,
-                RUNTIME_SIGMA_PRIOR,
-            )
-            .map_or(runtime as f64, |m| m.mean_secs()),
+            runtime_secs: prior.mean,
             window_secs: runtime,
             running: Vec::new(),
             waiting: (0..tasks.len() as u32).collect(),
             deadline_in: new.deadline_unix.map(|d| (d - now) as f64),
             checkpoint_cost_secs: new.checkpoint.as_ref().map(|c| c.cost_secs as f64),
-            runtime_sigma_log: Some(RUNTIME_SIGMA_PRIOR),
+            runtime_sigma_log: Some(prior.spread),
         };
         let query = SurveyQuery {
             window_start_unix: now,
@@ -516,7 +513,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             .collect();
         // Waiting tasks are placed lowest number first (`next_task_of`).
         let waiting = live.tasks_in(TaskState::Queued);
-        let planned = planned_runtime(live);
+        let planned = planned_runtime(live.record.runtime_secs, &live.tasks);
         let shape = BatchShape {
             // The mean: the estimate draws runtimes around it keeping it.
             runtime_secs: planned.mean,
@@ -763,7 +760,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 continue;
             };
             let needs = TaskNeeds {
-                runtime_secs: planned_runtime(live).median,
+                runtime_secs: planned_runtime(live.record.runtime_secs, &live.tasks).median,
                 window_secs: live.record.runtime_secs,
             };
             let ordered: Vec<(PeerId, Option<f64>)> = live
@@ -820,13 +817,13 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
 
     fn plan(&self, batch: BatchId, task: u32, host: PeerId, job_id: JobId) -> Option<AttemptPlan> {
         let live = self.batches.get(&batch)?;
+        let copy_dir = self.copy_result_dir(batch, task, host);
         Some(AttemptPlan {
             host,
             job_id,
             outputs: live.record.outputs.clone(),
-            result_dir: self
-                .copy_result_dir(batch, task, host)
-                .unwrap_or_else(|| self.results_dir(batch).join(task.to_string())),
+            provenance_task: copy_dir.is_none().then_some(task),
+            result_dir: copy_dir.unwrap_or_else(|| self.results_dir(batch).join(task.to_string())),
             limit: Duration::from_secs(live.record.limit_secs),
             settings: self.settings,
             checkpoint_dest: live.record.checkpoint.as_ref().map(|_| {
@@ -1057,7 +1054,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 median: runtime,
                 spread,
                 ..
-            } = planned_runtime(live);
+            } = planned_runtime(live.record.runtime_secs, &live.tasks);
             let window = live.record.runtime_secs;
             for (i, t) in live.tasks.iter().enumerate() {
                 if t.state != TaskState::Running || !t.copies.is_empty() {
@@ -1207,6 +1204,13 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 }
             }
         }
+        // The host's relative power, to turn the guest's CPU seconds into
+        // reference seconds.
+        let power = self
+            .last_hosts
+            .iter()
+            .find(|h| h.peer == host)
+            .and_then(|h| h.speed);
         let Some(live) = self.batches.get_mut(&batch) else {
             return;
         };
@@ -1221,6 +1225,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             AttemptEnd::Landed {
                 exit_status,
                 wall_secs,
+                usage,
                 missing,
             } => {
                 if t.host.as_deref() != Some(host_text.as_str()) {
@@ -1238,7 +1243,9 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                     TaskState::Failed
                 };
                 t.exit_status = Some(exit_status);
-                t.wall_secs = Some(wall_secs);
+                let (wall, gamma) = landed_work(wall_secs, usage, power, t.host_gamma);
+                t.wall_secs = Some(wall);
+                t.host_gamma = gamma;
                 t.ended_unix = Some(now);
                 t.reason = if exit_status != 0 {
                     Some(format!("exit status {exit_status}"))
@@ -1413,64 +1420,6 @@ async fn run_estimate(
     })
     .await
     .unwrap_or_else(|e| Err(BatchError::Estimate(e.to_string())))
-}
-
-/// What a batch's tasks are expected to take (reference seconds): the
-/// declared runtime as the prior, spread [`RUNTIME_SIGMA_PRIOR`] and
-/// weighing as a few tasks, updated by every task of the batch that landed
-/// done — its wall time on its host times the host's Γ when it was placed
-/// (SDPN's normalisation; CISNE's ExeTime). A task's reported CPU seconds
-/// are not used here: they add up all its attempts, and the host's P
-/// alone is not kept.
-fn runtime_model(live: &LiveBatch) -> Option<RuntimeEstimate> {
-    let declared = live.record.runtime_secs.max(1) as f64;
-    let mut model =
-        RuntimeEstimate::with_prior(declared, DEFAULT_PRIOR_WEIGHT, RUNTIME_SIGMA_PRIOR).ok()?;
-    for t in &live.tasks {
-        if t.state != TaskState::Done {
-            continue;
-        }
-        let (Some(wall_secs), Some(gamma)) = (t.wall_secs, t.host_gamma) else {
-            continue;
-        };
-        // A bad record is skipped (`observe` refuses it by value).
-        let _ = model.observe(Completion {
-            cpu_secs: 0.0,
-            wall_secs,
-            gamma: gamma.clamp(1e-3, 1.0),
-        });
-    }
-    Some(model)
-}
-
-/// What [`runtime_model`] says of a batch's tasks, read off one scan.
-#[derive(Debug, Clone, Copy)]
-struct PlannedRuntime {
-    /// The median, seconds: what a policy and a deadline plan a task with
-    /// (the declared runtime until tasks land).
-    median: f64,
-    /// The mean, seconds: what the estimate draws runtimes around.
-    mean: f64,
-    /// The spread on a log scale, for deadlines and estimates.
-    spread: f64,
-}
-
-fn planned_runtime(live: &LiveBatch) -> PlannedRuntime {
-    match runtime_model(live) {
-        Some(m) => PlannedRuntime {
-            median: m.median_secs(),
-            mean: m.mean_secs(),
-            spread: m.sigma_log(),
-        },
-        None => {
-            let declared = live.record.runtime_secs.max(1) as f64;
-            PlannedRuntime {
-                median: declared,
-                mean: declared,
-                spread: RUNTIME_SIGMA_PRIOR,
-            }
-        }
-    }
 }
 
 /// When the last task should end: the tasks left, at the pace tasks have

@@ -249,6 +249,9 @@ pub struct SimResult {
     /// Each task's end (seconds), `None` if unfinished.
     #[serde(skip)]
     pub task_end: Vec<Option<f64>>,
+    /// The host whose attempt completed each task first (`verify`).
+    #[serde(skip)]
+    pub task_host: Vec<Option<usize>>,
 }
 
 /// Why a simulation could not run.
@@ -394,6 +397,8 @@ struct Sim<'a> {
     view_bucket: Vec<i64>,
     left: Vec<f64>,
     end: Vec<Option<f64>>,
+    /// The host that completed each task first.
+    end_host: Vec<Option<usize>>,
     completions: Vec<u32>,
     next_attempt: u64,
     recheck_pending: bool,
@@ -452,6 +457,7 @@ impl<'a> Sim<'a> {
             view_bucket: vec![i64::MIN; hosts.len()],
             left: config.runtimes.clone(),
             end: vec![None; n],
+            end_host: vec![None; n],
             completions: vec![0; n],
             next_attempt: 0,
             recheck_pending: false,
@@ -635,6 +641,7 @@ impl<'a> Sim<'a> {
         self.completions[a.task] += 1;
         if self.end[a.task].is_none() {
             self.end[a.task] = Some(self.now);
+            self.end_host[a.task] = Some(host);
             self.done += 1;
         }
     }
@@ -1017,6 +1024,7 @@ impl<'a> Sim<'a> {
             estimate: self.estimate.map(|e| e.0),
             estimate_kills: self.estimate.map(|e| e.1),
             task_end: self.end,
+            task_host: self.end_host,
         }
     }
 }
@@ -1032,3 +1040,4 @@ fn checkpoints_in(work: f64, interval: f64) -> u64 {
 
 #[cfg(test)]
 mod tests;
+pub mod verify;
