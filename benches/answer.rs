@@ -17,17 +17,21 @@
 //!   host_answer`: the window, a TR curve at ¼, ½, 2 and 4 times its
 //!   length, and the predicted CPU share), cold and cached, beside `km`.
 //!
+//! - `hazard` (round four): cold and cached, as one forecast and as the
+//!   node's whole answer (its curve in one pass); and the answer's
+//!   predicted CPU share alone (`availability`), the part no method changes.
+//!
 //! Each is run on the whole 35-day trace and on the 14 days before W (ten
 //! weekdays: the smallest record that answers with N = 10).
 //! `cargo bench --bench answer`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use gleaner::history::trace::read_trace;
-use gleaner::model::baselines::{truncated, Logistic, DEFAULT_METHOD};
+use gleaner::model::baselines::{truncated, Hazard, Logistic, DEFAULT_METHOD};
 use gleaner::model::predict::PredictRequest;
 use gleaner::model::series::{HostSeries, Sample};
 use gleaner::model::state::Thresholds;
-use gleaner::node::answer::host_answer;
+use gleaner::node::answer::{host_answer, predicted_availability};
 use gleaner::report::{predict_report, ReportRequest};
 use std::hint::black_box;
 use std::path::Path;
@@ -89,6 +93,34 @@ fn bench(c: &mut Criterion) {
             format!("{DEFAULT_METHOD} host answer cached, {label}"),
             |b| b.iter(|| host_answer(black_box(series), black_box(&default))),
         );
+        // The answer's predicted CPU share alone (same window, no forecast).
+        group.bench_function(format!("availability, {label}"), |b| {
+            b.iter(|| predicted_availability(black_box(series), black_box(&default.window)))
+        });
+        // `hazard` (round four): one fit per day serves every length, and
+        // the host answer's curve is one pass of its survival.
+        let hazard = Hazard::shared();
+        let asked = request("hazard");
+        group.bench_function(format!("hazard cold, {label}"), |b| {
+            b.iter(|| {
+                hazard.clear_cache();
+                predict_report(black_box(series), None, black_box(&asked))
+            })
+        });
+        let _ = predict_report(series, None, &asked);
+        group.bench_function(format!("hazard cached, {label}"), |b| {
+            b.iter(|| predict_report(black_box(series), None, black_box(&asked)))
+        });
+        group.bench_function(format!("hazard host answer cold, {label}"), |b| {
+            b.iter(|| {
+                hazard.clear_cache();
+                host_answer(black_box(series), black_box(&asked))
+            })
+        });
+        let _ = host_answer(series, &asked);
+        group.bench_function(format!("hazard host answer cached, {label}"), |b| {
+            b.iter(|| host_answer(black_box(series), black_box(&asked)))
+        });
     }
     group.finish();
 }

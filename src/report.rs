@@ -129,6 +129,35 @@ pub fn forecast(series: &HostSeries, request: &ReportRequest) -> Result<Forecast
     })
 }
 
+/// TR of the request's window with each of `windows` (seconds) as its
+/// length, from the same start, `None` where the method cannot answer: the
+/// node's curve. Registry methods answer all lengths in one call
+/// ([`ReliabilityPredictor::forecast_curve`]: one pass for `hazard`), and
+/// without the window's context, which a curve point does not carry.
+///
+/// [`ReliabilityPredictor::forecast_curve`]: crate::model::predictor::ReliabilityPredictor::forecast_curve
+pub fn curve(series: &HostSeries, request: &ReportRequest, windows: &[u64]) -> Vec<Option<f64>> {
+    let predictor = match request.method.kernel() {
+        Some(_) => None,
+        None => request.method.predictor(PREDICT_SEED),
+    };
+    match predictor {
+        Some(p) => p
+            .forecast_curve(series, &request.window, windows)
+            .into_iter()
+            .map(|f| f.ok().map(|f| f.tr))
+            .collect(),
+        None => windows
+            .iter()
+            .map(|&window_secs| {
+                let mut other = request.clone();
+                other.window.window_secs = window_secs;
+                forecast(series, &other).ok().map(|f| f.tr)
+            })
+            .collect(),
+    }
+}
+
 /// Predicts from `series` with the request's method and builds the report,
 /// timing the method's forecast.
 pub fn predict_report(

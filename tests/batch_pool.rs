@@ -3,7 +3,8 @@
 //! consumer's node killed with SIGKILL mid-batch, every result landing
 //! exactly once; bad batches refused before anything is sent; the
 //! estimate of each task's end before and during a batch; cancel; a
-//! task whose deadline is at risk getting a second copy that wins.
+//! task whose deadline is at risk getting a second copy that wins. Every
+//! landed result, unverified too, carries `provenance.json` naming its host.
 
 mod node_support;
 
@@ -162,6 +163,29 @@ fn a_sweep_completes_once_through_a_host_and_the_consumer_killed_mid_batch() {
             "0\n"
         );
         assert!(dir.join("stdout").exists() && dir.join("stderr").exists());
+    }
+    // An unverified result carries provenance too: the host that produced
+    // it (the one the batch's record names), its digest, nobody agreeing.
+    let status = batch_status(&consumer, &id);
+    let peers: Vec<String> = hosts.iter().map(node_support::peer).collect();
+    for i in 0..TASKS {
+        let text = std::fs::read_to_string(results.join(i.to_string()).join("provenance.json"))
+            .unwrap_or_else(|e| panic!("task {i}: no provenance.json: {e}"));
+        let p: Value = serde_json::from_str(&text).unwrap();
+        let host = &status["tasks"][i]["host"];
+        assert_eq!(p["verification"], "none", "{p:#}");
+        assert_eq!(p["task"], i, "{p:#}");
+        assert_eq!(&p["host"], host, "task {i}: {p:#}");
+        assert!(
+            peers.iter().any(|h| h == host),
+            "{host} is a host of the pool"
+        );
+        assert_eq!(p["agreed"], serde_json::json!([]), "{p:#}");
+        let copies = p["copies"].as_array().unwrap();
+        assert_eq!(copies.len(), 1, "{p:#}");
+        assert_eq!(&copies[0]["host"], host);
+        assert_eq!(copies[0]["exit_status"], 0);
+        assert_eq!(copies[0]["digest"].as_str().unwrap().len(), 64);
     }
     // `batch results` copies what landed again, idempotently.
     let again = work.join("again");

@@ -225,3 +225,51 @@ fn the_estimate_covers_the_realised_makespan_for_most_seeds() {
         "covered {covered} of {seeds} seeds"
     );
 }
+
+#[test]
+fn verify_adaptive_reports_the_overhead_and_catches_liars() {
+    let r = simulate(&[
+        "--hosts",
+        "12",
+        "--tasks",
+        "600",
+        "--runtime",
+        "20m",
+        "--policy",
+        "tr",
+        "--estimate-runs",
+        "0",
+        "--verify",
+        "adaptive",
+        "--liars",
+        "2",
+    ]);
+    assert_eq!(r["verify"], "adaptive");
+    assert_eq!(r["verify_warmup"], 120, "10 × 12 hosts");
+    let v = &r["policies"][0]["verification"];
+    let warm = v["warmup_tasks"].as_u64().unwrap();
+    let after = v["after_tasks"].as_u64().unwrap();
+    assert_eq!(warm + after, 600, "{v:#}");
+    assert_eq!(v["liars_caught"], 2, "{v:#}");
+    assert_eq!(v["wrong_accepted"], 0, "{v:#}");
+    // Extra copies: more while hosts earn trust than after.
+    let rate = |extra: &str, tasks: u64| v[extra].as_u64().unwrap() as f64 / tasks as f64;
+    assert!(
+        rate("warmup_extra_copies", warm) > rate("after_extra_copies", after),
+        "{v:#}"
+    );
+    // Without --verify the report has no verification.
+    let plain = simulate(&[
+        "--hosts",
+        "4",
+        "--tasks",
+        "10",
+        "--runtime",
+        "20m",
+        "--policy",
+        "tr",
+        "--estimate-runs",
+        "0",
+    ]);
+    assert!(plain["policies"][0].get("verification").is_none());
+}

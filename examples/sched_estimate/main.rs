@@ -65,6 +65,7 @@ fn main() -> anyhow::Result<()> {
                     },
                     busy_secs: 0.0,
                     recovery_secs: 1_800.0,
+                    uptime_secs: None,
                     checkpoint_secs: 0.0,
                 }
             })

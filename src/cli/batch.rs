@@ -593,6 +593,7 @@ fn status_text(r: &BatchReport) -> String {
     if let Some(dir) = &r.output_dir {
         text.push_str(&format!("results: {}\n", dir.display()));
     }
+    text.push_str(&verification_text(&r.verification));
     if !r.tasks.is_empty() {
         // Each task's expected end, from the estimate, for tasks not ended.
         let etas: std::collections::HashMap<u32, f64> = r
@@ -618,8 +619,64 @@ fn status_text(r: &BatchReport) -> String {
             rows,
             false,
         ));
+        let copies: Vec<Vec<String>> = r
+            .tasks
+            .iter()
+            .flat_map(|t| t.copies.iter().map(move |c| copy_row(t.task, c)))
+            .collect();
+        if !copies.is_empty() {
+            text.push_str("copies:\n");
+            text.push_str(&table(
+                &["task", "host", "copy", "agreement", "digest"],
+                copies,
+                false,
+            ));
+        }
     }
     text
+}
+
+/// The batch's verification line: the mode and, when it verifies, K, Q
+/// and the validator.
+fn verification_text(v: &crate::control::api::VerificationReport) -> String {
+    match v.mode.as_str() {
+        "none" => "verification: none (results taken as they come)\n".into(),
+        "adaptive" => format!(
+            "verification: adaptive (2 copies until a host is trusted, then spot checks){}\n",
+            v.validator
+                .as_deref()
+                .map(|c| format!(", validator {c}"))
+                .unwrap_or_default()
+        ),
+        mode => format!(
+            "verification: {mode}, {} copies, quorum {}{}\n",
+            v.replicas,
+            v.quorum,
+            v.validator
+                .as_deref()
+                .map(|c| format!(", validator {c}"))
+                .unwrap_or_default()
+        ),
+    }
+}
+
+fn copy_row(task: u32, c: &crate::control::api::CopyReport) -> Vec<String> {
+    let agreement = match (c.agrees, c.group) {
+        (Some(true), _) => "agrees".to_string(),
+        (Some(false), _) => "differs".to_string(),
+        (None, Some(g)) => format!("group {g}"),
+        (None, None) => "-".to_string(),
+    };
+    vec![
+        task.to_string(),
+        short(&c.host).to_string(),
+        c.state.clone(),
+        agreement,
+        c.digest
+            .as_deref()
+            .map(|d| d.get(..12).unwrap_or(d).to_string())
+            .unwrap_or_else(|| "-".into()),
+    ]
 }
 
 fn list_table(list: &[BatchReport]) -> String {

@@ -12,6 +12,7 @@ use crate::cli::output::{print_json, print_text};
 use crate::eval::load::read_traces;
 use crate::model::baselines::{method_by_name, DEFAULT_METHOD};
 use crate::model::sched::estimate::Quantiles;
+use crate::model::sched::sim::verify::{replay, VerifyOutcome, VerifyPlan};
 use crate::model::sched::sim::{
     simulate, submission_estimate, Policy, SeriesForecaster, SimConfig, SimHost, SimResult,
 };
@@ -19,6 +20,7 @@ use crate::parallel;
 use crate::model::sched::timeline::Timeline;
 use crate::model::series::HostSeries;
 use crate::model::state::Thresholds;
+use crate::model::trust::AdaptiveRule;
 use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -97,6 +99,21 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=16))]
     pub threads: Option<u16>,
 
+    /// Check results by replication — none, replicate (`--replicas K`,
+    /// quorum a majority) or adaptive (the node's rule) — and report the
+    /// extra copies run per accepted result, during the warm-up (the first
+    /// 10 × hosts completions) and after (docs/trust.md).
+    #[arg(long, value_name = "MODE", default_value = "none", value_parser = ["none", "replicate", "adaptive"])]
+    pub verify: String,
+
+    /// Copies per task under `--verify replicate`.
+    #[arg(long, value_name = "K", default_value_t = 2)]
+    pub replicas: u32,
+
+    /// Hosts (the first N) that always return a wrong result, for `--verify`.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub liars: usize,
+
     /// Write the results as JSON to FILE (`-`: stdout).
     #[arg(long = "json", value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<PathBuf>,
@@ -157,6 +174,9 @@ pub struct PolicyReport {
     pub kills_per_task: [f64; 3],
     /// Whether the realised makespan fell within the estimate's [p10, p90].
     pub within_estimate: Option<bool>,
+    /// What `--verify` cost and caught on this policy's completions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verification: Option<VerifyOutcome>,
     pub wall_secs: f64,
 }
 
@@ -170,6 +190,10 @@ pub struct SimulateReport {
     pub seed: u64,
     pub method: String,
     pub checkpoint_cost_secs: u64,
+    /// `--verify` mode, and the completions counted as its warm-up.
+    pub verify: String,
+    pub verify_warmup: u64,
+    pub liars: usize,
     pub policies: Vec<PolicyReport>,
     /// TR curves computed (cache misses) and forecasts that had too little history.
     pub curves_computed: usize,
@@ -241,6 +265,26 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
             crate::model::sched::estimate::MAX_RUNS
         );
     }
+    let verify_plan = match args.verify.as_str() {
+        "replicate" => {
+            if !(2..=crate::model::trust::MAX_COPIES).contains(&args.replicas) {
+                bail!(
+                    "--replicas must be between 2 and {}",
+                    crate::model::trust::MAX_COPIES
+                );
+            }
+            Some(VerifyPlan::Replicate {
+                replicas: args.replicas,
+                quorum: args.replicas / 2 + 1,
+            })
+        }
+        "adaptive" => Some(VerifyPlan::Adaptive(AdaptiveRule::default())),
+        _ => None,
+    };
+    if args.liars > n_hosts {
+        bail!("--liars {} is more than the {n_hosts} hosts", args.liars);
+    }
+    let verify_warmup = u64::from(AdaptiveRule::default().trust_after) * n_hosts as u64;
     if method_by_name(&args.method, args.seed).is_none() {
         bail!("unknown --method {:?}", args.method);
     }
@@ -354,7 +398,20 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
             (Some(e), Some(m)) => Some(e.p10 <= m && m <= e.p90),
             _ => None,
         };
+        let verification = verify_plan.map(|plan| {
+            let mut verify_rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x7275_7374);
+            replay(
+                &result.task_end,
+                &result.task_host,
+                n_hosts,
+                args.liars,
+                plan,
+                verify_warmup,
+                &mut verify_rng,
+            )
+        });
         policies.push(PolicyReport {
+            verification,
             kills_per_task: [
                 per_task(result.kills[0]),
                 per_task(result.kills[1]),
@@ -373,6 +430,9 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         seed: args.seed,
         method: args.method.clone(),
         checkpoint_cost_secs: args.checkpoint_cost,
+        verify: args.verify.clone(),
+        verify_warmup,
+        liars: args.liars,
         policies,
         curves_computed: default_fc.computed() + freq_fc.computed(),
         forecasts_failed: default_fc.failed() + freq_fc.failed(),
@@ -628,6 +688,31 @@ fn table(r: &SimulateReport) -> String {
             res.goodput,
             estimate
         ));
+    }
+    if r.policies.iter().any(|p| p.verification.is_some()) {
+        out.push_str(&format!(
+            "verification {}: extra copies per accepted result, warm-up = first {} completions{}\n",
+            r.verify,
+            r.verify_warmup,
+            if r.liars > 0 {
+                format!("; {} liar(s)", r.liars)
+            } else {
+                String::new()
+            }
+        ));
+        for p in &r.policies {
+            let Some(v) = &p.verification else { continue };
+            out.push_str(&format!(
+                "{:<21} warm-up {:>6.1} %  after {:>6.1} %  accepted {}  no quorum {}  wrong accepted {}  liars caught {}\n",
+                p.result.policy.name(),
+                v.warmup_overhead() * 100.0,
+                v.after_overhead() * 100.0,
+                v.accepted,
+                v.no_quorum,
+                v.wrong_accepted,
+                v.liars_caught
+            ));
+        }
     }
     out.push_str(&format!(
         "wasted: reference CPU time lost to kills and checkpoints; {} TR curves computed, {} forecasts lacked history; setup {:.1} s",

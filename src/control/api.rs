@@ -490,6 +490,50 @@ pub struct TaskReport {
     /// Size of the task's latest checkpoint kept by this node, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_bytes: Option<u64>,
+    /// A verified task's copies (`batch status` only): while it is being
+    /// decided from the queue, after from its `provenance.json`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<CopyReport>,
+}
+
+/// One copy of a verified task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CopyReport {
+    pub host: String,
+    /// While the task is decided: `running`, `judging` or `landed`; after:
+    /// `accepted` (its copy is the result), `agreed` or `disagreed`.
+    pub state: String,
+    /// Landed copies with the same group agree (while being decided).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<u32>,
+    /// Whether it agrees with the accepted result (once decided).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agrees: Option<bool>,
+    /// BLAKE3 digest of its result, hex (once decided).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+/// How a batch's results are checked (docs/trust.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerificationReport {
+    /// `none`, `replicate` or `adaptive`.
+    pub mode: String,
+    pub replicas: u32,
+    pub quorum: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validator: Option<String>,
+}
+
+impl Default for VerificationReport {
+    fn default() -> Self {
+        VerificationReport {
+            mode: "none".into(),
+            replicas: 1,
+            quorum: 1,
+            validator: None,
+        }
+    }
 }
 
 /// `GET /v1/batches/{id}`; without `tasks` in `batch list`.
@@ -511,6 +555,9 @@ pub struct BatchReport {
     pub policy: String,
     #[serde(default)]
     pub deadline_unix: Option<i64>,
+    /// How its results are checked.
+    #[serde(default)]
+    pub verification: VerificationReport,
     /// The estimate of its end (`batch status` of a batch still running,
     /// once the node has surveyed the pool).
     #[serde(default, skip_serializing_if = "Option::is_none")]

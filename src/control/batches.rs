@@ -16,12 +16,14 @@ use crate::consumer::batch::forecast::BatchEstimate;
 use crate::consumer::batch::policy::UnknownPolicy;
 use crate::consumer::batch::queue::DEFAULT_CHECKPOINT_COST_SECS;
 use crate::consumer::batch::spec::{InputTemplate, Params, Sweep, TaskTemplate};
+use crate::consumer::batch::verify::{CopyView, Provenance};
 use crate::consumer::batch::{
     BatchView, CheckpointSpec, Counts, NewBatch, PolicyName, TaskEvent, TaskRecord,
 };
 use crate::control::api::{
     ApiError, BatchCreated, BatchLine, BatchReport, BatchResultsCopied, BatchResultsRequest,
-    BatchSubmitRequest, EstimateReport, TaskCounts, TaskEtaReport, TaskReport, PREFIX,
+    BatchSubmitRequest, CopyReport, EstimateReport, TaskCounts, TaskEtaReport, TaskReport,
+    VerificationReport, PREFIX,
 };
 use crate::control::server::{consumer_of, ApiJson, ControlHandles};
 use crate::model::ids::BatchId;
@@ -160,6 +162,7 @@ fn task_report(task: u32, t: &TaskRecord) -> TaskReport {
         event: None,
         cpu_secs: t.cpu_secs,
         checkpoint_bytes: t.checkpoint.as_ref().map(|c| c.size),
+        copies: Vec::new(),
     }
 }
 
@@ -176,6 +179,7 @@ fn event_report(e: &TaskEvent) -> TaskReport {
         cpu_secs: None,
         checkpoint_bytes: None,
         event: e.event.clone(),
+        copies: Vec::new(),
     }
 }
 
@@ -190,7 +194,15 @@ pub fn batch_report(v: &BatchView, with_tasks: bool) -> BatchReport {
             v.tasks
                 .iter()
                 .enumerate()
-                .map(|(i, t)| task_report(i as u32, t))
+                .map(|(i, t)| {
+                    let mut report = task_report(i as u32, t);
+                    report.copies = v
+                        .copies
+                        .get(&(i as u32))
+                        .map(|copies| copies.iter().map(live_copy_report).collect())
+                        .unwrap_or_default();
+                    report
+                })
                 .collect()
         } else {
             Vec::new()
@@ -201,10 +213,89 @@ pub fn batch_report(v: &BatchView, with_tasks: bool) -> BatchReport {
         cancelled: v.record.cancelled,
         policy: v.record.policy.to_string(),
         deadline_unix: v.record.deadline_unix,
+        verification: v
+            .verify
+            .as_ref()
+            .map(|s| VerificationReport {
+                mode: s.mode.to_string(),
+                replicas: s.replicas,
+                quorum: s.quorum,
+                validator: s.validator.clone(),
+            })
+            .unwrap_or_default(),
         estimate: v
             .estimate
             .as_ref()
             .map(|e| estimate_report(e, v.record.deadline_unix)),
+    }
+}
+
+fn live_copy_report(c: &CopyView) -> CopyReport {
+    CopyReport {
+        host: c.host.clone(),
+        state: c.state.to_string(),
+        group: c.group,
+        agrees: None,
+        digest: None,
+    }
+}
+
+/// Largest `provenance.json` `batch status` reads.
+const PROVENANCE_MAX_BYTES: u64 = 1 << 20;
+
+/// The copies of each decided task of a verifying batch, from the
+/// `provenance.json` in its results (read here, off the consumer's loop);
+/// a file missing, too large or unreadable leaves the task without copies.
+async fn decided_copies(report: &mut BatchReport) {
+    if report.verification.mode == "none" {
+        return;
+    }
+    for t in &mut report.tasks {
+        if !t.copies.is_empty() || !matches!(t.state.as_str(), "done" | "failed") {
+            continue;
+        }
+        let path = report
+            .results_dir
+            .join(t.task.to_string())
+            .join(crate::consumer::batch::verify::PROVENANCE_FILE);
+        let Ok(meta) = tokio::fs::metadata(&path).await else {
+            continue;
+        };
+        if meta.len() > PROVENANCE_MAX_BYTES {
+            continue;
+        }
+        let Ok(bytes) = tokio::fs::read(&path).await else {
+            continue;
+        };
+        let Ok(p) = serde_json::from_slice::<Provenance>(&bytes) else {
+            continue;
+        };
+        let agreed = if p.agreed.is_empty() {
+            vec![p.host.clone()]
+        } else {
+            p.agreed.clone()
+        };
+        t.copies = p
+            .copies
+            .iter()
+            .map(|c| {
+                let agrees = agreed.contains(&c.host);
+                CopyReport {
+                    host: c.host.clone(),
+                    state: if c.host == p.host {
+                        "accepted"
+                    } else if agrees {
+                        "agreed"
+                    } else {
+                        "disagreed"
+                    }
+                    .to_string(),
+                    group: None,
+                    agrees: Some(agrees),
+                    digest: Some(c.digest.clone()),
+                }
+            })
+            .collect();
     }
 }
 
@@ -301,7 +392,9 @@ async fn status(State(h): State<ControlHandles>, Path(id): Path<String>) -> Resp
     let run = async {
         let id = batch_id(&id)?;
         let view = consumer_of(&h)?.batch_with_estimate(id).await?;
-        Ok::<_, ApiError>(batch_report(&view, true))
+        let mut report = batch_report(&view, true);
+        decided_copies(&mut report).await;
+        Ok::<_, ApiError>(report)
     };
     match run.await {
         Ok(report) => Json(report).into_response(),

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use crate::model::predict::{history_days, PredictRequest};
 use crate::model::series::HostSeries;
 use crate::model::state::State;
-use crate::report::{forecast, Forecast, ReportError, ReportRequest};
+use crate::report::{curve, forecast, Forecast, ReportError, ReportRequest};
 
 /// The window lengths the curve answers, as multiples of the asked one: a
 /// task runs longer than declared on a slow or loaded host (SDPN's SP),
@@ -39,29 +39,39 @@ pub struct HostAnswer {
 }
 
 /// Forecasts the request's window, the curve around it and the availability.
-/// A curve length the history cannot cover is left out, never an error.
+/// A curve length the history cannot cover is left out, never an error. The
+/// curve's other lengths are asked in one call ([`curve`]), which a method
+/// such as `hazard` answers in one pass of its survival.
 pub fn host_answer(
     series: &HostSeries,
     request: &ReportRequest,
 ) -> Result<HostAnswer, ReportError> {
     let main = forecast(series, request)?;
     let asked = request.window.window_secs;
-    let mut curve = Vec::with_capacity(CURVE_MULTIPLES.len());
+    let mut lengths: Vec<u64> = Vec::with_capacity(CURVE_MULTIPLES.len());
     for multiple in CURVE_MULTIPLES {
         let secs = ((asked as f64 * multiple).round() as u64).clamp(CURVE_MIN_SECS, CURVE_MAX_SECS);
-        if curve.last().is_some_and(|&(last, _)| secs <= last) {
-            continue;
-        }
-        if secs == asked {
-            curve.push((secs, main.tr));
-            continue;
-        }
-        let mut other = request.clone();
-        other.window.window_secs = secs;
-        if let Ok(f) = forecast(series, &other) {
-            curve.push((secs, f.tr));
+        if lengths.last().is_none_or(|&last| secs > last) {
+            lengths.push(secs);
         }
     }
+    // Every other length in one call: one pass for a method that can.
+    let others: Vec<u64> = lengths.iter().copied().filter(|&s| s != asked).collect();
+    let mut tr_of = others
+        .iter()
+        .copied()
+        .zip(curve(series, request, &others))
+        .collect::<HashMap<u64, Option<f64>>>();
+    let curve = lengths
+        .into_iter()
+        .filter_map(|secs| {
+            if secs == asked {
+                Some((secs, main.tr))
+            } else {
+                tr_of.remove(&secs).flatten().map(|tr| (secs, tr))
+            }
+        })
+        .collect();
     Ok(HostAnswer {
         availability: predicted_availability(series, &request.window),
         forecast: main,

@@ -457,10 +457,15 @@ pub fn peer(node: &NodeFixture) -> String {
 /// Three hosts with history and a consumer-only node, all bootstrapped from
 /// the first host; returns once the consumer sees every host with a TR.
 pub fn pool() -> (Vec<NodeFixture>, NodeFixture) {
+    pool_of(3)
+}
+
+/// `n` hosts (at least one) and a consumer-only node, as [`pool`].
+pub fn pool_of(n: usize) -> (Vec<NodeFixture>, NodeFixture) {
     let first = started(pool_node(Some(&history(0)), &[]));
     let boot = addr(&first);
     let mut hosts = vec![first];
-    for _ in 0..2 {
+    for _ in 1..n.max(1) {
         hosts.push(started(pool_node(
             Some(&history(0)),
             &["--bootstrap", &boot],
@@ -477,12 +482,13 @@ pub fn pool() -> (Vec<NodeFixture>, NodeFixture) {
             .iter()
             .filter(|h| h["tr"].is_number())
             .count();
-        if with_tr == 3 {
+        if with_tr == hosts.len() {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "the consumer never saw 3 hosts: {report:#}"
+            "the consumer never saw {} hosts: {report:#}",
+            hosts.len()
         );
         std::thread::sleep(Duration::from_millis(300));
     }

@@ -31,6 +31,29 @@ pub trait ReliabilityPredictor: Send + Sync {
         series: &HostSeries,
         req: &PredictRequest,
     ) -> Result<ReliabilityForecast, PredictError>;
+
+    /// Forecasts the windows of `req` from the same start W with each of
+    /// `windows` (seconds) as its length, in that order. The default asks
+    /// [`ReliabilityPredictor::forecast`] once per length; a method that
+    /// gets every length from one pass (`hazard`: survival at each length)
+    /// overrides it.
+    fn forecast_curve(
+        &self,
+        series: &HostSeries,
+        req: &PredictRequest,
+        windows: &[u64],
+    ) -> Vec<Result<ReliabilityForecast, PredictError>> {
+        windows
+            .iter()
+            .map(|&window_secs| {
+                let req = PredictRequest {
+                    window_secs,
+                    ..req.clone()
+                };
+                self.forecast(series, &req)
+            })
+            .collect()
+    }
 }
 
 /// The semi-Markov predictor of the seed papers, with a chosen estimator.

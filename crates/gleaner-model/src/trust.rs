@@ -6,6 +6,21 @@
 //! measurement (`examples/trust_overhead.rs`). docs/trust.md says why the
 //! numbers are what they are.
 
+/// Most copies of one task `--replicas K` may grow to when copies
+/// disagree, whatever K.
+pub const MAX_COPIES: u32 = 9;
+
+/// Most copies a task with `replicas` copies and quorum `quorum` may run
+/// before it fails with "no quorum": `max(K + 2, 2Q − 1)`, at most
+/// [`MAX_COPIES`], never fewer than K. The node (`batch::verify`) and the
+/// simulator (`sched::sim::verify`) both use it.
+pub fn max_copies(replicas: u32, quorum: u32) -> u32 {
+    (replicas + 2)
+        .max(2 * quorum.saturating_sub(1) + 1)
+        .min(MAX_COPIES)
+        .max(replicas)
+}
+
 /// What a consumer remembers of one host: results checked against other
 /// hosts' and found valid or invalid, and the current run of valid ones.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -32,7 +47,7 @@ impl HostTrack {
 /// The adaptive rule: untrusted hosts' tasks run on two hosts (quorum 2);
 /// a host with at least `trust_after` consecutive valid results runs its
 /// tasks alone, each spot-checked (a second copy elsewhere) with a
-/// probability that falls with its streak down to a floor.
+/// probability that falls with the square of its streak down to a floor.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdaptiveRule {
     /// N: consecutive valid results before a host runs single copies.
@@ -61,13 +76,17 @@ impl AdaptiveRule {
 
     /// The chance that a task given to a host with this streak also runs
     /// on a second host: 1 until it is trusted, then
-    /// `check_at_trust · N / streak`, never below the floor.
+    /// `check_at_trust · (N / streak)²`, never below the floor. The square
+    /// brings a newly trusted host to the floor in a few dozen checked
+    /// results rather than hundreds: the floor is what bounds how long a
+    /// host that turns bad goes unseen, and the climb to it is paid by
+    /// honest hosts (docs/trust.md).
     pub fn check_probability(&self, streak: u32) -> f64 {
         if !self.trusted(streak) {
             return 1.0;
         }
-        let n = f64::from(self.trust_after.max(1));
-        (self.check_at_trust * n / f64::from(streak)).clamp(self.check_floor, 1.0)
+        let ratio = f64::from(self.trust_after.max(1)) / f64::from(streak);
+        (self.check_at_trust * ratio * ratio).clamp(self.check_floor, 1.0)
     }
 
     /// Copies (1 or 2) of a task whose first copy goes to a host with this
@@ -98,6 +117,14 @@ mod tests {
     }
 
     #[test]
+    fn the_copy_bound_grows_with_k_and_q_up_to_nine() {
+        assert_eq!(max_copies(2, 2), 4);
+        assert_eq!(max_copies(3, 2), 5);
+        assert_eq!(max_copies(5, 5), 9);
+        assert_eq!(max_copies(9, 1), 9);
+    }
+
+    #[test]
     fn untrusted_hosts_always_get_two_copies() {
         let rule = AdaptiveRule::default();
         for streak in 0..rule.trust_after {
@@ -116,6 +143,11 @@ mod tests {
             last = p;
         }
         assert_eq!(rule.check_probability(rule.trust_after), 0.5);
+        // Hand-computed: 0.5 · (10 / 20)² = 0.125; the floor from
+        // 10 · √10 ≈ 31.6 on.
+        assert!((rule.check_probability(20) - 0.125).abs() < 1e-12);
+        assert!(rule.check_probability(31) > rule.check_floor);
+        assert_eq!(rule.check_probability(32), rule.check_floor);
         assert_eq!(rule.check_probability(10_000), rule.check_floor);
         assert_eq!(rule.copies(10_000, 0.04), 2);
         assert_eq!(rule.copies(10_000, 0.06), 1);

@@ -68,6 +68,11 @@ pub struct AttemptPlan {
     /// Where the task's latest checkpoint is kept, when it checkpoints: each
     /// snapshot its host reports is fetched there.
     pub checkpoint_dest: Option<PathBuf>,
+    /// `Some(task)` when this landing is the task's result as it comes (no
+    /// verification): `land` writes its `provenance.json` (this host, its
+    /// digest) before the result appears. A verified copy's provenance is
+    /// written when a quorum accepts it (`replicas`).
+    pub provenance_task: Option<u32>,
 }
 
 /// What an attempt tells its queue while it runs.
@@ -373,6 +378,21 @@ async fn land<P: JobPool>(
         tokio::fs::write(tmp.join("exit_status"), format!("{exit_status}\n"))
             .await
             .map_err(|e| format!("exit_status: {e}"))?;
+        if let Some(task) = plan.provenance_task {
+            // Digesting reads every output: on the blocking pool.
+            let (dir, outputs, host) = (tmp.clone(), plan.outputs.clone(), plan.host.to_base58());
+            tokio::task::spawn_blocking(move || {
+                crate::consumer::batch::verify::write_single_provenance(
+                    &dir,
+                    &outputs,
+                    task,
+                    host,
+                    exit_status,
+                )
+            })
+            .await
+            .map_err(|e| format!("provenance: {e}"))??;
+        }
         replace_dir(&tmp, &plan.result_dir).await?;
         Ok(missing)
     }

@@ -9,6 +9,12 @@
 //! [`TaskRecord`], decoded with a size limit: the database is outside input
 //! (a bad disk, a future version), so a decoder returns an error, never panics.
 //!
+//! The `verify` tree (`batch::replicas`) shares the batch key: the batch key
+//! alone holds the batch's verification settings (JSON of `VerifySpec`);
+//! the batch key, the byte `t`, then a host's peer id (its bytes) marks a
+//! host that returned an invalid result for that batch ([`tainted_key`],
+//! empty value), so the exclusion survives a restart.
+//!
 //! Schema versions: the `meta` tree's `schema` key holds the version as a
 //! big-endian `u32`. A store without it was written by version 1 (before
 //! placement policies, deadlines, checkpoints and copies); `store` upgrades
@@ -226,9 +232,63 @@ pub fn upgrade_task(bytes: &[u8]) -> Result<TaskRecord, CodecError> {
     })
 }
 
+/// Tag byte between the batch key and the peer id in a tainted-host key.
+const TAINTED_TAG: u8 = b't';
+/// Longest peer id we agree to decode (a multihash of an Ed25519 key is 38
+/// bytes; an inlined RSA key can be a few hundred).
+const MAX_PEER_BYTES: usize = 1024;
+
+/// Key in the `verify` tree marking `peer` as excluded from batch `id`.
+pub fn tainted_key(id: BatchId, peer: &libp2p::PeerId) -> Vec<u8> {
+    let mut key = batch_key(id).to_vec();
+    key.push(TAINTED_TAG);
+    key.extend_from_slice(&peer.to_bytes());
+    key
+}
+
+/// Reads a tainted-host key back: `Ok(None)` for a batch's settings key
+/// (the batch key alone), an error for anything else that does not decode.
+pub fn decode_verify_key(bytes: &[u8]) -> Result<Option<(BatchId, libp2p::PeerId)>, CodecError> {
+    if bytes.len() == BATCH_KEY_LEN {
+        return Ok(None);
+    }
+    let bad = |reason: &str| CodecError::Record {
+        what: "verify key",
+        reason: reason.to_string(),
+    };
+    if bytes.len() <= BATCH_KEY_LEN + 1 || bytes.len() > BATCH_KEY_LEN + 1 + MAX_PEER_BYTES {
+        return Err(bad(&format!("{} bytes", bytes.len())));
+    }
+    if bytes[BATCH_KEY_LEN] != TAINTED_TAG {
+        return Err(bad("unknown tag"));
+    }
+    let batch = decode_batch_key(&bytes[..BATCH_KEY_LEN])?;
+    let peer = libp2p::PeerId::from_bytes(&bytes[BATCH_KEY_LEN + 1..])
+        .map_err(|e| bad(&format!("peer id: {e}")))?;
+    Ok(Some((batch, peer)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tainted_keys_round_trip_and_share_the_batch_prefix() {
+        let peer = libp2p::PeerId::random();
+        let key = tainted_key(BatchId::new(9), &peer);
+        assert!(key.starts_with(&batch_key(BatchId::new(9))));
+        assert_eq!(
+            decode_verify_key(&key).unwrap(),
+            Some((BatchId::new(9), peer))
+        );
+        assert_eq!(
+            decode_verify_key(&batch_key(BatchId::new(9))).unwrap(),
+            None
+        );
+        for bad in [&key[..5], &key[..9], &[0u8; 12][..]] {
+            assert!(decode_verify_key(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn keys_sort_by_batch_then_task() {

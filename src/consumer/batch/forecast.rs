@@ -114,6 +114,8 @@ pub fn estimate_batch<R: Rng + ?Sized>(
                     0.0
                 },
                 recovery_secs: RECOVERY_SECS,
+                // A survey answer carries no failure history yet.
+                uptime_secs: None,
                 checkpoint_secs,
                 view,
             }

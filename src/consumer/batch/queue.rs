@@ -114,6 +114,10 @@ pub struct BatchView {
     /// CISNE's estimate of its end from the last survey's hosts (`batch
     /// status`; not in `batch list`).
     pub estimate: Option<BatchEstimate>,
+    /// How its results are checked (`None`: taken as they come).
+    pub verify: Option<crate::consumer::batch::verify::VerifySpec>,
+    /// The copies of each verified task still being decided.
+    pub copies: BTreeMap<u32, Vec<crate::consumer::batch::verify::CopyView>>,
 }
 
 /// Tasks by state.
@@ -419,6 +423,8 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             eta_unix: eta(&live.tasks, counts, self.clock.unix_secs()),
             results_dir: self.results_dir(id),
             estimate: None,
+            verify: self.verify_spec(id),
+            copies: self.live_copies(id),
         })
     }
 
@@ -811,13 +817,13 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
 
     fn plan(&self, batch: BatchId, task: u32, host: PeerId, job_id: JobId) -> Option<AttemptPlan> {
         let live = self.batches.get(&batch)?;
+        let copy_dir = self.copy_result_dir(batch, task, host);
         Some(AttemptPlan {
             host,
             job_id,
             outputs: live.record.outputs.clone(),
-            result_dir: self
-                .copy_result_dir(batch, task, host)
-                .unwrap_or_else(|| self.results_dir(batch).join(task.to_string())),
+            provenance_task: copy_dir.is_none().then_some(task),
+            result_dir: copy_dir.unwrap_or_else(|| self.results_dir(batch).join(task.to_string())),
             limit: Duration::from_secs(live.record.limit_secs),
             settings: self.settings,
             checkpoint_dest: live.record.checkpoint.as_ref().map(|_| {

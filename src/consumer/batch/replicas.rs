@@ -6,7 +6,7 @@
 //! disagreement up to a bound, "no quorum" past it, and the hosts'
 //! reputation. See [`crate::consumer::batch::verify`] and docs/trust.md.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use libp2p::PeerId;
@@ -16,7 +16,7 @@ use super::{BatchQueue, QueueMsg};
 use crate::consumer::batch::attempt::AttemptEnd;
 use crate::consumer::batch::store::TaskState;
 use crate::consumer::batch::verify::{
-    self, LandedCopy, Provenance, ProvenanceCopy, VerifyMode, VerifySpec,
+    self, CopyView, LandedCopy, Provenance, ProvenanceCopy, VerifyMode, VerifySpec,
 };
 use crate::consumer::pool::JobPool;
 use crate::consumer::reputation::Reputation;
@@ -75,9 +75,7 @@ pub enum Verdict {
     Promoted(Result<(), String>),
 }
 
-fn batch_key(id: BatchId) -> [u8; 8] {
-    id.number().to_be_bytes()
-}
+use crate::consumer::batch::codec::{self, batch_key};
 
 impl Trust {
     pub(super) fn open(store: &crate::consumer::batch::store::BatchStore) -> Trust {
@@ -86,14 +84,23 @@ impl Trust {
             .map_err(|e| tracing::error!(error = %e, "cannot open the verify tree"))
             .ok();
         let mut specs = HashMap::new();
+        let mut tainted: HashMap<BatchId, HashSet<PeerId>> = HashMap::new();
         if let Some(tree) = &tree {
             for (key, value) in tree.iter().flatten() {
-                let Ok(key) = <[u8; 8]>::try_from(&key[..]) else {
-                    continue;
-                };
-                match VerifySpec::decode(&value) {
-                    Ok(spec) => {
-                        specs.insert(BatchId::new(u64::from_be_bytes(key)), spec);
+                match codec::decode_verify_key(&key) {
+                    Ok(Some((batch, peer))) => {
+                        tainted.entry(batch).or_default().insert(peer);
+                    }
+                    Ok(None) => {
+                        let Ok(key) = codec::decode_batch_key(&key) else {
+                            continue;
+                        };
+                        match VerifySpec::decode(&value) {
+                            Ok(spec) => {
+                                specs.insert(key, spec);
+                            }
+                            Err(e) => tracing::warn!(error = %e, "verify record skipped"),
+                        }
                     }
                     Err(e) => tracing::warn!(error = %e, "verify record skipped"),
                 }
@@ -107,6 +114,7 @@ impl Trust {
         );
         Trust {
             specs,
+            tainted,
             tree,
             reputation: Some(reputation),
             ..Default::default()
@@ -131,11 +139,26 @@ impl Trust {
 
     pub(super) fn forget(&mut self, batch: BatchId) {
         if let Some(tree) = &self.tree {
-            let _ = tree.remove(batch_key(batch));
+            // The settings and every tainted host share the batch's prefix.
+            for key in tree.scan_prefix(batch_key(batch)).keys().flatten() {
+                let _ = tree.remove(key);
+            }
         }
         self.specs.remove(&batch);
         self.judging.retain(|(b, _), _| *b != batch);
         self.tainted.remove(&batch);
+    }
+
+    /// `peer` returned an invalid result for `batch`: it gets none of the
+    /// batch's tasks again, after a restart too (written through to the
+    /// `verify` tree).
+    pub(super) fn taint(&mut self, batch: BatchId, peer: PeerId) {
+        if let Some(tree) = &self.tree {
+            if let Err(e) = tree.insert(codec::tainted_key(batch, &peer), &[][..]) {
+                tracing::error!(%batch, %peer, error = %e, "cannot record a host's exclusion from a batch");
+            }
+        }
+        self.tainted.entry(batch).or_default().insert(peer);
     }
 
     fn has_invalid(&self, peer: &PeerId) -> bool {
@@ -178,6 +201,66 @@ impl Trust {
 impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     fn batch_dir(&self, batch: BatchId) -> PathBuf {
         self.dir.join(batch.to_string())
+    }
+
+    /// The batch's verification, as submitted (none when it does not verify).
+    pub(super) fn verify_spec(&self, batch: BatchId) -> Option<VerifySpec> {
+        self.trust.spec(batch).cloned()
+    }
+
+    /// The copies of each task of `batch` still being decided: running,
+    /// being judged, judged (with their agreement group).
+    pub(super) fn live_copies(&self, batch: BatchId) -> BTreeMap<u32, Vec<CopyView>> {
+        let mut out = BTreeMap::new();
+        if self.trust.spec(batch).is_none() {
+            return out;
+        }
+        let Some(live) = self.batches.get(&batch) else {
+            return out;
+        };
+        for (i, t) in live.tasks.iter().enumerate() {
+            let task = i as u32;
+            let judging = self.trust.judging.get(&(batch, task));
+            if t.state.is_final() && judging.is_none() {
+                continue;
+            }
+            let mut copies: Vec<CopyView> = Vec::new();
+            if let Some(j) = judging {
+                copies.extend(j.landed.iter().map(|(c, g)| CopyView {
+                    host: c.host.clone(),
+                    state: "landed",
+                    group: Some(*g as u32),
+                }));
+                copies.extend(
+                    j.pending
+                        .iter()
+                        .map(|c| c.host.clone())
+                        .chain(j.judged_host.clone())
+                        .map(|host| CopyView {
+                            host,
+                            state: "judging",
+                            group: None,
+                        }),
+                );
+            }
+            // A verified task's attempts in flight: its main one and copies.
+            if t.state == TaskState::Running {
+                copies.extend(
+                    t.host
+                        .iter()
+                        .chain(t.copies.iter().map(|c| &c.host))
+                        .map(|h| CopyView {
+                            host: h.clone(),
+                            state: "running",
+                            group: None,
+                        }),
+                );
+            }
+            if !copies.is_empty() {
+                out.insert(task, copies);
+            }
+        }
+        out
     }
 
     /// Where an attempt of a verifying batch's task lands: its own copy
@@ -655,15 +738,19 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         };
         let provenance = Provenance {
             task,
-            mode,
+            verification: mode,
             quorum: j.quorum,
             host: chosen.host.clone(),
-            agreed: j
-                .landed
-                .iter()
-                .filter(|(_, g)| *g == group)
-                .map(|(c, _)| c.host.clone())
-                .collect(),
+            // A single unchecked copy: nobody agreed.
+            agreed: if checked {
+                j.landed
+                    .iter()
+                    .filter(|(_, g)| *g == group)
+                    .map(|(c, _)| c.host.clone())
+                    .collect()
+            } else {
+                Vec::new()
+            },
             disagreed: j
                 .landed
                 .iter()
@@ -675,7 +762,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 .iter()
                 .map(|(c, _)| ProvenanceCopy {
                     host: c.host.clone(),
-                    digest: hex(&c.digest),
+                    digest: verify::hex(&c.digest),
                     exit_status: c.exit_status,
                 })
                 .collect(),
@@ -695,7 +782,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 }
                 if !valid {
                     tracing::warn!(%batch, task, %peer, "invalid result: the host gets no more of this batch");
-                    self.trust.tainted.entry(batch).or_default().insert(peer);
+                    self.trust.taint(batch, peer);
                 }
             }
         }
@@ -792,8 +879,8 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
 /// Writes `provenance.json` into the accepted copy and renames the copy
 /// into the task's results (replacing what was there).
 fn promote(copy: &Path, to: &Path, provenance: &Provenance) -> Result<(), String> {
-    let json = serde_json::to_vec_pretty(provenance).map_err(|e| e.to_string())?;
-    std::fs::write(copy.join("provenance.json"), json)
+    let json = provenance.to_json()?;
+    std::fs::write(copy.join(verify::PROVENANCE_FILE), json)
         .map_err(|e| format!("{}: {e}", copy.display()))?;
     if to.exists() {
         std::fs::remove_dir_all(to).map_err(|e| format!("cannot replace {}: {e}", to.display()))?;
@@ -804,6 +891,62 @@ fn promote(copy: &Path, to: &Path, provenance: &Provenance) -> Result<(), String
     std::fs::rename(copy, to).map_err(|e| format!("cannot rename into {}: {e}", to.display()))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consumer::batch::store::BatchStore;
+
+    #[test]
+    fn a_host_excluded_from_a_batch_stays_excluded_after_a_reopen_until_the_batch_is_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let (batch, other) = (BatchId::new(41), BatchId::new(42));
+        let (liar, honest) = (PeerId::random(), PeerId::random());
+        let spec = VerifySpec {
+            replicas: 2,
+            quorum: 2,
+            ..Default::default()
+        }
+        .checked()
+        .unwrap();
+        {
+            let store = BatchStore::open(dir.path()).unwrap();
+            let mut trust = Trust::open(&store);
+            trust.set_spec(batch, spec.clone()).unwrap();
+            trust.set_spec(other, spec.clone()).unwrap();
+            trust.taint(batch, liar);
+            store.flush().unwrap();
+        }
+        let hosts = || vec![(liar, ()), (honest, ())];
+        let store = BatchStore::open(dir.path()).unwrap();
+        let mut trust = Trust::open(&store);
+        assert_eq!(trust.spec(batch), Some(&spec), "the settings came back");
+        let order: Vec<PeerId> = trust
+            .order(batch, hosts())
+            .into_iter()
+            .map(|h| h.0)
+            .collect();
+        assert_eq!(
+            order,
+            vec![honest],
+            "the liar is still left out of its batch"
+        );
+        let order: Vec<PeerId> = trust
+            .order(other, hosts())
+            .into_iter()
+            .map(|h| h.0)
+            .collect();
+        assert_eq!(order, vec![liar, honest], "other batches are not affected");
+        trust.forget(batch);
+        drop(trust);
+        store.flush().unwrap();
+        drop(store);
+        let store = BatchStore::open(dir.path()).unwrap();
+        let trust = Trust::open(&store);
+        assert!(trust.spec(batch).is_none());
+        assert!(
+            !trust.tainted.contains_key(&batch),
+            "forgotten with its batch"
+        );
+        assert_eq!(trust.spec(other), Some(&spec));
+    }
 }

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 pub const VALIDATOR_LIMIT: Duration = Duration::from_secs(30);
 /// Most copies of one task `--replicas K` may grow to when copies disagree,
 /// whatever K: `max(K + 2, 2Q - 1)`, at most this.
-pub const MAX_COPIES: u32 = 9;
+pub use crate::model::trust::MAX_COPIES;
 
 /// How a batch's results are checked.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,10 +138,7 @@ impl VerifySpec {
 
     /// Most copies a task may run before it fails with "no quorum".
     pub fn max_copies(&self) -> u32 {
-        (self.replicas + 2)
-            .max(2 * self.quorum.saturating_sub(1) + 1)
-            .min(MAX_COPIES)
-            .max(self.replicas)
+        crate::model::trust::max_copies(self.replicas, self.quorum)
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -256,20 +253,55 @@ pub fn agreeing(new: &LandedCopy, earlier: &[LandedCopy], validator: Option<&str
     out
 }
 
-/// The provenance of a landed result (`<task>/provenance.json`).
+/// The provenance of a landed result (`<task>/provenance.json`), written
+/// for every landed result whatever the verification: the same schema for
+/// all (docs/trust.md).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Provenance {
     pub task: u32,
-    pub mode: VerifyMode,
+    /// How the result was checked: `none`, `replicate` or `adaptive`.
+    pub verification: VerifyMode,
+    /// Agreeing copies that accepted it (1 when it was taken as it came).
     pub quorum: u32,
     /// The host whose copy is the result.
     pub host: String,
-    /// Hosts whose copies agreed with it (itself included).
+    /// Hosts whose copies agreed with it (itself included); empty when the
+    /// result was compared with no other copy (`none`, or an adaptive copy
+    /// that was not spot-checked): nobody agreed, nobody was asked.
     pub agreed: Vec<String>,
     /// Hosts whose copies differed.
     pub disagreed: Vec<String>,
-    /// Every copy's digest, hex.
+    /// Every judged copy: its host, digest (hex) and exit status.
     pub copies: Vec<ProvenanceCopy>,
+}
+
+impl Provenance {
+    /// A result taken as it came, from one host.
+    pub fn single(
+        task: u32,
+        verification: VerifyMode,
+        host: String,
+        digest: &[u8; 32],
+        exit_status: i32,
+    ) -> Provenance {
+        Provenance {
+            task,
+            verification,
+            quorum: 1,
+            host: host.clone(),
+            agreed: Vec::new(),
+            disagreed: Vec::new(),
+            copies: vec![ProvenanceCopy {
+                host,
+                digest: hex(digest),
+                exit_status,
+            }],
+        }
+    }
+
+    pub fn to_json(&self) -> Result<Vec<u8>, String> {
+        serde_json::to_vec_pretty(self).map_err(|e| format!("provenance: {e}"))
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -277,6 +309,42 @@ pub struct ProvenanceCopy {
     pub host: String,
     pub digest: String,
     pub exit_status: i32,
+}
+
+/// One copy of a verified task as `batch status` shows it while the task
+/// is being decided (after, its `provenance.json` says it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyView {
+    pub host: String,
+    /// `running`, `judging` (landed, its digest being computed or compared)
+    /// or `landed` (judged).
+    pub state: &'static str,
+    /// Judged copies with the same group agree (equal digests, or the
+    /// validator's word); groups are numbered in the order they appeared.
+    pub group: Option<u32>,
+}
+
+/// Name of the provenance file in a result directory.
+pub const PROVENANCE_FILE: &str = "provenance.json";
+
+/// Writes the provenance of a result taken as it came (`--verify none`)
+/// into its directory: computes its digest there. Reads files: call it off
+/// the actor's loop.
+pub fn write_single_provenance(
+    dir: &Path,
+    outputs: &[String],
+    task: u32,
+    host: String,
+    exit_status: i32,
+) -> Result<(), String> {
+    let digest = digest(dir, outputs).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let json = Provenance::single(task, VerifyMode::None, host, &digest, exit_status).to_json()?;
+    std::fs::write(dir.join(PROVENANCE_FILE), json)
+        .map_err(|e| format!("{}: {e}", dir.join(PROVENANCE_FILE).display()))
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -337,6 +405,23 @@ mod tests {
         };
         assert!(agreeing(&lb, std::slice::from_ref(&la), None).is_empty());
         assert_eq!(agreeing(&lb, &[la], Some(cut)), vec![0]);
+    }
+
+    #[test]
+    fn an_unverified_result_gets_provenance_in_the_common_schema() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r");
+        result(&dir, 0, "42\n", "");
+        write_single_provenance(&dir, &[], 7, "host-a".into(), 0).unwrap();
+        let text = std::fs::read_to_string(dir.join(PROVENANCE_FILE)).unwrap();
+        let p: Provenance = serde_json::from_str(&text).unwrap();
+        assert_eq!(p.verification, VerifyMode::None);
+        assert_eq!((p.task, p.quorum, p.host.as_str()), (7, 1, "host-a"));
+        assert!(p.agreed.is_empty() && p.disagreed.is_empty());
+        assert_eq!(p.copies.len(), 1);
+        assert_eq!(p.copies[0].digest, hex(&digest(&dir, &[]).unwrap()));
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["verification"], "none");
     }
 
     #[test]

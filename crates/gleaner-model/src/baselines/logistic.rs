@@ -160,7 +160,7 @@ impl FitCache {
 /// A hash of the rows before `end` (their count, the first and last, and 32
 /// spread between) and the reading rules: equal for two records that agree
 /// before `end`, almost surely different otherwise.
-fn prefix_fingerprint(series: &HostSeries, end: i64, th: &Thresholds) -> u64 {
+pub(crate) fn prefix_fingerprint(series: &HostSeries, end: i64, th: &Thresholds) -> u64 {
     let n = series.row_at(end.saturating_sub(1)).map_or(0, |r| r + 1);
     let mut h = DefaultHasher::new();
     n.hash(&mut h);
@@ -188,20 +188,20 @@ fn prefix_fingerprint(series: &HostSeries, end: i64, th: &Thresholds) -> u64 {
 /// The states of a whole record on its own step grid, with what the
 /// features need at each step.
 pub struct GridIndex {
-    t0: i64,
-    step: i64,
-    states: Vec<State>,
+    pub(crate) t0: i64,
+    pub(crate) step: i64,
+    pub(crate) states: Vec<State>,
     /// Host load at each step, percent rounded.
-    cpu: Vec<u8>,
-    free: Vec<u32>,
+    pub(crate) cpu: Vec<u8>,
+    pub(crate) free: Vec<u32>,
     /// First step at or after i in a failure state (`u32::MAX`: none).
-    next_fail: Vec<u32>,
+    pub(crate) next_fail: Vec<u32>,
     /// Step where the run of the same state holding at i began.
-    run_start: Vec<u32>,
+    pub(crate) run_start: Vec<u32>,
     /// Last step at or before i in a failure state (`u32::MAX`: none).
-    last_fail: Vec<u32>,
+    pub(crate) last_fail: Vec<u32>,
     /// Every local hour of every date of the record: (date, hour, start).
-    slots: Vec<(Date, u8, i64)>,
+    pub(crate) slots: Vec<(Date, u8, i64)>,
 }
 
 impl GridIndex {
@@ -265,7 +265,7 @@ impl GridIndex {
         })
     }
 
-    fn step_of(&self, t: i64) -> Option<usize> {
+    pub(crate) fn step_of(&self, t: i64) -> Option<usize> {
         if t < self.t0 {
             return None;
         }
@@ -307,7 +307,7 @@ impl GridIndex {
 }
 
 /// Every local hour of every date from `first` to `last`, in time order.
-fn hour_slots(series: &HostSeries, first: i64, last: i64) -> Vec<(Date, u8, i64)> {
+pub(crate) fn hour_slots(series: &HostSeries, first: i64, last: i64) -> Vec<(Date, u8, i64)> {
     let local = |t: i64| {
         Timestamp::from_second(t)
             .ok()

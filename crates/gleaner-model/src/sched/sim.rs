@@ -280,6 +280,9 @@ pub struct SimResult {
     /// Each task's end (seconds), `None` if unfinished.
     #[serde(skip)]
     pub task_end: Vec<Option<f64>>,
+    /// The host whose attempt completed each task first (`verify`).
+    #[serde(skip)]
+    pub task_host: Vec<Option<usize>>,
 }
 
 /// Why a simulation could not run.
@@ -466,6 +469,8 @@ struct Sim<'a> {
     view_bucket: Vec<i64>,
     left: Vec<f64>,
     end: Vec<Option<f64>>,
+    /// The host that completed each task first.
+    end_host: Vec<Option<usize>>,
     completions: Vec<u32>,
     next_attempt: u64,
     recheck_pending: bool,
@@ -527,6 +532,7 @@ impl<'a> Sim<'a> {
             view_bucket: vec![i64::MIN; hosts.len()],
             left: config.runtimes.clone(),
             end: vec![None; n],
+            end_host: vec![None; n],
             completions: vec![0; n],
             next_attempt: 0,
             recheck_pending: false,
@@ -622,6 +628,8 @@ impl<'a> Sim<'a> {
             let view = self.view(host, forecaster).clone();
             let outage = self.outage_guess(host);
             let tl = &self.timelines[self.hosts[host].timeline];
+            // The mean up-spell between failures over the same past.
+            let (up, episodes) = tl.past_spells(self.trace_time(host, 0.0), PAST_LOOKBACK_SECS);
             let down = tl.failure_at(self.trace_time(host, 0.0)).is_some();
             let checkpoint_secs = if checkpointing {
                 young_daly_interval(self.config.checkpoint_cost_secs, view.curve.mttf())
@@ -633,6 +641,7 @@ impl<'a> Sim<'a> {
                 view,
                 busy_secs: if down { outage } else { 0.0 },
                 recovery_secs: outage,
+                uptime_secs: (episodes > 0.0).then(|| up / episodes),
                 checkpoint_secs,
             });
         }
@@ -708,6 +717,7 @@ impl<'a> Sim<'a> {
         self.completions[a.task] += 1;
         if self.end[a.task].is_none() {
             self.end[a.task] = Some(self.now);
+            self.end_host[a.task] = Some(host);
             self.done += 1;
         }
     }
@@ -1094,6 +1104,7 @@ impl<'a> Sim<'a> {
             estimate: self.estimate.map(|e| e.0),
             estimate_kills: self.estimate.map(|e| e.1),
             task_end: self.end,
+            task_host: self.end_host,
         }
     }
 }
@@ -1109,3 +1120,4 @@ fn checkpoints_in(work: f64, interval: f64) -> u64 {
 
 #[cfg(test)]
 mod tests;
+pub mod verify;

@@ -272,6 +272,24 @@ impl Timeline {
         (self.work_at(b) - self.work_at(a)).max(0.0)
     }
 
+    /// Usable seconds and failure episodes begun in [t − lookback, t]
+    /// (clipped to the trace's start): their ratio is the host's mean
+    /// up-spell between failures over that past.
+    pub fn past_spells(&self, t: f64, lookback: f64) -> (f64, f64) {
+        let a = (t - lookback).max(self.start as f64);
+        if a >= t {
+            return (0.0, 0.0);
+        }
+        let (lap_a, ka, _) = self.split(self.pos(a));
+        let (lap_b, kb, _) = self.split(self.pos(t));
+        let n = self.fail.len();
+        let laps = lap_b - lap_a;
+        let up = laps * self.cum_up[n] + self.cum_up[kb] - self.cum_up[ka];
+        let episodes = laps * f64::from(self.cum_episodes[n]) + f64::from(self.cum_episodes[kb])
+            - f64::from(self.cum_episodes[ka]);
+        (up.max(0.0), episodes.max(0.0))
+    }
+
     /// From the past only: the guest's mean CPU share while usable over
     /// the `lookback` seconds before `t`, and the mean length of a failure
     /// episode begun in them (seconds; `None` when none began). A lookback
@@ -332,6 +350,9 @@ mod tests {
         let (share, outage) = tl.past(2000.0, 1000.0);
         assert!((share.unwrap() - 550.0 / 800.0).abs() < 1e-9);
         assert!((outage.unwrap() - 200.0).abs() < 1e-9);
+        // The same past as up-spells: 800 usable seconds, one episode.
+        assert_eq!(tl.past_spells(2000.0, 1000.0), (800.0, 1.0));
+        assert_eq!(tl.past_spells(1000.0, 1000.0), (0.0, 0.0));
     }
 
     #[test]
