@@ -58,11 +58,7 @@ pub fn estimate<R: Rng + ?Sized>(
 /// order. What a job computes must depend only on i, not on the thread or
 /// on the other jobs' timing, for the answer to be the same on any number
 /// of threads.
-pub fn run_jobs<T: Send>(
-    jobs: usize,
-    threads: usize,
-    job: impl Fn(usize) -> T + Sync,
-) -> Vec<T> {
+pub fn run_jobs<T: Send>(jobs: usize, threads: usize, job: impl Fn(usize) -> T + Sync) -> Vec<T> {
     let threads = threads.clamp(1, MAX_THREADS).min(jobs.max(1));
     if threads <= 1 {
         return (0..jobs).map(job).collect();
@@ -116,6 +112,8 @@ mod tests {
                 },
                 busy_secs: 0.0,
                 recovery_secs: 600.0,
+                // Both ways of drawing the failure after a return.
+                uptime_secs: (i % 2 == 0).then_some(7_200.0),
                 checkpoint_secs: 0.0,
             })
             .collect();

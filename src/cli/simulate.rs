@@ -16,11 +16,11 @@ use crate::model::sched::sim::verify::{replay, VerifyOutcome, VerifyPlan};
 use crate::model::sched::sim::{
     simulate, submission_estimate, Policy, SeriesForecaster, SimConfig, SimHost, SimResult,
 };
-use crate::parallel;
 use crate::model::sched::timeline::Timeline;
 use crate::model::series::HostSeries;
 use crate::model::state::Thresholds;
 use crate::model::trust::AdaptiveRule;
+use crate::parallel;
 use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -340,7 +340,9 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
     let mut sims: Vec<usize> = (0..args.policy.len()).collect();
     sims.sort_by_key(|&i| std::cmp::Reverse(expected_cost(args.policy[i])));
     jobs.extend(sims.into_iter().map(Job::Simulate));
-    let threads = args.threads.map_or_else(parallel::default_threads, usize::from);
+    let threads = args
+        .threads
+        .map_or_else(parallel::default_threads, usize::from);
     let outputs = parallel::run_jobs(jobs.len(), threads, |j| match jobs[j] {
         Job::Estimate(k) => {
             let ((freq, checkpoint), policy) = kinds[k];

@@ -434,11 +434,19 @@ mod tests {
         ];
         for c in &curves {
             let p = PreparedCurve::new(c);
-            let lengths = (0..=400)
-                .map(|k| k as f64 * 500.0)
-                .chain([-1.0, 0.0, 1e-9, 1800.0, 86_400.0, 1e7, f64::INFINITY, f64::NAN]);
+            let lengths = (0..=400).map(|k| k as f64 * 500.0).chain([
+                -1.0,
+                0.0,
+                1e-9,
+                1800.0,
+                86_400.0,
+                1e7,
+                f64::INFINITY,
+                f64::NAN,
+            ]);
             for t in lengths {
-                let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+                let same =
+                    |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
                 assert!(same(c.tr_at(t), p.tr_at(t)), "tr_at({t})");
                 assert!(same(c.integral(t), p.integral(t)), "integral({t})");
                 assert!(

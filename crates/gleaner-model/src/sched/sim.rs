@@ -117,6 +117,10 @@ pub trait Forecaster {
     fn curve(&mut self, trace: usize, at: i64) -> TrCurve;
 }
 
+/// The forecaster's cache: per (trace, time bucket, state at W), the curve
+/// and how many of its forecasts failed.
+type CurveCache = HashMap<(usize, i64, u8), (TrCurve, u32)>;
+
 /// A [`Forecaster`] over host series with any registry method, caching one
 /// curve per (trace, time bucket, state at W). The cache sits behind a lock
 /// so that simulations on several threads share it (`&SeriesForecaster` is
@@ -128,8 +132,7 @@ pub struct SeriesForecaster<'a> {
     method: Box<dyn ReliabilityPredictor>,
     thresholds: Thresholds,
     bucket_secs: i64,
-    /// Per key: the curve and how many of its forecasts failed.
-    cache: Mutex<HashMap<(usize, i64, u8), (TrCurve, u32)>>,
+    cache: Mutex<CurveCache>,
 }
 
 impl<'a> SeriesForecaster<'a> {
@@ -158,7 +161,7 @@ impl<'a> SeriesForecaster<'a> {
         self.lock().values().map(|(_, f)| *f as usize).sum()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<(usize, i64, u8), (TrCurve, u32)>> {
+    fn lock(&self) -> MutexGuard<'_, CurveCache> {
         // A panic elsewhere cannot leave a half-made entry: entries are
         // inserted whole.
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
