@@ -5,7 +5,8 @@
 //! answer and the liar's copies never land; under `--verify adaptive` the
 //! liar is caught and given no more of the batch; its bad reputation
 //! survives a restart of the consumer's node. Then: copies that all differ
-//! end "no quorum" within the copy bound, every copy kept aside; a
+//! end "no quorum" within the copy bound (or when no host is left to run
+//! another), every copy kept aside; a
 //! `--validator` accepts copies that differ bit for bit; a restart of the
 //! consumer between two copies of a quorum judges the task from the landed
 //! copy on disk and the one that lands after.
@@ -239,6 +240,17 @@ fn copies_that_all_differ_end_no_quorum_within_the_bound_and_a_validator_accepts
         1,
         &bare_out,
     );
+    // A bound the pool cannot reach: --replicas 3 --quorum 3 may grow to
+    // max(K + 2, 2Q - 1) = 5 copies, but there are 4 hosts: it fails once
+    // every host has run one instead of waiting for a fifth.
+    let wide_out = consumer.dir.join("wide");
+    let wide = submit_script(
+        &consumer,
+        &["--replicas", "3", "--quorum", "3"],
+        FLOAT_SCRIPT,
+        1,
+        &wide_out,
+    );
     // The same job with a validator comparing the numbers: agreed.
     let validator = consumer.dir.join("validate.sh");
     std::fs::write(&validator, VALIDATOR).unwrap();
@@ -293,6 +305,22 @@ fn copies_that_all_differ_end_no_quorum_within_the_bound_and_a_validator_accepts
         assert!(peers.contains(host), "{host} is no host of the pool");
         assert!(answer.starts_with("0.3333"), "{answer}");
     }
+
+    let status = batch_until(&consumer, &wide, Duration::from_secs(120), finished);
+    let t = &status["tasks"][0];
+    assert_eq!(t["state"], "failed", "{t:#}");
+    let reason = t["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("no quorum") && reason.contains("no other host"),
+        "{reason}"
+    );
+    let results = Path::new(status["results_dir"].as_str().unwrap());
+    assert!(!results.join("0").exists() && !wide_out.join("0").exists());
+    assert_eq!(
+        copies_aside(results, 0).len(),
+        4,
+        "one copy per host, all kept aside"
+    );
 
     let status = batch_until(&consumer, &checked, Duration::from_secs(120), finished);
     let results = Path::new(status["results_dir"].as_str().unwrap());

@@ -636,7 +636,8 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
 
     /// Decides a task from its judged copies: a quorum accepts it; with
     /// nothing left running or being judged, a disagreement asks for one
-    /// more copy up to the bound, past which the task fails "no quorum".
+    /// more copy up to the bound, past which the task fails "no quorum" —
+    /// as it does when no host of the pool is left to run another copy.
     fn settle(&mut self, batch: BatchId, task: u32) {
         let Some(spec) = self.trust.spec(batch).cloned() else {
             return;
@@ -644,6 +645,12 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         let max_retries = self.settings.max_retries;
         let cancelled = self.batches.get(&batch).is_some_and(|b| b.record.cancelled);
         let in_play = self.copies_in_play(batch, task);
+        // No host of the last survey may run a further copy of this task.
+        let no_host_left = !self.last_hosts.is_empty()
+            && !self
+                .last_hosts
+                .iter()
+                .any(|h| h.answered && self.may_copy_on(batch, task, h.peer));
         let Some(j) = self.trust.judging.get_mut(&(batch, task)) else {
             return;
         };
@@ -667,6 +674,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         }
         let now = self.clock.unix_secs();
         let landed = j.landed.len() as u32;
+        let disagree = landed >= 2 && sizes.len() > 1;
         let fail = if cancelled {
             Some((TaskState::Cancelled, "cancelled".to_string()))
         } else if landed >= spec.max_copies() {
@@ -674,6 +682,20 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 TaskState::Failed,
                 format!(
                     "no quorum: {landed} copies, no {quorum} agreeing; every copy is kept in {}",
+                    self.dir
+                        .join(batch.to_string())
+                        .join("copies")
+                        .join(task.to_string())
+                        .display()
+                ),
+            ))
+        } else if disagree && no_host_left {
+            // Every host the last survey found has run a copy (or may not
+            // run one): waiting would wait for a host that may never come.
+            Some((
+                TaskState::Failed,
+                format!(
+                    "no quorum: {landed} copies, no {quorum} agreeing, and no other host in the pool to run another; every copy is kept in {}",
                     self.dir
                         .join(batch.to_string())
                         .join("copies")
