@@ -675,6 +675,11 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         let now = self.clock.unix_secs();
         let landed = j.landed.len() as u32;
         let disagree = landed >= 2 && sizes.len() > 1;
+        let aside = self
+            .dir
+            .join(batch.to_string())
+            .join("copies")
+            .join(task.to_string());
         let fail = if cancelled {
             Some((TaskState::Cancelled, "cancelled".to_string()))
         } else if landed >= spec.max_copies() {
@@ -682,11 +687,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 TaskState::Failed,
                 format!(
                     "no quorum: {landed} copies, no {quorum} agreeing; every copy is kept in {}",
-                    self.dir
-                        .join(batch.to_string())
-                        .join("copies")
-                        .join(task.to_string())
-                        .display()
+                    aside.display()
                 ),
             ))
         } else if disagree && no_host_left {
@@ -696,11 +697,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 TaskState::Failed,
                 format!(
                     "no quorum: {landed} copies, no {quorum} agreeing, and no other host in the pool to run another; every copy is kept in {}",
-                    self.dir
-                        .join(batch.to_string())
-                        .join("copies")
-                        .join(task.to_string())
-                        .display()
+                    aside.display()
                 ),
             ))
         } else if j.failures > max_retries {
