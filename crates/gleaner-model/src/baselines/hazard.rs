@@ -52,6 +52,7 @@
 //! Pure code: no clock, no I/O; the cache is plain memory behind a mutex.
 
 use super::logistic::{hour_slots, prefix_fingerprint, GridIndex};
+use super::ridge::{self, dot, sigmoid, Settings};
 use super::{certain_failure, observed_state, Frequency};
 use crate::predict::{geometry, is_weekend, PredictError, PredictRequest};
 use crate::predictor::{ReliabilityForecast, ReliabilityPredictor};
@@ -240,14 +241,6 @@ fn features(base: f64, b: usize, coarse_h: f64, o: &Origin) -> [f64; FEATURES] {
 fn logit(p: f64) -> f64 {
     let p = p.clamp(H_EPS, 1.0 - H_EPS);
     (p / (1.0 - p)).ln()
-}
-
-fn sigmoid(z: f64) -> f64 {
-    1.0 / (1.0 + (-z).exp())
-}
-
-fn dot(a: &[f64; FEATURES], b: &[f64; FEATURES]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 fn base_slot(weekend: bool, hour: u8) -> usize {
@@ -514,103 +507,17 @@ fn local_midnight(series: &HostSeries, at: i64) -> Option<(Date, i64)> {
     Some((date, midnight))
 }
 
-/// The penalised weighted log loss.
-fn objective(rows: &[Row], beta: &[f64; FEATURES], prior: [f64; FEATURES], ridge: f64) -> f64 {
-    let penalty: f64 = beta
-        .iter()
-        .zip(prior)
-        .map(|(b, p)| 0.5 * ridge * (b - p).powi(2))
-        .sum();
-    rows.iter().fold(penalty, |acc, (x, w, y)| {
-        let z = dot(beta, x);
-        let softplus = if z > 0.0 {
-            z + (-z).exp().ln_1p()
-        } else {
-            z.exp().ln_1p()
-        };
-        acc + w * (softplus - y * z)
-    })
-}
+/// `hazard`'s Newton settings (its recorded answers were made with them).
+const NEWTON: Settings = Settings {
+    max_steps: 30,
+    min_curvature: 1e-12,
+    min_move: 1e-7,
+    mirror: true,
+};
 
-/// Weighted ridge logistic regression towards `prior` by damped Newton steps.
-#[allow(clippy::needless_range_loop)] // the Hessian's loops read two of its rows at once
+/// Weighted ridge logistic regression towards `prior` ([`ridge::fit`]).
 fn newton(rows: &[Row], prior: [f64; FEATURES], ridge: f64) -> [f64; FEATURES] {
-    let mut beta = prior;
-    let mut loss = objective(rows, &beta, prior, ridge);
-    for _ in 0..30 {
-        let mut grad = [0.0; FEATURES];
-        let mut hess = [[0.0; FEATURES]; FEATURES];
-        for i in 0..FEATURES {
-            grad[i] = ridge * (beta[i] - prior[i]);
-            hess[i][i] = ridge;
-        }
-        for (x, w, y) in rows {
-            let p = sigmoid(dot(&beta, x));
-            let r = w * (p - y);
-            let c = w * (p * (1.0 - p)).max(1e-12);
-            for i in 0..FEATURES {
-                grad[i] += r * x[i];
-                for j in i..FEATURES {
-                    hess[i][j] += c * x[i] * x[j];
-                }
-            }
-        }
-        for i in 0..FEATURES {
-            for j in 0..i {
-                hess[i][j] = hess[j][i];
-            }
-        }
-        let Some(delta) = solve(hess, grad) else {
-            break;
-        };
-        let mut scale = 1.0;
-        let mut improved = false;
-        for _ in 0..30 {
-            let mut trial = beta;
-            for i in 0..FEATURES {
-                trial[i] -= scale * delta[i];
-            }
-            let trial_loss = objective(rows, &trial, prior, ridge);
-            if trial_loss.is_finite() && trial_loss <= loss {
-                let moved = delta.iter().fold(0.0f64, |m, d| m.max((scale * d).abs()));
-                beta = trial;
-                loss = trial_loss;
-                improved = moved > 1e-7;
-                break;
-            }
-            scale *= 0.5;
-        }
-        if !improved {
-            break;
-        }
-    }
-    beta
-}
-
-#[allow(clippy::needless_range_loop)] // row operations read two rows of `a` at once
-/// Solves a x = b (Gaussian elimination with partial pivoting); `None` when singular.
-fn solve(mut a: [[f64; FEATURES]; FEATURES], mut b: [f64; FEATURES]) -> Option<[f64; FEATURES]> {
-    for col in 0..FEATURES {
-        let pivot = (col..FEATURES).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
-        if a[pivot][col].abs() < 1e-12 {
-            return None;
-        }
-        a.swap(col, pivot);
-        b.swap(col, pivot);
-        for r in col + 1..FEATURES {
-            let f = a[r][col] / a[col][col];
-            for c in col..FEATURES {
-                a[r][c] -= f * a[col][c];
-            }
-            b[r] -= f * b[col];
-        }
-    }
-    let mut x = [0.0; FEATURES];
-    for r in (0..FEATURES).rev() {
-        let tail: f64 = (r + 1..FEATURES).map(|c| a[r][c] * x[c]).sum();
-        x[r] = (b[r] - tail) / a[r][r];
-    }
-    x.iter().all(|v| v.is_finite()).then_some(x)
+    ridge::fit(rows, prior, ridge, &NEWTON)
 }
 
 /// Survival at each of `lengths` (fine steps, any order) from one walk of

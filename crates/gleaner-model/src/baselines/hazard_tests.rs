@@ -2,30 +2,10 @@
 //! one pass equal to one forecast per length, no peeking, hostile records.
 
 use super::*;
+use crate::baselines::test_series::{series_from, DAY, HOUR, MONDAY};
 use crate::baselines::truncated;
 use crate::series::Sample;
 use jiff::tz::TimeZone;
-
-/// Monday 2025-09-01 00:00 UTC.
-const MONDAY: i64 = 1_756_684_800;
-const DAY: i64 = 86_400;
-const HOUR: i64 = 3600;
-
-fn series_from(days: i64, step: i64, cpu: impl Fn(i64) -> f64) -> HostSeries {
-    let mut s = HostSeries::new(step as u32, 120, TimeZone::UTC);
-    let mut t = MONDAY;
-    while t < MONDAY + days * DAY {
-        s.push(Sample {
-            time: t,
-            cpu: cpu(t),
-            free_mib: 4096,
-            up: true,
-        })
-        .unwrap();
-        t += step;
-    }
-    s
-}
 
 /// A weekday hog at 10:00–10:30 (CPU contention, S3 once sustained).
 fn daily_hog(days: i64) -> HostSeries {

@@ -44,6 +44,8 @@
 //! weeks of one host's windows are few and overlap.
 //! Pure code: no clock, no I/O; the cache is plain memory behind a mutex.
 
+use super::isotonic::Isotonic;
+use super::ridge::{self, dot, sigmoid, Settings};
 use super::{certain_failure, observed_state, Frequency};
 use crate::predict::{geometry, is_weekend, PredictError, PredictRequest};
 use crate::predictor::{ReliabilityForecast, ReliabilityPredictor};
@@ -98,7 +100,18 @@ const MIN_HOLDOUT: usize = 48;
 #[derive(Clone)]
 pub struct Logistic {
     cache: Arc<FitCache>,
-    calibrated: bool,
+    calibration: Calibration,
+}
+
+/// What a forecast passes through after the fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Calibration {
+    /// `logistic`: the fit's own forecast.
+    None,
+    /// `logistic+cal`: the parametric [`Recalibration`].
+    Recal,
+    /// `logistic+iso`: the per-host isotonic map ([`Isotonic`]).
+    Isotonic,
 }
 
 impl Logistic {
@@ -109,7 +122,7 @@ impl Logistic {
         static SHARED: OnceLock<Arc<FitCache>> = OnceLock::new();
         Logistic {
             cache: SHARED.get_or_init(|| Arc::new(FitCache::default())).clone(),
-            calibrated: false,
+            calibration: Calibration::None,
         }
     }
 
@@ -117,7 +130,7 @@ impl Logistic {
     pub fn with_own_cache() -> Self {
         Logistic {
             cache: Arc::new(FitCache::default()),
-            calibrated: false,
+            calibration: Calibration::None,
         }
     }
 
@@ -125,7 +138,17 @@ impl Logistic {
     /// through the host's own recalibration ([`Recalibration`]).
     pub fn calibrated(self) -> Self {
         Logistic {
-            calibrated: true,
+            calibration: Calibration::Recal,
+            ..self
+        }
+    }
+
+    /// `logistic+iso`: the same fits (and cache), each forecast passed
+    /// through the host's own isotonic map ([`Isotonic`]), learned on the
+    /// same held-out days as `logistic+cal`'s recalibration.
+    pub fn isotonic(self) -> Self {
+        Logistic {
+            calibration: Calibration::Isotonic,
             ..self
         }
     }
@@ -479,10 +502,6 @@ fn logit(p: f64) -> f64 {
     (p / (1.0 - p)).ln()
 }
 
-fn sigmoid(z: f64) -> f64 {
-    1.0 / (1.0 + (-z).exp())
-}
-
 fn features(p_tod: f64, p_age: f64, tail: [f64; 3]) -> [f64; FEATURES] {
     [1.0, logit(p_tod), logit(p_age), tail[0], tail[1], tail[2]]
 }
@@ -497,6 +516,8 @@ pub struct WindowFit {
     pub windows: usize,
     /// `logistic+cal`'s recalibration for this fit, made on first use.
     recal: OnceLock<Recalibration>,
+    /// `logistic+iso`'s map for this fit, made on first use.
+    iso: OnceLock<Isotonic>,
 }
 
 /// `logistic+cal`'s map from a fit's score to the forecast: TR =
@@ -539,6 +560,15 @@ fn recal_features(z: f64, p_class: f64) -> [f64; FEATURES] {
     [1.0, z, logit(p_class), 0.0, 0.0, 0.0]
 }
 
+/// A fit's forecast as it leaves the method: itself, or through a
+/// per-host calibration.
+#[derive(Debug, Clone, Copy)]
+enum After<'a> {
+    Nothing,
+    Recal(&'a Recalibration),
+    Isotonic(&'a Isotonic),
+}
+
 impl WindowFit {
     /// The coefficients, when fitted.
     pub fn coefficients(&self) -> Option<[f64; FEATURES]> {
@@ -568,15 +598,17 @@ impl WindowFit {
         weekend: bool,
         hour: u8,
         p: &Present,
-        recal: Option<&Recalibration>,
+        after: After<'_>,
     ) -> ReliabilityForecast {
         let class = p.class();
         let (z, p_class) = self.score(weekend, hour, class, p.age_bucket(), p.tail());
-        let tr = match recal {
-            Some(r) => r.apply(z, p_class),
-            None => sigmoid(z),
-        }
-        .clamp(EPS, 1.0 - EPS);
+        let tr = match after {
+            After::Nothing => sigmoid(z).clamp(EPS, 1.0 - EPS),
+            After::Recal(r) => r.apply(z, p_class).clamp(EPS, 1.0 - EPS),
+            After::Isotonic(iso) => iso
+                .apply(sigmoid(z).clamp(EPS, 1.0 - EPS))
+                .clamp(EPS, 1.0 - EPS),
+        };
         let causes = self.tables.causes[class];
         let total: f64 = causes.iter().sum();
         let mut fail = [0.0; CAUSES];
@@ -592,10 +624,6 @@ impl WindowFit {
             fail_by_cause: Some(fail),
         }
     }
-}
-
-fn dot(a: &[f64; FEATURES], b: &[f64; FEATURES]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 /// Fits the model for windows of `m` steps from the record before `midnight`
@@ -665,6 +693,7 @@ fn fit_examples(examples: Vec<Example>) -> WindowFit {
             beta: None,
             windows,
             recal: OnceLock::new(),
+            iso: OnceLock::new(),
         };
     }
     let rows: Vec<([f64; FEATURES], f64, f64)> = examples
@@ -689,7 +718,25 @@ fn fit_examples(examples: Vec<Example>) -> WindowFit {
         beta: Some(newton(&rows, PRIOR, RIDGE)),
         windows,
         recal: OnceLock::new(),
+        iso: OnceLock::new(),
     }
+}
+
+/// The isotonic map of `held_out` (windows the fit `early` never saw): its
+/// forecasts, as [`WindowFit::forecast`] gives them, against the outcomes.
+fn isotonic_of(early: &WindowFit, held_out: &[Example]) -> Isotonic {
+    let pairs: Vec<(f64, f64, f64)> = held_out
+        .iter()
+        .map(|e| {
+            let (z, _) = early.score(e.weekend, e.hour, e.class, e.bucket, e.tail);
+            (
+                sigmoid(z).clamp(EPS, 1.0 - EPS),
+                f64::from(u8::from(e.survived)),
+                e.weight,
+            )
+        })
+        .collect();
+    Isotonic::fit(&pairs)
 }
 
 /// Fits the recalibration of `held_out` (windows the fit `early` never saw).
@@ -714,110 +761,21 @@ fn recalibrate(early: &WindowFit, held_out: &[Example]) -> Recalibration {
     }
 }
 
-/// The penalised weighted log loss Newton's method minimises.
-fn objective(
-    rows: &[([f64; FEATURES], f64, f64)],
-    beta: &[f64; FEATURES],
-    prior: [f64; FEATURES],
-    ridge: f64,
-) -> f64 {
-    let penalty: f64 = beta
-        .iter()
-        .zip(prior)
-        .map(|(b, p)| 0.5 * ridge * (b - p).powi(2))
-        .sum();
-    rows.iter().fold(penalty, |acc, (x, w, y)| {
-        let z = dot(beta, x);
-        // log(1 + e^z) − y z, written to stay finite for large |z|.
-        let softplus = if z > 0.0 {
-            z + (-z).exp().ln_1p()
-        } else {
-            z.exp().ln_1p()
-        };
-        acc + w * (softplus - y * z)
-    })
-}
+/// `logistic`'s Newton settings (its recorded answers were made with them).
+const NEWTON: Settings = Settings {
+    max_steps: 25,
+    min_curvature: 1e-9,
+    min_move: 1e-6,
+    mirror: false,
+};
 
-/// Weighted ridge logistic regression towards `prior` by Newton's method,
-/// each step halved until the penalised loss goes down (a full Newton step
-/// can overshoot where nearly every window survived and the loss is flat).
+/// Weighted ridge logistic regression towards `prior` ([`ridge::fit`]).
 pub(crate) fn newton(
     rows: &[([f64; FEATURES], f64, f64)],
     prior: [f64; FEATURES],
     ridge: f64,
 ) -> [f64; FEATURES] {
-    let mut beta = prior;
-    let mut loss = objective(rows, &beta, prior, ridge);
-    for _ in 0..25 {
-        let mut grad = [0.0; FEATURES];
-        let mut hess = [[0.0; FEATURES]; FEATURES];
-        for i in 0..FEATURES {
-            grad[i] = ridge * (beta[i] - prior[i]);
-            hess[i][i] = ridge;
-        }
-        for (x, w, y) in rows {
-            let p = sigmoid(dot(&beta, x));
-            let r = w * (p - y);
-            let c = w * (p * (1.0 - p)).max(1e-9);
-            for i in 0..FEATURES {
-                grad[i] += r * x[i];
-                for j in 0..FEATURES {
-                    hess[i][j] += c * x[i] * x[j];
-                }
-            }
-        }
-        let Some(delta) = solve(hess, grad) else {
-            break;
-        };
-        let mut scale = 1.0;
-        let mut improved = false;
-        for _ in 0..30 {
-            let mut trial = beta;
-            for i in 0..FEATURES {
-                trial[i] -= scale * delta[i];
-            }
-            let trial_loss = objective(rows, &trial, prior, ridge);
-            if trial_loss.is_finite() && trial_loss <= loss {
-                let moved = delta.iter().fold(0.0f64, |m, d| m.max((scale * d).abs()));
-                beta = trial;
-                loss = trial_loss;
-                improved = moved > 1e-6;
-                break;
-            }
-            scale *= 0.5;
-        }
-        if !improved {
-            break;
-        }
-    }
-    beta
-}
-
-#[allow(clippy::needless_range_loop)] // row operations read two rows of `a` at once
-/// Solves a x = b for a symmetric positive definite a (Gaussian elimination
-/// with partial pivoting); `None` when it is singular.
-fn solve(mut a: [[f64; FEATURES]; FEATURES], mut b: [f64; FEATURES]) -> Option<[f64; FEATURES]> {
-    for col in 0..FEATURES {
-        let pivot = (col..FEATURES).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
-        if a[pivot][col].abs() < 1e-12 {
-            return None;
-        }
-        a.swap(col, pivot);
-        b.swap(col, pivot);
-        for r in col + 1..FEATURES {
-            let f = a[r][col] / a[col][col];
-            for c in col..FEATURES {
-                a[r][c] -= f * a[col][c];
-            }
-            b[r] -= f * b[col];
-        }
-    }
-    let mut x = [0.0; FEATURES];
-    for r in (0..FEATURES).rev() {
-        let tail: f64 = (r + 1..FEATURES).map(|c| a[r][c] * x[c]).sum();
-        x[r] = (b[r] - tail) / a[r][r];
-    }
-    x.iter().all(|v| v.is_finite()).then_some(x)
+    ridge::fit(rows, prior, ridge, &NEWTON)
 }
 
 /// The present at W read straight off the series (no grid of the record):
@@ -898,11 +856,7 @@ impl Logistic {
     }
 
     /// `logistic+cal`'s recalibration of `fitted` (the fit for `date`),
-    /// made once per fit: the fit the record had [`HOLDOUT_DAYS`] days
-    /// earlier (cached: it is that day's own fit) forecasts the windows of
-    /// the days since. The identity when the record before those days is
-    /// shorter than [`HOLDOUT_DAYS`] too (an early fit on a few days would
-    /// teach the recalibration to distrust a fit that has since seen more).
+    /// made once per fit on [`Logistic::held_out`].
     fn recal_for(
         &self,
         series: &HostSeries,
@@ -913,31 +867,64 @@ impl Logistic {
         fitted: &WindowFit,
     ) -> Recalibration {
         *fitted.recal.get_or_init(|| {
-            let Ok(split) = date.checked_sub(jiff::Span::new().days(HOLDOUT_DAYS)) else {
-                return Recalibration::IDENTITY;
-            };
-            let Ok(split_midnight) = split
-                .to_zoned(series.tz.clone())
-                .map(|z| z.timestamp().as_second())
-            else {
-                return Recalibration::IDENTITY;
-            };
-            let long_enough = series
-                .first_time()
-                .is_some_and(|t| t <= split_midnight - HOLDOUT_DAYS * 86_400);
-            if !long_enough {
-                return Recalibration::IDENTITY;
-            }
-            let (Some(early), Some(grid)) = (
-                self.fit_for(series, th, m, split, split_midnight),
-                self.grid_for(series, th),
-            ) else {
-                return Recalibration::IDENTITY;
-            };
-            let held_out =
-                windows_between(&grid, th.job_mem_mib, m, date, split_midnight, midnight);
-            recalibrate(&early, &held_out)
+            self.held_out(series, th, m, date, midnight)
+                .map_or(Recalibration::IDENTITY, |(early, held_out)| {
+                    recalibrate(&early, &held_out)
+                })
         })
+    }
+
+    /// `logistic+iso`'s isotonic map of `fitted` (the fit for `date`), made
+    /// once per fit on [`Logistic::held_out`]: the early fit's forecasts of
+    /// the held-out windows against what happened.
+    fn iso_for<'f>(
+        &self,
+        series: &HostSeries,
+        th: Thresholds,
+        m: usize,
+        date: Date,
+        midnight: i64,
+        fitted: &'f WindowFit,
+    ) -> &'f Isotonic {
+        fitted.iso.get_or_init(|| {
+            self.held_out(series, th, m, date, midnight)
+                .map_or(Isotonic::IDENTITY, |(early, held_out)| {
+                    isotonic_of(&early, &held_out)
+                })
+        })
+    }
+
+    /// The fit the record had [`HOLDOUT_DAYS`] days before `date` (cached:
+    /// it is that day's own fit) and the windows of `m` steps of the days
+    /// since, which it never saw and which all end by `midnight` (W's date
+    /// begins there). `None` when the record before those days is shorter
+    /// than [`HOLDOUT_DAYS`] too (an early fit on a few days would teach a
+    /// calibration to distrust a fit that has since seen more).
+    fn held_out(
+        &self,
+        series: &HostSeries,
+        th: Thresholds,
+        m: usize,
+        date: Date,
+        midnight: i64,
+    ) -> Option<(Arc<WindowFit>, Vec<Example>)> {
+        let split = date
+            .checked_sub(jiff::Span::new().days(HOLDOUT_DAYS))
+            .ok()?;
+        let split_midnight = split
+            .to_zoned(series.tz.clone())
+            .map(|z| z.timestamp().as_second())
+            .ok()?;
+        let long_enough = series
+            .first_time()
+            .is_some_and(|t| t <= split_midnight - HOLDOUT_DAYS * 86_400);
+        if !long_enough {
+            return None;
+        }
+        let early = self.fit_for(series, th, m, split, split_midnight)?;
+        let grid = self.grid_for(series, th)?;
+        let held_out = windows_between(&grid, th.job_mem_mib, m, date, split_midnight, midnight);
+        Some((early, held_out))
     }
 
     fn grid_for(&self, series: &HostSeries, th: Thresholds) -> Option<Arc<GridIndex>> {
@@ -958,11 +945,12 @@ impl Logistic {
 
 impl ReliabilityPredictor for Logistic {
     fn name(&self) -> String {
-        if self.calibrated {
-            "logistic+cal".to_string()
-        } else {
-            "logistic".to_string()
+        match self.calibration {
+            Calibration::None => "logistic",
+            Calibration::Recal => "logistic+cal",
+            Calibration::Isotonic => "logistic+iso",
         }
+        .to_string()
     }
 
     fn forecast(
@@ -997,15 +985,18 @@ impl ReliabilityPredictor for Logistic {
             return Err(super::no_history(series, req.at));
         };
         let present = present_at(series, th, req.at, state).ok_or(PredictError::BadTime(req.at))?;
-        let recal = self
-            .calibrated
-            .then(|| self.recal_for(series, th, m, date, midnight, &fitted));
-        Ok(fitted.forecast(
-            is_weekend(date.weekday()),
-            zoned.hour() as u8,
-            &present,
-            recal.as_ref(),
-        ))
+        let (weekend, hour) = (is_weekend(date.weekday()), zoned.hour() as u8);
+        Ok(match self.calibration {
+            Calibration::None => fitted.forecast(weekend, hour, &present, After::Nothing),
+            Calibration::Recal => {
+                let recal = self.recal_for(series, th, m, date, midnight, &fitted);
+                fitted.forecast(weekend, hour, &present, After::Recal(&recal))
+            }
+            Calibration::Isotonic => {
+                let iso = self.iso_for(series, th, m, date, midnight, &fitted);
+                fitted.forecast(weekend, hour, &present, After::Isotonic(iso))
+            }
+        })
     }
 }
 
@@ -1089,5 +1080,82 @@ mod recal_tests {
         // The fit's own morning forecast was near 0; recalibrated it rises.
         let (z, p_class) = early.score(false, 9, 0, 3, [0.0; 3]);
         assert!(sigmoid(z) < 0.1 && r.apply(z, p_class) > sigmoid(z) + 0.2);
+    }
+
+    /// `logistic+iso` on the same reversed held-out days: the early fit's
+    /// morning windows (forecast near 0) survived, its afternoon ones
+    /// (near 1) failed, so the isotonic map pools them flat at the
+    /// held-out share, and the forecast moves towards it by the blend.
+    #[test]
+    fn isotonic_map_of_a_score_that_failed_out_of_sample_is_flat() {
+        let mut examples = Vec::new();
+        for _day in 0..40 {
+            for hour in 0..24u8 {
+                let mut e = window(hour >= 12);
+                e.hour = hour;
+                examples.push(e);
+            }
+        }
+        let early = fit_examples(examples);
+        let held_out: Vec<Example> = (0..5u8)
+            .flat_map(|_| {
+                (0..24u8).map(|hour| {
+                    let mut e = window(hour < 12);
+                    e.hour = hour;
+                    e
+                })
+            })
+            .collect();
+        let iso = isotonic_of(&early, &held_out);
+        assert_eq!(iso.windows, 120);
+        // Every held-out window pools into one block at share ½.
+        assert!((iso.raw(0.01) - 0.5).abs() < 1e-12 && (iso.raw(0.99) - 0.5).abs() < 1e-12);
+        let (z, _) = early.score(false, 9, 0, 3, [0.0; 3]);
+        let p = sigmoid(z).clamp(EPS, 1.0 - EPS);
+        let want = (120.0 * 0.5 + crate::baselines::isotonic::PSEUDO_WINDOWS * p)
+            / (120.0 + crate::baselines::isotonic::PSEUDO_WINDOWS);
+        assert!((iso.apply(p) - want).abs() < 1e-12);
+        // Too few held-out windows: the identity.
+        assert_eq!(isotonic_of(&early, &held_out[..47]), Isotonic::IDENTITY);
+    }
+
+    /// No peeking: the map for W's date is learned from windows that ended
+    /// by W's midnight, so a record cut at that midnight (its last row the
+    /// one at midnight, where the last of them end) gives the same map
+    /// as the whole record, whatever happened on W's date; and on a record
+    /// long enough for the held-out days it is not the identity.
+    #[test]
+    fn isotonic_map_reads_nothing_after_w_midnight() {
+        use crate::baselines::test_series::{series_from, DAY, HOUR, MONDAY};
+        // 40 days: a hog at 10:00–11:00 on days divisible by 3, and on
+        // W's date (day 36) a hog all morning, which the map must not see.
+        let hog = |t: i64| {
+            let (day, tod) = ((t - MONDAY).div_euclid(DAY), (t - MONDAY).rem_euclid(DAY));
+            let hot = (day % 3 == 0 && (10 * HOUR..11 * HOUR).contains(&tod))
+                || (day == 36 && tod < 12 * HOUR);
+            if hot {
+                95.0
+            } else {
+                5.0
+            }
+        };
+        let series = series_from(40, 300, hog);
+        let th = Thresholds::default();
+        let date = jiff::civil::date(2025, 9, 1)
+            .checked_add(jiff::Span::new().days(36))
+            .unwrap();
+        let midnight = MONDAY + 36 * DAY;
+        let cut = crate::baselines::truncated(&series, midnight);
+        let m = 12; // one hour of 5-minute steps
+        let maps: Vec<Isotonic> = [&series, &cut]
+            .into_iter()
+            .map(|s| {
+                let method = Logistic::with_own_cache().isotonic();
+                let fitted = method.fit_for(s, th, m, date, midnight).unwrap();
+                method.iso_for(s, th, m, date, midnight, &fitted).clone()
+            })
+            .collect();
+        assert!(maps[0].windows >= MIN_HOLDOUT, "{:?}", maps[0]);
+        assert_eq!(maps[0], maps[1]);
     }
 }

@@ -10,7 +10,11 @@
 //!   by their Brier score on the host's own history days.
 //! - [`logistic`]: a per-host logistic model of window survival fitted on
 //!   every past hour (`logistic`), and the same passed through a per-host
-//!   recalibration learned on the last two weeks held out (`logistic+cal`).
+//!   recalibration learned on the last two weeks held out (`logistic+cal`),
+//!   or through a per-host isotonic map learned the same way (`logistic+iso`,
+//!   [`isotonic`]).
+//! - [`ridge`]: the weighted ridge logistic regression `logistic` and
+//!   `hazard` both fit with.
 //! - [`hazard`]: a per-host discrete-time hazard model of the first failure
 //!   after W, whose survival gives every window length in one pass.
 //! - [`linear`]: the papers' AR(8), BM(8), MA(8), ARMA(8,8), LAST on host load
@@ -27,13 +31,17 @@
 pub mod blend;
 pub mod freq;
 pub mod hazard;
+pub mod isotonic;
 pub mod linear;
 pub mod logistic;
 pub mod markov;
+pub mod ridge;
 pub mod rippp;
 
 mod method_id;
 pub use method_id::{MethodId, UnknownMethod};
+#[cfg(test)]
+mod test_series;
 #[cfg(test)]
 mod tests;
 
@@ -132,6 +140,7 @@ pub fn method_names() -> Vec<&'static str> {
         "stack+markov",
         "logistic",
         "logistic+cal",
+        "logistic+iso",
         "hazard",
     ];
     names.extend(LINEAR.iter().map(|(point, _, _)| *point));
@@ -160,6 +169,7 @@ pub fn method_by_name(name: &str, seed: u64) -> Option<Box<dyn ReliabilityPredic
         "rippp" => Box::new(Rippp),
         "logistic" => Box::new(Logistic::shared()),
         "logistic+cal" => Box::new(Logistic::shared().calibrated()),
+        "logistic+iso" => Box::new(Logistic::shared().isotonic()),
         "hazard" => Box::new(Hazard::shared()),
         "blend" | "blend+age" => {
             let mut parts = vec![method_by_name("km", seed)?, method_by_name("freq", seed)?];

@@ -2,32 +2,9 @@
 //! registry, and the no-peeking rule on synthetic lab traces.
 
 use super::rippp::{self, Basis, Zone};
+use super::test_series::{series_from, DAY, HOUR, MONDAY};
 use super::*;
-use crate::series::Sample;
 use crate::state::Thresholds;
-use jiff::tz::TimeZone;
-
-/// Monday 2025-09-01 00:00 UTC.
-const MONDAY: i64 = 1_756_684_800;
-const DAY: i64 = 86_400;
-const HOUR: i64 = 3600;
-
-/// A UTC series of `days` days at `step` seconds, load `cpu(t)`, always up.
-fn series_from(days: i64, step: i64, cpu: impl Fn(i64) -> f64) -> HostSeries {
-    let mut s = HostSeries::new(step as u32, 120, TimeZone::UTC);
-    let mut t = MONDAY;
-    while t < MONDAY + days * DAY {
-        s.push(Sample {
-            time: t,
-            cpu: cpu(t),
-            free_mib: 4096,
-            up: true,
-        })
-        .unwrap();
-        t += step;
-    }
-    s
-}
 
 fn day_of(t: i64) -> i64 {
     (t - MONDAY).div_euclid(DAY)
@@ -317,7 +294,7 @@ fn linear_baselines_forecast_memory_only_for_a_working_set() {
 #[test]
 fn registry_round_trips_every_name() {
     let names = method_names();
-    assert_eq!(names.len(), 23);
+    assert_eq!(names.len(), 24);
     for name in &names {
         let method = method_by_name(name, 1).unwrap();
         assert_eq!(method.name(), *name);
@@ -561,6 +538,50 @@ fn logistic_cal_keeps_a_regular_daily_failure_without_peeking() {
     }
     // Day 20: the record before the held-out days is 6 days, too short, so
     // the answer is plain `logistic`'s.
+    let early = MONDAY + 20 * DAY + 9 * HOUR;
+    assert_eq!(
+        method.forecast(&series, &request(early, 2 * 3600, th)),
+        Logistic::with_own_cache().forecast(&series, &request(early, 2 * 3600, th))
+    );
+}
+
+/// `logistic+iso` on the same daily hog: the held-out weeks agree with the
+/// early fit (the hog is as regular), so the isotonic map keeps the hour;
+/// a truncated record with a cache of its own gives the same answer; and
+/// where the held-out days are not available it is plain `logistic`.
+#[test]
+fn logistic_iso_keeps_a_regular_daily_failure_without_peeking() {
+    let series = series_from(30, 60, |t| {
+        let tod = time_of_day(t);
+        let weekday = day_of(t).rem_euclid(7) < 5;
+        if weekday && (10 * HOUR..10 * HOUR + 1800).contains(&tod) {
+            95.0
+        } else {
+            5.0
+        }
+    });
+    let th = Thresholds::default();
+    let before = MONDAY + 29 * DAY + 9 * HOUR;
+    let after = MONDAY + 29 * DAY + 13 * HOUR;
+    let method = Logistic::with_own_cache().isotonic();
+    assert_eq!(method.name(), "logistic+iso");
+    let hit = method
+        .forecast(&series, &request(before, 2 * 3600, th))
+        .unwrap();
+    let clear = method
+        .forecast(&series, &request(after, 2 * 3600, th))
+        .unwrap();
+    assert!(hit.tr < 0.1, "window over the hog: {}", hit.tr);
+    assert!(clear.tr > 0.9, "window after the hog: {}", clear.tr);
+    for at in [before, after] {
+        let cut = truncated(&series, at);
+        let fresh = Logistic::with_own_cache().isotonic();
+        assert_eq!(
+            fresh.forecast(&cut, &request(at, 2 * 3600, th)),
+            method.forecast(&series, &request(at, 2 * 3600, th)),
+            "at {at}"
+        );
+    }
     let early = MONDAY + 20 * DAY + 9 * HOUR;
     assert_eq!(
         method.forecast(&series, &request(early, 2 * 3600, th)),
