@@ -8,7 +8,7 @@
 use crate::model::baselines::MethodId;
 use crate::model::kernel::Method;
 use crate::model::predict::{
-    estimate_window, predict, InitialState, PredictError, PredictRequest, Prediction,
+    estimate_window, history_days, predict, InitialState, PredictError, PredictRequest, Prediction,
 };
 use crate::model::series::HostSeries;
 use crate::model::state::State;
@@ -119,14 +119,71 @@ pub struct Forecast {
 /// Forecasts the request's window: the typed answer the node gives peers and
 /// `status`, and the core of [`predict_report`].
 pub fn forecast(series: &HostSeries, request: &ReportRequest) -> Result<Forecast, ReportError> {
-    let (answer, _) = answer(series, request)?;
+    if request.method.kernel().is_some() {
+        let (answer, _) = answer(series, request)?;
+        return Ok(Forecast {
+            tr: answer.tr,
+            fail_by_cause: answer.fail_by_cause,
+            initial: answer.init,
+            days_used: answer.history_days.len(),
+            method: request.method,
+        });
+    }
+    let predictor = registry_predictor(request.method)?;
+    let forecast = predictor.forecast(series, &request.window)?;
+    let (initial, days_used) = forecast_context(series, &request.window)?;
     Ok(Forecast {
-        tr: answer.tr,
-        fail_by_cause: answer.fail_by_cause,
-        initial: answer.init,
-        days_used: answer.history_days.len(),
+        tr: forecast.tr,
+        fail_by_cause: forecast.fail_by_cause,
+        initial,
+        days_used,
         method: request.method,
     })
+}
+
+/// What a [`Forecast`] carries of [`window_context`]: the start state and
+/// the number of history days. When the state at W is observed that needs
+/// no kernel estimate (the history days alone, the list
+/// [`estimate_window`] would find): the node's answer skips ten windows of
+/// states and a `km` kernel it would throw away. Otherwise (the record
+/// stops before W) the history's start states are the initial state and
+/// the full context is built.
+fn forecast_context(
+    series: &HostSeries,
+    window: &PredictRequest,
+) -> Result<(Option<InitialState>, usize), PredictError> {
+    let (step, steps) = crate::model::predict::geometry(series, window)?;
+    let observed = series
+        .covers(window.at, window.at)
+        .then(|| series.state_at(window.thresholds, window.at))
+        .flatten();
+    match observed {
+        Some(state) => {
+            let span = i64::from(step) * steps as i64;
+            let days = history_days(series, window.at, span, window.days)?;
+            Ok((Some(InitialState::Observed(state)), days.len()))
+        }
+        None => {
+            let context = window_context(series, window)?;
+            Ok((context.init, context.history_days.len()))
+        }
+    }
+}
+
+/// The registry's predictor for a method that is not a kernel method.
+fn registry_predictor(
+    method: MethodId,
+) -> Result<Box<dyn crate::model::predictor::ReliabilityPredictor>, ReportError> {
+    method
+        .predictor(PREDICT_SEED)
+        .ok_or_else(|| ReportError::UnknownMethod {
+            name: method.to_string(),
+            known: MethodId::all()
+                .iter()
+                .map(|m| m.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
 }
 
 /// TR of the request's window with each of `windows` (seconds) as its
@@ -202,16 +259,7 @@ fn answer(series: &HostSeries, request: &ReportRequest) -> Result<(Answer, u64),
             (Answer::from(prediction), elapsed_us)
         }
         None => {
-            let predictor = request.method.predictor(PREDICT_SEED).ok_or_else(|| {
-                ReportError::UnknownMethod {
-                    name: request.method.to_string(),
-                    known: MethodId::all()
-                        .iter()
-                        .map(|m| m.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                }
-            })?;
+            let predictor = registry_predictor(request.method)?;
             let started = Instant::now();
             let forecast = predictor.forecast(series, window)?;
             let elapsed_us = started.elapsed().as_micros() as u64;
@@ -358,5 +406,55 @@ fn report(p: &Answer, method: &str) -> PredictReport {
             .collect(),
         age_steps: p.age_steps,
         age_fallback: p.age_fallback,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::synth::{generate, SynthConfig};
+    use crate::model::state::Thresholds;
+
+    /// [`forecast`] reads its context without the `km` estimate when the
+    /// state at W is observed: the typed answer must be the one built from
+    /// the full context ([`answer`]) in every case — W on a row, between
+    /// rows, past the record's end (history mix), too early for any history
+    /// day, and refused requests — for kernel and registry methods.
+    #[test]
+    fn the_typed_forecast_equals_the_one_from_the_full_context() {
+        let trace = generate(&SynthConfig::new(11, 17, "UTC").unwrap());
+        let series = &trace.series;
+        let (first, last) = (series.first_time().unwrap(), series.last_time().unwrap());
+        let th = Thresholds {
+            job_mem_mib: 256,
+            ..Thresholds::default()
+        };
+        let mut compared = 0;
+        for at in [
+            first + 3600,
+            first + 9 * 86_400 + 8 * 3600 + 7,
+            first + 15 * 86_400 + 13 * 3600,
+            last - 600,
+            last + 2 * 3600,
+        ] {
+            for (window_secs, step) in [(3600, None), (36_000, Some(6)), (1, None)] {
+                for name in ["km", "freq", "logistic", "logistic+iso", "hazard", "markov"] {
+                    let mut window = PredictRequest::new(at, window_secs, th);
+                    window.step_secs = step;
+                    let request = ReportRequest::with_method(window, Some(name.parse().unwrap()));
+                    let old = answer(series, &request).map(|(a, _)| Forecast {
+                        tr: a.tr,
+                        fail_by_cause: a.fail_by_cause,
+                        initial: a.init,
+                        days_used: a.history_days.len(),
+                        method: request.method,
+                    });
+                    let new = forecast(series, &request);
+                    assert_eq!(new, old, "{name} at {at}, {window_secs} s");
+                    compared += usize::from(new.is_ok());
+                }
+            }
+        }
+        assert!(compared >= 40, "only {compared} answers compared");
     }
 }

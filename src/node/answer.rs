@@ -95,9 +95,9 @@ pub fn predicted_availability(series: &HostSeries, window: &PredictRequest) -> O
         let mut t = day.start;
         while t < day.start.saturating_add(span) {
             let share = match cursor.state_at(t) {
+                // The cursor stands on the row at or before t: no search.
                 State::S1 | State::S2 => series
-                    .row_at(t)
-                    .and_then(|i| series.get(i))
+                    .get(cursor.row())
                     .map_or(0.0, |s| (1.0 - s.cpu / 100.0).clamp(0.0, 1.0)),
                 State::S3 | State::S4 | State::S5 => 0.0,
             };
@@ -250,5 +250,58 @@ mod tests {
         assert_eq!(cache.get(AnswerCache::key(179, 3600, 0)), Some(answer));
         assert_eq!(cache.get(AnswerCache::key(180, 3600, 0)), None);
         assert_eq!(cache.get(AnswerCache::key(150, 3601, 0)), None);
+    }
+
+    /// The availability as it was computed before round five (a search for
+    /// the row of every point): the walk that reads the cursor's row must
+    /// give the same number to the bit.
+    fn availability_by_search(series: &HostSeries, window: &PredictRequest) -> Option<f64> {
+        let span = i64::try_from(window.window_secs).ok()?;
+        let days = history_days(series, window.at, span, window.days).ok()?;
+        let stride = (span / AVAILABILITY_POINTS_PER_DAY).max(i64::from(series.step_secs.max(1)));
+        let (mut sum, mut n) = (0.0f64, 0u64);
+        for day in days {
+            let Some(mut cursor) = series.cursor(window.thresholds, day.start) else {
+                continue;
+            };
+            let mut t = day.start;
+            while t < day.start.saturating_add(span) {
+                sum += match cursor.state_at(t) {
+                    State::S1 | State::S2 => series
+                        .row_at(t)
+                        .and_then(|i| series.get(i))
+                        .map_or(0.0, |s| (1.0 - s.cpu / 100.0).clamp(0.0, 1.0)),
+                    State::S3 | State::S4 | State::S5 => 0.0,
+                };
+                n += 1;
+                t = t.saturating_add(stride);
+            }
+        }
+        (n > 0).then(|| sum / n as f64)
+    }
+
+    #[test]
+    fn availability_equals_the_searching_walk_on_a_synthetic_host() {
+        let trace = crate::eval::synth::generate(
+            &crate::eval::synth::SynthConfig::new(7, 20, "Europe/Berlin").unwrap(),
+        );
+        let s = &trace.series;
+        let first = s.first_time().unwrap();
+        let mut compared = 0;
+        for k in 0..12 {
+            let at = first + 12 * 86_400 + k * 37_501;
+            for secs in [600, 3 * 3600, 10 * 3600, 40 * 3600] {
+                let mut w = PredictRequest::new(at, secs, Thresholds::default());
+                w.days = 10;
+                let (a, b) = (predicted_availability(s, &w), availability_by_search(s, &w));
+                assert_eq!(
+                    a.map(f64::to_bits),
+                    b.map(f64::to_bits),
+                    "at {at}, {secs} s"
+                );
+                compared += usize::from(a.is_some());
+            }
+        }
+        assert!(compared >= 30, "only {compared} compared");
     }
 }

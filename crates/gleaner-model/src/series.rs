@@ -552,6 +552,13 @@ pub struct StateCursor<'a> {
 }
 
 impl StateCursor<'_> {
+    /// The row the cursor stands on: after [`StateCursor::state_at`]`(t)`,
+    /// the most recent row at or before `t` (what [`HostSeries::row_at`]
+    /// finds by search).
+    pub fn row(&self) -> usize {
+        self.row
+    }
+
     /// The state at `t`. Times must not decrease between calls; a time after
     /// the last row reads the last row's values (callers check coverage).
     pub fn state_at(&mut self, t: i64) -> State {

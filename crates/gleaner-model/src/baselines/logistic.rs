@@ -158,6 +158,7 @@ impl Logistic {
         let mut inner = self.cache.lock();
         inner.grids.clear();
         inner.fits.clear();
+        inner.present = None;
     }
 }
 
@@ -171,6 +172,10 @@ pub struct FitCache {
 struct CacheInner {
     grids: Vec<(u64, Arc<GridIndex>)>,
     fits: HashMap<u64, Arc<WindowFit>>,
+    /// The last present read, keyed by the whole record's fingerprint and
+    /// W: the node asks the asked window and its curve's other lengths of
+    /// one record and one W, and the present does not depend on the length.
+    present: Option<(u64, Present)>,
 }
 
 impl FitCache {
@@ -722,21 +727,16 @@ fn fit_examples(examples: Vec<Example>) -> WindowFit {
     }
 }
 
-/// The isotonic map of `held_out` (windows the fit `early` never saw): its
-/// forecasts, as [`WindowFit::forecast`] gives them, against the outcomes.
-fn isotonic_of(early: &WindowFit, held_out: &[Example]) -> Isotonic {
-    let pairs: Vec<(f64, f64, f64)> = held_out
-        .iter()
-        .map(|e| {
-            let (z, _) = early.score(e.weekend, e.hour, e.class, e.bucket, e.tail);
-            (
-                sigmoid(z).clamp(EPS, 1.0 - EPS),
-                f64::from(u8::from(e.survived)),
-                e.weight,
-            )
-        })
-        .collect();
-    Isotonic::fit(&pairs)
+/// A past window as `logistic+iso` learns from it: `fit`'s forecast, as
+/// [`WindowFit::forecast`] gives it before any calibration, the outcome
+/// (1: survived) and the window's weight.
+fn forecast_pair(fit: &WindowFit, e: &Example) -> (f64, f64, f64) {
+    let (z, _) = fit.score(e.weekend, e.hour, e.class, e.bucket, e.tail);
+    (
+        sigmoid(z).clamp(EPS, 1.0 - EPS),
+        f64::from(u8::from(e.survived)),
+        e.weight,
+    )
 }
 
 /// Fits the recalibration of `held_out` (windows the fit `early` never saw).
@@ -827,6 +827,13 @@ fn present_at(series: &HostSeries, th: Thresholds, at: i64, state: State) -> Opt
     })
 }
 
+/// Unix second of `date`'s local midnight (the instant after a skipped one).
+fn day_start(series: &HostSeries, date: Date) -> Option<i64> {
+    date.to_zoned(series.tz.clone())
+        .ok()
+        .map(|z| z.timestamp().as_second())
+}
+
 impl Logistic {
     /// The fit for windows of `m` steps on W's date, from the cache or made now.
     fn fit_for(
@@ -875,8 +882,12 @@ impl Logistic {
     }
 
     /// `logistic+iso`'s isotonic map of `fitted` (the fit for `date`), made
-    /// once per fit on [`Logistic::held_out`]: the early fit's forecasts of
-    /// the held-out windows against what happened.
+    /// once per fit from the host's own past forecasts: on each of the
+    /// [`HOLDOUT_DAYS`] days before `date`, that day's own fit (cached: the
+    /// fit its queries got) forecasts the windows starting on it that
+    /// ended by `midnight` (W's date begins there), against what happened.
+    /// The identity when the record before those days is shorter than
+    /// [`HOLDOUT_DAYS`] too, as for `logistic+cal`.
     fn iso_for<'f>(
         &self,
         series: &HostSeries,
@@ -887,11 +898,39 @@ impl Logistic {
         fitted: &'f WindowFit,
     ) -> &'f Isotonic {
         fitted.iso.get_or_init(|| {
-            self.held_out(series, th, m, date, midnight)
-                .map_or(Isotonic::IDENTITY, |(early, held_out)| {
-                    isotonic_of(&early, &held_out)
-                })
+            self.past_forecasts(series, th, m, date, midnight)
+                .map_or(Isotonic::IDENTITY, |pairs| Isotonic::fit(&pairs))
         })
+    }
+
+    /// The `(forecast, outcome, weight)` triples of [`Logistic::iso_for`].
+    fn past_forecasts(
+        &self,
+        series: &HostSeries,
+        th: Thresholds,
+        m: usize,
+        date: Date,
+        midnight: i64,
+    ) -> Option<Vec<(f64, f64, f64)>> {
+        let first = date
+            .checked_sub(jiff::Span::new().days(HOLDOUT_DAYS))
+            .ok()?;
+        let first_midnight = day_start(series, first)?;
+        if series.first_time()? > first_midnight - HOLDOUT_DAYS * 86_400 {
+            return None;
+        }
+        let grid = self.grid_for(series, th)?;
+        let mut pairs = Vec::new();
+        let mut day = first;
+        while day < date {
+            let day_midnight = day_start(series, day)?;
+            let next = day.tomorrow().ok()?;
+            let fit = self.fit_for(series, th, m, day, day_midnight)?;
+            let windows = windows_between(&grid, th.job_mem_mib, m, next, day_midnight, midnight);
+            pairs.extend(windows.iter().map(|e| forecast_pair(&fit, e)));
+            day = next;
+        }
+        Some(pairs)
     }
 
     /// The fit the record had [`HOLDOUT_DAYS`] days before `date` (cached:
@@ -925,6 +964,32 @@ impl Logistic {
         let grid = self.grid_for(series, th)?;
         let held_out = windows_between(&grid, th.job_mem_mib, m, date, split_midnight, midnight);
         Some((early, held_out))
+    }
+
+    /// [`present_at`], from the one-entry memo when the record (all of it:
+    /// a row after W can change the state read at W, by the gap it closes)
+    /// and W are those of the last call.
+    fn present_for(
+        &self,
+        series: &HostSeries,
+        th: Thresholds,
+        at: i64,
+        state: State,
+    ) -> Option<Present> {
+        let end = series.last_time()?.saturating_add(1);
+        let mut h = DefaultHasher::new();
+        prefix_fingerprint(series, end, &th).hash(&mut h);
+        at.hash(&mut h);
+        state.index().hash(&mut h);
+        let key = h.finish();
+        if let Some((k, p)) = self.cache.lock().present {
+            if k == key {
+                return Some(p);
+            }
+        }
+        let present = present_at(series, th, at, state)?;
+        self.cache.lock().present = Some((key, present));
+        Some(present)
     }
 
     fn grid_for(&self, series: &HostSeries, th: Thresholds) -> Option<Arc<GridIndex>> {
@@ -984,7 +1049,9 @@ impl ReliabilityPredictor for Logistic {
         let Some(fitted) = fitted.filter(|f| f.windows > 0) else {
             return Err(super::no_history(series, req.at));
         };
-        let present = present_at(series, th, req.at, state).ok_or(PredictError::BadTime(req.at))?;
+        let present = self
+            .present_for(series, th, req.at, state)
+            .ok_or(PredictError::BadTime(req.at))?;
         let (weekend, hour) = (is_weekend(date.weekday()), zoned.hour() as u8);
         Ok(match self.calibration {
             Calibration::None => fitted.forecast(weekend, hour, &present, After::Nothing),
@@ -1082,7 +1149,7 @@ mod recal_tests {
         assert!(sigmoid(z) < 0.1 && r.apply(z, p_class) > sigmoid(z) + 0.2);
     }
 
-    /// `logistic+iso` on the same reversed held-out days: the early fit's
+    /// The isotonic map on the same reversed held-out days: the early fit's
     /// morning windows (forecast near 0) survived, its afternoon ones
     /// (near 1) failed, so the isotonic map pools them flat at the
     /// held-out share, and the forecast moves towards it by the blend.
@@ -1106,7 +1173,8 @@ mod recal_tests {
                 })
             })
             .collect();
-        let iso = isotonic_of(&early, &held_out);
+        let pairs: Vec<_> = held_out.iter().map(|e| forecast_pair(&early, e)).collect();
+        let iso = Isotonic::fit(&pairs);
         assert_eq!(iso.windows, 120);
         // Every held-out window pools into one block at share ½.
         assert!((iso.raw(0.01) - 0.5).abs() < 1e-12 && (iso.raw(0.99) - 0.5).abs() < 1e-12);
@@ -1116,7 +1184,7 @@ mod recal_tests {
             / (120.0 + crate::baselines::isotonic::PSEUDO_WINDOWS);
         assert!((iso.apply(p) - want).abs() < 1e-12);
         // Too few held-out windows: the identity.
-        assert_eq!(isotonic_of(&early, &held_out[..47]), Isotonic::IDENTITY);
+        assert_eq!(Isotonic::fit(&pairs[..47]), Isotonic::IDENTITY);
     }
 
     /// No peeking: the map for W's date is learned from windows that ended

@@ -588,3 +588,50 @@ fn logistic_iso_keeps_a_regular_daily_failure_without_peeking() {
         Logistic::with_own_cache().forecast(&series, &request(early, 2 * 3600, th))
     );
 }
+
+/// `logistic` remembers the last present it read (the node asks one W for
+/// five lengths): answers through the memo equal answers from a fresh
+/// cache, however lengths, W and records (a copy heavy for three hours
+/// around W, which changes the present) alternate.
+#[test]
+fn logistic_present_memo_gives_the_fresh_answer() {
+    // Even days heavy from 08:00 to 12:00 with a hog at 10:00: a window
+    // begun heavy at 09:00 fails, a light one survives.
+    let load = |t: i64, heavy_today: bool| {
+        let tod = time_of_day(t);
+        let heavy = heavy_today && (8 * HOUR..12 * HOUR).contains(&tod);
+        if heavy && (10 * HOUR..10 * HOUR + 1800).contains(&tod) {
+            95.0
+        } else if heavy {
+            30.0
+        } else {
+            12.0
+        }
+    };
+    let quiet = series_from(20, 60, |t| load(t, day_of(t) % 2 == 0));
+    // Day 17 (a Thursday, odd: light) heavy in the copy.
+    let hog = series_from(20, 60, |t| load(t, day_of(t) % 2 == 0 || day_of(t) == 17));
+    let at = MONDAY + 17 * DAY + 9 * HOUR;
+    let th = Thresholds::default();
+    let memo = Logistic::with_own_cache();
+    let mut differ = false;
+    for (record, w, secs) in [
+        (&quiet, at, 3600),
+        (&quiet, at, 36_000),
+        (&hog, at, 3600),
+        (&hog, at + 600, 3600),
+        (&quiet, at, 3600),
+        (&hog, at, 36_000),
+    ] {
+        let req = request(w, secs, th);
+        let fresh = Logistic::with_own_cache().forecast(record, &req).unwrap();
+        assert_eq!(memo.forecast(record, &req).unwrap(), fresh, "{w} {secs}");
+        let other = if std::ptr::eq(record, &quiet) {
+            &hog
+        } else {
+            &quiet
+        };
+        differ |= Logistic::with_own_cache().forecast(other, &req).unwrap() != fresh;
+    }
+    assert!(differ, "the heavy hours never changed the present");
+}
