@@ -123,6 +123,16 @@ const LINEAR: [(&str, &str, TimeSeriesModel); 5] = [
 /// Outcome of round four: `logistic` 9 points, `hazard` 3 (cluster nodes,
 /// 3–10 h), `logistic+cal` 3, `last-prob` 1; the default is unchanged
 /// (`docs/accuracy.md`, "Round four").
+///
+/// Round five (issue 13, `logistic+iso` added; written and committed before
+/// its final run): round three's command and four sets with `--methods
+/// logistic,logistic+iso,logistic+cal,hazard`, every other method's pooled
+/// Brier taken from round three's run; `logistic`'s and `logistic+cal`'s
+/// must match round three's and `hazard`'s round four's in every cell, or
+/// the round is not decided. One point per cell to the lowest pooled Brier
+/// (16 cells); the most points wins; a tie keeps the current default; the
+/// 1 ms clause (measured on the node's whole answer with only the fits
+/// cached) and rule 4 stand; a set not finished by 12:00 UTC: no switch.
 pub const DEFAULT_METHOD: &str = "logistic";
 
 /// Every method name the registry knows, semi-Markov variants first.
