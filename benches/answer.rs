@@ -31,7 +31,7 @@ use gleaner::model::baselines::{truncated, Hazard, Logistic, DEFAULT_METHOD};
 use gleaner::model::predict::PredictRequest;
 use gleaner::model::series::{HostSeries, Sample};
 use gleaner::model::state::Thresholds;
-use gleaner::node::answer::{host_answer, predicted_availability};
+use gleaner::node::answer::{host_answer, predicted_availability, AnswerCache};
 use gleaner::report::{predict_report, ReportRequest};
 use std::hint::black_box;
 use std::path::Path;
@@ -108,6 +108,17 @@ fn bench(c: &mut Criterion) {
                     flip = !flip;
                     let record = if flip { &grown } else { series };
                     host_answer(black_box(record), black_box(&asked))
+                })
+            });
+            // As the node answers (`AnswerCache::answer`): the same, with the
+            // week's spells read once an hour instead of every answer.
+            let node = AnswerCache::default();
+            let _ = node.answer(series, &asked);
+            group.bench_function(format!("{name} node answer new sample, {label}"), |b| {
+                b.iter(|| {
+                    flip = !flip;
+                    let record = if flip { &grown } else { series };
+                    node.answer(black_box(record), black_box(&asked))
                 })
             });
         }

@@ -11,9 +11,10 @@ use gleaner::model::baselines::{truncated, Logistic, DEFAULT_METHOD};
 use gleaner::model::kernel::Method;
 use gleaner::model::predict::{estimate_window, PredictRequest};
 use gleaner::model::predictor::ReliabilityPredictor;
+use gleaner::model::sched::spells::{PastSpells, LOOKBACK_SECS};
 use gleaner::model::series::{HostSeries, Sample};
 use gleaner::model::state::Thresholds;
-use gleaner::node::answer::{host_answer, predicted_availability};
+use gleaner::node::answer::{host_answer, predicted_availability, AnswerCache};
 use gleaner::report::{curve, forecast, ReportRequest};
 use std::hint::black_box;
 use std::time::Instant;
@@ -77,6 +78,13 @@ fn main() -> anyhow::Result<()> {
         let record = if flip { &next } else { &series };
         black_box(host_answer(record, &request).ok());
     });
+    let node = AnswerCache::default();
+    let _ = node.answer(&series, &request)?;
+    let node_next = time(n, || {
+        flip = !flip;
+        let record = if flip { &next } else { &series };
+        black_box(node.answer(record, &request).ok());
+    });
     let main_forecast = time(n, || {
         black_box(forecast(&series, &request).ok());
     });
@@ -97,13 +105,23 @@ fn main() -> anyhow::Result<()> {
     let availability = time(n, || {
         black_box(predicted_availability(&series, &window));
     });
+    let spells = time(n, || {
+        black_box(PastSpells::of_series(
+            &series,
+            window.thresholds,
+            AT,
+            LOOKBACK_SECS,
+        ));
+    });
     println!("host answer cold                       {cold:>9.0} µs");
     println!("host answer cached, same record        {cached_same:>9.0} µs");
     println!("host answer cached, one sample later   {cached_next:>9.0} µs");
+    println!("node answer (spells hourly), one sample later {node_next:>9.0} µs");
     println!("  forecast (asked window + context)    {main_forecast:>9.0} µs");
     println!("    logistic forecast alone            {method_alone:>9.0} µs");
     println!("    context: km estimate_window        {context_km:>9.0} µs");
     println!("  curve, 4 other lengths               {the_curve:>9.0} µs");
     println!("  predicted availability               {availability:>9.0} µs");
+    println!("  the week's failure spells            {spells:>9.0} µs");
     Ok(())
 }
