@@ -366,25 +366,25 @@ mod tests {
         let span = i64::try_from(window.window_secs).ok()?;
         let days = history_days(series, window.at, span, window.days).ok()?;
         let stride = (span / AVAILABILITY_POINTS_PER_DAY).max(i64::from(series.step_secs.max(1)));
-        let (mut sum, mut n) = (0.0f64, 0u64);
+        let mut shares = Vec::new();
         for day in days {
             let Some(mut cursor) = series.cursor(window.thresholds, day.start) else {
                 continue;
             };
-            let mut t = day.start;
-            while t < day.start.saturating_add(span) {
-                sum += match cursor.state_at(t) {
-                    State::S1 | State::S2 => series
-                        .row_at(t)
-                        .and_then(|i| series.get(i))
-                        .map_or(0.0, |s| (1.0 - s.cpu / 100.0).clamp(0.0, 1.0)),
-                    State::S3 | State::S4 | State::S5 => 0.0,
-                };
-                n += 1;
-                t = t.saturating_add(stride);
-            }
+            let end = day.start.saturating_add(span);
+            let points = std::iter::successors(Some(day.start), |t| Some(t + stride));
+            shares.extend(points.take_while(|&t| t < end).map(|t| {
+                let busy = matches!(cursor.state_at(t), State::S3 | State::S4 | State::S5);
+                let row = series.row_at(t).and_then(|i| series.get(i));
+                match row {
+                    Some(s) if !busy => (1.0 - s.cpu / 100.0).clamp(0.0, 1.0),
+                    _ => 0.0,
+                }
+            }));
         }
-        (n > 0).then(|| sum / n as f64)
+        // Summed in the same order as the walk under test.
+        let sum = shares.iter().fold(0.0f64, |acc, v| acc + v);
+        (!shares.is_empty()).then(|| sum / shares.len() as f64)
     }
 
     #[test]

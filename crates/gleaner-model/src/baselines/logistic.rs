@@ -834,16 +834,25 @@ fn day_start(series: &HostSeries, date: Date) -> Option<i64> {
         .map(|z| z.timestamp().as_second())
 }
 
+/// What one fit answers: windows of `m` steps on the local `date`, which
+/// begins at `midnight` (Unix seconds), read with `th`.
+#[derive(Debug, Clone, Copy)]
+struct FitDay {
+    th: Thresholds,
+    m: usize,
+    date: Date,
+    midnight: i64,
+}
+
 impl Logistic {
     /// The fit for windows of `m` steps on W's date, from the cache or made now.
-    fn fit_for(
-        &self,
-        series: &HostSeries,
-        th: Thresholds,
-        m: usize,
-        date: Date,
-        midnight: i64,
-    ) -> Option<Arc<WindowFit>> {
+    fn fit_for(&self, series: &HostSeries, asked: FitDay) -> Option<Arc<WindowFit>> {
+        let FitDay {
+            th,
+            m,
+            date,
+            midnight,
+        } = asked;
         let mut h = DefaultHasher::new();
         prefix_fingerprint(series, midnight, &th).hash(&mut h);
         m.hash(&mut h);
@@ -862,26 +871,18 @@ impl Logistic {
         Some(fitted)
     }
 
-    /// `logistic+cal`'s recalibration of `fitted` (the fit for `date`),
+    /// `logistic+cal`'s recalibration of `fitted` (the fit for `asked`),
     /// made once per fit on [`Logistic::held_out`].
-    fn recal_for(
-        &self,
-        series: &HostSeries,
-        th: Thresholds,
-        m: usize,
-        date: Date,
-        midnight: i64,
-        fitted: &WindowFit,
-    ) -> Recalibration {
+    fn recal_for(&self, series: &HostSeries, asked: FitDay, fitted: &WindowFit) -> Recalibration {
         *fitted.recal.get_or_init(|| {
-            self.held_out(series, th, m, date, midnight)
+            self.held_out(series, asked)
                 .map_or(Recalibration::IDENTITY, |(early, held_out)| {
                     recalibrate(&early, &held_out)
                 })
         })
     }
 
-    /// `logistic+iso`'s isotonic map of `fitted` (the fit for `date`), made
+    /// `logistic+iso`'s isotonic map of `fitted` (the fit for `asked`), made
     /// once per fit from the host's own past forecasts: on each of the
     /// [`HOLDOUT_DAYS`] days before `date`, that day's own fit (cached: the
     /// fit its queries got) forecasts the windows starting on it that
@@ -891,27 +892,23 @@ impl Logistic {
     fn iso_for<'f>(
         &self,
         series: &HostSeries,
-        th: Thresholds,
-        m: usize,
-        date: Date,
-        midnight: i64,
+        asked: FitDay,
         fitted: &'f WindowFit,
     ) -> &'f Isotonic {
         fitted.iso.get_or_init(|| {
-            self.past_forecasts(series, th, m, date, midnight)
+            self.past_forecasts(series, asked)
                 .map_or(Isotonic::IDENTITY, |pairs| Isotonic::fit(&pairs))
         })
     }
 
     /// The `(forecast, outcome, weight)` triples of [`Logistic::iso_for`].
-    fn past_forecasts(
-        &self,
-        series: &HostSeries,
-        th: Thresholds,
-        m: usize,
-        date: Date,
-        midnight: i64,
-    ) -> Option<Vec<(f64, f64, f64)>> {
+    fn past_forecasts(&self, series: &HostSeries, asked: FitDay) -> Option<Vec<(f64, f64, f64)>> {
+        let FitDay {
+            th,
+            m,
+            date,
+            midnight,
+        } = asked;
         let first = date
             .checked_sub(jiff::Span::new().days(HOLDOUT_DAYS))
             .ok()?;
@@ -925,7 +922,14 @@ impl Logistic {
         while day < date {
             let day_midnight = day_start(series, day)?;
             let next = day.tomorrow().ok()?;
-            let fit = self.fit_for(series, th, m, day, day_midnight)?;
+            let fit = self.fit_for(
+                series,
+                FitDay {
+                    date: day,
+                    midnight: day_midnight,
+                    ..asked
+                },
+            )?;
             let windows = windows_between(&grid, th.job_mem_mib, m, next, day_midnight, midnight);
             pairs.extend(windows.iter().map(|e| forecast_pair(&fit, e)));
             day = next;
@@ -942,11 +946,14 @@ impl Logistic {
     fn held_out(
         &self,
         series: &HostSeries,
-        th: Thresholds,
-        m: usize,
-        date: Date,
-        midnight: i64,
+        asked: FitDay,
     ) -> Option<(Arc<WindowFit>, Vec<Example>)> {
+        let FitDay {
+            th,
+            m,
+            date,
+            midnight,
+        } = asked;
         let split = date
             .checked_sub(jiff::Span::new().days(HOLDOUT_DAYS))
             .ok()?;
@@ -960,7 +967,14 @@ impl Logistic {
         if !long_enough {
             return None;
         }
-        let early = self.fit_for(series, th, m, split, split_midnight)?;
+        let early = self.fit_for(
+            series,
+            FitDay {
+                date: split,
+                midnight: split_midnight,
+                ..asked
+            },
+        )?;
         let grid = self.grid_for(series, th)?;
         let held_out = windows_between(&grid, th.job_mem_mib, m, date, split_midnight, midnight);
         Some((early, held_out))
@@ -1045,7 +1059,13 @@ impl ReliabilityPredictor for Logistic {
             .unwrap_or(usize::MAX)
             .max(1);
         let th = req.thresholds;
-        let fitted = self.fit_for(series, th, m, date, midnight);
+        let day = FitDay {
+            th,
+            m,
+            date,
+            midnight,
+        };
+        let fitted = self.fit_for(series, day);
         let Some(fitted) = fitted.filter(|f| f.windows > 0) else {
             return Err(super::no_history(series, req.at));
         };
@@ -1056,11 +1076,11 @@ impl ReliabilityPredictor for Logistic {
         Ok(match self.calibration {
             Calibration::None => fitted.forecast(weekend, hour, &present, After::Nothing),
             Calibration::Recal => {
-                let recal = self.recal_for(series, th, m, date, midnight, &fitted);
+                let recal = self.recal_for(series, day, &fitted);
                 fitted.forecast(weekend, hour, &present, After::Recal(&recal))
             }
             Calibration::Isotonic => {
-                let iso = self.iso_for(series, th, m, date, midnight, &fitted);
+                let iso = self.iso_for(series, day, &fitted);
                 fitted.forecast(weekend, hour, &present, After::Isotonic(iso))
             }
         })
@@ -1117,30 +1137,29 @@ mod recal_tests {
         );
     }
 
+    /// An early fit trained on morning windows failing and afternoon ones
+    /// surviving, and five held-out days the other way round.
+    fn reversed_held_out() -> (WindowFit, Vec<Example>) {
+        let by_hour = |days: u8, survives: fn(u8) -> bool| -> Vec<Example> {
+            (0..days)
+                .flat_map(|_| {
+                    (0..24u8).map(move |hour| {
+                        let mut e = window(survives(hour));
+                        e.hour = hour;
+                        e
+                    })
+                })
+                .collect()
+        };
+        let early = fit_examples(by_hour(40, |hour| hour >= 12));
+        (early, by_hour(5, |hour| hour < 12))
+    }
+
     /// Held-out windows whose outcome the early fit's score predicts
     /// backwards: the slope on the score turns down from 1.
     #[test]
     fn recalibration_distrusts_a_score_that_failed_out_of_sample() {
-        let mut examples = Vec::new();
-        for _day in 0..40 {
-            for hour in 0..24u8 {
-                // Training: morning windows fail, afternoon ones survive.
-                let mut e = window(hour >= 12);
-                e.hour = hour;
-                examples.push(e);
-            }
-        }
-        let early = fit_examples(examples);
-        let held_out: Vec<Example> = (0..5u8)
-            .flat_map(|_| {
-                (0..24u8).map(|hour| {
-                    // Held out: the other way round.
-                    let mut e = window(hour < 12);
-                    e.hour = hour;
-                    e
-                })
-            })
-            .collect();
+        let (early, held_out) = reversed_held_out();
         let r = recalibrate(&early, &held_out);
         let [_, b, _] = r.coefficients();
         assert!(b < 0.5, "slope {b}");
@@ -1155,24 +1174,7 @@ mod recal_tests {
     /// held-out share, and the forecast moves towards it by the blend.
     #[test]
     fn isotonic_map_of_a_score_that_failed_out_of_sample_is_flat() {
-        let mut examples = Vec::new();
-        for _day in 0..40 {
-            for hour in 0..24u8 {
-                let mut e = window(hour >= 12);
-                e.hour = hour;
-                examples.push(e);
-            }
-        }
-        let early = fit_examples(examples);
-        let held_out: Vec<Example> = (0..5u8)
-            .flat_map(|_| {
-                (0..24u8).map(|hour| {
-                    let mut e = window(hour < 12);
-                    e.hour = hour;
-                    e
-                })
-            })
-            .collect();
+        let (early, held_out) = reversed_held_out();
         let pairs: Vec<_> = held_out.iter().map(|e| forecast_pair(&early, e)).collect();
         let iso = Isotonic::fit(&pairs);
         assert_eq!(iso.windows, 120);
@@ -1219,8 +1221,14 @@ mod recal_tests {
             .into_iter()
             .map(|s| {
                 let method = Logistic::with_own_cache().isotonic();
-                let fitted = method.fit_for(s, th, m, date, midnight).unwrap();
-                method.iso_for(s, th, m, date, midnight, &fitted).clone()
+                let day = FitDay {
+                    th,
+                    m,
+                    date,
+                    midnight,
+                };
+                let fitted = method.fit_for(s, day).unwrap();
+                method.iso_for(s, day, &fitted).clone()
             })
             .collect();
         assert!(maps[0].windows >= MIN_HOLDOUT, "{:?}", maps[0]);

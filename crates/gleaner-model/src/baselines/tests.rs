@@ -505,6 +505,26 @@ fn logistic_learns_a_daily_failure_without_peeking() {
 /// truncated record with a cache of its own gives the same answer.
 #[test]
 fn logistic_cal_keeps_a_regular_daily_failure_without_peeking() {
+    calibrated_logistic_keeps_a_regular_daily_failure(
+        || Logistic::with_own_cache().calibrated(),
+        "logistic+cal",
+    );
+}
+
+/// `logistic+iso` on the same daily hog: its past forecasts of days 15–28
+/// agree with what happened (the hog is as regular), so the isotonic map
+/// keeps the hour.
+#[test]
+fn logistic_iso_keeps_a_regular_daily_failure_without_peeking() {
+    calibrated_logistic_keeps_a_regular_daily_failure(
+        || Logistic::with_own_cache().isotonic(),
+        "logistic+iso",
+    );
+}
+
+/// The checks of the two tests above for the method `make` builds (each
+/// call a cache of its own).
+fn calibrated_logistic_keeps_a_regular_daily_failure(make: fn() -> Logistic, name: &str) {
     let series = series_from(30, 60, |t| {
         let tod = time_of_day(t);
         let weekday = day_of(t).rem_euclid(7) < 5;
@@ -517,8 +537,8 @@ fn logistic_cal_keeps_a_regular_daily_failure_without_peeking() {
     let th = Thresholds::default();
     let before = MONDAY + 29 * DAY + 9 * HOUR;
     let after = MONDAY + 29 * DAY + 13 * HOUR;
-    let method = Logistic::with_own_cache().calibrated();
-    assert_eq!(method.name(), "logistic+cal");
+    let method = make();
+    assert_eq!(method.name(), name);
     let hit = method
         .forecast(&series, &request(before, 2 * 3600, th))
         .unwrap();
@@ -529,59 +549,14 @@ fn logistic_cal_keeps_a_regular_daily_failure_without_peeking() {
     assert!(clear.tr > 0.9, "window after the hog: {}", clear.tr);
     for at in [before, after] {
         let cut = truncated(&series, at);
-        let fresh = Logistic::with_own_cache().calibrated();
         assert_eq!(
-            fresh.forecast(&cut, &request(at, 2 * 3600, th)),
+            make().forecast(&cut, &request(at, 2 * 3600, th)),
             method.forecast(&series, &request(at, 2 * 3600, th)),
             "at {at}"
         );
     }
     // Day 20: the record before the held-out days is 6 days, too short, so
     // the answer is plain `logistic`'s.
-    let early = MONDAY + 20 * DAY + 9 * HOUR;
-    assert_eq!(
-        method.forecast(&series, &request(early, 2 * 3600, th)),
-        Logistic::with_own_cache().forecast(&series, &request(early, 2 * 3600, th))
-    );
-}
-
-/// `logistic+iso` on the same daily hog: the held-out weeks agree with the
-/// early fit (the hog is as regular), so the isotonic map keeps the hour;
-/// a truncated record with a cache of its own gives the same answer; and
-/// where the held-out days are not available it is plain `logistic`.
-#[test]
-fn logistic_iso_keeps_a_regular_daily_failure_without_peeking() {
-    let series = series_from(30, 60, |t| {
-        let tod = time_of_day(t);
-        let weekday = day_of(t).rem_euclid(7) < 5;
-        if weekday && (10 * HOUR..10 * HOUR + 1800).contains(&tod) {
-            95.0
-        } else {
-            5.0
-        }
-    });
-    let th = Thresholds::default();
-    let before = MONDAY + 29 * DAY + 9 * HOUR;
-    let after = MONDAY + 29 * DAY + 13 * HOUR;
-    let method = Logistic::with_own_cache().isotonic();
-    assert_eq!(method.name(), "logistic+iso");
-    let hit = method
-        .forecast(&series, &request(before, 2 * 3600, th))
-        .unwrap();
-    let clear = method
-        .forecast(&series, &request(after, 2 * 3600, th))
-        .unwrap();
-    assert!(hit.tr < 0.1, "window over the hog: {}", hit.tr);
-    assert!(clear.tr > 0.9, "window after the hog: {}", clear.tr);
-    for at in [before, after] {
-        let cut = truncated(&series, at);
-        let fresh = Logistic::with_own_cache().isotonic();
-        assert_eq!(
-            fresh.forecast(&cut, &request(at, 2 * 3600, th)),
-            method.forecast(&series, &request(at, 2 * 3600, th)),
-            "at {at}"
-        );
-    }
     let early = MONDAY + 20 * DAY + 9 * HOUR;
     assert_eq!(
         method.forecast(&series, &request(early, 2 * 3600, th)),
