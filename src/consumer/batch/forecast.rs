@@ -116,7 +116,15 @@ pub fn estimate_batch<R: Rng + ?Sized>(
                 recovery_secs: RECOVERY_SECS,
                 // A survey answer carries no failure history yet.
                 uptime_secs: None,
+                past: None,
                 checkpoint_secs,
+                // The guest writes a checkpoint every interval of work and
+                // each takes its measured cost.
+                checkpoint_cost_secs: if checkpoint_secs > 0.0 {
+                    shape.checkpoint_cost_secs.unwrap_or(0.0)
+                } else {
+                    0.0
+                },
                 view,
             }
         })
