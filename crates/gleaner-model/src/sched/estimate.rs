@@ -340,7 +340,13 @@ struct Memo<'a> {
 }
 
 impl Memo<'_> {
-    fn get(&mut self, task: usize, host: usize) -> f64 {
+    /// The expected turnaround of `task`, with `left` reference seconds
+    /// of it to do, on `host` (memoised for a task not yet begun).
+    fn get(&mut self, task: usize, left: f64, host: usize) -> f64 {
+        if left != self.runtimes[task] {
+            // Resumed from a checkpoint: rare, not worth a memo row.
+            return self.hosts[host].expected_turnaround(left);
+        }
         let n = self.hosts.len();
         let mut row = self.row_of[task];
         if row == u32::MAX && self.cells.len() + n <= MEMO_LIMIT {
@@ -573,7 +579,9 @@ fn quantiles(values: &mut [f64]) -> Quantiles {
 struct Run {
     /// σ of ln(true runtime / estimate) (0: exact).
     sigma: f64,
-    /// The estimated runtimes (what the rule plans with).
+    /// The estimated work left per task (what the rule plans with: the
+    /// estimated runtime, less what checkpoints saved, as the simulator's
+    /// and the node's rule weigh a resumed task by its remaining work).
     runtimes: Vec<f64>,
     heap: BinaryHeap<Event>,
     seq: u64,
@@ -790,6 +798,7 @@ impl Run {
             self.factor.iter_mut().for_each(|f| *f = 1.0);
             self.left.copy_from_slice(&memo.runtimes);
         }
+        self.runtimes.copy_from_slice(&memo.runtimes);
         self.attempts.iter_mut().for_each(|a| *a = 0);
         self.end.iter_mut().for_each(|e| *e = 0.0);
         self.free_list.clear();
@@ -849,6 +858,7 @@ impl Run {
                     self.running -= 1;
                     self.failures += 1;
                     self.left[task] *= 1.0 - saved;
+                    self.runtimes[task] *= 1.0 - saved;
                     self.queue.push_front(task);
                     self.host_failed(facts, host, now, rng);
                 }
@@ -898,7 +908,7 @@ impl Run {
                 found.map(|i| (0, self.free_list.remove(i)))
             } else if self.recheck_all {
                 let pair = rule.pick_pair(|j, g| match queue.get(j) {
-                    Some(&task) => memo.get(task, g),
+                    Some(&task) => memo.get(task, runtimes[task], g),
                     None => f64::INFINITY,
                 });
                 if pair.is_none() {
@@ -918,7 +928,7 @@ impl Run {
                         continue;
                     }
                     let pick = rule.pick_for_host(host, |j, g| match queue.get(j) {
-                        Some(&task) => memo.get(task, g),
+                        Some(&task) => memo.get(task, runtimes[task], g),
                         None => f64::INFINITY,
                     });
                     if let Some(j) = pick {
@@ -960,7 +970,8 @@ impl Run {
         if self.free_list.len() == facts.len() {
             let best = (0..self.free_list.len()).min_by(|&a, &b| {
                 let (ha, hb) = (self.free_list[a], self.free_list[b]);
-                memo.get(task, ha).total_cmp(&memo.get(task, hb))
+                let left = self.runtimes[task];
+                memo.get(task, left, ha).total_cmp(&memo.get(task, left, hb))
             });
             if let Some(i) = best {
                 let host = self.free_list.remove(i);
