@@ -971,7 +971,8 @@ impl Run {
             let best = (0..self.free_list.len()).min_by(|&a, &b| {
                 let (ha, hb) = (self.free_list[a], self.free_list[b]);
                 let left = self.runtimes[task];
-                memo.get(task, left, ha).total_cmp(&memo.get(task, left, hb))
+                memo.get(task, left, ha)
+                    .total_cmp(&memo.get(task, left, hb))
             });
             if let Some(i) = best {
                 let host = self.free_list.remove(i);

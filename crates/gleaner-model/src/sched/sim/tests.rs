@@ -209,7 +209,13 @@ fn a_host_down_at_submission_is_weighed_by_its_view_not_as_ideal() {
     // usual outage) made the rule wait for it until it came back.
     let n = 3 * 1440;
     let fail = (0..n)
-        .map(|k| if (1440..1440 + 600).contains(&k) { 5 } else { 0 })
+        .map(|k| {
+            if (1440..1440 + 600).contains(&k) {
+                5
+            } else {
+                0
+            }
+        })
         .collect();
     let timelines = [
         Timeline::from_cells(0, 60, fail, vec![1.0; n]),
