@@ -7,26 +7,25 @@
 //! (a real libp2p swarm on 127.0.0.1, no peers), so the batch routes reach
 //! the consumer's queue and its checks, not only the JSON decoder.
 
-use gleaner::clock::{Clock, SystemClock};
-use gleaner::control::server::ControlSocket;
-use gleaner::history::store::HistoryStore;
-use gleaner::monitor::OwnerLoadReplay;
+use gleaner::clock::SystemClock;
 use gleaner::net::NetConfig;
 use gleaner::node::config::Config;
-use gleaner::node::{run, Hardware, NetResources, NodeResources, OwnerLoad, OwnerLoadSource};
+use gleaner::node::NetResources;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
+
+mod in_process;
+use in_process::{Node, NodeSetup};
 
 /// One node for all cases, on a multi-threaded runtime that outlives them.
 struct Fixture {
     runtime: tokio::runtime::Runtime,
     socket: std::path::PathBuf,
     _dir: tempfile::TempDir,
-    _shutdown: CancellationToken,
+    _node: Node,
 }
 
 fn fixture() -> &'static Fixture {
@@ -45,59 +44,28 @@ fn fixture() -> &'static Fixture {
                     extra_sample_chance = 0.0\n\n[guest]\nmax_runtime_secs = 2\n\n\
                     [history]\ntz = \"UTC\"\nhost = \"fuzz\"\n";
         let config = Config::parse(text, Path::new("fuzz.toml")).unwrap();
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let store = HistoryStore::open(
-            &dir.path().join("history"),
-            &gleaner::node::store_options(&config),
-            clock.unix_secs(),
-        )
-        .unwrap();
-        let socket_path = dir.path().join("control.sock");
-        let shutdown = CancellationToken::new();
-        let replay = OwnerLoadReplay::parse("0 5 4000\n", Path::new("script")).unwrap();
+        let mut setup = NodeSetup::new(dir.path(), config, Arc::new(SystemClock));
+        setup.owner_script = "0 5 4000\n".into();
         let pool = gleaner::model::ids::PoolName::new("fuzz").unwrap();
         let (handle, events, event_loop) = gleaner::net::start(
             libp2p::identity::Keypair::generate_ed25519(),
             NetConfig::loopback(&pool),
-            shutdown.clone(),
+            setup.shutdown.clone(),
         )
         .unwrap();
-        let resources = NodeResources {
-            config,
-            data_dir: dir.path().to_path_buf(),
-            store,
-            control: ControlSocket::bind(&socket_path).unwrap(),
-            owner_load: OwnerLoadSource {
-                source: Box::new(replay),
-                description: OwnerLoad::Supplied("the fuzz test's script".into()),
-            },
-            clock,
-            net: Some(NetResources {
-                handle,
-                events,
-                event_loop,
-            }),
-            shutdown: shutdown.clone(),
-            hardware: Hardware::default(),
-            monitor_seed: 7,
-            power_supply_dir: std::path::PathBuf::from(gleaner::node::POWER_SUPPLY_DIR),
-            ui: None,
-        };
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        runtime.spawn(async move {
-            run(resources, move |_| {
-                let _ = ready_tx.send(());
-            })
-            .await
-            .expect("node runs");
+        setup.net = Some(NetResources {
+            handle,
+            events,
+            event_loop,
         });
-        ready_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        let socket_path = dir.path().join("control.sock");
         drop(guard);
+        let node = runtime.block_on(setup.start());
         Fixture {
             runtime,
             socket: socket_path,
             _dir: dir,
-            _shutdown: shutdown,
+            _node: node,
         }
     })
 }

@@ -71,6 +71,11 @@ fn answer_for(q: &ReliabilityQuery) -> ReliabilityResponse {
         curve: vec![(60, 0.99), (3600, 0.9)],
         availability_milli: Some(800),
         speed_milli: 900,
+        spells: Some(WireSpells {
+            usable_secs: 500_000,
+            failing_secs: 100_000,
+            episodes: 12,
+        }),
     })
 }
 

@@ -7,20 +7,20 @@
 //! S4) without sleeping.
 
 use gleaner::clock::{Clock, TokioClock};
-use gleaner::control::server::ControlSocket;
 use gleaner::guest::{GuestEvent, GuestEventKind, KillCause};
 use gleaner::history::store::{HistoryStore, StoreOptions};
 use gleaner::model::ids::JobId;
 use gleaner::model::state::State;
-use gleaner::monitor::OwnerLoadReplay;
 use gleaner::node::config::Config;
 use gleaner::node::host_loop::{GuestJob, GuestOrigin, GuestStart, HostHandle};
-use gleaner::node::{run, Hardware, NodeResources, OwnerLoad, OwnerLoadSource, Running};
+use gleaner::node::OwnerLoad;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
-use tokio_util::sync::CancellationToken;
+
+mod in_process;
+use in_process::{Node, NodeSetup};
 
 /// Monday 2025-09-01 08:00 UTC, the wall time every test node starts at.
 const START: i64 = 1_756_713_600;
@@ -37,68 +37,12 @@ fn store_options(config: &Config) -> StoreOptions {
     gleaner::node::store_options(config)
 }
 
-/// A node running in this runtime; stopped (and waited for) by [`Node::stop`].
-struct Node {
-    host: HostHandle,
-    shutdown: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Node {
-    /// Starts a node on `dir` with the owner load `script` (`secs cpu
-    /// free_mib` lines), its wall clock following tokio's from `clock`.
-    async fn start(dir: &Path, script: &str, clock: &TokioClock) -> Node {
-        let config = config();
-        let clock: Arc<dyn Clock> = Arc::new(clock.clone());
-        let store = HistoryStore::open(
-            &dir.join("history"),
-            &store_options(&config),
-            clock.unix_secs(),
-        )
-        .expect("store");
-        let control = ControlSocket::bind(&dir.join("control.sock")).expect("socket");
-        let replay = OwnerLoadReplay::parse(script, Path::new("script")).expect("script");
-        let shutdown = CancellationToken::new();
-        let resources = NodeResources {
-            config,
-            data_dir: dir.to_path_buf(),
-            store,
-            control,
-            owner_load: OwnerLoadSource {
-                source: Box::new(replay),
-                description: OwnerLoad::Supplied("the test's script".into()),
-            },
-            clock,
-            net: None,
-            shutdown: shutdown.clone(),
-            hardware: Hardware::default(),
-            monitor_seed: 7,
-            power_supply_dir: PathBuf::from(gleaner::node::POWER_SUPPLY_DIR),
-            ui: None,
-        };
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Running>();
-        let task = tokio::spawn(async move {
-            let mut ready_tx = Some(ready_tx);
-            run(resources, move |running| {
-                if let Some(tx) = ready_tx.take() {
-                    let _ = tx.send(running.clone());
-                }
-            })
-            .await
-            .expect("node runs");
-        });
-        let running = ready_rx.await.expect("node ready");
-        Node {
-            host: running.host,
-            shutdown,
-            task,
-        }
-    }
-
-    async fn stop(self) {
-        self.shutdown.cancel();
-        self.task.await.expect("node task");
-    }
+/// Starts a node on `dir` with the owner load `script` (`secs cpu
+/// free_mib` lines), its wall clock following tokio's from `clock`.
+async fn start(dir: &Path, script: &str, clock: &TokioClock) -> Node {
+    let mut setup = NodeSetup::new(dir, config(), Arc::new(clock.clone()));
+    setup.owner_script = script.into();
+    setup.start().await
 }
 
 /// The transitions a stopped node's store recorded.
@@ -148,7 +92,7 @@ async fn owner_load_moves_the_host_through_s1_s2_s3_and_back() {
     let (_t, dir) = temp();
     let clock = TokioClock::starting_at(START);
     // Light, heavy (S2), a sustained hog (S3 after the 60 s sustain), light.
-    let node = Node::start(
+    let node = start(
         &dir,
         "0 5 8000\n100 40 8000\n200 95 8000\n400 5 8000\n",
         &clock,
@@ -175,7 +119,7 @@ async fn owner_load_moves_the_host_through_s1_s2_s3_and_back() {
 async fn a_timed_pause_ends_by_itself_and_survives_a_restart() {
     let (_t, dir) = temp();
     let clock = TokioClock::starting_at(START);
-    let node = Node::start(&dir, "0 5 8000\n", &clock).await;
+    let node = start(&dir, "0 5 8000\n", &clock).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let paused = node.host.pause(Some(600)).await.expect("pause");
     assert!(paused.paused && paused.changed);
@@ -184,7 +128,7 @@ async fn a_timed_pause_ends_by_itself_and_survives_a_restart() {
     assert!(node.host.status().await.expect("status").paused);
     // A clean restart in the middle of the pause keeps its end.
     node.stop().await;
-    let node = Node::start(&dir, "0 5 8000\n", &clock).await;
+    let node = start(&dir, "0 5 8000\n", &clock).await;
     let status = node.host.status().await.expect("status");
     assert!(status.paused, "the pause was lost on restart");
     assert_eq!(status.paused_until, Some(START + 605));
@@ -202,12 +146,12 @@ async fn a_timed_pause_ends_by_itself_and_survives_a_restart() {
 async fn a_restart_after_a_gap_records_the_time_off_as_s5() {
     let (_t, dir) = temp();
     let clock = TokioClock::starting_at(START);
-    let node = Node::start(&dir, "0 5 8000\n", &clock).await;
+    let node = start(&dir, "0 5 8000\n", &clock).await;
     tokio::time::sleep(Duration::from_secs(30)).await;
     node.stop().await;
     // The machine is off for an hour.
     tokio::time::advance(Duration::from_secs(3600)).await;
-    let node = Node::start(&dir, "0 5 8000\n", &clock).await;
+    let node = start(&dir, "0 5 8000\n", &clock).await;
     tokio::time::sleep(Duration::from_secs(30)).await;
     node.stop().await;
     let seen = transitions(&dir, clock.unix_secs());
@@ -247,7 +191,7 @@ async fn start_sleeper(host: &HostHandle, mem_mib: u64) -> JobId {
 async fn a_sustained_owner_load_kills_the_guest_for_cpu_contention() {
     let (_t, dir) = temp();
     let clock = TokioClock::starting_at(START);
-    let node = Node::start(&dir, "0 5 8000\n20 95 8000\n", &clock).await;
+    let node = start(&dir, "0 5 8000\n20 95 8000\n", &clock).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let mut events = node.host.subscribe_events();
     let job = start_sleeper(&node.host, 100).await;
@@ -263,7 +207,7 @@ async fn a_sustained_owner_load_kills_the_guest_for_cpu_contention() {
 async fn memory_below_the_guests_working_set_kills_it_for_memory() {
     let (_t, dir) = temp();
     let clock = TokioClock::starting_at(START);
-    let node = Node::start(&dir, "0 5 8000\n30 5 300\n", &clock).await;
+    let node = start(&dir, "0 5 8000\n30 5 300\n", &clock).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let mut events = node.host.subscribe_events();
     let job = start_sleeper(&node.host, 500).await;
@@ -278,7 +222,7 @@ async fn a_short_spike_suspends_the_guest_and_it_runs_on() {
     let (_t, dir) = temp();
     let clock = TokioClock::starting_at(START);
     // 20 s above Th2: shorter than the 60 s sustain, so suspend, not kill.
-    let node = Node::start(&dir, "0 5 8000\n20 95 8000\n40 5 8000\n", &clock).await;
+    let node = start(&dir, "0 5 8000\n20 95 8000\n40 5 8000\n", &clock).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let mut events = node.host.subscribe_events();
     let job = start_sleeper(&node.host, 100).await;

@@ -6,21 +6,20 @@
 //! with a fake power-supply directory.
 
 use gleaner::clock::{Clock, TokioClock};
-use gleaner::control::server::ControlSocket;
 use gleaner::guest::{GuestEvent, GuestEventKind, KillCause};
 use gleaner::history::store::HistoryStore;
 use gleaner::model::ids::JobId;
 use gleaner::model::owner::{IdleReason, S5Cause};
 use gleaner::model::state::State;
-use gleaner::monitor::OwnerLoadReplay;
 use gleaner::node::config::Config;
-use gleaner::node::host_loop::{GuestJob, GuestOrigin, GuestStart, HostError, HostHandle};
-use gleaner::node::{run, Hardware, NodeResources, OwnerLoad, OwnerLoadSource, Running};
+use gleaner::node::host_loop::{GuestJob, GuestOrigin, GuestStart, HostError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
-use tokio_util::sync::CancellationToken;
+
+mod in_process;
+use in_process::{Node, NodeSetup};
 
 /// Monday 2025-09-01 08:00 UTC.
 const START: i64 = 1_756_713_600;
@@ -35,64 +34,12 @@ fn config(tz: &str, owner: &str) -> Config {
     Config::parse(&text, Path::new("test.toml")).expect("test config")
 }
 
-struct Node {
-    host: HostHandle,
-    shutdown: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Node {
-    async fn start(dir: &Path, config: Config, power: &Path, clock: &TokioClock) -> Node {
-        let clock: Arc<dyn Clock> = Arc::new(clock.clone());
-        let store = HistoryStore::open(
-            &dir.join("history"),
-            &gleaner::node::store_options(&config),
-            clock.unix_secs(),
-        )
-        .expect("store");
-        let control = ControlSocket::bind(&dir.join("control.sock")).expect("socket");
-        let replay = OwnerLoadReplay::parse("0 5 8000\n", Path::new("script")).expect("script");
-        let shutdown = CancellationToken::new();
-        let resources = NodeResources {
-            config,
-            data_dir: dir.to_path_buf(),
-            store,
-            control,
-            owner_load: OwnerLoadSource {
-                source: Box::new(replay),
-                description: OwnerLoad::Supplied("the test's script".into()),
-            },
-            clock,
-            net: None,
-            shutdown: shutdown.clone(),
-            hardware: Hardware::default(),
-            monitor_seed: 7,
-            power_supply_dir: power.to_path_buf(),
-            ui: None,
-        };
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Running>();
-        let task = tokio::spawn(async move {
-            let mut ready_tx = Some(ready_tx);
-            run(resources, move |running| {
-                if let Some(tx) = ready_tx.take() {
-                    let _ = tx.send(running.clone());
-                }
-            })
-            .await
-            .expect("node runs");
-        });
-        let running = ready_rx.await.expect("node ready");
-        Node {
-            host: running.host,
-            shutdown,
-            task,
-        }
-    }
-
-    async fn stop(self) {
-        self.shutdown.cancel();
-        self.task.await.expect("node task");
-    }
+/// Starts a node on `dir`, its wall clock following tokio's from `clock`
+/// and its power supply read from `power`.
+async fn start(dir: &Path, config: Config, power: &Path, clock: &TokioClock) -> Node {
+    let mut setup = NodeSetup::new(dir, config, Arc::new(clock.clone()));
+    setup.power_supply_dir = power.to_path_buf();
+    setup.start().await
 }
 
 fn temp() -> (tempfile::TempDir, PathBuf) {
@@ -159,7 +106,7 @@ async fn outside_its_hours_the_node_records_s5_schedule_and_refuses_jobs() {
     // Lent on Monday from 08:05 to 08:10 only; the node starts at 08:00.
     let config = config("UTC", "hours = \"Mon 08:05-08:10\"");
     let clock = TokioClock::starting_at(START);
-    let node = Node::start(&dir, config.clone(), &power, &clock).await;
+    let node = start(&dir, config.clone(), &power, &clock).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let status = node.host.status().await.expect("status");
     assert_eq!(status.state, Some(State::S5));
@@ -219,13 +166,13 @@ async fn a_change_of_time_zone_moves_the_hours() {
     // 08:00 UTC is 10:00 in Berlin (CEST): outside in UTC, inside in Berlin.
     let hours = "hours = \"Mon 09:00-12:00\"";
     let clock = TokioClock::starting_at(START);
-    let node = Node::start(&dir, config("UTC", hours), &power, &clock).await;
+    let node = start(&dir, config("UTC", hours), &power, &clock).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let status = node.host.status().await.expect("status");
     assert_eq!(status.withheld, Some(S5Cause::Schedule));
     node.stop().await;
 
-    let node = Node::start(&dir, config("Europe/Berlin", hours), &power, &clock).await;
+    let node = start(&dir, config("Europe/Berlin", hours), &power, &clock).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let status = node.host.status().await.expect("status");
     assert_eq!(status.withheld, None, "10:00 in Berlin is inside the hours");
@@ -247,7 +194,7 @@ async fn on_battery_pause_withholds_until_mains_is_back() {
     std::fs::write(ac.join("online"), "0\n").expect("online");
     let clock = TokioClock::starting_at(START);
     let config = config("UTC", "on_battery = \"pause\"");
-    let node = Node::start(&dir, config.clone(), &power, &clock).await;
+    let node = start(&dir, config.clone(), &power, &clock).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let status = node.host.status().await.expect("status");
     assert_eq!(status.withheld, Some(S5Cause::Battery));
@@ -268,7 +215,7 @@ async fn on_battery_pause_withholds_until_mains_is_back() {
 
     // With on_battery = "run" the same machine hosts.
     std::fs::write(ac.join("online"), "0\n").expect("online");
-    let node = Node::start(&dir, self::config("UTC", ""), &power, &clock).await;
+    let node = start(&dir, self::config("UTC", ""), &power, &clock).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(node.host.status().await.expect("status").withheld, None);
     node.stop().await;
@@ -281,7 +228,7 @@ async fn pause_after_job_lets_the_running_guest_finish_then_withholds() {
     let power = dir.join("no-power-supply");
     let clock = TokioClock::starting_at(START);
     let config = config("UTC", "");
-    let node = Node::start(&dir, config.clone(), &power, &clock).await;
+    let node = start(&dir, config.clone(), &power, &clock).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let mut events = node.host.subscribe_events();
     let running = node

@@ -91,6 +91,25 @@ fn a_pool_of_three_nodes_ranks_by_tr_runs_jobs_and_survives_a_host_killed_mid_jo
         .as_f64()
         .unwrap();
     assert!(steady_tr > 0.9 && flaky_tr < steady_tr - 0.3, "{report:#}");
+    // Each host's week, read off its own record: the flaky one fails at
+    // the top of every hour (S3 from its second busy minute to its 20th),
+    // the steady one never (but for the gap, if any, between its imported
+    // record and its first reading).
+    let week = |id: &str, field: &str| host_entry(&report, id).unwrap()[field].as_f64();
+    assert!(
+        week(&steady_id, "failures_past_week").unwrap() <= 1.0,
+        "{report:#}"
+    );
+    assert!(
+        week(&steady_id, "mean_outage_secs").unwrap_or(0.0) < 300.0,
+        "{report:#}"
+    );
+    let fails = week(&flaky_id, "failures_past_week").unwrap();
+    assert!((160.0..=170.0).contains(&fails), "{report:#}");
+    let away = week(&flaky_id, "mean_outage_secs").unwrap();
+    assert!((17.0 * 60.0..=20.0 * 60.0).contains(&away), "{report:#}");
+    let up = week(&flaky_id, "mean_uptime_secs").unwrap();
+    assert!((40.0 * 60.0..=43.0 * 60.0).contains(&up), "{report:#}");
     assert_eq!(report["hosts"][0]["peer"], steady_id.as_str(), "best first");
     assert!(
         host_entry(&report, &peer(&consumer)).is_none(),

@@ -5,18 +5,16 @@
 //! job_cgroups = false`) must each hold it to at most 35 % of one core.
 //! `status` names the mode in force.
 
-use gleaner::clock::{Clock, SystemClock};
-use gleaner::control::server::ControlSocket;
+use gleaner::clock::SystemClock;
 use gleaner::guest::{GuestEventKind, ThrottleMode};
-use gleaner::history::store::HistoryStore;
-use gleaner::monitor::OwnerLoadReplay;
 use gleaner::node::config::Config;
 use gleaner::node::host_loop::{GuestJob, GuestOrigin, GuestStart};
-use gleaner::node::{run, Hardware, NodeResources, OwnerLoad, OwnerLoadSource, Running};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
+
+mod in_process;
+use in_process::NodeSetup;
 
 /// Spins 20 s of wall time, then prints its CPU seconds.
 const SPIN: &str = "use Time::HiRes qw(time); my $t = time; my $n = 0; \
@@ -56,45 +54,12 @@ async fn spin_under_limit(job_cgroups: bool) -> (ThrottleMode, Option<String>, f
          [guest]\ncpu_limit_percent = 30\njob_cgroups = {job_cgroups}\n"
     );
     let config = Config::parse(&text, Path::new("test.toml")).expect("config");
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let store = HistoryStore::open(
-        &dir.path().join("history"),
-        &gleaner::node::store_options(&config),
-        clock.unix_secs(),
-    )
-    .expect("store");
-    let control = ControlSocket::bind(&dir.path().join("control.sock")).expect("socket");
-    let shutdown = CancellationToken::new();
-    let resources = NodeResources {
-        config,
-        data_dir: dir.path().to_path_buf(),
-        store,
-        control,
-        owner_load: OwnerLoadSource {
-            // A light owner: the guest runs at full priority, only the limit holds it.
-            source: Box::new(OwnerLoadReplay::parse("0 5 8000\n", Path::new("s")).expect("s")),
-            description: OwnerLoad::Supplied("the test's script".into()),
-        },
-        clock,
-        net: None,
-        shutdown: shutdown.clone(),
-        hardware: Hardware::default(),
-        monitor_seed: 7,
-        power_supply_dir: dir.path().join("no-power-supply"),
-        ui: None,
-    };
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Running>();
-    let task = tokio::spawn(async move {
-        let mut ready_tx = Some(ready_tx);
-        run(resources, move |running| {
-            if let Some(tx) = ready_tx.take() {
-                let _ = tx.send(running.clone());
-            }
-        })
-        .await
-        .expect("node runs");
-    });
-    let host = ready_rx.await.expect("ready").host;
+    // The default light owner: the guest runs at full priority, only the
+    // limit holds it.
+    let node = NodeSetup::new(dir.path(), config, Arc::new(SystemClock))
+        .start()
+        .await;
+    let host = node.host.clone();
     let mut events = host.subscribe_events();
     let handle = host
         .start_guest(GuestStart {
@@ -129,8 +94,7 @@ async fn spin_under_limit(job_cgroups: bool) -> (ThrottleMode, Option<String>, f
     .await
     .expect("the spinner ended within 90 s");
     assert_eq!(ended.1, None, "the spinner was killed: {ended:?}");
-    shutdown.cancel();
-    task.await.expect("node task");
+    node.stop().await;
     let out = std::fs::read_to_string(handle.dir.join("stdout")).expect("stdout");
     let cpu: f64 = out.trim().parse().expect("CPU seconds");
     (mode, quota, cpu / WALL_SECS)

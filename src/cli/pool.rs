@@ -78,6 +78,7 @@ fn hosts_table(r: &HostsReport) -> String {
             "slot",
             "days",
             "rtt ms",
+            "week: fails, up/away",
             "valid/invalid/streak",
             "note",
         ],
@@ -106,6 +107,7 @@ fn host_row(h: &HostReport) -> Vec<String> {
         slot.to_string(),
         opt(h.days_used.map(|d| d.to_string())),
         rtt,
+        week_row(h),
         if h.valid + h.invalid == 0 {
             "-".to_string()
         } else {
@@ -113,6 +115,27 @@ fn host_row(h: &HostReport) -> Vec<String> {
         },
         h.error.clone().unwrap_or_default(),
     ]
+}
+
+/// A host's past week: its failures, and the mean time up between them
+/// and away after one ("3, 2d/40m"); "0" for a week without a failure.
+fn week_row(h: &HostReport) -> String {
+    let human = |secs: f64| compact_duration(secs.round().max(0.0) as u64);
+    match (h.failures_past_week, h.mean_uptime_secs, h.mean_outage_secs) {
+        (Some(n), Some(up), Some(away)) if n > 0 => format!("{n}, {}/{}", human(up), human(away)),
+        (Some(n), ..) => n.to_string(),
+        _ => "-".into(),
+    }
+}
+
+/// A duration in its largest whole unit, for a narrow column ("2d", "40m").
+fn compact_duration(secs: u64) -> String {
+    match secs {
+        s if s >= 2 * 86_400 => format!("{}d", s / 86_400),
+        s if s >= 3_600 => format!("{}h", s / 3_600),
+        s if s >= 60 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
 }
 
 /// `gleaner swarm-key new`: a pnet key file (`/key/swarm/psk/1.0.0/`, base16).
@@ -130,6 +153,29 @@ fn new_swarm_key(bytes: [u8; 32]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hosts_week_reads_as_failures_then_up_and_away() {
+        let mut h: HostReport = serde_json::from_value(
+            serde_json::json!({"peer": "p", "found_by": [], "addresses": [],
+                "answered": true, "tr": null, "fail_by_cause": {}, "initial_state": null,
+                "days_used": null, "method": null, "power": null, "slot_free": null, "state": null,
+                "logical_cpus": null, "memory_mib": null, "version": null, "error": null,
+                "rtt_ms": null, "rtt_p50_ms": null, "rtt_p99_ms": null, "responses": 1}),
+        )
+        .unwrap();
+        // An older node's report has no week.
+        assert_eq!(week_row(&h), "-");
+        h.failures_past_week = Some(3);
+        h.mean_uptime_secs = Some(190_000.0);
+        h.mean_outage_secs = Some(2_400.0);
+        assert_eq!(week_row(&h), "3, 2d/40m");
+        h.failures_past_week = Some(0);
+        assert_eq!(week_row(&h), "0");
+        assert_eq!(compact_duration(59), "59s");
+        assert_eq!(compact_duration(7_200), "2h");
+        assert_eq!(compact_duration(100_000), "27h");
+    }
 
     #[test]
     fn a_new_swarm_key_parses_as_a_pnet_key() {

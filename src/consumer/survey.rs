@@ -11,12 +11,13 @@ use libp2p::{Multiaddr, PeerId};
 use serde::{Deserialize, Serialize};
 
 use crate::model::sched::curve::TrCurve;
+use crate::model::sched::spells::{PastSpells, LOOKBACK_SECS};
 use crate::model::solver::CAUSES;
 use crate::model::state::State;
 
 use crate::net::handle::Member;
 use crate::net::protocol::{
-    ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, CURVE_POINTS_MAX,
+    ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, WireSpells, CURVE_POINTS_MAX,
 };
 use crate::net::{NetError, NetHandle};
 
@@ -67,6 +68,9 @@ pub struct SurveyedHost {
     /// TR over window lengths from the window's start (checked: at most
     /// [`CURVE_POINTS_MAX`] points, lengths increasing, TR non-increasing).
     pub curve: Option<TrCurve>,
+    /// Its failure spells over the past week (checked: no more time than
+    /// the week, no more episodes than either side's seconds).
+    pub spells: Option<PastSpells>,
     /// Guest slot free (from the answer, else from its announcement).
     pub slot_free: Option<bool>,
     /// Current state from its announcement.
@@ -105,6 +109,7 @@ impl SurveyedHost {
             speed: None,
             availability: None,
             curve: None,
+            spells: None,
             slot_free: None,
             state: None,
             logical_cpus: None,
@@ -242,7 +247,23 @@ fn apply_answer(report: &mut SurveyedHost, a: ReliabilityAnswer) {
                 .map(|&(secs, tr)| (secs as f64, tr)),
         )
     });
+    report.spells = a.spells.and_then(checked_spells);
     report.slot_free = Some(a.slot_free);
+}
+
+/// A host's claimed spells, or `None` when they cannot be true: more time
+/// than the week they cover (an hour's slack for rounding), or more failure
+/// episodes than seconds on either side of them.
+fn checked_spells(w: WireSpells) -> Option<PastSpells> {
+    let covered = u64::from(w.usable_secs) + u64::from(w.failing_secs);
+    let week = u64::try_from(LOOKBACK_SECS).unwrap_or(u64::MAX);
+    (covered <= week + 3_600 && w.episodes <= w.usable_secs.min(w.failing_secs)).then(|| {
+        PastSpells {
+            usable_secs: f64::from(w.usable_secs),
+            failing_secs: f64::from(w.failing_secs),
+            episodes: w.episodes,
+        }
+    })
 }
 
 /// The `q` quantile of sorted values (nearest rank), `None` when empty.
@@ -288,8 +309,14 @@ mod tests {
                 curve: (1..1000).map(|i| (1000 - i, f64::from(i as u32))).collect(),
                 availability_milli: Some(5000),
                 speed_milli: 77_777,
+                spells: Some(WireSpells {
+                    usable_secs: u32::MAX,
+                    failing_secs: 10,
+                    episodes: 3,
+                }),
             },
         );
+        assert_eq!(r.spells, None);
         assert_eq!(r.tr, None);
         assert_eq!(r.power, Some(1.0));
         assert_eq!(r.speed, Some(1.0));

@@ -83,6 +83,14 @@ pub struct HostReport {
     pub invalid: u64,
     #[serde(default)]
     pub streak: u32,
+    /// Its past week, as it answered: failure episodes begun, mean seconds
+    /// up between them and mean seconds away per episode.
+    #[serde(default)]
+    pub failures_past_week: Option<u32>,
+    #[serde(default)]
+    pub mean_uptime_secs: Option<f64>,
+    #[serde(default)]
+    pub mean_outage_secs: Option<f64>,
 }
 
 impl From<&SurveyedHost> for HostReport {
@@ -128,6 +136,9 @@ impl From<&SurveyedHost> for HostReport {
             valid: 0,
             invalid: 0,
             streak: 0,
+            failures_past_week: h.spells.map(|s| s.episodes),
+            mean_uptime_secs: h.spells.and_then(|s| s.mean_uptime_secs()),
+            mean_outage_secs: h.spells.and_then(|s| s.mean_outage_secs()),
         }
     }
 }

@@ -15,8 +15,9 @@ use crate::model::state::State;
 
 /// Protocol id of the reliability query (request/response). Version 2: the
 /// answer carries a TR curve over window lengths, the predicted
-/// availability over the window and the host's relative speed P.
-pub const RELIABILITY_PROTOCOL: &str = "/gleaner/reliability/2";
+/// availability over the window and the host's relative speed P. Version
+/// 3: the answer carries the host's failure spells over its past week.
+pub const RELIABILITY_PROTOCOL: &str = "/gleaner/reliability/3";
 /// Protocol id of job submission, job events and output fetches (request/response).
 /// Version 2: inputs are referenced by hash and fetched over [`DATA_PROTOCOL`].
 /// Version 3: a submission may carry a checkpoint order; hosts report
@@ -134,7 +135,7 @@ pub struct Announcement {
     pub version: String,
 }
 
-/// `/gleaner/reliability/2` request: what is the reliability of a job that would run in
+/// `/gleaner/reliability/3` request: what is the reliability of a job that would run in
 /// this window with this much memory?
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReliabilityQuery {
@@ -187,9 +188,25 @@ pub struct ReliabilityAnswer {
     /// Relative speed P in thousandths: the host's benchmark score against
     /// the best it has heard in the pool (Γ = P·A without the owner's load).
     pub speed_milli: u32,
+    /// The host's failure spells over its past week, for the job's memory:
+    /// what a turnaround estimate needs after the first failure, which the
+    /// curve does not describe. `None` when its record is too short.
+    pub spells: Option<WireSpells>,
 }
 
-/// `/gleaner/reliability/2` response.
+/// A host's failure spells over a past span, as a reliability answer
+/// carries them (the model's `PastSpells` in whole seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireSpells {
+    /// Seconds the host could run a guest (S1 or S2).
+    pub usable_secs: u32,
+    /// Seconds it could not (S3, S4 or S5).
+    pub failing_secs: u32,
+    /// Failure episodes begun in the span.
+    pub episodes: u32,
+}
+
+/// `/gleaner/reliability/3` response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ReliabilityResponse {
     /// The prediction.

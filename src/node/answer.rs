@@ -2,13 +2,15 @@
 //! of the asked window: TR for other window lengths from the same start (a
 //! small curve, so one query serves every runtime) and the CPU share a
 //! guest is predicted to get over the window, both from the host's own
-//! history. Computed on the blocking pool; answers are reused for a minute
+//! history, and its failure spells over the past week (how long it stays
+//! up between failures, how long a failure keeps it away). Computed on the blocking pool; answers are reused for a minute
 //! (a queue asks the same question every few seconds while tasks wait).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::model::predict::{history_days, PredictRequest};
+use crate::model::sched::spells::{PastSpells, LOOKBACK_SECS};
 use crate::model::series::HostSeries;
 use crate::model::state::State;
 use crate::report::{curve, forecast, Forecast, ReportError, ReportRequest};
@@ -36,15 +38,40 @@ pub struct HostAnswer {
     pub curve: Vec<(u64, f64)>,
     /// Predicted CPU share for a guest over the window (0..1).
     pub availability: Option<f64>,
+    /// Failure spells over the week before the window's start (or before
+    /// the last reading, for a window that starts later).
+    pub spells: Option<PastSpells>,
 }
 
-/// Forecasts the request's window, the curve around it and the availability.
-/// A curve length the history cannot cover is left out, never an error. The
-/// curve's other lengths are asked in one call ([`curve`]), which a method
-/// such as `hazard` answers in one pass of its survival.
+/// Forecasts the request's window, the curve around it and the availability,
+/// and reads the host's spells. A curve length the history cannot cover is
+/// left out, never an error. The curve's other lengths are asked in one call
+/// ([`curve`]), which a method such as `hazard` answers in one pass of its
+/// survival. [`AnswerCache::answer`] is the same answer with the spells
+/// reused for an hour.
 pub fn host_answer(
     series: &HostSeries,
     request: &ReportRequest,
+) -> Result<HostAnswer, ReportError> {
+    answer_with_spells(series, request, |at| spells_before(series, request, at))
+}
+
+/// The host's spells over the week before `at`, read with the request's
+/// thresholds (the job's memory sets S4).
+fn spells_before(series: &HostSeries, request: &ReportRequest, at: i64) -> Option<PastSpells> {
+    PastSpells::of_series(series, request.window.thresholds, at, LOOKBACK_SECS)
+}
+
+/// Where a request's spells end: the window's start, or the last reading
+/// for a window that starts later.
+fn spells_until(series: &HostSeries, request: &ReportRequest) -> Option<i64> {
+    series.last_time().map(|last| last.min(request.window.at))
+}
+
+fn answer_with_spells(
+    series: &HostSeries,
+    request: &ReportRequest,
+    spells: impl FnOnce(i64) -> Option<PastSpells>,
 ) -> Result<HostAnswer, ReportError> {
     let main = forecast(series, request)?;
     let asked = request.window.window_secs;
@@ -73,6 +100,7 @@ pub fn host_answer(
         })
         .collect();
     Ok(HostAnswer {
+        spells: spells_until(series, request).and_then(spells),
         availability: predicted_availability(series, &request.window),
         forecast: main,
         curve,
@@ -110,16 +138,52 @@ pub fn predicted_availability(series: &HostSeries, window: &PredictRequest) -> O
 }
 
 /// Answers reused for [`REUSE_SECS`]: keyed by the window's start rounded
-/// to that, its length and the job's memory.
+/// to that, its length and the job's memory. The week's spells, which cost
+/// about a millisecond to read at 6 s steps and move little in an hour, are
+/// reused for [`SPELLS_REUSE_SECS`] whatever the window's length.
 #[derive(Debug, Clone, Default)]
 pub struct AnswerCache {
     inner: Arc<Mutex<HashMap<AnswerKey, HostAnswer>>>,
+    spells: Arc<Mutex<HashMap<SpellsKey, Option<PastSpells>>>>,
 }
 
 /// The window's start in minutes, its length and the job's memory.
 pub type AnswerKey = (i64, u64, u64);
+/// Where the spells end, in hours, and the job's memory.
+type SpellsKey = (i64, u64);
+
+/// How long a host's spells are reused, seconds.
+const SPELLS_REUSE_SECS: i64 = 3_600;
 
 impl AnswerCache {
+    /// [`host_answer`], with the spells read at most once an hour per
+    /// memory figure.
+    pub fn answer(
+        &self,
+        series: &HostSeries,
+        request: &ReportRequest,
+    ) -> Result<HostAnswer, ReportError> {
+        answer_with_spells(series, request, |at| {
+            let key = (
+                at.div_euclid(SPELLS_REUSE_SECS),
+                request.window.thresholds.job_mem_mib,
+            );
+            if let Some(known) = self.spells.lock().ok().and_then(|m| m.get(&key).copied()) {
+                return known;
+            }
+            let read = spells_before(series, request, at);
+            if let Ok(mut map) = self.spells.lock() {
+                // Older hours are of no use once time has moved on.
+                map.retain(|k, _| k.0 >= key.0 - 1);
+                if map.len() >= CACHE_ENTRIES {
+                    map.clear();
+                }
+                map.insert(key, read);
+            }
+            read
+        })
+    }
+
     pub fn key(at: i64, window_secs: u64, mem_mib: u64) -> AnswerKey {
         (at.div_euclid(REUSE_SECS), window_secs, mem_mib)
     }
@@ -128,9 +192,12 @@ impl AnswerCache {
         self.inner.lock().ok()?.get(&key).cloned()
     }
 
-    /// Forgets every answer (the history changed: an import).
+    /// Forgets every answer and every spell (the history changed: an import).
     pub fn clear(&self) {
         if let Ok(mut map) = self.inner.lock() {
+            map.clear();
+        }
+        if let Ok(mut map) = self.spells.lock() {
             map.clear();
         }
     }
@@ -230,6 +297,45 @@ mod tests {
         if let Some(long) = tr(8 * 3600) {
             assert!(long < 0.1, "{:?}", answer.curve);
         }
+        // The week before 06:00 on day 11 holds seven daily hours off.
+        let spells = answer.spells.unwrap();
+        assert_eq!(spells.episodes, 7, "{spells:?}");
+        assert!((spells.mean_outage_secs().unwrap() - 3600.0).abs() <= 60.0);
+        assert!((spells.mean_uptime_secs().unwrap() - 82_800.0).abs() <= 120.0);
+    }
+
+    #[test]
+    fn the_cached_answer_is_the_answer_and_its_spells_last_an_hour() {
+        let s = series();
+        let day11 = 1_700_006_400 + 11 * 86_400;
+        let cache = AnswerCache::default();
+        let at = |t: i64| ReportRequest::new(window(t, 4 * 3600));
+        let first = at(day11 + 6 * 3600);
+        assert_eq!(cache.answer(&s, &first), host_answer(&s, &first));
+        // A record that never went off, asked first, leaves its spells
+        // for the hour: the cache shows it by giving them for `s` too.
+        let mut calm = HostSeries::new(60, 120, TimeZone::UTC);
+        for mut sample in s.samples() {
+            sample.up = true;
+            calm.push(sample).unwrap();
+        }
+        let cache = AnswerCache::default();
+        let calm_spells = cache.answer(&calm, &first).unwrap().spells.unwrap();
+        assert_eq!(calm_spells.episodes, 0);
+        let same_hour = at(day11 + 6 * 3600 + 600);
+        assert_eq!(
+            cache.answer(&s, &same_hour).unwrap().spells,
+            Some(calm_spells)
+        );
+        let next_hour = at(day11 + 7 * 3600);
+        let read = cache.answer(&s, &next_hour).unwrap().spells.unwrap();
+        assert_eq!(read.episodes, 7);
+        assert_eq!(Some(read), host_answer(&s, &next_hour).unwrap().spells);
+        cache.clear();
+        assert_eq!(
+            cache.answer(&s, &same_hour).unwrap().spells,
+            host_answer(&s, &same_hour).unwrap().spells
+        );
     }
 
     #[test]
@@ -245,6 +351,7 @@ mod tests {
             },
             curve: vec![(60, 0.9)],
             availability: Some(0.5),
+            spells: None,
         };
         cache.put(AnswerCache::key(120, 3600, 0), answer.clone());
         assert_eq!(cache.get(AnswerCache::key(179, 3600, 0)), Some(answer));

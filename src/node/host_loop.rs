@@ -29,7 +29,7 @@ use crate::model::predict::PredictRequest;
 use crate::model::series::{HostSeries, Sample};
 use crate::model::state::State;
 use crate::monitor::MonitorReading;
-use crate::node::answer::{host_answer, AnswerCache, HostAnswer};
+use crate::node::answer::{AnswerCache, HostAnswer};
 use crate::node::config::Config;
 use crate::node::OwnerLoad;
 use crate::report::{forecast, predict_report, PredictReport, ReportRequest};
@@ -1303,7 +1303,9 @@ impl HostLoop {
         let request = ReportRequest::new(self.predict_request(at, window_secs, mem_mib));
         self.parts.tracker.spawn_blocking(move || {
             let answer = cache.get(now).and_then(|series| {
-                host_answer(&series, &request).map_err(|e| HostError::Invalid(e.to_string()))
+                answers
+                    .answer(&series, &request)
+                    .map_err(|e| HostError::Invalid(e.to_string()))
             });
             if let Ok(a) = &answer {
                 answers.put(key, a.clone());

@@ -28,7 +28,7 @@ use crate::model::state::State;
 use crate::net::protocol::{
     FailureByCause, InputRef, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName,
     RejectReason, ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, RemoteJobState,
-    WireState, CURVE_POINTS_MAX,
+    WireSpells, WireState, CURVE_POINTS_MAX,
 };
 use crate::net::{LocalStatus, NetEvent, NetHandle, Responder};
 use crate::node::answer::HostAnswer;
@@ -374,6 +374,7 @@ impl PoolHost {
                 curve: Vec::new(),
                 availability_milli: Some(0),
                 speed_milli: power.speed,
+                spells: None,
             }));
             return;
         }
@@ -734,7 +735,17 @@ pub fn wire_answer(
             .availability
             .map(|a| (a.clamp(0.0, 1.0) * 1000.0).round() as u32),
         speed_milli: power.speed,
+        spells: answer.spells.map(|s| WireSpells {
+            usable_secs: whole_secs(s.usable_secs),
+            failing_secs: whole_secs(s.failing_secs),
+            episodes: s.episodes,
+        }),
     }
+}
+
+/// Seconds as the wire's u32 (a week fits many times over).
+fn whole_secs(secs: f64) -> u32 {
+    secs.round().clamp(0.0, f64::from(u32::MAX)) as u32
 }
 
 /// A host's power as it answers: Γ = P·A now, and P alone, in thousandths.

@@ -12,13 +12,16 @@ use crate::consumer::batch::policy::host_view;
 use crate::consumer::rank;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::sched::curve::{young_daly_interval, TrCurve};
-use crate::model::sched::estimate::{EstimateHost, EstimateInput, Quantiles, RunningTask};
+use crate::model::sched::estimate::{
+    EstimateHost, EstimateInput, PastFailures, Quantiles, RunningTask,
+};
 use crate::model::sched::place::HostView;
 
 /// Monte Carlo runs per estimate (the issue asks for at least 200).
 pub const ESTIMATE_RUNS: usize = 200;
-/// Seconds a host is taken to be away after a failure before it takes
-/// work again: the 60 s an S3 must last, and the owner's burst after it.
+/// Seconds a host whose answer carries no outage is taken to be away after
+/// a failure before it takes work again: the 60 s an S3 must last, and the
+/// owner's burst after it.
 pub const RECOVERY_SECS: f64 = 600.0;
 
 /// An estimate of a batch's end, seconds from `at_unix`.
@@ -113,10 +116,21 @@ pub fn estimate_batch<R: Rng + ?Sized>(
                 } else {
                     0.0
                 },
-                recovery_secs: RECOVERY_SECS,
-                // A survey answer carries no failure history yet.
-                uptime_secs: None,
-                past: None,
+                // After its first failure (the curve's), a host is away for
+                // its mean outage, as its past week says (a host that has
+                // not failed in it: a guess at the time away), and fails
+                // again at a rate drawn from what that week shows (`past`).
+                recovery_secs: h
+                    .spells
+                    .and_then(|s| s.mean_outage_secs())
+                    .unwrap_or(RECOVERY_SECS),
+                uptime_secs: h.spells.and_then(|s| s.mean_uptime_secs()),
+                // The same past as evidence: each run draws the rate from
+                // its posterior, as the simulator's estimate does.
+                past: h.spells.map(|s| PastFailures {
+                    up_secs: s.usable_secs,
+                    failures: s.episodes,
+                }),
                 checkpoint_secs,
                 // The guest writes a checkpoint every interval of work and
                 // each takes its measured cost.
@@ -202,6 +216,7 @@ pub fn view_or_guess(host: &SurveyedHost, window_secs: u64) -> HostView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::sched::spells::PastSpells;
     use crate::model::state::State;
     use rand::SeedableRng;
 
@@ -264,6 +279,31 @@ mod tests {
         assert!(b.makespan.p50 > a.makespan.p50, "{a:?} {b:?}");
         assert!(b.makespan.p90 > b.makespan.p10, "{b:?}");
         assert!(b.p_deadline.unwrap() < a.p_deadline.unwrap(), "{a:?} {b:?}");
+    }
+
+    #[test]
+    fn a_hosts_past_spells_set_its_failures_after_the_first() {
+        // Same curves (first failure after an hour on average); one pool's
+        // past says a failure comes every ten minutes of use and keeps the
+        // host away an hour, the other's that hosts come back at once and
+        // then stay up for days.
+        let spells = |usable_secs: f64, failing_secs: f64, episodes: u32| {
+            let mut h = host(1.0, Some(3600.0));
+            h.spells = Some(PastSpells {
+                usable_secs,
+                failing_secs,
+                episodes,
+            });
+            h
+        };
+        let flaky = vec![spells(6_000.0, 36_000.0, 10); 2];
+        let steady = vec![spells(600_000.0, 600.0, 10); 2];
+        let run = |hosts: &[SurveyedHost]| {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+            estimate_batch(hosts, &shape(4, None), 0, &mut rng).unwrap()
+        };
+        let (a, b) = (run(&flaky), run(&steady));
+        assert!(a.makespan.p50 > 2.0 * b.makespan.p50, "{a:?} {b:?}");
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! (`curve`), the proactive placement rule (`place`), the Monte Carlo
 //! turnaround estimate after CISNE's Algorithm 1 (`estimate`), the runtime
 //! estimate learnt from completed tasks (`runtime`), the trace-driven pool
-//! simulator (`sim`), and the chance that a copy of a task meets a deadline
-//! (`deadline`).
+//! simulator (`sim`), the chance that a copy of a task meets a deadline
+//! (`deadline`), and a host's failure spells over its past (`spells`).
 //!
 //! The consumer describes a host by [`HostView`] (relative power, predicted
 //! availability, TR curve) and a task by its reference runtime; nothing here
@@ -19,6 +19,7 @@ pub mod place;
 pub mod power;
 pub mod runtime;
 pub mod sim;
+pub mod spells;
 pub mod timeline;
 
 pub use curve::{young_daly_interval, TrCurve};

@@ -36,7 +36,7 @@ use std::sync::{Mutex, MutexGuard};
 pub const CURVE_WINDOWS: [u64; 5] = [1_800, 3_600, 4 * 3_600, 12 * 3_600, 24 * 3_600];
 /// How long before "now" the simulator looks to predict a host's availability
 /// and outage length.
-pub const PAST_LOOKBACK_SECS: f64 = 7.0 * 86_400.0;
+pub const PAST_LOOKBACK_SECS: f64 = super::spells::LOOKBACK_SECS as f64;
 /// Outage length assumed for a host whose past shows none.
 pub const DEFAULT_OUTAGE_SECS: f64 = 1_800.0;
 
