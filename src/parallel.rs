@@ -112,9 +112,8 @@ mod tests {
                 },
                 busy_secs: 0.0,
                 recovery_secs: 600.0,
-                // Both ways of drawing the failure after a return.
-                uptime_secs: (i % 2 == 0).then_some(7_200.0),
-                // And the rate drawn from a past's posterior.
+                // Both ways of drawing the failure after a return: from
+                // the curve, and at a rate drawn from a past's posterior.
                 past: (i % 3 == 0).then_some(PastFailures {
                     up_secs: 86_400.0,
                     failures: i as u32,

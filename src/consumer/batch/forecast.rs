@@ -124,13 +124,9 @@ pub fn estimate_batch<R: Rng + ?Sized>(
                     .spells
                     .and_then(|s| s.mean_outage_secs())
                     .unwrap_or(RECOVERY_SECS),
-                uptime_secs: h.spells.and_then(|s| s.mean_uptime_secs()),
                 // The same past as evidence: each run draws the rate from
                 // its posterior, as the simulator's estimate does.
-                past: h.spells.map(|s| PastFailures {
-                    up_secs: s.usable_secs,
-                    failures: s.episodes,
-                }),
+                past: h.spells.map(PastFailures::from),
                 checkpoint_secs,
                 // The guest writes a checkpoint every interval of work and
                 // each takes its measured cost.

@@ -26,6 +26,7 @@
 
 use super::curve::{FailureSampler, PreparedCurve};
 use super::place::{by_slowdown, HostView, Rule};
+use super::spells::PastSpells;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -53,19 +54,14 @@ pub struct EstimateHost {
     pub busy_secs: f64,
     /// Wall seconds a host is away after a failure before it takes work again.
     pub recovery_secs: f64,
-    /// The host's mean up-spell between failures in its own history
-    /// (usable seconds per failure episode). After it comes back from a
-    /// failure its next one is drawn exponentially with this mean instead
-    /// of from the curve, which holds for windows starting in the state the
-    /// host was in when the curve was made, not just after a failure.
-    /// `None`: redraw from the curve.
-    #[serde(default)]
-    pub uptime_secs: Option<f64>,
     /// What the host's past says of its failures, when known: the up time
-    /// looked at and the failures in it. It supersedes `uptime_secs`: the
-    /// rate is then not taken as known but drawn for each run from its
-    /// posterior (see [`PastFailures`]), so a host with little history
-    /// widens the band and one with much does not.
+    /// looked at and the failures in it. After the host comes back from a
+    /// failure its next one comes at a rate drawn for each run from their
+    /// posterior (see [`PastFailures`]), not from the curve, which holds
+    /// for windows starting in the state the host was in when the curve
+    /// was made, not just after a failure; a host with little history
+    /// widens the band and one with much does not. `None`: redraw from the
+    /// curve.
     #[serde(default)]
     pub past: Option<PastFailures>,
     /// Wall seconds between a task's checkpoints on this host (0: none);
@@ -89,6 +85,15 @@ pub struct EstimateHost {
 pub struct PastFailures {
     pub up_secs: f64,
     pub failures: u32,
+}
+
+impl From<PastSpells> for PastFailures {
+    fn from(spells: PastSpells) -> PastFailures {
+        PastFailures {
+            up_secs: spells.usable_secs,
+            failures: spells.episodes,
+        }
+    }
 }
 
 impl PastFailures {
@@ -258,8 +263,6 @@ struct HostFacts {
     /// The host's curve, laid out for the rule's expected turnarounds.
     curve: PreparedCurve,
     recovery: f64,
-    /// Mean up-spell after a return (see [`EstimateHost::uptime_secs`]).
-    uptime: Option<f64>,
     past: Option<PastFailures>,
     /// The curve's last window and its TR there: beyond it, a host with a
     /// known failure rate fails at that rate (see [`Run::first_failure`]).
@@ -280,7 +283,6 @@ impl HostFacts {
             sampler: FailureSampler::new(&host.view.curve),
             curve: PreparedCurve::new(&host.view.curve),
             recovery: host.recovery_secs.max(0.0),
-            uptime: host.uptime_secs.filter(|u| !u.is_nan() && *u > 0.0),
             past: host
                 .past
                 .filter(|p| p.up_secs.is_finite() && p.up_secs > 0.0),
@@ -300,14 +302,10 @@ impl HostFacts {
         }
     }
 
-    /// This run's failure rate after a return: drawn from the past's
-    /// posterior, or the known mean up-spell's inverse; `None`: redraw
-    /// from the curve.
+    /// This run's failure rate after a return, drawn from the past's
+    /// posterior; `None`: redraw from the curve.
     fn draw_rate<R: Rng + ?Sized>(&self, rng: &mut R) -> Option<f64> {
-        match self.past {
-            Some(p) => p.draw_rate(rng),
-            None => self.uptime.map(|u| 1.0 / u),
-        }
+        self.past.and_then(|p| p.draw_rate(rng))
     }
 
     /// [`HostView::expected_turnaround`] of a task of `runtime` reference
@@ -1042,7 +1040,6 @@ mod tests {
             },
             busy_secs: 0.0,
             recovery_secs: 0.0,
-            uptime_secs: None,
             past: None,
             checkpoint_secs: 0.0,
             checkpoint_cost_secs: 0.0,
@@ -1108,12 +1105,15 @@ mod tests {
     fn after_a_failure_the_host_fails_at_its_past_rate_not_the_curves() {
         // One host, M = 1 h, one task of 3 h. Redrawn from the curve after
         // every return it is hit e^3 − 1 ≈ 19 times on average; a host whose
-        // past shows up-spells of 10^9 s is hit at most once (the first
+        // past shows a thousand failures in 10^12 s of up time is hit at most once (the first
         // failure still comes from the curve).
         let mut h = host(1.0, exponential_to_a_day(3600.0));
         let curve_only = run(std::slice::from_ref(&h), &[3.0 * 3600.0], 400);
         assert!(curve_only.mean_failures > 15.0, "{curve_only:?}");
-        h.uptime_secs = Some(1e9);
+        h.past = Some(PastFailures {
+            up_secs: 1e12,
+            failures: 1_000,
+        });
         let with_past = run(&[h], &[3.0 * 3600.0], 400);
         assert!(with_past.mean_failures <= 1.0, "{with_past:?}");
         assert!(with_past.mean_failures > 0.8, "{with_past:?}");
@@ -1139,7 +1139,10 @@ mod tests {
         // checkpoint would end it sooner on average: the cost is charged
         // both in the run and in what a failure catches half-written.
         let mut h = host(1.0, exponential_to_a_day(3600.0));
-        h.uptime_secs = Some(3600.0);
+        h.past = Some(PastFailures {
+            up_secs: 3_600_000.0,
+            failures: 1_000,
+        });
         h.checkpoint_secs = 600.0;
         let free = run(std::slice::from_ref(&h), &[7200.0], 2000);
         h.checkpoint_cost_secs = 60.0;

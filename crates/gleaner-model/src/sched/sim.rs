@@ -646,7 +646,6 @@ impl<'a> Sim<'a> {
                 view,
                 busy_secs: if down { outage } else { 0.0 },
                 recovery_secs: outage,
-                uptime_secs: (episodes > 0.0).then(|| up / episodes),
                 // The rate is known only as well as a week of the host's
                 // past tells it: drawn per run from its posterior.
                 past: (up > 0.0).then(|| PastFailures {
