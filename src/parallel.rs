@@ -96,7 +96,7 @@ pub fn run_jobs<T: Send>(jobs: usize, threads: usize, job: impl Fn(usize) -> T +
 mod tests {
     use super::*;
     use crate::model::sched::curve::TrCurve;
-    use crate::model::sched::estimate::EstimateHost;
+    use crate::model::sched::estimate::{EstimateHost, PastFailures};
     use crate::model::sched::HostView;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
@@ -112,9 +112,14 @@ mod tests {
                 },
                 busy_secs: 0.0,
                 recovery_secs: 600.0,
-                // Both ways of drawing the failure after a return.
-                uptime_secs: (i % 2 == 0).then_some(7_200.0),
-                checkpoint_secs: 0.0,
+                // Both ways of drawing the failure after a return: from
+                // the curve, and at a rate drawn from a past's posterior.
+                past: (i % 3 == 0).then_some(PastFailures {
+                    up_secs: 86_400.0,
+                    failures: i as u32,
+                }),
+                checkpoint_secs: if i % 2 == 1 { 900.0 } else { 0.0 },
+                checkpoint_cost_secs: 30.0,
             })
             .collect();
         let waiting: Vec<f64> = (0..40).map(|i| 600.0 + 97.0 * i as f64).collect();

@@ -193,16 +193,16 @@ fn bad_arguments_are_refused_by_name() {
 }
 
 /// Issue 11's target: the realised makespan within the estimate's
-/// [p10, p90] for at least 70 % of seeds. Measured: 3 of 10 seeds for
-/// `proactive`, still pessimistic by 2-10 % after failures were made the
-/// hosts' (drawn once per host and run, not per attempt); see
-/// docs/scheduling.md. Kept as a test so that it fails until the estimate
-/// is calibrated; run with `--ignored`.
+/// [p10, p90] for at least 70 % of seeds, with and without checkpoints.
+/// Measured (branch `cover2`, docs/scheduling.md): 7 of 10 seeds for each
+/// policy, exactly on the target, so a sampling wobble of one seed fails
+/// it; kept `#[ignore]`d until it holds with margin (8 of 10). Run with
+/// `--ignored`.
 #[test]
-#[ignore = "the estimate covers 3 of 10 seeds, below the 70 % target (docs/scheduling.md)"]
+#[ignore = "7 of 10 seeds per policy: on the 70 % target, not above it (docs/scheduling.md)"]
 fn the_estimate_covers_the_realised_makespan_for_most_seeds() {
-    let mut covered = 0;
     let seeds = 10;
+    let mut covered = [0; 2];
     for seed in 1..=seeds {
         let r = simulate(&[
             "--hosts",
@@ -212,17 +212,19 @@ fn the_estimate_covers_the_realised_makespan_for_most_seeds() {
             "--runtime",
             "lognormal:2h,0.5",
             "--policy",
-            "proactive",
+            "proactive,proactive+checkpoint",
             "--seed",
             &seed.to_string(),
         ]);
-        if r["policies"][0]["within_estimate"] == true {
-            covered += 1;
+        for (i, c) in covered.iter_mut().enumerate() {
+            if r["policies"][i]["within_estimate"] == true {
+                *c += 1;
+            }
         }
     }
     assert!(
-        covered * 10 >= seeds * 7,
-        "covered {covered} of {seeds} seeds"
+        covered.iter().all(|c| c * 10 >= seeds * 7),
+        "covered (proactive, proactive+checkpoint) {covered:?} of {seeds} seeds"
     );
 }
 

@@ -65,8 +65,9 @@ fn main() -> anyhow::Result<()> {
                     },
                     busy_secs: 0.0,
                     recovery_secs: 1_800.0,
-                    uptime_secs: None,
+                    past: None,
                     checkpoint_secs: 0.0,
+                    checkpoint_cost_secs: 0.0,
                 }
             })
             .collect();

@@ -12,7 +12,9 @@ use crate::consumer::batch::policy::host_view;
 use crate::consumer::rank;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::sched::curve::{young_daly_interval, TrCurve};
-use crate::model::sched::estimate::{EstimateHost, EstimateInput, Quantiles, RunningTask};
+use crate::model::sched::estimate::{
+    EstimateHost, EstimateInput, PastFailures, Quantiles, RunningTask,
+};
 use crate::model::sched::place::HostView;
 
 /// Monte Carlo runs per estimate (the issue asks for at least 200).
@@ -115,15 +117,24 @@ pub fn estimate_batch<R: Rng + ?Sized>(
                     0.0
                 },
                 // After its first failure (the curve's), a host is away for
-                // its mean outage and up for its mean up-spell, as its past
-                // week says; a host that has not failed in it keeps the
-                // curve's renewal and a guess at the time away.
+                // its mean outage, as its past week says (a host that has
+                // not failed in it: a guess at the time away), and fails
+                // again at a rate drawn from what that week shows (`past`).
                 recovery_secs: h
                     .spells
                     .and_then(|s| s.mean_outage_secs())
                     .unwrap_or(RECOVERY_SECS),
-                uptime_secs: h.spells.and_then(|s| s.mean_uptime_secs()),
+                // The same past as evidence: each run draws the rate from
+                // its posterior, as the simulator's estimate does.
+                past: h.spells.map(PastFailures::from),
                 checkpoint_secs,
+                // The guest writes a checkpoint every interval of work and
+                // each takes its measured cost.
+                checkpoint_cost_secs: if checkpoint_secs > 0.0 {
+                    shape.checkpoint_cost_secs.unwrap_or(0.0)
+                } else {
+                    0.0
+                },
                 view,
             }
         })

@@ -26,6 +26,7 @@
 
 use super::curve::{FailureSampler, PreparedCurve};
 use super::place::{by_slowdown, HostView, Rule};
+use super::spells::PastSpells;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -53,17 +54,57 @@ pub struct EstimateHost {
     pub busy_secs: f64,
     /// Wall seconds a host is away after a failure before it takes work again.
     pub recovery_secs: f64,
-    /// The host's mean up-spell between failures in its own history
-    /// (usable seconds per failure episode). After it comes back from a
-    /// failure its next one is drawn exponentially with this mean instead
-    /// of from the curve, which holds for windows starting in the state the
-    /// host was in when the curve was made, not just after a failure.
-    /// `None`: redraw from the curve.
+    /// What the host's past says of its failures, when known: the up time
+    /// looked at and the failures in it. After the host comes back from a
+    /// failure its next one comes at a rate drawn for each run from their
+    /// posterior (see [`PastFailures`]), not from the curve, which holds
+    /// for windows starting in the state the host was in when the curve
+    /// was made, not just after a failure; a host with little history
+    /// widens the band and one with much does not. `None`: redraw from the
+    /// curve.
     #[serde(default)]
-    pub uptime_secs: Option<f64>,
+    pub past: Option<PastFailures>,
     /// Wall seconds between a task's checkpoints on this host (0: none);
     /// a failure then loses only the work since the last one.
     pub checkpoint_secs: f64,
+    /// Wall seconds each checkpoint takes. As in the guest contract (and
+    /// the simulator), a task writes one after every `checkpoint_secs` of
+    /// work, not of wall time, and the writing adds to its run.
+    #[serde(default)]
+    pub checkpoint_cost_secs: f64,
+}
+
+/// A host's failure history: `failures` failure episodes began in
+/// `up_secs` seconds of up time. Read as a Poisson process of unknown rate
+/// λ observed for `up_secs`, with Jeffreys' prior (∝ λ^−½, the reference
+/// prior for a Poisson rate: no constant to choose), λ's posterior is
+/// Gamma(failures + ½, rate `up_secs`). Each Monte Carlo run draws the
+/// host's λ from it; the run's failures after a return, and beyond the
+/// last window the curve answers for, come at that rate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PastFailures {
+    pub up_secs: f64,
+    pub failures: u32,
+}
+
+impl From<PastSpells> for PastFailures {
+    fn from(spells: PastSpells) -> PastFailures {
+        PastFailures {
+            up_secs: spells.usable_secs,
+            failures: spells.episodes,
+        }
+    }
+}
+
+impl PastFailures {
+    /// One draw of the failure rate (per second) from its posterior;
+    /// `None` when there is no up time to judge from.
+    pub fn draw_rate<R: Rng + ?Sized>(&self, rng: &mut R) -> Option<f64> {
+        if !(self.up_secs.is_finite() && self.up_secs > 0.0) {
+            return None;
+        }
+        Some(gamma(f64::from(self.failures) + 0.5, rng) / self.up_secs)
+    }
 }
 
 /// A task of ours already running.
@@ -222,9 +263,12 @@ struct HostFacts {
     /// The host's curve, laid out for the rule's expected turnarounds.
     curve: PreparedCurve,
     recovery: f64,
-    /// Mean up-spell after a return (see [`EstimateHost::uptime_secs`]).
-    uptime: Option<f64>,
+    past: Option<PastFailures>,
+    /// The curve's last window and its TR there: beyond it, a host with a
+    /// known failure rate fails at that rate (see [`Run::first_failure`]).
+    curve_end: (f64, f64),
     checkpoint: f64,
+    checkpoint_cost: f64,
 }
 
 impl HostFacts {
@@ -239,9 +283,29 @@ impl HostFacts {
             sampler: FailureSampler::new(&host.view.curve),
             curve: PreparedCurve::new(&host.view.curve),
             recovery: host.recovery_secs.max(0.0),
-            uptime: host.uptime_secs.filter(|u| !u.is_nan() && *u > 0.0),
-            checkpoint: host.checkpoint_secs,
+            past: host
+                .past
+                .filter(|p| p.up_secs.is_finite() && p.up_secs > 0.0),
+            curve_end: host
+                .view
+                .curve
+                .points()
+                .last()
+                .copied()
+                .unwrap_or((0.0, 1.0)),
+            checkpoint: host.checkpoint_secs.max(0.0),
+            checkpoint_cost: if host.checkpoint_cost_secs.is_finite() {
+                host.checkpoint_cost_secs.max(0.0)
+            } else {
+                0.0
+            },
         }
+    }
+
+    /// This run's failure rate after a return, drawn from the past's
+    /// posterior; `None`: redraw from the curve.
+    fn draw_rate<R: Rng + ?Sized>(&self, rng: &mut R) -> Option<f64> {
+        self.past.and_then(|p| p.draw_rate(rng))
     }
 
     /// [`HostView::expected_turnaround`] of a task of `runtime` reference
@@ -274,7 +338,13 @@ struct Memo<'a> {
 }
 
 impl Memo<'_> {
-    fn get(&mut self, task: usize, host: usize) -> f64 {
+    /// The expected turnaround of `task`, with `left` reference seconds
+    /// of it to do, on `host` (memoised for a task not yet begun).
+    fn get(&mut self, task: usize, left: f64, host: usize) -> f64 {
+        if left != self.runtimes[task] {
+            // Resumed from a checkpoint: rare, not worth a memo row.
+            return self.hosts[host].expected_turnaround(left);
+        }
         let n = self.hosts.len();
         let mut row = self.row_of[task];
         if row == u32::MAX && self.cells.len() + n <= MEMO_LIMIT {
@@ -507,7 +577,9 @@ fn quantiles(values: &mut [f64]) -> Quantiles {
 struct Run {
     /// σ of ln(true runtime / estimate) (0: exact).
     sigma: f64,
-    /// The estimated runtimes (what the rule plans with).
+    /// The estimated work left per task (what the rule plans with: the
+    /// estimated runtime, less what checkpoints saved, as the simulator's
+    /// and the node's rule weigh a resumed task by its remaining work).
     runtimes: Vec<f64>,
     heap: BinaryHeap<Event>,
     seq: u64,
@@ -523,6 +595,9 @@ struct Run {
     is_free: Vec<bool>,
     /// Per host: its next failure time (infinite: none).
     next_fail: Vec<f64>,
+    /// Per host: this run's failure rate after a return and past the
+    /// curve's last window (NaN: none known; the curve decides).
+    rate: Vec<f64>,
     /// Per host: bumped when it takes a task, so a pending `HostDown` of
     /// an earlier idle spell is recognised as stale.
     epoch: Vec<u32>,
@@ -562,6 +637,7 @@ impl Run {
             free_at: vec![0.0; n_hosts],
             is_free: vec![false; n_hosts],
             next_fail: vec![f64::INFINITY; n_hosts],
+            rate: vec![f64::NAN; n_hosts],
             epoch: vec![0; n_hosts],
             free_list: Vec::with_capacity(n_hosts),
             rank: Vec::new(),
@@ -619,22 +695,50 @@ impl Run {
     ) {
         let back = now + facts[host].recovery;
         self.free_at[host] = back;
-        self.next_fail[host] = match facts[host].uptime {
-            Some(mean) => back + mean * -(1.0 - rng.random::<f64>()).ln(),
-            None => facts[host]
+        let rate = self.rate[host];
+        self.next_fail[host] = if rate.is_nan() {
+            facts[host]
                 .sampler
                 .sample(rng)
-                .map_or(f64::INFINITY, |f| back + f),
+                .map_or(f64::INFINITY, |f| back + f)
+        } else {
+            back + exponential(rate, rng)
         };
         self.push(back, EventKind::HostFree { host });
         self.recheck_all = true;
     }
 
+    /// The host's first failure, seconds from when its clock starts: from
+    /// its curve up to the curve's last window; a draw beyond it (where the
+    /// curve only extrapolates its last segment, flat for a host that
+    /// looked safe then) comes at the run's rate from the host's past,
+    /// when known.
+    fn first_failure<R: Rng + ?Sized>(&self, fact: &HostFacts, host: usize, rng: &mut R) -> f64 {
+        let u = rng.random::<f64>();
+        let (last, tr_last) = fact.curve_end;
+        let rate = self.rate[host];
+        if !rate.is_nan() && u < tr_last {
+            last + exponential(rate, rng)
+        } else {
+            fact.sampler.failure_time_at(u).unwrap_or(f64::INFINITY)
+        }
+    }
+
     /// Starts an attempt of `task` on `host` at `now`: its end, or its
-    /// failure when the host's next failure comes first.
+    /// failure when the host's next failure comes first. With checkpoints
+    /// the task writes one after every `checkpoint` seconds of work (wall
+    /// seconds at the host's expected speed) and each adds its cost to the
+    /// run, as the simulator and the guest contract have it.
     fn start(&mut self, facts: &[HostFacts], task: usize, host: usize, now: f64) {
         let fact = &facts[host];
-        let run = self.left[task] * fact.slowdown;
+        let work = self.left[task] * fact.slowdown;
+        let (tau, cost) = (fact.checkpoint, fact.checkpoint_cost);
+        let checkpoints = if tau > 0.0 && work.is_finite() && work > 0.0 {
+            ((work / tau).ceil() as u64).saturating_sub(1)
+        } else {
+            0
+        };
+        let run = work + checkpoints as f64 * cost;
         self.attempts[task] += 1;
         self.gave_up |= self.attempts[task] > MAX_ATTEMPTS;
         self.is_free[host] = false;
@@ -645,9 +749,14 @@ impl Run {
         self.free_at[host] = now + planned * fact.slowdown;
         let f = self.next_fail[host] - now;
         if f < run {
-            let tau = fact.checkpoint;
-            let saved = if tau > 0.0 && run > 0.0 {
-                ((f / tau).floor() * tau / run).clamp(0.0, 1.0)
+            // Blocks of work and checkpoint written before the failure.
+            let blocks = if checkpoints > 0 {
+                ((f / (tau + cost)).floor() as u64).min(checkpoints)
+            } else {
+                0
+            };
+            let saved = if blocks > 0 {
+                (blocks as f64 * tau / work).clamp(0.0, 1.0)
             } else {
                 0.0
             };
@@ -687,6 +796,7 @@ impl Run {
             self.factor.iter_mut().for_each(|f| *f = 1.0);
             self.left.copy_from_slice(&memo.runtimes);
         }
+        self.runtimes.copy_from_slice(&memo.runtimes);
         self.attempts.iter_mut().for_each(|a| *a = 0);
         self.end.iter_mut().for_each(|e| *e = 0.0);
         self.free_list.clear();
@@ -699,12 +809,10 @@ impl Run {
             }
         }
         for (h, host) in input.hosts.iter().enumerate() {
+            self.rate[h] = facts[h].draw_rate(rng).unwrap_or(f64::NAN);
             // Each host's failure clock starts when it is first free.
             let from = host.busy_secs.max(0.0);
-            self.next_fail[h] = facts[h]
-                .sampler
-                .sample(rng)
-                .map_or(f64::INFINITY, |f| from + f);
+            self.next_fail[h] = from + self.first_failure(&facts[h], h, rng);
             if host.busy_secs <= 0.0 {
                 self.host_free(h, 0.0);
             } else {
@@ -748,6 +856,7 @@ impl Run {
                     self.running -= 1;
                     self.failures += 1;
                     self.left[task] *= 1.0 - saved;
+                    self.runtimes[task] *= 1.0 - saved;
                     self.queue.push_front(task);
                     self.host_failed(facts, host, now, rng);
                 }
@@ -797,7 +906,7 @@ impl Run {
                 found.map(|i| (0, self.free_list.remove(i)))
             } else if self.recheck_all {
                 let pair = rule.pick_pair(|j, g| match queue.get(j) {
-                    Some(&task) => memo.get(task, g),
+                    Some(&task) => memo.get(task, runtimes[task], g),
                     None => f64::INFINITY,
                 });
                 if pair.is_none() {
@@ -817,7 +926,7 @@ impl Run {
                         continue;
                     }
                     let pick = rule.pick_for_host(host, |j, g| match queue.get(j) {
-                        Some(&task) => memo.get(task, g),
+                        Some(&task) => memo.get(task, runtimes[task], g),
                         None => f64::INFINITY,
                     });
                     if let Some(j) = pick {
@@ -859,13 +968,51 @@ impl Run {
         if self.free_list.len() == facts.len() {
             let best = (0..self.free_list.len()).min_by(|&a, &b| {
                 let (ha, hb) = (self.free_list[a], self.free_list[b]);
-                memo.get(task, ha).total_cmp(&memo.get(task, hb))
+                let left = self.runtimes[task];
+                memo.get(task, left, ha)
+                    .total_cmp(&memo.get(task, left, hb))
             });
             if let Some(i) = best {
                 let host = self.free_list.remove(i);
                 self.queue.pop_front();
                 self.start(facts, task, host, now);
             }
+        }
+    }
+}
+
+/// One exponential draw of rate `rate` (infinite for rate 0).
+fn exponential<R: Rng + ?Sized>(rate: f64, rng: &mut R) -> f64 {
+    let e = -(1.0 - rng.random::<f64>()).ln();
+    if rate > 0.0 {
+        e / rate
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// One draw from Gamma(`shape`, rate 1) (Marsaglia and Tsang, 2000; for
+/// shape < 1 boosted by U^{1/shape}).
+fn gamma<R: Rng + ?Sized>(shape: f64, rng: &mut R) -> f64 {
+    if !(shape > 0.0 && shape.is_finite()) {
+        return 0.0;
+    }
+    if shape < 1.0 {
+        let u: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+        return gamma(shape + 1.0, rng) * u.powf(1.0 / shape);
+    }
+    let d = shape - 1.0 / 3.0;
+    let c = 1.0 / (9.0 * d).sqrt();
+    loop {
+        let x = standard_normal(rng);
+        let v = 1.0 + c * x;
+        if v <= 0.0 {
+            continue;
+        }
+        let v = v * v * v;
+        let u: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+        if u.ln() < 0.5 * x * x + d - d * v + d * v.ln() {
+            return d * v;
         }
     }
 }
@@ -893,8 +1040,9 @@ mod tests {
             },
             busy_secs: 0.0,
             recovery_secs: 0.0,
-            uptime_secs: None,
+            past: None,
             checkpoint_secs: 0.0,
+            checkpoint_cost_secs: 0.0,
         }
     }
 
@@ -945,19 +1093,131 @@ mod tests {
         assert!(e.makespan.p10 <= 3600.0 && e.makespan.p90 > 3600.0);
     }
 
+    /// A constant hazard 1/`mttf` described out to a day, as the
+    /// simulator's curves are.
+    fn exponential_to_a_day(mttf: f64) -> TrCurve {
+        TrCurve::new(
+            [1_800.0, 3_600.0, 14_400.0, 43_200.0, 86_400.0].map(|t| (t, (-t / mttf).exp())),
+        )
+    }
+
     #[test]
     fn after_a_failure_the_host_fails_at_its_past_rate_not_the_curves() {
         // One host, M = 1 h, one task of 3 h. Redrawn from the curve after
         // every return it is hit e^3 − 1 ≈ 19 times on average; a host whose
-        // past shows up-spells of 10^9 s is hit at most once (the first
+        // past shows a thousand failures in 10^12 s of up time is hit at most once (the first
         // failure still comes from the curve).
-        let mut h = host(1.0, TrCurve::exponential(3600.0));
+        let mut h = host(1.0, exponential_to_a_day(3600.0));
         let curve_only = run(std::slice::from_ref(&h), &[3.0 * 3600.0], 400);
         assert!(curve_only.mean_failures > 15.0, "{curve_only:?}");
-        h.uptime_secs = Some(1e9);
+        h.past = Some(PastFailures {
+            up_secs: 1e12,
+            failures: 1_000,
+        });
         let with_past = run(&[h], &[3.0 * 3600.0], 400);
         assert!(with_past.mean_failures <= 1.0, "{with_past:?}");
         assert!(with_past.mean_failures > 0.8, "{with_past:?}");
+    }
+
+    #[test]
+    fn each_checkpoint_adds_its_cost_and_intervals_count_work() {
+        // A never-failing host at half speed, a task of 500 reference
+        // seconds: 1000 s of work at this speed, a checkpoint after every
+        // 100 s of it (9, none after the last block), 10 s each: 1090 s.
+        let mut h = host(0.5, TrCurve::never_fails());
+        h.checkpoint_secs = 100.0;
+        h.checkpoint_cost_secs = 10.0;
+        let e = run(&[h], &[500.0], 5);
+        assert_eq!(e.makespan.p10, 1090.0);
+        assert_eq!(e.makespan.p90, 1090.0);
+    }
+
+    #[test]
+    fn a_failure_keeps_only_the_blocks_whose_checkpoint_was_written() {
+        // One host failing at rate 1/h, a task of 2 h checkpointed every
+        // 10 min of work at 60 s each. Against the same failures, a free
+        // checkpoint would end it sooner on average: the cost is charged
+        // both in the run and in what a failure catches half-written.
+        let mut h = host(1.0, exponential_to_a_day(3600.0));
+        h.past = Some(PastFailures {
+            up_secs: 3_600_000.0,
+            failures: 1_000,
+        });
+        h.checkpoint_secs = 600.0;
+        let free = run(std::slice::from_ref(&h), &[7200.0], 2000);
+        h.checkpoint_cost_secs = 60.0;
+        let costly = run(&[h], &[7200.0], 2000);
+        assert!(
+            costly.makespan.mean > free.makespan.mean + 11.0 * 60.0,
+            "{costly:?} vs {free:?}"
+        );
+    }
+
+    #[test]
+    fn the_posterior_rate_narrows_as_the_past_grows() {
+        // The same mean up-spell (1 h) seen over 2 and over 200 failures:
+        // λ ~ Gamma(n + ½, n h), mean (n + ½)/n per hour, relative spread
+        // 1/sqrt(n + ½).
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for (n, spread) in [(2u32, 1.0 / 2.5f64.sqrt()), (200, 1.0 / 200.5f64.sqrt())] {
+            let past = PastFailures {
+                up_secs: f64::from(n) * 3600.0,
+                failures: n,
+            };
+            let draws: Vec<f64> = (0..20_000)
+                .map(|_| past.draw_rate(&mut rng).unwrap() * 3600.0)
+                .collect();
+            let mean = draws.iter().sum::<f64>() / draws.len() as f64;
+            let sd =
+                (draws.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / draws.len() as f64).sqrt();
+            let want = (f64::from(n) + 0.5) / f64::from(n);
+            assert!((mean - want).abs() < 0.03 * want, "n {n}: mean {mean}");
+            assert!((sd / mean - spread).abs() < 0.1 * spread, "n {n}: {sd}");
+        }
+        // No failure seen in a week still leaves a rate to fear.
+        let quiet = PastFailures {
+            up_secs: 7.0 * 86_400.0,
+            failures: 0,
+        };
+        assert!(quiet.draw_rate(&mut rng).unwrap() > 0.0);
+        let none = PastFailures {
+            up_secs: 0.0,
+            failures: 3,
+        };
+        assert_eq!(none.draw_rate(&mut rng), None);
+    }
+
+    #[test]
+    fn a_short_past_widens_the_band_and_a_long_one_does_not() {
+        // Four hosts, mean up-spell 4 h, 40 tasks of 1 h: with the rate
+        // known from 1 failure the band is wider than from 400.
+        let band = |n: u32| {
+            let mut h = host(1.0, exponential_to_a_day(4.0 * 3600.0));
+            h.recovery_secs = 600.0;
+            h.past = Some(PastFailures {
+                up_secs: f64::from(n) * 4.0 * 3600.0,
+                failures: n,
+            });
+            let e = run(&vec![h; 4], &[3600.0; 40], 1000);
+            e.makespan.p90 - e.makespan.p10
+        };
+        let (short, long) = (band(1), band(400));
+        assert!(short > 1.3 * long, "{short} vs {long}");
+    }
+
+    #[test]
+    fn past_the_curves_last_window_the_past_decides() {
+        // The curve saw no failure within an hour (and so extrapolates
+        // none ever); the past shows one every 2 h. A 20 h task is hit.
+        let mut h = host(1.0, TrCurve::new([(3600.0, 1.0)]));
+        let curve_only = run(std::slice::from_ref(&h), &[20.0 * 3600.0], 200);
+        assert_eq!(curve_only.mean_failures, 0.0);
+        h.past = Some(PastFailures {
+            up_secs: 100.0 * 7200.0,
+            failures: 100,
+        });
+        let with_past = run(&[h], &[20.0 * 3600.0], 200);
+        assert!(with_past.mean_failures > 5.0, "{with_past:?}");
     }
 
     #[test]

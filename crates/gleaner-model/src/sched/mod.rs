@@ -24,7 +24,8 @@ pub mod timeline;
 
 pub use curve::{young_daly_interval, TrCurve};
 pub use estimate::{
-    estimate, Estimate, EstimateError, EstimateHost, EstimateInput, Quantiles, RunningTask,
+    estimate, Estimate, EstimateError, EstimateHost, EstimateInput, PastFailures, Quantiles,
+    RunningTask,
 };
 pub use place::{choose_host, longest_first, pick_task_for_host, HostView};
 pub use runtime::{Completion, RuntimeEstimate};

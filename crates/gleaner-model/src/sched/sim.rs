@@ -15,7 +15,9 @@
 //! task only where it will finish unhit, soonest). Pure code.
 
 use super::curve::{young_daly_interval, TrCurve};
-use super::estimate::{estimate, Estimate, EstimateError, EstimateHost, EstimateInput, Quantiles};
+use super::estimate::{
+    estimate, Estimate, EstimateError, EstimateHost, EstimateInput, PastFailures, Quantiles,
+};
 use super::place::{by_slowdown, HostView, Rule, LOOKAHEAD};
 use super::timeline::Timeline;
 use crate::predict::PredictRequest;
@@ -644,8 +646,18 @@ impl<'a> Sim<'a> {
                 view,
                 busy_secs: if down { outage } else { 0.0 },
                 recovery_secs: outage,
-                uptime_secs: (episodes > 0.0).then(|| up / episodes),
+                // The rate is known only as well as a week of the host's
+                // past tells it: drawn per run from its posterior.
+                past: (up > 0.0).then(|| PastFailures {
+                    up_secs: up,
+                    failures: episodes.round() as u32,
+                }),
                 checkpoint_secs,
+                checkpoint_cost_secs: if checkpoint_secs > 0.0 {
+                    self.config.checkpoint_cost_secs
+                } else {
+                    0.0
+                },
             });
         }
         est_hosts
@@ -661,6 +673,18 @@ impl<'a> Sim<'a> {
         let mut last_report = 0usize;
         for host in 0..self.hosts.len() {
             self.host_up(host);
+        }
+        if matches!(
+            self.config.policy,
+            Policy::Proactive | Policy::ProactiveCheckpoint
+        ) {
+            // The rule weighs busy and down hosts too (what they would do
+            // once back): each needs its view from the start, or a host
+            // down at submission would look like the ideal host (full
+            // speed, never failing) until it first came back.
+            for host in 0..self.hosts.len() {
+                self.view(host, forecaster);
+            }
         }
         loop {
             self.dispatch(forecaster, rng);

@@ -199,3 +199,52 @@ fn no_task_is_lost_or_run_twice() {
         assert!(r.goodput > 0.0 && r.goodput <= 1.0, "{policy}");
     }
 }
+
+#[test]
+fn a_host_down_at_submission_is_weighed_by_its_view_not_as_ideal() {
+    // Host 0 (P = 0.4) is revoked for the first 10 h of the batch after a
+    // day of full availability; host 1 (P = 0.5) is free. The one 1 h task
+    // ends soonest on host 1 (2 h, against host 0's 2.5 h once back). A
+    // blank view of host 0 (full speed, never failing, back within its
+    // usual outage) made the rule wait for it until it came back.
+    let n = 3 * 1440;
+    let fail = (0..n)
+        .map(|k| {
+            if (1440..1440 + 600).contains(&k) {
+                5
+            } else {
+                0
+            }
+        })
+        .collect();
+    let timelines = [
+        Timeline::from_cells(0, 60, fail, vec![1.0; n]),
+        never_failing(),
+    ];
+    let hosts = [
+        SimHost {
+            timeline: 0,
+            offset: 86_400,
+            power: 0.4,
+        },
+        SimHost {
+            timeline: 1,
+            offset: 86_400,
+            power: 0.5,
+        },
+    ];
+    for policy in [Policy::Proactive, Policy::ProactiveCheckpoint] {
+        // No estimate: making it views every host (as `gleaner simulate`,
+        // which makes its estimates apart, does not).
+        let r = run(
+            &SimConfig {
+                estimate_runs: 0,
+                ..config(policy, vec![3600.0])
+            },
+            &hosts,
+            &timelines,
+            TrCurve::never_fails(),
+        );
+        assert_eq!(r.makespan_secs, Some(7200.0), "{policy}: {r:?}");
+    }
+}
