@@ -21,6 +21,7 @@ use crate::consumer::pool::JobPool;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
 use crate::model::sched::curve::young_daly_interval;
+use crate::model::sched::estimate::{checkpoint_mttf, PastFailures};
 use crate::net::protocol::{CheckpointOrder, JobEventKind, OutputName};
 
 /// Shortest interval asked for: a checkpoint every few seconds costs more in
@@ -128,7 +129,10 @@ impl Intervals {
     pub fn surveyed(&mut self, hosts: &[SurveyedHost]) {
         for h in hosts {
             if let Some(curve) = &h.curve {
-                let m = curve.mttf();
+                // A flat tail (no failure seen) yields to what the host's
+                // past week shows, as in the estimate and the simulator.
+                let past = h.spells.map(PastFailures::from);
+                let m = checkpoint_mttf(curve, past.as_ref());
                 self.host_mttf.insert(h.peer, m.is_finite().then_some(m));
             }
             if let Some(tr) = h.tr {

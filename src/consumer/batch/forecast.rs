@@ -13,7 +13,7 @@ use crate::consumer::rank;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::sched::curve::{young_daly_interval, TrCurve};
 use crate::model::sched::estimate::{
-    EstimateHost, EstimateInput, PastFailures, Quantiles, RunningTask,
+    checkpoint_mttf, EstimateHost, EstimateInput, PastFailures, Quantiles, RunningTask,
 };
 use crate::model::sched::place::HostView;
 
@@ -107,7 +107,10 @@ pub fn estimate_batch<R: Rng + ?Sized>(
             let view = view_or_guess(h, shape.window_secs);
             let checkpoint_secs = shape
                 .checkpoint_cost_secs
-                .and_then(|c| young_daly_interval(c, view.curve.mttf()))
+                .and_then(|c| {
+                    let past = h.spells.map(PastFailures::from);
+                    young_daly_interval(c, checkpoint_mttf(&view.curve, past.as_ref()))
+                })
                 .unwrap_or(0.0);
             let busy_with_others = h.slot_free == Some(false) && !ours.contains(&h.peer);
             EstimateHost {

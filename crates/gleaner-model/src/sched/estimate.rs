@@ -24,7 +24,7 @@
 //! estimates. The quantiles over runs are the estimate. Pure code: the
 //! caller passes the RNG.
 
-use super::curve::{FailureSampler, PreparedCurve};
+use super::curve::{FailureSampler, PreparedCurve, TrCurve};
 use super::place::{by_slowdown, HostView, Rule};
 use super::spells::PastSpells;
 use rand::{Rng, SeedableRng};
@@ -97,6 +97,14 @@ impl From<PastSpells> for PastFailures {
 }
 
 impl PastFailures {
+    /// The mean time between failures this past implies: up time over the
+    /// failures plus one half (the inverse of the posterior's mean rate,
+    /// as [`Self::draw_rate`] draws it); `None` without up time.
+    pub fn mttf(&self) -> Option<f64> {
+        (self.up_secs.is_finite() && self.up_secs > 0.0)
+            .then(|| self.up_secs / (f64::from(self.failures) + 0.5))
+    }
+
     /// One draw of the failure rate (per second) from its posterior;
     /// `None` when there is no up time to judge from.
     pub fn draw_rate<R: Rng + ?Sized>(&self, rng: &mut R) -> Option<f64> {
@@ -105,6 +113,20 @@ impl PastFailures {
         }
         Some(gamma(f64::from(self.failures) + 0.5, rng) / self.up_secs)
     }
+}
+
+/// The MTTF a host's checkpoint interval is chosen with (Young/Daly's M):
+/// its curve's, or where the curve never fails (a flat tail: M infinite,
+/// so no checkpoint at all), what its past implies. A curve's tail says
+/// only that no failure was seen in the windows it learnt from; a host
+/// whose past holds failures will fail again, and a task of days placed
+/// there would otherwise restart from zero.
+pub fn checkpoint_mttf(curve: &TrCurve, past: Option<&PastFailures>) -> f64 {
+    let m = curve.mttf();
+    if m.is_finite() {
+        return m;
+    }
+    past.and_then(PastFailures::mttf).unwrap_or(m)
 }
 
 /// A task of ours already running.
@@ -1151,6 +1173,33 @@ mod tests {
             costly.makespan.mean > free.makespan.mean + 11.0 * 60.0,
             "{costly:?} vs {free:?}"
         );
+    }
+
+    #[test]
+    fn a_flat_curve_takes_its_checkpoint_mttf_from_the_past() {
+        let past = PastFailures {
+            up_secs: 10.0 * 3600.0,
+            failures: 4,
+        };
+        // A curve that fails: its own MTTF, whatever the past says.
+        let failing = TrCurve::exponential(7_200.0);
+        assert_eq!(checkpoint_mttf(&failing, Some(&past)), failing.mttf());
+        // One that never fails: 10 h of up time over 4.5 failures.
+        let flat = TrCurve::never_fails();
+        assert!((checkpoint_mttf(&flat, Some(&past)) - 8_000.0).abs() < 1e-9);
+        // No past, or a past with no up time: no failure to plan for.
+        assert!(checkpoint_mttf(&flat, None).is_infinite());
+        let blank = PastFailures {
+            up_secs: 0.0,
+            failures: 0,
+        };
+        assert!(checkpoint_mttf(&flat, Some(&blank)).is_infinite());
+        // A week without a failure still implies one every two weeks.
+        let quiet = PastFailures {
+            up_secs: 7.0 * 86_400.0,
+            failures: 0,
+        };
+        assert_eq!(checkpoint_mttf(&flat, Some(&quiet)), 14.0 * 86_400.0);
     }
 
     #[test]

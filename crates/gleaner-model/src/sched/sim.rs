@@ -16,7 +16,8 @@
 
 use super::curve::{young_daly_interval, TrCurve};
 use super::estimate::{
-    estimate, Estimate, EstimateError, EstimateHost, EstimateInput, PastFailures, Quantiles,
+    checkpoint_mttf, estimate, Estimate, EstimateError, EstimateHost, EstimateInput, PastFailures,
+    Quantiles,
 };
 use super::place::{by_slowdown, HostView, Rule, LOOKAHEAD};
 use super::timeline::Timeline;
@@ -624,6 +625,16 @@ impl<'a> Sim<'a> {
             .map(|(e, _)| (e.makespan, e.mean_failures))
     }
 
+    /// What host `host`'s week before `now` shows of its failures.
+    fn past_failures(&self, host: usize, now: f64) -> Option<PastFailures> {
+        let tl = &self.timelines[self.hosts[host].timeline];
+        let (up, episodes) = tl.past_spells(self.trace_time(host, now), PAST_LOOKBACK_SECS);
+        (up > 0.0).then(|| PastFailures {
+            up_secs: up,
+            failures: episodes.round() as u32,
+        })
+    }
+
     /// The pool as the estimate at submission sees it: each host's view
     /// at time 0, its usual outage, and (with checkpoints) its interval.
     fn estimate_hosts(&mut self, forecaster: &mut dyn Forecaster) -> Vec<EstimateHost> {
@@ -633,12 +644,16 @@ impl<'a> Sim<'a> {
             let view = self.view(host, forecaster).clone();
             let outage = self.outage_guess(host);
             let tl = &self.timelines[self.hosts[host].timeline];
-            // The mean up-spell between failures over the same past.
-            let (up, episodes) = tl.past_spells(self.trace_time(host, 0.0), PAST_LOOKBACK_SECS);
             let down = tl.failure_at(self.trace_time(host, 0.0)).is_some();
+            // The rate is known only as well as a week of the host's past
+            // tells it: drawn per run from its posterior.
+            let past = self.past_failures(host, 0.0);
             let checkpoint_secs = if checkpointing {
-                young_daly_interval(self.config.checkpoint_cost_secs, view.curve.mttf())
-                    .unwrap_or(0.0)
+                young_daly_interval(
+                    self.config.checkpoint_cost_secs,
+                    checkpoint_mttf(&view.curve, past.as_ref()),
+                )
+                .unwrap_or(0.0)
             } else {
                 0.0
             };
@@ -646,12 +661,7 @@ impl<'a> Sim<'a> {
                 view,
                 busy_secs: if down { outage } else { 0.0 },
                 recovery_secs: outage,
-                // The rate is known only as well as a week of the host's
-                // past tells it: drawn per run from its posterior.
-                past: (up > 0.0).then(|| PastFailures {
-                    up_secs: up,
-                    failures: episodes.round() as u32,
-                }),
+                past,
                 checkpoint_secs,
                 checkpoint_cost_secs: if checkpoint_secs > 0.0 {
                     self.config.checkpoint_cost_secs
@@ -1044,7 +1054,9 @@ impl<'a> Sim<'a> {
         let work = self.left[task];
         let (interval, cost) = if self.config.policy == Policy::ProactiveCheckpoint {
             let gamma = view.gamma().max(1e-6);
-            match young_daly_interval(self.config.checkpoint_cost_secs, view.curve.mttf()) {
+            let past = self.past_failures(host, self.now);
+            let mttf = checkpoint_mttf(&view.curve, past.as_ref());
+            match young_daly_interval(self.config.checkpoint_cost_secs, mttf) {
                 // τ and C are wall seconds at the predicted speed; in work, × Γ.
                 Some(tau) => (tau * gamma, self.config.checkpoint_cost_secs * gamma),
                 None => (0.0, 0.0),
