@@ -52,6 +52,7 @@
 //! Pure code: no clock, no I/O; the cache is plain memory behind a mutex.
 
 use super::logistic::{hour_slots, prefix_fingerprint, GridIndex};
+use super::recent::{each_recent_sample, recent_states};
 use super::ridge::{self, dot, sigmoid, Settings};
 use super::{certain_failure, observed_state, Frequency};
 use crate::predict::{geometry, is_weekend, PredictError, PredictRequest};
@@ -564,43 +565,20 @@ fn survival(
 /// The present at W read off the series (no grid of the record): the same
 /// quantities the grid gives an origin, on a grid ending at W.
 fn present(series: &HostSeries, th: Thresholds, at: i64, state: State) -> Option<Origin> {
-    let step = i64::from(series.step_secs.max(1));
-    let first = series.first_time()?;
-    let back = ((at - first).min(LOOKBACK_SECS) / step).max(0) as usize;
-    let mut states = Vec::new();
-    if back == 0
-        || !series.window_states(th, at - back as i64 * step, step as u32, back, &mut states)
-    {
-        states.clear();
-        states.push(state);
-    }
-    let k = states.len() - 1;
-    let cap = (LOOKBACK_SECS / step).max(1) as usize;
-    let run = states.iter().rev().take_while(|s| **s == states[k]).count();
-    let since = states
-        .iter()
-        .rev()
-        .position(|s| s.is_failure())
-        .unwrap_or(cap)
-        .min(cap);
+    let recent = recent_states(series, th, at, state, LOOKBACK_SECS)?;
+    let step = recent.step;
     let span = ((EWMA_SPAN_SECS / step).max(1) as usize)
         .max((3600 / step).max(1) as usize)
-        .min(k + 1);
+        .min(recent.len);
     let (mut cpu, mut free) = (Vec::with_capacity(span), Vec::with_capacity(span));
-    let mut row = series.row_at(at - (span as i64 - 1) * step)?;
-    for j in 0..span {
-        let t = at - (span - 1 - j) as i64 * step;
-        while series.get(row + 1).is_some_and(|s| s.time <= t) {
-            row += 1;
-        }
-        let s = series.get(row)?;
+    each_recent_sample(series, at, step, span, |_, s| {
         cpu.push(s.cpu.round().clamp(0.0, 100.0) as u8);
         free.push(u32::try_from(s.free_mib).unwrap_or(u32::MAX));
-    }
+    })?;
     Some(Origin::new(
         state,
-        run - 1,
-        since,
+        recent.run - 1,
+        recent.since_fail,
         step,
         &cpu,
         &free,

@@ -45,6 +45,7 @@
 //! Pure code: no clock, no I/O; the cache is plain memory behind a mutex.
 
 use super::isotonic::Isotonic;
+use super::recent::{each_recent_sample, recent_states};
 use super::ridge::{self, dot, sigmoid, Settings};
 use super::{certain_failure, observed_state, Frequency};
 use crate::predict::{geometry, is_weekend, PredictError, PredictRequest};
@@ -781,46 +782,24 @@ pub(crate) fn newton(
 /// The present at W read straight off the series (no grid of the record):
 /// the same quantities as [`GridIndex::present`], on a grid ending at W.
 fn present_at(series: &HostSeries, th: Thresholds, at: i64, state: State) -> Option<Present> {
-    let step = i64::from(series.step_secs.max(1));
-    let first = series.first_time()?;
-    let back = ((at - first).min(LOOKBACK_SECS) / step).max(0) as usize;
-    let mut states = Vec::new();
-    if back == 0
-        || !series.window_states(th, at - back as i64 * step, step as u32, back, &mut states)
-    {
-        states.clear();
-        states.push(state);
-    }
-    let k = states.len() - 1;
-    let cap = (LOOKBACK_SECS / step).max(1) as usize;
-    let run = states.iter().rev().take_while(|s| **s == states[k]).count();
+    let recent = recent_states(series, th, at, state, LOOKBACK_SECS)?;
+    let step = recent.step;
     // A run as old as the lookback reads as the cap, as on the grid.
-    let age = run - 1;
-    let since_fail = states
-        .iter()
-        .rev()
-        .position(|s| s.is_failure())
-        .unwrap_or(cap);
+    let age = recent.run - 1;
     let mut load_sum = 0.0;
-    let w30 = ((1800 / step).max(1) as usize).min(k + 1);
-    let w60 = ((3600 / step).max(1) as usize).min(k + 1);
+    let w30 = ((1800 / step).max(1) as usize).min(recent.len);
+    let w60 = ((3600 / step).max(1) as usize).min(recent.len);
     let mut min_free = u64::MAX;
-    let mut row = series.row_at(at - (w60 as i64 - 1) * step)?;
-    for j in 0..w60 {
-        let t = at - (w60 - 1 - j) as i64 * step;
-        while series.get(row + 1).is_some_and(|s| s.time <= t) {
-            row += 1;
-        }
-        let s = series.get(row)?;
+    each_recent_sample(series, at, step, w60, |j, s| {
         min_free = min_free.min(s.free_mib.min(u64::from(u32::MAX)));
         if j + w30 >= w60 {
             load_sum += s.cpu.round().clamp(0.0, 100.0);
         }
-    }
+    })?;
     Some(Present {
         state,
         age_secs: age as i64 * step,
-        since_fail_secs: since_fail.min(cap) as i64 * step,
+        since_fail_secs: recent.since_fail as i64 * step,
         load: load_sum / w30 as f64,
         min_free,
         job_mem: th.job_mem_mib,

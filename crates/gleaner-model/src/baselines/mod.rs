@@ -35,6 +35,7 @@ pub mod isotonic;
 pub mod linear;
 pub mod logistic;
 pub mod markov;
+mod recent;
 pub mod ridge;
 pub mod rippp;
 
