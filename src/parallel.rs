@@ -120,6 +120,7 @@ mod tests {
                 }),
                 checkpoint_secs: if i % 2 == 1 { 900.0 } else { 0.0 },
                 checkpoint_cost_secs: 30.0,
+                spells: None,
             })
             .collect();
         let waiting: Vec<f64> = (0..40).map(|i| 600.0 + 97.0 * i as f64).collect();

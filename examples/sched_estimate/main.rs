@@ -68,6 +68,7 @@ fn main() -> anyhow::Result<()> {
                     past: None,
                     checkpoint_secs: 0.0,
                     checkpoint_cost_secs: 0.0,
+                    spells: None,
                 }
             })
             .collect();

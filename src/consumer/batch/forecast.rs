@@ -138,6 +138,7 @@ pub fn estimate_batch<R: Rng + ?Sized>(
                 } else {
                     0.0
                 },
+                spells: None,
                 view,
             }
         })

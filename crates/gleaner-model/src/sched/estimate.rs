@@ -26,7 +26,7 @@
 
 use super::curve::{FailureSampler, PreparedCurve, TrCurve};
 use super::place::{by_slowdown, HostView, Rule};
-use super::spells::PastSpells;
+use super::spells::{PastSpells, SpellLengths};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -72,6 +72,12 @@ pub struct EstimateHost {
     /// work, not of wall time, and the writing adds to its run.
     #[serde(default)]
     pub checkpoint_cost_secs: f64,
+    /// The lengths of the host's past up-spells and outages, when known:
+    /// after a return its next up-spell and outage are resampled from
+    /// them (see [`SpellBootstrap`]) instead of drawn as an exponential
+    /// at the past's rate and a fixed recovery. `None`: those.
+    #[serde(default)]
+    pub spells: Option<SpellLengths>,
 }
 
 /// A host's failure history: `failures` failure episodes began in
@@ -291,6 +297,109 @@ struct HostFacts {
     curve_end: (f64, f64),
     checkpoint: f64,
     checkpoint_cost: f64,
+    bootstrap: Option<SpellBootstrap>,
+}
+
+/// A host's past spells made ready for resampling after each return: a
+/// Bayesian bootstrap (Rubin, 1981). Each run draws weights for the seen
+/// spells from a Dirichlet with one unit per spell and half a unit for a
+/// spell unlike any seen, drawn from the fallback (for an up-spell, the
+/// exponential at the run's posterior rate; for an outage, the mean
+/// recovery). The half unit is the Jeffreys prior's half failure that
+/// [`PastFailures`] already adds: a host with no whole spell always falls
+/// back, one with two does a fifth of the time, one with thirty rarely.
+/// Per-run weights carry what the past leaves unknown, as the per-run
+/// rate does: a week of few spells widens the band, a long one does not.
+/// Spells are drawn independently (a renewal process): their order is
+/// not kept, only their lengths.
+#[derive(Debug, Clone, PartialEq)]
+struct SpellBootstrap {
+    /// (length, spells it stands for, cut by the span's edge: lasted at
+    /// least this long, and then at the run's rate).
+    up: Vec<(f64, f64, bool)>,
+    /// (length, outages it stands for).
+    outages: Vec<(f64, f64)>,
+}
+
+/// Pseudo-spells the fallback counts for in a [`SpellBootstrap`].
+const FALLBACK_WEIGHT: f64 = 0.5;
+
+impl SpellBootstrap {
+    /// From checked spells: lengths finite and positive, counts shared
+    /// among the points that stand for them. `None` with nothing to draw.
+    fn new(spells: &SpellLengths) -> Option<SpellBootstrap> {
+        let ok = |x: &f64| x.is_finite() && *x > 0.0;
+        let share = |seen: u32, kept: usize| {
+            if kept == 0 {
+                0.0
+            } else {
+                (f64::from(seen) / kept as f64).max(1.0)
+            }
+        };
+        let up_each = share(spells.up_seen, spells.up.len());
+        let mut up: Vec<(f64, f64, bool)> = spells
+            .up
+            .iter()
+            .filter(|x| ok(x))
+            .map(|&x| (x, up_each, false))
+            .collect();
+        up.extend(
+            spells
+                .up_cut
+                .iter()
+                .filter(|x| ok(x))
+                .map(|&x| (x, 1.0, true)),
+        );
+        let out_each = share(spells.outages_seen, spells.outages.len());
+        let outages: Vec<(f64, f64)> = spells
+            .outages
+            .iter()
+            .filter(|x| ok(x))
+            .map(|&x| (x, out_each))
+            .collect();
+        (!up.is_empty() || !outages.is_empty()).then_some(SpellBootstrap { up, outages })
+    }
+}
+
+/// One run's weights over a host's spells: cumulative, the fallback's
+/// first (index 0), then each spell's.
+#[derive(Debug, Clone, Default)]
+struct SpellWeights {
+    up: Vec<f64>,
+    outages: Vec<f64>,
+}
+
+impl SpellWeights {
+    fn draw<R: Rng + ?Sized>(&mut self, b: &SpellBootstrap, rng: &mut R) {
+        fn fill<R: Rng + ?Sized>(
+            cum: &mut Vec<f64>,
+            counts: impl Iterator<Item = f64>,
+            rng: &mut R,
+        ) {
+            cum.clear();
+            let mut total = gamma(FALLBACK_WEIGHT, rng);
+            cum.push(total);
+            for c in counts {
+                total += if c == 1.0 {
+                    -(1.0 - rng.random::<f64>()).ln()
+                } else {
+                    gamma(c, rng)
+                };
+                cum.push(total);
+            }
+        }
+        fill(&mut self.up, b.up.iter().map(|s| s.1), rng);
+        fill(&mut self.outages, b.outages.iter().map(|s| s.1), rng);
+    }
+
+    /// Index into `cum` drawn by weight (0: the fallback).
+    fn pick<R: Rng + ?Sized>(cum: &[f64], rng: &mut R) -> usize {
+        let Some(&total) = cum.last() else {
+            return 0;
+        };
+        let x = rng.random::<f64>() * total;
+        cum.partition_point(|&c| c <= x).min(cum.len() - 1)
+    }
 }
 
 impl HostFacts {
@@ -321,6 +430,7 @@ impl HostFacts {
             } else {
                 0.0
             },
+            bootstrap: host.spells.as_ref().and_then(SpellBootstrap::new),
         }
     }
 
@@ -620,6 +730,9 @@ struct Run {
     /// Per host: this run's failure rate after a return and past the
     /// curve's last window (NaN: none known; the curve decides).
     rate: Vec<f64>,
+    /// Per host: this run's weights over its past spells (used only for
+    /// hosts with a [`SpellBootstrap`]).
+    weights: Vec<SpellWeights>,
     /// Per host: bumped when it takes a task, so a pending `HostDown` of
     /// an earlier idle spell is recognised as stale.
     epoch: Vec<u32>,
@@ -660,6 +773,7 @@ impl Run {
             is_free: vec![false; n_hosts],
             next_fail: vec![f64::INFINITY; n_hosts],
             rate: vec![f64::NAN; n_hosts],
+            weights: vec![SpellWeights::default(); n_hosts],
             epoch: vec![0; n_hosts],
             free_list: Vec::with_capacity(n_hosts),
             rank: Vec::new(),
@@ -715,19 +829,48 @@ impl Run {
         now: f64,
         rng: &mut R,
     ) {
-        let back = now + facts[host].recovery;
+        let back = now + self.outage(facts, host, rng);
         self.free_at[host] = back;
-        let rate = self.rate[host];
-        self.next_fail[host] = if rate.is_nan() {
-            facts[host]
-                .sampler
-                .sample(rng)
-                .map_or(f64::INFINITY, |f| back + f)
-        } else {
-            back + exponential(rate, rng)
-        };
+        self.next_fail[host] = back + self.up_spell(facts, host, rng);
         self.push(back, EventKind::HostFree { host });
         self.recheck_all = true;
+    }
+
+    /// How long a failure keeps `host` away: one of its past outages
+    /// drawn by this run's weights, or its mean recovery.
+    fn outage<R: Rng + ?Sized>(&self, facts: &[HostFacts], host: usize, rng: &mut R) -> f64 {
+        let fact = &facts[host];
+        if let Some(b) = &fact.bootstrap {
+            let i = SpellWeights::pick(&self.weights[host].outages, rng);
+            if i > 0 {
+                return b.outages[i - 1].0;
+            }
+        }
+        fact.recovery
+    }
+
+    /// How long `host` stays up after a return: one of its past
+    /// up-spells drawn by this run's weights (a cut one lasts at least its
+    /// length, then at the run's rate), or an exponential at the run's
+    /// rate, or without a past a draw from the curve.
+    fn up_spell<R: Rng + ?Sized>(&self, facts: &[HostFacts], host: usize, rng: &mut R) -> f64 {
+        let fact = &facts[host];
+        let rate = self.rate[host];
+        let tail = |rng: &mut R| {
+            if rate.is_nan() {
+                fact.sampler.sample(rng).unwrap_or(f64::INFINITY)
+            } else {
+                exponential(rate, rng)
+            }
+        };
+        if let Some(b) = &fact.bootstrap {
+            let i = SpellWeights::pick(&self.weights[host].up, rng);
+            if i > 0 {
+                let (len, _, cut) = b.up[i - 1];
+                return if cut { len + tail(rng) } else { len };
+            }
+        }
+        tail(rng)
     }
 
     /// The host's first failure, seconds from when its clock starts: from
@@ -832,6 +975,9 @@ impl Run {
         }
         for (h, host) in input.hosts.iter().enumerate() {
             self.rate[h] = facts[h].draw_rate(rng).unwrap_or(f64::NAN);
+            if let Some(b) = &facts[h].bootstrap {
+                self.weights[h].draw(b, rng);
+            }
             // Each host's failure clock starts when it is first free.
             let from = host.busy_secs.max(0.0);
             self.next_fail[h] = from + self.first_failure(&facts[h], h, rng);
@@ -1065,6 +1211,7 @@ mod tests {
             past: None,
             checkpoint_secs: 0.0,
             checkpoint_cost_secs: 0.0,
+            spells: None,
         }
     }
 
@@ -1267,6 +1414,124 @@ mod tests {
         });
         let with_past = run(&[h], &[20.0 * 3600.0], 200);
         assert!(with_past.mean_failures > 5.0, "{with_past:?}");
+    }
+
+    /// `draws` up-spells and outages of `h` after a return, the run's
+    /// weights redrawn every 100 (as every run does).
+    fn spell_draws(h: &EstimateHost, rate: f64, draws: usize) -> (Vec<f64>, Vec<f64>) {
+        let facts = [HostFacts::new(h)];
+        let mut run = Run::new(1, &[1.0]);
+        run.rate[0] = rate;
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let (mut up, mut out) = (Vec::new(), Vec::new());
+        for k in 0..draws {
+            if k % 100 == 0 {
+                if let Some(b) = &facts[0].bootstrap {
+                    run.weights[0].draw(b, &mut rng);
+                }
+            }
+            up.push(run.up_spell(&facts, 0, &mut rng));
+            out.push(run.outage(&facts, 0, &mut rng));
+        }
+        (up, out)
+    }
+
+    fn with_spells(up: Vec<f64>, up_cut: Vec<f64>, outages: Vec<f64>) -> EstimateHost {
+        let mut h = host(1.0, exponential_to_a_day(3600.0));
+        h.recovery_secs = 777.0;
+        h.spells = Some(SpellLengths {
+            up_seen: up.len() as u32,
+            up,
+            up_cut,
+            outages_seen: outages.len() as u32,
+            outages,
+        });
+        h
+    }
+
+    #[test]
+    fn the_bootstrap_draws_only_past_spells_or_its_fallback() {
+        // 30 whole up-spells of 1000..=30000 s, 3 outages; the fallback's
+        // exponential is so slow (mean 10^12 s) that its draws stand out.
+        let past: Vec<f64> = (1..=30).map(|k| f64::from(k) * 1000.0).collect();
+        let h = with_spells(past.clone(), vec![], vec![100.0, 200.0, 300.0]);
+        let (up, out) = spell_draws(&h, 1e-12, 20_000);
+        let fallback = up.iter().filter(|x| !past.contains(x)).count();
+        assert!(up.iter().all(|x| past.contains(x) || *x > 1e6));
+        // Half a spell's weight against 30: about 1.6 % fall back.
+        let share = fallback as f64 / up.len() as f64;
+        assert!((0.005..0.04).contains(&share), "{share}");
+        // Every seen spell comes up, none more than chance allows.
+        for p in &past {
+            let n = up.iter().filter(|x| *x == p).count();
+            assert!((300..1_000).contains(&n), "{p}: {n}");
+        }
+        // Outages: the three seen, or the mean recovery (1/7 of the time).
+        assert!(out.iter().all(|o| [100.0, 200.0, 300.0, 777.0].contains(o)));
+        let recovery = out.iter().filter(|o| **o == 777.0).count() as f64 / 20_000.0;
+        assert!((0.08..0.22).contains(&recovery), "{recovery}");
+    }
+
+    #[test]
+    fn with_few_spells_the_bootstrap_falls_back() {
+        // No whole spell at all: always the exponential at the run's rate
+        // and the mean recovery.
+        let h = with_spells(vec![], vec![], vec![]);
+        assert!(HostFacts::new(&h).bootstrap.is_none());
+        let (up, out) = spell_draws(&h, 1.0 / 5000.0, 20_000);
+        let mean = up.iter().sum::<f64>() / up.len() as f64;
+        assert!((mean - 5000.0).abs() < 200.0, "{mean}");
+        assert!(out.iter().all(|o| *o == 777.0));
+        // One spell: the fallback holds half a weight against one, a
+        // third of the draws on average.
+        let h = with_spells(vec![4000.0], vec![], vec![]);
+        let (up, _) = spell_draws(&h, 1e-12, 20_000);
+        let fallback = up.iter().filter(|x| **x != 4000.0).count() as f64 / 20_000.0;
+        assert!((0.25..0.42).contains(&fallback), "{fallback}");
+        // A cut spell lasted at least its length, then at the run's rate.
+        let h = with_spells(vec![], vec![9000.0], vec![]);
+        let (up, _) = spell_draws(&h, 1.0 / 100.0, 5_000);
+        let cut: Vec<f64> = up.iter().copied().filter(|x| *x >= 9000.0).collect();
+        assert!(cut.len() > 2_500, "{}", cut.len());
+        let over = cut.iter().map(|x| x - 9000.0).sum::<f64>() / cut.len() as f64;
+        assert!((over - 100.0).abs() < 15.0, "{over}");
+    }
+
+    #[test]
+    fn bursty_spells_lose_less_of_a_long_task_than_their_mean_says() {
+        // A host whose up-spells are 40 of 10 min and 10 of two days
+        // (mean 10.1 h), a task of 12 h. Drawn as an exponential at that
+        // mean, a spell outlasts the task 30 % of the time and one that
+        // does not has run about 5 h of it: some 2.3 kills, 24 h on
+        // average. Resampled, a fifth of the spells outlast it and the
+        // rest end within 10 min: more kills (4), each losing little (13
+        // h on average). The curve is the same for both, so only the
+        // draws after a return differ.
+        let spells: Vec<f64> = std::iter::repeat_n(600.0, 40)
+            .chain(std::iter::repeat_n(172_800.0, 10))
+            .collect();
+        let up_secs: f64 = spells.iter().sum();
+        let mut h = host(1.0, exponential_to_a_day(up_secs / 50.0));
+        h.recovery_secs = 600.0;
+        h.past = Some(PastFailures {
+            up_secs,
+            failures: 50,
+        });
+        let exponential = run(std::slice::from_ref(&h), &[12.0 * 3600.0], 2000);
+        h.spells = Some(SpellLengths {
+            up_seen: 50,
+            up: spells,
+            up_cut: vec![],
+            outages: vec![600.0; 50],
+            outages_seen: 50,
+        });
+        let bootstrap = run(&[h], &[12.0 * 3600.0], 2000);
+        // Kills: more with the bursty spells (most end in 10 min), but
+        // each costs little, so the makespan's mean is shorter.
+        assert!(
+            bootstrap.makespan.mean < exponential.makespan.mean,
+            "{bootstrap:?} vs {exponential:?}"
+        );
     }
 
     #[test]

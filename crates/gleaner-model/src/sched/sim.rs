@@ -668,6 +668,7 @@ impl<'a> Sim<'a> {
                 } else {
                     0.0
                 },
+                spells: Some(tl.past_spell_lengths(self.trace_time(host, 0.0), PAST_LOOKBACK_SECS)),
             });
         }
         est_hosts

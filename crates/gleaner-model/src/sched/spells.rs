@@ -10,6 +10,7 @@
 
 use crate::series::HostSeries;
 use crate::state::{State, Thresholds};
+use serde::{Deserialize, Serialize};
 
 /// How far back a host's spells are counted, seconds: a week holds every
 /// weekday's pattern once, and is what the simulator looks back over.
@@ -86,6 +87,119 @@ impl PastSpells {
     }
 }
 
+/// Most lengths of each kind a [`SpellLengths`] keeps (and a reliability
+/// answer carries): past it, evenly spaced order statistics stand for the
+/// rest, so a host failing every few minutes sends no more than one that
+/// fails once a week. 32 quantiles pin a distribution's shape to about
+/// 1/32 of its mass, finer than a week of spells tells it anyway.
+pub const MAX_SPELL_LENGTHS: usize = 32;
+/// Most up-spells cut by a span's edges: the one running at its start and
+/// the one running at its end.
+pub const MAX_CUT_SPELLS: usize = 2;
+
+/// The lengths of a host's spells over a past span, not only their sums:
+/// real up-spells are bursty (many short, some very long), which a mean
+/// and an exponential draw do not show. The turnaround estimate resamples
+/// them after every return (a Bayesian bootstrap, see
+/// `estimate::SpellBootstrap`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct SpellLengths {
+    /// Whole up-spells (begun at the end of a failure, ended by the next),
+    /// seconds, ascending; at most [`MAX_SPELL_LENGTHS`].
+    pub up: Vec<f64>,
+    /// How many whole up-spells `up` stands for (more than its length when
+    /// quantiles stand for them).
+    pub up_seen: u32,
+    /// Up-spells cut by the span's edges, seconds: each lasted at least
+    /// this long (at most [`MAX_CUT_SPELLS`]).
+    pub up_cut: Vec<f64>,
+    /// Whole outages (begun and ended inside the span), seconds,
+    /// ascending; at most [`MAX_SPELL_LENGTHS`].
+    pub outages: Vec<f64>,
+    /// How many whole outages `outages` stands for.
+    pub outages_seen: u32,
+}
+
+impl SpellLengths {
+    /// The spells of a run of cells, `failing(k)` telling whether cell `k`
+    /// of `cells` (each `step_secs` long) could not run a guest.
+    pub fn of_cells(cells: usize, step_secs: f64, failing: impl Fn(usize) -> bool) -> SpellLengths {
+        let mut up = Vec::new();
+        let mut up_cut = Vec::new();
+        let mut outages = Vec::new();
+        let mut k = 0;
+        while k < cells {
+            let fails = failing(k);
+            let start = k;
+            while k < cells && failing(k) == fails {
+                k += 1;
+            }
+            let len = (k - start) as f64 * step_secs;
+            // Whole: bounded on both sides by the other kind of spell.
+            let whole = start > 0 && k < cells;
+            match (fails, whole) {
+                (false, true) => up.push(len),
+                (false, false) => up_cut.push(len),
+                (true, true) => outages.push(len),
+                // An outage cut by the span's edge: its length is unseen.
+                (true, false) => {}
+            }
+        }
+        let mut lengths = SpellLengths {
+            up_seen: u32::try_from(up.len()).unwrap_or(u32::MAX),
+            up,
+            up_cut,
+            outages_seen: u32::try_from(outages.len()).unwrap_or(u32::MAX),
+            outages,
+        };
+        lengths.up = quantile_points(std::mem::take(&mut lengths.up));
+        lengths.outages = quantile_points(std::mem::take(&mut lengths.outages));
+        lengths
+    }
+
+    /// The spells of states sampled every `step_secs`.
+    pub fn of_states(states: &[State], step_secs: u32) -> SpellLengths {
+        SpellLengths::of_cells(states.len(), f64::from(step_secs), |k| {
+            states[k].is_failure()
+        })
+    }
+
+    /// The spells in `[at − lookback, at]` of `series` read with `th`, as
+    /// [`PastSpells::of_series`] counts them.
+    pub fn of_series(
+        series: &HostSeries,
+        th: Thresholds,
+        at: i64,
+        lookback_secs: i64,
+    ) -> Option<SpellLengths> {
+        let step = series.step_secs.max(1);
+        let first = series.first_time()?;
+        let start = at.saturating_sub(lookback_secs.max(0)).max(first);
+        let steps = usize::try_from((at - start) / i64::from(step)).ok()?;
+        if steps == 0 {
+            return None;
+        }
+        let mut states = Vec::new();
+        series
+            .window_states(th, start, step, steps, &mut states)
+            .then(|| SpellLengths::of_states(&states, step))
+    }
+}
+
+/// `values` sorted, or when more than [`MAX_SPELL_LENGTHS`], that many
+/// evenly spaced order statistics of them (the midpoints of equal shares).
+pub fn quantile_points(mut values: Vec<f64>) -> Vec<f64> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n <= MAX_SPELL_LENGTHS {
+        return values;
+    }
+    let k = MAX_SPELL_LENGTHS;
+    (0..k)
+        .map(|i| values[(((2 * i + 1) * n) / (2 * k)).min(n - 1)])
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +262,57 @@ mod tests {
             PastSpells::of_series(&cut, Thresholds::default(), at, LOOKBACK_SECS),
             Some(spells)
         );
+    }
+
+    #[test]
+    fn lengths_keep_whole_spells_apart_from_those_the_edges_cut() {
+        use State::*;
+        // Opens failing (cut outage: dropped), up 2 (whole), down 1
+        // (whole), up 3 (whole), down 2 (whole), up 1 (cut at the end).
+        let states = [S5, S1, S2, S3, S1, S1, S1, S4, S5, S1];
+        let l = SpellLengths::of_states(&states, 10);
+        assert_eq!(l.up, vec![20.0, 30.0]);
+        assert_eq!(l.up_seen, 2);
+        assert_eq!(l.up_cut, vec![10.0]);
+        assert_eq!(l.outages, vec![10.0, 20.0]);
+        assert_eq!(l.outages_seen, 2);
+        // A span that never fails is one cut up-spell and nothing whole.
+        let calm = SpellLengths::of_states(&[S1, S2, S1], 10);
+        assert_eq!(calm.up_cut, vec![30.0]);
+        assert!(calm.up.is_empty() && calm.outages.is_empty());
+        assert_eq!(SpellLengths::of_states(&[], 10), SpellLengths::default());
+    }
+
+    #[test]
+    fn many_spells_are_kept_as_evenly_spaced_quantiles() {
+        // 1000 spells of 1..=1000 s: 32 points, ascending, spanning them,
+        // each standing for 1000/32 spells; the mean barely moves.
+        let points = quantile_points((1..=1000).rev().map(f64::from).collect());
+        assert_eq!(points.len(), MAX_SPELL_LENGTHS);
+        assert!(points.windows(2).all(|w| w[0] <= w[1]));
+        assert!(points[0] <= 20.0 && points[31] >= 980.0, "{points:?}");
+        let mean = points.iter().sum::<f64>() / 32.0;
+        assert!((mean - 500.5).abs() < 5.0, "{mean}");
+        // Few are kept as they are, sorted.
+        assert_eq!(quantile_points(vec![3.0, 1.0, 2.0]), vec![1.0, 2.0, 3.0]);
+    }
+
+    #[test]
+    fn a_records_lengths_add_up_to_its_spells() {
+        let s = daily_hour_off(10);
+        let at = 10 * 86_400 - 60;
+        let th = Thresholds::default();
+        let sums = PastSpells::of_series(&s, th, at, LOOKBACK_SECS).unwrap();
+        let l = SpellLengths::of_series(&s, th, at, LOOKBACK_SECS).unwrap();
+        let up: f64 = l.up.iter().chain(&l.up_cut).sum();
+        assert_eq!(up, sums.usable_secs);
+        // Seven episodes: six whole up-spells between them, and the
+        // span's first and last up-spells cut by its edges.
+        assert_eq!(l.up_seen, 6);
+        assert_eq!(l.up_cut.len(), 2);
+        assert_eq!(l.outages_seen, 7);
+        assert!(l.outages.iter().all(|o| (3_500.0..=3_700.0).contains(o)));
+        assert_eq!(SpellLengths::of_series(&s, th, 0, LOOKBACK_SECS), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! Past the grid's end the trace starts again from its beginning, so a
 //! simulation longer than a trace still ends. Pure code.
 
+use super::spells::SpellLengths;
 use crate::series::HostSeries;
 use crate::state::{State, Thresholds};
 
@@ -290,6 +291,22 @@ impl Timeline {
         (up.max(0.0), episodes.max(0.0))
     }
 
+    /// The lengths of the up-spells and outages in [t − lookback, t]
+    /// (clipped to the trace's start), cell by cell over laps: what
+    /// [`Self::past_spells`] sums, spell by spell.
+    pub fn past_spell_lengths(&self, t: f64, lookback: f64) -> SpellLengths {
+        let a = (t - lookback).max(self.start as f64);
+        if a >= t {
+            return SpellLengths::default();
+        }
+        let first = self.pos(a).floor() as usize;
+        let last = self.pos(t).floor() as usize;
+        let n = self.fail.len();
+        SpellLengths::of_cells(last.saturating_sub(first), self.step as f64, |k| {
+            self.fail[(first + k) % n] != 0
+        })
+    }
+
     /// From the past only: the guest's mean CPU share while usable over
     /// the `lookback` seconds before `t`, and the mean length of a failure
     /// episode begun in them (seconds; `None` when none began). A lookback
@@ -353,6 +370,16 @@ mod tests {
         // The same past as up-spells: 800 usable seconds, one episode.
         assert_eq!(tl.past_spells(2000.0, 1000.0), (800.0, 1.0));
         assert_eq!(tl.past_spells(1000.0, 1000.0), (0.0, 0.0));
+        // Spell by spell: the lap's first five cells and last three are
+        // up-spells cut by the span's edges, the S3 between them whole.
+        let l = tl.past_spell_lengths(2000.0, 1000.0);
+        assert_eq!(l.up_cut, vec![500.0, 300.0]);
+        assert!(l.up.is_empty());
+        assert_eq!(l.outages, vec![200.0]);
+        // Over a lap's end: the whole up-spell from 1700 to 2500.
+        let l = tl.past_spell_lengths(2700.0, 1200.0);
+        assert_eq!(l.up, vec![800.0]);
+        assert!(l.up_cut.is_empty() && l.outages.is_empty());
     }
 
     #[test]
