@@ -110,6 +110,27 @@ fn a_pool_of_three_nodes_ranks_by_tr_runs_jobs_and_survives_a_host_killed_mid_jo
     assert!((17.0 * 60.0..=20.0 * 60.0).contains(&away), "{report:#}");
     let up = week(&flaky_id, "mean_uptime_secs").unwrap();
     assert!((40.0 * 60.0..=43.0 * 60.0).contains(&up), "{report:#}");
+    // And spell by spell, as the answer carried them (32 quantiles of
+    // the week's ~165): the usual outage and up-spell, whatever their order.
+    let lengths = |field: &str| -> Vec<f64> {
+        host_entry(&report, &flaky_id).unwrap()[field]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {field}: {report:#}"))
+            .iter()
+            .filter_map(Value::as_f64)
+            .collect()
+    };
+    let (ups, outages) = (lengths("up_spell_secs"), lengths("outage_secs"));
+    assert_eq!((ups.len(), outages.len()), (32, 32), "{report:#}");
+    let median = |v: &[f64]| v[v.len() / 2];
+    assert!(
+        (39.0 * 60.0..=43.0 * 60.0).contains(&median(&ups)),
+        "{report:#}"
+    );
+    assert!(
+        (17.0 * 60.0..=20.0 * 60.0).contains(&median(&outages)),
+        "{report:#}"
+    );
     assert_eq!(report["hosts"][0]["peer"], steady_id.as_str(), "best first");
     assert!(
         host_entry(&report, &peer(&consumer)).is_none(),

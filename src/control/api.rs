@@ -91,6 +91,12 @@ pub struct HostReport {
     pub mean_uptime_secs: Option<f64>,
     #[serde(default)]
     pub mean_outage_secs: Option<f64>,
+    /// The lengths it answered of the same week's whole up-spells and
+    /// outages (at most 32 each: quantiles when more), ascending.
+    #[serde(default)]
+    pub up_spell_secs: Vec<f64>,
+    #[serde(default)]
+    pub outage_secs: Vec<f64>,
 }
 
 impl From<&SurveyedHost> for HostReport {
@@ -139,6 +145,16 @@ impl From<&SurveyedHost> for HostReport {
             failures_past_week: h.spells.map(|s| s.episodes),
             mean_uptime_secs: h.spells.and_then(|s| s.mean_uptime_secs()),
             mean_outage_secs: h.spells.and_then(|s| s.mean_outage_secs()),
+            up_spell_secs: h
+                .spell_lengths
+                .as_ref()
+                .map(|l| l.up.clone())
+                .unwrap_or_default(),
+            outage_secs: h
+                .spell_lengths
+                .as_ref()
+                .map(|l| l.outages.clone())
+                .unwrap_or_default(),
         }
     }
 }

@@ -285,6 +285,13 @@ mod tests {
                 failing_secs: 100_000,
                 episodes: 12,
             }),
+            spell_lengths: Some(WireSpellLengths {
+                up_secs: vec![600, 40_000],
+                up_seen: 11,
+                up_cut_secs: vec![9_000],
+                outage_secs: vec![60, 120, 3_600],
+                outages_seen: 12,
+            }),
         })
     }
 

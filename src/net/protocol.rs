@@ -17,7 +17,8 @@ use crate::model::state::State;
 /// answer carries a TR curve over window lengths, the predicted
 /// availability over the window and the host's relative speed P. Version
 /// 3: the answer carries the host's failure spells over its past week.
-pub const RELIABILITY_PROTOCOL: &str = "/gleaner/reliability/3";
+/// Version 4: and their lengths, bounded ([`WireSpellLengths`]).
+pub const RELIABILITY_PROTOCOL: &str = "/gleaner/reliability/4";
 /// Protocol id of job submission, job events and output fetches (request/response).
 /// Version 2: inputs are referenced by hash and fetched over [`DATA_PROTOCOL`].
 /// Version 3: a submission may carry a checkpoint order; hosts report
@@ -135,7 +136,7 @@ pub struct Announcement {
     pub version: String,
 }
 
-/// `/gleaner/reliability/3` request: what is the reliability of a job that would run in
+/// `/gleaner/reliability/4` request: what is the reliability of a job that would run in
 /// this window with this much memory?
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReliabilityQuery {
@@ -192,6 +193,28 @@ pub struct ReliabilityAnswer {
     /// what a turnaround estimate needs after the first failure, which the
     /// curve does not describe. `None` when its record is too short.
     pub spells: Option<WireSpells>,
+    /// The lengths of those spells, so that a turnaround estimate can
+    /// resample them after a return instead of assuming an exponential
+    /// (real up-spells are bursty). `None` when `spells` is.
+    pub spell_lengths: Option<WireSpellLengths>,
+}
+
+/// The lengths of a host's spells over its past week, whole seconds, as a
+/// reliability answer carries them (the model's `SpellLengths`): at most
+/// 32 whole up-spells and 32 whole outages (evenly spaced quantiles when
+/// more were seen), and the up-spells the week's edges cut.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireSpellLengths {
+    /// Whole up-spells, ascending.
+    pub up_secs: Vec<u32>,
+    /// How many whole up-spells `up_secs` stands for.
+    pub up_seen: u32,
+    /// Up-spells cut by the week's edges (at most 2): at least this long.
+    pub up_cut_secs: Vec<u32>,
+    /// Whole outages, ascending.
+    pub outage_secs: Vec<u32>,
+    /// How many whole outages `outage_secs` stands for.
+    pub outages_seen: u32,
 }
 
 /// A host's failure spells over a past span, as a reliability answer
@@ -206,7 +229,7 @@ pub struct WireSpells {
     pub episodes: u32,
 }
 
-/// `/gleaner/reliability/3` response.
+/// `/gleaner/reliability/4` response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ReliabilityResponse {
     /// The prediction.

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::model::predict::{history_days, PredictRequest};
-use crate::model::sched::spells::{PastSpells, LOOKBACK_SECS};
+use crate::model::sched::spells::{PastSpells, SpellLengths, LOOKBACK_SECS};
 use crate::model::series::HostSeries;
 use crate::model::state::State;
 use crate::report::{curve, forecast, Forecast, ReportError, ReportRequest};
@@ -41,7 +41,12 @@ pub struct HostAnswer {
     /// Failure spells over the week before the window's start (or before
     /// the last reading, for a window that starts later).
     pub spells: Option<PastSpells>,
+    /// The same spells' lengths (bounded: see [`SpellLengths`]).
+    pub spell_lengths: Option<SpellLengths>,
 }
+
+/// A host's spells over a week: their sums and their lengths.
+type WeekSpells = Option<(PastSpells, SpellLengths)>;
 
 /// Forecasts the request's window, the curve around it and the availability,
 /// and reads the host's spells. A curve length the history cannot cover is
@@ -58,8 +63,12 @@ pub fn host_answer(
 
 /// The host's spells over the week before `at`, read with the request's
 /// thresholds (the job's memory sets S4).
-fn spells_before(series: &HostSeries, request: &ReportRequest, at: i64) -> Option<PastSpells> {
-    PastSpells::of_series(series, request.window.thresholds, at, LOOKBACK_SECS)
+fn spells_before(series: &HostSeries, request: &ReportRequest, at: i64) -> WeekSpells {
+    let th = request.window.thresholds;
+    Some((
+        PastSpells::of_series(series, th, at, LOOKBACK_SECS)?,
+        SpellLengths::of_series(series, th, at, LOOKBACK_SECS)?,
+    ))
 }
 
 /// Where a request's spells end: the window's start, or the last reading
@@ -71,7 +80,7 @@ fn spells_until(series: &HostSeries, request: &ReportRequest) -> Option<i64> {
 fn answer_with_spells(
     series: &HostSeries,
     request: &ReportRequest,
-    spells: impl FnOnce(i64) -> Option<PastSpells>,
+    spells: impl FnOnce(i64) -> WeekSpells,
 ) -> Result<HostAnswer, ReportError> {
     let main = forecast(series, request)?;
     let asked = request.window.window_secs;
@@ -99,8 +108,12 @@ fn answer_with_spells(
             }
         })
         .collect();
+    let (spells, spell_lengths) = spells_until(series, request)
+        .and_then(spells)
+        .map_or((None, None), |(sums, lengths)| (Some(sums), Some(lengths)));
     Ok(HostAnswer {
-        spells: spells_until(series, request).and_then(spells),
+        spells,
+        spell_lengths,
         availability: predicted_availability(series, &request.window),
         forecast: main,
         curve,
@@ -144,7 +157,7 @@ pub fn predicted_availability(series: &HostSeries, window: &PredictRequest) -> O
 #[derive(Debug, Clone, Default)]
 pub struct AnswerCache {
     inner: Arc<Mutex<HashMap<AnswerKey, HostAnswer>>>,
-    spells: Arc<Mutex<HashMap<SpellsKey, Option<PastSpells>>>>,
+    spells: Arc<Mutex<HashMap<SpellsKey, WeekSpells>>>,
 }
 
 /// The window's start in minutes, its length and the job's memory.
@@ -168,7 +181,7 @@ impl AnswerCache {
                 at.div_euclid(SPELLS_REUSE_SECS),
                 request.window.thresholds.job_mem_mib,
             );
-            if let Some(known) = self.spells.lock().ok().and_then(|m| m.get(&key).copied()) {
+            if let Some(known) = self.spells.lock().ok().and_then(|m| m.get(&key).cloned()) {
                 return known;
             }
             let read = spells_before(series, request, at);
@@ -178,7 +191,7 @@ impl AnswerCache {
                 if map.len() >= CACHE_ENTRIES {
                     map.clear();
                 }
-                map.insert(key, read);
+                map.insert(key, read.clone());
             }
             read
         })
@@ -302,6 +315,13 @@ mod tests {
         assert_eq!(spells.episodes, 7, "{spells:?}");
         assert!((spells.mean_outage_secs().unwrap() - 3600.0).abs() <= 60.0);
         assert!((spells.mean_uptime_secs().unwrap() - 82_800.0).abs() <= 120.0);
+        // Their lengths: the seven hours off, and the days between them.
+        let lengths = answer.spell_lengths.unwrap();
+        assert_eq!(lengths.outages_seen, 7);
+        assert!(lengths.outages.iter().all(|o| (o - 3600.0).abs() <= 60.0));
+        assert!(lengths.up.iter().all(|u| (u - 82_800.0).abs() <= 120.0));
+        let up: f64 = lengths.up.iter().chain(&lengths.up_cut).sum();
+        assert_eq!(up, spells.usable_secs);
     }
 
     #[test]
@@ -352,6 +372,7 @@ mod tests {
             curve: vec![(60, 0.9)],
             availability: Some(0.5),
             spells: None,
+            spell_lengths: None,
         };
         cache.put(AnswerCache::key(120, 3600, 0), answer.clone());
         assert_eq!(cache.get(AnswerCache::key(179, 3600, 0)), Some(answer));

@@ -28,7 +28,7 @@ use crate::model::state::State;
 use crate::net::protocol::{
     FailureByCause, InputRef, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName,
     RejectReason, ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, RemoteJobState,
-    WireSpells, WireState, CURVE_POINTS_MAX,
+    WireSpellLengths, WireSpells, WireState, CURVE_POINTS_MAX,
 };
 use crate::net::{LocalStatus, NetEvent, NetHandle, Responder};
 use crate::node::answer::HostAnswer;
@@ -375,6 +375,7 @@ impl PoolHost {
                 availability_milli: Some(0),
                 speed_milli: power.speed,
                 spells: None,
+                spell_lengths: None,
             }));
             return;
         }
@@ -739,6 +740,16 @@ pub fn wire_answer(
             usable_secs: whole_secs(s.usable_secs),
             failing_secs: whole_secs(s.failing_secs),
             episodes: s.episodes,
+        }),
+        spell_lengths: answer.spell_lengths.as_ref().map(|l| {
+            let secs = |v: &[f64]| v.iter().map(|&x| whole_secs(x)).collect();
+            WireSpellLengths {
+                up_secs: secs(&l.up),
+                up_seen: l.up_seen,
+                up_cut_secs: secs(&l.up_cut),
+                outage_secs: secs(&l.outages),
+                outages_seen: l.outages_seen,
+            }
         }),
     }
 }
