@@ -10,7 +10,8 @@
 //! (`--old` also times the phase-1 code at the larger size, which takes minutes).
 mod old;
 
-use gleaner::model::sched::{EstimateHost, EstimateInput, HostView, TrCurve};
+use gleaner::model::sched::spells::SpellLengths;
+use gleaner::model::sched::{EstimateHost, EstimateInput, HostView, PastFailures, TrCurve};
 use gleaner::parallel;
 use nix::sys::resource::{getrusage, UsageWho};
 use rand::{Rng, SeedableRng};
@@ -115,6 +116,57 @@ fn main() -> anyhow::Result<()> {
             let e = last.take().expect("rounds ran");
             println!(
                 "  with a runtime spread σ = 0.3, {threads} thread(s): median {smed:.1} ms, CPU {cpu:.1} ms; makespan p10/p50/p90 {:.2}/{:.2}/{:.2} h",
+                e.makespan.p10 / 3600.0,
+                e.makespan.p50 / 3600.0,
+                e.makespan.p90 / 3600.0
+            );
+        }
+        // Each host with a past week: a failure rate and 32 up-spells and
+        // 32 outages resampled after each return (what a node answers).
+        let up: Vec<f64> = (0..32).map(|k| 600.0 * 1.15f64.powi(k)).collect();
+        let outages: Vec<f64> = (0..32).map(|k| 60.0 * 1.12f64.powi(k)).collect();
+        let with_past: Vec<EstimateHost> = hosts
+            .iter()
+            .map(|h| EstimateHost {
+                past: Some(PastFailures {
+                    up_secs: up.iter().sum(),
+                    failures: 33,
+                }),
+                spells: Some(SpellLengths {
+                    up: up.clone(),
+                    up_seen: 32,
+                    up_cut: vec![3_600.0, 7_200.0],
+                    outages: outages.clone(),
+                    outages_seen: 32,
+                }),
+                ..h.clone()
+            })
+            .collect();
+        // The same rate without the lengths: what the resampling costs.
+        let rate_only: Vec<EstimateHost> = with_past
+            .iter()
+            .map(|h| EstimateHost {
+                spells: None,
+                ..h.clone()
+            })
+            .collect();
+        for (what, hosts) in [
+            ("rate and 32 + 32 spells resampled", &with_past),
+            ("rate only", &rate_only),
+        ] {
+            let past_input = EstimateInput {
+                hosts,
+                ..input.clone()
+            };
+            let (pmed, _, _, cpu) = time(|round| {
+                let (e, _) =
+                    parallel::estimate(&past_input, &mut ChaCha8Rng::seed_from_u64(round), 1)
+                        .expect("valid");
+                last = Some(e);
+            });
+            let e = last.take().expect("rounds ran");
+            println!(
+                "  with each host's past week ({what}), 1 thread: median {pmed:.1} ms, CPU {cpu:.1} ms; makespan p10/p50/p90 {:.2}/{:.2}/{:.2} h",
                 e.makespan.p10 / 3600.0,
                 e.makespan.p50 / 3600.0,
                 e.makespan.p90 / 3600.0
