@@ -17,6 +17,10 @@
 //!   `hazard` both fit with.
 //! - [`hazard`]: a per-host discrete-time hazard model of the first failure
 //!   after W, whose survival gives every window length in one pass.
+//! - [`nws`]: a per-host tournament of `logistic`, `logistic+iso`,
+//!   `logistic+cal` and `hazard` scored on every past day with forgetting:
+//!   the leader's forecast (`nws`) or an exponentially weighted mix
+//!   (`nws+mix`).
 //! - [`linear`]: the papers' AR(8), BM(8), MA(8), ARMA(8,8), LAST on host load
 //!   and free memory, as an iterated point forecast and as simulated paths.
 //!
@@ -35,6 +39,7 @@ pub mod isotonic;
 pub mod linear;
 pub mod logistic;
 pub mod markov;
+pub mod nws;
 mod recent;
 pub mod ridge;
 pub mod rippp;
@@ -61,6 +66,7 @@ pub use hazard::Hazard;
 pub use linear::LinearBaseline;
 pub use logistic::Logistic;
 pub use markov::MarkovChain;
+pub use nws::Nws;
 pub use rippp::Rippp;
 
 /// Names of the linear time-series baselines, in the papers' order, with the model behind each.
@@ -153,6 +159,8 @@ pub fn method_names() -> Vec<&'static str> {
         "logistic+cal",
         "logistic+iso",
         "hazard",
+        "nws",
+        "nws+mix",
     ];
     names.extend(LINEAR.iter().map(|(point, _, _)| *point));
     names.extend(LINEAR.iter().map(|(_, prob, _)| *prob));
@@ -182,6 +190,8 @@ pub fn method_by_name(name: &str, seed: u64) -> Option<Box<dyn ReliabilityPredic
         "logistic+cal" => Box::new(Logistic::shared().calibrated()),
         "logistic+iso" => Box::new(Logistic::shared().isotonic()),
         "hazard" => Box::new(Hazard::shared()),
+        "nws" => Box::new(Nws::shared(nws::Mode::Leader)),
+        "nws+mix" => Box::new(Nws::shared(nws::Mode::Mix)),
         "blend" | "blend+age" => {
             let mut parts = vec![method_by_name("km", seed)?, method_by_name("freq", seed)?];
             if name == "blend+age" {
