@@ -140,6 +140,19 @@ const LINEAR: [(&str, &str, TimeSeriesModel); 5] = [
 /// (16 cells); the most points wins; a tie keeps the current default; the
 /// 1 ms clause (measured on the node's whole answer with only the fits
 /// cached) and rule 4 stand; a set not finished by 12:00 UTC: no switch.
+///
+/// Outcome of round five: `logistic` 6 points, `logistic+iso` 4, `hazard`
+/// 3, `logistic+cal` 2, `last-prob` 1; the default is unchanged.
+///
+/// Round six (issue 13, `nws` and `nws+mix` added; written and committed
+/// before its final run): round three's command and four sets with
+/// `--methods logistic,logistic+iso,logistic+cal,hazard,nws,nws+mix`,
+/// every other method's pooled Brier taken from round three's run; the four
+/// older candidates' must match round five's in every cell, or the round is
+/// not decided. One point per cell to the lowest pooled Brier (16 cells);
+/// the most points wins; a tie keeps the current default; the 1 ms clause
+/// (the node's answer with fits and scores cached, `node answer new
+/// sample`) and rule 4 stand; a set not finished by 15:45 UTC: no switch.
 pub const DEFAULT_METHOD: &str = "logistic";
 
 /// Every method name the registry knows, semi-Markov variants first.
