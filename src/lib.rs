@@ -16,6 +16,7 @@ pub mod eval;
 pub mod fsutil;
 pub mod guest;
 pub mod history;
+pub mod human;
 pub mod monitor;
 pub mod net;
 pub mod node;

@@ -16,7 +16,6 @@ use clap::{Args, Subcommand};
 use crate::cli::args::{parse_deadline, parse_duration, Deadline};
 use crate::cli::control::{block_on, client};
 use crate::cli::output::{print_json, print_text, table};
-use crate::cli::predict::human_duration;
 use crate::cli::Global;
 use crate::consumer::batch::{spec, PolicyName};
 use crate::control::api::{
@@ -24,6 +23,7 @@ use crate::control::api::{
     BatchSubmitRequest, EstimateReport, ParamsTable, TaskCounts, PREFIX,
 };
 use crate::control::client::ControlClient;
+use crate::human;
 use crate::model::ids::BatchId;
 
 /// Largest params file read, bytes.
@@ -496,7 +496,7 @@ fn counts_text(c: &TaskCounts) -> String {
 
 /// The estimate as `batch estimate` and `batch status` print it.
 fn estimate_text(e: &EstimateReport) -> String {
-    let d = |secs: f64| human_duration(secs.max(0.0).round() as u64);
+    let d = |secs: f64| human::duration(secs.max(0.0).round() as u64);
     let mut text = format!(
         "estimated end: in {} (10 % chance by {}, 90 % by {}), over {} host(s), {} runs\n",
         d(e.makespan_p50_secs),
@@ -521,7 +521,7 @@ const ETA_ROWS_MAX: usize = 20;
 /// Each task's expected end, for `batch estimate` (`batch status` puts it
 /// in its task table instead).
 fn task_etas_text(e: &EstimateReport) -> String {
-    let d = |secs: f64| human_duration(secs.max(0.0).round() as u64);
+    let d = |secs: f64| human::duration(secs.max(0.0).round() as u64);
     if e.tasks.len() > ETA_ROWS_MAX {
         let first = e
             .tasks
@@ -565,7 +565,7 @@ pub async fn warn_if_deadline_at_risk(
                 eprintln!(
                     "warning: the estimate gives this work a {:.0} % chance of ending by the deadline (expected end in {}); queued all the same",
                     p * 100.0,
-                    human_duration(e.makespan_p50_secs.max(0.0).round() as u64)
+                    human::duration(e.makespan_p50_secs.max(0.0).round() as u64)
                 );
             }
         }
@@ -609,7 +609,7 @@ fn status_text(r: &BatchReport) -> String {
                 t.attempts.to_string(),
                 t.exit_status.map_or("-".into(), |s| s.to_string()),
                 etas.get(&t.task).map_or("-".into(), |secs| {
-                    format!("in {}", human_duration(secs.max(0.0).round() as u64))
+                    format!("in {}", human::duration(secs.max(0.0).round() as u64))
                 }),
                 t.reason.clone().unwrap_or_default(),
             ]

@@ -194,14 +194,11 @@ fn status_text(r: &StatusReport) -> String {
             (None, None) => "unknown".to_string(),
         };
         let key = if r.prediction_method.is_empty() {
-            format!(
-                "TR next {}",
-                crate::cli::predict::human_duration(p.window_secs)
-            )
+            format!("TR next {}", crate::human::duration(p.window_secs))
         } else {
             format!(
                 "TR next {} ({})",
-                crate::cli::predict::human_duration(p.window_secs),
+                crate::human::duration(p.window_secs),
                 r.prediction_method
             )
         };

@@ -142,7 +142,7 @@ fn ready_text(r: &Ready) -> String {
     if let Some(down) = r.down_secs {
         text.push_str(&format!(
             "was off for:    {} (recorded as S5)\n",
-            crate::cli::predict::human_duration(u64::try_from(down).unwrap_or(0))
+            crate::human::duration(u64::try_from(down).unwrap_or(0))
         ));
     }
     if let (Some(pool), Some(peer)) = (&r.pool, &r.peer_id) {

@@ -57,7 +57,7 @@ pub fn hosts(args: &HostsArgs, global: &Global) -> anyhow::Result<()> {
 }
 
 fn hosts_table(r: &HostsReport) -> String {
-    let window = crate::cli::predict::human_duration(r.window_secs);
+    let window = crate::human::duration(r.window_secs);
     if r.hosts.is_empty() {
         return format!(
             "pool {}: no other member found yet (mDNS, bootstrap peers and the DHT are searched; try again in a few seconds)\n",

@@ -156,22 +156,6 @@ pub fn print_report(report: &PredictReport, json: bool) -> anyhow::Result<()> {
     }
 }
 
-/// "3h", "90m", "1h 30m", "45s".
-pub fn human_duration(secs: u64) -> String {
-    let (h, m, s) = (secs / 3600, secs % 3600 / 60, secs % 60);
-    let mut parts = Vec::new();
-    if h > 0 {
-        parts.push(format!("{h}h"));
-    }
-    if m > 0 {
-        parts.push(format!("{m}m"));
-    }
-    if s > 0 || parts.is_empty() {
-        parts.push(format!("{s}s"));
-    }
-    parts.join(" ")
-}
-
 fn cause_phrase(cause: State) -> &'static str {
     match cause {
         State::S3 => "its owner's heavy CPU use",
@@ -204,7 +188,7 @@ fn sentence(r: &PredictReport) -> String {
     let mut text = format!(
         "{host}: {:.1} % chance that a guest job running {} from {} is not interrupted ({start}; {learned}; method {}).",
         r.tr * 100.0,
-        human_duration(r.window_s),
+        crate::human::duration(r.window_s),
         r.at_local,
         r.method,
     );
@@ -221,17 +205,4 @@ fn sentence(r: &PredictReport) -> String {
     }
     text.push('\n');
     text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::human_duration;
-
-    #[test]
-    fn durations_read_naturally() {
-        assert_eq!(human_duration(10_800), "3h");
-        assert_eq!(human_duration(5400), "1h 30m");
-        assert_eq!(human_duration(45), "45s");
-        assert_eq!(human_duration(0), "0s");
-    }
 }

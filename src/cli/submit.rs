@@ -140,7 +140,7 @@ async fn follow(
                 gave_up = true;
                 say(format!(
                     "no host took the task within {}; giving up{}",
-                    crate::cli::predict::human_duration(queue_limit.as_secs()),
+                    crate::human::duration(queue_limit.as_secs()),
                     last_reason.as_deref().map(|r| format!(" (last: {r})")).unwrap_or_default()
                 ));
                 let _: TaskCounts = client

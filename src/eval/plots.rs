@@ -5,6 +5,7 @@
 //! directory it is given; it knows nothing about how the scores were made.
 
 use crate::eval::report::EvalReport;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -115,17 +116,7 @@ fn by_length(
         .draw()
         .map_err(|e| e.to_string())?;
     for (i, (name, points)) in series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .map_err(|e| e.to_string())?
-            .label(name.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
-            .map_err(|e| e.to_string())?;
+        draw_method(&mut chart, i, name, points)?;
     }
     chart
         .configure_series_labels()
@@ -134,6 +125,26 @@ fn by_length(
         .draw()
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
+}
+
+/// One method's line with its points and its legend entry, in the
+/// method's colour (its place in the report's order, the same on every chart).
+fn draw_method(
+    chart: &mut ChartContext<'_, SVGBackend<'_>, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    index: usize,
+    name: &str,
+    points: &[(f64, f64)],
+) -> Result<(), String> {
+    let color = Palette99::pick(index).to_rgba();
+    chart
+        .draw_series(LineSeries::new(points.to_vec(), color.stroke_width(2)))
+        .map_err(|e| e.to_string())?
+        .label(name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    chart
+        .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+        .map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 fn reliability_diagram(r: &EvalReport, path: &Path) -> Result<(), String> {
@@ -172,17 +183,7 @@ fn reliability_diagram(r: &EvalReport, path: &Path) -> Result<(), String> {
             .iter()
             .filter_map(|b| Some((b.mean_prediction?, b.observed?)))
             .collect();
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .map_err(|e| e.to_string())?
-            .label(name.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
-            .map_err(|e| e.to_string())?;
+        draw_method(&mut chart, i, name, &points)?;
     }
     chart
         .configure_series_labels()

@@ -682,21 +682,32 @@ impl HistoryStore {
         self.flush_record()
     }
 
+    /// One job-log entry, or `None` (counted as corrupt) when its key or
+    /// value does not decode: a damaged row must not hide the others.
+    fn decode_job_entry(&self, key: &[u8], value: &[u8]) -> Option<JobEvent> {
+        let decoded = codec::decode_job_key(key)
+            .and_then(|(time, _)| codec::decode_job_event(value).map(|r| (time, r)));
+        match decoded {
+            Ok((time, r)) => Some(JobEvent {
+                time,
+                job: r.job,
+                kind: r.kind,
+                detail: r.detail,
+            }),
+            Err(e) => {
+                self.note_corrupt("jobs", &e);
+                None
+            }
+        }
+    }
+
     /// The job-log events with times in `range`, in order.
     pub fn job_events(&self, range: impl RangeBounds<i64>) -> Result<Vec<JobEvent>, StoreError> {
         let mut out = Vec::new();
         for item in self.jobs.range(job_key_range(&range)) {
             let (k, v) = item.map_err(sled_err("reading the job log"))?;
-            let decoded = codec::decode_job_key(&k)
-                .and_then(|(time, _)| codec::decode_job_event(&v).map(|r| (time, r)));
-            match decoded {
-                Ok((time, r)) => out.push(JobEvent {
-                    time,
-                    job: r.job,
-                    kind: r.kind,
-                    detail: r.detail,
-                }),
-                Err(e) => self.note_corrupt("jobs", &e),
+            if let Some(event) = self.decode_job_entry(&k, &v) {
+                out.push(event);
             }
         }
         Ok(out)
@@ -711,16 +722,8 @@ impl HistoryStore {
                 break;
             }
             let (k, v) = item.map_err(sled_err("reading the job log"))?;
-            let decoded = codec::decode_job_key(&k)
-                .and_then(|(time, _)| codec::decode_job_event(&v).map(|r| (time, r)));
-            match decoded {
-                Ok((time, r)) => out.push(JobEvent {
-                    time,
-                    job: r.job,
-                    kind: r.kind,
-                    detail: r.detail,
-                }),
-                Err(e) => self.note_corrupt("jobs", &e),
+            if let Some(event) = self.decode_job_entry(&k, &v) {
+                out.push(event);
             }
         }
         Ok(out)

@@ -448,7 +448,7 @@ async fn curves(h: &HostHandle) -> Curves {
     let mut out: Vec<svg::Curve> = CURVE_JOBS_SECS
         .iter()
         .map(|&w| svg::Curve {
-            label: format!("{} job", pages::duration(w)),
+            label: format!("{} job", crate::human::duration(w)),
             points: Vec::new(),
         })
         .collect();

@@ -8,6 +8,7 @@ use crate::consumer::batch::BatchView;
 use crate::consumer::survey::SurveyedHost;
 use crate::guest::GuestPhase;
 use crate::history::store::JobEvent;
+use crate::human;
 use crate::node::host_loop::HostStatus;
 use std::fmt::Write as _;
 
@@ -61,22 +62,6 @@ pub fn when(unix: i64) -> String {
     }
 }
 
-/// "3h", "1h 30m", "45s" (the CLI's style; `ui` does not use `crate::cli`).
-pub fn duration(secs: u64) -> String {
-    let (h, m, s) = (secs / 3600, secs % 3600 / 60, secs % 60);
-    let mut parts = Vec::new();
-    if h > 0 {
-        parts.push(format!("{h}h"));
-    }
-    if m > 0 {
-        parts.push(format!("{m}m"));
-    }
-    if s > 0 || parts.is_empty() {
-        parts.push(format!("{s}s"));
-    }
-    parts.join(" ")
-}
-
 /// Why no guest runs now, in words: the host loop's typed reason (the one
 /// `gleaner status` shows).
 pub fn why_no_guest(s: &HostStatus) -> Option<String> {
@@ -119,7 +104,7 @@ pub fn now_live(s: &HostStatus) -> String {
             r.cpu,
             r.free_mib,
             escape(&when(r.time)),
-            duration(r.period.as_secs()),
+            human::duration(r.period.as_secs()),
         );
     }
     match &s.guest {
@@ -149,7 +134,7 @@ pub fn now_live(s: &HostStatus) -> String {
         let _ = write!(
             b,
             "<dt>TR of a {} job now</dt><dd>{value}</dd>",
-            duration(*window)
+            human::duration(*window)
         );
     }
     let _ = write!(
