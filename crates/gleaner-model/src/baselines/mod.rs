@@ -153,6 +153,10 @@ const LINEAR: [(&str, &str, TimeSeriesModel); 5] = [
 /// the most points wins; a tie keeps the current default; the 1 ms clause
 /// (the node's answer with fits and scores cached, `node answer new
 /// sample`) and rule 4 stand; a set not finished by 15:45 UTC: no switch.
+///
+/// Outcome of round six: `logistic` 4 points, `nws+mix` 4, `hazard` 3,
+/// `logistic+iso` 2, `logistic+cal` 2, `last-prob` 1; a tie keeps the
+/// default, which is unchanged (`docs/accuracy.md`, "Round six").
 pub const DEFAULT_METHOD: &str = "logistic";
 
 /// Every method name the registry knows, semi-Markov variants first.
