@@ -129,8 +129,8 @@ impl Scores {
             return w;
         }
         let min = self.loss[..k].iter().copied().fold(f64::INFINITY, f64::min);
-        for c in 0..k {
-            w[c] = (-ETA * (self.loss[c] - min)).exp();
+        for (wc, lc) in w.iter_mut().zip(&self.loss).take(k) {
+            *wc = (-ETA * (lc - min)).exp();
         }
         let total: f64 = w.iter().sum();
         w.iter_mut().for_each(|x| *x /= total);
@@ -362,8 +362,8 @@ impl Nws {
             });
             if answered {
                 out.weight += 1.0;
-                for c in 0..k {
-                    out.loss[c] += loss[c];
+                for (sum, l) in out.loss.iter_mut().zip(loss).take(k) {
+                    *sum += l;
                 }
             }
         }
@@ -432,7 +432,7 @@ impl ReliabilityPredictor for Nws {
                         continue;
                     }
                     let answer = if c == 0 {
-                        Ok(first.clone())
+                        Ok(first)
                     } else {
                         method.forecast(series, req)
                     };
