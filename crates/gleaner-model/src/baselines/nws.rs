@@ -427,6 +427,7 @@ impl ReliabilityPredictor for Nws {
                 }
                 let first = fallback.forecast(series, req)?;
                 let (mut sum, mut total) = (0.0, 0.0);
+                let mut causes = [0.0; crate::solver::CAUSES];
                 for (c, method) in self.candidates.iter().enumerate() {
                     if weights[c] <= 0.0 {
                         continue;
@@ -440,15 +441,21 @@ impl ReliabilityPredictor for Nws {
                     if let Some(f) = finite(answer) {
                         sum += weights[c] * f.tr.clamp(0.0, 1.0);
                         total += weights[c];
+                        for (acc, p) in causes.iter_mut().zip(f.fail_by_cause.unwrap_or_default()) {
+                            *acc += weights[c] * p.max(0.0);
+                        }
                     }
                 }
                 if total <= 0.0 {
                     return Ok(first);
                 }
-                Ok(ReliabilityForecast {
-                    tr: sum / total,
-                    fail_by_cause: None,
-                })
+                let tr = sum / total;
+                // The failure's split by cause: the candidates' splits mixed
+                // by the same weights, scaled to sum to 1 − TR (a candidate
+                // without one adds nothing to it).
+                let split: f64 = causes.iter().sum();
+                let fail_by_cause = (split > 0.0).then(|| causes.map(|p| p / split * (1.0 - tr)));
+                Ok(ReliabilityForecast { tr, fail_by_cause })
             }
         }
     }

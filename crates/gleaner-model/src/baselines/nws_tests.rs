@@ -214,6 +214,13 @@ fn no_peeking_past_w_nor_into_ws_date() {
             let before = nws.forecast(&cut, &req).unwrap();
             assert_eq!(whole, before, "{name}, {window} s");
             assert!(whole.tr.is_finite() && (0.0..=1.0).contains(&whole.tr));
+            // The split by cause and TR sum to 1, mixed or not.
+            let causes: f64 = whole
+                .fail_by_cause
+                .expect("the candidates split by cause")
+                .iter()
+                .sum();
+            assert!((whole.tr + causes - 1.0).abs() < 1e-9, "{name}: {whole:?}");
         }
     }
     // A failure early on W's date and on every later day: the scores (the
