@@ -21,6 +21,10 @@
 //!   node's whole answer (its curve in one pass); and the answer's
 //!   predicted CPU share alone (`availability`), the part no method changes.
 //!
+//! - `nws`, `nws+mix` (round six): the node's answer with fits and scores
+//!   cached (`node answer new sample`), and the first answer's time, cold
+//!   for the tournament's scores, printed once.
+//!
 //! Each is run on the whole 35-day trace and on the 14 days before W (ten
 //! weekdays: the smallest record that answers with N = 10).
 //! `cargo bench --bench answer`.
@@ -98,9 +102,13 @@ fn bench(c: &mut Criterion) {
         // when a sample arrives between queries), so only the fits are
         // cached, not the present at W or any part of the answer.
         let grown = grown_by_one(series);
-        for name in [DEFAULT_METHOD, "logistic+iso"] {
+        for name in [DEFAULT_METHOD, "logistic+iso", "nws", "nws+mix"] {
             let asked = request(name);
+            // The first answer pays every cold part once (for `nws`, the
+            // candidates' forecasts of every past window at five lengths).
+            let started = std::time::Instant::now();
             let _ = host_answer(series, &asked);
+            eprintln!("{name} first host answer, {label}: {:?}", started.elapsed());
             let _ = host_answer(&grown, &asked);
             let mut flip = false;
             group.bench_function(format!("{name} host answer new sample, {label}"), |b| {

@@ -65,7 +65,7 @@ fn logistic_methods_do_not_peek_with_the_held_out_days_active() {
         let cut = truncated(series, at);
         for window in [3600, 10 * 3600] {
             let req = request(at, window, th);
-            for name in ["logistic", "logistic+cal", "logistic+iso"] {
+            for name in ["logistic", "logistic+cal", "logistic+iso", "nws", "nws+mix"] {
                 let method = method_by_name(name, 3).unwrap();
                 let full = method.forecast(series, &req);
                 let known = method.forecast(&cut, &req);
@@ -76,5 +76,5 @@ fn logistic_methods_do_not_peek_with_the_held_out_days_active() {
             }
         }
     }
-    assert!(checked >= 12, "only {checked} forecasts succeeded");
+    assert!(checked >= 20, "only {checked} forecasts succeeded");
 }
