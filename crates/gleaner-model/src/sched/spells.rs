@@ -63,17 +63,8 @@ impl PastSpells {
         at: i64,
         lookback_secs: i64,
     ) -> Option<PastSpells> {
-        let step = series.step_secs.max(1);
-        let first = series.first_time()?;
-        let start = at.saturating_sub(lookback_secs.max(0)).max(first);
-        let steps = usize::try_from((at - start) / i64::from(step)).ok()?;
-        if steps == 0 {
-            return None;
-        }
-        let mut states = Vec::new();
-        series
-            .window_states(th, start, step, steps, &mut states)
-            .then(|| PastSpells::of_states(&states, step))
+        let (states, step) = past_states(series, th, at, lookback_secs)?;
+        Some(PastSpells::of_states(&states, step))
     }
 
     /// Mean usable seconds between failures; `None` without a failure.
@@ -172,18 +163,32 @@ impl SpellLengths {
         at: i64,
         lookback_secs: i64,
     ) -> Option<SpellLengths> {
-        let step = series.step_secs.max(1);
-        let first = series.first_time()?;
-        let start = at.saturating_sub(lookback_secs.max(0)).max(first);
-        let steps = usize::try_from((at - start) / i64::from(step)).ok()?;
-        if steps == 0 {
-            return None;
-        }
-        let mut states = Vec::new();
-        series
-            .window_states(th, start, step, steps, &mut states)
-            .then(|| SpellLengths::of_states(&states, step))
+        let (states, step) = past_states(series, th, at, lookback_secs)?;
+        Some(SpellLengths::of_states(&states, step))
     }
+}
+
+/// The states of `series` read with `th` over `[at − lookback, at]`, the
+/// lookback cut at the record's start, and their step; `None` when the
+/// record does not reach `at` or holds less than one step before it. Both
+/// kinds of spell figure count from this one reading.
+fn past_states(
+    series: &HostSeries,
+    th: Thresholds,
+    at: i64,
+    lookback_secs: i64,
+) -> Option<(Vec<State>, u32)> {
+    let step = series.step_secs.max(1);
+    let first = series.first_time()?;
+    let start = at.saturating_sub(lookback_secs.max(0)).max(first);
+    let steps = usize::try_from((at - start) / i64::from(step)).ok()?;
+    if steps == 0 {
+        return None;
+    }
+    let mut states = Vec::new();
+    series
+        .window_states(th, start, step, steps, &mut states)
+        .then_some((states, step))
 }
 
 /// `values` sorted, or when more than [`MAX_SPELL_LENGTHS`], that many
