@@ -301,7 +301,7 @@ struct HostFacts {
 }
 
 /// A host's past spells made ready for resampling after each return: a
-/// Bayesian bootstrap (Rubin, 1981). Each run draws weights for the seen
+/// Bayesian bootstrap (Rubin, 1981). Each run has weights for the seen
 /// spells from a Dirichlet with one unit per spell and half a unit for a
 /// spell unlike any seen, drawn from the fallback (for an up-spell, the
 /// exponential at the run's posterior rate; for an outage, the mean
@@ -312,6 +312,13 @@ struct HostFacts {
 /// rate does: a week of few spells widens the band, a long one does not.
 /// Spells are drawn independently (a renewal process): their order is
 /// not kept, only their lengths.
+///
+/// The weights are never drawn: picks made with Dirichlet(α) weights
+/// drawn once per run are, in law, a Pólya urn with initial masses α
+/// (each pick is one of α's by mass with chance A / (A + m), A = Σα,
+/// else a copy of one of the run's m earlier picks, uniformly), so a run
+/// pays one uniform per pick ([`SpellUrn`]) rather than a gamma draw per
+/// spell per host (27 % of the estimate with 32 + 32 spells per host).
 #[derive(Debug, Clone, PartialEq)]
 struct SpellBootstrap {
     /// (length, spells it stands for, cut by the span's edge: lasted at
@@ -319,6 +326,11 @@ struct SpellBootstrap {
     up: Vec<(f64, f64, bool)>,
     /// (length, outages it stands for).
     outages: Vec<(f64, f64)>,
+    /// The urn's initial masses, cumulative: the fallback's first (index
+    /// 0), then each up-spell's.
+    up_mass: Vec<f64>,
+    /// The same over the outages.
+    outage_mass: Vec<f64>,
 }
 
 /// Pseudo-spells the fallback counts for in a [`SpellBootstrap`].
@@ -357,48 +369,59 @@ impl SpellBootstrap {
             .filter(|x| ok(x))
             .map(|&x| (x, out_each))
             .collect();
-        (!up.is_empty() || !outages.is_empty()).then_some(SpellBootstrap { up, outages })
-    }
-}
-
-/// One run's weights over a host's spells: cumulative, the fallback's
-/// first (index 0), then each spell's.
-#[derive(Debug, Clone, Default)]
-struct SpellWeights {
-    up: Vec<f64>,
-    outages: Vec<f64>,
-}
-
-impl SpellWeights {
-    fn draw<R: Rng + ?Sized>(&mut self, b: &SpellBootstrap, rng: &mut R) {
-        fn fill<R: Rng + ?Sized>(
-            cum: &mut Vec<f64>,
-            counts: impl Iterator<Item = f64>,
-            rng: &mut R,
-        ) {
-            cum.clear();
-            let mut total = gamma(FALLBACK_WEIGHT, rng);
-            cum.push(total);
+        if up.is_empty() && outages.is_empty() {
+            return None;
+        }
+        let cumulative = |counts: &mut dyn Iterator<Item = f64>| {
+            let mut total = FALLBACK_WEIGHT;
+            let mut cum = vec![total];
             for c in counts {
-                total += if c == 1.0 {
-                    -(1.0 - rng.random::<f64>()).ln()
-                } else {
-                    gamma(c, rng)
-                };
+                total += c;
                 cum.push(total);
             }
-        }
-        fill(&mut self.up, b.up.iter().map(|s| s.1), rng);
-        fill(&mut self.outages, b.outages.iter().map(|s| s.1), rng);
+            cum
+        };
+        let up_mass = cumulative(&mut up.iter().map(|s| s.1));
+        let outage_mass = cumulative(&mut outages.iter().map(|s| s.1));
+        Some(SpellBootstrap {
+            up,
+            outages,
+            up_mass,
+            outage_mass,
+        })
+    }
+}
+
+/// One run's picks so far from a host's [`SpellBootstrap`] (indices into
+/// its masses, 0: the fallback): the Pólya urn that stands for the run's
+/// Dirichlet weights. Emptied at the start of every run.
+#[derive(Debug, Clone, Default)]
+struct SpellUrn {
+    up: Vec<u32>,
+    outages: Vec<u32>,
+}
+
+impl SpellUrn {
+    fn clear(&mut self) {
+        self.up.clear();
+        self.outages.clear();
     }
 
-    /// Index into `cum` drawn by weight (0: the fallback).
-    fn pick<R: Rng + ?Sized>(cum: &[f64], rng: &mut R) -> usize {
-        let Some(&total) = cum.last() else {
+    /// The next pick from the urn of initial masses `mass` (cumulative)
+    /// and earlier picks `picked`, which it joins.
+    fn pick<R: Rng + ?Sized>(mass: &[f64], picked: &mut Vec<u32>, rng: &mut R) -> usize {
+        let Some(&initial) = mass.last() else {
             return 0;
         };
-        let x = rng.random::<f64>() * total;
-        cum.partition_point(|&c| c <= x).min(cum.len() - 1)
+        let x = rng.random::<f64>() * (initial + picked.len() as f64);
+        let i = if x < initial {
+            mass.partition_point(|&c| c <= x).min(mass.len() - 1)
+        } else {
+            let k = ((x - initial) as usize).min(picked.len() - 1);
+            picked[k] as usize
+        };
+        picked.push(i as u32);
+        i
     }
 }
 
@@ -730,9 +753,9 @@ struct Run {
     /// Per host: this run's failure rate after a return and past the
     /// curve's last window (NaN: none known; the curve decides).
     rate: Vec<f64>,
-    /// Per host: this run's weights over its past spells (used only for
+    /// Per host: this run's picks from its past spells (used only for
     /// hosts with a [`SpellBootstrap`]).
-    weights: Vec<SpellWeights>,
+    urns: Vec<SpellUrn>,
     /// Per host: bumped when it takes a task, so a pending `HostDown` of
     /// an earlier idle spell is recognised as stale.
     epoch: Vec<u32>,
@@ -773,7 +796,7 @@ impl Run {
             is_free: vec![false; n_hosts],
             next_fail: vec![f64::INFINITY; n_hosts],
             rate: vec![f64::NAN; n_hosts],
-            weights: vec![SpellWeights::default(); n_hosts],
+            urns: vec![SpellUrn::default(); n_hosts],
             epoch: vec![0; n_hosts],
             free_list: Vec::with_capacity(n_hosts),
             rank: Vec::new(),
@@ -838,10 +861,10 @@ impl Run {
 
     /// How long a failure keeps `host` away: one of its past outages
     /// drawn by this run's weights, or its mean recovery.
-    fn outage<R: Rng + ?Sized>(&self, facts: &[HostFacts], host: usize, rng: &mut R) -> f64 {
+    fn outage<R: Rng + ?Sized>(&mut self, facts: &[HostFacts], host: usize, rng: &mut R) -> f64 {
         let fact = &facts[host];
         if let Some(b) = &fact.bootstrap {
-            let i = SpellWeights::pick(&self.weights[host].outages, rng);
+            let i = SpellUrn::pick(&b.outage_mass, &mut self.urns[host].outages, rng);
             if i > 0 {
                 return b.outages[i - 1].0;
             }
@@ -853,7 +876,7 @@ impl Run {
     /// up-spells drawn by this run's weights (a cut one lasts at least its
     /// length, then at the run's rate), or an exponential at the run's
     /// rate, or without a past a draw from the curve.
-    fn up_spell<R: Rng + ?Sized>(&self, facts: &[HostFacts], host: usize, rng: &mut R) -> f64 {
+    fn up_spell<R: Rng + ?Sized>(&mut self, facts: &[HostFacts], host: usize, rng: &mut R) -> f64 {
         let fact = &facts[host];
         let rate = self.rate[host];
         let tail = |rng: &mut R| {
@@ -864,7 +887,7 @@ impl Run {
             }
         };
         if let Some(b) = &fact.bootstrap {
-            let i = SpellWeights::pick(&self.weights[host].up, rng);
+            let i = SpellUrn::pick(&b.up_mass, &mut self.urns[host].up, rng);
             if i > 0 {
                 let (len, _, cut) = b.up[i - 1];
                 return if cut { len + tail(rng) } else { len };
@@ -975,9 +998,7 @@ impl Run {
         }
         for (h, host) in input.hosts.iter().enumerate() {
             self.rate[h] = facts[h].draw_rate(rng).unwrap_or(f64::NAN);
-            if let Some(b) = &facts[h].bootstrap {
-                self.weights[h].draw(b, rng);
-            }
+            self.urns[h].clear();
             // Each host's failure clock starts when it is first free.
             let from = host.busy_secs.max(0.0);
             self.next_fail[h] = from + self.first_failure(&facts[h], h, rng);
@@ -1417,7 +1438,7 @@ mod tests {
     }
 
     /// `draws` up-spells and outages of `h` after a return, the run's
-    /// weights redrawn every 100 (as every run does).
+    /// urn emptied every 100 (as every run does).
     fn spell_draws(h: &EstimateHost, rate: f64, draws: usize) -> (Vec<f64>, Vec<f64>) {
         let facts = [HostFacts::new(h)];
         let mut run = Run::new(1, &[1.0]);
@@ -1426,9 +1447,7 @@ mod tests {
         let (mut up, mut out) = (Vec::new(), Vec::new());
         for k in 0..draws {
             if k % 100 == 0 {
-                if let Some(b) = &facts[0].bootstrap {
-                    run.weights[0].draw(b, &mut rng);
-                }
+                run.urns[0].clear();
             }
             up.push(run.up_spell(&facts, 0, &mut rng));
             out.push(run.outage(&facts, 0, &mut rng));
