@@ -1492,6 +1492,31 @@ mod tests {
     }
 
     #[test]
+    fn the_urn_draws_as_dirichlet_weights_drawn_per_run() {
+        // Two spells and the fallback: masses 1, 1 and 1/2 (A = 2.5). With
+        // weights W ~ Dirichlet per run, two picks agree with chance
+        // E[sum W_i^2] = sum a_i (a_i + 1) / (A (A + 1)) = 4.75 / 8.75;
+        // with fixed weights a / A (no per-run uncertainty) only 0.36.
+        let h = with_spells(vec![1000.0, 2000.0], vec![], vec![]);
+        let b = HostFacts::new(&h).bootstrap.unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let (trials, mut same, mut fallback) = (40_000, 0, 0);
+        let mut picked = Vec::new();
+        for _ in 0..trials {
+            picked.clear();
+            let first = SpellUrn::pick(&b.up_mass, &mut picked, &mut rng);
+            let second = SpellUrn::pick(&b.up_mass, &mut picked, &mut rng);
+            same += usize::from(first == second);
+            fallback += usize::from(first == 0);
+        }
+        let same = same as f64 / trials as f64;
+        assert!((same - 4.75 / 8.75).abs() < 0.015, "{same}");
+        // The first pick is by the initial masses: the fallback 1/5.
+        let fallback = fallback as f64 / trials as f64;
+        assert!((fallback - 0.2).abs() < 0.015, "{fallback}");
+    }
+
+    #[test]
     fn with_few_spells_the_bootstrap_falls_back() {
         // No whole spell at all: always the exponential at the run's rate
         // and the mean recovery.
