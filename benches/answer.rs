@@ -25,6 +25,10 @@
 //!   cached (`node answer new sample`), and the first answer's time, cold
 //!   for the tournament's scores, printed once.
 //!
+//! - `logistic+hourbias` (round seven): the same two figures; its first
+//!   answer pays `logistic`'s forecasts of every past window at five
+//!   lengths, once.
+//!
 //! Each is run on the whole 35-day trace and on the 14 days before W (ten
 //! weekdays: the smallest record that answers with N = 10).
 //! `cargo bench --bench answer`.
@@ -102,10 +106,17 @@ fn bench(c: &mut Criterion) {
         // when a sample arrives between queries), so only the fits are
         // cached, not the present at W or any part of the answer.
         let grown = grown_by_one(series);
-        for name in [DEFAULT_METHOD, "logistic+iso", "nws", "nws+mix"] {
+        for name in [
+            DEFAULT_METHOD,
+            "logistic+iso",
+            "nws",
+            "nws+mix",
+            "logistic+hourbias",
+        ] {
             let asked = request(name);
             // The first answer pays every cold part once (for `nws`, the
-            // candidates' forecasts of every past window at five lengths).
+            // candidates' forecasts of every past window at five lengths;
+            // for `logistic+hourbias`, `logistic`'s).
             let started = std::time::Instant::now();
             let _ = host_answer(series, &asked);
             eprintln!("{name} first host answer, {label}: {:?}", started.elapsed());

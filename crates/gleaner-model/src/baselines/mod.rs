@@ -21,6 +21,9 @@
 //!   `logistic+cal` and `hazard` scored on every past day with forgetting:
 //!   the leader's forecast (`nws`) or an exponentially weighted mix
 //!   (`nws+mix`).
+//! - [`hourbias`]: `logistic` with a per-host, per-length correction of
+//!   its log-odds by the hour of day, learned on its own past forecasts of
+//!   every past day with forgetting (`logistic+hourbias`).
 //! - [`linear`]: the papers' AR(8), BM(8), MA(8), ARMA(8,8), LAST on host load
 //!   and free memory, as an iterated point forecast and as simulated paths.
 //!
@@ -35,6 +38,7 @@
 pub mod blend;
 pub mod freq;
 pub mod hazard;
+pub mod hourbias;
 pub mod isotonic;
 pub mod linear;
 pub mod logistic;
@@ -63,6 +67,7 @@ use jiff::Timestamp;
 pub use blend::{Blend, Stacked};
 pub use freq::Frequency;
 pub use hazard::Hazard;
+pub use hourbias::HourBias;
 pub use linear::LinearBaseline;
 pub use logistic::Logistic;
 pub use markov::MarkovChain;
@@ -178,6 +183,7 @@ pub fn method_names() -> Vec<&'static str> {
         "hazard",
         "nws",
         "nws+mix",
+        "logistic+hourbias",
     ];
     names.extend(LINEAR.iter().map(|(point, _, _)| *point));
     names.extend(LINEAR.iter().map(|(_, prob, _)| *prob));
@@ -209,6 +215,7 @@ pub fn method_by_name(name: &str, seed: u64) -> Option<Box<dyn ReliabilityPredic
         "hazard" => Box::new(Hazard::shared()),
         "nws" => Box::new(Nws::shared(nws::Mode::Leader)),
         "nws+mix" => Box::new(Nws::shared(nws::Mode::Mix)),
+        "logistic+hourbias" => Box::new(HourBias::shared()),
         "blend" | "blend+age" => {
             let mut parts = vec![method_by_name("km", seed)?, method_by_name("freq", seed)?];
             if name == "blend+age" {
