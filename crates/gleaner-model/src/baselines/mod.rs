@@ -162,6 +162,18 @@ const LINEAR: [(&str, &str, TimeSeriesModel); 5] = [
 /// Outcome of round six: `logistic` 4 points, `nws+mix` 4, `hazard` 3,
 /// `logistic+iso` 2, `logistic+cal` 2, `last-prob` 1; a tie keeps the
 /// default, which is unchanged (`docs/accuracy.md`, "Round six").
+///
+/// Round seven (issue 13, `logistic+hourbias` added; written and committed
+/// before its final run): round three's command and four sets with
+/// `--methods logistic,logistic+iso,logistic+cal,hazard,nws+mix,logistic+hourbias`,
+/// every other method's pooled Brier taken from round three's run (`nws`'s
+/// from round six's); the five older candidates' pooled Brier and window
+/// counts must match round six's in every cell, or the round is not
+/// decided. One point per cell to the lowest pooled Brier at full precision
+/// (an exact tie to the current default, then the older method; 16 cells);
+/// the most points wins; a tie keeps the current default; the 1 ms clause
+/// (`node answer new sample`) and rule 4 stand; a set not finished by
+/// 18:20 UTC: no switch.
 pub const DEFAULT_METHOD: &str = "logistic";
 
 /// Every method name the registry knows, semi-Markov variants first.
