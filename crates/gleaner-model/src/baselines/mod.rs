@@ -174,7 +174,12 @@ const LINEAR: [(&str, &str, TimeSeriesModel); 5] = [
 /// the most points wins; a tie keeps the current default; the 1 ms clause
 /// (`node answer new sample`) and rule 4 stand; a set not finished by
 /// 18:20 UTC: no switch.
-pub const DEFAULT_METHOD: &str = "logistic";
+///
+/// Outcome of round seven: `logistic+hourbias` 4 points, `nws+mix` 3,
+/// `hazard` 3, `logistic` 2, `logistic+cal` 2, `logistic+iso` 1,
+/// `last-prob` 1; the reuse check held and its node answer costs 0.33 ms,
+/// so it is the default (`docs/accuracy.md`, "Round seven").
+pub const DEFAULT_METHOD: &str = "logistic+hourbias";
 
 /// Every method name the registry knows, semi-Markov variants first.
 pub fn method_names() -> Vec<&'static str> {
