@@ -177,7 +177,7 @@ const LINEAR: [(&str, &str, TimeSeriesModel); 5] = [
 ///
 /// Outcome of round seven: `logistic+hourbias` 4 points, `nws+mix` 3,
 /// `hazard` 3, `logistic` 2, `logistic+cal` 2, `logistic+iso` 1,
-/// `last-prob` 1; the reuse check held and its node answer costs 0.33 ms,
+/// `last-prob` 1; the reuse check held and its node answer costs 0.31 ms,
 /// so it is the default (`docs/accuracy.md`, "Round seven").
 pub const DEFAULT_METHOD: &str = "logistic+hourbias";
 
