@@ -201,13 +201,7 @@ fn memory_requirement_can_only_lower_reliability() {
     let at = (last_time(&path) - 86_400).to_string();
     let base = predict_json(&path, &["--at", &at, "--window", "5h"]);
     let hungry = predict_json(&path, &["--at", &at, "--window", "5h", "--mem", "200"]);
-    // The default learns from the host's outcomes read with the asked
-    // thresholds (`logistic`'s fit, and since round seven the hour
-    // correction of `logistic+hourbias` on top of it), so a larger need
-    // changes what it learned as well as the windows it counts: the
-    // property holds up to that learning's noise (here the correction
-    // learned with 200 MiB is 1.4e-6 kinder than the one learned without).
-    assert!(hungry["tr"].as_f64().unwrap() <= base["tr"].as_f64().unwrap() + 1e-4);
+    assert!(hungry["tr"].as_f64().unwrap() <= base["tr"].as_f64().unwrap() + 1e-12);
     assert_eq!(hungry["mem_mib"], 200);
 }
 
