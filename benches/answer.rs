@@ -25,13 +25,17 @@
 //!   cached (`node answer new sample`), and the first answer's time, cold
 //!   for the tournament's scores, printed once.
 //!
+//! - `logistic+hourbias` (round seven): the same two figures; its first
+//!   answer pays `logistic`'s forecasts of every past window at five
+//!   lengths, once.
+//!
 //! Each is run on the whole 35-day trace and on the 14 days before W (ten
 //! weekdays: the smallest record that answers with N = 10).
 //! `cargo bench --bench answer`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use gleaner::history::trace::read_trace;
-use gleaner::model::baselines::{truncated, Hazard, Logistic, DEFAULT_METHOD};
+use gleaner::model::baselines::{truncated, Hazard, HourBias, Logistic, DEFAULT_METHOD};
 use gleaner::model::predict::PredictRequest;
 use gleaner::model::series::{HostSeries, Sample};
 use gleaner::model::state::Thresholds;
@@ -89,7 +93,7 @@ fn bench(c: &mut Criterion) {
         });
         group.bench_function(format!("{DEFAULT_METHOD} host answer cold, {label}"), |b| {
             b.iter(|| {
-                shared.clear_cache();
+                clear_all(&shared);
                 host_answer(black_box(series), black_box(&default))
             })
         });
@@ -102,10 +106,24 @@ fn bench(c: &mut Criterion) {
         // when a sample arrives between queries), so only the fits are
         // cached, not the present at W or any part of the answer.
         let grown = grown_by_one(series);
-        for name in [DEFAULT_METHOD, "logistic+iso", "nws", "nws+mix"] {
+        // The default first, then the others once each (the default is one of them).
+        let mut names: Vec<&str> = vec![DEFAULT_METHOD];
+        for name in [
+            "logistic",
+            "logistic+iso",
+            "nws",
+            "nws+mix",
+            "logistic+hourbias",
+        ] {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        for name in names {
             let asked = request(name);
             // The first answer pays every cold part once (for `nws`, the
-            // candidates' forecasts of every past window at five lengths).
+            // candidates' forecasts of every past window at five lengths;
+            // for `logistic+hourbias`, `logistic`'s).
             let started = std::time::Instant::now();
             let _ = host_answer(series, &asked);
             eprintln!("{name} first host answer, {label}: {:?}", started.elapsed());
@@ -133,7 +151,7 @@ fn bench(c: &mut Criterion) {
         let iso = request("logistic+iso");
         group.bench_function(format!("logistic+iso host answer cold, {label}"), |b| {
             b.iter(|| {
-                shared.clear_cache();
+                clear_all(&shared);
                 host_answer(black_box(series), black_box(&iso))
             })
         });
@@ -169,6 +187,13 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
+/// Empties `logistic`'s process-wide fits and `logistic+hourbias`'s
+/// corrections (the default's cold answer pays both).
+fn clear_all(shared: &Logistic) {
+    shared.clear_cache();
+    HourBias::shared().clear_cache();
+}
+
 /// Cold, cached and new-sample answers of the logistic method `name`.
 fn answers(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
@@ -182,7 +207,7 @@ fn answers(
     assert_eq!((r.steps, r.days_used), (6000, 10));
     group.bench_function(format!("{name} cold, {label}"), |b| {
         b.iter(|| {
-            shared.clear_cache();
+            clear_all(shared);
             predict_report(black_box(series), None, black_box(&asked))
         })
     });

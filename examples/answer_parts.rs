@@ -7,7 +7,7 @@
 //! bench --bench answer` is the reference.
 //! `cargo run --release --example answer_parts`.
 use gleaner::history::trace::read_trace;
-use gleaner::model::baselines::{truncated, Logistic, DEFAULT_METHOD};
+use gleaner::model::baselines::{truncated, HourBias, Logistic, DEFAULT_METHOD};
 use gleaner::model::kernel::Method;
 use gleaner::model::predict::{estimate_window, PredictRequest};
 use gleaner::model::predictor::ReliabilityPredictor;
@@ -60,9 +60,11 @@ fn main() -> anyhow::Result<()> {
     window.days = 10;
     let request = ReportRequest::with_method(window.clone(), Some(DEFAULT_METHOD.parse()?));
     let shared = Logistic::shared();
+    let hour_bias = HourBias::shared();
     let n = 40;
     let cold = time(5, || {
         shared.clear_cache();
+        hour_bias.clear_cache();
         black_box(host_answer(&series, &request).ok());
     });
     let _ = host_answer(&series, &request)?;

@@ -65,7 +65,14 @@ fn logistic_methods_do_not_peek_with_the_held_out_days_active() {
         let cut = truncated(series, at);
         for window in [3600, 10 * 3600] {
             let req = request(at, window, th);
-            for name in ["logistic", "logistic+cal", "logistic+iso", "nws", "nws+mix"] {
+            for name in [
+                "logistic",
+                "logistic+cal",
+                "logistic+iso",
+                "nws",
+                "nws+mix",
+                "logistic+hourbias",
+            ] {
                 let method = method_by_name(name, 3).unwrap();
                 let full = method.forecast(series, &req);
                 let known = method.forecast(&cut, &req);
