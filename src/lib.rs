@@ -23,6 +23,7 @@ pub mod node;
 pub mod parallel;
 pub mod procfs;
 pub mod report;
+pub mod sled_open;
 pub mod ui;
 
 /// The pure model lives in its own crate (`crates/gleaner-model`), so the

@@ -347,7 +347,7 @@ fn corrupt_records_are_skipped_and_counted() {
     }
     {
         // Damage the database behind the store's back.
-        let db = sled::open(dir.path()).unwrap();
+        let db = gleaner::sled_open::open_dir(dir.path()).unwrap();
         let samples = db.open_tree("samples").unwrap();
         samples
             .insert(codec::time_key(T0 + 6), &b"garbage"[..])
@@ -381,7 +381,7 @@ fn corrupt_metadata_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     drop(open(dir.path(), T0));
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = gleaner::sled_open::open_dir(dir.path()).unwrap();
         db.open_tree("meta")
             .unwrap()
             .insert(&b"step"[..], &b"abcdefg"[..])
@@ -396,7 +396,7 @@ fn corrupt_metadata_is_a_clear_error() {
     assert!(msg.contains("7 bytes"), "{msg}");
 
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = gleaner::sled_open::open_dir(dir.path()).unwrap();
         let meta = db.open_tree("meta").unwrap();
         meta.insert(&b"step"[..], &6u32.to_be_bytes()[..]).unwrap();
         meta.insert(&b"format_version"[..], &2u32.to_be_bytes()[..])

@@ -106,13 +106,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let peer = PeerId::random();
         {
-            let db = sled::open(dir.path()).unwrap();
+            let db = crate::sled_open::open_dir(dir.path()).unwrap();
             let mut r = Reputation::load(Some(db.open_tree("reputation").unwrap()));
             r.record(peer, true);
             r.record(peer, false);
             db.flush().unwrap();
         }
-        let db = sled::open(dir.path()).unwrap();
+        let db = crate::sled_open::open_dir(dir.path()).unwrap();
         let r = Reputation::load(Some(db.open_tree("reputation").unwrap()));
         let got = r.get(&peer);
         assert_eq!((got.valid, got.invalid, got.streak), (1, 1, 0));

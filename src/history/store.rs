@@ -312,32 +312,6 @@ pub struct BulkHistory {
     shared: Arc<SharedCounters>,
 }
 
-/// How long `open` waits for a file lock that a just-dropped handle still holds.
-const LOCK_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Opens the database, retrying while its file lock is busy. sled's
-/// background flusher keeps the lock for a moment after the last handle is
-/// dropped, so reopening right after closing (a restart within one process,
-/// or the tests) can find it taken. Another process holding it for longer
-/// still gets the error after `LOCK_RETRY`.
-fn open_with_lock_retry(config: &sled::Config) -> Result<sled::Db, sled::Error> {
-    let started = std::time::Instant::now();
-    loop {
-        match config.open() {
-            Err(sled::Error::Io(e))
-                if e.kind() == std::io::ErrorKind::WouldBlock
-                    || e.to_string().contains("could not acquire lock") =>
-            {
-                if started.elapsed() >= LOCK_RETRY {
-                    return Err(sled::Error::Io(e));
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            other => return other,
-        }
-    }
-}
-
 impl HistoryStore {
     /// Opens (or creates) the store in `dir` at time `now` (Unix seconds).
     ///
@@ -349,10 +323,11 @@ impl HistoryStore {
             .path(dir)
             .cache_capacity(opts.cache_bytes)
             .flush_every_ms(Some(opts.background_flush_ms.max(1)));
-        let db = open_with_lock_retry(&config).map_err(|source| StoreError::Open {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+        let db =
+            crate::sled_open::open_with_lock_retry(&config).map_err(|source| StoreError::Open {
+                path: dir.to_path_buf(),
+                source,
+            })?;
         let tree = |name: &str| db.open_tree(name).map_err(sled_err("opening a tree"));
         let meta_tree = tree(TREE_META)?;
         let samples = tree(TREE_SAMPLES)?;

@@ -205,9 +205,11 @@ impl BatchStore {
             .path(dir)
             .cache_capacity(CACHE_BYTES)
             .flush_every_ms(Some(200));
-        let db = config.open().map_err(|source| BatchStoreError::Open {
-            path: dir.to_path_buf(),
-            source,
+        let db = crate::sled_open::open_with_lock_retry(&config).map_err(|source| {
+            BatchStoreError::Open {
+                path: dir.to_path_buf(),
+                source,
+            }
         })?;
         let batches = db.open_tree("batches")?;
         let tasks = db.open_tree("tasks")?;
@@ -492,7 +494,7 @@ mod upgrade_tests {
     }
 
     fn write_v1_store(dir: &Path, tasks: u32) {
-        let db = sled::open(dir).unwrap();
+        let db = crate::sled_open::open_dir(dir).unwrap();
         let id = BatchId::new(1_700_000_000_000);
         db.open_tree("batches")
             .unwrap()
@@ -571,7 +573,7 @@ mod upgrade_tests {
         write_v1_store(dir.path(), 2);
         {
             // Task 0 already rewritten, the version not yet.
-            let db = sled::open(dir.path()).unwrap();
+            let db = crate::sled_open::open_dir(dir.path()).unwrap();
             let tasks = db.open_tree("tasks").unwrap();
             let key = codec::task_key(BatchId::new(1_700_000_000_000), 0);
             let v1 = tasks.get(key).unwrap().unwrap();
@@ -589,7 +591,7 @@ mod upgrade_tests {
     fn a_store_from_a_newer_version_is_refused_not_misread() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let db = sled::open(dir.path()).unwrap();
+            let db = crate::sled_open::open_dir(dir.path()).unwrap();
             db.open_tree("meta")
                 .unwrap()
                 .insert(codec::SCHEMA_KEY, &codec::encode_schema(99)[..])
