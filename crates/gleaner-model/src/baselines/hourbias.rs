@@ -30,7 +30,7 @@
 //! four cosines and a sigmoid.
 //! Pure code: no I/O, no clock.
 
-use super::logistic::prefix_fingerprint;
+use super::logistic::{day_start, local_date, prefix_fingerprint};
 use super::ridge::{dot, sigmoid, solve};
 use super::Logistic;
 use crate::predict::{geometry, PredictError, PredictRequest};
@@ -373,21 +373,6 @@ impl HourBias {
         }
         out
     }
-}
-
-/// W's local date.
-fn local_date(series: &HostSeries, at: i64) -> Result<Date, PredictError> {
-    Ok(Timestamp::from_second(at)
-        .map_err(|_| PredictError::BadTime(at))?
-        .to_zoned(series.tz.clone())
-        .date())
-}
-
-/// Unix second of `date`'s local midnight.
-fn day_start(series: &HostSeries, date: Date) -> Option<i64> {
-    date.to_zoned(series.tz.clone())
-        .ok()
-        .map(|z| z.timestamp().as_second())
 }
 
 /// W's local hour of day, fractional (a node asks at any second).

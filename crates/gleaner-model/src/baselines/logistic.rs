@@ -807,10 +807,20 @@ fn present_at(series: &HostSeries, th: Thresholds, at: i64, state: State) -> Opt
 }
 
 /// Unix second of `date`'s local midnight (the instant after a skipped one).
-fn day_start(series: &HostSeries, date: Date) -> Option<i64> {
+/// The one reading of a local midnight for `logistic` and the methods that
+/// walk its past days (`nws`, `logistic+hourbias`).
+pub(super) fn day_start(series: &HostSeries, date: Date) -> Option<i64> {
     date.to_zoned(series.tz.clone())
         .ok()
         .map(|z| z.timestamp().as_second())
+}
+
+/// W's local date (`nws` and `logistic+hourbias` key their caches by it).
+pub(super) fn local_date(series: &HostSeries, at: i64) -> Result<Date, PredictError> {
+    Ok(jiff::Timestamp::from_second(at)
+        .map_err(|_| PredictError::BadTime(at))?
+        .to_zoned(series.tz.clone())
+        .date())
 }
 
 /// What one fit answers: windows of `m` steps on the local `date`, which

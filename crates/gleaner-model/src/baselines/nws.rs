@@ -36,13 +36,12 @@
 //! the candidates' own (cached-fit) forecasts at W.
 //! Pure code: no I/O, no clock.
 
-use super::logistic::prefix_fingerprint;
+use super::logistic::{day_start, local_date, prefix_fingerprint};
 use super::{Hazard, Logistic};
 use crate::predict::{geometry, PredictError, PredictRequest};
 use crate::predictor::{ReliabilityForecast, ReliabilityPredictor};
 use crate::series::HostSeries;
 use jiff::civil::{Date, Time};
-use jiff::Timestamp;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -369,21 +368,6 @@ impl Nws {
         }
         out
     }
-}
-
-/// W's local date.
-fn local_date(series: &HostSeries, at: i64) -> Result<Date, PredictError> {
-    Ok(Timestamp::from_second(at)
-        .map_err(|_| PredictError::BadTime(at))?
-        .to_zoned(series.tz.clone())
-        .date())
-}
-
-/// Unix second of `date`'s local midnight.
-fn day_start(series: &HostSeries, date: Date) -> Option<i64> {
-    date.to_zoned(series.tz.clone())
-        .ok()
-        .map(|z| z.timestamp().as_second())
 }
 
 impl ReliabilityPredictor for Nws {
