@@ -30,18 +30,15 @@
 //! four cosines and a sigmoid.
 //! Pure code: no I/O, no clock.
 
-use super::logistic::{day_start, local_date, prefix_fingerprint};
+use super::past_days::{each_past_window, PastDayCache, PastDayLearner};
 use super::ridge::{dot, sigmoid, solve};
 use super::Logistic;
-use crate::predict::{geometry, PredictError, PredictRequest};
+use crate::predict::{PredictError, PredictRequest};
 use crate::predictor::{ReliabilityForecast, ReliabilityPredictor};
 use crate::series::HostSeries;
-use jiff::civil::{Date, Time};
+use jiff::civil::Date;
 use jiff::Timestamp;
-use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 /// Forgetting of a past day's windows: `logistic`'s own half-life (the
 /// correction is trusted as long as the data the fits learn from).
@@ -59,8 +56,6 @@ pub const RIDGE: f64 = super::logistic::RECAL_RIDGE;
 pub const TERMS: usize = 5;
 /// Forecasts are kept inside [EPS, 1 − EPS] (a logit needs it).
 const EPS: f64 = 1e-3;
-/// Most cached days and dates; each map of the cache is emptied when full.
-const MAX_CACHED: usize = 65_536;
 /// Newton steps at most, and the move below which the fit stops.
 const MAX_STEPS: usize = 25;
 const MIN_MOVE: f64 = 1e-7;
@@ -187,41 +182,22 @@ fn logit(p: f64) -> f64 {
     (p / (1.0 - p)).ln()
 }
 
-#[derive(Default)]
-struct HourBiasCache {
-    inner: Mutex<CacheInner>,
-}
-
-#[derive(Default)]
-struct CacheInner {
-    days: HashMap<u64, Arc<Vec<Past>>>,
-    dates: HashMap<u64, HourCorrection>,
-}
-
-impl HourBiasCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
-        // A poisoned lock only means another thread panicked mid-insert; the maps stay usable.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 /// The `logistic+hourbias` method (or any base method with its own past's
 /// correction, for tests).
 pub struct HourBias {
     base: Box<dyn ReliabilityPredictor>,
-    cache: Arc<HourBiasCache>,
+    cache: Arc<PastDayCache<Arc<Vec<Past>>, HourCorrection>>,
 }
 
 impl HourBias {
     /// The registry's method: `logistic` with its process-wide cache, and a
     /// process-wide cache of pairs and maps.
     pub fn shared() -> Self {
-        static SHARED: OnceLock<Arc<HourBiasCache>> = OnceLock::new();
+        static SHARED: OnceLock<Arc<PastDayCache<Arc<Vec<Past>>, HourCorrection>>> =
+            OnceLock::new();
         HourBias {
             base: Box::new(Logistic::shared()),
-            cache: SHARED
-                .get_or_init(|| Arc::new(HourBiasCache::default()))
-                .clone(),
+            cache: SHARED.get_or_init(Arc::default).clone(),
         }
     }
 
@@ -229,15 +205,13 @@ impl HourBias {
     pub fn over(base: Box<dyn ReliabilityPredictor>) -> Self {
         HourBias {
             base,
-            cache: Arc::new(HourBiasCache::default()),
+            cache: Arc::default(),
         }
     }
 
     /// Drops every cached window and correction (the base's own cache stays).
     pub fn clear_cache(&self) {
-        let mut inner = self.cache.lock();
-        inner.days.clear();
-        inner.dates.clear();
+        self.cache.clear();
     }
 
     /// The correction for `req`'s length on W's date, learned on the
@@ -247,92 +221,21 @@ impl HourBias {
         series: &HostSeries,
         req: &PredictRequest,
     ) -> Result<HourCorrection, PredictError> {
-        let (step, m) = geometry(series, req)?;
-        let date = local_date(series, req.at)?;
-        let midnight = day_start(series, date).ok_or(PredictError::BadTime(req.at))?;
-        let key = self.key(series, req, step, m, date, midnight);
-        if let Some(map) = self.cache.lock().dates.get(&key) {
-            return Ok(*map);
-        }
-        let span = i64::from(step).saturating_mul(m as i64);
-        // Days after which every window starting on a day has ended.
-        let settle = 1 + span.div_euclid(86_400) + i64::from(span.rem_euclid(86_400) != 0);
-        let first_date = series
-            .first_time()
-            .and_then(|t| local_date(series, t).ok())
-            .unwrap_or(date);
-        let mut days = Vec::new();
-        for back in 1..=MAX_PAST_DAYS {
-            let Ok(day) = date.checked_sub(jiff::Span::new().days(back)) else {
-                break;
-            };
-            if day < first_date {
-                break;
-            }
-            let pairs = if back >= settle {
-                self.settled_day(series, req, step, m, day, settle)
-            } else {
-                Arc::new(self.day_pairs(series, req, step, m, day, midnight))
-            };
-            days.push((back - 1, pairs));
-        }
-        let map = HourCorrection::fit(&days);
-        let mut inner = self.cache.lock();
-        if inner.dates.len() >= MAX_CACHED {
-            inner.dates.clear();
-        }
-        inner.dates.insert(key, map);
-        Ok(map)
+        self.cache.learned(self, series, req, MAX_PAST_DAYS)
+    }
+}
+
+impl PastDayLearner for HourBias {
+    type Day = Arc<Vec<Past>>;
+    type Learned = HourCorrection;
+
+    fn identity(&self) -> Vec<String> {
+        vec![self.base.name()]
     }
 
-    fn key(
-        &self,
-        series: &HostSeries,
-        req: &PredictRequest,
-        step: u32,
-        m: usize,
-        date: Date,
-        end: i64,
-    ) -> u64 {
-        let mut h = DefaultHasher::new();
-        prefix_fingerprint(series, end, &req.thresholds).hash(&mut h);
-        (step, m, req.days, date, self.base.name()).hash(&mut h);
-        h.finish()
-    }
-
-    /// A past day all of whose windows have ended `settle` days on: cached.
-    fn settled_day(
-        &self,
-        series: &HostSeries,
-        req: &PredictRequest,
-        step: u32,
-        m: usize,
-        day: Date,
-        settle: i64,
-    ) -> Arc<Vec<Past>> {
-        let Some(end) = day
-            .checked_add(jiff::Span::new().days(settle))
-            .ok()
-            .and_then(|d| day_start(series, d))
-        else {
-            return Arc::new(Vec::new());
-        };
-        let key = self.key(series, req, step, m, day, end);
-        if let Some(p) = self.cache.lock().days.get(&key) {
-            return p.clone();
-        }
-        let pairs = Arc::new(self.day_pairs(series, req, step, m, day, end));
-        let mut inner = self.cache.lock();
-        if inner.days.len() >= MAX_CACHED {
-            inner.days.clear();
-        }
-        inner.days.insert(key, pairs.clone());
-        pairs
-    }
-
-    /// The base's (logit, hour, outcome) on the windows starting at a whole
-    /// local hour of `day` that began in a transient state and ended by `cut`.
-    fn day_pairs(
+    /// The base's (logit, hour, outcome) on the day's past windows
+    /// ([`each_past_window`]) that it answered.
+    fn day(
         &self,
         series: &HostSeries,
         req: &PredictRequest,
@@ -340,27 +243,9 @@ impl HourBias {
         m: usize,
         day: Date,
         cut: i64,
-    ) -> Vec<Past> {
-        let span = i64::from(step).saturating_mul(m as i64);
+    ) -> Arc<Vec<Past>> {
         let mut out = Vec::new();
-        let mut states = Vec::with_capacity(m + 1);
-        for hour in 0..24i8 {
-            let Some(start) = Time::new(hour, 0, 0, 0)
-                .ok()
-                .and_then(|t| day.to_datetime(t).to_zoned(series.tz.clone()).ok())
-                .map(|z| z.timestamp().as_second())
-            else {
-                continue;
-            };
-            if start.saturating_add(span) > cut
-                || !series.window_states(req.thresholds, start, step, m, &mut states)
-            {
-                continue;
-            }
-            if !states.first().is_some_and(|s| s.is_transient()) {
-                continue;
-            }
-            let survived = states[1..].iter().all(|s| s.is_transient());
+        each_past_window(series, req, step, m, day, cut, |start, hour, survived| {
             let past = PredictRequest {
                 at: start,
                 ..req.clone()
@@ -370,8 +255,12 @@ impl HourBias {
                     out.push((logit(f.tr), f64::from(hour), f64::from(u8::from(survived))));
                 }
             }
-        }
-        out
+        });
+        Arc::new(out)
+    }
+
+    fn learn(&self, days: &[(i64, Arc<Vec<Past>>)]) -> HourCorrection {
+        HourCorrection::fit(days)
     }
 }
 

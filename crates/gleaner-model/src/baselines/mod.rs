@@ -44,6 +44,7 @@ pub mod linear;
 pub mod logistic;
 pub mod markov;
 pub mod nws;
+mod past_days;
 mod recent;
 pub mod ridge;
 pub mod rippp;

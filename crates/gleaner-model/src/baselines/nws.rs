@@ -36,16 +36,13 @@
 //! the candidates' own (cached-fit) forecasts at W.
 //! Pure code: no I/O, no clock.
 
-use super::logistic::{day_start, local_date, prefix_fingerprint};
+use super::past_days::{each_past_window, PastDayCache, PastDayLearner};
 use super::{Hazard, Logistic};
 use crate::predict::{geometry, PredictError, PredictRequest};
 use crate::predictor::{ReliabilityForecast, ReliabilityPredictor};
 use crate::series::HostSeries;
-use jiff::civil::{Date, Time};
-use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex, OnceLock};
+use jiff::civil::Date;
+use std::sync::{Arc, OnceLock};
 
 /// Forgetting: a past day's losses weigh 2^(−age / this), age in days. The
 /// same half-life as the `logistic` fits' training days
@@ -64,8 +61,6 @@ pub const MIN_SCORED_DAYS: usize = 14;
 /// square loss on [0, 1] is exp-concave (Cesa-Bianchi and Lugosi, §3.3),
 /// so the mix's regret is at most 2 ln K whatever the number of windows.
 pub const ETA: f64 = 0.5;
-/// Most cached day and date scores; each map is emptied when full.
-const MAX_CACHED: usize = 65_536;
 
 /// At most this many candidates (the sums are fixed arrays).
 pub const MAX_CANDIDATES: usize = 4;
@@ -151,30 +146,12 @@ pub fn discounted(days: &[(i64, Scores)]) -> Scores {
     out
 }
 
-#[derive(Default)]
-struct NwsCache {
-    inner: Mutex<CacheInner>,
-}
-
-#[derive(Default)]
-struct CacheInner {
-    days: HashMap<u64, Scores>,
-    dates: HashMap<u64, Scores>,
-}
-
-impl NwsCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
-        // A poisoned lock only means another thread panicked mid-insert; the maps stay usable.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 /// The `nws` and `nws+mix` methods.
 pub struct Nws {
     mode: Mode,
     /// The candidates, the fallback (`logistic`) first.
     candidates: Vec<Box<dyn ReliabilityPredictor>>,
-    cache: Arc<NwsCache>,
+    cache: Arc<PastDayCache<Scores, Scores>>,
 }
 
 impl Nws {
@@ -182,7 +159,7 @@ impl Nws {
     /// and `hazard` with their process-wide caches, and a process-wide
     /// cache of scores (shared by `nws` and `nws+mix`).
     pub fn shared(mode: Mode) -> Self {
-        static SHARED: OnceLock<Arc<NwsCache>> = OnceLock::new();
+        static SHARED: OnceLock<Arc<PastDayCache<Scores, Scores>>> = OnceLock::new();
         Nws {
             mode,
             candidates: vec![
@@ -191,7 +168,7 @@ impl Nws {
                 Box::new(Logistic::shared().calibrated()),
                 Box::new(Hazard::shared()),
             ],
-            cache: SHARED.get_or_init(|| Arc::new(NwsCache::default())).clone(),
+            cache: SHARED.get_or_init(Arc::default).clone(),
         }
     }
 
@@ -202,15 +179,13 @@ impl Nws {
         Nws {
             mode,
             candidates,
-            cache: Arc::new(NwsCache::default()),
+            cache: Arc::default(),
         }
     }
 
     /// Drops every cached score (the candidates' own caches stay).
     pub fn clear_cache(&self) {
-        let mut inner = self.cache.lock();
-        inner.days.clear();
-        inner.dates.clear();
+        self.cache.clear();
     }
 
     /// The candidates' names, in order.
@@ -225,92 +200,21 @@ impl Nws {
         series: &HostSeries,
         req: &PredictRequest,
     ) -> Result<Scores, PredictError> {
-        let (step, m) = geometry(series, req)?;
-        let date = local_date(series, req.at)?;
-        let midnight = day_start(series, date).ok_or(PredictError::BadTime(req.at))?;
-        let key = self.key(series, req, step, m, date, midnight);
-        if let Some(s) = self.cache.lock().dates.get(&key) {
-            return Ok(*s);
-        }
-        let span = i64::from(step).saturating_mul(m as i64);
-        // Days after which every window starting on a day has ended.
-        let settle = 1 + span.div_euclid(86_400) + i64::from(span.rem_euclid(86_400) != 0);
-        let first_date = series
-            .first_time()
-            .and_then(|t| local_date(series, t).ok())
-            .unwrap_or(date);
-        let mut days = Vec::new();
-        for back in 1..=MAX_SCORED_DAYS {
-            let Ok(day) = date.checked_sub(jiff::Span::new().days(back)) else {
-                break;
-            };
-            if day < first_date {
-                break;
-            }
-            let scores = if back >= settle {
-                self.settled_day(series, req, step, m, day, settle)
-            } else {
-                self.day_scores(series, req, step, m, day, midnight)
-            };
-            days.push((back - 1, scores));
-        }
-        let scores = discounted(&days);
-        let mut inner = self.cache.lock();
-        if inner.dates.len() >= MAX_CACHED {
-            inner.dates.clear();
-        }
-        inner.dates.insert(key, scores);
-        Ok(scores)
+        self.cache.learned(self, series, req, MAX_SCORED_DAYS)
+    }
+}
+
+impl PastDayLearner for Nws {
+    type Day = Scores;
+    type Learned = Scores;
+
+    fn identity(&self) -> Vec<String> {
+        self.candidate_names()
     }
 
-    fn key(
-        &self,
-        series: &HostSeries,
-        req: &PredictRequest,
-        step: u32,
-        m: usize,
-        date: Date,
-        end: i64,
-    ) -> u64 {
-        let mut h = DefaultHasher::new();
-        prefix_fingerprint(series, end, &req.thresholds).hash(&mut h);
-        (step, m, req.days, date, self.candidate_names()).hash(&mut h);
-        h.finish()
-    }
-
-    /// A past day all of whose windows have ended `settle` days on: cached.
-    fn settled_day(
-        &self,
-        series: &HostSeries,
-        req: &PredictRequest,
-        step: u32,
-        m: usize,
-        day: Date,
-        settle: i64,
-    ) -> Scores {
-        let Some(end) = day
-            .checked_add(jiff::Span::new().days(settle))
-            .ok()
-            .and_then(|d| day_start(series, d))
-        else {
-            return Scores::default();
-        };
-        let key = self.key(series, req, step, m, day, end);
-        if let Some(s) = self.cache.lock().days.get(&key) {
-            return *s;
-        }
-        let scores = self.day_scores(series, req, step, m, day, end);
-        let mut inner = self.cache.lock();
-        if inner.days.len() >= MAX_CACHED {
-            inner.days.clear();
-        }
-        inner.days.insert(key, scores);
-        scores
-    }
-
-    /// Unweighted sums over the windows starting at a whole local hour of
-    /// `day` that began in a transient state and ended by `cut`.
-    fn day_scores(
+    /// Unweighted sums over the day's past windows
+    /// ([`each_past_window`]) that every candidate answered.
+    fn day(
         &self,
         series: &HostSeries,
         req: &PredictRequest,
@@ -319,31 +223,10 @@ impl Nws {
         day: Date,
         cut: i64,
     ) -> Scores {
-        let span = i64::from(step).saturating_mul(m as i64);
         let k = self.candidates.len();
         let mut out = Scores::default();
-        let mut states = Vec::with_capacity(m + 1);
-        for hour in 0..24i8 {
-            let Some(start) = Time::new(hour, 0, 0, 0)
-                .ok()
-                .and_then(|t| day.to_datetime(t).to_zoned(series.tz.clone()).ok())
-                .map(|z| z.timestamp().as_second())
-            else {
-                continue;
-            };
-            if start.saturating_add(span) > cut
-                || !series.window_states(req.thresholds, start, step, m, &mut states)
-            {
-                continue;
-            }
-            if !states.first().is_some_and(|s| s.is_transient()) {
-                continue;
-            }
-            let outcome = if states[1..].iter().all(|s| s.is_transient()) {
-                1.0
-            } else {
-                0.0
-            };
+        each_past_window(series, req, step, m, day, cut, |start, _, survived| {
+            let outcome = if survived { 1.0 } else { 0.0 };
             let past = PredictRequest {
                 at: start,
                 ..req.clone()
@@ -365,8 +248,12 @@ impl Nws {
                     *sum += l;
                 }
             }
-        }
+        });
         out
+    }
+
+    fn learn(&self, days: &[(i64, Scores)]) -> Scores {
+        discounted(days)
     }
 }
 
