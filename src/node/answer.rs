@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::model::predict::{history_days, PredictRequest};
-use crate::model::sched::spells::{PastSpells, SpellLengths, LOOKBACK_SECS};
+use crate::model::sched::spells::{spells_of_series, PastSpells, SpellLengths, LOOKBACK_SECS};
 use crate::model::series::HostSeries;
 use crate::model::state::State;
 use crate::report::{curve, forecast, Forecast, ReportError, ReportRequest};
@@ -64,11 +64,7 @@ pub fn host_answer(
 /// The host's spells over the week before `at`, read with the request's
 /// thresholds (the job's memory sets S4).
 fn spells_before(series: &HostSeries, request: &ReportRequest, at: i64) -> WeekSpells {
-    let th = request.window.thresholds;
-    Some((
-        PastSpells::of_series(series, th, at, LOOKBACK_SECS)?,
-        SpellLengths::of_series(series, th, at, LOOKBACK_SECS)?,
-    ))
+    spells_of_series(series, request.window.thresholds, at, LOOKBACK_SECS)
 }
 
 /// Where a request's spells end: the window's start, or the last reading

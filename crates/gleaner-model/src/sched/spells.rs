@@ -168,6 +168,22 @@ impl SpellLengths {
     }
 }
 
+/// Both figures of the spells in `[at − lookback, at]` of `series` read
+/// with `th`, from one reading of its states (a node's answer sends both;
+/// a week at 6 s steps is 100 800 states).
+pub fn spells_of_series(
+    series: &HostSeries,
+    th: Thresholds,
+    at: i64,
+    lookback_secs: i64,
+) -> Option<(PastSpells, SpellLengths)> {
+    let (states, step) = past_states(series, th, at, lookback_secs)?;
+    Some((
+        PastSpells::of_states(&states, step),
+        SpellLengths::of_states(&states, step),
+    ))
+}
+
 /// The states of `series` read with `th` over `[at − lookback, at]`, the
 /// lookback cut at the record's start, and their step; `None` when the
 /// record does not reach `at` or holds less than one step before it. Both
@@ -309,6 +325,11 @@ mod tests {
         let th = Thresholds::default();
         let sums = PastSpells::of_series(&s, th, at, LOOKBACK_SECS).unwrap();
         let l = SpellLengths::of_series(&s, th, at, LOOKBACK_SECS).unwrap();
+        // One reading of the states gives both, as the two readings do.
+        assert_eq!(
+            spells_of_series(&s, th, at, LOOKBACK_SECS),
+            Some((sums, l.clone()))
+        );
         let up: f64 = l.up.iter().chain(&l.up_cut).sum();
         assert_eq!(up, sums.usable_secs);
         // Seven episodes: six whole up-spells between them, and the
