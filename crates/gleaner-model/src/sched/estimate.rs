@@ -25,7 +25,7 @@
 //! caller passes the RNG.
 
 use super::curve::{FailureSampler, PreparedCurve, TrCurve};
-use super::place::{by_slowdown, HostView, Rule};
+use super::place::{by_slowdown, HostView, Rule, Turnarounds};
 use super::spells::{PastSpells, SpellLengths};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -484,15 +484,66 @@ impl HostFacts {
 
 /// Expected turnarounds of (task, host), computed when first asked and
 /// shared by the runs; rows are made only for the tasks the rule weighs
-/// (those near the batch's tail), up to [`MEMO_LIMIT`] cells.
+/// (those near the batch's tail), up to [`MEMO_LIMIT`] cells. A row the
+/// rule looks for the best free host in is also ranked once: its hosts by
+/// turnaround, so that the search walks the ranking to the first free
+/// host instead of asking every free one (most of the estimate's time at
+/// 1,000 hosts, where each failure makes the rule look again).
 struct Memo<'a> {
     hosts: &'a [HostFacts],
     runtimes: Vec<f64>,
     row_of: Vec<u32>,
     cells: Vec<f64>,
+    /// Per host: its place in the rule's order (ties in a ranking).
+    place: Vec<u32>,
+    /// Per row: whether it is ranked yet (`Unranked`), and whether it can be.
+    ranking: Vec<Ranking>,
+    /// Per ranked row, its hosts by turnaround (as `cells`, one per host).
+    ranked: Vec<u32>,
 }
 
-impl Memo<'_> {
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Ranking {
+    Unranked,
+    Ranked,
+    /// Some host's turnaround lies below the rule's lower bound (rounding
+    /// on a curve that never fails, say): the rule's scan stops early
+    /// there, so only the scan gives its answer.
+    Unrankable,
+}
+
+impl<'a> Memo<'a> {
+    fn new(hosts: &'a [HostFacts], runtimes: &[f64], order: &[usize]) -> Memo<'a> {
+        let mut place = vec![0; hosts.len()];
+        for (i, &h) in order.iter().enumerate() {
+            if let Some(p) = place.get_mut(h) {
+                *p = i as u32;
+            }
+        }
+        Memo {
+            hosts,
+            runtimes: runtimes.to_vec(),
+            row_of: vec![u32::MAX; runtimes.len()],
+            cells: Vec::new(),
+            place,
+            ranking: Vec::new(),
+            ranked: Vec::new(),
+        }
+    }
+
+    /// `task`'s memo row, made if there is room; `None` when there is not.
+    fn row(&mut self, task: usize) -> Option<usize> {
+        let n = self.hosts.len();
+        let mut row = self.row_of[task];
+        if row == u32::MAX && self.cells.len() + n <= MEMO_LIMIT {
+            row = (self.cells.len() / n) as u32;
+            self.row_of[task] = row;
+            self.cells.resize(self.cells.len() + n, f64::NAN);
+            self.ranking.push(Ranking::Unranked);
+        }
+        (row != u32::MAX).then_some(row as usize)
+    }
+
     /// The expected turnaround of `task`, with `left` reference seconds
     /// of it to do, on `host` (memoised for a task not yet begun).
     fn get(&mut self, task: usize, left: f64, host: usize) -> f64 {
@@ -500,21 +551,89 @@ impl Memo<'_> {
             // Resumed from a checkpoint: rare, not worth a memo row.
             return self.hosts[host].expected_turnaround(left);
         }
-        let n = self.hosts.len();
-        let mut row = self.row_of[task];
-        if row == u32::MAX && self.cells.len() + n <= MEMO_LIMIT {
-            row = (self.cells.len() / n) as u32;
-            self.row_of[task] = row;
-            self.cells.resize(self.cells.len() + n, f64::NAN);
-        }
-        if row == u32::MAX {
+        let Some(row) = self.row(task) else {
             return self.hosts[host].expected_turnaround(self.runtimes[task]);
-        }
-        let cell = &mut self.cells[row as usize * n + host];
+        };
+        let cell = &mut self.cells[row * self.hosts.len() + host];
         if cell.is_nan() {
             *cell = self.hosts[host].expected_turnaround(self.runtimes[task]);
         }
         *cell
+    }
+
+    /// `task`'s hosts by expected turnaround, least first (ties in the
+    /// rule's order, infinite ones last), and its turnarounds by host:
+    /// see [`super::place::Turnarounds::ranked`]. `None` for a task
+    /// resumed from a checkpoint, one with no room for a row, or one some
+    /// host's turnaround falls below the rule's bound for.
+    fn ranked(&mut self, task: usize, left: f64) -> Option<(&[u32], &[f64])> {
+        if left != self.runtimes[task] {
+            return None;
+        }
+        let row = self.row(task)?;
+        let n = self.hosts.len();
+        let span = row * n..(row + 1) * n;
+        if self.ranking[row] == Ranking::Unranked {
+            let runtime = self.runtimes[task];
+            let mut rankable = true;
+            for (host, cell) in self.cells[span.clone()].iter_mut().enumerate() {
+                let fact = &self.hosts[host];
+                if cell.is_nan() {
+                    *cell = fact.expected_turnaround(runtime);
+                }
+                // The rule's bound: runtime × SP (see `dispatch`).
+                rankable &= !cell.is_finite() || *cell >= runtime * fact.slowdown;
+            }
+            self.ranking[row] = if rankable {
+                if self.ranked.len() < span.end {
+                    self.ranked.resize(span.end, 0);
+                }
+                let cells = &self.cells[span.clone()];
+                let key = |h: u32| {
+                    let t = cells[h as usize];
+                    if t.is_finite() {
+                        t
+                    } else {
+                        f64::INFINITY
+                    }
+                };
+                let place = &self.place;
+                let hosts = &mut self.ranked[span.clone()];
+                hosts.iter_mut().zip(0u32..).for_each(|(slot, h)| *slot = h);
+                hosts.sort_unstable_by(|&a, &b| {
+                    key(a)
+                        .total_cmp(&key(b))
+                        .then(place[a as usize].cmp(&place[b as usize]))
+                });
+                Ranking::Ranked
+            } else {
+                Ranking::Unrankable
+            };
+        }
+        (self.ranking[row] == Ranking::Ranked)
+            .then(|| (&self.ranked[span.clone()], &self.cells[span]))
+    }
+}
+
+/// The rule's view of the queue's turnarounds, through the memo.
+struct QueueTurnarounds<'r, 'm> {
+    memo: &'r mut Memo<'m>,
+    queue: &'r VecDeque<usize>,
+    /// The estimated work left per task (what the rule plans with).
+    runtimes: &'r [f64],
+}
+
+impl Turnarounds for QueueTurnarounds<'_, '_> {
+    fn turnaround(&mut self, j: usize, g: usize) -> f64 {
+        match self.queue.get(j) {
+            Some(&task) => self.memo.get(task, self.runtimes[task], g),
+            None => f64::INFINITY,
+        }
+    }
+
+    fn ranked(&mut self, j: usize) -> Option<(&[u32], &[f64])> {
+        let &task = self.queue.get(j)?;
+        self.memo.ranked(task, self.runtimes[task])
     }
 }
 
@@ -626,12 +745,7 @@ impl<'i> EstimatePlan<'i> {
     pub fn runs(&self, range: std::ops::Range<usize>) -> EstimatePart {
         let range = range.start.min(self.input.runs)..range.end.min(self.input.runs);
         let n_tasks = self.runtimes.len();
-        let mut memo = Memo {
-            hosts: &self.facts,
-            runtimes: self.runtimes.clone(),
-            row_of: vec![u32::MAX; n_tasks],
-            cells: Vec::new(),
-        };
+        let mut memo = Memo::new(&self.facts, &self.runtimes, &self.order);
         let mut part = EstimatePart {
             first: range.start,
             ends: Vec::with_capacity(range.len() * n_tasks),
@@ -1094,9 +1208,10 @@ impl Run {
                 self.recheck_all = true;
                 found.map(|i| (0, self.free_list.remove(i)))
             } else if self.recheck_all {
-                let pair = rule.pick_pair(|j, g| match queue.get(j) {
-                    Some(&task) => memo.get(task, runtimes[task], g),
-                    None => f64::INFINITY,
+                let pair = rule.pick_pair(&mut QueueTurnarounds {
+                    memo,
+                    queue,
+                    runtimes,
                 });
                 if pair.is_none() {
                     self.recheck_all = false;
@@ -1110,14 +1225,16 @@ impl Run {
                 // better, and a host taking a task shifts the later tasks
                 // forward as it leaves their counts (see `Rule::pick_pair`).
                 let mut placed = None;
+                let mut turnarounds = QueueTurnarounds {
+                    memo,
+                    queue,
+                    runtimes,
+                };
                 while let Some(host) = self.fresh.pop() {
                     if !is_free[host] {
                         continue;
                     }
-                    let pick = rule.pick_for_host(host, |j, g| match queue.get(j) {
-                        Some(&task) => memo.get(task, runtimes[task], g),
-                        None => f64::INFINITY,
-                    });
+                    let pick = rule.pick_for_host(host, &mut turnarounds);
                     if let Some(j) = pick {
                         placed = Some((j, host));
                         break;
