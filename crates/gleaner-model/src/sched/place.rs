@@ -265,17 +265,28 @@ where
     fn best_free(&self, j: usize, turnarounds: &mut impl Turnarounds) -> Option<(usize, f64)> {
         if let Some((ranked, cells)) = turnarounds.ranked(j) {
             // The first free host in the ranking; unusable hosts (an
-            // infinite turnaround) come last.
-            for &g in ranked {
+            // infinite turnaround) come last. The walk pays a step for
+            // every busy host ranked ahead of it: with few hosts free,
+            // asking each of them is cheaper, so after a few steps per
+            // free host the scan below takes over (same answer).
+            let budget = self.free_sorted.map_or(usize::MAX, |f| 4 * f.len() + 16);
+            let mut walked_all = true;
+            for (steps, &g) in ranked.iter().enumerate() {
+                if steps == budget {
+                    walked_all = false;
+                    break;
+                }
                 let t = cells[g as usize];
                 if !t.is_finite() {
-                    break;
+                    return None;
                 }
                 if (self.free_in)(g as usize) == 0.0 {
                     return Some((g as usize, t));
                 }
             }
-            return None;
+            if walked_all {
+                return None;
+            }
         }
         let mut best: Option<(usize, f64)> = None;
         let (hosts, all) = match self.free_sorted {
