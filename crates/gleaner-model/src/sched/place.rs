@@ -204,7 +204,7 @@ where
             // only they, come before the first that does not.
             for &g in ranked {
                 let t = cells[g as usize];
-                if !(t < mine) {
+                if t.is_nan() || t >= mine {
                     break;
                 }
                 let g = g as usize;
