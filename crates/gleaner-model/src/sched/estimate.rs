@@ -25,7 +25,7 @@
 //! caller passes the RNG.
 
 use super::curve::{FailureSampler, PreparedCurve, TrCurve};
-use super::place::{by_slowdown, HostView, Rule};
+use super::place::{by_slowdown, HostView, Rule, Turnarounds};
 use super::spells::{PastSpells, SpellLengths};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -235,20 +235,20 @@ pub enum EstimateError {
     BadSpread(f64),
 }
 
+/// What happens at an event. Indices are u32 (within [`MAX_TASKS`] and
+/// [`MAX_HOSTS`]) and a failure's saved share sits in `Run::saved`, so an
+/// event is 32 bytes, not 48: the heap moves events on every pop and push,
+/// hundreds of millions of them in an estimate at 1,000 hosts.
 #[derive(Debug, Clone, Copy)]
 enum EventKind {
     /// Task ended on host.
-    Finish { task: usize, host: usize },
-    /// Task's attempt was hit on host, keeping this share of its work.
-    Fail {
-        task: usize,
-        host: usize,
-        saved: f64,
-    },
+    Finish { task: u32, host: u32 },
+    /// Task's attempt was hit on host, keeping `Run::saved[task]` of its work.
+    Fail { task: u32, host: u32 },
     /// Host is free again (its own work or its recovery ended).
-    HostFree { host: usize },
+    HostFree { host: u32 },
     /// An idle host's failure time came (stale unless its epoch still matches).
-    HostDown { host: usize, epoch: u32 },
+    HostDown { host: u32, epoch: u32 },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -484,37 +484,248 @@ impl HostFacts {
 
 /// Expected turnarounds of (task, host), computed when first asked and
 /// shared by the runs; rows are made only for the tasks the rule weighs
-/// (those near the batch's tail), up to [`MEMO_LIMIT`] cells.
+/// (those near the batch's tail), up to [`MEMO_LIMIT`] cells. A row the
+/// rule looks for the best free host in is also ranked once: its hosts by
+/// turnaround, so that the search walks the ranking to the first free
+/// host instead of asking every free one (most of the estimate's time at
+/// 1,000 hosts, where each failure makes the rule look again).
+///
+/// A task resumed from a checkpoint (or one with no room left for a row)
+/// has its row in one of [`SPARE_ROWS`] spare rows, keyed by the task and
+/// the work it has left: that work is particular to a run, but the rule
+/// asks about the same few tasks at the queue's head after every failure
+/// while they wait, and with checkpoints at this scale most of the tail's
+/// tasks are resumed ones.
 struct Memo<'a> {
     hosts: &'a [HostFacts],
     runtimes: Vec<f64>,
     row_of: Vec<u32>,
     cells: Vec<f64>,
+    /// Per host: its place in the rule's order (ties in a ranking).
+    place: Vec<u32>,
+    /// Per row: whether it is ranked yet (`Unranked`), and whether it can be.
+    ranking: Vec<Ranking>,
+    /// Per ranked row, its hosts by turnaround (as `cells`, one per host).
+    ranked: Vec<u32>,
+    /// The spare rows, a task's at `task % SPARE_ROWS`.
+    spare: Vec<SpareRow>,
 }
 
-impl Memo<'_> {
-    /// The expected turnaround of `task`, with `left` reference seconds
-    /// of it to do, on `host` (memoised for a task not yet begun).
-    fn get(&mut self, task: usize, left: f64, host: usize) -> f64 {
-        if left != self.runtimes[task] {
-            // Resumed from a checkpoint: rare, not worth a memo row.
-            return self.hosts[host].expected_turnaround(left);
+/// Spare memo rows (see [`Memo`]): a few more than the tasks the rule
+/// weighs at once ([`super::place::LOOKAHEAD`] and one further down).
+const SPARE_ROWS: usize = 64;
+
+/// A memo row for (task, work left) outside the main rows.
+struct SpareRow {
+    /// The task (`u32::MAX`: none yet) and the work left it is for.
+    task: u32,
+    left: f64,
+    cells: Vec<f64>,
+    /// Rankings asked for since the row was taken over.
+    asks: u32,
+    ranking: Ranking,
+    ranked: Vec<u32>,
+}
+
+/// Rankings a spare row is asked for before it is ranked: a resumed task
+/// often leaves the queue's head after a few looks (it is placed, or hit
+/// again with new work left), and ranking a row (a sort of every host)
+/// costs as much as a few dozen scans of the free hosts.
+const SPARE_ASKS_BEFORE_RANKING: u32 = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Ranking {
+    Unranked,
+    Ranked,
+    /// Some host's turnaround lies below the rule's lower bound (rounding
+    /// on a curve that never fails, say): the rule's scan stops early
+    /// there, so only the scan gives its answer.
+    Unrankable,
+}
+
+/// Where a (task, work left)'s memo row is.
+#[derive(Clone, Copy)]
+enum Loc {
+    Main(usize),
+    Spare(usize),
+}
+
+impl<'a> Memo<'a> {
+    fn new(hosts: &'a [HostFacts], runtimes: &[f64], order: &[usize]) -> Memo<'a> {
+        let mut place = vec![0; hosts.len()];
+        for (i, &h) in order.iter().enumerate() {
+            if let Some(p) = place.get_mut(h) {
+                *p = i as u32;
+            }
         }
+        Memo {
+            hosts,
+            runtimes: runtimes.to_vec(),
+            row_of: vec![u32::MAX; runtimes.len()],
+            cells: Vec::new(),
+            place,
+            ranking: Vec::new(),
+            ranked: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// The row of `task` with `left` reference seconds of it to do: its
+    /// main row when it has not begun (made if there is room), else its
+    /// spare row, taken over (emptied) if it held another.
+    fn locate(&mut self, task: usize, left: f64) -> Loc {
         let n = self.hosts.len();
-        let mut row = self.row_of[task];
-        if row == u32::MAX && self.cells.len() + n <= MEMO_LIMIT {
-            row = (self.cells.len() / n) as u32;
-            self.row_of[task] = row;
-            self.cells.resize(self.cells.len() + n, f64::NAN);
+        if left == self.runtimes[task] {
+            let mut row = self.row_of[task];
+            if row == u32::MAX && self.cells.len() + n <= MEMO_LIMIT {
+                row = (self.cells.len() / n) as u32;
+                self.row_of[task] = row;
+                self.cells.resize(self.cells.len() + n, f64::NAN);
+                self.ranking.push(Ranking::Unranked);
+            }
+            if row != u32::MAX {
+                return Loc::Main(row as usize);
+            }
         }
-        if row == u32::MAX {
-            return self.hosts[host].expected_turnaround(self.runtimes[task]);
+        if self.spare.is_empty() {
+            self.spare = (0..SPARE_ROWS)
+                .map(|_| SpareRow {
+                    task: u32::MAX,
+                    left: f64::NAN,
+                    cells: vec![f64::NAN; n],
+                    asks: 0,
+                    ranking: Ranking::Unranked,
+                    ranked: Vec::new(),
+                })
+                .collect();
         }
-        let cell = &mut self.cells[row as usize * n + host];
+        let slot = task % SPARE_ROWS;
+        let spare = &mut self.spare[slot];
+        if spare.task != task as u32 || spare.left.to_bits() != left.to_bits() {
+            spare.task = task as u32;
+            spare.left = left;
+            spare.cells.iter_mut().for_each(|c| *c = f64::NAN);
+            spare.asks = 0;
+            spare.ranking = Ranking::Unranked;
+        }
+        Loc::Spare(slot)
+    }
+
+    /// The expected turnaround of `task`, with `left` reference seconds
+    /// of it to do, on `host`.
+    fn get(&mut self, task: usize, left: f64, host: usize) -> f64 {
+        let n = self.hosts.len();
+        let cell = match self.locate(task, left) {
+            Loc::Main(row) => &mut self.cells[row * n + host],
+            Loc::Spare(slot) => &mut self.spare[slot].cells[host],
+        };
         if cell.is_nan() {
-            *cell = self.hosts[host].expected_turnaround(self.runtimes[task]);
+            *cell = self.hosts[host].expected_turnaround(left);
         }
         *cell
+    }
+
+    /// `task`'s hosts by expected turnaround with `left` reference seconds
+    /// of it to do, least first (ties in the rule's order, infinite ones
+    /// last), and its turnarounds by host: see
+    /// [`super::place::Turnarounds::ranked`]. `None` when some host's
+    /// turnaround falls below the rule's bound, or for a spare row not yet
+    /// asked for often enough.
+    fn ranked(&mut self, task: usize, left: f64) -> Option<(&[u32], &[f64])> {
+        let n = self.hosts.len();
+        let loc = self.locate(task, left);
+        let (cells, ranking, ranked) = match loc {
+            Loc::Main(row) => {
+                let span = row * n..(row + 1) * n;
+                if self.ranked.len() < span.end && self.ranking[row] == Ranking::Unranked {
+                    self.ranked.resize(span.end, 0);
+                }
+                let ranked = self.ranked.get_mut(span.clone()).unwrap_or_default();
+                (&mut self.cells[span], &mut self.ranking[row], ranked)
+            }
+            Loc::Spare(slot) => {
+                let spare = &mut self.spare[slot];
+                spare.asks = spare.asks.saturating_add(1);
+                if spare.asks < SPARE_ASKS_BEFORE_RANKING {
+                    return None;
+                }
+                if spare.ranked.len() < n {
+                    spare.ranked.resize(n, 0);
+                }
+                (
+                    &mut spare.cells[..],
+                    &mut spare.ranking,
+                    &mut spare.ranked[..],
+                )
+            }
+        };
+        if *ranking == Ranking::Unranked {
+            *ranking = rank(self.hosts, &self.place, left, cells, ranked);
+        }
+        (*ranking == Ranking::Ranked).then_some((&*ranked, &*cells))
+    }
+}
+
+/// Fills a memo row's missing `cells` for a task with `left` reference
+/// seconds to do and ranks its hosts into `ranked` (by turnaround, ties by
+/// `place`, infinite ones last), when every finite turnaround is at least
+/// the rule's lower bound (left × SP, see `Run::dispatch`).
+fn rank(
+    hosts: &[HostFacts],
+    place: &[u32],
+    left: f64,
+    cells: &mut [f64],
+    ranked: &mut [u32],
+) -> Ranking {
+    let mut rankable = ranked.len() == cells.len();
+    for (fact, cell) in hosts.iter().zip(cells.iter_mut()) {
+        if cell.is_nan() {
+            *cell = fact.expected_turnaround(left);
+        }
+        rankable &= !cell.is_finite() || *cell >= left * fact.slowdown;
+    }
+    if !rankable {
+        return Ranking::Unrankable;
+    }
+    let key = |h: u32| {
+        let t = cells[h as usize];
+        if t.is_finite() {
+            t
+        } else {
+            f64::INFINITY
+        }
+    };
+    ranked
+        .iter_mut()
+        .zip(0u32..)
+        .for_each(|(slot, h)| *slot = h);
+    ranked.sort_unstable_by(|&a, &b| {
+        key(a)
+            .total_cmp(&key(b))
+            .then(place[a as usize].cmp(&place[b as usize]))
+    });
+    Ranking::Ranked
+}
+
+/// The rule's view of the queue's turnarounds, through the memo.
+struct QueueTurnarounds<'r, 'm> {
+    memo: &'r mut Memo<'m>,
+    queue: &'r VecDeque<usize>,
+    /// The estimated work left per task (what the rule plans with).
+    runtimes: &'r [f64],
+}
+
+impl Turnarounds for QueueTurnarounds<'_, '_> {
+    fn turnaround(&mut self, j: usize, g: usize) -> f64 {
+        match self.queue.get(j) {
+            Some(&task) => self.memo.get(task, self.runtimes[task], g),
+            None => f64::INFINITY,
+        }
+    }
+
+    fn ranked(&mut self, j: usize) -> Option<(&[u32], &[f64])> {
+        let &task = self.queue.get(j)?;
+        self.memo.ranked(task, self.runtimes[task])
     }
 }
 
@@ -626,12 +837,7 @@ impl<'i> EstimatePlan<'i> {
     pub fn runs(&self, range: std::ops::Range<usize>) -> EstimatePart {
         let range = range.start.min(self.input.runs)..range.end.min(self.input.runs);
         let n_tasks = self.runtimes.len();
-        let mut memo = Memo {
-            hosts: &self.facts,
-            runtimes: self.runtimes.clone(),
-            row_of: vec![u32::MAX; n_tasks],
-            cells: Vec::new(),
-        };
+        let mut memo = Memo::new(&self.facts, &self.runtimes, &self.order);
         let mut part = EstimatePart {
             first: range.start,
             ends: Vec::with_capacity(range.len() * n_tasks),
@@ -744,6 +950,8 @@ struct Run {
     /// This run's true runtime over the estimate, per task.
     factor: Vec<f64>,
     attempts: Vec<u32>,
+    /// Per task: the share of its work its pending `Fail` keeps.
+    saved: Vec<f64>,
     end: Vec<f64>,
     /// Per host: when it is expected to be free (≤ now: free).
     free_at: Vec<f64>,
@@ -763,6 +971,11 @@ struct Run {
     free_list: Vec<usize>,
     /// Per host: its place in the rule's scan order.
     rank: Vec<u32>,
+    /// Per host: (slowdown, horizon), [`HostFacts::can_run`]'s inputs laid
+    /// side by side: in bulk the free hosts too slow or too unreliable for
+    /// the head (hundreds at 1,000 hosts with tasks of half a day) are
+    /// passed over at every event.
+    reach: Vec<(f64, f64)>,
     /// Hosts that became free since the last dispatch.
     fresh: Vec<usize>,
     /// Hosts that became free since the last dispatch, to be given a
@@ -791,6 +1004,7 @@ impl Run {
             left: vec![0.0; n_tasks],
             factor: vec![1.0; n_tasks],
             attempts: vec![0; n_tasks],
+            saved: vec![0.0; n_tasks],
             end: vec![0.0; n_tasks],
             free_at: vec![0.0; n_hosts],
             is_free: vec![false; n_hosts],
@@ -800,6 +1014,7 @@ impl Run {
             epoch: vec![0; n_hosts],
             free_list: Vec::with_capacity(n_hosts),
             rank: Vec::new(),
+            reach: Vec::new(),
             fresh: Vec::with_capacity(n_hosts),
             armed: Vec::with_capacity(n_hosts),
             recheck_all: true,
@@ -855,7 +1070,7 @@ impl Run {
         let back = now + self.outage(facts, host, rng);
         self.free_at[host] = back;
         self.next_fail[host] = back + self.up_spell(facts, host, rng);
-        self.push(back, EventKind::HostFree { host });
+        self.push(back, EventKind::HostFree { host: host as u32 });
         self.recheck_all = true;
     }
 
@@ -948,8 +1163,11 @@ impl Run {
             } else {
                 0.0
             };
-            self.push(now + f, EventKind::Fail { task, host, saved });
+            self.saved[task] = saved;
+            let (task, host) = (task as u32, host as u32);
+            self.push(now + f, EventKind::Fail { task, host });
         } else {
+            let (task, host) = (task as u32, host as u32);
             self.push(now + run, EventKind::Finish { task, host });
         }
     }
@@ -996,6 +1214,9 @@ impl Run {
                 self.rank[h] = i as u32;
             }
         }
+        if self.reach.len() != facts.len() {
+            self.reach = facts.iter().map(|f| (f.slowdown, f.horizon)).collect();
+        }
         for (h, host) in input.hosts.iter().enumerate() {
             self.rate[h] = facts[h].draw_rate(rng).unwrap_or(f64::NAN);
             self.urns[h].clear();
@@ -1007,7 +1228,7 @@ impl Run {
             } else {
                 self.is_free[h] = false;
                 self.free_at[h] = from;
-                self.push(from, EventKind::HostFree { host: h });
+                self.push(from, EventKind::HostFree { host: h as u32 });
             }
         }
         for (task, r) in input.running.iter().enumerate() {
@@ -1036,12 +1257,15 @@ impl Run {
             now = event.time;
             match event.kind {
                 EventKind::Finish { task, host } => {
+                    let (task, host) = (task as usize, host as usize);
                     self.running -= 1;
                     self.end[task] = now;
                     self.left[task] = 0.0;
                     self.host_free(host, now);
                 }
-                EventKind::Fail { task, host, saved } => {
+                EventKind::Fail { task, host } => {
+                    let (task, host) = (task as usize, host as usize);
+                    let saved = self.saved[task];
                     self.running -= 1;
                     self.failures += 1;
                     self.left[task] *= 1.0 - saved;
@@ -1049,8 +1273,9 @@ impl Run {
                     self.queue.push_front(task);
                     self.host_failed(facts, host, now, rng);
                 }
-                EventKind::HostFree { host } => self.host_free(host, now),
+                EventKind::HostFree { host } => self.host_free(host as usize, now),
                 EventKind::HostDown { host, epoch } => {
+                    let host = host as usize;
                     if self.is_free[host] && self.epoch[host] == epoch {
                         self.is_free[host] = false;
                         self.remove_free(host);
@@ -1086,17 +1311,20 @@ impl Run {
                 // task) is what list scheduling gives the first free host
                 // that can run it.
                 let runtime = runtimes[queue[0]];
-                let found = self
-                    .free_list
-                    .iter()
-                    .position(|&h| facts[h].can_run(runtime));
+                let reach = &self.reach;
+                let found = self.free_list.iter().position(|&h| {
+                    let (slowdown, horizon) = reach[h];
+                    let run = runtime * slowdown;
+                    run.is_finite() && run < horizon
+                });
                 // Entering the tail: everyone idle is weighed by the rule.
                 self.recheck_all = true;
                 found.map(|i| (0, self.free_list.remove(i)))
             } else if self.recheck_all {
-                let pair = rule.pick_pair(|j, g| match queue.get(j) {
-                    Some(&task) => memo.get(task, runtimes[task], g),
-                    None => f64::INFINITY,
+                let pair = rule.pick_pair(&mut QueueTurnarounds {
+                    memo,
+                    queue,
+                    runtimes,
                 });
                 if pair.is_none() {
                     self.recheck_all = false;
@@ -1110,14 +1338,16 @@ impl Run {
                 // better, and a host taking a task shifts the later tasks
                 // forward as it leaves their counts (see `Rule::pick_pair`).
                 let mut placed = None;
+                let mut turnarounds = QueueTurnarounds {
+                    memo,
+                    queue,
+                    runtimes,
+                };
                 while let Some(host) = self.fresh.pop() {
                     if !is_free[host] {
                         continue;
                     }
-                    let pick = rule.pick_for_host(host, |j, g| match queue.get(j) {
-                        Some(&task) => memo.get(task, runtimes[task], g),
-                        None => f64::INFINITY,
-                    });
+                    let pick = rule.pick_for_host(host, &mut turnarounds);
                     if let Some(j) = pick {
                         placed = Some((j, host));
                         break;
@@ -1139,6 +1369,7 @@ impl Run {
             let f = self.next_fail[host];
             if self.is_free[host] && f.is_finite() {
                 let epoch = self.epoch[host];
+                let host = host as u32;
                 self.push(f.max(now), EventKind::HostDown { host, epoch });
             }
         }

@@ -116,7 +116,35 @@ pub fn pick_task_for_host(
         free_in: |g: usize| free_in[g],
         queue_len: queue.len(),
     };
-    rule.pick_for_host(host, |j, g| hosts[g].expected_turnaround(queue[j]))
+    rule.pick_for_host(
+        host,
+        &mut Scan(|j: usize, g: usize| hosts[g].expected_turnaround(queue[j])),
+    )
+}
+
+/// The expected turnarounds the rule weighs, as its caller knows them.
+pub(crate) trait Turnarounds {
+    /// The expected turnaround of queue position `j` on host `g`.
+    fn turnaround(&mut self, j: usize, g: usize) -> f64;
+
+    /// Every host by position `j`'s expected turnaround there, least
+    /// first, ties in the rule's order, and those turnarounds by host;
+    /// `None` when the caller keeps no such list (the rule then scans).
+    /// Only for a position whose finite turnarounds are all at least the
+    /// rule's lower bound: then a scan's early stop skips no host the
+    /// list would have found, and the two give the same answer.
+    fn ranked(&mut self, _j: usize) -> Option<(&[u32], &[f64])> {
+        None
+    }
+}
+
+/// Turnarounds from a function, with no ranked lists: the rule scans.
+pub(crate) struct Scan<T>(pub T);
+
+impl<T: FnMut(usize, usize) -> f64> Turnarounds for Scan<T> {
+    fn turnaround(&mut self, j: usize, g: usize) -> f64 {
+        (self.0)(j, g)
+    }
 }
 
 /// Host indices by slowdown, fastest first (ties by index): the order the
@@ -168,9 +196,31 @@ where
         host: usize,
         j: usize,
         mine: f64,
-        turnaround: &mut impl FnMut(usize, usize) -> f64,
+        turnarounds: &mut impl Turnarounds,
     ) -> bool {
         let mut better = 0;
+        if let Some((ranked, cells)) = turnarounds.ranked(j) {
+            // The hosts that end j sooner than `mine` with no wait, and
+            // only they, come before the first that does not.
+            for &g in ranked {
+                let t = cells[g as usize];
+                if t.is_nan() || t >= mine {
+                    break;
+                }
+                let g = g as usize;
+                if g == host {
+                    continue;
+                }
+                let wait = (self.free_in)(g);
+                if wait < mine && wait + t < mine {
+                    better += 1;
+                    if better > j {
+                        return false;
+                    }
+                }
+            }
+            return true;
+        }
         for &g in self.order {
             if (self.lower)(j, g) >= mine {
                 break;
@@ -179,7 +229,7 @@ where
                 continue;
             }
             let wait = (self.free_in)(g);
-            if wait < mine && wait + turnaround(j, g) < mine {
+            if wait < mine && wait + turnarounds.turnaround(j, g) < mine {
                 better += 1;
                 if better > j {
                     return false;
@@ -190,37 +240,54 @@ where
     }
 
     /// [`pick_task_for_host`]: the queue position free host `host` takes.
-    pub fn pick_for_host(
-        &self,
-        host: usize,
-        mut turnaround: impl FnMut(usize, usize) -> f64,
-    ) -> Option<usize> {
+    pub fn pick_for_host(&self, host: usize, turnarounds: &mut impl Turnarounds) -> Option<usize> {
         if self.in_bulk() {
-            return turnaround(0, host).is_finite().then_some(0);
+            return turnarounds.turnaround(0, host).is_finite().then_some(0);
         }
         let others = self.n_hosts().saturating_sub(1);
         for j in 0..self.queue_len.min(LOOKAHEAD) {
-            let mine = turnaround(j, host);
+            let mine = turnarounds.turnaround(j, host);
             if !mine.is_finite() {
                 continue;
             }
-            if j >= others || self.better_hosts_at_most(host, j, mine, &mut turnaround) {
+            if j >= others || self.better_hosts_at_most(host, j, mine, turnarounds) {
                 return Some(j);
             }
         }
         // Past the lookahead, the task at position `others` always qualifies;
         // take it when the queue reaches it.
         let j = others.max(LOOKAHEAD);
-        (j < self.queue_len && turnaround(j, host).is_finite()).then_some(j)
+        (j < self.queue_len && turnarounds.turnaround(j, host).is_finite()).then_some(j)
     }
 
     /// The free host (wait 0) that would end position `j` soonest, with
     /// its expected turnaround; ties go to the faster, then lower, index.
-    fn best_free(
-        &self,
-        j: usize,
-        turnaround: &mut impl FnMut(usize, usize) -> f64,
-    ) -> Option<(usize, f64)> {
+    fn best_free(&self, j: usize, turnarounds: &mut impl Turnarounds) -> Option<(usize, f64)> {
+        if let Some((ranked, cells)) = turnarounds.ranked(j) {
+            // The first free host in the ranking; unusable hosts (an
+            // infinite turnaround) come last. The walk pays a step for
+            // every busy host ranked ahead of it: with few hosts free,
+            // asking each of them is cheaper, so after a few steps per
+            // free host the scan below takes over (same answer).
+            let budget = self.free_sorted.map_or(usize::MAX, |f| 4 * f.len() + 16);
+            let mut walked_all = true;
+            for (steps, &g) in ranked.iter().enumerate() {
+                if steps == budget {
+                    walked_all = false;
+                    break;
+                }
+                let t = cells[g as usize];
+                if !t.is_finite() {
+                    return None;
+                }
+                if (self.free_in)(g as usize) == 0.0 {
+                    return Some((g as usize, t));
+                }
+            }
+            if walked_all {
+                return None;
+            }
+        }
         let mut best: Option<(usize, f64)> = None;
         let (hosts, all) = match self.free_sorted {
             Some(free) => (free, false),
@@ -233,7 +300,7 @@ where
             if all && (self.free_in)(g) != 0.0 {
                 continue;
             }
-            let t = turnaround(j, g);
+            let t = turnarounds.turnaround(j, g);
             if t.is_finite() && best.is_none_or(|(_, b)| t < b) {
                 best = Some((g, t));
             }
@@ -251,10 +318,7 @@ where
     /// host would take it either: asking positions in order finds what
     /// asking each free host would find (ties aside), at the cost of one
     /// count per position instead of one per free host and position.
-    pub fn pick_pair(
-        &self,
-        mut turnaround: impl FnMut(usize, usize) -> f64,
-    ) -> Option<(usize, usize)> {
+    pub fn pick_pair(&self, turnarounds: &mut impl Turnarounds) -> Option<(usize, usize)> {
         if self.queue_len == 0 {
             return None;
         }
@@ -264,21 +328,21 @@ where
                 .unwrap_or(self.order)
                 .iter()
                 .copied()
-                .find(|&g| (self.free_in)(g) == 0.0 && turnaround(0, g).is_finite())
+                .find(|&g| (self.free_in)(g) == 0.0 && turnarounds.turnaround(0, g).is_finite())
                 .map(|g| (0, g));
         }
         let others = self.n_hosts().saturating_sub(1);
         for j in 0..self.queue_len.min(LOOKAHEAD) {
-            let Some((host, mine)) = self.best_free(j, &mut turnaround) else {
+            let Some((host, mine)) = self.best_free(j, turnarounds) else {
                 continue;
             };
-            if j >= others || self.better_hosts_at_most(host, j, mine, &mut turnaround) {
+            if j >= others || self.better_hosts_at_most(host, j, mine, turnarounds) {
                 return Some((j, host));
             }
         }
         let j = others.max(LOOKAHEAD);
         if j < self.queue_len {
-            return self.best_free(j, &mut turnaround).map(|(g, _)| (j, g));
+            return self.best_free(j, turnarounds).map(|(g, _)| (j, g));
         }
         None
     }

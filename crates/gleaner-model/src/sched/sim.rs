@@ -19,7 +19,7 @@ use super::estimate::{
     checkpoint_mttf, estimate, Estimate, EstimateError, EstimateHost, EstimateInput, PastFailures,
     Quantiles,
 };
-use super::place::{by_slowdown, HostView, Rule, LOOKAHEAD};
+use super::place::{by_slowdown, HostView, Rule, Scan, LOOKAHEAD};
 use super::timeline::Timeline;
 use crate::predict::PredictRequest;
 use crate::predictor::ReliabilityPredictor;
@@ -933,14 +933,14 @@ impl<'a> Sim<'a> {
                 None => f64::INFINITY,
             };
             let placed = if self.recheck_all {
-                rule.pick_pair(turnaround)
+                rule.pick_pair(&mut Scan(turnaround))
             } else {
                 let mut placed = None;
                 while let Some(host) = fresh.pop() {
                     if !matches!(slots[host], Slot::Free) {
                         continue;
                     }
-                    if let Some(j) = rule.pick_for_host(host, turnaround) {
+                    if let Some(j) = rule.pick_for_host(host, &mut Scan(turnaround)) {
                         placed = Some((j, host));
                         break;
                     }
