@@ -1467,6 +1467,98 @@ mod tests {
         }
     }
 
+    /// The rule through the memo's ranked rows answers as the rule's scan
+    /// of every host does, on random pools: hosts that never fail, fail
+    /// at a rate, or cannot finish long tasks at all; tasks fresh and
+    /// resumed (spare rows, ranked only after repeated asks); free, busy
+    /// and long-busy hosts. The simulator's byte-identical reports are
+    /// the other check; this one names the pool when it fails.
+    #[test]
+    fn the_ranked_rows_answer_as_the_scan_does() {
+        use crate::sched::place::Scan;
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        for pool in 0..300 {
+            let n = rng.random_range(2..40);
+            let hosts: Vec<EstimateHost> = (0..n)
+                .map(|_| {
+                    let curve = match rng.random_range(0..3) {
+                        0 => TrCurve::never_fails(),
+                        1 => TrCurve::exponential(rng.random_range(600.0..200_000.0)),
+                        _ => TrCurve::new([(1_000.0, 0.5), (5_000.0, 1e-15)]),
+                    };
+                    let mut h = host(rng.random_range(0.2..1.0), curve);
+                    h.view.availability = rng.random_range(0.3..1.0);
+                    h
+                })
+                .collect();
+            let facts: Vec<HostFacts> = hosts.iter().map(HostFacts::new).collect();
+            let order = by_slowdown(&facts.iter().map(|f| f.slowdown).collect::<Vec<_>>());
+            let mut rank = vec![0; n];
+            for (i, &h) in order.iter().enumerate() {
+                rank[h] = i;
+            }
+            let m = rng.random_range(1..30);
+            let runtimes: Vec<f64> = (0..m).map(|_| rng.random_range(100.0..20_000.0)).collect();
+            // Work left: a third resumed from a checkpoint.
+            let left: Vec<f64> = runtimes
+                .iter()
+                .map(|&r| {
+                    if rng.random_range(0..3) == 0 {
+                        r * rng.random_range(0.1..0.9)
+                    } else {
+                        r
+                    }
+                })
+                .collect();
+            let queue: VecDeque<usize> = (0..m).filter(|_| rng.random_range(0..4) > 0).collect();
+            let wait: Vec<f64> = (0..n)
+                .map(|_| match rng.random_range(0..3) {
+                    0 => 0.0,
+                    1 => rng.random_range(1.0..5_000.0),
+                    _ => rng.random_range(5_000.0..500_000.0),
+                })
+                .collect();
+            let mut free: Vec<usize> = (0..n).filter(|&g| wait[g] == 0.0).collect();
+            free.sort_by_key(|&g| rank[g]);
+            let rule = Rule {
+                order: &order,
+                free_sorted: Some(&free),
+                lower: |j: usize, g: usize| match queue.get(j) {
+                    Some(&task) => left[task] * facts[g].slowdown,
+                    None => f64::INFINITY,
+                },
+                free_in: |g: usize| wait[g],
+                queue_len: queue.len(),
+            };
+            let mut scan = Scan(|j: usize, g: usize| match queue.get(j) {
+                Some(&task) => facts[g].expected_turnaround(left[task]),
+                None => f64::INFINITY,
+            });
+            let mut memo = Memo::new(&facts, &runtimes, &order);
+            // Asked again and again, as after every failure: spare rows
+            // are ranked after SPARE_ASKS_BEFORE_RANKING asks.
+            for ask in 0..2 * SPARE_ASKS_BEFORE_RANKING {
+                let mut ranked = QueueTurnarounds {
+                    memo: &mut memo,
+                    queue: &queue,
+                    runtimes: &left,
+                };
+                assert_eq!(
+                    rule.pick_pair(&mut ranked),
+                    rule.pick_pair(&mut scan),
+                    "pool {pool}, ask {ask}"
+                );
+                for &g in &free {
+                    assert_eq!(
+                        rule.pick_for_host(g, &mut ranked),
+                        rule.pick_for_host(g, &mut scan),
+                        "pool {pool}, ask {ask}, host {g}"
+                    );
+                }
+            }
+        }
+    }
+
     fn run(hosts: &[EstimateHost], waiting: &[f64], runs: usize) -> Estimate {
         let input = EstimateInput {
             hosts,
