@@ -44,6 +44,20 @@ fn time(mut f: impl FnMut(u64)) -> (f64, f64, f64, f64) {
     (times[ROUNDS / 2], times[0], times[ROUNDS - 1], cpu)
 }
 
+/// `println!` that ends the example quietly when stdout is closed
+/// (`sched_estimate | head`) instead of panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return Ok(());
+            }
+            return Err(e.into());
+        }
+    }};
+}
+
 fn main() -> anyhow::Result<()> {
     let old_at_scale = std::env::args().any(|a| a == "--old");
     let mut rng = ChaCha8Rng::seed_from_u64(1);
@@ -95,7 +109,7 @@ fn main() -> anyhow::Result<()> {
                 med = m;
             }
             let e = last.take().expect("rounds ran");
-            println!(
+            say!(
                 "estimate, {n_tasks} tasks on {n_hosts} hosts, 200 runs, {threads} thread(s): median {m:.1} ms (min {min:.1}, max {max:.1}), CPU {cpu:.1} ms per estimate; makespan p10/p50/p90 {:.2}/{:.2}/{:.2} h",
                 e.makespan.p10 / 3600.0,
                 e.makespan.p50 / 3600.0,
@@ -114,7 +128,7 @@ fn main() -> anyhow::Result<()> {
                 last = Some(e);
             });
             let e = last.take().expect("rounds ran");
-            println!(
+            say!(
                 "  with a runtime spread σ = 0.3, {threads} thread(s): median {smed:.1} ms, CPU {cpu:.1} ms; makespan p10/p50/p90 {:.2}/{:.2}/{:.2} h",
                 e.makespan.p10 / 3600.0,
                 e.makespan.p50 / 3600.0,
@@ -165,7 +179,7 @@ fn main() -> anyhow::Result<()> {
                 last = Some(e);
             });
             let e = last.take().expect("rounds ran");
-            println!(
+            say!(
                 "  with each host's past week ({what}), 1 thread: median {pmed:.1} ms, CPU {cpu:.1} ms; makespan p10/p50/p90 {:.2}/{:.2}/{:.2} h",
                 e.makespan.p10 / 3600.0,
                 e.makespan.p50 / 3600.0,
@@ -189,7 +203,7 @@ fn main() -> anyhow::Result<()> {
             old_last = Some(e);
         });
         let o = old_last.expect("rounds ran");
-        println!(
+        say!(
             "  phase-1 code, same input: median {omed:.1} ms (min {omin:.1}, max {omax:.1}); makespan p10/p50/p90 {:.2}/{:.2}/{:.2} h; {:.1}× slower than now on one thread",
             o.makespan.p10 / 3600.0,
             o.makespan.p50 / 3600.0,
