@@ -21,11 +21,15 @@ use serde_json::Value;
 
 const TASKS: u32 = 6;
 
-/// `task * 7` into result.txt, or "wrong" on the liar.
+/// `task * 7` into result.txt, or "wrong" on the liar. The liar is also
+/// slower (1.8 s a copy against 0.3 s): the adaptive test bounds the
+/// copies it runs before its first one is judged, and on a loaded machine
+/// (the suite's binaries run side by side on two cores) an equally fast
+/// liar could finish two more while an honest host ran the comparison.
 fn script(liar: &Path) -> String {
     let liar = liar.canonicalize().unwrap();
     format!(
-        "sleep 0.3; case \"$(pwd -P)\" in {}/*) echo wrong ;; *) echo $(( {{}} * 7 )) ;; esac > result.txt; echo task {{}}",
+        "sleep 0.3; case \"$(pwd -P)\" in {}/*) sleep 1.5; echo wrong ;; *) echo $(( {{}} * 7 )) ;; esac > result.txt; echo task {{}}",
         liar.display()
     )
 }
