@@ -477,9 +477,16 @@ impl HostFacts {
     /// Whether a task of `runtime` reference seconds can succeed here at
     /// all (its expected turnaround is finite).
     fn can_run(&self, runtime: f64) -> bool {
-        let run = runtime * self.slowdown;
-        run.is_finite() && run < self.horizon
+        fits(runtime, self.slowdown, self.horizon)
     }
+}
+
+/// Whether a task of `runtime` reference seconds can succeed on a host of
+/// this slowdown and horizon: [`HostFacts::can_run`], and the bulk rule's
+/// scan over `Run::reach`.
+fn fits(runtime: f64, slowdown: f64, horizon: f64) -> bool {
+    let run = runtime * slowdown;
+    run.is_finite() && run < horizon
 }
 
 /// Expected turnarounds of (task, host), computed when first asked and
@@ -501,8 +508,6 @@ struct Memo<'a> {
     runtimes: Vec<f64>,
     row_of: Vec<u32>,
     cells: Vec<f64>,
-    /// Per host: its place in the rule's order (ties in a ranking).
-    place: Vec<u32>,
     /// Per row: whether it is ranked yet (`Unranked`), and whether it can be.
     ranking: Vec<Ranking>,
     /// Per ranked row, its hosts by turnaround (as `cells`, one per host).
@@ -551,19 +556,12 @@ enum Loc {
 }
 
 impl<'a> Memo<'a> {
-    fn new(hosts: &'a [HostFacts], runtimes: &[f64], order: &[usize]) -> Memo<'a> {
-        let mut place = vec![0; hosts.len()];
-        for (i, &h) in order.iter().enumerate() {
-            if let Some(p) = place.get_mut(h) {
-                *p = i as u32;
-            }
-        }
+    fn new(hosts: &'a [HostFacts], runtimes: &[f64]) -> Memo<'a> {
         Memo {
             hosts,
             runtimes: runtimes.to_vec(),
             row_of: vec![u32::MAX; runtimes.len()],
             cells: Vec::new(),
-            place,
             ranking: Vec::new(),
             ranked: Vec::new(),
             spare: Vec::new(),
@@ -628,10 +626,11 @@ impl<'a> Memo<'a> {
     /// `task`'s hosts by expected turnaround with `left` reference seconds
     /// of it to do, least first (ties in the rule's order, infinite ones
     /// last), and its turnarounds by host: see
-    /// [`super::place::Turnarounds::ranked`]. `None` when some host's
+    /// [`super::place::Turnarounds::ranked`]; `place` is each host's place
+    /// in the rule's order, the same in every run. `None` when some host's
     /// turnaround falls below the rule's bound, or for a spare row not yet
     /// asked for often enough.
-    fn ranked(&mut self, task: usize, left: f64) -> Option<(&[u32], &[f64])> {
+    fn ranked(&mut self, task: usize, left: f64, place: &[u32]) -> Option<(&[u32], &[f64])> {
         let n = self.hosts.len();
         let loc = self.locate(task, left);
         let (cells, ranking, ranked) = match loc {
@@ -660,7 +659,7 @@ impl<'a> Memo<'a> {
             }
         };
         if *ranking == Ranking::Unranked {
-            *ranking = rank(self.hosts, &self.place, left, cells, ranked);
+            *ranking = rank(self.hosts, place, left, cells, ranked);
         }
         (*ranking == Ranking::Ranked).then_some((&*ranked, &*cells))
     }
@@ -713,6 +712,9 @@ struct QueueTurnarounds<'r, 'm> {
     queue: &'r VecDeque<usize>,
     /// The estimated work left per task (what the rule plans with).
     runtimes: &'r [f64],
+    /// Per host: its place in the rule's order (`Run::rank`), which breaks
+    /// ties in a ranking.
+    place: &'r [u32],
 }
 
 impl Turnarounds for QueueTurnarounds<'_, '_> {
@@ -725,7 +727,7 @@ impl Turnarounds for QueueTurnarounds<'_, '_> {
 
     fn ranked(&mut self, j: usize) -> Option<(&[u32], &[f64])> {
         let &task = self.queue.get(j)?;
-        self.memo.ranked(task, self.runtimes[task])
+        self.memo.ranked(task, self.runtimes[task], self.place)
     }
 }
 
@@ -837,7 +839,7 @@ impl<'i> EstimatePlan<'i> {
     pub fn runs(&self, range: std::ops::Range<usize>) -> EstimatePart {
         let range = range.start.min(self.input.runs)..range.end.min(self.input.runs);
         let n_tasks = self.runtimes.len();
-        let mut memo = Memo::new(&self.facts, &self.runtimes, &self.order);
+        let mut memo = Memo::new(&self.facts, &self.runtimes);
         let mut part = EstimatePart {
             first: range.start,
             ends: Vec::with_capacity(range.len() * n_tasks),
@@ -1314,8 +1316,7 @@ impl Run {
                 let reach = &self.reach;
                 let found = self.free_list.iter().position(|&h| {
                     let (slowdown, horizon) = reach[h];
-                    let run = runtime * slowdown;
-                    run.is_finite() && run < horizon
+                    fits(runtime, slowdown, horizon)
                 });
                 // Entering the tail: everyone idle is weighed by the rule.
                 self.recheck_all = true;
@@ -1325,6 +1326,7 @@ impl Run {
                     memo,
                     queue,
                     runtimes,
+                    place: &self.rank,
                 });
                 if pair.is_none() {
                     self.recheck_all = false;
@@ -1342,6 +1344,7 @@ impl Run {
                     memo,
                     queue,
                     runtimes,
+                    place: &self.rank,
                 };
                 while let Some(host) = self.fresh.pop() {
                     if !is_free[host] {
@@ -1493,9 +1496,9 @@ mod tests {
                 .collect();
             let facts: Vec<HostFacts> = hosts.iter().map(HostFacts::new).collect();
             let order = by_slowdown(&facts.iter().map(|f| f.slowdown).collect::<Vec<_>>());
-            let mut rank = vec![0; n];
+            let mut rank = vec![0u32; n];
             for (i, &h) in order.iter().enumerate() {
-                rank[h] = i;
+                rank[h] = i as u32;
             }
             let m = rng.random_range(1..30);
             let runtimes: Vec<f64> = (0..m).map(|_| rng.random_range(100.0..20_000.0)).collect();
@@ -1534,7 +1537,7 @@ mod tests {
                 Some(&task) => facts[g].expected_turnaround(left[task]),
                 None => f64::INFINITY,
             });
-            let mut memo = Memo::new(&facts, &runtimes, &order);
+            let mut memo = Memo::new(&facts, &runtimes);
             // Asked again and again, as after every failure: spare rows
             // are ranked after SPARE_ASKS_BEFORE_RANKING asks.
             for ask in 0..2 * SPARE_ASKS_BEFORE_RANKING {
@@ -1542,6 +1545,7 @@ mod tests {
                     memo: &mut memo,
                     queue: &queue,
                     runtimes: &left,
+                    place: &rank,
                 };
                 assert_eq!(
                     rule.pick_pair(&mut ranked),
