@@ -106,6 +106,12 @@ pub enum ConsumerCommand {
         estimate: bool,
         reply: oneshot::Sender<Result<BatchView, ConsumerError>>,
     },
+    /// One batch, once every landed result is in its output directory
+    /// (`batch wait`'s last line: the directory is whole when it ends).
+    BatchCopied {
+        id: BatchId,
+        reply: oneshot::Sender<Result<BatchView, ConsumerError>>,
+    },
     /// Cancel a batch's tasks that have not ended.
     CancelBatch {
         id: BatchId,
@@ -191,6 +197,13 @@ impl ConsumerHandle {
             reply,
         })
         .await?
+    }
+
+    /// One batch, answered once no copy of its results to its output
+    /// directory is in flight.
+    pub async fn batch_copied(&self, id: BatchId) -> Result<BatchView, ConsumerError> {
+        self.ask(|reply| ConsumerCommand::BatchCopied { id, reply })
+            .await?
     }
 
     /// One batch with the estimate of its end (`batch status`).
@@ -369,6 +382,15 @@ impl Consumer {
                     tokio::spawn(async move {
                         if let Ok(estimate) = rx.await {
                             let _ = reply.send(estimate.map_err(Into::into));
+                        }
+                    });
+                }
+                ConsumerCommand::BatchCopied { id, reply } => {
+                    let (tx, rx) = oneshot::channel();
+                    self.queue.when_copied(id, tx);
+                    tokio::spawn(async move {
+                        if let Ok(view) = rx.await {
+                            let _ = reply.send(view.map_err(Into::into));
                         }
                     });
                 }

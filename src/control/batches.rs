@@ -547,7 +547,9 @@ fn stream(
                 Err(broadcast::error::RecvError::Closed) => return,
             }
         }
-        if let Ok(v) = consumer.batch(id).await {
+        // The last line waits for the results' copies to the batch's
+        // output directory: whoever reads it may read the directory.
+        if let Ok(v) = consumer.batch_copied(id).await {
             let _ = send(BatchLine::Batch(batch_report(&v, true))).await;
         }
     });

@@ -5,7 +5,8 @@
 //!   expanded into tasks and checked before anything is queued;
 //! - [`store`] and [`codec`]: the durable queue in sled;
 //! - [`queue`]: the queue itself, owned by the consumer actor: placement,
-//!   retries, cancel, re-attach after a restart;
+//!   retries, cancel, re-attach after a restart; its child module
+//!   `output_dir` copies landed results to the batch's `--output-dir`;
 //! - [`forecast`]: the batch's turnaround estimate (`batch estimate`);
 //! - [`policy`]: the named placement policies (`--policy`);
 //! - [`runtime`]: the batch's run time as its landed tasks show it (the

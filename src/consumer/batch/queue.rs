@@ -41,8 +41,11 @@ use crate::model::ids::{BatchId, JobId};
 use crate::model::sched::deadline::{p_fresh_copy_in_time, p_running_copy_in_time};
 use crate::net::protocol::JobSubmit;
 
+#[path = "output_dir.rs"]
+mod output_dir;
 #[path = "replicas.rs"]
 mod replicas;
+pub use output_dir::copy_task_results;
 pub use replicas::Verdict;
 
 /// A new batch, as the control API hands it over (paths absolute).
@@ -262,6 +265,8 @@ pub struct BatchQueue<P: JobPool + Clone + 'static> {
     checkpoints: crate::consumer::batch::checkpoint::Intervals,
     /// Verified results and the hosts' reputation (`replicas`).
     trust: replicas::Trust,
+    /// Copies to output directories in flight (`output_dir`).
+    outputs: output_dir::OutputCopies,
 }
 
 impl<P: JobPool + Clone + 'static> BatchQueue<P> {
@@ -310,6 +315,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             wanted: true,
             checkpoints: Default::default(),
             trust,
+            outputs: Default::default(),
         };
         for (record, tasks) in loaded {
             let id = record.id;
@@ -325,6 +331,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 queue.reattach(id, task);
             }
             queue.restore_copies(id);
+            queue.restore_output_copies(id);
         }
         Ok((queue, from_tasks))
     }
@@ -580,6 +587,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             .map_err(|e| BatchError::Store(e.to_string()))?;
         self.batches.remove(&id);
         self.trust.forget(id);
+        self.forget_output_copies(id);
         self.refused_by.retain(|(b, _), _| *b != id);
         let dir = self.dir.join(id.to_string());
         let store = self.store.clone();
@@ -706,11 +714,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 task,
                 verdict,
             } => self.on_verdict(batch, task, verdict),
-            QueueMsg::Copied { batch, task, error } => {
-                if let Some(error) = error {
-                    tracing::warn!(%batch, task, %error, "cannot copy results to the output directory");
-                }
-            }
+            QueueMsg::Copied { batch, task, error } => self.copied(batch, task, error),
         }
     }
 
@@ -1215,7 +1219,6 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             return;
         };
         let cancelled = live.record.cancelled;
-        let output_dir = live.record.output_dir.clone();
         let Some(t) = live.tasks.get_mut(task as usize) else {
             return;
         };
@@ -1331,13 +1334,8 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         if landed && !fresh.is_empty() {
             self.place_on(&fresh);
         }
-        if let (true, Some(out)) = (landed, output_dir) {
-            let from = self.results_dir(batch).join(task.to_string());
-            let tx = self.to_self.clone();
-            self.tracker.spawn_blocking(move || {
-                let error = copy_task_results(&from, &out.join(task.to_string())).err();
-                let _ = tx.send(QueueMsg::Copied { batch, task, error });
-            });
+        if landed {
+            self.copy_out(batch, task);
         }
     }
 
@@ -1496,34 +1494,4 @@ async fn job_submit<P: JobPool>(
         checkpoint,
     };
     Ok((submit, offer))
-}
-
-/// Copies (hard-links where it can) a task's landed results into `to`,
-/// replacing an earlier copy whole.
-pub fn copy_task_results(from: &Path, to: &Path) -> Result<(), String> {
-    let parent = to.parent().ok_or("no parent directory")?;
-    std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-    let name = to.file_name().and_then(|n| n.to_str()).ok_or("no name")?;
-    let tmp = parent.join(format!(".{name}.partial"));
-    let _ = std::fs::remove_dir_all(&tmp);
-    copy_tree(from, &tmp).map_err(|e| format!("{}: {e}", from.display()))?;
-    if to.exists() {
-        std::fs::remove_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
-    }
-    std::fs::rename(&tmp, to).map_err(|e| format!("{}: {e}", to.display()))
-}
-
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else if kind.is_file() && std::fs::hard_link(entry.path(), &target).is_err() {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
 }

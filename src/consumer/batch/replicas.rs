@@ -840,7 +840,6 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         let Some(live) = self.batches.get_mut(&batch) else {
             return;
         };
-        let output_dir = live.record.output_dir.clone();
         let Some(t) = live.tasks.get_mut(task as usize) else {
             return;
         };
@@ -884,13 +883,8 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         self.tracker.spawn_blocking(move || {
             let _ = store.flush();
         });
-        if let (true, Some(out)) = (landed, output_dir) {
-            let from = self.results_dir(batch).join(task.to_string());
-            let tx = self.to_self.clone();
-            self.tracker.spawn_blocking(move || {
-                let error = super::copy_task_results(&from, &out.join(task.to_string())).err();
-                let _ = tx.send(QueueMsg::Copied { batch, task, error });
-            });
+        if landed {
+            self.copy_out(batch, task);
         }
     }
 }

@@ -182,70 +182,73 @@ impl JobPool for FakePool {
     }
 }
 
-/// Runs a one-task batch (`true`, declaring `outputs`) on `hosts` until it
-/// ends; returns the batch and the hosts it was handed to, in order.
-async fn run_one(
-    hosts: Vec<(PeerId, f64, Host)>,
-    max_retries: u32,
-    outputs: &[&str],
-) -> (BatchView, Vec<PeerId>) {
-    let dir = tempfile::tempdir().unwrap();
-    let inbox = Inbox::default();
-    let pool = FakePool {
-        catalog: Catalog::new(),
-        inbox: inbox.clone(),
-        hosts: Arc::new(hosts),
-        submits: Arc::default(),
-        gone: Arc::default(),
-    };
+type Queue = (
+    BatchQueue<FakePool>,
+    tokio::sync::mpsc::UnboundedReceiver<super::QueueMsg>,
+);
+
+/// Opens a queue on `dir` over a scripted pool of `hosts`.
+fn open_queue(dir: &std::path::Path, pool: &FakePool, max_retries: u32) -> Queue {
     let settings = JobSettings {
         max_retries,
         probe_every: Duration::from_millis(50),
         ..JobSettings::default()
     };
-    let (mut queue, mut msgs) = BatchQueue::open(
+    BatchQueue::open(
         pool.clone(),
-        inbox,
-        dir.path(),
+        pool.inbox.clone(),
+        dir,
         Arc::new(SystemClock),
         settings,
         TaskTracker::new(),
         CancellationToken::new(),
     )
-    .unwrap();
-    let id = queue
-        .submit(NewBatch {
-            verify: Default::default(),
-            name: None,
-            template: TaskTemplate {
-                argv: vec!["true".into()],
-                env: Vec::new(),
-                inputs: Vec::new(),
-                outputs: outputs.iter().map(ToString::to_string).collect(),
-            },
-            sweep: Sweep::One,
-            mem_mib: 10,
-            runtime_secs: 60,
-            limit_secs: 60,
-            max_running: None,
-            output_dir: None,
-            policy: PolicyName::Tr,
-            deadline_unix: None,
-            checkpoint: None,
-        })
-        .unwrap();
+    .unwrap()
+}
+
+fn fake_pool(hosts: Vec<(PeerId, f64, Host)>) -> FakePool {
+    FakePool {
+        catalog: Catalog::new(),
+        inbox: Inbox::default(),
+        hosts: Arc::new(hosts),
+        submits: Arc::default(),
+        gone: Arc::default(),
+    }
+}
+
+/// A one-task batch running `true`, declaring `outputs`.
+fn one_task(outputs: &[&str], output_dir: Option<std::path::PathBuf>) -> NewBatch {
+    NewBatch {
+        verify: Default::default(),
+        name: None,
+        template: TaskTemplate {
+            argv: vec!["true".into()],
+            env: Vec::new(),
+            inputs: Vec::new(),
+            outputs: outputs.iter().map(ToString::to_string).collect(),
+        },
+        sweep: Sweep::One,
+        mem_mib: 10,
+        runtime_secs: 60,
+        limit_secs: 60,
+        max_running: None,
+        output_dir,
+        policy: PolicyName::Tr,
+        deadline_unix: None,
+        checkpoint: None,
+    }
+}
+
+/// Drives the queue's loop (surveys, attempts' news) until `done` holds;
+/// fails after 20 s.
+async fn drive(queue: &mut Queue, mut done: impl FnMut(&BatchQueue<FakePool>) -> bool) {
     let give_up = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let view = queue.view(id).unwrap();
-        if view.counts.finished() {
-            let submits = pool.submits.lock().unwrap().clone();
-            // The results stay readable after the queue is gone.
-            std::mem::forget(dir);
-            return (view, submits);
-        }
+    let (queue, msgs) = queue;
+    while !done(queue) {
         assert!(
             tokio::time::Instant::now() < give_up,
-            "the task did not end: {view:?}"
+            "the queue did not get there: {:?}",
+            queue.list()
         );
         if queue.wants_survey() {
             queue.start_survey();
@@ -255,6 +258,25 @@ async fn run_one(
             _ = tokio::time::sleep(TICK) => {}
         }
     }
+}
+
+/// Runs a one-task batch (`true`, declaring `outputs`) on `hosts` until it
+/// ends; returns the batch and the hosts it was handed to, in order.
+async fn run_one(
+    hosts: Vec<(PeerId, f64, Host)>,
+    max_retries: u32,
+    outputs: &[&str],
+) -> (BatchView, Vec<PeerId>) {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = fake_pool(hosts);
+    let mut queue = open_queue(dir.path(), &pool, max_retries);
+    let id = queue.0.submit(one_task(outputs, None)).unwrap();
+    drive(&mut queue, |q| q.view(id).unwrap().counts.finished()).await;
+    let view = queue.0.view(id).unwrap();
+    let submits = pool.submits.lock().unwrap().clone();
+    // The results stay readable after the queue is gone.
+    std::mem::forget(dir);
+    (view, submits)
 }
 
 fn stdout_of(view: &BatchView) -> String {
@@ -367,4 +389,48 @@ async fn a_missing_declared_output_fails_the_task_without_retries() {
     assert_eq!((t.state, t.exit_status), (TaskState::Failed, Some(0)));
     assert!(t.reason.as_deref().unwrap().contains("result.txt"), "{t:?}");
     assert_eq!(stdout_of(&view), "hello\n");
+}
+
+/// `batch wait` ends on [`BatchQueue::when_copied`]: its answer comes only
+/// once the landed result is in the output directory, and a node killed
+/// before a copy was made makes it at its next start.
+#[tokio::test]
+async fn the_output_directory_is_whole_when_the_batch_is_answered_and_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let pool = fake_pool(vec![(PeerId::random(), 0.9, Host::Finish(0))]);
+    let mut queue = open_queue(&dir.path().join("node"), &pool, 3);
+    let id = queue.0.submit(one_task(&[], Some(out.clone()))).unwrap();
+    drive(&mut queue, |q| q.view(id).unwrap().counts.finished()).await;
+    // Asked on the loop's turn the task landed, before the copy's news.
+    let (tx, mut answer) = tokio::sync::oneshot::channel();
+    queue.0.when_copied(id, tx);
+    let mut answered = None;
+    drive(&mut queue, |_| {
+        answered = answer.try_recv().ok();
+        answered.is_some()
+    })
+    .await;
+    assert_eq!(answered.unwrap().unwrap().counts.done, 1);
+    assert_eq!(
+        std::fs::read_to_string(out.join("0/stdout")).unwrap(),
+        "hello\n"
+    );
+
+    // The node dies before the copy was made: the next start makes it.
+    drop(queue);
+    std::fs::remove_dir_all(out.join("0")).unwrap();
+    let mut queue = open_queue(&dir.path().join("node"), &pool, 3);
+    let (tx, mut answer) = tokio::sync::oneshot::channel();
+    queue.0.when_copied(id, tx);
+    drive(&mut queue, |_| answer.try_recv().is_ok()).await;
+    assert_eq!(
+        std::fs::read_to_string(out.join("0/stdout")).unwrap(),
+        "hello\n"
+    );
+    let names: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["0"], "nothing half-made beside it");
 }
