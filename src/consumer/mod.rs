@@ -138,6 +138,20 @@ pub enum ConsumerCommand {
     },
 }
 
+/// A sender for an answer the queue gives later (off the loop), relayed
+/// to `reply` with the queue's error made the actor's.
+fn relay<T: Send + 'static>(
+    reply: oneshot::Sender<Result<T, ConsumerError>>,
+) -> oneshot::Sender<Result<T, BatchError>> {
+    let (tx, rx) = oneshot::channel::<Result<T, BatchError>>();
+    tokio::spawn(async move {
+        if let Ok(answer) = rx.await {
+            let _ = reply.send(answer.map_err(Into::into));
+        }
+    });
+    tx
+}
+
 /// The cloneable way to the consumer actor.
 #[derive(Debug, Clone)]
 pub struct ConsumerHandle {
@@ -368,31 +382,13 @@ impl Consumer {
                     reply,
                 } => {
                     // Answered when the estimate is made, off the loop.
-                    let (tx, rx) = oneshot::channel();
-                    self.queue.view_with_estimate(id, tx);
-                    tokio::spawn(async move {
-                        if let Ok(view) = rx.await {
-                            let _ = reply.send(view.map_err(Into::into));
-                        }
-                    });
+                    self.queue.view_with_estimate(id, relay(reply));
                 }
                 ConsumerCommand::EstimateBatch { batch, reply } => {
-                    let (tx, rx) = oneshot::channel();
-                    self.queue.estimate_new(&batch, tx);
-                    tokio::spawn(async move {
-                        if let Ok(estimate) = rx.await {
-                            let _ = reply.send(estimate.map_err(Into::into));
-                        }
-                    });
+                    self.queue.estimate_new(&batch, relay(reply));
                 }
                 ConsumerCommand::BatchCopied { id, reply } => {
-                    let (tx, rx) = oneshot::channel();
-                    self.queue.when_copied(id, tx);
-                    tokio::spawn(async move {
-                        if let Ok(view) = rx.await {
-                            let _ = reply.send(view.map_err(Into::into));
-                        }
-                    });
+                    self.queue.when_copied(id, relay(reply));
                 }
                 ConsumerCommand::CancelBatch { id, reply } => {
                     let _ = reply.send(self.queue.cancel(id).map_err(Into::into));

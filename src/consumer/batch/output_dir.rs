@@ -19,6 +19,7 @@ type Waiter = oneshot::Sender<Result<BatchView, BatchError>>;
 /// Copies to output directories in flight, and who waits for them.
 #[derive(Debug, Default)]
 pub(super) struct OutputCopies {
+    /// Per batch with a copy in flight, how many (never 0: the entry goes).
     in_flight: HashMap<BatchId, u32>,
     waiters: HashMap<BatchId, Vec<Waiter>>,
 }
@@ -49,25 +50,23 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         if let Some(error) = error {
             tracing::warn!(%batch, task, %error, "cannot copy results to the output directory");
         }
-        let left = match self.outputs.in_flight.get_mut(&batch) {
-            Some(n) => {
-                *n = n.saturating_sub(1);
-                *n
-            }
-            None => 0,
+        let Some(n) = self.outputs.in_flight.get_mut(&batch) else {
+            return;
         };
-        if left == 0 {
-            self.outputs.in_flight.remove(&batch);
-            for waiter in self.outputs.waiters.remove(&batch).unwrap_or_default() {
-                let _ = waiter.send(self.view(batch));
-            }
+        *n -= 1;
+        if *n > 0 {
+            return;
+        }
+        self.outputs.in_flight.remove(&batch);
+        for waiter in self.outputs.waiters.remove(&batch).unwrap_or_default() {
+            let _ = waiter.send(self.view(batch));
         }
     }
 
     /// Answers `reply` with the batch once no copy of its results to its
     /// output directory is in flight: at once when none is.
     pub fn when_copied(&mut self, batch: BatchId, reply: Waiter) {
-        if self.outputs.in_flight.get(&batch).copied().unwrap_or(0) == 0 {
+        if !self.outputs.in_flight.contains_key(&batch) {
             let _ = reply.send(self.view(batch));
         } else {
             self.outputs.waiters.entry(batch).or_default().push(reply);
@@ -84,18 +83,20 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         let Some(out) = live.record.output_dir.clone() else {
             return;
         };
+        let results = self.results_dir(batch);
         let missing: Vec<u32> = live
             .tasks
             .iter()
             .enumerate()
-            .filter(|(i, t)| t.exit_status.is_some() && !out.join(i.to_string()).exists())
+            .filter(|(i, t)| {
+                let name = i.to_string();
+                t.exit_status.is_some() && !out.join(&name).exists() && results.join(&name).is_dir()
+            })
             .map(|(i, _)| i as u32)
             .collect();
         for task in missing {
-            if self.results_dir(batch).join(task.to_string()).is_dir() {
-                tracing::info!(%batch, task, "copying a landed result to the output directory again");
-                self.copy_out(batch, task);
-            }
+            tracing::info!(%batch, task, "copying a landed result to the output directory again");
+            self.copy_out(batch, task);
         }
     }
 
