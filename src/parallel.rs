@@ -112,6 +112,7 @@ mod tests {
                 },
                 busy_secs: 0.0,
                 recovery_secs: 600.0,
+                down_secs: 0.0,
                 // Both ways of drawing the failure after a return: from
                 // the curve, and at a rate drawn from a past's posterior.
                 past: (i % 3 == 0).then_some(PastFailures {

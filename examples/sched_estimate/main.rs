@@ -80,6 +80,7 @@ fn main() -> anyhow::Result<()> {
                     },
                     busy_secs: 0.0,
                     recovery_secs: 1_800.0,
+                    down_secs: 0.0,
                     past: None,
                     checkpoint_secs: 0.0,
                     checkpoint_cost_secs: 0.0,

@@ -129,6 +129,8 @@ pub fn estimate_batch<R: Rng + ?Sized>(
                     .unwrap_or(RECOVERY_SECS),
                 // The same past as evidence: each run draws the rate from
                 // its posterior, as the simulator's estimate does.
+                // Only hosts that answer are weighed: none is down.
+                down_secs: 0.0,
                 past: h.spells.map(PastFailures::from),
                 checkpoint_secs,
                 // The guest writes a checkpoint every interval of work and

@@ -54,6 +54,16 @@ pub struct EstimateHost {
     pub busy_secs: f64,
     /// Wall seconds a host is away after a failure before it takes work again.
     pub recovery_secs: f64,
+    /// Seconds the host has already been down for when it is down now (0:
+    /// it is up). With past outages (`spells`) each run then draws the rest
+    /// of this outage instead of taking `busy_secs` (see
+    /// [`rest_of_outage`]): a host found down is more likely in a long
+    /// outage than a fresh failure is, the longer it has been down the
+    /// longer it is likely to stay, and how long is what the past leaves
+    /// unknown. Its first failure after the return is then drawn as after
+    /// any return.
+    #[serde(default)]
+    pub down_secs: f64,
     /// What the host's past says of its failures, when known: the up time
     /// looked at and the failures in it. After the host comes back from a
     /// failure its next one comes at a rate drawn for each run from their
@@ -335,6 +345,31 @@ struct SpellBootstrap {
 
 /// Pseudo-spells the fallback counts for in a [`SpellBootstrap`].
 const FALLBACK_WEIGHT: f64 = 0.5;
+
+/// Longest rest of an outage a run draws (a year): the Lindy draw's tail
+/// is unbounded, and a host away that long takes no part in any batch.
+const MAX_REST_SECS: f64 = 365.0 * 86_400.0;
+
+/// The rest of an outage already `elapsed` seconds long: one of the past
+/// outages longer than that (by their counts), less `elapsed`; or, with
+/// the fallback's half unit (and always when every past outage was
+/// shorter), a Lindy draw: P(rest > r) = elapsed / (elapsed + r), an
+/// outage that has lasted `elapsed` lasting as long again in the median.
+/// The past outages are weighed as seen, not by length: the elapsed time
+/// already conditions on the outage being in progress.
+fn rest_of_outage<R: Rng + ?Sized>(b: &SpellBootstrap, elapsed: f64, rng: &mut R) -> f64 {
+    let longer = || b.outages.iter().filter(move |o| o.0 > elapsed);
+    let mass: f64 = longer().map(|o| o.1).sum();
+    let mut x = rng.random::<f64>() * (mass + FALLBACK_WEIGHT);
+    for &(len, count) in longer() {
+        if x < count {
+            return len - elapsed;
+        }
+        x -= count;
+    }
+    let u = rng.random::<f64>();
+    (elapsed * u / (1.0 - u)).min(MAX_REST_SECS)
+}
 
 impl SpellBootstrap {
     /// From checked spells: lengths finite and positive, counts shared
@@ -1223,8 +1258,16 @@ impl Run {
             self.rate[h] = facts[h].draw_rate(rng).unwrap_or(f64::NAN);
             self.urns[h].clear();
             // Each host's failure clock starts when it is first free.
-            let from = host.busy_secs.max(0.0);
-            self.next_fail[h] = from + self.first_failure(&facts[h], h, rng);
+            let down = host.down_secs.is_finite() && host.down_secs > 0.0;
+            let from = match facts[h].bootstrap.as_ref() {
+                Some(b) if down => rest_of_outage(b, host.down_secs, rng),
+                _ => host.busy_secs.max(0.0),
+            };
+            self.next_fail[h] = if down {
+                from + self.up_spell(facts, h, rng)
+            } else {
+                from + self.first_failure(&facts[h], h, rng)
+            };
             if host.busy_secs <= 0.0 {
                 self.host_free(h, 0.0);
             } else {
@@ -1463,6 +1506,7 @@ mod tests {
             },
             busy_secs: 0.0,
             recovery_secs: 0.0,
+            down_secs: 0.0,
             past: None,
             checkpoint_secs: 0.0,
             checkpoint_cost_secs: 0.0,
@@ -1816,6 +1860,82 @@ mod tests {
         assert!(out.iter().all(|o| [100.0, 200.0, 300.0, 777.0].contains(o)));
         let recovery = out.iter().filter(|o| **o == 777.0).count() as f64 / 20_000.0;
         assert!((0.08..0.22).contains(&recovery), "{recovery}");
+    }
+
+    #[test]
+    fn an_outage_in_progress_lasts_as_a_longer_past_one_or_as_long_again() {
+        // Outages of 100, 200 and 3000 s seen; the host has been down 150 s.
+        let h = with_spells(vec![1000.0], vec![], vec![100.0, 200.0, 3000.0]);
+        let b = HostFacts::new(&h).bootstrap.unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let draws: Vec<f64> = (0..30_000)
+            .map(|_| rest_of_outage(&b, 150.0, &mut rng))
+            .collect();
+        // Never the 100 s outage (it would be over); the 200 s and 3000 s
+        // ones by their counts (1 each), the Lindy fallback half as often.
+        let share = |x: f64| draws.iter().filter(|d| **d == x).count() as f64 / 30_000.0;
+        for (rest, want) in [(50.0, 0.4), (2850.0, 0.4)] {
+            assert!((share(rest) - want).abs() < 0.02, "{rest}: {}", share(rest));
+        }
+        let lindy: Vec<f64> = draws
+            .iter()
+            .copied()
+            .filter(|d| *d != 50.0 && *d != 2850.0)
+            .collect();
+        assert!((lindy.len() as f64 / 30_000.0 - 0.2).abs() < 0.02);
+        // P(rest > r) = 150 / (150 + r): the median as long again (150 s),
+        // one in ten past nine times as long.
+        let above = |r: f64| lindy.iter().filter(|d| **d > r).count() as f64 / lindy.len() as f64;
+        assert!((above(150.0) - 0.5).abs() < 0.03, "{}", above(150.0));
+        assert!((above(1350.0) - 0.1).abs() < 0.02, "{}", above(1350.0));
+        // Down longer than every past outage: only the Lindy draw is left.
+        let long: Vec<f64> = (0..2_000)
+            .map(|_| rest_of_outage(&b, 10_000.0, &mut rng))
+            .collect();
+        assert!(long
+            .iter()
+            .all(|d| d.is_finite() && *d >= 0.0 && *d <= MAX_REST_SECS));
+        let median_ish = long.iter().filter(|d| **d > 10_000.0).count() as f64 / 2_000.0;
+        assert!((median_ish - 0.5).abs() < 0.05, "{median_ish}");
+    }
+
+    #[test]
+    fn a_host_down_at_the_start_is_away_for_a_drawn_rest_not_a_fixed_one() {
+        // One host, down 2 h already; its past outages were 3 h and 30 h.
+        // Without `down_secs` it is back after `busy_secs` in every run;
+        // with it, after 1 h or 28 h (or a Lindy draw), so the makespan of
+        // a one-hour task spreads accordingly.
+        let mut h = with_spells(
+            vec![86_400.0 * 30.0],
+            vec![],
+            vec![3.0 * 3600.0, 30.0 * 3600.0],
+        );
+        h.view.curve = TrCurve::never_fails();
+        h.busy_secs = 600.0;
+        let run = |h: &EstimateHost| {
+            let hosts = [h.clone()];
+            let input = EstimateInput {
+                hosts: &hosts,
+                running: &[],
+                waiting: &[3600.0],
+                longest_first: true,
+                runs: 2_000,
+                runtime_sigma_log: None,
+            };
+            estimate(&input, &mut ChaCha8Rng::seed_from_u64(9))
+                .unwrap()
+                .0
+                .makespan
+        };
+        let fixed = run(&h);
+        assert!(
+            (fixed.p10 - 4200.0).abs() < 1.0 && (fixed.p90 - 4200.0).abs() < 1.0,
+            "{fixed:?}"
+        );
+        h.down_secs = 2.0 * 3600.0;
+        let drawn = run(&h);
+        assert!((drawn.p10 - 2.0 * 3600.0).abs() < 1.0, "{drawn:?}");
+        assert!(drawn.p90 >= 29.0 * 3600.0, "{drawn:?}");
     }
 
     #[test]

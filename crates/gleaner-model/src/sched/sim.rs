@@ -661,6 +661,11 @@ impl<'a> Sim<'a> {
                 view,
                 busy_secs: if down { outage } else { 0.0 },
                 recovery_secs: outage,
+                down_secs: if down {
+                    tl.failing_for(self.trace_time(host, 0.0))
+                } else {
+                    0.0
+                },
                 past,
                 checkpoint_secs,
                 checkpoint_cost_secs: if checkpoint_secs > 0.0 {

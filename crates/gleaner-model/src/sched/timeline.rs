@@ -273,6 +273,25 @@ impl Timeline {
         (self.work_at(b) - self.work_at(a)).max(0.0)
     }
 
+    /// How long the host has been failing at trace time `t`: seconds since
+    /// its present failure began (0 when a guest may run), looking back
+    /// no further than the trace's start.
+    pub fn failing_for(&self, t: f64) -> f64 {
+        let pos = self.pos(t);
+        let (_, k, frac) = self.split(pos);
+        if self.fail[k] == 0 {
+            return 0.0;
+        }
+        let n = self.fail.len();
+        // Whole cells before this one, back to the trace's start.
+        let before = pos.floor() as usize;
+        let mut cells = 0;
+        while cells < before && self.fail[(k + n - 1 - cells % n) % n] != 0 {
+            cells += 1;
+        }
+        (cells as f64 + frac) * self.step as f64
+    }
+
     /// Usable seconds and failure episodes begun in [t − lookback, t]
     /// (clipped to the trace's start): their ratio is the host's mean
     /// up-spell between failures over that past.
@@ -340,6 +359,24 @@ mod tests {
         let fail = vec![0, 0, 0, 0, 0, 3, 3, 0, 0, 0];
         let rate = vec![0.5, 0.5, 0.5, 0.5, 0.5, 0.0, 0.0, 1.0, 1.0, 1.0];
         Timeline::from_cells(1000, 100, fail, rate)
+    }
+
+    #[test]
+    fn failing_for_counts_back_to_where_the_failure_began() {
+        let tl = line();
+        assert_eq!(tl.failing_for(1450.0), 0.0, "usable");
+        assert_eq!(tl.failing_for(1500.0), 0.0, "first instant of S3");
+        assert_eq!(tl.failing_for(1650.0), 150.0);
+        // A lap later the same failure, not the laps before it.
+        assert_eq!(tl.failing_for(2650.0), 150.0);
+    }
+
+    #[test]
+    fn failing_for_stops_at_the_trace_start() {
+        let tl = Timeline::from_cells(0, 100, vec![5, 5, 0, 5], vec![0.5; 4]);
+        assert_eq!(tl.failing_for(150.0), 150.0, "failing since the start");
+        // Past the lap's end the failure runs on into the next lap's start.
+        assert_eq!(tl.failing_for(450.0), 150.0);
     }
 
     #[test]
