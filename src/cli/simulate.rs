@@ -11,6 +11,7 @@ use crate::cli::args::parse_duration;
 use crate::cli::output::{print_json, print_text};
 use crate::eval::load::read_traces;
 use crate::model::baselines::{method_by_name, DEFAULT_METHOD};
+use crate::model::sched::backtest::{calibrate, widen, Backtests, Calibration, MAX_BACKTESTS};
 use crate::model::sched::estimate::Quantiles;
 use crate::model::sched::sim::verify::{replay, VerifyOutcome, VerifyPlan};
 use crate::model::sched::sim::{
@@ -84,6 +85,14 @@ pub struct SimulateArgs {
     /// Monte Carlo runs of the estimate made at submission.
     #[arg(long, value_name = "N", default_value_t = 200)]
     pub estimate_runs: usize,
+
+    /// Back-tests that calibrate the estimate's band: the same batch
+    /// submitted earlier on the same hosts, simulated and compared with
+    /// the estimate made then; the band is widened by how far they missed
+    /// (docs/scheduling.md). Each costs one simulation and one estimate;
+    /// 0 turns calibration off.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub backtests: usize,
 
     /// Reliability method behind `tr`, `proactive` and the estimate.
     #[arg(long, value_name = "NAME", default_value = DEFAULT_METHOD)]
@@ -174,6 +183,9 @@ pub struct PolicyReport {
     pub kills_per_task: [f64; 3],
     /// Whether the realised makespan fell within the estimate's [p10, p90].
     pub within_estimate: Option<bool>,
+    /// The back-tests that widened the estimate's band (`--backtests`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate_calibration: Option<Calibration>,
     /// What `--verify` cost and caught on this policy's completions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verification: Option<VerifyOutcome>,
@@ -257,6 +269,12 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         bail!(
             "--tasks must be between 1 and {MAX_TASKS}, got {}",
             args.tasks
+        );
+    }
+    if args.backtests > MAX_BACKTESTS {
+        bail!(
+            "--backtests must be at most {MAX_BACKTESTS}, got {}",
+            args.backtests
         );
     }
     if args.estimate_runs > crate::model::sched::estimate::MAX_RUNS {
@@ -355,7 +373,29 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
                 &mut forecaster(policy),
                 |input| parallel::estimate(input, &mut rng, 1),
             );
-            JobOutput::Estimate(estimate)
+            // Calibrated against the pool's own past: back-test b draws
+            // from a generator of its own, so the results depend on the job only.
+            let calibration = estimate.filter(|_| args.backtests > 0).map(|(now, _)| {
+                let config = config(policy, args.estimate_runs);
+                let what = Backtests {
+                    config: &config,
+                    hosts: &hosts,
+                    timelines: &timelines,
+                    now: &now,
+                    backtests: args.backtests,
+                };
+                calibrate(
+                    what,
+                    &mut forecaster(policy),
+                    |b| ChaCha8Rng::seed_from_u64(args.seed ^ (tag << 48) ^ ((b as u64) << 40)),
+                    |input, rng| parallel::estimate(input, rng, 1),
+                )
+            });
+            let estimate = estimate.map(|(now, kills)| {
+                let factor = calibration.as_ref().map_or(1.0, |c| c.widening);
+                (widen(&now, factor), kills)
+            });
+            JobOutput::Estimate(estimate, calibration)
         }
         Job::Simulate(i) => {
             let policy = args.policy[i];
@@ -376,10 +416,14 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
     });
     bars.clear();
     let mut estimates = vec![None; kinds.len()];
+    let mut calibrations: Vec<Option<Calibration>> = vec![None; kinds.len()];
     let mut results: Vec<Option<(SimResult, f64)>> = (0..args.policy.len()).map(|_| None).collect();
     for (job, output) in jobs.iter().zip(outputs) {
         match (job, output) {
-            (Job::Estimate(k), JobOutput::Estimate(e)) => estimates[*k] = e,
+            (Job::Estimate(k), JobOutput::Estimate(e, c)) => {
+                estimates[*k] = e;
+                calibrations[*k] = c;
+            }
             (Job::Simulate(i), JobOutput::Simulate(result, wall)) => {
                 results[*i] = Some((result?, wall))
             }
@@ -391,9 +435,11 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         let Some((mut result, wall_secs)) = results[i].take() else {
             bail!("policy {policy} was not simulated");
         };
+        let mut estimate_calibration = None;
         if let Some(k) = kinds.iter().position(|k| k.0 == kind_of(policy)) {
             result.estimate = estimates[k].map(|e| e.0);
             result.estimate_kills = estimates[k].map(|e| e.1);
+            estimate_calibration = calibrations[k].clone();
         }
         let per_task = |k: u64| k as f64 / args.tasks as f64;
         let within = match (result.estimate, result.makespan_secs) {
@@ -420,6 +466,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
                 per_task(result.kills[2]),
             ],
             within_estimate: within,
+            estimate_calibration,
             wall_secs,
             result,
         });
@@ -578,7 +625,7 @@ enum Job {
 }
 
 enum JobOutput {
-    Estimate(Option<(Quantiles, f64)>),
+    Estimate(Option<(Quantiles, f64)>, Option<Calibration>),
     Simulate(Result<SimResult, crate::model::sched::sim::SimError>, f64),
 }
 
@@ -715,6 +762,25 @@ fn table(r: &SimulateReport) -> String {
                 v.liars_caught
             ));
         }
+    }
+    let widened: Vec<String> = r
+        .policies
+        .iter()
+        .filter_map(|p| {
+            let c = p.estimate_calibration.as_ref()?;
+            Some(format!(
+                "{} ×{:.2} ({} back-tests)",
+                p.result.policy.name(),
+                c.widening,
+                c.misses.len()
+            ))
+        })
+        .collect();
+    if !widened.is_empty() {
+        out.push_str(&format!(
+            "estimate bands widened by back-tests on the pool's past: {}\n",
+            widened.join(", ")
+        ));
     }
     out.push_str(&format!(
         "wasted: reference CPU time lost to kills and checkpoints; {} TR curves computed, {} forecasts lacked history; setup {:.1} s",

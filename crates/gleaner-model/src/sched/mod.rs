@@ -11,6 +11,7 @@
 //! availability, TR curve) and a task by its reference runtime; nothing here
 //! knows about the network, the clock or the store.
 
+pub mod backtest;
 pub mod cisne;
 pub mod curve;
 pub mod deadline;
