@@ -178,6 +178,14 @@ fn bad_arguments_are_refused_by_name() {
         .failure()
         .stderr(predicate::str::contains("--tasks"));
     gleaner()
+        .arg("simulate")
+        .arg("--trace")
+        .arg(shared(TRACES[2]))
+        .args(["--tasks", "1", "--runtime", "1h", "--backtests", "51"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("--backtests must be at most 50"));
+    gleaner()
         .args([
             "simulate",
             "--trace",
