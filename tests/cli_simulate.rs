@@ -204,8 +204,8 @@ fn bad_arguments_are_refused_by_name() {
 /// [p10, p90] for at least 70 % of seeds, with and without checkpoints,
 /// here with margin (8 of 10). The model's own band held 8 and 6 of these
 /// seeds (71 and 64 of 100 over seeds 1-50 in both trace orders);
-/// calibrated by ten back-tests on the pool's past (the default), 8 and 8,
-/// and 72 and 83 of 100 (docs/scheduling.md).
+/// calibrated by ten back-tests on the pool's past (the default), 8 and
+/// 10, and 79 and 91 of 100 (docs/scheduling.md).
 #[test]
 fn the_estimate_covers_the_realised_makespan_for_most_seeds() {
     let seeds = 10;

@@ -13,20 +13,27 @@
 //! made at its submission, and widens today's band by how far those
 //! misses ran beyond their bands. This is calibration from the pool's own
 //! history, as a forecaster checks its model on past days before trusting
-//! its spread; it reads nothing after the submission: a back-test ends
-//! before the next one starts and the last one before now.
+//! its spread. It reads nothing after the submission: each back-test is
+//! simulated only up to the submission, and one not done by then counts
+//! with the submission as its makespan (a lower bound: dropping it would
+//! drop the largest misses). Back-tests start a gap apart, and may overlap.
+//!
+//! The back-tests replay the rule the estimate models (`proactive`, or
+//! `proactive+checkpoint` for an estimate with checkpoints), whatever
+//! policy is being simulated.
 //!
 //! Each back-test's miss is its realised makespan's distance from its
-//! estimate's p50 in units of the band's half-width, on a log scale and as
-//! a normal distribution's z would be (p90 lies 1.2816 σ above p50). A
-//! calibrated band gives misses of mean square 1; the band is widened by
-//! the root mean square of the misses, with one pseudo back-test of miss 1
-//! (the model's own band) so that a few back-tests move it only part way,
-//! and never narrowed: few back-tests can look calibrated by luck, and a
-//! band too narrow misleads a user more than one too wide. Pure code.
+//! estimate's p50 on a log scale, in units of σ of a normal whose p10 and
+//! p90 are the band's (p90 lies 1.2816 σ above p50), each side of p50
+//! with its own σ (makespan bands are skewed). A calibrated band gives
+//! misses of mean square 1; the band is widened by the root mean square of
+//! the misses, with one pseudo back-test of miss 1 (the model's own band)
+//! so that a few back-tests move it only part way, and never narrowed:
+//! few back-tests can look calibrated by luck, and a band too narrow
+//! misleads a user more than one too wide. Pure code.
 
 use super::estimate::{Estimate, EstimateError, EstimateInput, Quantiles};
-use super::sim::{simulate, submission_estimate, Forecaster, SimConfig, SimHost};
+use super::sim::{simulate, submission_estimate, Forecaster, Policy, SimConfig, SimHost};
 use super::timeline::Timeline;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -34,8 +41,8 @@ use serde::{Deserialize, Serialize};
 /// Most back-tests one calibration makes (`--backtests`).
 pub const MAX_BACKTESTS: usize = 50;
 /// Back-test `b` is submitted `b` gaps before now, a gap being this many
-/// times the present estimate's p90: long enough that a back-test's batch
-/// is over before the next one is submitted.
+/// times the present estimate's p90: most back-tests' batches are over
+/// before the next one is submitted.
 pub const GAP_IN_P90S: f64 = 1.25;
 /// History a host must have before a back-test's submission: the back-tests
 /// stop where the earliest would start with less (its predictions would
@@ -53,16 +60,27 @@ pub struct Calibration {
     pub widening: f64,
 }
 
-/// How far `realised` lies from `q`'s p50 in units of its band's half
-/// width, on a log scale (0 at p50, ±1 at p10 and p90 of a symmetric
-/// band); `None` for a band of no width or values that are not positive.
+/// How far `realised` lies from `q`'s p50 on a log scale, in σ of the
+/// side it lies on (see the module: ±1.2816 at p10 and p90); a side of no
+/// width takes the band's mean half-width. `None` for a band of no width
+/// or values that are not positive.
 pub fn miss(realised: f64, q: &Quantiles) -> Option<f64> {
     let positive = |x: f64| x.is_finite() && x > 0.0;
     if !(positive(realised) && positive(q.p10) && positive(q.p50) && positive(q.p90)) {
         return None;
     }
-    let sigma = (q.p90 / q.p10).ln() / (2.0 * Z90);
-    (sigma > 0.0).then(|| (realised / q.p50).ln() / sigma / Z90)
+    let x = (realised / q.p50).ln();
+    let side = if x >= 0.0 {
+        (q.p90 / q.p50).ln()
+    } else {
+        (q.p50 / q.p10).ln()
+    };
+    let width = if side > 0.0 {
+        side
+    } else {
+        (q.p90 / q.p10).ln() / 2.0
+    };
+    (width > 0.0).then(|| x / width * Z90)
 }
 
 /// The factor the band is widened by after these misses: the root mean
@@ -73,17 +91,22 @@ pub fn widening(misses: &[f64]) -> f64 {
     (sum / n).sqrt().max(1.0)
 }
 
-/// `q` with p10 and p90 moved away from p50 by `factor` on a log scale
-/// (the mean is left as it is: it is not a quantile of the band).
+/// `q` with p10 and p90 moved away from p50 by `factor` on a log scale,
+/// a side of no width taking the other's (the mean is left as it is: it
+/// is not a quantile of the band).
 pub fn widen(q: &Quantiles, factor: f64) -> Quantiles {
     if factor == 1.0
         || !(factor.is_finite() && factor > 0.0 && q.p50 > 0.0 && q.p10 > 0.0 && q.p90 > 0.0)
     {
         return *q;
     }
+    let up = (q.p90 / q.p50).ln();
+    let down = (q.p50 / q.p10).ln();
+    let up_w = if up > 0.0 { up } else { down.max(0.0) };
+    let down_w = if down > 0.0 { down } else { up.max(0.0) };
     Quantiles {
-        p10: q.p50 * ((q.p10 / q.p50).ln() * factor).exp(),
-        p90: q.p50 * ((q.p90 / q.p50).ln() * factor).exp(),
+        p10: q.p50 * (-down_w * factor).exp(),
+        p90: q.p50 * (up_w * factor).exp(),
         ..*q
     }
 }
@@ -102,9 +125,9 @@ pub struct Backtests<'a> {
 /// The back-tests `what` asks for (see the module): back-test `b` moves
 /// every host `b` gaps earlier in its trace, makes the estimate there with
 /// `estimate` (as [`submission_estimate`] does) and simulates the batch
-/// with the config's policy, drawing from `rng_for(b)`. Stops at the first
-/// back-test a host lacks [`MIN_HISTORY_SECS`] of history for; skips one
-/// whose batch would run past now, or whose simulation or estimate fails.
+/// up to now with the rule the estimate models, drawing from `rng_for(b)`.
+/// Stops at the first back-test a host lacks [`MIN_HISTORY_SECS`] of
+/// history for; skips one whose simulation or estimate fails.
 pub fn calibrate<R: Rng>(
     what: Backtests<'_>,
     forecaster: &mut dyn Forecaster,
@@ -121,8 +144,13 @@ pub fn calibrate<R: Rng>(
     let mut misses = Vec::new();
     let gap = GAP_IN_P90S * now.p90;
     if gap.is_finite() && gap >= 1.0 && config.estimate_runs > 0 {
-        let realise = SimConfig {
-            estimate_runs: 0,
+        let rule = if config.policy == Policy::ProactiveCheckpoint {
+            Policy::ProactiveCheckpoint
+        } else {
+            Policy::Proactive
+        };
+        let config = &SimConfig {
+            policy: rule,
             ..config.clone()
         };
         for b in 1..=backtests.min(MAX_BACKTESTS) {
@@ -145,8 +173,15 @@ pub fn calibrate<R: Rng>(
             else {
                 continue;
             };
+            // Simulated up to now and no further: a batch not done by then
+            // took at least that long, and what came after is not read.
+            let until_now = SimConfig {
+                estimate_runs: 0,
+                horizon_secs: config.horizon_secs.min(back as f64),
+                ..config.clone()
+            };
             let Ok(run) = simulate(
-                &realise,
+                &until_now,
                 &earlier,
                 timelines,
                 forecaster,
@@ -155,11 +190,7 @@ pub fn calibrate<R: Rng>(
             ) else {
                 continue;
             };
-            // A batch still running at now would be judged by what
-            // happened after the submission.
-            let Some(makespan) = run.makespan_secs.filter(|m| *m <= back as f64) else {
-                continue;
-            };
+            let makespan = run.makespan_secs.unwrap_or(back as f64);
             misses.extend(miss(makespan, &then));
         }
     }
@@ -184,13 +215,22 @@ mod tests {
     }
 
     #[test]
-    fn a_miss_is_measured_in_the_bands_half_widths_on_a_log_scale() {
-        // ln(p90/p10) = 2 ln 1.1: one half-width is ln 1.1.
+    fn a_miss_is_measured_in_sigmas_of_its_side_on_a_log_scale() {
+        // ln(p90/p50) = ln(p50/p10) = ln 1.1: p90 and p10 are ±1.2816 σ.
         let q = band(100.0 / 1.1, 100.0, 110.0);
-        assert!(miss(100.0, &q).unwrap().abs() < 1e-12);
-        assert!((miss(110.0, &q).unwrap() - 1.0).abs() < 1e-12);
-        assert!((miss(100.0 / 1.1, &q).unwrap() + 1.0).abs() < 1e-12);
-        assert!((miss(121.0, &q).unwrap() - 2.0).abs() < 1e-12);
+        let near = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-12;
+        assert!(near(miss(100.0, &q), 0.0));
+        assert!(near(miss(110.0, &q), Z90));
+        assert!(near(miss(100.0 / 1.1, &q), -Z90));
+        assert!(near(miss(121.0, &q), 2.0 * Z90));
+        // A skewed band: above p50 in σ of the upper side (inside: under
+        // 1.2816); below a collapsed p10 in the band's mean half-width.
+        let skewed = band(100.0, 100.0, 200.0);
+        assert!(near(miss(150.0, &skewed), 1.5f64.ln() / 2f64.ln() * Z90));
+        assert!(near(
+            miss(90.0, &skewed),
+            0.9f64.ln() / (2f64.ln() / 2.0) * Z90
+        ));
         assert_eq!(miss(100.0, &band(100.0, 100.0, 100.0)), None, "no width");
         assert_eq!(miss(0.0, &q), None);
         assert_eq!(miss(f64::NAN, &q), None);
@@ -235,9 +275,9 @@ mod tests {
         Timeline::from_cells(0, 60, fail, vec![1.0; n])
     }
 
-    fn config() -> SimConfig {
+    fn config(policy: Policy) -> SimConfig {
         SimConfig {
-            policy: super::super::sim::Policy::Proactive,
+            policy,
             runtimes: vec![3.0 * 3600.0; 12],
             checkpoint_cost_secs: 60.0,
             horizon_secs: 30.0 * 86_400.0,
@@ -247,14 +287,18 @@ mod tests {
     }
 
     fn calibrate_at(timelines: &[Timeline], offset: i64) -> Calibration {
+        calibrate_with(timelines, offset, Policy::Proactive)
+    }
+
+    fn calibrate_with(timelines: &[Timeline], offset: i64, policy: Policy) -> Calibration {
         let hosts: Vec<SimHost> = (0..4)
             .map(|h| SimHost {
                 timeline: 0,
                 offset: offset + h * 600,
-                power: 1.0,
+                power: [1.0, 0.5, 0.3, 0.8][h as usize],
             })
             .collect();
-        let config = config();
+        let config = config(policy);
         let mut forecaster = Fixed(TrCurve::exponential(86_400.0));
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let (now, _) = submission_estimate(&config, &hosts, timelines, &mut forecaster, |input| {
@@ -289,6 +333,16 @@ mod tests {
     }
 
     #[test]
+    fn the_backtests_replay_the_rule_the_estimate_models_whatever_is_simulated() {
+        let now = 10 * 86_400;
+        let tl = [timeline(true)];
+        let proactive = calibrate_with(&tl, now, Policy::Proactive);
+        for policy in [Policy::Random, Policy::Oracle, Policy::Tr] {
+            assert_eq!(calibrate_with(&tl, now, policy), proactive, "{policy:?}");
+        }
+    }
+
+    #[test]
     fn without_history_before_them_there_are_no_backtests() {
         let c = calibrate_at(&[timeline(true)], MIN_HISTORY_SECS + 3_600);
         assert!(c.misses.is_empty(), "{c:?}");
@@ -305,6 +359,12 @@ mod tests {
         );
         assert_eq!((w.p50, w.mean), (q.p50, q.mean));
         assert_eq!(widen(&q, 1.0), q);
+        // A collapsed side opens as wide as the other.
+        let w = widen(&band(100.0, 100.0, 200.0), 2.0);
+        assert!(
+            (w.p10 - 25.0).abs() < 1e-9 && (w.p90 - 400.0).abs() < 1e-9,
+            "{w:?}"
+        );
         assert_eq!(widen(&q, f64::NAN), q);
     }
 }

@@ -60,8 +60,9 @@ pub struct EstimateHost {
     /// [`rest_of_outage`]): a host found down is more likely in a long
     /// outage than a fresh failure is, the longer it has been down the
     /// longer it is likely to stay, and how long is what the past leaves
-    /// unknown. Its first failure after the return is then drawn as after
-    /// any return.
+    /// unknown; without them it is away for `busy_secs`. Either way its
+    /// first failure after the return is drawn as after any return (from
+    /// its up-spells or its rate), not from the curve.
     #[serde(default)]
     pub down_secs: f64,
     /// What the host's past says of its failures, when known: the up time
@@ -1268,7 +1269,7 @@ impl Run {
             } else {
                 from + self.first_failure(&facts[h], h, rng)
             };
-            if host.busy_secs <= 0.0 {
+            if from <= 0.0 {
                 self.host_free(h, 0.0);
             } else {
                 self.is_free[h] = false;

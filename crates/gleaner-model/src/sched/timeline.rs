@@ -283,7 +283,14 @@ impl Timeline {
             return 0.0;
         }
         let n = self.fail.len();
-        // Whole cells before this one, back to the trace's start.
+        if self.next_ok[0] as usize >= n {
+            // Never usable: failing since the trace's start (and the walk
+            // below would not end before it).
+            return pos * self.step as f64;
+        }
+        // Whole cells before this one, back to the trace's start (at most
+        // a lap: some cell is usable). A failure begun at `t` itself
+        // reads 0, as if the host were up.
         let before = pos.floor() as usize;
         let mut cells = 0;
         while cells < before && self.fail[(k + n - 1 - cells % n) % n] != 0 {
@@ -377,6 +384,9 @@ mod tests {
         assert_eq!(tl.failing_for(150.0), 150.0, "failing since the start");
         // Past the lap's end the failure runs on into the next lap's start.
         assert_eq!(tl.failing_for(450.0), 150.0);
+        // A timeline never usable: since the start, however far in.
+        let never = Timeline::from_cells(0, 100, vec![5; 4], vec![0.5; 4]);
+        assert_eq!(never.failing_for(1e12), 1e12);
     }
 
     #[test]
