@@ -54,7 +54,8 @@ const Z90: f64 = 1.281_551_565_544_600_4;
 /// What the back-tests found.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
-    /// Each back-test's miss, in the band's half-widths (see the module).
+    /// Each back-test's miss, in σ of the side of p50 it fell on (see
+    /// [`miss`]).
     pub misses: Vec<f64>,
     /// The factor the band's half-widths were multiplied by (1: unchanged).
     pub widening: f64,
@@ -153,6 +154,13 @@ pub fn calibrate<R: Rng>(
             policy: rule,
             ..config.clone()
         };
+        // Each back-test is simulated up to now and no further (its
+        // horizon is set below): a batch not done by then took at least
+        // that long, and what came after is not read.
+        let mut until_now = SimConfig {
+            estimate_runs: 0,
+            ..config.clone()
+        };
         for b in 1..=backtests.min(MAX_BACKTESTS) {
             let back = (b as f64 * gap).min(i64::MAX as f64 / 2.0) as i64;
             let earlier: Option<Vec<SimHost>> = hosts
@@ -173,13 +181,7 @@ pub fn calibrate<R: Rng>(
             else {
                 continue;
             };
-            // Simulated up to now and no further: a batch not done by then
-            // took at least that long, and what came after is not read.
-            let until_now = SimConfig {
-                estimate_runs: 0,
-                horizon_secs: config.horizon_secs.min(back as f64),
-                ..config.clone()
-            };
+            until_now.horizon_secs = config.horizon_secs.min(back as f64);
             let Ok(run) = simulate(
                 &until_now,
                 &earlier,
