@@ -8,9 +8,9 @@
 //! the consumer's queue and its checks, not only the JSON decoder.
 
 use gleaner::clock::SystemClock;
+use gleaner::daemon::NetResources;
 use gleaner::net::NetConfig;
 use gleaner::node::config::Config;
-use gleaner::node::NetResources;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! Whole nodes run in-process under paused tokio time (`node::run` with
+//! Whole nodes run in-process under paused tokio time (`daemon::run` with
 //! injected resources): a replayed owner load drives the real host loop, real
 //! sled stores in temp dirs record what happens, and real child processes are
 //! the guests. Virtual time makes minutes of owner behaviour take
@@ -34,7 +34,7 @@ fn config() -> Config {
 }
 
 fn store_options(config: &Config) -> StoreOptions {
-    gleaner::node::store_options(config)
+    gleaner::daemon::store_options(config)
 }
 
 /// Starts a node on `dir` with the owner load `script` (`secs cpu

@@ -1,4 +1,4 @@
-//! The owner's rules on whole nodes run in-process (`node::run` with
+//! The owner's rules on whole nodes run in-process (`daemon::run` with
 //! injected resources, real sled stores, real guest processes): the schedule
 //! of `[owner] hours` across its boundaries and a change of time zone (under
 //! paused tokio time, the wall clock following it), `pause --after-job`
@@ -52,7 +52,7 @@ fn temp() -> (tempfile::TempDir, PathBuf) {
 fn transitions(dir: &Path, config: &Config, at: i64) -> Vec<(i64, State, Option<S5Cause>)> {
     let store = HistoryStore::open(
         &dir.join("history"),
-        &gleaner::node::store_options(config),
+        &gleaner::daemon::store_options(config),
         at,
     )
     .expect("reopen");

@@ -478,7 +478,7 @@ pub fn history(args: &HistoryArgs, global: &Global) -> anyhow::Result<()> {
                 Ok(s) => s,
                 Err(e) if e.is_not_running() => {
                     let config = global.resolve(None)?.config;
-                    let options = crate::node::store_options(&config);
+                    let options = crate::daemon::store_options(&config);
                     with_offline_store_opts(&paths, Some(options), |store| {
                         let r = store.import_file(file, file)?;
                         Ok(ImportSummary {

@@ -6,9 +6,9 @@
 
 use crate::cli::output::{print_json, print_text};
 use crate::cli::{Global, Resolved};
+use crate::daemon::Ready;
 use crate::model::ids::PoolName;
 use crate::node::config::{defaults_toml, Config};
-use crate::node::Ready;
 use clap::Args;
 use libp2p::{Multiaddr, PeerId};
 use std::path::PathBuf;
@@ -118,7 +118,7 @@ pub struct ConfigArgs {
 pub fn run(args: &NodeArgs, global: &Global) -> anyhow::Result<()> {
     let Resolved { paths, config } = global.resolve(Some(args))?;
     let json = global.json;
-    crate::node::start(&paths, &config, args.owner_load.as_deref(), |ready| {
+    crate::daemon::start(&paths, &config, args.owner_load.as_deref(), |ready| {
         // Tests and scripts wait for this; stdout is flushed by print_text.
         let _ = if json {
             print_json(ready)

@@ -25,7 +25,7 @@ use crate::control::api::{
     BatchSubmitRequest, CopyReport, EstimateReport, TaskCounts, TaskEtaReport, TaskReport,
     VerificationReport, PREFIX,
 };
-use crate::control::server::{consumer_of, ApiJson, ControlHandles};
+use crate::control::state::{consumer_of, ApiJson, ControlHandles};
 use crate::model::ids::BatchId;
 
 /// The largest `batch submit` body: a params table of up to 100,000 rows.

@@ -16,3 +16,4 @@ pub mod api;
 pub mod batches;
 pub mod client;
 pub mod server;
+mod state;

@@ -3,27 +3,24 @@
 //! plus the `run-local` stream (job events and output as JSON Lines).
 //!
 //! This module owns the socket (created mode 0600, removed on drop), the
-//! routes, the conversion between wire bodies (`api`) and domain values, and
-//! the one mapping of domain errors ([`HostError`], [`ConsumerError`]) to
-//! HTTP statuses. It must not know how the node answers: HTTP and JSON stop
-//! here.
+//! routes, and the conversion between wire bodies (`api`) and domain values;
+//! what the handlers share (the handles, the extractors, the mapping of
+//! domain errors to HTTP statuses) is in `state`. It must not know how the
+//! node answers: HTTP and JSON stop here.
 
 use super::api::{
     shell_code, ApiError, GuestReport, HostReport, HostsQuery, HostsReport, ImportSummary,
     PauseReport, PauseRequest, PredictQuery, RunLocalRequest, RunStarted, StatusReport, StreamLine,
     TrReport, PREFIX,
 };
-use crate::consumer::batch::BatchError;
-use crate::consumer::{ConsumerError, ConsumerHandle};
+pub use super::state::ControlHandles;
+use super::state::{consumer_of, json_result, ApiJson, ApiQuery};
 use crate::guest::{GuestEvent, GuestEventKind, GuestPhase};
 use crate::model::baselines::MethodId;
-use crate::model::ids::PoolName;
-use crate::node::host_loop::{
-    GuestJob, GuestOrigin, GuestStart, HostError, HostHandle, HostStatus, PauseOutcome,
-};
+use crate::node::host_loop::{GuestJob, GuestOrigin, GuestStart, HostStatus, PauseOutcome};
 use axum::body::Body;
-use axum::extract::{FromRequest, FromRequestParts, Request, State};
-use axum::http::{header, StatusCode};
+use axum::extract::State;
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -35,59 +32,6 @@ use std::time::Duration;
 use tokio::net::UnixListener;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::StreamExt;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-
-/// What every handler needs: the handles of the node's actors.
-#[derive(Debug, Clone)]
-pub struct ControlHandles {
-    pub host: HostHandle,
-    /// The consumer, when the node is in a pool (`hosts` and `submit` need it).
-    pub consumer: Option<ConsumerHandle>,
-    /// The pool's name and our peer id, when in a pool.
-    pub pool: Option<PoolName>,
-    pub peer_id: Option<String>,
-    /// The network task, for its reachability snapshot.
-    pub net: Option<crate::net::NetHandle>,
-    /// Owner of the stream tasks, so shutdown waits for them.
-    pub tracker: TaskTracker,
-    /// Cancelled when the node shuts down.
-    pub shutdown: CancellationToken,
-}
-
-impl From<HostError> for ApiError {
-    /// The one place a host's refusal becomes an HTTP status.
-    fn from(e: HostError) -> Self {
-        let message = e.to_string();
-        match e {
-            HostError::Paused
-            | HostError::Withheld(_)
-            | HostError::Finishing
-            | HostError::Busy { .. }
-            | HostError::HostState(_) => ApiError::conflict(message),
-            HostError::TooMuchMemory { .. } | HostError::Invalid(_) => {
-                ApiError::bad_request(message)
-            }
-            HostError::Internal(_) => ApiError::internal(message),
-            HostError::Unavailable => ApiError::unavailable(),
-        }
-    }
-}
-
-impl From<ConsumerError> for ApiError {
-    fn from(e: ConsumerError) -> Self {
-        let message = e.to_string();
-        match e {
-            ConsumerError::Pool(_) => ApiError::internal(message),
-            ConsumerError::Unavailable => ApiError::unavailable(),
-            ConsumerError::Batch(BatchError::UnknownBatch(_)) => ApiError::not_found(message),
-            ConsumerError::Batch(BatchError::NotEnded(_)) => ApiError::conflict(message),
-            ConsumerError::Batch(BatchError::Store(_)) => ApiError::internal(message),
-            ConsumerError::Batch(BatchError::Estimate(_)) => ApiError::unavailable_because(message),
-            ConsumerError::Batch(_) => ApiError::bad_request(message),
-        }
-    }
-}
 
 /// The bound socket; the file is removed when this is dropped.
 #[derive(Debug)]
@@ -168,52 +112,6 @@ async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiEr
     ApiError {
         status: 405,
         message: format!("{} does not take {method}", uri.path()),
-    }
-}
-
-/// `Json` whose refusals are JSON [`ApiError`]s naming what is wrong with
-/// the body (serde's message names the field and the position), with
-/// axum's status (400, 413, 415, 422).
-pub(crate) struct ApiJson<T>(pub(crate) T);
-
-impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for ApiJson<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(ApiJson(v)),
-            Err(rejection) => Err(ApiError {
-                status: rejection.status().as_u16(),
-                message: format!("bad request body: {}", rejection.body_text()),
-            }),
-        }
-    }
-}
-
-/// `Query` whose refusals are JSON [`ApiError`]s naming the parameter.
-struct ApiQuery<T>(T);
-
-impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, Self::Rejection> {
-        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Query(v)) => Ok(ApiQuery(v)),
-            Err(rejection) => Err(ApiError {
-                status: rejection.status().as_u16(),
-                message: format!("bad query string: {}", rejection.body_text()),
-            }),
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, Json(self)).into_response()
     }
 }
 
@@ -415,13 +313,6 @@ struct ImportQuery {
     name: Option<String>,
 }
 
-fn json_result<T: serde::Serialize, E: Into<ApiError>>(r: Result<T, E>) -> Response {
-    match r {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => e.into().into_response(),
-    }
-}
-
 async fn run_local(
     State(h): State<ControlHandles>,
     ApiJson(request): ApiJson<RunLocalRequest>,
@@ -584,12 +475,6 @@ impl Tail {
         self.offset += buf.len() as u64;
         buf
     }
-}
-
-pub(crate) fn consumer_of(h: &ControlHandles) -> Result<ConsumerHandle, ApiError> {
-    h.consumer.clone().ok_or_else(|| {
-        ApiError::conflict("this node is not in a pool ([net] enabled = false or --no-net)")
-    })
 }
 
 async fn hosts(State(h): State<ControlHandles>, ApiJson(query): ApiJson<HostsQuery>) -> Response {

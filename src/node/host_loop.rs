@@ -754,7 +754,7 @@ impl HostLoop {
         self.shut_down(&mut inputs.guest_events);
     }
 
-    /// Shutdown order, part 1 (the rest is in `node::run`):
+    /// Shutdown order, part 1 (the rest is in `daemon::run`):
     /// 1. the token was cancelled, so the monitor stops sampling and the
     ///    control server stops accepting;
     /// 2. the guest is killed with cause S5 (revocation) and reaped, so it

@@ -1,4 +1,4 @@
-//! A whole node run inside the test's own tokio runtime: `node::run` with
+//! A whole node run inside the test's own tokio runtime: `daemon::run` with
 //! the resources a test chooses (its config, a replayed owner load, a clock
 //! that may follow paused tokio time, a network or none, a power-supply
 //! folder), a real sled store and a real control socket in the test's
@@ -8,11 +8,12 @@
 
 use gleaner::clock::Clock;
 use gleaner::control::server::ControlSocket;
+use gleaner::daemon::{run, NetResources, NodeResources};
 use gleaner::history::store::HistoryStore;
 use gleaner::monitor::OwnerLoadReplay;
 use gleaner::node::config::Config;
 use gleaner::node::host_loop::HostHandle;
-use gleaner::node::{run, Hardware, NetResources, NodeResources, OwnerLoad, OwnerLoadSource};
+use gleaner::node::{Hardware, OwnerLoad, OwnerLoadSource};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -48,7 +49,7 @@ impl NodeSetup {
     pub async fn start(self) -> Node {
         let store = HistoryStore::open(
             &self.dir.join("history"),
-            &gleaner::node::store_options(&self.config),
+            &gleaner::daemon::store_options(&self.config),
             self.clock.unix_secs(),
         )
         .expect("store");
