@@ -6,6 +6,8 @@
 //! and the node answers them.
 
 pub mod codec;
+#[cfg(test)]
+mod contract;
 pub mod event_loop;
 pub mod handle;
 pub mod identity;
