@@ -18,6 +18,7 @@
 //! allocates nothing (it must be async-signal-safe). This module knows nothing
 //! about policy, jobs or events.
 
+use super::ids::Ids;
 use super::view::ViewPlan;
 use std::io;
 use std::process::{Child, Command};
@@ -37,13 +38,6 @@ pub const LIMIT_COUNT: usize = 5;
 
 /// Most `cgroup.procs` files a guest joins (v1: pids, memory, cpu, freezer, unified).
 pub const MAX_JOIN_FDS: usize = 5;
-
-/// The user and group the child switches to (only when the node is root).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ids {
-    pub uid: libc::uid_t,
-    pub gid: libc::gid_t,
-}
 
 /// Everything the child does before `exec`, decided in the parent.
 #[derive(Debug, Clone)]

@@ -13,6 +13,7 @@
 //! and [`ViewPlan::enter`] in the PID namespace's init, which mounts `/proc`
 //! and pivots into the new root). This module knows nothing about jobs.
 
+use super::ids::Ids;
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -362,7 +363,7 @@ fn write_proc_self(path: &std::ffi::CStr, text: &std::ffi::CStr) -> io::Result<(
 /// maps its ids and mounts a tmpfs in its private mount namespace, then exits.
 /// A kernel (or a security module) that allows the namespaces but not mounts
 /// in them answers false.
-pub fn can_build(ids: Option<super::launch::Ids>, flags: libc::c_int) -> bool {
+pub fn can_build(ids: Option<Ids>, flags: libc::c_int) -> bool {
     let uid = ids.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
     let gid = ids.map_or_else(|| nix::unistd::getegid().as_raw(), |i| i.gid);
     let (Ok(uid_map), Ok(gid_map)) = (
