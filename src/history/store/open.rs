@@ -1,0 +1,163 @@
+//! Opening the store and what every other part of it leans on: the trees
+//! and the metadata made or read, the pause flag and the high-water mark
+//! loaded, the torn-tail check, an interrupted import rolled back and the
+//! silence since the heartbeat recorded, in that order; then the handles
+//! and facts the caller reads back, the flush after each record, and the
+//! count of corrupt records skipped.
+//!
+//! It must not know how a sample, a pause or an import is written: those
+//! are the sibling modules' jobs, which `open` only calls.
+
+use super::layout::{
+    resolve_meta, KEY_PAUSED, KEY_PAUSE_UNTIL, TREE_JOBS, TREE_META, TREE_SAMPLES, TREE_TRANSITIONS,
+};
+use super::watermark::{Watermark, WATERMARK_FILE};
+use super::{
+    sled_err, BulkHistory, DownInterval, HistoryStore, SharedCounters, StoreError, StoreMeta,
+    StoreOptions, TornTail,
+};
+use crate::history::codec::{self, CodecError};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+impl HistoryStore {
+    /// Opens (or creates) the store in `dir` at time `now` (Unix seconds).
+    ///
+    /// If the heartbeat is older than `now - max_gap` and the node was not
+    /// already down, records a down row and an S5 transition at
+    /// `heartbeat + step`: the node was off from then until now.
+    pub fn open(dir: &Path, opts: &StoreOptions, now: i64) -> Result<Self, StoreError> {
+        let config = sled::Config::new()
+            .path(dir)
+            .cache_capacity(opts.cache_bytes)
+            .flush_every_ms(Some(opts.background_flush_ms.max(1)));
+        let db =
+            crate::sled_open::open_with_lock_retry(&config).map_err(|source| StoreError::Open {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        let tree = |name: &str| db.open_tree(name).map_err(sled_err("opening a tree"));
+        let meta_tree = tree(TREE_META)?;
+        let samples = tree(TREE_SAMPLES)?;
+        let transitions = tree(TREE_TRANSITIONS)?;
+        let jobs = tree(TREE_JOBS)?;
+        let meta = resolve_meta(&meta_tree, opts)?;
+        let paused = match meta_tree
+            .get(KEY_PAUSED)
+            .map_err(sled_err("reading metadata"))?
+        {
+            Some(v) => {
+                codec::decode_flag("paused", &v).map_err(|source| StoreError::CorruptMeta {
+                    key: "paused",
+                    source,
+                })?
+            }
+            None => false,
+        };
+        let pause_until = match meta_tree
+            .get(KEY_PAUSE_UNTIL)
+            .map_err(sled_err("reading metadata"))?
+        {
+            Some(v) if paused => Some(codec::decode_i64("pause_until", &v).map_err(|source| {
+                StoreError::CorruptMeta {
+                    key: "pause_until",
+                    source,
+                }
+            })?),
+            _ => None,
+        };
+        let watermark_path = dir.join(WATERMARK_FILE);
+        let watermark_file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&watermark_path)
+            .map_err(|source| StoreError::Watermark {
+                path: watermark_path.clone(),
+                source,
+            })?;
+        let mark = Watermark::read(&watermark_file);
+        let bulk = BulkHistory {
+            db,
+            meta_tree,
+            samples,
+            meta,
+            shared: Arc::new(SharedCounters {
+                samples_len: AtomicU64::new(0),
+                corrupt_skipped: AtomicU64::new(0),
+                watermark: Mutex::new(Some(watermark_file)),
+            }),
+        };
+        bulk.shared
+            .samples_len
+            .store(bulk.samples.len() as u64, Ordering::Relaxed);
+        let mut store = HistoryStore {
+            bulk,
+            transitions,
+            jobs,
+            paused,
+            pause_until,
+            withheld: None,
+            flush_every_record: opts.flush_every_record,
+            gap_on_open: None,
+            torn_tail: None,
+            import_rolled_back: 0,
+        };
+        store.torn_tail = store.check_watermark(mark)?;
+        store.import_rolled_back = store.bulk.roll_back_interrupted_import()?;
+        store.gap_on_open = store.record_gap_since_heartbeat(now)?;
+        store.flush()?;
+        Ok(store)
+    }
+
+    /// Sample rows `open` found missing at the end of the store (a torn
+    /// write that sled dropped when recovering), if any.
+    pub fn torn_tail(&self) -> Option<TornTail> {
+        self.torn_tail
+    }
+
+    /// Rows of an interrupted import that `open` removed.
+    pub fn import_rolled_back(&self) -> u64 {
+        self.import_rolled_back
+    }
+
+    /// A handle for bulk work off the node's loop (imports, exports, series).
+    pub fn bulk(&self) -> BulkHistory {
+        self.bulk.clone()
+    }
+
+    /// The facts stored with the history.
+    pub fn meta(&self) -> &StoreMeta {
+        &self.bulk.meta
+    }
+
+    /// The down interval `open` recorded, if the node had been off.
+    pub fn gap_on_open(&self) -> Option<DownInterval> {
+        self.gap_on_open
+    }
+
+    /// How many corrupt records readers have skipped since open (each one is
+    /// also logged as a warning).
+    pub fn corrupt_records_skipped(&self) -> u64 {
+        self.bulk.shared.corrupt_skipped.load(Ordering::Relaxed)
+    }
+
+    /// Writes all pending records to disk and fsyncs, then moves the
+    /// high-water mark.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.bulk.flush()
+    }
+
+    pub(super) fn flush_record(&self) -> Result<(), StoreError> {
+        if self.flush_every_record {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn note_corrupt(&self, tree: &str, e: &CodecError) {
+        self.bulk.note_corrupt(tree, e);
+    }
+}

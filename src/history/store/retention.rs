@@ -1,0 +1,91 @@
+//! Retention: removing what is older than the owner keeps (samples,
+//! transitions and job-log events), in bounded batches, never the newest
+//! sample nor the newest transition, which say what the host does now; and
+//! the row count kept in step with what is removed.
+//!
+//! It must not know how rows are written or read.
+
+use super::{sled_err, BulkHistory, CompactReport, HistoryStore, StoreError};
+use crate::history::codec;
+use sled::{IVec, Tree};
+use std::sync::atomic::Ordering;
+
+const SECS_PER_DAY: i64 = 86_400;
+/// Rows deleted between flushes, to bound memory.
+const BATCH_ROWS: usize = 1_000;
+
+impl HistoryStore {
+    /// Applies retention at `now`: deletes samples, transitions and job-log
+    /// events older than `retention_days`, but never the newest sample nor
+    /// the newest transition, which say what the host is doing now.
+    pub fn compact(&self, now: i64, retention_days: u32) -> Result<CompactReport, StoreError> {
+        let cutoff = now.saturating_sub(i64::from(retention_days).saturating_mul(SECS_PER_DAY));
+        let cutoff_key = codec::time_key(cutoff);
+        let report = CompactReport {
+            samples_removed: delete_before(&self.bulk.samples, &cutoff_key, true)?,
+            transitions_removed: delete_before(&self.transitions, &cutoff_key, true)?,
+            job_events_removed: delete_before(&self.jobs, &cutoff_key, false)?,
+        };
+        self.bulk.uncount(report.samples_removed);
+        self.flush()?;
+        Ok(report)
+    }
+}
+
+impl BulkHistory {
+    pub(super) fn uncount(&self, removed: u64) {
+        let _ = self
+            .shared
+            .samples_len
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(removed))
+            });
+    }
+}
+
+/// Deletes the records whose keys sort before `cutoff` (time keys and job
+/// keys both start with the time key), keeping the newest record if
+/// `keep_newest`.
+pub(super) fn delete_before(
+    tree: &Tree,
+    cutoff: &[u8],
+    keep_newest: bool,
+) -> Result<u64, StoreError> {
+    let newest: Option<IVec> = if keep_newest {
+        tree.last()
+            .map_err(sled_err("reading for retention"))?
+            .map(|(k, _)| k)
+    } else {
+        None
+    };
+    let mut removed = 0u64;
+    loop {
+        // Keys first, then one `remove` each (sled's `Batch` is a
+        // transaction whose memory grows with its size; see
+        // `IMPORT_BATCH_ROWS`), with a flush every batch.
+        let mut keys: Vec<IVec> = Vec::with_capacity(BATCH_ROWS);
+        for item in tree.range(..cutoff) {
+            let (k, _) = item.map_err(sled_err("reading for retention"))?;
+            if newest.as_ref() == Some(&k) {
+                continue;
+            }
+            keys.push(k);
+            if keys.len() == BATCH_ROWS {
+                break;
+            }
+        }
+        if keys.is_empty() {
+            return Ok(removed);
+        }
+        for k in &keys {
+            if tree
+                .remove(k)
+                .map_err(sled_err("deleting old records"))?
+                .is_some()
+            {
+                removed += 1;
+            }
+        }
+        tree.flush().map_err(sled_err("flushing"))?;
+    }
+}
