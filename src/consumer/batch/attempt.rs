@@ -105,8 +105,7 @@ async fn take_checkpoint<P: JobPool>(
     else {
         return;
     };
-    match crate::consumer::batch::checkpoint::fetch_checkpoint(pool, plan, dest, *size, *hash).await
-    {
+    match fetch_checkpoint(pool, plan, dest, *size, *hash).await {
         Ok(fetch_secs) => news(AttemptNews::Checkpoint {
             size: *size,
             hash: *hash,
@@ -116,6 +115,60 @@ async fn take_checkpoint<P: JobPool>(
             tracing::info!(job = %plan.job_id, host = %plan.host, error = %e, "checkpoint not fetched")
         }
     }
+}
+
+/// Fetches the host's snapshot of the job's checkpoint into `dest` (through
+/// a temporary file beside it), and keeps it only when it matches the `hash`
+/// and `size` the host reported in its `Checkpointed` event. Returns the
+/// seconds the fetch took.
+pub async fn fetch_checkpoint<P: JobPool>(
+    pool: &P,
+    plan: &AttemptPlan,
+    dest: &Path,
+    size: u64,
+    hash: [u8; 32],
+) -> Result<f64, String> {
+    let started = tokio::time::Instant::now();
+    let dir = dest.parent().ok_or("the checkpoint path has no parent")?;
+    tokio::fs::create_dir_all(dir)
+        .await
+        .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+    let name = dest
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or("the checkpoint path has no name")?;
+    let tmp = dir.join(format!(".{name}.{}.part", plan.job_id));
+    let result = async {
+        let found = fetch_to_file(pool, plan, OutputName::Checkpoint, &tmp).await?;
+        if !found {
+            return Err("the host has no checkpoint".to_string());
+        }
+        // Hashed as it streams from disk: a checkpoint is never whole in memory.
+        let path = tmp.clone();
+        let (got_size, got_hash) = tokio::task::spawn_blocking(move || {
+            let file = std::fs::File::open(&path)?;
+            let size = file.metadata()?.len();
+            let mut hasher = blake3::Hasher::new();
+            hasher.update_reader(file)?;
+            Ok::<_, std::io::Error>((size, *hasher.finalize().as_bytes()))
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+        // A newer snapshot may have replaced the one the event named: it is
+        // not the one announced, so it waits for its own event.
+        if got_size != size || got_hash != hash {
+            return Err("does not match the hash its host announced; discarded".to_string());
+        }
+        tokio::fs::rename(&tmp, dest)
+            .await
+            .map_err(|e| format!("cannot rename into {}: {e}", dest.display()))
+    }
+    .await;
+    if result.is_err() {
+        let _ = tokio::fs::remove_file(&tmp).await;
+    }
+    result.map(|()| started.elapsed().as_secs_f64())
 }
 
 /// Hands `submit` to the plan's host and follows it, telling `news` what

@@ -7,22 +7,21 @@
 //! replaced atomically (fetched to a temporary file, checked against the hash
 //! the host reported, renamed); the next attempt of the task, on any host,
 //! gets it as an input at the checkpoint path, so its guest resumes from it.
-//! Pure arithmetic here takes its inputs as parameters; the file work is in
-//! [`fetch_checkpoint`], which the attempt calls.
+//! Pure arithmetic here takes its inputs as parameters; the fetch is the
+//! attempt's (`attempt::fetch_checkpoint`), and the attempt's news become
+//! [`CheckpointNews`] in the queue: this module knows neither.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use libp2p::PeerId;
 
-use crate::consumer::batch::attempt::{fetch_to_file, AttemptNews, AttemptPlan};
-use crate::consumer::batch::store::{BatchRecord, CheckpointRef, TaskRecord};
-use crate::consumer::pool::JobPool;
+use crate::consumer::batch::record::{BatchRecord, CheckpointRef, TaskRecord};
 use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
 use crate::model::sched::curve::young_daly_interval;
 use crate::model::sched::estimate::{checkpoint_mttf, PastFailures};
-use crate::net::protocol::{CheckpointOrder, JobEventKind, OutputName};
+use crate::net::protocol::CheckpointOrder;
 
 /// Shortest interval asked for: a checkpoint every few seconds costs more in
 /// transfers and host work than it saves.
@@ -88,30 +87,6 @@ pub enum CheckpointNews {
     Used { cpu_secs: f64 },
 }
 
-impl CheckpointNews {
-    /// The checkpoint or usage news in an attempt's news, if any.
-    pub fn of(news: &AttemptNews) -> Option<CheckpointNews> {
-        match news {
-            AttemptNews::Checkpoint {
-                size,
-                hash,
-                fetch_secs,
-            } => Some(CheckpointNews::Saved {
-                size: *size,
-                hash: *hash,
-                fetch_secs: *fetch_secs,
-            }),
-            AttemptNews::HostEvent(
-                JobEventKind::Finished { usage: Some(u), .. }
-                | JobEventKind::Killed { usage: Some(u), .. },
-            ) => Some(CheckpointNews::Used {
-                cpu_secs: u.cpu_millis as f64 / 1000.0,
-            }),
-            _ => None,
-        }
-    }
-}
-
 /// What the queue keeps to choose checkpoint intervals: each host's TR from
 /// the last survey and the last measured cost of each batch's checkpoints.
 /// In memory: after a restart the declared cost is the prior again.
@@ -174,27 +149,15 @@ impl Intervals {
         }
     }
 
-    /// The checkpoint order for an attempt of `task` on `host`, and its
-    /// latest checkpoint added to `inputs` at the checkpoint path (replacing
-    /// an input the task declared there). `None` for a batch without
-    /// `--checkpoint`: nothing changes for it.
-    #[allow(clippy::too_many_arguments)]
+    /// The checkpoint order for an attempt on `host`. `None` for a batch
+    /// without `--checkpoint`: nothing changes for it.
     pub fn order(
         &self,
         batch: BatchId,
-        task: u32,
-        record: &TaskRecord,
         batch_record: &BatchRecord,
         host: PeerId,
-        batch_dir: &Path,
-        inputs: &mut Vec<(PathBuf, String)>,
     ) -> Option<CheckpointOrder> {
         let spec = batch_record.checkpoint.as_ref()?;
-        let file = checkpoint_file(batch_dir, task);
-        if record.checkpoint.is_some() && file.is_file() {
-            inputs.retain(|(_, remote)| remote != &spec.path);
-            inputs.push((file, spec.path.clone()));
-        }
         // M from the host's TR curve (`TrCurve::mttf`) when it answered
         // with one, else from its TR over the window, T / -ln TR.
         let mttf = match self.host_mttf.get(&host) {
@@ -213,58 +176,28 @@ impl Intervals {
     }
 }
 
-/// Fetches the host's snapshot of the job's checkpoint into `dest` (through
-/// a temporary file beside it), and keeps it only when it matches the `hash`
-/// and `size` the host reported in its `Checkpointed` event. Returns the
-/// seconds the fetch took.
-pub async fn fetch_checkpoint<P: JobPool>(
-    pool: &P,
-    plan: &AttemptPlan,
-    dest: &Path,
-    size: u64,
-    hash: [u8; 32],
-) -> Result<f64, String> {
-    let started = tokio::time::Instant::now();
-    let dir = dest.parent().ok_or("the checkpoint path has no parent")?;
-    tokio::fs::create_dir_all(dir)
-        .await
-        .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-    let name = dest
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or("the checkpoint path has no name")?;
-    let tmp = dir.join(format!(".{name}.{}.part", plan.job_id));
-    let result = async {
-        let found = fetch_to_file(pool, plan, OutputName::Checkpoint, &tmp).await?;
-        if !found {
-            return Err("the host has no checkpoint".to_string());
-        }
-        // Hashed as it streams from disk: a checkpoint is never whole in memory.
-        let path = tmp.clone();
-        let (got_size, got_hash) = tokio::task::spawn_blocking(move || {
-            let file = std::fs::File::open(&path)?;
-            let size = file.metadata()?.len();
-            let mut hasher = blake3::Hasher::new();
-            hasher.update_reader(file)?;
-            Ok::<_, std::io::Error>((size, *hasher.finalize().as_bytes()))
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
-        // A newer snapshot may have replaced the one the event named: it is
-        // not the one announced, so it waits for its own event.
-        if got_size != size || got_hash != hash {
-            return Err("does not match the hash its host announced; discarded".to_string());
-        }
-        tokio::fs::rename(&tmp, dest)
-            .await
-            .map_err(|e| format!("cannot rename into {}: {e}", dest.display()))
-    }
-    .await;
-    if result.is_err() {
-        let _ = tokio::fs::remove_file(&tmp).await;
-    }
-    result.map(|()| started.elapsed().as_secs_f64())
+/// A task's latest checkpoint as an input of its next attempt: (the file
+/// where the consumer keeps it, the checkpoint path in the task's work
+/// directory). `None` for a batch without `--checkpoint` or a task without
+/// a checkpoint yet. Whoever launches the attempt adds it (replacing an
+/// input the task declared at that path, [`with_resume`]) only when the
+/// file is there.
+pub fn resume_input(
+    task: u32,
+    record: &TaskRecord,
+    batch_record: &BatchRecord,
+    batch_dir: &Path,
+) -> Option<(PathBuf, String)> {
+    let spec = batch_record.checkpoint.as_ref()?;
+    record.checkpoint.as_ref()?;
+    Some((checkpoint_file(batch_dir, task), spec.path.clone()))
+}
+
+/// Adds a task's checkpoint to its inputs at the checkpoint path,
+/// replacing an input the task declared there.
+pub fn with_resume(inputs: &mut Vec<(PathBuf, String)>, (file, path): (PathBuf, String)) {
+    inputs.retain(|(_, remote)| remote != &path);
+    inputs.push((file, path));
 }
 
 #[cfg(test)]

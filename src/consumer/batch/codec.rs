@@ -1,5 +1,6 @@
 //! Bytes of the batch queue's store: every key and value `batch::store` puts
-//! into sled is encoded and decoded here, and nowhere else.
+//! into sled is encoded and decoded here, and nowhere else. It knows the
+//! records (`record`), never the store that writes them.
 //!
 //! Keys (big-endian, so sled's order is batch then task order):
 //! - batch key, 8 bytes: the batch id's number;
@@ -26,7 +27,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::consumer::batch::policy::PolicyName;
-use crate::consumer::batch::store::{BatchRecord, TaskRecord, TaskState};
+use crate::consumer::batch::record::{BatchRecord, TaskRecord, TaskState};
 use crate::model::ids::{BatchId, JobId};
 
 /// The layout this code writes.

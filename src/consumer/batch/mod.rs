@@ -3,10 +3,12 @@
 //!
 //! - [`spec`]: the user's batch (command template, `--range`/`--params`)
 //!   expanded into tasks and checked before anything is queued;
-//! - [`store`] and [`codec`]: the durable queue in sled;
+//! - [`record`]: batches and tasks as plain values;
+//! - [`store`] and [`codec`]: the durable queue in sled (both read
+//!   [`record`]; `store` encodes through `codec`);
 //! - [`queue`]: the queue itself, owned by the consumer actor: placement,
-//!   retries, cancel, re-attach after a restart; its child module
-//!   `output_dir` copies landed results to the batch's `--output-dir`;
+//!   retries, deadlines, verified copies, output copies, cancel, re-attach
+//!   after a restart, one file per concern;
 //! - [`forecast`]: the batch's turnaround estimate (`batch estimate`);
 //! - [`policy`]: the named placement policies (`--policy`);
 //! - [`runtime`]: the batch's run time as its landed tasks show it (the
@@ -17,7 +19,7 @@
 //!   landed whole or not at all;
 //! - [`verify`]: verified results (`--replicas`, `--quorum`, `--verify
 //!   adaptive`, `--validator`): digests, the validator, provenance; the
-//!   queue's side is its child module `replicas` (docs/trust.md).
+//!   queue's side is `queue::quorum` (docs/trust.md).
 
 pub mod attempt;
 pub mod checkpoint;
@@ -25,6 +27,7 @@ pub mod codec;
 pub mod forecast;
 pub mod policy;
 pub mod queue;
+pub mod record;
 pub mod runtime;
 pub mod spec;
 pub mod store;
@@ -34,4 +37,4 @@ pub mod verify;
 
 pub use policy::PolicyName;
 pub use queue::{BatchError, BatchQueue, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
-pub use store::{BatchRecord, CheckpointRef, CheckpointSpec, TaskCopy, TaskRecord, TaskState};
+pub use record::{BatchRecord, CheckpointRef, CheckpointSpec, TaskCopy, TaskRecord, TaskState};

@@ -6,7 +6,7 @@
 //! [`planned_runtime`] what the queue plans with: placement and deadlines
 //! take the median, estimates the mean and the spread. Pure.
 
-use crate::consumer::batch::store::{TaskRecord, TaskState};
+use crate::consumer::batch::record::{TaskRecord, TaskState};
 use crate::model::sched::runtime::{Completion, RuntimeEstimate, DEFAULT_PRIOR_WEIGHT};
 use crate::net::protocol::GuestUsage;
 

@@ -1,4 +1,4 @@
-//! The batch queue's side of `--output-dir` (a child module of `queue`):
+//! The batch queue's side of `--output-dir`:
 //! each landed task's results copied there off the loop, the copies in
 //! flight counted per batch so `batch wait` ends only once the directory
 //! holds every landed result, and copies a killed node never made redone at

@@ -1,0 +1,130 @@
+//! Deadlines: a running task of a batch with `--deadline` whose chance of
+//! ending in time has fallen gets a second copy on a better free host; the
+//! first copy to land wins.
+
+use std::collections::HashSet;
+
+use libp2p::PeerId;
+
+use super::{BatchQueue, COPY_BELOW, COPY_GAIN, DEADLINE_CHECK_EVERY};
+use crate::clock::Clock;
+use crate::consumer::batch::forecast::view_or_guess;
+use crate::consumer::batch::record::TaskState;
+use crate::consumer::batch::runtime::{planned_runtime, PlannedRuntime};
+use crate::consumer::pool::JobPool;
+use crate::consumer::rank;
+use crate::consumer::survey::SurveyedHost;
+use crate::model::ids::BatchId;
+use crate::model::sched::deadline::{p_fresh_copy_in_time, p_running_copy_in_time};
+
+impl<P: JobPool + Clone + 'static> BatchQueue<P> {
+    /// Looks at the running tasks of batches with a deadline: a task whose
+    /// chance of ending in time has fallen below [`COPY_BELOW`] gets a second
+    /// copy on the free host where a fresh copy's chance is best, when that
+    /// is at least [`COPY_GAIN`] higher. Called on every tick; works at
+    /// most once per [`DEADLINE_CHECK_EVERY`].
+    pub fn watch_deadlines(&mut self) {
+        if self
+            .last_deadline_check
+            .is_some_and(|t| t.elapsed() < DEADLINE_CHECK_EVERY)
+        {
+            return;
+        }
+        self.last_deadline_check = Some(tokio::time::Instant::now());
+        let hosts = self.fresh_hosts().to_vec();
+        if hosts.is_empty() {
+            return;
+        }
+        let now = self.clock.unix_secs();
+        let mut taken: HashSet<PeerId> = self.hosts_in_use.clone();
+        let mut copies = Vec::new();
+        for (id, live) in &self.batches {
+            let Some(deadline) = live.record.deadline_unix else {
+                continue;
+            };
+            if self.trust.spec(*id).is_some() {
+                // Its copies are for checking, not for racing.
+                continue;
+            }
+            let time_left = (deadline - now) as f64;
+            if live.record.cancelled || time_left <= 0.0 {
+                continue;
+            }
+            let PlannedRuntime {
+                median: runtime,
+                spread,
+                ..
+            } = planned_runtime(live.record.runtime_secs, &live.tasks);
+            let window = live.record.runtime_secs;
+            for (i, t) in live.tasks.iter().enumerate() {
+                if t.state != TaskState::Running || !t.copies.is_empty() {
+                    continue;
+                }
+                let (Some(started), Some(host)) = (
+                    t.started_unix,
+                    t.host.as_deref().and_then(|h| h.parse::<PeerId>().ok()),
+                ) else {
+                    continue;
+                };
+                let view = match hosts.iter().find(|h| h.peer == host) {
+                    Some(h) => view_or_guess(h, window),
+                    None => view_or_guess(&SurveyedHost::new(host), window),
+                };
+                let p_main = p_running_copy_in_time(
+                    view.expected_run_secs(runtime),
+                    spread,
+                    (now - started).max(0) as f64,
+                    time_left,
+                    |s| view.curve.tr_at(s),
+                );
+                if p_main >= COPY_BELOW {
+                    continue;
+                }
+                let refused = self.refused_by.get(&(*id, i as u32));
+                let best = hosts
+                    .iter()
+                    .filter(|h| {
+                        rank::eligible(h)
+                            && !taken.contains(&h.peer)
+                            && !t.avoid.contains(&h.peer.to_base58())
+                            && !refused.is_some_and(|r| r.contains(&h.peer))
+                    })
+                    .map(|h| {
+                        let v = view_or_guess(h, window);
+                        let p = p_fresh_copy_in_time(
+                            v.expected_run_secs(runtime),
+                            spread,
+                            time_left,
+                            |s| v.curve.tr_at(s),
+                        );
+                        (h.peer, p)
+                    })
+                    .max_by(|a, b| a.1.total_cmp(&b.1));
+                if let Some((peer, p_copy)) = best {
+                    if p_copy >= p_main + COPY_GAIN {
+                        tracing::debug!(batch = %id, task = i, p_main, p_copy, "deadline at risk");
+                        taken.insert(peer);
+                        copies.push((*id, i as u32, peer));
+                    }
+                }
+            }
+        }
+        for (batch, task, host) in copies {
+            self.start_copy(batch, task, host);
+        }
+    }
+
+    /// Starts a further copy of a running task on `host` (a deadline at
+    /// risk): the first copy to land wins, the others are killed.
+    pub(super) fn start_copy(&mut self, batch: BatchId, task: u32, host: PeerId) {
+        if self.task(batch, task).map(|t| t.state) != Some(TaskState::Running) {
+            return;
+        }
+        let Some(job_id) = self.add_attempt(batch, task, host) else {
+            return;
+        };
+        tracing::info!(%batch, task, %host, "deadline at risk: a second copy of the task starts");
+        self.persist(batch, task);
+        self.launch(batch, task, host, job_id);
+    }
+}

@@ -1,0 +1,227 @@
+//! Placement: when to survey the pool, and which waiting task goes to which
+//! free host (batches in order of age, each by its policy), recording each
+//! attempt as it is handed over.
+
+use libp2p::PeerId;
+
+use super::{BatchQueue, QueueMsg, IDLE_SURVEY_EVERY, RANKING_FRESH_FOR, SURVEY_GAP};
+use crate::clock::Clock;
+use crate::consumer::batch::policy::TaskNeeds;
+use crate::consumer::batch::record::{TaskCopy, TaskState};
+use crate::consumer::batch::runtime::planned_runtime;
+use crate::consumer::pool::JobPool;
+use crate::consumer::survey::{SurveyQuery, SurveyedHost};
+use crate::model::ids::{BatchId, JobId};
+
+impl<P: JobPool + Clone + 'static> BatchQueue<P> {
+    /// True when a survey should start now.
+    pub fn wants_survey(&self) -> bool {
+        if self.surveying || self.shutdown.is_cancelled() {
+            return false;
+        }
+        let waiting = || {
+            self.batches.values().any(|b| {
+                !b.record.cancelled
+                    && b.record.max_running.is_none_or(|m| b.running < m)
+                    && b.tasks.iter().any(|t| t.state == TaskState::Queued)
+            })
+        };
+        // A batch with a deadline keeps the view of free hosts fresh while
+        // its tasks run, for second copies.
+        let watching = || {
+            self.batches.values().any(|b| {
+                !b.record.cancelled
+                    && b.record.deadline_unix.is_some()
+                    && b.tasks
+                        .iter()
+                        .any(|t| t.state == TaskState::Running && t.copies.is_empty())
+            })
+        };
+        let waiting = waiting() || watching() || self.any_wants_copy();
+        if !waiting {
+            return false;
+        }
+        let since = self.last_survey.map(|t| t.elapsed());
+        match since {
+            None => true,
+            Some(s) if self.wanted => s >= SURVEY_GAP,
+            Some(s) => s >= IDLE_SURVEY_EVERY,
+        }
+    }
+
+    /// Starts a survey for the oldest waiting task's window.
+    pub fn start_survey(&mut self) {
+        let Some(first) = self.batches.values().find(|b| {
+            !b.record.cancelled
+                && b.tasks.iter().any(|t| {
+                    t.state == TaskState::Queued
+                        || ((b.record.deadline_unix.is_some()
+                            || self.trust.spec(b.record.id).is_some())
+                            && t.state == TaskState::Running)
+                })
+        }) else {
+            return;
+        };
+        let query = SurveyQuery {
+            window_start_unix: self.clock.unix_secs(),
+            window_secs: first.record.runtime_secs,
+            mem_mib: first.record.mem_mib,
+            rounds: 1,
+        };
+        self.surveying = true;
+        self.wanted = false;
+        self.last_survey = Some(tokio::time::Instant::now());
+        let pool = self.pool.clone();
+        let tx = self.to_self.clone();
+        self.tracker.spawn(async move {
+            let hosts = pool.survey(query).await.map_err(|e| e.to_string());
+            let _ = tx.send(QueueMsg::Surveyed(hosts));
+        });
+    }
+
+    pub(super) fn place(&mut self, hosts: Vec<SurveyedHost>) {
+        self.checkpoints.surveyed(&hosts);
+        self.last_hosts = hosts;
+        self.last_hosts_at = Some(tokio::time::Instant::now());
+        let hosts = self.last_hosts.clone();
+        self.place_on(&hosts);
+    }
+
+    /// The last survey's hosts while it is fresh; empty after that.
+    pub(super) fn fresh_hosts(&self) -> &[SurveyedHost] {
+        if self
+            .last_hosts_at
+            .is_some_and(|t| t.elapsed() < RANKING_FRESH_FOR)
+        {
+            &self.last_hosts
+        } else {
+            &[]
+        }
+    }
+
+    /// Hands waiting tasks to the free hosts among `hosts`: batches in
+    /// order of age, each taking the hosts its policy puts first.
+    pub(super) fn place_on(&mut self, hosts: &[SurveyedHost]) {
+        let mut free: Vec<SurveyedHost> = hosts
+            .iter()
+            .filter(|h| !self.hosts_in_use.contains(&h.peer))
+            .cloned()
+            .collect();
+        let waiting: Vec<BatchId> = self
+            .batches
+            .iter()
+            .filter(|(id, b)| {
+                !b.record.cancelled
+                    && (b.tasks.iter().any(|t| t.state == TaskState::Queued)
+                        || self.trust.spec(**id).is_some())
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for batch in waiting {
+            if free.is_empty() {
+                break;
+            }
+            let Some(live) = self.batches.get(&batch) else {
+                continue;
+            };
+            let needs = TaskNeeds {
+                runtime_secs: planned_runtime(live.record.runtime_secs, &live.tasks).median,
+                window_secs: live.record.runtime_secs,
+            };
+            let ordered: Vec<(PeerId, Option<f64>)> = live
+                .record
+                .policy
+                .order(&free, needs, &mut self.rng)
+                .into_iter()
+                .map(|h| (h.peer, h.power))
+                .collect();
+            let ordered = self.trust.order(batch, ordered);
+            let verifying = self.trust.spec(batch).is_some();
+            // Hosts in an unsettled dispute over a verified task take only
+            // further copies (tie-breaks), no new task, until it settles.
+            let disputed = self.trust.disputed(batch);
+            for (peer, gamma) in ordered {
+                // A verified task's further copies go before new tasks.
+                if let Some(task) = verifying.then(|| self.copy_task_for(batch, peer)).flatten() {
+                    self.start_replica(batch, task, peer);
+                } else if disputed.contains(&peer.to_base58()) {
+                    continue;
+                } else if let Some(task) = self.next_task_of(batch, peer) {
+                    self.start(batch, task, peer, gamma);
+                    if verifying {
+                        self.plan_copies(batch, task, peer);
+                    }
+                } else {
+                    continue;
+                }
+                free.retain(|h| h.peer != peer);
+            }
+        }
+    }
+
+    /// The first waiting task of `batch` that may run on `host`.
+    pub(super) fn next_task_of(&self, batch: BatchId, host: PeerId) -> Option<u32> {
+        let b = self.batches.get(&batch)?;
+        if b.record.cancelled || b.record.max_running.is_some_and(|m| b.running >= m) {
+            return None;
+        }
+        let name = host.to_base58();
+        b.tasks
+            .iter()
+            .enumerate()
+            .position(|(i, t)| {
+                t.state == TaskState::Queued
+                    && !t.avoid.contains(&name)
+                    && !self
+                        .refused_by
+                        .get(&(batch, i as u32))
+                        .is_some_and(|r| r.contains(&host))
+            })
+            .map(|i| i as u32)
+    }
+
+    /// Hands a waiting task to `host`: its main attempt.
+    pub(super) fn start(&mut self, batch: BatchId, task: u32, host: PeerId, gamma: Option<f64>) {
+        let now = self.clock.unix_secs();
+        let Some(live) = self.batches.get_mut(&batch) else {
+            return;
+        };
+        let Some(t) = live.tasks.get_mut(task as usize) else {
+            return;
+        };
+        let job_id = batch.job_id(task, t.attempts);
+        t.attempts += 1;
+        t.state = TaskState::Running;
+        t.host = Some(host.to_base58());
+        t.job_id = Some(job_id.clone());
+        t.started_unix = Some(now);
+        t.host_gamma = gamma;
+        live.running += 1;
+        self.persist(batch, task);
+        self.launch(batch, task, host, job_id);
+    }
+
+    /// Records one more attempt of a task on `host`, not yet started: its
+    /// main attempt when it has none, else a further copy. Returns the
+    /// attempt's job id.
+    pub(super) fn add_attempt(&mut self, batch: BatchId, task: u32, host: PeerId) -> Option<JobId> {
+        let now = self.clock.unix_secs();
+        let live = self.batches.get_mut(&batch)?;
+        let t = live.tasks.get_mut(task as usize)?;
+        let job_id = batch.job_id(task, t.attempts);
+        t.attempts += 1;
+        if t.host.is_none() {
+            t.host = Some(host.to_base58());
+            t.job_id = Some(job_id.clone());
+            t.started_unix.get_or_insert(now);
+        } else {
+            t.copies.push(TaskCopy {
+                host: host.to_base58(),
+                job_id: job_id.clone(),
+                started_unix: now,
+            });
+        }
+        live.running += 1;
+        Some(job_id)
+    }
+}

@@ -1,0 +1,237 @@
+//! An attempt's end: a landed result, a refusal, a failure on the host (the
+//! task queued again for another host, up to `max_retries`), a cancel; and
+//! the end of one of several copies of a task.
+
+use libp2p::PeerId;
+
+use super::BatchQueue;
+use crate::clock::Clock;
+use crate::consumer::batch::attempt::AttemptEnd;
+use crate::consumer::batch::record::TaskState;
+use crate::consumer::batch::runtime::landed_work;
+use crate::consumer::pool::JobPool;
+use crate::consumer::survey::SurveyedHost;
+use crate::model::ids::BatchId;
+
+impl<P: JobPool + Clone + 'static> BatchQueue<P> {
+    /// Takes one ended attempt of a task that has others still running (a
+    /// copy): the task goes on with them. A copy that landed wins instead
+    /// (`ended` handles that). Returns true when this handled the end.
+    pub(super) fn end_one_of_several(
+        &mut self,
+        batch: BatchId,
+        task: u32,
+        host: PeerId,
+        end: &AttemptEnd,
+    ) -> bool {
+        if matches!(end, AttemptEnd::Landed { .. }) {
+            return false;
+        }
+        let batch_cancelled = self.batches.get(&batch).is_some_and(|b| b.record.cancelled);
+        let Some(t) = self
+            .batches
+            .get_mut(&batch)
+            .and_then(|b| b.tasks.get_mut(task as usize))
+        else {
+            return false;
+        };
+        if t.copies.is_empty() || t.state != TaskState::Running || batch_cancelled {
+            return false;
+        }
+        if matches!(end, AttemptEnd::Cancelled) {
+            // The node is stopping: every copy is re-attached at the next start.
+            return true;
+        }
+        let name = host.to_base58();
+        if t.host.as_deref() == Some(name.as_str()) {
+            // The main attempt ended: the oldest copy takes its place.
+            let next = t.copies.remove(0);
+            t.host = Some(next.host);
+            t.job_id = Some(next.job_id);
+        } else {
+            t.copies.retain(|c| c.host != name);
+        }
+        if let AttemptEnd::HostFailed(reason) = end {
+            t.avoid.push(name);
+            t.reason = Some(reason.clone());
+        }
+        self.persist(batch, task);
+        true
+    }
+
+    pub(super) fn ended(&mut self, batch: BatchId, task: u32, host: PeerId, end: AttemptEnd) {
+        self.running.remove(&(batch, task, host));
+        self.hosts_in_use.remove(&host);
+        self.wanted = true;
+        let now = self.clock.unix_secs();
+        let max_retries = self.settings.max_retries;
+        let Some(live) = self.batches.get_mut(&batch) else {
+            return;
+        };
+        live.running = live.running.saturating_sub(1);
+        // A copy that lost (another landed first) ends with nothing to say.
+        if live
+            .tasks
+            .get(task as usize)
+            .is_some_and(|t| t.state.is_final())
+        {
+            return;
+        }
+        if self.trust.spec(batch).is_some() && self.replica_ended(batch, task, host, &end) {
+            let fresh: Vec<SurveyedHost> = self
+                .fresh_hosts()
+                .iter()
+                .filter(|h| h.peer == host)
+                .cloned()
+                .collect();
+            self.place_on(&fresh);
+            return;
+        }
+        if self.end_one_of_several(batch, task, host, &end) {
+            return;
+        }
+        // The first copy to land wins: the others are killed on their hosts.
+        let siblings: Vec<PeerId> = self
+            .running
+            .keys()
+            .filter(|k| k.0 == batch && k.1 == task)
+            .map(|k| k.2)
+            .collect();
+        if matches!(end, AttemptEnd::Landed { .. }) {
+            for other in siblings {
+                if let Some(cancel) = self.running.get(&(batch, task, other)) {
+                    cancel.cancel();
+                }
+            }
+        }
+        // The host's relative power, to turn the guest's CPU seconds into
+        // reference seconds.
+        let power = self
+            .last_hosts
+            .iter()
+            .find(|h| h.peer == host)
+            .and_then(|h| h.speed);
+        let Some(live) = self.batches.get_mut(&batch) else {
+            return;
+        };
+        let cancelled = live.record.cancelled;
+        let Some(t) = live.tasks.get_mut(task as usize) else {
+            return;
+        };
+        let host_text = host.to_base58();
+        let mut landed = false;
+        match end {
+            AttemptEnd::Landed {
+                exit_status,
+                wall_secs,
+                usage,
+                missing,
+            } => {
+                if t.host.as_deref() != Some(host_text.as_str()) {
+                    // A copy won: it is the attempt the task's record shows.
+                    if let Some(copy) = t.copies.iter().find(|c| c.host == host_text) {
+                        t.job_id = Some(copy.job_id.clone());
+                        t.started_unix = Some(copy.started_unix);
+                    }
+                    t.host = Some(host_text.clone());
+                }
+                t.copies.clear();
+                t.state = if exit_status == 0 && missing.is_empty() {
+                    TaskState::Done
+                } else {
+                    TaskState::Failed
+                };
+                t.exit_status = Some(exit_status);
+                let (wall, gamma) = landed_work(wall_secs, usage, power, t.host_gamma);
+                t.wall_secs = Some(wall);
+                t.host_gamma = gamma;
+                t.ended_unix = Some(now);
+                t.reason = if exit_status != 0 {
+                    Some(format!("exit status {exit_status}"))
+                } else if !missing.is_empty() {
+                    Some(format!(
+                        "declared output(s) not written: {}",
+                        missing.join(", ")
+                    ))
+                } else {
+                    None
+                };
+                landed = true;
+            }
+            AttemptEnd::Cancelled if cancelled => {
+                t.state = TaskState::Cancelled;
+                t.ended_unix = Some(now);
+                t.reason = Some("cancelled".into());
+            }
+            // The node is stopping: the task stays running in the store and
+            // is re-attached at the next start.
+            AttemptEnd::Cancelled => return,
+            _ if cancelled => {
+                t.state = TaskState::Cancelled;
+                t.ended_unix = Some(now);
+                t.reason = Some("cancelled".into());
+            }
+            AttemptEnd::Refused { reason, lasting } => {
+                if lasting {
+                    self.refused_by
+                        .entry((batch, task))
+                        .or_default()
+                        .insert(host);
+                }
+                // Not the task's fault: back in the queue, this host skipped
+                // until the next survey says it is free.
+                tracing::debug!(%batch, task, host = %host_text, %reason, "host refused a task");
+                t.state = TaskState::Queued;
+                t.host = None;
+                // Shown while the task waits, so `submit` can say why no
+                // host took it.
+                t.reason = Some(format!("refused by {host_text}: {reason}"));
+            }
+            AttemptEnd::JobFailed(reason) => {
+                t.state = TaskState::Failed;
+                t.ended_unix = Some(now);
+                t.reason = Some(reason);
+            }
+            AttemptEnd::HostFailed(reason) => {
+                t.avoid.push(host_text.clone());
+                let failures = t.avoid.len() as u32;
+                if failures > max_retries {
+                    t.state = TaskState::Failed;
+                    t.ended_unix = Some(now);
+                    t.reason = Some(format!(
+                        "failed on {failures} host(s); no retries left (max_retries = {max_retries}); last: {reason}"
+                    ));
+                } else {
+                    tracing::info!(%batch, task, host = %host_text, %reason, "task failed on a host; queued again");
+                    t.state = TaskState::Queued;
+                    t.reason = Some(reason);
+                }
+            }
+        }
+        self.persist(batch, task);
+        if self
+            .task(batch, task)
+            .is_some_and(|t| !matches!(t.state, TaskState::Queued | TaskState::Running))
+        {
+            self.refused_by.remove(&(batch, task));
+        }
+        let store = self.store.clone();
+        self.tracker.spawn_blocking(move || {
+            let _ = store.flush();
+        });
+        // A host that just ended a task well is free now: while the last
+        // survey is fresh it takes the next task at once.
+        let fresh: Vec<SurveyedHost> = self
+            .fresh_hosts()
+            .iter()
+            .filter(|h| h.peer == host)
+            .cloned()
+            .collect();
+        if landed && !fresh.is_empty() {
+            self.place_on(&fresh);
+        }
+        if landed {
+            self.copy_out(batch, task);
+        }
+    }
+}
