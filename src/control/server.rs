@@ -199,17 +199,8 @@ fn pause_report(p: PauseOutcome) -> PauseReport {
     }
 }
 
+/// `POST /v1/pause`: the host loop checks the pause's length.
 async fn pause(State(h): State<ControlHandles>, ApiJson(req): ApiJson<PauseRequest>) -> Response {
-    if req
-        .for_secs
-        .is_some_and(|s| s == 0 || s > crate::node::host_loop::MAX_PAUSE_SECS)
-    {
-        return ApiError::bad_request(format!(
-            "for_secs: a timed pause lasts 1 to {} seconds (a year)",
-            crate::node::host_loop::MAX_PAUSE_SECS
-        ))
-        .into_response();
-    }
     let outcome = if req.after_job {
         h.host.pause_after_job(req.for_secs).await
     } else {

@@ -38,7 +38,8 @@ impl From<HostError> for ApiError {
     fn from(e: HostError) -> Self {
         let message = e.to_string();
         match e {
-            HostError::Paused
+            HostError::NoGuests
+            | HostError::Paused
             | HostError::Withheld(_)
             | HostError::Finishing
             | HostError::Busy { .. }
@@ -46,6 +47,9 @@ impl From<HostError> for ApiError {
             HostError::TooMuchMemory { .. } | HostError::Invalid(_) => {
                 ApiError::bad_request(message)
             }
+            // The bound is the host's (`model::owner::check_pause`); the
+            // request's field is named here, where the request is known.
+            HostError::PauseLength(_) => ApiError::bad_request(format!("for_secs: {message}")),
             HostError::Internal(_) => ApiError::internal(message),
             HostError::Unavailable => ApiError::unavailable(),
         }

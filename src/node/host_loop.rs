@@ -21,9 +21,13 @@ use crate::guest::{
     GuestStatus, KillCause, StartError, Supervisor,
 };
 use crate::history::store::{BulkHistory, HistoryStore, JobEvent, StoreError};
+use crate::model::admit::{admit, slot_free, GuestAsk, HostFacts, Refusal};
 use crate::model::baselines::MethodId;
 use crate::model::ids::JobId;
-use crate::model::owner::{why_idle, IdleFacts, IdleReason, OnBattery, S5Cause, Schedule};
+use crate::model::owner::{
+    check_pause, why_idle, IdleFacts, IdleReason, OnBattery, PauseOutOfRange, S5Cause, Schedule,
+    MAX_PAUSE_SECS,
+};
 use crate::model::policy::decide;
 use crate::model::predict::PredictRequest;
 use crate::model::series::{HostSeries, Sample};
@@ -53,9 +57,6 @@ pub const STATUS_WINDOWS_SECS: [u64; 3] = [3600, 3 * 3600, 10 * 3600];
 const SERIES_CACHE_SECS: i64 = 60;
 /// How often the owner's rules (schedule, battery) are judged between readings.
 const OWNER_CHECK: Duration = Duration::from_secs(15);
-/// Longest `pause --for`: a year. Longer pauses are refused at the edge; this
-/// bound keeps every instant computed from it representable.
-pub const MAX_PAUSE_SECS: u64 = 366 * 86_400;
 /// Where an import's bytes wait (in the data dir, not a tmpfs that would
 /// hold them in memory) until the blocking task reads them twice.
 const IMPORT_SPOOL: &str = "import.partial";
@@ -72,10 +73,12 @@ pub type ImportBody = mpsc::Receiver<Result<Vec<u8>, String>>;
 pub type ExportBody = mpsc::Receiver<Result<Vec<u8>, String>>;
 
 /// Why the host loop refused or could not do what it was asked. The control
-/// API maps these to HTTP statuses and the pool host to wire reasons; this
-/// type knows neither.
+/// API maps these to HTTP statuses; this type knows no HTTP. Its refusals
+/// are the admission rule's ([`Refusal`], the same messages).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum HostError {
+    #[error("this node hosts no guests (consumer-only)")]
+    NoGuests,
     #[error("the owner has paused this node; `gleaner resume` first")]
     Paused,
     #[error("this node withholds itself now ({0}) and takes no guest")]
@@ -90,12 +93,30 @@ pub enum HostError {
         "the job declares {asked} MiB; this node accepts at most {limit} MiB ([guest] max_mem_mib)"
     )]
     TooMuchMemory { asked: u64, limit: u64 },
+    /// A timed pause outside the one bound (`model::owner::check_pause`).
+    #[error(transparent)]
+    PauseLength(#[from] PauseOutOfRange),
     #[error("{0}")]
     Invalid(String),
     #[error("{0}")]
     Internal(String),
     #[error("the node is shutting down")]
     Unavailable,
+}
+
+impl From<Refusal> for HostError {
+    /// The one place the admission rule's refusal becomes the host's error.
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::NoGuests => HostError::NoGuests,
+            Refusal::Paused => HostError::Paused,
+            Refusal::Withheld(cause) => HostError::Withheld(cause),
+            Refusal::Finishing => HostError::Finishing,
+            Refusal::TooMuchMemory { asked, limit } => HostError::TooMuchMemory { asked, limit },
+            Refusal::Busy { job_id } => HostError::Busy { job_id },
+            Refusal::HostState(state) => HostError::HostState(state),
+        }
+    }
 }
 
 /// A request to the host loop, with the channel its answer goes back on.
@@ -187,14 +208,9 @@ pub struct PredictQuery {
     pub step_secs: Option<u32>,
 }
 
-/// Who asks for a guest, which decides its job id's prefix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GuestOrigin {
-    /// The owner's `run-local`.
-    Local,
-    /// A peer's job, accepted by the pool host.
-    Remote,
-}
+/// Who asks for a guest: which admission checks apply, and whether the
+/// host loop names its job.
+pub use crate::model::admit::GuestOrigin;
 
 /// A guest to start.
 #[derive(Debug, Clone)]
@@ -281,8 +297,9 @@ pub struct HostStatus {
 }
 
 /// What the host loop publishes on every change, for the pool host's
-/// announcements and answers (a `watch`: readers see the latest, never block it).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// announcements, answers and admission (a `watch`: readers see the latest,
+/// never block it).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct HostSnapshot {
     /// The state peers see: the last reading's, S5 while paused, `None` before the first.
     pub state: Option<State>,
@@ -301,6 +318,25 @@ pub struct HostSnapshot {
     pub why_idle: Option<IdleReason>,
     /// How `[guest] cpu_limit_percent` is enforced.
     pub throttle: crate::guest::ThrottleMode,
+    /// The guest running here, if one runs.
+    pub running: Option<JobId>,
+}
+
+impl HostSnapshot {
+    /// The admission rule's facts as of this snapshot, for a node whose
+    /// `[guest] enabled` is `guests_enabled`. Its state is S5 while paused
+    /// or withheld, which the rule refuses first anyway.
+    pub fn admission_facts(&self, guests_enabled: bool) -> HostFacts {
+        HostFacts {
+            guests_enabled,
+            paused: self.paused,
+            withheld: self.withheld,
+            finishing: self.pause_after_job,
+            running: self.running.clone(),
+            state: self.state,
+            free_mib: self.free_mib,
+        }
+    }
 }
 
 /// The cloneable way to the host loop.
@@ -610,9 +646,9 @@ pub struct HostLoop {
     recorded_state: Option<State>,
     /// The running guest's declared working set, MiB (S4 below it).
     guest_mem_mib: u64,
-    /// A guest was started and its end not yet seen (it may be killed but
-    /// not reaped, when the policy no longer acts on it).
-    guest_live: bool,
+    /// The job of the guest started and whose end was not yet seen (it may
+    /// be killed but not reaped, when the policy no longer acts on it).
+    guest_live: Option<JobId>,
     /// When a `pause --for` ends: Unix seconds and the timer deadline.
     pause_until: Option<(i64, Instant)>,
     local_jobs_started: u64,
@@ -663,7 +699,7 @@ impl HostLoop {
             last: None,
             recorded_state: None,
             guest_mem_mib: 0,
-            guest_live: false,
+            guest_live: None,
             pause_until: None,
             local_jobs_started: 0,
             series_cache,
@@ -708,7 +744,7 @@ impl HostLoop {
         let mut owner_check = tokio::time::interval(OWNER_CHECK);
         owner_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let guest_running = self.guest_live;
+            let guest_running = self.guest_live.is_some();
             let pause_deadline = self.pause_until.map(|(_, at)| at);
             let event = tokio::select! {
                 biased;
@@ -765,7 +801,7 @@ impl HostLoop {
         if self.parts.supervisor.run_state() != GuestRunState::Idle {
             self.kill_guest(KillCause::Revocation);
         }
-        if self.guest_live {
+        if self.guest_live.is_some() {
             self.parts.supervisor.wait_exit(GUEST_KILL_WAIT);
             self.guest_ended();
         }
@@ -788,7 +824,7 @@ impl HostLoop {
             paused: self.parts.store.is_paused(),
             withheld: self.parts.store.withheld(),
             state: self.guest_state().map(|(s, _)| s),
-            guest_running: self.guest_live,
+            guest_running: self.guest_live.is_some(),
         })
     }
 
@@ -839,10 +875,25 @@ impl HostLoop {
         }
     }
 
+    /// What the admission rule judges: the owner's will, the slot and the
+    /// last reading.
+    fn admission_facts(&self) -> HostFacts {
+        HostFacts {
+            guests_enabled: self.parts.config.guest.enabled,
+            paused: self.parts.store.is_paused(),
+            withheld: self.parts.store.withheld(),
+            finishing: self.pause_after_job.is_some(),
+            running: self.guest_live.clone(),
+            state: self.last.map(|r| r.state),
+            free_mib: self.last.map(|r| r.free_mib),
+        }
+    }
+
     /// Publishes the snapshot when it changed.
     fn publish(&self) {
-        let paused = self.parts.store.is_paused();
-        let withheld = self.parts.store.withheld();
+        let facts = self.admission_facts();
+        let paused = facts.paused;
+        let withheld = facts.withheld;
         let snapshot = HostSnapshot {
             state: if paused || withheld.is_some() {
                 Some(State::S5)
@@ -850,17 +901,14 @@ impl HostLoop {
                 self.last.map(|r| r.state)
             },
             paused,
-            slot_free: self.parts.config.guest.enabled
-                && !self.guest_live
-                && !paused
-                && withheld.is_none()
-                && self.pause_after_job.is_none(),
+            slot_free: slot_free(&facts),
             cpu: self.last.map(|r| r.cpu),
-            free_mib: self.last.map(|r| r.free_mib),
+            free_mib: facts.free_mib,
             withheld,
-            pause_after_job: self.pause_after_job.is_some(),
+            pause_after_job: facts.finishing,
             why_idle: self.why_idle(),
             throttle: self.parts.supervisor.throttle_mode(),
+            running: facts.running,
         };
         self.snapshot.send_if_modified(|s| {
             let changed = *s != snapshot;
@@ -961,7 +1009,7 @@ impl HostLoop {
 
     fn guest_ended(&mut self) {
         self.guest_mem_mib = 0;
-        self.guest_live = false;
+        self.guest_live = None;
         self.refresh_guest_roots();
         if let Some(for_secs) = self.pause_after_job.take() {
             match self.pause(for_secs) {
@@ -1015,7 +1063,6 @@ impl HostLoop {
                 after_job: false,
                 reply,
             } => {
-                self.pause_after_job = None;
                 let _ = reply.send(self.pause(for_secs));
             }
             HostCommand::Pause {
@@ -1093,12 +1140,10 @@ impl HostLoop {
         tracing::info!(until, "still paused by the owner (S5) until the saved end");
     }
 
+    /// Pauses now (a plain `pause` also drops a waiting `--after-job`).
     fn pause(&mut self, for_secs: Option<u64>) -> Result<PauseOutcome, HostError> {
-        if for_secs.is_some_and(|s| s == 0 || s > MAX_PAUSE_SECS) {
-            return Err(HostError::Invalid(format!(
-                "a timed pause lasts 1 s to {MAX_PAUSE_SECS} s (a year)"
-            )));
-        }
+        check_pause(for_secs)?;
+        self.pause_after_job = None;
         let now = self.now();
         // Both ends are computed (and bounded) before anything is saved, so a
         // refused pause leaves no trace.
@@ -1139,16 +1184,12 @@ impl HostLoop {
         &mut self,
         for_secs: Option<u64>,
     ) -> Result<PauseOutcome, HostError> {
-        if for_secs.is_some_and(|s| s == 0 || s > MAX_PAUSE_SECS) {
-            return Err(HostError::Invalid(format!(
-                "a timed pause lasts 1 s to {MAX_PAUSE_SECS} s (a year)"
-            )));
-        }
+        check_pause(for_secs)?;
         let running = self
             .parts
             .supervisor
             .status()
-            .filter(|s| s.phase != GuestPhase::Exited && self.guest_live);
+            .filter(|s| s.phase != GuestPhase::Exited && self.guest_live.is_some());
         match running {
             Some(guest) if !self.parts.store.is_paused() => {
                 self.pause_after_job = Some(for_secs);
@@ -1377,44 +1418,14 @@ impl HostLoop {
         }
     }
 
-    /// Starts a guest if this host can take it now.
+    /// Starts a guest if the admission rule lets it start now.
     fn start_guest(&mut self, start: GuestStart) -> Result<GuestHandle, HostError> {
-        let guest_cfg = &self.parts.config.guest;
-        if self.parts.store.is_paused() {
-            return Err(HostError::Paused);
-        }
-        if let Some(cause) = self.parts.store.withheld() {
-            return Err(HostError::Withheld(cause));
-        }
-        if self.pause_after_job.is_some() {
-            return Err(HostError::Finishing);
-        }
-        if start.job.mem_mib > guest_cfg.max_mem_mib {
-            return Err(HostError::TooMuchMemory {
-                asked: start.job.mem_mib,
-                limit: guest_cfg.max_mem_mib,
-            });
-        }
-        if start.origin == GuestOrigin::Remote {
-            if let Some(state) = self
-                .last
-                .map(|r| r.state)
-                .filter(|s| matches!(s, State::S3 | State::S4 | State::S5))
-            {
-                return Err(HostError::HostState(state));
-            }
-            let th = self.parts.config.thresholds(start.job.mem_mib);
-            if self.last.is_some_and(|r| th.lacks_memory(r.free_mib)) {
-                return Err(HostError::HostState(State::S4));
-            }
-        }
-        if self.guest_live {
-            if let Some(running) = self.parts.supervisor.status() {
-                return Err(HostError::Busy {
-                    job_id: running.job_id,
-                });
-            }
-        }
+        let ask = GuestAsk {
+            origin: start.origin,
+            mem_mib: start.job.mem_mib,
+            max_mem_mib: self.parts.config.guest.max_mem_mib,
+        };
+        admit(&self.admission_facts(), &ask)?;
         let job_id = match start.job_id {
             Some(id) => id,
             None => {
@@ -1447,7 +1458,7 @@ impl HostLoop {
                 _ => HostError::Invalid(e.to_string()),
             })?;
         self.guest_mem_mib = mem_mib;
-        self.guest_live = true;
+        self.guest_live = Some(job_id);
         self.refresh_guest_roots();
         // Judge the new guest by the last reading at once, not at the next sample.
         self.apply_policy();

@@ -149,6 +149,14 @@ pub struct RemoteJob {
     pub usage: Option<GuestUsage>,
 }
 
+/// A peer's job as `status` could list it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteJobSummary {
+    pub consumer: PeerId,
+    pub consumer_job_id: JobId,
+    pub local_id: JobId,
+}
+
 /// Remote jobs, the running one and the last few finished (their outputs stay
 /// fetchable until they fall off).
 #[derive(Debug, Default)]
@@ -177,10 +185,10 @@ impl RemoteJobs {
     }
 
     /// Who submitted each job kept here, oldest first.
-    pub fn summaries(&self) -> Vec<crate::node::pool_host::RemoteJobSummary> {
+    pub fn summaries(&self) -> Vec<RemoteJobSummary> {
         self.jobs
             .iter()
-            .map(|j| crate::node::pool_host::RemoteJobSummary {
+            .map(|j| RemoteJobSummary {
                 consumer: j.consumer,
                 consumer_job_id: j.consumer_job_id.clone(),
                 local_id: j.local_id.clone(),

@@ -22,6 +22,7 @@ use crate::clock::Clock;
 use crate::consumer::{ConsumerHandle, HostJobEvent};
 use crate::data::{obtain_input, Cache, FetchLimits, Obtained};
 use crate::guest::GuestEvent;
+use crate::model::admit::{admit, GuestAsk, Refusal};
 use crate::model::ids::JobId;
 use crate::model::predict::InitialState;
 use crate::model::state::State;
@@ -34,7 +35,7 @@ use crate::net::{LocalStatus, NetEvent, NetHandle, Responder};
 use crate::node::answer::HostAnswer;
 use crate::node::config::Config;
 use crate::node::host_loop::{GuestJob, GuestOrigin, GuestStart, HostHandle, HostSnapshot};
-use crate::node::pool::{self, RemoteJob, RemoteJobs};
+use crate::node::pool::{self, RemoteJob, RemoteJobSummary, RemoteJobs};
 use crate::node::Hardware;
 use libp2p::PeerId;
 use std::path::{Path, PathBuf};
@@ -53,14 +54,6 @@ pub enum PoolHostCommand {
     RemoteJobs {
         reply: oneshot::Sender<Vec<RemoteJobSummary>>,
     },
-}
-
-/// A peer's job as `status` could list it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemoteJobSummary {
-    pub consumer: PeerId,
-    pub consumer_job_id: JobId,
-    pub local_id: JobId,
 }
 
 /// The cloneable way to the pool host.
@@ -314,7 +307,7 @@ impl PoolHost {
     }
 
     fn local_status(&self) -> LocalStatus {
-        let snapshot = *self.snapshot.borrow();
+        let snapshot = self.snapshot.borrow().clone();
         let hw = self.parts.hardware;
         LocalStatus {
             logical_cpus: hw.logical_cpus,
@@ -348,7 +341,7 @@ impl PoolHost {
     /// Answers a peer's reliability query from this host's own history; the
     /// forecast is computed off both loops.
     fn answer_reliability(&mut self, q: ReliabilityQuery, reply: Responder<ReliabilityResponse>) {
-        let snapshot = *self.snapshot.borrow();
+        let snapshot = self.snapshot.borrow().clone();
         let power = PowerMilli {
             effective: self.power_milli(&snapshot),
             speed: crate::monitor::bench::effective_power_milli(
@@ -405,28 +398,19 @@ impl PoolHost {
         submit: JobSubmit,
     ) -> Result<(), RejectReason> {
         let guest_cfg = &self.parts.config.guest;
-        if !guest_cfg.enabled {
-            return Err(RejectReason::Invalid(
-                "this node hosts no guests (consumer-only)".into(),
-            ));
-        }
         let consumer_job_id = pool::check_submit(&submit, guest_cfg)?;
         if self.preparing.is_some() {
             return Err(RejectReason::Busy);
         }
-        // The host loop checks again when the guest starts; this refuses
-        // early what would only be refused after a long fetch.
-        let snapshot = *self.snapshot.borrow();
-        // Paused, or withheld by the owner's schedule or battery rule.
-        if snapshot.paused || snapshot.withheld.is_some() {
-            return Err(RejectReason::HostState(WireState::S5));
-        }
-        if !snapshot.slot_free {
-            return Err(RejectReason::Busy);
-        }
-        if let Some(state @ (State::S3 | State::S4 | State::S5)) = snapshot.state {
-            return Err(RejectReason::HostState(state.into()));
-        }
+        // The host loop judges the same rule again when the guest starts;
+        // this refuses early what would only be refused after a long fetch.
+        let facts = self.snapshot.borrow().admission_facts(guest_cfg.enabled);
+        let ask = GuestAsk {
+            origin: GuestOrigin::Remote,
+            mem_mib: submit.memory_mib,
+            max_mem_mib: guest_cfg.max_mem_mib,
+        };
+        admit(&facts, &ask)?;
         self.jobs_started += 1;
         let local_id = JobId::new(format!(
             "{}{}-{}",
@@ -701,6 +685,22 @@ async fn prepare_inputs(
 /// into memory).
 fn copy_input(source: &Path, dest: &Path) -> std::io::Result<()> {
     std::fs::copy(source, dest).map(|_| ())
+}
+
+impl From<Refusal> for RejectReason {
+    /// The one place the admission rule's refusal becomes the reason a
+    /// consumer reads: the owner's pause or withholding is S5 to a peer, a
+    /// pending `pause --after-job` a busy slot, the node's memory limit the
+    /// job being too big.
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::NoGuests => RejectReason::Invalid(r.to_string()),
+            Refusal::Paused | Refusal::Withheld(_) => RejectReason::HostState(WireState::S5),
+            Refusal::Finishing | Refusal::Busy { .. } => RejectReason::Busy,
+            Refusal::TooMuchMemory { .. } => RejectReason::TooBig,
+            Refusal::HostState(state) => RejectReason::HostState(state.into()),
+        }
+    }
 }
 
 /// The wire form of a forecast. The wire's `initial_state` holds one state:

@@ -8,6 +8,7 @@
 //! and jiff's `now` and system time zone.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod admit;
 pub mod baselines;
 pub mod ids;
 pub mod kernel;

@@ -367,6 +367,27 @@ pub fn why_idle(facts: IdleFacts) -> Option<IdleReason> {
     })
 }
 
+/// Longest `pause --for`: a year. Every instant computed from a pause's
+/// length stays representable below it.
+pub const MAX_PAUSE_SECS: u64 = 366 * 86_400;
+
+/// A timed pause outside 1 s ..= [`MAX_PAUSE_SECS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a timed pause lasts 1 to {MAX_PAUSE_SECS} seconds (a year)")]
+pub struct PauseOutOfRange {
+    /// The length asked for, seconds.
+    pub asked: u64,
+}
+
+/// The one bound on a pause's length (`None`: until `resume`), checked by
+/// the host loop before anything is saved; the control API only forwards.
+pub fn check_pause(for_secs: Option<u64>) -> Result<(), PauseOutOfRange> {
+    match for_secs {
+        Some(asked) if asked == 0 || asked > MAX_PAUSE_SECS => Err(PauseOutOfRange { asked }),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -491,6 +512,20 @@ mod tests {
                 ..base
             }),
             Some(IdleReason::Starting)
+        );
+    }
+
+    #[test]
+    fn a_pause_lasts_a_second_to_a_year_or_until_resume() {
+        assert_eq!(check_pause(None), Ok(()));
+        assert_eq!(check_pause(Some(1)), Ok(()));
+        assert_eq!(check_pause(Some(MAX_PAUSE_SECS)), Ok(()));
+        for asked in [0, MAX_PAUSE_SECS + 1, u64::MAX] {
+            assert_eq!(check_pause(Some(asked)), Err(PauseOutOfRange { asked }));
+        }
+        assert_eq!(
+            PauseOutOfRange { asked: 0 }.to_string(),
+            "a timed pause lasts 1 to 31622400 seconds (a year)"
         );
     }
 }
