@@ -1,8 +1,8 @@
 //! The batch queue against a scripted pool ([`FakePool`]): placement by
 //! rank, retries on other hosts, refusals, corrupted and missing outputs,
 //! without sockets. The same queue runs `gleaner submit` (a batch of one
-//! task) and `gleaner batch`; real-node tests are in `tests/batch_pool.rs`
-//! and `tests/pool_nodes.rs`.
+//! task) and `gleaner batch`; real-node tests are in `tests/it/batch_pool.rs`
+//! and `tests/it/pool_nodes.rs`.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

@@ -22,7 +22,6 @@
 //! - `Nat::Symmetric`: `masquerade fully-random`. Every new connection (5-tuple) gets
 //!   a random public port, so the port a peer observed via the relay is not the port
 //!   a new connection to another peer uses (address-and-port-dependent mapping).
-#![allow(dead_code)]
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -143,7 +142,6 @@ pub fn probe() -> Result<(), Unsupported> {
 pub struct Topology {
     pub id: String,
     namespaces: Vec<String>,
-    homes: Vec<Nat>,
 }
 
 impl Topology {
@@ -153,7 +151,6 @@ impl Topology {
         let mut t = Topology {
             id: run_id(),
             namespaces: Vec::new(),
-            homes: homes.to_vec(),
         };
         let inet = t.add_namespace("inet")?;
         ip(&inet, "link add br0 type bridge")?;
@@ -234,11 +231,6 @@ impl Topology {
     /// The namespace of home `h`'s router.
     pub fn router(&self, h: usize) -> String {
         format!("gln{}-r{h}", self.id)
-    }
-
-    /// Home `h`'s address on the Internet (its router's WAN side).
-    pub fn public_ip(&self, h: usize) -> String {
-        format!("198.51.100.{}", 10 * (h + 1))
     }
 
     /// Forgets every NAT mapping of home `h`'s router (as a router reboot or a

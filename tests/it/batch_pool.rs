@@ -6,7 +6,7 @@
 //! task whose deadline is at risk getting a second copy that wins. Every
 //! landed result, unverified too, carries `provenance.json` naming its host.
 
-mod node_support;
+use crate::node_support;
 
 use std::process::Output;
 use std::time::{Duration, Instant};

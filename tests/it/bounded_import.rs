@@ -7,7 +7,7 @@
 //! stream, and an import cut off
 //! by the node's `kill -9` leaves nothing behind after the restart.
 
-mod node_support;
+use crate::node_support;
 
 use node_support::{test_config, NodeFixture};
 use std::fmt::Write as _;

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-mod in_process;
+use crate::in_process;
 use in_process::{Node, NodeSetup};
 
 /// One node for all cases, on a multi-threaded runtime that outlives them.

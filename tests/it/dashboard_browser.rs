@@ -14,7 +14,7 @@
 //! With no Chromium or chromedriver on the machine the test says so loudly
 //! and passes without running; `.ci/run` installs both, so in CI it runs.
 
-mod node_support;
+use crate::node_support;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use node_support::{wait_until, NodeFixture};

@@ -131,7 +131,7 @@ fn self_as(role: &str) -> Vec<String> {
     vec![
         exe.to_string_lossy().into_owned(),
         "--exact".into(),
-        role.into(),
+        crate::test_name(module_path!(), role),
         "--ignored".into(),
         "--nocapture".into(),
         "--test-threads=1".into(),

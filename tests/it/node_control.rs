@@ -3,7 +3,7 @@
 //! the time off, history and job log kept), predict through the node and
 //! from the stopped database, history export/import, config defaults.
 
-mod node_support;
+use crate::node_support;
 
 use gleaner::history::store::{HistoryStore, StoreOptions};
 use gleaner::history::trace::parse_trace;

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-mod in_process;
+use crate::in_process;
 use in_process::NodeSetup;
 
 /// Spins 20 s of wall time, then prints its CPU seconds.

@@ -11,7 +11,7 @@
 //! consumer between two copies of a quorum judges the task from the landed
 //! copy on disk and the one that lands after.
 
-mod node_support;
+use crate::node_support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

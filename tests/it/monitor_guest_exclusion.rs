@@ -6,24 +6,17 @@ use gleaner::monitor::{process_tree, LoadSource, ProcLoadSource};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-/// Kills and reaps the child even when an assertion fails.
-struct Reaped(Child);
+/// Kills and reaps the child even when an assertion fails (unless a test
+/// took it to reap it itself).
+struct Reaped(Option<Child>);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
-}
-
-/// CPU seconds used by this process's reaped children so far.
-fn children_cpu_secs() -> f64 {
-    // SAFETY: getrusage writes into the zeroed struct we own.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
-    assert_eq!(rc, 0);
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
 fn logical_cpus() -> f64 {
@@ -32,24 +25,26 @@ fn logical_cpus() -> f64 {
 
 #[test]
 fn a_guest_hog_is_excluded_from_host_load() {
-    let before = children_cpu_secs();
     // Two sources over the same interval: one told about the guest, one not.
     let mut excluding = ProcLoadSource::new().unwrap();
     let mut including = ProcLoadSource::new().unwrap();
     let started = Instant::now();
-    let hog = Reaped(
+    let mut hog = Reaped(Some(
         Command::new("sh")
             .args(["-c", "while :; do :; done"])
             .spawn()
             .unwrap(),
-    );
-    let pid = hog.0.id() as i32;
+    ));
+    let pid = hog.0.as_ref().unwrap().id() as i32;
     std::thread::sleep(Duration::from_secs(2));
     let with_guest = excluding.sample(&[pid]).unwrap();
     let without_guest = including.sample(&[]).unwrap();
     let elapsed = started.elapsed().as_secs_f64();
-    drop(hog);
-    let hog_cpu = children_cpu_secs() - before;
+    let mut hog = hog.0.take().unwrap();
+    hog.kill().unwrap();
+    let hog_cpu = crate::reap_with_usage(hog, Duration::from_secs(10))
+        .expect("the killed hog is reaped")
+        .cpu_secs;
 
     // The hog's share of the whole machine, measured independently by the kernel's rusage.
     let hog_share = hog_cpu / (elapsed * logical_cpus()) * 100.0;
@@ -80,13 +75,13 @@ fn a_guest_hog_is_excluded_from_host_load() {
 
 #[test]
 fn process_tree_finds_a_shells_children() {
-    let shell = Reaped(
+    let shell = Reaped(Some(
         Command::new("sh")
             .args(["-c", "sleep 30 & sleep 30 & wait"])
             .spawn()
             .unwrap(),
-    );
-    let pid = shell.0.id() as i32;
+    ));
+    let pid = shell.0.as_ref().unwrap().id() as i32;
     // Give the shell time to fork.
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut tree = process_tree(&[pid]);

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
 
-mod in_process;
+use crate::in_process;
 use in_process::{Node, NodeSetup};
 
 /// Monday 2025-09-01 08:00 UTC.

@@ -2,7 +2,7 @@
 //! `--owner-load` option) or a real CPU hog drives the node, whose
 //! guest is a real busy loop started with `gleaner run-local`.
 
-mod node_support;
+use crate::node_support;
 
 use node_support::*;
 use std::time::{Duration, Instant};

@@ -4,8 +4,8 @@
 //! a 64 MiB input shared by two jobs crossing to its host once, private
 //! pools, the allowlist, and hostile frames against a live node.
 
-mod net_support;
-mod node_support;
+use crate::net_support;
+use crate::node_support;
 
 use std::time::{Duration, Instant};
 

@@ -15,10 +15,10 @@
 //! The test skips only after proving the machine cannot build the topology (no
 //! `ip`/`nft`, or no right to create a network namespace), and says which. Figures
 //! (discovery, query round trips, recovery) are printed, not asserted; run with
-//! `cargo test --test nat_topology -- --nocapture` to see them.
+//! `cargo test --test it nat_topology:: -- --nocapture` to see them.
 
-mod nat_support;
-mod node_support;
+use crate::nat_support;
+use crate::node_support;
 
 use std::time::{Duration, Instant};
 

@@ -4,8 +4,6 @@
 //! folder), a real sled store and a real control socket in the test's
 //! directory. Shared by the in-process tests so each says only what differs.
 
-#![allow(dead_code)] // each test binary uses its own part of it
-
 use gleaner::clock::Clock;
 use gleaner::control::server::ControlSocket;
 use gleaner::daemon::{run, NetResources, NodeResources};

@@ -241,7 +241,7 @@ fn the_escapee_is_gone_after_the_nodes_kill_9_and_restart() {
     let mut node = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "role_node_with_escapee",
+            &crate::test_name(module_path!(), "role_node_with_escapee"),
             "--ignored",
             "--nocapture",
             "--test-threads=1",

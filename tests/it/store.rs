@@ -464,7 +464,8 @@ fn kill_9_loses_at_most_the_last_sample() {
     for round in 0..4 {
         let wait_ms = rng.random_range(50..600);
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", CRASH_TEST, "--nocapture", "--test-threads=1"])
+            .args(["--exact", &crate::test_name(module_path!(), CRASH_TEST)])
+            .args(["--nocapture", "--test-threads=1"])
             .env(CRASH_CHILD_ENV, dir.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

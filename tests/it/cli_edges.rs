@@ -83,6 +83,34 @@ fn fails(cmd: &mut Command) -> String {
     stderr
 }
 
+/// [`fails`] for a command whose peak memory matters: also returns the
+/// child's own peak resident set in KiB (by `wait4` on its pid: this process
+/// is shared with other tests, whose children `RUSAGE_CHILDREN` would count).
+fn fails_measured(mut cmd: std::process::Command) -> (String, i64) {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("gleaner runs");
+    let read = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            let _ = pipe.read_to_end(&mut text);
+            String::from_utf8_lossy(&text).into_owned()
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().unwrap()));
+    let stderr = read(Box::new(child.stderr.take().unwrap()));
+    let used = crate::reap_with_usage(child, PROMPT);
+    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+    let used = used.unwrap_or_else(|| panic!("killed after {PROMPT:?} (hung?): {stderr}"));
+    assert!(!used.status.success(), "succeeded: {stdout}\n{stderr}");
+    (stderr, used.max_rss_kib)
+}
+
 #[test]
 fn history_import_of_a_device_or_fifo_is_refused_by_name() {
     let home = Home::new();
@@ -145,19 +173,15 @@ fn an_oversized_trace_is_refused_within_bounded_memory() {
         .unwrap()
         .set_len(limit + 4096)
         .unwrap();
-    let e = fails(
-        home.gleaner()
-            .arg("predict")
-            .arg("--trace")
-            .arg(&big)
-            .args(["--window", "1h"]),
-    );
+    let mut predict = home.std_command();
+    predict
+        .arg("predict")
+        .arg("--trace")
+        .arg(&big)
+        .args(["--window", "1h"]);
+    let (e, max_rss_kib) = fails_measured(predict);
     assert!(e.contains("big.csv") && e.contains("limit"), "{e}");
-    // The largest child this test process has waited for so far (the
-    // other tests' children are small commands).
-    let usage =
-        nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).unwrap();
-    let max_rss_mib = usage.max_rss() / 1024;
+    let max_rss_mib = max_rss_kib / 1024;
     assert!(
         max_rss_mib < 1024,
         "predict used {max_rss_mib} MiB before refusing"

@@ -1,6 +1,5 @@
 //! A hostile libp2p client for tests: sends arbitrary bytes on the
 //! reliability protocol to a node (in-process or a real `gleaner node`).
-#![allow(dead_code)]
 
 use std::time::Duration;
 

@@ -2,7 +2,6 @@
 //! binary in a temp data dir with a given config (and optionally a scripted
 //! host load), waits for its "ready" line, and kills it on drop so a failed
 //! test never leaves a node (or its guest) behind.
-#![allow(dead_code)]
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};

@@ -20,7 +20,7 @@ use libp2p::pnet::PreSharedKey;
 use libp2p::{Multiaddr, PeerId};
 use tokio_util::sync::CancellationToken;
 
-mod net_support;
+use crate::net_support;
 use net_support::send_raw;
 
 /// What the test responder does with requests.
@@ -369,7 +369,7 @@ async fn only_allowlisted_consumers_may_submit_jobs() {
 }
 
 /// Round-trip latency of the reliability query on 127.0.0.1 over TCP.
-/// Run: `cargo test --release --test net_pool -- --ignored --nocapture reliability_query_latency`
+/// Run: `cargo test --release --test it net_pool::reliability_query_latency -- --ignored --nocapture`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn reliability_query_latency() {
