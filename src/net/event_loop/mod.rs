@@ -1,0 +1,457 @@
+//! The one task that owns the Swarm. It selects its inputs (Swarm events, commands from
+//! `NetHandle`s, answers the node gives to inbound requests, timers) into one closed
+//! `LoopEvent` and handles each in a single `match`.
+//!
+//! Here live the rules that make the protocols safe for the node: every gossipsub message
+//! gets a validation verdict, announcements must come from the peer they describe, job
+//! requests from peers outside the allowlist are refused without reaching the node, the
+//! node is never waited on (full queue ⇒ the request is dropped) and an unanswered
+//! inbound request is dropped after `serve_timeout`. This module does not know how
+//! reliability is computed or how jobs run.
+//!
+//! This file holds the loop itself (start, the select, the commands, the
+//! Swarm's and the behaviours' events dispatched); its children hold the
+//! handling by concern: `connectivity` (bootstrap, relays, NAT), `membership`
+//! (announcements, members, the DHT record) and `requests` (the request
+//! protocols and the allowlist).
+
+mod connectivity;
+mod membership;
+mod requests;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+use libp2p::core::transport::ListenerId;
+use libp2p::core::ConnectedPoint;
+use libp2p::gossipsub::{self, IdentTopic};
+use libp2p::identity::Keypair;
+use libp2p::kad::{QueryId, RecordKey};
+use libp2p::request_response::OutboundRequestId;
+use libp2p::swarm::dial_opts::DialOpts;
+use libp2p::swarm::{ConnectionId, SwarmEvent};
+use libp2p::{identify, mdns, Multiaddr, PeerId, StreamProtocol, Swarm};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::net::handle::{Command, LocalStatus, Member, NetError, NetEvent, NetHandle};
+use crate::net::protocol::{
+    announce_topic, pool_dht_key, JobResponse, ReliabilityResponse, KAD_PROTOCOL,
+};
+use crate::net::reachability::{AddressScope, Reachability};
+use crate::net::swarm::{
+    build_swarm, is_quic, Behaviour, BehaviourEvent, BuildError, NetConfig, EVENT_QUEUE,
+};
+
+use connectivity::{Timer, RELAYED_GRACE};
+use requests::{Served, ServingFuture};
+
+/// The circuit relay v2 protocol a relay offers (identify lists it).
+const RELAY_HOP_PROTOCOL: &str = "/libp2p/circuit/relay/0.2.0/hop";
+
+/// Commands waiting in the channel before `NetHandle` calls wait.
+const COMMAND_QUEUE: usize = 64;
+
+/// Builds the Swarm, starts listening and dials the bootstrap peers. Returns the handle,
+/// the stream of events for the node, and the loop, which the caller spawns:
+/// `tokio::spawn(event_loop.run())`. The loop ends when `cancel` fires or the last
+/// handle is dropped.
+pub fn start(
+    key: Keypair,
+    cfg: NetConfig,
+    cancel: CancellationToken,
+) -> Result<(NetHandle, mpsc::Receiver<NetEvent>, EventLoop), BuildError> {
+    let peer_id = key.public().to_peer_id();
+    let scope = AddressScope::of(&cfg.listen, cfg.autonat || cfg.relay_server);
+    let mut swarm = build_swarm(key, &cfg, scope)?;
+    let topic = IdentTopic::new(announce_topic(&cfg.pool));
+    swarm
+        .behaviour_mut()
+        .gossipsub
+        .subscribe(&topic)
+        .map_err(|e| BuildError::Swarm(e.to_string()))?;
+    for addr in &cfg.listen {
+        if cfg.swarm_key.is_some() && is_quic(addr) {
+            tracing::info!(%addr, "private pool: not listening on QUIC (pnet wraps TCP only)");
+            continue;
+        }
+        swarm
+            .listen_on(addr.clone())
+            .map_err(|e| BuildError::Swarm(format!("listen on {addr}: {e}")))?;
+    }
+    let (commands_tx, commands) = mpsc::channel(COMMAND_QUEUE);
+    let (events, events_rx) = mpsc::channel(EVENT_QUEUE.get());
+    let mut initial = Reachability::default();
+    initial.settle_nat(cfg.relay_server);
+    let (reach, reach_rx) = watch::channel(initial);
+    let streams = swarm.behaviour().stream.new_control();
+    let bootstrap_peers = cfg
+        .bootstrap
+        .iter()
+        .filter_map(|a| Some((peer_of(a)?, a.clone())))
+        .collect();
+    let mut event_loop = EventLoop {
+        swarm,
+        cfg,
+        topic,
+        commands,
+        events,
+        cancel,
+        pending_dial: HashMap::new(),
+        pending_reliability: HashMap::new(),
+        pending_job: HashMap::new(),
+        pending_hosts: HashMap::new(),
+        serving: FuturesUnordered::new(),
+        members: HashMap::new(),
+        status: None,
+        relays_reserved: HashSet::new(),
+        scope,
+        reach,
+        relay_listeners: HashMap::new(),
+        relay_capable: HashSet::new(),
+        bootstrap_peers,
+        backoff: HashMap::new(),
+        retrying: HashSet::new(),
+        timers: FuturesUnordered::new(),
+        links: HashMap::new(),
+    };
+    event_loop.dial_bootstrap();
+    Ok((
+        NetHandle {
+            commands: commands_tx,
+            peer_id,
+            reachability: reach_rx,
+            streams,
+        },
+        events_rx,
+        event_loop,
+    ))
+}
+
+type Reply<T> = oneshot::Sender<Result<T, NetError>>;
+
+/// Everything the loop reacts to. It lives for one iteration on the stack, so the size
+/// of the Swarm event variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+enum LoopEvent {
+    Swarm(SwarmEvent<BehaviourEvent>),
+    Command(Command),
+    Served(Served),
+    AnnounceTick,
+    ExpireTick,
+    /// A wait is over: another attempt at a lost peer, or dropping relayed connections.
+    Timer(Timer),
+    Stop,
+}
+
+/// The task that owns the Swarm.
+pub struct EventLoop {
+    swarm: Swarm<Behaviour>,
+    cfg: NetConfig,
+    topic: IdentTopic,
+    commands: mpsc::Receiver<Command>,
+    events: mpsc::Sender<NetEvent>,
+    cancel: CancellationToken,
+    pending_dial: HashMap<ConnectionId, Reply<PeerId>>,
+    pending_reliability: HashMap<OutboundRequestId, Reply<ReliabilityResponse>>,
+    pending_job: HashMap<OutboundRequestId, Reply<JobResponse>>,
+    pending_hosts: HashMap<QueryId, (HashSet<PeerId>, Reply<Vec<PeerId>>)>,
+    serving: FuturesUnordered<ServingFuture>,
+    members: HashMap<PeerId, Member>,
+    status: Option<LocalStatus>,
+    /// Relays we listen through (or are trying to).
+    relays_reserved: HashSet<PeerId>,
+    /// Which addresses we keep and tell.
+    scope: AddressScope,
+    /// The snapshot `status` reads.
+    reach: watch::Sender<Reachability>,
+    /// Our listeners through relays, so a closed one can be re-opened.
+    relay_listeners: HashMap<ListenerId, PeerId>,
+    /// Peers that said (identify) they serve as relays.
+    relay_capable: HashSet<PeerId>,
+    /// Bootstrap peers and the address we dial them at; kept connected.
+    bootstrap_peers: HashMap<PeerId, Multiaddr>,
+    /// Wait before the next attempt at each lost bootstrap peer or relay.
+    backoff: HashMap<PeerId, Duration>,
+    /// Peers with an attempt scheduled (at most one each).
+    retrying: HashSet<PeerId>,
+    /// Scheduled attempts and clean-ups.
+    timers: FuturesUnordered<futures::future::BoxFuture<'static, Timer>>,
+    /// Open connections per peer, and whether each goes through a relay.
+    links: HashMap<PeerId, HashMap<ConnectionId, bool>>,
+}
+
+impl EventLoop {
+    /// Runs until cancelled or until every `NetHandle` is dropped.
+    pub async fn run(mut self) {
+        let mut announce = tokio::time::interval(self.cfg.announce_interval);
+        let mut expire = tokio::time::interval(self.cfg.member_ttl / 4);
+        loop {
+            let event = tokio::select! {
+                () = self.cancel.cancelled() => LoopEvent::Stop,
+                event = self.swarm.select_next_some() => LoopEvent::Swarm(event),
+                command = self.commands.recv() => match command {
+                    Some(c) => LoopEvent::Command(c),
+                    None => LoopEvent::Stop,
+                },
+                Some(served) = self.serving.next(), if !self.serving.is_empty() => LoopEvent::Served(served),
+                Some(timer) = self.timers.next(), if !self.timers.is_empty() => LoopEvent::Timer(timer),
+                _ = announce.tick() => LoopEvent::AnnounceTick,
+                _ = expire.tick() => LoopEvent::ExpireTick,
+            };
+            match event {
+                LoopEvent::Stop => break,
+                LoopEvent::Swarm(e) => self.on_swarm_event(e),
+                LoopEvent::Command(c) => self.on_command(c),
+                LoopEvent::Served(s) => self.on_served(s),
+                LoopEvent::AnnounceTick => self.publish_announcement(),
+                LoopEvent::ExpireTick => self.expire_members(),
+                LoopEvent::Timer(Timer::Retry(peer)) => self.retry(peer),
+                LoopEvent::Timer(Timer::DropRelayed(peer)) => self.drop_relayed(peer),
+            }
+        }
+        tracing::debug!("network loop stopped");
+    }
+
+    fn on_command(&mut self, command: Command) {
+        match command {
+            Command::Listen { addr, reply } => {
+                let result = self
+                    .swarm
+                    .listen_on(addr)
+                    .map(|_| ())
+                    .map_err(|e| NetError::Listen(e.to_string()));
+                let _ = reply.send(result);
+            }
+            Command::ListenAddrs { reply } => {
+                let _ = reply.send(self.swarm.listeners().cloned().collect());
+            }
+            Command::Dial { addr, reply } => {
+                let Some(peer) = peer_of(&addr) else {
+                    let _ = reply.send(Err(NetError::Dial(format!("{addr} has no /p2p/ part"))));
+                    return;
+                };
+                self.swarm
+                    .behaviour_mut()
+                    .kad
+                    .add_address(&peer, addr.clone());
+                let opts = DialOpts::from(addr);
+                let id = opts.connection_id();
+                match self.swarm.dial(opts) {
+                    Ok(()) => {
+                        self.pending_dial.insert(id, reply);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(NetError::Dial(e.to_string())));
+                    }
+                }
+            }
+            Command::Announce { status } => {
+                self.status = Some(status);
+                self.publish_announcement();
+            }
+            Command::QueryReliability { peer, query, reply } => {
+                let id = self
+                    .swarm
+                    .behaviour_mut()
+                    .reliability
+                    .send_request(&peer, query);
+                self.pending_reliability.insert(id, reply);
+            }
+            Command::SendJobRequest {
+                peer,
+                request,
+                reply,
+            } => {
+                let id = self.swarm.behaviour_mut().job.send_request(&peer, request);
+                self.pending_job.insert(id, reply);
+            }
+            Command::Members { reply } => {
+                let _ = reply.send(self.members.values().cloned().collect());
+            }
+            Command::FindHosts { reply } => {
+                let key = RecordKey::new(&pool_dht_key(&self.cfg.pool));
+                let id = self.swarm.behaviour_mut().kad.get_providers(key);
+                self.pending_hosts.insert(id, (HashSet::new(), reply));
+            }
+            Command::ConnectedPeers { reply } => {
+                let _ = reply.send(self.swarm.connected_peers().copied().collect());
+            }
+        }
+    }
+
+    fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
+        match event {
+            SwarmEvent::NewListenAddr { address, .. } => {
+                tracing::info!(%address, "listening");
+                // A relay runs on a reachable machine by definition, and libp2p's relay
+                // serves reservations only with a confirmed external address: confirm
+                // our listen addresses (a relay behind NAT would need its public one in
+                // `listen`).
+                // Only addresses a peer could use: a relay listening on 0.0.0.0 also
+                // gets 127.0.0.1, which would send every home to itself.
+                if self.cfg.relay_server && self.scope.usable(&address) {
+                    self.swarm.add_external_address(address);
+                }
+                self.publish_announcement();
+            }
+            SwarmEvent::ExpiredListenAddr { .. }
+            | SwarmEvent::ExternalAddrConfirmed { .. }
+            | SwarmEvent::ExternalAddrExpired { .. } => {
+                self.refresh_reach();
+                self.publish_announcement();
+            }
+            SwarmEvent::ListenerClosed {
+                listener_id,
+                reason,
+                ..
+            } => {
+                if let Some(relay) = self.relay_listeners.remove(&listener_id) {
+                    let why = match reason {
+                        Ok(()) => "the relay connection closed".to_string(),
+                        Err(e) => e.to_string(),
+                    };
+                    tracing::info!(%relay, "no longer listening through the relay: {why}");
+                    self.relays_reserved.remove(&relay);
+                    let key = relay.to_base58();
+                    self.reach.send_modify(|r| {
+                        let entry = r.relay_mut(&key);
+                        entry.reserved = false;
+                        entry.last_error = Some(why);
+                    });
+                    self.schedule_retry(relay);
+                }
+            }
+            SwarmEvent::ConnectionEstablished {
+                peer_id,
+                connection_id,
+                endpoint,
+                ..
+            } => {
+                if let Some(reply) = self.pending_dial.remove(&connection_id) {
+                    let _ = reply.send(Ok(peer_id));
+                }
+                let relayed = endpoint.is_relayed();
+                let conns = self.links.entry(peer_id).or_default();
+                conns.insert(connection_id, relayed);
+                if conns.values().any(|r| *r) && conns.values().any(|r| !r) {
+                    // A grace period lets requests already on the relayed connection end.
+                    self.start_timer(RELAYED_GRACE, Timer::DropRelayed(peer_id));
+                }
+                if self.bootstrap_peers.contains_key(&peer_id) {
+                    self.backoff.remove(&peer_id);
+                }
+                if let ConnectedPoint::Dialer { address, .. } = endpoint {
+                    if self.scope.usable(&address) {
+                        self.swarm
+                            .behaviour_mut()
+                            .kad
+                            .add_address(&peer_id, address);
+                    }
+                }
+                self.refresh_reach();
+            }
+            SwarmEvent::ConnectionClosed {
+                peer_id,
+                connection_id,
+                num_established,
+                ..
+            } => {
+                if let Some(conns) = self.links.get_mut(&peer_id) {
+                    conns.remove(&connection_id);
+                    if conns.is_empty() {
+                        self.links.remove(&peer_id);
+                    }
+                }
+                if num_established == 0 {
+                    self.schedule_retry(peer_id);
+                }
+                self.refresh_reach();
+            }
+            SwarmEvent::OutgoingConnectionError {
+                connection_id,
+                peer_id,
+                error,
+                ..
+            } => {
+                if let Some(reply) = self.pending_dial.remove(&connection_id) {
+                    let _ = reply.send(Err(NetError::Dial(error.to_string())));
+                }
+                if let Some(peer) = peer_id.filter(|p| !self.swarm.is_connected(p)) {
+                    self.schedule_retry(peer);
+                }
+            }
+            SwarmEvent::Behaviour(event) => self.on_behaviour_event(event),
+            _ => {}
+        }
+    }
+
+    fn on_behaviour_event(&mut self, event: BehaviourEvent) {
+        match event {
+            // Identify does not feed Kademlia by itself: add the peer's listen addresses
+            // when it speaks our DHT protocol.
+            BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
+                let protocols = &info.protocols;
+                if protocols.contains(&StreamProtocol::new(RELAY_HOP_PROTOCOL)) {
+                    self.relay_capable.insert(peer_id);
+                    self.reserve_relay(peer_id);
+                }
+                if protocols.contains(&StreamProtocol::new(KAD_PROTOCOL)) {
+                    for addr in info.listen_addrs {
+                        if self.scope.usable(&addr) {
+                            self.swarm.behaviour_mut().kad.add_address(&peer_id, addr);
+                        }
+                    }
+                }
+            }
+            BehaviourEvent::RelayClient(event) => self.on_relay_client_event(event),
+            BehaviourEvent::AutonatClient(event) => self.on_autonat_event(event),
+            BehaviourEvent::Dcutr(event) => self.on_dcutr_event(event),
+            BehaviourEvent::Mdns(mdns::Event::Discovered(found)) => {
+                for (peer, addr) in found {
+                    self.swarm
+                        .behaviour_mut()
+                        .kad
+                        .add_address(&peer, addr.clone());
+                    if !self.swarm.is_connected(&peer) {
+                        let _ = self.swarm.dial(addr);
+                    }
+                }
+            }
+            BehaviourEvent::Kad(event) => self.on_kad_event(event),
+            BehaviourEvent::Gossipsub(gossipsub::Event::Message {
+                propagation_source,
+                message_id,
+                message,
+            }) => {
+                let verdict = self.on_announcement(&message);
+                let _ = self
+                    .swarm
+                    .behaviour_mut()
+                    .gossipsub
+                    .report_message_validation_result(&message_id, &propagation_source, verdict);
+            }
+            BehaviourEvent::Gossipsub(gossipsub::Event::Subscribed { peer_id, topic })
+                if topic == self.topic.hash() =>
+            {
+                // A peer that joins the topic has not heard our last announcement
+                // (it went out before it was there): tell it now, not in 30 s.
+                tracing::debug!(%peer_id, "a peer subscribed to the pool's topic");
+                self.publish_announcement();
+            }
+            BehaviourEvent::Reliability(event) => self.on_reliability_event(event),
+            BehaviourEvent::Job(event) => self.on_job_event(event),
+            _ => {}
+        }
+    }
+}
+
+/// The peer id at the end of a multiaddr (`.../p2p/<id>`).
+fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
+    match addr.iter().last() {
+        Some(libp2p::multiaddr::Protocol::P2p(peer)) => Some(peer),
+        _ => None,
+    }
+}
