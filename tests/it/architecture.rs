@@ -79,3 +79,41 @@ fn every_source_file_opens_with_a_module_doc() {
         missing.join("\n")
     );
 }
+
+#[test]
+fn imports_point_down_from_the_composition_root() {
+    // `daemon` wires the actors and the adapters; the adapters (control API,
+    // dashboard) use the actors' handles; the actors and everything below
+    // them import neither the adapters nor the root, so no arrow runs up.
+    let rules: [(&str, &[&str]); 2] = [
+        (
+            "src/node src/consumer src/guest src/history src/net src/data src/monitor src/eval src/report.rs",
+            &["crate::control", "crate::ui", "crate::daemon"],
+        ),
+        ("src/control src/ui", &["crate::daemon"]),
+    ];
+    let mut offences = Vec::new();
+    for (dirs, banned) in rules {
+        for dir in dirs.split(' ') {
+            let path = root().join(dir);
+            let files = if path.is_dir() {
+                rust_files(&path)
+            } else {
+                vec![path]
+            };
+            for file in files {
+                let text = std::fs::read_to_string(&file).expect("readable");
+                for (line_no, line) in code_lines(&text) {
+                    if let Some(b) = banned.iter().find(|b| line.contains(**b)) {
+                        offences.push(format!("{}:{line_no} names {b}", file.display()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "an import runs back up:\n{}",
+        offences.join("\n")
+    );
+}
