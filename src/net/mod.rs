@@ -11,6 +11,7 @@ mod contract;
 pub mod event_loop;
 pub mod handle;
 pub mod identity;
+pub mod peer_book;
 pub mod protocol;
 pub mod reachability;
 pub mod swarm;
