@@ -117,3 +117,58 @@ fn imports_point_down_from_the_composition_root() {
         offences.join("\n")
     );
 }
+
+#[test]
+fn the_batch_queues_core_does_no_io() {
+    // The queue's core decides and its driver acts (conventions.md, 11): the
+    // core's files take the time as an input and return actions, so they
+    // name no runtime, store, file, network, process or clock. `PeerId` is
+    // a value (a host's identity), the one thing they take from libp2p.
+    let core = [
+        "state.rs",
+        "placement.rs",
+        "retries.rs",
+        "deadlines.rs",
+        "replicas.rs",
+        "quorum.rs",
+        "trust.rs",
+        "outputs.rs",
+        "checkpoints.rs",
+        "restore.rs",
+        "commands.rs",
+    ];
+    let forbidden = [
+        "tokio",
+        "sled",
+        "std::fs",
+        "std::net",
+        "std::process",
+        "Instant::now",
+        "SystemTime",
+        "Clock",
+        "spawn",
+        "BatchStore",
+        "JobPool",
+    ];
+    let dir = root().join("src/consumer/batch/queue");
+    let mut offences = Vec::new();
+    for name in core {
+        let file = dir.join(name);
+        let text = std::fs::read_to_string(&file).expect("a core file of the batch queue");
+        for (line_no, line) in code_lines(&text) {
+            for word in forbidden {
+                if line.contains(word) {
+                    offences.push(format!("{}:{line_no}: {word}", file.display()));
+                }
+            }
+            if line.contains("libp2p::") && !line.contains("libp2p::PeerId") {
+                offences.push(format!("{}:{line_no}: libp2p", file.display()));
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "the batch queue's core must do no I/O (the driver does):\n{}",
+        offences.join("\n")
+    );
+}

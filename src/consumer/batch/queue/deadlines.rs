@@ -1,41 +1,48 @@
-//! Deadlines: a running task of a batch with `--deadline` whose chance of
-//! ending in time has fallen gets a second copy on a better free host; the
-//! first copy to land wins.
+//! Deadlines in the queue's core: a running task of a batch with
+//! `--deadline` whose chance of ending in time has fallen gets a second copy
+//! on a better free host; the first copy to land wins (`retries`). Pure: the
+//! time comes with each tick.
 
 use std::collections::HashSet;
 
 use libp2p::PeerId;
 
-use super::{BatchQueue, COPY_BELOW, COPY_GAIN, DEADLINE_CHECK_EVERY};
-use crate::clock::Clock;
+use super::state::{Action, Now, QueueCore};
+use super::{COPY_BELOW, COPY_GAIN, DEADLINE_CHECK_EVERY};
 use crate::consumer::batch::forecast::view_or_guess;
 use crate::consumer::batch::record::TaskState;
 use crate::consumer::batch::runtime::{planned_runtime, PlannedRuntime};
-use crate::consumer::pool::JobPool;
 use crate::consumer::rank;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
 use crate::model::sched::deadline::{p_fresh_copy_in_time, p_running_copy_in_time};
 
-impl<P: JobPool + Clone + 'static> BatchQueue<P> {
-    /// Looks at the running tasks of batches with a deadline: a task whose
+impl QueueCore {
+    /// A timer tick: looks at the running tasks of batches with a deadline: a task whose
     /// chance of ending in time has fallen below [`COPY_BELOW`] gets a second
     /// copy on the free host where a fresh copy's chance is best, when that
     /// is at least [`COPY_GAIN`] higher. Called on every tick; works at
     /// most once per [`DEADLINE_CHECK_EVERY`].
-    pub fn watch_deadlines(&mut self) {
+    #[must_use = "the driver performs every action"]
+    pub fn tick(&mut self, now: Now) -> Vec<Action> {
+        self.at(now);
+        self.watch_deadlines();
+        self.actions()
+    }
+
+    fn watch_deadlines(&mut self) {
         if self
             .last_deadline_check
-            .is_some_and(|t| t.elapsed() < DEADLINE_CHECK_EVERY)
+            .is_some_and(|t| self.now.mono.saturating_duration_since(t) < DEADLINE_CHECK_EVERY)
         {
             return;
         }
-        self.last_deadline_check = Some(tokio::time::Instant::now());
+        self.last_deadline_check = Some(self.now.mono);
         let hosts = self.fresh_hosts().to_vec();
         if hosts.is_empty() {
             return;
         }
-        let now = self.clock.unix_secs();
+        let now = self.now.unix_secs;
         let mut taken: HashSet<PeerId> = self.hosts_in_use.clone();
         let mut copies = Vec::new();
         for (id, live) in &self.batches {

@@ -1,298 +1,407 @@
-//! The queue's effects: what tasks report back ([`QueueMsg`]), and the
-//! attempts it runs as tracked tasks (a new one, or one re-attached after a
-//! restart), with the job each hands to its host.
+//! The batch queue's driver: the thin async half around the pure core
+//! ([`QueueCore`]). It lives inside the consumer actor (the actor calls it
+//! from its loop; nothing here blocks): it reads the clock once per input,
+//! hands the input to the core, and performs the actions the core returns —
+//! it writes the sled store, sends task events, spawns surveys, attempts,
+//! judgments and copies as tracked tasks, and cancels attempts. What those
+//! tasks report comes back as [`QueueMsg`]s, which the driver feeds to the
+//! core as inputs. It decides nothing itself: no placement, retry, deadline
+//! or quorum rule lives here.
 
-use std::path::PathBuf;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use libp2p::PeerId;
-use tokio::sync::mpsc;
+use rand::SeedableRng;
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use super::{BatchQueue, QueueMsg};
+use super::files;
+use super::state::{Action, Now, QueueCore};
+use super::trust_store::TrustStore;
+use super::{BatchError, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
 use crate::clock::Clock;
-use crate::consumer::batch::attempt::{self, AttemptEnd, AttemptNews, AttemptPlan};
-use crate::consumer::batch::checkpoint::{self, CheckpointNews};
-use crate::consumer::batch::record::{BatchRecord, TaskState};
-use crate::consumer::pool::JobPool;
-use crate::data::{InputSpec, Offer};
-use crate::model::ids::{BatchId, JobId};
-use crate::net::protocol::{JobEventKind, JobSubmit};
+use crate::consumer::batch::forecast::BatchEstimate;
+use crate::consumer::batch::spec;
+use crate::consumer::batch::store::BatchStore;
+use crate::consumer::pool::{JobPool, JobSettings};
+use crate::consumer::Inbox;
+use crate::model::ids::BatchId;
+
+/// A caller waiting for a batch's copies to its output directory to drain.
+type Waiter = oneshot::Sender<Result<BatchView, BatchError>>;
+
+/// The queue. Owned by the consumer actor.
+pub struct BatchQueue<P: JobPool + Clone + 'static> {
+    pub(super) pool: P,
+    pub(super) inbox: Inbox,
+    pub(super) store: BatchStore,
+    /// The store's `verify` and `reputation` trees.
+    trust_store: TrustStore,
+    dir: PathBuf,
+    clock: Arc<dyn Clock>,
+    pub(super) tracker: TaskTracker,
+    pub(super) shutdown: CancellationToken,
+    /// Every decision about batches and tasks.
+    core: QueueCore,
+    /// The cancel token of each attempt in flight (a task's main attempt
+    /// and its copies, by host).
+    pub(super) attempts: HashMap<(BatchId, u32, PeerId), CancellationToken>,
+    events: broadcast::Sender<TaskEvent>,
+    pub(super) to_self: mpsc::UnboundedSender<QueueMsg>,
+    /// Callers waiting for a batch's copies to its output directory.
+    waiters: HashMap<BatchId, Vec<Waiter>>,
+}
 
 impl<P: JobPool + Clone + 'static> BatchQueue<P> {
+    /// Opens the queue on `dir` (its store and results) and picks up what an
+    /// earlier run left: tasks that were running are re-attached, landed
+    /// copies of verified tasks judged again, missing output copies redone.
+    pub fn open(
+        pool: P,
+        inbox: Inbox,
+        dir: &Path,
+        clock: Arc<dyn Clock>,
+        settings: JobSettings,
+        tracker: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Result<(Self, mpsc::UnboundedReceiver<QueueMsg>), BatchError> {
+        let store =
+            BatchStore::open(&dir.join("store")).map_err(|e| BatchError::Store(e.to_string()))?;
+        let (loaded, problems) = store.load().map_err(|e| BatchError::Store(e.to_string()))?;
+        for p in problems {
+            tracing::warn!("batch store: {p}");
+        }
+        let (to_self, from_tasks) = mpsc::unbounded_channel();
+        let (events, _) = broadcast::channel(4096);
+        let (trust_store, trust) = TrustStore::open(&store);
+        let now = now_of(clock.as_ref());
+        let core = QueueCore::new(
+            dir,
+            settings,
+            rand_chacha::ChaCha8Rng::from_os_rng(),
+            trust,
+            now,
+        );
+        let mut queue = BatchQueue {
+            pool,
+            inbox,
+            store,
+            trust_store,
+            dir: dir.to_path_buf(),
+            clock,
+            tracker,
+            shutdown,
+            core,
+            attempts: HashMap::new(),
+            events,
+            to_self,
+            waiters: HashMap::new(),
+        };
+        for (record, tasks) in loaded {
+            let id = record.id;
+            let actions = queue.core.restore_batch(queue.now(), record, tasks);
+            queue.perform(actions);
+            queue.restore_copies(id);
+            queue.restore_output_copies(id);
+        }
+        Ok((queue, from_tasks))
+    }
+
+    /// The time of an input, read once.
+    fn now(&self) -> Now {
+        now_of(self.clock.as_ref())
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<TaskEvent> {
+        self.events.subscribe()
+    }
+
+    /// Every host's checked results as this node has counted them.
+    pub fn reputation(&self) -> HashMap<PeerId, crate::model::trust::HostTrack> {
+        self.core.reputation()
+    }
+
+    /// Checks, expands and stores a new batch; its tasks start as hosts free up.
+    pub fn submit(&mut self, new: NewBatch) -> Result<BatchId, BatchError> {
+        let tasks = spec::expand(&new.template, &new.sweep)?;
+        if let Some(checkpoint) = &new.checkpoint {
+            // The checkpoint comes back like an output: same confinement.
+            spec::check_output(&checkpoint.path)?;
+        }
+        files::check_inputs(&tasks)?;
+        let now = self.now();
+        let (record, tasks, verify) = self.core.new_batch(now, new, tasks);
+        let id = record.id;
+        if let Some(dir) = &record.output_dir {
+            std::fs::create_dir_all(dir).map_err(|e| BatchError::OutputDir {
+                path: dir.display().to_string(),
+                why: e.to_string(),
+            })?;
+        }
+        self.store
+            .create(&record, &tasks)
+            .map_err(|e| BatchError::Store(e.to_string()))?;
+        std::fs::create_dir_all(self.core.results_dir(id))
+            .map_err(|e| BatchError::Store(e.to_string()))?;
+        self.trust_store
+            .set_spec(id, &verify)
+            .map_err(BatchError::Store)?;
+        let actions = self.core.admit(now, record, tasks, verify);
+        self.perform(actions);
+        Ok(id)
+    }
+
+    pub fn list(&self) -> Vec<BatchView> {
+        self.core.list(self.now())
+    }
+
+    pub fn view(&self, id: BatchId) -> Result<BatchView, BatchError> {
+        self.core.view(self.now(), id)
+    }
+
+    /// Estimates a batch before it is queued: checked as `submit` checks it,
+    /// nothing queued or sent but the survey. The Monte Carlo runs off the
+    /// actor's loop; the answer comes on `reply`.
+    pub fn estimate_new(
+        &mut self,
+        new: &NewBatch,
+        reply: oneshot::Sender<Result<BatchEstimate, BatchError>>,
+    ) {
+        let tasks = match spec::expand(&new.template, &new.sweep)
+            .map_err(BatchError::from)
+            .and_then(|tasks| files::check_inputs(&tasks).map(|()| tasks))
+        {
+            Ok(tasks) => tasks,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        self.spawn_estimate_new(new, tasks.len(), self.now().unix_secs, reply);
+    }
+
+    /// A running batch's view with its estimate from the last survey's
+    /// hosts, computed off the loop; without one when the batch has ended
+    /// or no survey has been made.
+    pub fn view_with_estimate(
+        &self,
+        id: BatchId,
+        reply: oneshot::Sender<Result<BatchView, BatchError>>,
+    ) {
+        let now = self.now();
+        let view = match self.core.view(now, id) {
+            Ok(view) => view,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        match self.core.estimate_inputs(now, id) {
+            None => {
+                let _ = reply.send(Ok(view));
+            }
+            Some((hosts, shape)) => self.spawn_estimate(view, hosts, shape, now.unix_secs, reply),
+        }
+    }
+
+    /// Marks every task not yet ended cancelled and kills running copies on
+    /// their hosts.
+    pub fn cancel(&mut self, id: BatchId) -> Result<Counts, BatchError> {
+        let record = self.core.cancel_record(id)?;
+        self.store
+            .put_batch(&record)
+            .map_err(|e| BatchError::Store(e.to_string()))?;
+        let actions = self.core.cancel_tasks(self.now(), id);
+        self.perform(actions);
+        let _ = self.store.flush();
+        self.core.counts(id)
+    }
+
+    /// Forgets an ended batch: its records and the node's copy of its
+    /// results (copies in its output directory stay). A batch with tasks
+    /// queued or running is refused: cancel it first.
+    pub fn remove(&mut self, id: BatchId) -> Result<Counts, BatchError> {
+        let (counts, task_count) = self.core.removable(id)?;
+        self.store
+            .remove(id, task_count)
+            .map_err(|e| BatchError::Store(e.to_string()))?;
+        self.core.forget(id);
+        self.trust_store.forget(id);
+        // Whoever waits for its copies to its output directory hears so.
+        for waiter in self.waiters.remove(&id).unwrap_or_default() {
+            let _ = waiter.send(Err(BatchError::UnknownBatch(id)));
+        }
+        let dir = self.dir.join(id.to_string());
+        let store = self.store.clone();
+        self.tracker.spawn_blocking(move || {
+            let _ = store.flush();
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot delete a removed batch's results");
+            }
+        });
+        tracing::info!(batch = %id, "batch removed");
+        Ok(counts)
+    }
+
+    /// Answers `reply` with the batch once no copy of its results to its
+    /// output directory is in flight: at once when none is.
+    pub fn when_copied(&mut self, batch: BatchId, reply: Waiter) {
+        if !self.core.copying_out(batch) {
+            let _ = reply.send(self.view(batch));
+        } else {
+            self.waiters.entry(batch).or_default().push(reply);
+        }
+    }
+
+    /// True when a survey should start now.
+    pub fn wants_survey(&self) -> bool {
+        !self.shutdown.is_cancelled() && self.core.wants_survey(self.now())
+    }
+
+    /// Starts a survey for the oldest waiting task's window.
+    pub fn start_survey(&mut self) {
+        let actions = self.core.start_survey(self.now());
+        self.perform(actions);
+    }
+
+    /// The consumer's timer: second copies for deadlines at risk (the core
+    /// looks at most once a second).
+    pub fn watch_deadlines(&mut self) {
+        let actions = self.core.tick(self.now());
+        self.perform(actions);
+    }
+
     /// Handles what a task reported.
     pub fn on_msg(&mut self, msg: QueueMsg) {
-        match msg {
-            QueueMsg::Surveyed(Ok(hosts)) => {
-                self.surveying = false;
-                self.place(hosts);
-            }
-            QueueMsg::Surveyed(Err(e)) => {
-                self.surveying = false;
-                tracing::debug!(error = %e, "batch queue: survey failed");
-            }
-            QueueMsg::Accepted { batch, task } => {
-                self.emit(batch, task, None);
-            }
+        let now = self.now();
+        let actions = match msg {
+            QueueMsg::Surveyed(hosts) => self.core.on_survey(now, hosts),
+            QueueMsg::Accepted { batch, task } => self.core.on_news(now, batch, task, None),
             QueueMsg::HostEvent { batch, task, text } => {
-                self.emit(batch, task, Some(text));
+                self.core.on_news(now, batch, task, Some(text))
             }
             QueueMsg::Checkpoint { batch, task, news } => {
-                let now = self.clock.unix_secs();
-                let Some(t) = self
-                    .batches
-                    .get_mut(&batch)
-                    .and_then(|b| b.tasks.get_mut(task as usize))
-                else {
-                    return;
-                };
-                let text = self.checkpoints.record(batch, t, news, now);
-                if let Err(e) =
-                    self.store
-                        .put_task(batch, task, &self.batches[&batch].tasks[task as usize])
-                {
-                    tracing::error!(%batch, task, error = %e, "cannot record a task's checkpoint");
-                }
-                if let Some(text) = text {
-                    self.emit(batch, task, Some(text));
-                }
+                self.core.on_checkpoint(now, batch, task, news)
             }
             QueueMsg::Ended {
                 batch,
                 task,
                 host,
                 end,
-            } => self.ended(batch, task, host, end),
+            } => {
+                self.attempts.remove(&(batch, task, host));
+                self.core.on_ended(now, batch, task, host, end)
+            }
             QueueMsg::Verdict {
                 batch,
                 task,
                 verdict,
-            } => self.on_verdict(batch, task, verdict),
-            QueueMsg::Copied { batch, task, error } => self.copied(batch, task, error),
-        }
+            } => self.core.on_verdict(now, batch, task, verdict),
+            QueueMsg::Copied { batch, task, error } => self.core.on_copied(now, batch, task, error),
+        };
+        self.perform(actions);
     }
 
-    pub(super) fn plan(
-        &self,
-        batch: BatchId,
-        task: u32,
-        host: PeerId,
-        job_id: JobId,
-    ) -> Option<AttemptPlan> {
-        let live = self.batches.get(&batch)?;
-        let copy_dir = self.copy_result_dir(batch, task, host);
-        Some(AttemptPlan {
-            host,
-            job_id,
-            outputs: live.record.outputs.clone(),
-            provenance_task: copy_dir.is_none().then_some(task),
-            result_dir: copy_dir.unwrap_or_else(|| self.results_dir(batch).join(task.to_string())),
-            limit: Duration::from_secs(live.record.limit_secs),
-            settings: self.settings,
-            checkpoint_dest: live.record.checkpoint.as_ref().map(|_| {
-                crate::consumer::batch::checkpoint::checkpoint_file(
-                    &self.dir.join(batch.to_string()),
-                    task,
-                )
-            }),
-        })
-    }
-
-    /// Runs one attempt (the main one or a copy) of a task as a tracked task.
-    pub(super) fn launch(&mut self, batch: BatchId, task: u32, host: PeerId, job_id: JobId) {
-        let Some(live) = self.batches.get(&batch) else {
-            return;
-        };
-        let record = live.record.clone();
-        let Some(t) = live.tasks.get(task as usize) else {
-            return;
-        };
-        let mut submit_parts = (t.argv.clone(), t.env.clone(), t.inputs.clone());
-        // A checkpointing task gets its order, and its latest checkpoint as
-        // an input at the checkpoint path, so it resumes wherever it runs
-        // (a deadline's second copy too).
-        let batch_dir = self.dir.join(batch.to_string());
-        let order = self.checkpoints.order(batch, &record, host);
-        if let Some(resume) = checkpoint::resume_input(task, t, &record, &batch_dir) {
-            if resume.0.is_file() {
-                checkpoint::with_resume(&mut submit_parts.2, resume);
-            }
-        }
-        let Some(plan) = self.plan(batch, task, host, job_id) else {
-            return;
-        };
-        let cancel = self.shutdown.child_token();
-        self.running.insert((batch, task, host), cancel.clone());
-        self.hosts_in_use.insert(host);
-        let (pool, inbox, store, tx) = (
-            self.pool.clone(),
-            self.inbox.clone(),
-            self.store.clone(),
-            self.to_self.clone(),
-        );
-        self.tracker.spawn(async move {
-            // The hand-over is durable before the host hears of it: a restart
-            // then asks the host instead of running the task twice.
-            let flushed = tokio::task::spawn_blocking(move || store.flush()).await;
-            let end = match flushed {
-                Ok(Ok(())) => match job_submit(&pool, &plan, &record, submit_parts, order).await {
-                    Ok((submit, offer)) => {
-                        let end = attempt::run(
-                            &pool,
-                            &inbox,
-                            &plan,
-                            submit,
-                            &cancel,
-                            news_to(tx.clone(), batch, task),
-                        )
-                        .await;
-                        drop(offer);
-                        end
+    /// Performs the core's actions, in order.
+    fn perform(&mut self, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::Survey(query) => self.spawn_survey(query),
+                Action::Launch(launch) => self.spawn_attempt(*launch),
+                Action::Reattach { batch, task, plan } => self.spawn_reattach(batch, task, *plan),
+                Action::Kill { batch, task, host } => {
+                    if let Some(cancel) = self.attempts.get(&(batch, task, host)) {
+                        cancel.cancel();
                     }
-                    Err(e) => AttemptEnd::JobFailed(e),
-                },
-                _ => AttemptEnd::Refused {
-                    reason: "cannot write the batch store".into(),
-                    lasting: false,
-                },
-            };
-            let _ = tx.send(QueueMsg::Ended {
-                batch,
-                task,
-                host,
-                end,
-            });
-        });
-    }
-
-    /// After a restart: asks the hosts of a task that was running (its main
-    /// attempt and any copies) how it stands.
-    pub(super) fn reattach(&mut self, batch: BatchId, task: u32) {
-        let Some(t) = self.task(batch, task) else {
-            return;
-        };
-        let main = t
-            .host
-            .as_deref()
-            .and_then(|h| h.parse::<PeerId>().ok())
-            .zip(t.job_id.clone());
-        let copies: Vec<(PeerId, JobId)> = t
-            .copies
-            .iter()
-            .filter_map(|c| Some((c.host.parse::<PeerId>().ok()?, c.job_id.clone())))
-            .collect();
-        let Some(main) = main else {
-            // Nothing to ask: run it again.
-            if let Some(t) = self
-                .batches
-                .get_mut(&batch)
-                .and_then(|b| b.tasks.get_mut(task as usize))
-            {
-                t.state = TaskState::Queued;
-                t.copies.clear();
-            }
-            self.persist(batch, task);
-            return;
-        };
-        for (host, job_id) in std::iter::once(main).chain(copies) {
-            let Some(plan) = self.plan(batch, task, host, job_id) else {
-                continue;
-            };
-            tracing::info!(%batch, task, %host, "re-attaching to a task that was running");
-            if let Some(b) = self.batches.get_mut(&batch) {
-                b.running += 1;
-            }
-            let cancel = self.shutdown.child_token();
-            self.running.insert((batch, task, host), cancel.clone());
-            self.hosts_in_use.insert(host);
-            let (pool, inbox, tx) = (self.pool.clone(), self.inbox.clone(), self.to_self.clone());
-            self.tracker.spawn(async move {
-                let news = news_to(tx.clone(), batch, task);
-                let end = attempt::reattach(&pool, &inbox, &plan, &cancel, news).await;
-                let _ = tx.send(QueueMsg::Ended {
+                }
+                Action::Persist {
                     batch,
                     task,
-                    host,
-                    end,
-                });
-            });
+                    record,
+                } => {
+                    if let Err(e) = self.store.put_task(batch, task, &record) {
+                        tracing::error!(%batch, task, error = %e, "cannot record a task's state");
+                    }
+                }
+                Action::Emit(event) => {
+                    let _ = self.events.send(*event);
+                }
+                Action::Flush => {
+                    let store = self.store.clone();
+                    self.tracker.spawn_blocking(move || {
+                        let _ = store.flush();
+                    });
+                }
+                Action::Judge(judge) => self.spawn_judge(*judge),
+                Action::Promote {
+                    batch,
+                    task,
+                    from,
+                    to,
+                    provenance,
+                } => self.spawn_promote(batch, task, from, to, *provenance),
+                Action::CopyOut {
+                    batch,
+                    task,
+                    from,
+                    to,
+                } => self.spawn_copy_out(batch, task, from, to),
+                Action::CopiesDrained(batch) => {
+                    for waiter in self.waiters.remove(&batch).unwrap_or_default() {
+                        let _ = waiter.send(self.view(batch));
+                    }
+                }
+                Action::Taint { batch, peer } => self.trust_store.taint(batch, peer),
+                Action::Reputation { peer, valid } => self.trust_store.record(peer, valid),
+            }
         }
     }
-}
 
-/// Where an attempt's news goes: the queue's own channel, as messages for
-/// the actor.
-pub(super) fn news_to(
-    tx: mpsc::UnboundedSender<QueueMsg>,
-    batch: BatchId,
-    task: u32,
-) -> impl Fn(AttemptNews) + Send + Sync {
-    move |news| {
-        if let Some(news) = checkpoint_news(&news) {
-            let _ = tx.send(QueueMsg::Checkpoint { batch, task, news });
+    /// At start: the landed copies of a verified batch's unfinished tasks,
+    /// read back from disk for the core to judge again.
+    fn restore_copies(&mut self, batch: BatchId) {
+        let Some((tasks, outputs)) = self.core.copies_to_restore(batch) else {
+            return;
+        };
+        let copies = self.dir.join(batch.to_string()).join("copies");
+        for task in tasks {
+            let Some(pending) = files::landed_copies(&copies.join(task.to_string()), &outputs)
+            else {
+                continue;
+            };
+            let actions = self.core.restored_copies(self.now(), batch, task, pending);
+            self.perform(actions);
         }
-        let _ = tx.send(match news {
-            AttemptNews::Accepted => QueueMsg::Accepted { batch, task },
-            AttemptNews::HostEvent(kind) => QueueMsg::HostEvent {
-                batch,
-                task,
-                text: attempt::event_text(&kind),
-            },
-            AttemptNews::Checkpoint { .. } => return,
-        });
+    }
+
+    /// At start: copies again each landed result of `batch` that its output
+    /// directory lacks.
+    fn restore_output_copies(&mut self, batch: BatchId) {
+        let Some((out, results, landed)) = self.core.landed_results(batch) else {
+            return;
+        };
+        let missing: Vec<u32> = landed
+            .into_iter()
+            .filter(|task| {
+                let name = task.to_string();
+                !out.join(&name).exists() && results.join(&name).is_dir()
+            })
+            .collect();
+        let actions = self.core.copy_again(self.now(), batch, &missing);
+        self.perform(actions);
     }
 }
 
-/// The checkpoint or usage news in an attempt's news, if any.
-pub(super) fn checkpoint_news(news: &AttemptNews) -> Option<CheckpointNews> {
-    match news {
-        AttemptNews::Checkpoint {
-            size,
-            hash,
-            fetch_secs,
-        } => Some(CheckpointNews::Saved {
-            size: *size,
-            hash: *hash,
-            fetch_secs: *fetch_secs,
-        }),
-        AttemptNews::HostEvent(
-            JobEventKind::Finished { usage: Some(u), .. }
-            | JobEventKind::Killed { usage: Some(u), .. },
-        ) => Some(CheckpointNews::Used {
-            cpu_secs: u.cpu_millis as f64 / 1000.0,
-        }),
-        _ => None,
+/// The time of an input: the monotonic clock (tokio's, so paused tests
+/// move it) and the wall clock, read once.
+fn now_of(clock: &dyn Clock) -> Now {
+    let wall = clock.now();
+    Now {
+        mono: tokio::time::Instant::now().into_std(),
+        unix_secs: wall.as_second(),
+        unix_ms: wall.as_millisecond().max(0) as u64,
     }
-}
-
-/// A task's command line, environment and inputs (local file, remote path).
-pub(super) type TaskParts = (Vec<String>, Vec<(String, String)>, Vec<(PathBuf, String)>);
-
-/// The job a task's attempt hands to its host, and the offer of its inputs
-/// by hash (kept for the attempt; the host reads what it lacks over
-/// `/gleaner/data/1`). A file shared by every task is hashed once.
-pub(super) async fn job_submit<P: JobPool>(
-    pool: &P,
-    plan: &AttemptPlan,
-    record: &BatchRecord,
-    (argv, env, inputs): TaskParts,
-    checkpoint: Option<crate::net::protocol::CheckpointOrder>,
-) -> Result<(JobSubmit, Offer), String> {
-    let specs: Vec<InputSpec> = inputs
-        .into_iter()
-        .map(|(local, path)| InputSpec { path, local })
-        .collect();
-    let offer = pool.offer(&specs).await?;
-    offer.allow(plan.host);
-    let submit = JobSubmit {
-        job_id: plan.job_id.to_string(),
-        argv,
-        env,
-        inputs: offer.refs().to_vec(),
-        outputs: record.outputs.clone(),
-        memory_mib: record.mem_mib,
-        expected_runtime_secs: record.runtime_secs,
-        wall_time_limit_secs: record.limit_secs,
-        checkpoint,
-    };
-    Ok((submit, offer))
 }

@@ -1,48 +1,65 @@
 //! The batch queue: every batch this node submitted, its tasks, and which
-//! host runs what. It lives inside the consumer actor (the actor calls it
-//! from its loop; nothing here blocks), and writes through [`BatchStore`]
-//! before acting on a change that must survive a restart.
+//! host runs what, as a pure core and a thin driver.
 //!
-//! Dispatch: while tasks wait, the queue surveys the pool (in a task of its
-//! own); the oldest batch with waiting tasks orders the free hosts by its
-//! placement policy ([`PolicyName::order`]) and hands them its waiting
-//! tasks that may run there (the batch's `max_running`, hosts that failed
-//! the task); the next batch gets the hosts left. Each attempt runs as a task
-//! ([`attempt`]) and reports its end back to the actor as a [`QueueMsg`].
+//! - [`QueueCore`] (`state`, with one file per concern: `placement`,
+//!   `retries`, `deadlines`, `replicas` and `quorum` with their state in
+//!   `trust`, `outputs`, `checkpoints`, `restore`, `commands`) decides
+//!   everything: it takes one input at a time (a command, a survey's
+//!   answer, an attempt's news or end, a judged copy, a copied result, a
+//!   timer tick), each with the time, and returns the [`Action`]s to
+//!   perform. No tokio, no sled, no files, no clock: `tests` drives it alone.
+//! - [`BatchQueue`] (`driver`, with `tasks`, `files` and `trust_store`) is
+//!   the thin async half the consumer actor owns: it reads the clock,
+//!   performs the actions (writes through [`crate::consumer::batch::store`]
+//!   before acting on a change that must survive a restart, sends task
+//!   events, spawns attempts, surveys, judgments and copies as tracked
+//!   tasks) and feeds what they report ([`QueueMsg`]) back to the core.
+//!
+//! Dispatch: while tasks wait, the queue surveys the pool; the oldest batch
+//! with waiting tasks orders the free hosts by its placement policy
+//! ([`crate::consumer::batch::PolicyName::order`]) and hands them its
+//! waiting tasks that may run there (the batch's `max_running`, hosts that
+//! failed the task); the next batch gets the hosts left. Each attempt runs
+//! as a task ([`crate::consumer::batch::attempt`]) and reports its end back
+//! to the actor as a [`QueueMsg`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use libp2p::PeerId;
-use tokio::sync::{broadcast, mpsc};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::clock::Clock;
 use crate::consumer::batch::attempt::AttemptEnd;
+use crate::consumer::batch::checkpoint::CheckpointNews;
 use crate::consumer::batch::forecast::BatchEstimate;
 use crate::consumer::batch::policy::PolicyName;
 use crate::consumer::batch::record::{BatchRecord, CheckpointSpec, TaskRecord, TaskState};
 use crate::consumer::batch::spec::{self, Sweep, TaskTemplate};
-use crate::consumer::batch::store::BatchStore;
-use crate::consumer::pool::{JobPool, JobSettings};
 use crate::consumer::survey::SurveyedHost;
-use crate::consumer::Inbox;
 use crate::model::ids::BatchId;
 
+mod checkpoints;
 mod commands;
 mod deadlines;
 mod driver;
+mod files;
 mod outputs;
 mod placement;
 mod quorum;
+mod replicas;
+mod restore;
 mod retries;
+mod state;
+mod tasks;
+#[cfg(test)]
+mod tests;
 mod trust;
+mod trust_store;
 
-pub use outputs::copy_task_results;
-pub use trust::Verdict;
+pub use driver::BatchQueue;
+pub use files::copy_task_results;
+pub use state::{Action, Launch, Now, QueueCore};
+pub use trust::{Judge, Landing, Trust, Verdict};
 
 /// A new batch, as the control API hands it over (paths absolute).
 #[derive(Debug, Clone)]
@@ -173,7 +190,7 @@ pub enum QueueMsg {
     Checkpoint {
         batch: BatchId,
         task: u32,
-        news: crate::consumer::batch::checkpoint::CheckpointNews,
+        news: CheckpointNews,
     },
     /// A landed task's results were copied to the batch's output directory
     /// (or could not be).
@@ -188,24 +205,6 @@ pub enum QueueMsg {
         task: u32,
         verdict: Verdict,
     },
-}
-
-struct LiveBatch {
-    record: BatchRecord,
-    tasks: Vec<TaskRecord>,
-    running: u32,
-}
-
-impl LiveBatch {
-    /// The numbers of the tasks in `state`, lowest first.
-    fn tasks_in(&self, state: TaskState) -> Vec<u32> {
-        self.tasks
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.state == state)
-            .map(|(i, _)| i as u32)
-            .collect()
-    }
 }
 
 /// Least time between two surveys, so a burst of ends makes one survey.
@@ -223,96 +222,3 @@ const DEADLINE_CHECK_EVERY: Duration = Duration::from_secs(1);
 const COPY_BELOW: f64 = 0.5;
 /// ...when a fresh copy there has at least this much more chance.
 const COPY_GAIN: f64 = 0.1;
-
-/// The queue. Owned by the consumer actor.
-pub struct BatchQueue<P: JobPool + Clone + 'static> {
-    pool: P,
-    inbox: Inbox,
-    store: BatchStore,
-    dir: PathBuf,
-    clock: Arc<dyn Clock>,
-    settings: JobSettings,
-    tracker: TaskTracker,
-    shutdown: CancellationToken,
-    batches: BTreeMap<BatchId, LiveBatch>,
-    /// Attempts in flight (a task's main attempt and its copies, by host),
-    /// each with the token that cancels it.
-    running: HashMap<(BatchId, u32, PeerId), CancellationToken>,
-    hosts_in_use: HashSet<PeerId>,
-    /// Hosts that refused a task for good (not allowed, too big): not
-    /// offered that task again while this node runs.
-    refused_by: HashMap<(BatchId, u32), HashSet<PeerId>>,
-    events: broadcast::Sender<TaskEvent>,
-    to_self: mpsc::UnboundedSender<QueueMsg>,
-    surveying: bool,
-    last_survey: Option<tokio::time::Instant>,
-    /// The hosts the last survey found, and when: a host that just
-    /// finished a task takes the next one without waiting for a new survey
-    /// while this is fresh.
-    last_hosts: Vec<SurveyedHost>,
-    last_hosts_at: Option<tokio::time::Instant>,
-    /// Draws for the `random` policy.
-    rng: rand_chacha::ChaCha8Rng,
-    last_deadline_check: Option<tokio::time::Instant>,
-    /// Set when something changed that may let a task start.
-    wanted: bool,
-    /// Checkpoint intervals: each host's last TR and the measured cost of
-    /// each batch's checkpoints (`batch::checkpoint`).
-    checkpoints: crate::consumer::batch::checkpoint::Intervals,
-    /// Verified results and the hosts' reputation (`trust`, `quorum`).
-    trust: trust::Trust,
-    /// Copies to output directories in flight (`outputs`).
-    outputs: outputs::OutputCopies,
-}
-
-impl<P: JobPool + Clone + 'static> BatchQueue<P> {
-    pub fn subscribe(&self) -> broadcast::Receiver<TaskEvent> {
-        self.events.subscribe()
-    }
-
-    pub(super) fn results_dir(&self, id: BatchId) -> PathBuf {
-        self.dir.join(id.to_string()).join("results")
-    }
-
-    /// Every host's checked results as this node has counted them.
-    pub fn reputation(&self) -> HashMap<PeerId, crate::model::trust::HostTrack> {
-        self.trust
-            .reputation
-            .as_ref()
-            .map(|r| r.all().clone())
-            .unwrap_or_default()
-    }
-
-    pub(super) fn task(&self, batch: BatchId, task: u32) -> Option<&TaskRecord> {
-        self.batches.get(&batch)?.tasks.get(task as usize)
-    }
-
-    pub(super) fn persist(&mut self, batch: BatchId, task: u32) {
-        let Some(t) = self.task(batch, task) else {
-            return;
-        };
-        if let Err(e) = self.store.put_task(batch, task, t) {
-            tracing::error!(%batch, task, error = %e, "cannot record a task's state");
-        }
-        self.emit(batch, task, None);
-    }
-
-    /// Tells watchers how a task stands, with a host's job event when one
-    /// is the news.
-    pub(super) fn emit(&self, batch: BatchId, task: u32, event: Option<String>) {
-        let Some(t) = self.task(batch, task) else {
-            return;
-        };
-        let _ = self.events.send(TaskEvent {
-            batch,
-            task,
-            state: t.state,
-            host: t.host.clone(),
-            attempts: t.attempts,
-            exit_status: t.exit_status,
-            reason: t.reason.clone(),
-            event,
-            at_unix: self.clock.unix_secs(),
-        });
-    }
-}

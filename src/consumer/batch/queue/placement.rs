@@ -1,22 +1,27 @@
-//! Placement: when to survey the pool, and which waiting task goes to which
-//! free host (batches in order of age, each by its policy), recording each
-//! attempt as it is handed over.
+//! Placement in the queue's core: when to survey the pool, and which
+//! waiting task goes to which free host (batches in order of age, each by
+//! its policy; a verified task's further copies first), each attempt
+//! recorded as it is handed over and given to the driver to launch. Pure:
+//! no tokio, no files, no clock.
+
+use std::time::Duration;
 
 use libp2p::PeerId;
 
-use super::{BatchQueue, QueueMsg, IDLE_SURVEY_EVERY, RANKING_FRESH_FOR, SURVEY_GAP};
-use crate::clock::Clock;
+use super::state::{Action, Launch, Now, QueueCore};
+use super::{IDLE_SURVEY_EVERY, RANKING_FRESH_FOR, SURVEY_GAP};
+use crate::consumer::batch::attempt::AttemptPlan;
 use crate::consumer::batch::policy::TaskNeeds;
 use crate::consumer::batch::record::{TaskCopy, TaskState};
 use crate::consumer::batch::runtime::planned_runtime;
-use crate::consumer::pool::JobPool;
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::model::ids::{BatchId, JobId};
 
-impl<P: JobPool + Clone + 'static> BatchQueue<P> {
-    /// True when a survey should start now.
-    pub fn wants_survey(&self) -> bool {
-        if self.surveying || self.shutdown.is_cancelled() {
+impl QueueCore {
+    /// True when a survey should start at `now` (the driver asks only while
+    /// the node is not stopping).
+    pub fn wants_survey(&self, now: Now) -> bool {
+        if self.surveying {
             return false;
         }
         let waiting = || {
@@ -41,7 +46,9 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         if !waiting {
             return false;
         }
-        let since = self.last_survey.map(|t| t.elapsed());
+        let since = self
+            .last_survey
+            .map(|t| now.mono.saturating_duration_since(t));
         match since {
             None => true,
             Some(s) if self.wanted => s >= SURVEY_GAP,
@@ -50,7 +57,9 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     }
 
     /// Starts a survey for the oldest waiting task's window.
-    pub fn start_survey(&mut self) {
+    #[must_use = "the driver performs every action"]
+    pub fn start_survey(&mut self, now: Now) -> Vec<Action> {
+        self.at(now);
         let Some(first) = self.batches.values().find(|b| {
             !b.record.cancelled
                 && b.tasks.iter().any(|t| {
@@ -60,38 +69,44 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                             && t.state == TaskState::Running)
                 })
         }) else {
-            return;
+            return self.actions();
         };
         let query = SurveyQuery {
-            window_start_unix: self.clock.unix_secs(),
+            window_start_unix: now.unix_secs,
             window_secs: first.record.runtime_secs,
             mem_mib: first.record.mem_mib,
             rounds: 1,
         };
         self.surveying = true;
         self.wanted = false;
-        self.last_survey = Some(tokio::time::Instant::now());
-        let pool = self.pool.clone();
-        let tx = self.to_self.clone();
-        self.tracker.spawn(async move {
-            let hosts = pool.survey(query).await.map_err(|e| e.to_string());
-            let _ = tx.send(QueueMsg::Surveyed(hosts));
-        });
+        self.last_survey = Some(now.mono);
+        self.push(Action::Survey(query));
+        self.actions()
     }
 
-    pub(super) fn place(&mut self, hosts: Vec<SurveyedHost>) {
-        self.checkpoints.surveyed(&hosts);
-        self.last_hosts = hosts;
-        self.last_hosts_at = Some(tokio::time::Instant::now());
-        let hosts = self.last_hosts.clone();
-        self.place_on(&hosts);
+    /// A survey's answer: the hosts it found take the waiting tasks.
+    #[must_use = "the driver performs every action"]
+    pub fn on_survey(&mut self, now: Now, hosts: Result<Vec<SurveyedHost>, String>) -> Vec<Action> {
+        self.at(now);
+        self.surveying = false;
+        match hosts {
+            Ok(hosts) => {
+                self.checkpoints.surveyed(&hosts);
+                self.last_hosts = hosts;
+                self.last_hosts_at = Some(now.mono);
+                let hosts = self.last_hosts.clone();
+                self.place_on(&hosts);
+            }
+            Err(e) => tracing::debug!(error = %e, "batch queue: survey failed"),
+        }
+        self.actions()
     }
 
     /// The last survey's hosts while it is fresh; empty after that.
     pub(super) fn fresh_hosts(&self) -> &[SurveyedHost] {
         if self
             .last_hosts_at
-            .is_some_and(|t| t.elapsed() < RANKING_FRESH_FOR)
+            .is_some_and(|t| self.now.mono.saturating_duration_since(t) < RANKING_FRESH_FOR)
         {
             &self.last_hosts
         } else {
@@ -182,7 +197,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
 
     /// Hands a waiting task to `host`: its main attempt.
     pub(super) fn start(&mut self, batch: BatchId, task: u32, host: PeerId, gamma: Option<f64>) {
-        let now = self.clock.unix_secs();
+        let now = self.now.unix_secs;
         let Some(live) = self.batches.get_mut(&batch) else {
             return;
         };
@@ -205,7 +220,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     /// main attempt when it has none, else a further copy. Returns the
     /// attempt's job id.
     pub(super) fn add_attempt(&mut self, batch: BatchId, task: u32, host: PeerId) -> Option<JobId> {
-        let now = self.clock.unix_secs();
+        let now = self.now.unix_secs;
         let live = self.batches.get_mut(&batch)?;
         let t = live.tasks.get_mut(task as usize)?;
         let job_id = batch.job_id(task, t.attempts);
@@ -223,5 +238,62 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         }
         live.running += 1;
         Some(job_id)
+    }
+
+    pub(super) fn plan(
+        &self,
+        batch: BatchId,
+        task: u32,
+        host: PeerId,
+        job_id: JobId,
+    ) -> Option<AttemptPlan> {
+        let live = self.batches.get(&batch)?;
+        let copy_dir = self.copy_result_dir(batch, task, host);
+        Some(AttemptPlan {
+            host,
+            job_id,
+            outputs: live.record.outputs.clone(),
+            provenance_task: copy_dir.is_none().then_some(task),
+            result_dir: copy_dir.unwrap_or_else(|| self.results_dir(batch).join(task.to_string())),
+            limit: Duration::from_secs(live.record.limit_secs),
+            settings: self.settings,
+            checkpoint_dest: live.record.checkpoint.as_ref().map(|_| {
+                crate::consumer::batch::checkpoint::checkpoint_file(
+                    &self.dir.join(batch.to_string()),
+                    task,
+                )
+            }),
+        })
+    }
+
+    /// Hands one attempt (the main one or a copy) of a task to the driver
+    /// to run.
+    pub(super) fn launch(&mut self, batch: BatchId, task: u32, host: PeerId, job_id: JobId) {
+        let Some(live) = self.batches.get(&batch) else {
+            return;
+        };
+        let record = live.record.clone();
+        let Some(t) = live.tasks.get(task as usize) else {
+            return;
+        };
+        let parts = (t.argv.clone(), t.env.clone(), t.inputs.clone());
+        // A checkpointing task gets its order, and its latest checkpoint as
+        // an input at the checkpoint path, so it resumes wherever it runs
+        // (a deadline's second copy too).
+        let (order, resume) = self.checkpoint_order(batch, task, &record, host);
+        let Some(plan) = self.plan(batch, task, host, job_id) else {
+            return;
+        };
+        self.running.insert((batch, task, host));
+        self.hosts_in_use.insert(host);
+        self.push(Action::Launch(Box::new(Launch {
+            batch,
+            task,
+            plan,
+            record,
+            parts,
+            order,
+            resume,
+        })));
     }
 }

@@ -1,69 +1,40 @@
-//! An attempt's end: a landed result, a refusal, a failure on the host (the
-//! task queued again for another host, up to `max_retries`), a cancel; and
-//! the end of one of several copies of a task.
+//! An attempt's end in the queue's core: a landed result (the first copy
+//! to land wins, the others are killed), a refusal (the task waits for
+//! another host; a lasting one skips this host), a failure on the host (the
+//! task queued again for another host, up to `max_retries`), the job's own
+//! failure, a cancel; and the end of one of several copies of a task. Pure:
+//! no tokio, no files.
 
 use libp2p::PeerId;
 
-use super::BatchQueue;
-use crate::clock::Clock;
+use super::state::{Action, Now, QueueCore};
 use crate::consumer::batch::attempt::AttemptEnd;
 use crate::consumer::batch::record::TaskState;
 use crate::consumer::batch::runtime::landed_work;
-use crate::consumer::pool::JobPool;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
 
-impl<P: JobPool + Clone + 'static> BatchQueue<P> {
-    /// Takes one ended attempt of a task that has others still running (a
-    /// copy): the task goes on with them. A copy that landed wins instead
-    /// (`ended` handles that). Returns true when this handled the end.
-    pub(super) fn end_one_of_several(
+impl QueueCore {
+    /// An attempt ended (the driver has dropped its cancel token).
+    #[must_use = "the driver performs every action"]
+    pub fn on_ended(
         &mut self,
+        now: Now,
         batch: BatchId,
         task: u32,
         host: PeerId,
-        end: &AttemptEnd,
-    ) -> bool {
-        if matches!(end, AttemptEnd::Landed { .. }) {
-            return false;
-        }
-        let batch_cancelled = self.batches.get(&batch).is_some_and(|b| b.record.cancelled);
-        let Some(t) = self
-            .batches
-            .get_mut(&batch)
-            .and_then(|b| b.tasks.get_mut(task as usize))
-        else {
-            return false;
-        };
-        if t.copies.is_empty() || t.state != TaskState::Running || batch_cancelled {
-            return false;
-        }
-        if matches!(end, AttemptEnd::Cancelled) {
-            // The node is stopping: every copy is re-attached at the next start.
-            return true;
-        }
-        let name = host.to_base58();
-        if t.host.as_deref() == Some(name.as_str()) {
-            // The main attempt ended: the oldest copy takes its place.
-            let next = t.copies.remove(0);
-            t.host = Some(next.host);
-            t.job_id = Some(next.job_id);
-        } else {
-            t.copies.retain(|c| c.host != name);
-        }
-        if let AttemptEnd::HostFailed(reason) = end {
-            t.avoid.push(name);
-            t.reason = Some(reason.clone());
-        }
-        self.persist(batch, task);
-        true
+        end: AttemptEnd,
+    ) -> Vec<Action> {
+        self.at(now);
+        self.ended(batch, task, host, end);
+        self.actions()
     }
 
-    pub(super) fn ended(&mut self, batch: BatchId, task: u32, host: PeerId, end: AttemptEnd) {
+    fn ended(&mut self, batch: BatchId, task: u32, host: PeerId, end: AttemptEnd) {
         self.running.remove(&(batch, task, host));
         self.hosts_in_use.remove(&host);
         self.wanted = true;
-        let now = self.clock.unix_secs();
+        let now = self.now.unix_secs;
         let max_retries = self.settings.max_retries;
         let Some(live) = self.batches.get_mut(&batch) else {
             return;
@@ -91,18 +62,8 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             return;
         }
         // The first copy to land wins: the others are killed on their hosts.
-        let siblings: Vec<PeerId> = self
-            .running
-            .keys()
-            .filter(|k| k.0 == batch && k.1 == task)
-            .map(|k| k.2)
-            .collect();
         if matches!(end, AttemptEnd::Landed { .. }) {
-            for other in siblings {
-                if let Some(cancel) = self.running.get(&(batch, task, other)) {
-                    cancel.cancel();
-                }
-            }
+            self.kill_running(batch, Some(task));
         }
         // The host's relative power, to turn the guest's CPU seconds into
         // reference seconds.
@@ -215,10 +176,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         {
             self.refused_by.remove(&(batch, task));
         }
-        let store = self.store.clone();
-        self.tracker.spawn_blocking(move || {
-            let _ = store.flush();
-        });
+        self.push(Action::Flush);
         // A host that just ended a task well is free now: while the last
         // survey is fresh it takes the next task at once.
         let fresh: Vec<SurveyedHost> = self
@@ -233,5 +191,50 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         if landed {
             self.copy_out(batch, task);
         }
+    }
+
+    /// Takes one ended attempt of a task that has others still running (a
+    /// copy): the task goes on with them. A copy that landed wins instead
+    /// (`ended` handles that). Returns true when this handled the end.
+    fn end_one_of_several(
+        &mut self,
+        batch: BatchId,
+        task: u32,
+        host: PeerId,
+        end: &AttemptEnd,
+    ) -> bool {
+        if matches!(end, AttemptEnd::Landed { .. }) {
+            return false;
+        }
+        let batch_cancelled = self.batches.get(&batch).is_some_and(|b| b.record.cancelled);
+        let Some(t) = self
+            .batches
+            .get_mut(&batch)
+            .and_then(|b| b.tasks.get_mut(task as usize))
+        else {
+            return false;
+        };
+        if t.copies.is_empty() || t.state != TaskState::Running || batch_cancelled {
+            return false;
+        }
+        if matches!(end, AttemptEnd::Cancelled) {
+            // The node is stopping: every copy is re-attached at the next start.
+            return true;
+        }
+        let name = host.to_base58();
+        if t.host.as_deref() == Some(name.as_str()) {
+            // The main attempt ended: the oldest copy takes its place.
+            let next = t.copies.remove(0);
+            t.host = Some(next.host);
+            t.job_id = Some(next.job_id);
+        } else {
+            t.copies.retain(|c| c.host != name);
+        }
+        if let AttemptEnd::HostFailed(reason) = end {
+            t.avoid.push(name);
+            t.reason = Some(reason.clone());
+        }
+        self.persist(batch, task);
+        true
     }
 }

@@ -1,0 +1,118 @@
+//! The batch queue driver's file work: a new batch's inputs checked, a
+//! task's results copied to an output directory whole or not at all, an
+//! accepted copy promoted into the results, and a restart's landed copies
+//! read back. The core never touches files; these run on the actor's loop
+//! (the checks, the scan at start) or on the blocking pool (the copies).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use libp2p::PeerId;
+
+use super::trust::Landing;
+use super::BatchError;
+use crate::consumer::batch::spec;
+use crate::consumer::batch::verify::{self, Provenance};
+
+/// Every input must be a readable regular file now, not when a host asks
+/// for it. Each distinct file is checked once.
+pub(super) fn check_inputs(tasks: &[spec::TaskSpec]) -> Result<(), BatchError> {
+    let mut checked = HashSet::new();
+    for task in tasks {
+        for (local, _) in &task.inputs {
+            if checked.insert(local.clone()) {
+                check_input(local)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_input(path: &Path) -> Result<(), BatchError> {
+    crate::fsutil::open_regular(path)
+        .map(|_| ())
+        .map_err(|e| BatchError::Input {
+            path: path.display().to_string(),
+            why: e.to_string(),
+        })
+}
+
+/// The landed copies of one task in its copies directory (one directory per
+/// host, named by its peer id, holding an `exit_status`), with the declared
+/// outputs each lacks. `None` when the directory cannot be read.
+pub(super) fn landed_copies(dir: &Path, outputs: &[String]) -> Option<Vec<Landing>> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    let mut pending = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(host) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        if host.starts_with('.') || host.parse::<PeerId>().is_err() {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(path.join("exit_status")) else {
+            continue;
+        };
+        let missing = outputs
+            .iter()
+            .filter(|o| !path.join(o).exists())
+            .cloned()
+            .collect();
+        pending.push(Landing {
+            host,
+            dir: path,
+            exit_status: status.trim().parse().unwrap_or(-1),
+            missing,
+            wall_secs: 0.0,
+        });
+    }
+    Some(pending)
+}
+
+/// Writes `provenance.json` into the accepted copy and renames the copy
+/// into the task's results (replacing what was there).
+pub(super) fn promote(copy: &Path, to: &Path, provenance: &Provenance) -> Result<(), String> {
+    let json = provenance.to_json()?;
+    std::fs::write(copy.join(verify::PROVENANCE_FILE), json)
+        .map_err(|e| format!("{}: {e}", copy.display()))?;
+    if to.exists() {
+        std::fs::remove_dir_all(to).map_err(|e| format!("cannot replace {}: {e}", to.display()))?;
+    }
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
+    std::fs::rename(copy, to).map_err(|e| format!("cannot rename into {}: {e}", to.display()))
+}
+
+pub fn copy_task_results(from: &Path, to: &Path) -> Result<(), String> {
+    let parent = to.parent().ok_or("no parent directory")?;
+    std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    let name = to.file_name().and_then(|n| n.to_str()).ok_or("no name")?;
+    let tmp: PathBuf = parent.join(format!(".{name}.partial"));
+    let _ = std::fs::remove_dir_all(&tmp);
+    copy_tree(from, &tmp).map_err(|e| format!("{}: {e}", from.display()))?;
+    if to.exists() {
+        std::fs::remove_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+    }
+    std::fs::rename(&tmp, to).map_err(|e| format!("{}: {e}", to.display()))
+}
+
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else if kind.is_file() && std::fs::hard_link(entry.path(), &target).is_err() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,313 @@
+//! The batch queue's pure core: every batch, its tasks, which host runs
+//! what, and every decision about them. Its inputs are the driver's calls
+//! (a command, a survey's answer, an attempt's news or end, a judged copy, a
+//! copied result, a timer tick), each with the time as [`Now`]; its output is
+//! the list of [`Action`]s the driver must perform (launch, re-attach, kill,
+//! persist, emit, survey, judge, promote, copy...).
+//!
+//! It knows no tokio, no sled, no files and no clock: the driver reads the
+//! clock, does the I/O and feeds the results back as inputs, so the core is
+//! tested one input at a time (`queue::tests`). It is split by concern:
+//! `placement`, `retries`, `deadlines`, `quorum` (state in `trust`),
+//! `outputs`, `checkpoints`, `restore` and `commands`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use libp2p::PeerId;
+
+use super::trust::{Judge, Trust};
+use super::TaskEvent;
+use crate::consumer::batch::attempt::AttemptPlan;
+use crate::consumer::batch::checkpoint::Intervals;
+use crate::consumer::batch::record::{BatchRecord, TaskRecord, TaskState};
+use crate::consumer::batch::verify::Provenance;
+use crate::consumer::pool::JobSettings;
+use crate::consumer::survey::{SurveyQuery, SurveyedHost};
+use crate::model::ids::BatchId;
+use crate::net::protocol::CheckpointOrder;
+
+/// The time of an input, read by the driver once per input.
+#[derive(Debug, Clone, Copy)]
+pub struct Now {
+    /// Monotonic time, for the queue's own gaps (between surveys, the
+    /// freshness of a ranking, between deadline checks).
+    pub mono: Instant,
+    /// Wall time, Unix seconds, for the records.
+    pub unix_secs: i64,
+    /// Wall time, Unix milliseconds, for new batch ids.
+    pub unix_ms: u64,
+}
+
+/// A task's command line, environment and inputs (local file, remote path).
+pub type TaskParts = (Vec<String>, Vec<(String, String)>, Vec<(PathBuf, String)>);
+
+/// A new attempt for the driver to run: everything it hands to the host.
+#[derive(Debug)]
+pub struct Launch {
+    pub batch: BatchId,
+    pub task: u32,
+    pub plan: AttemptPlan,
+    pub record: BatchRecord,
+    pub parts: TaskParts,
+    /// The checkpoint order, for a batch with `--checkpoint`.
+    pub order: Option<CheckpointOrder>,
+    /// The task's latest checkpoint as an input (file, remote path): the
+    /// driver adds it when the file is there.
+    pub resume: Option<(PathBuf, String)>,
+}
+
+/// What the core asks its driver to do, in order.
+#[must_use = "the driver performs every action"]
+#[derive(Debug)]
+pub enum Action {
+    /// Survey the pool and answer with [`super::QueueMsg::Surveyed`].
+    Survey(SurveyQuery),
+    /// Run a new attempt (its hand-over made durable first).
+    Launch(Box<Launch>),
+    /// Follow an attempt an earlier run of the node handed over.
+    Reattach {
+        batch: BatchId,
+        task: u32,
+        plan: Box<AttemptPlan>,
+    },
+    /// Cancel an attempt in flight (its end comes back as `Cancelled`).
+    Kill {
+        batch: BatchId,
+        task: u32,
+        host: PeerId,
+    },
+    /// Write a task's record through to the store.
+    Persist {
+        batch: BatchId,
+        task: u32,
+        record: Box<TaskRecord>,
+    },
+    /// Tell watchers how a task stands.
+    Emit(Box<TaskEvent>),
+    /// Flush the store off the loop.
+    Flush,
+    /// Digest a landed copy of a verified task, off the loop.
+    Judge(Box<Judge>),
+    /// Rename an accepted copy into the task's results with its provenance.
+    Promote {
+        batch: BatchId,
+        task: u32,
+        from: PathBuf,
+        to: PathBuf,
+        provenance: Box<Provenance>,
+    },
+    /// Copy a landed task's results to the batch's output directory.
+    CopyOut {
+        batch: BatchId,
+        task: u32,
+        from: PathBuf,
+        to: PathBuf,
+    },
+    /// The batch's copies to its output directory have all ended: answer
+    /// whoever waits for them.
+    CopiesDrained(BatchId),
+    /// Record that `peer` gets no more of `batch` (durably).
+    Taint { batch: BatchId, peer: PeerId },
+    /// Count one checked result of `peer` (durably).
+    Reputation { peer: PeerId, valid: bool },
+}
+
+pub(super) struct LiveBatch {
+    pub(super) record: BatchRecord,
+    pub(super) tasks: Vec<TaskRecord>,
+    /// Attempts of its tasks in flight.
+    pub(super) running: u32,
+}
+
+impl LiveBatch {
+    /// The numbers of the tasks in `state`, lowest first.
+    pub(super) fn tasks_in(&self, state: TaskState) -> Vec<u32> {
+        self.tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.state == state)
+            .map(|(i, _)| i as u32)
+            .collect()
+    }
+}
+
+/// The queue's state and decisions. Owned by the driver.
+pub struct QueueCore {
+    /// The queue's directory: result, copy and checkpoint paths are made
+    /// from it (never read here).
+    pub(super) dir: PathBuf,
+    pub(super) settings: JobSettings,
+    pub(super) batches: BTreeMap<BatchId, LiveBatch>,
+    /// Attempts in flight (a task's main attempt and its copies, by host).
+    pub(super) running: HashSet<(BatchId, u32, PeerId)>,
+    pub(super) hosts_in_use: HashSet<PeerId>,
+    /// Hosts that refused a task for good (not allowed, too big): not
+    /// offered that task again while this node runs.
+    pub(super) refused_by: HashMap<(BatchId, u32), HashSet<PeerId>>,
+    pub(super) surveying: bool,
+    pub(super) last_survey: Option<Instant>,
+    /// The hosts the last survey found, and when: a host that just
+    /// finished a task takes the next one without waiting for a new survey
+    /// while this is fresh.
+    pub(super) last_hosts: Vec<SurveyedHost>,
+    pub(super) last_hosts_at: Option<Instant>,
+    /// Draws for the `random` policy and the adaptive check, seeded by the
+    /// driver.
+    pub(super) rng: rand_chacha::ChaCha8Rng,
+    pub(super) last_deadline_check: Option<Instant>,
+    /// Set when something changed that may let a task start.
+    pub(super) wanted: bool,
+    /// Checkpoint intervals: each host's last TR and the measured cost of
+    /// each batch's checkpoints (`batch::checkpoint`).
+    pub(super) checkpoints: Intervals,
+    /// Verified results and the hosts' reputation (`trust`, `quorum`).
+    pub(super) trust: Trust,
+    /// Per batch, copies to its output directory in flight (never 0: the
+    /// entry goes).
+    pub(super) copies_out: HashMap<BatchId, u32>,
+    /// The time of the input being handled.
+    pub(super) now: Now,
+    /// The actions decided while handling it.
+    out: Vec<Action>,
+}
+
+impl QueueCore {
+    /// An empty queue on `dir`; `trust` is what the store remembers of
+    /// verified batches and hosts. Batches come back through
+    /// [`QueueCore::restore_batch`].
+    pub fn new(
+        dir: &Path,
+        settings: JobSettings,
+        rng: rand_chacha::ChaCha8Rng,
+        trust: Trust,
+        now: Now,
+    ) -> QueueCore {
+        QueueCore {
+            dir: dir.to_path_buf(),
+            settings,
+            batches: BTreeMap::new(),
+            running: HashSet::new(),
+            hosts_in_use: HashSet::new(),
+            refused_by: HashMap::new(),
+            surveying: false,
+            last_survey: None,
+            last_hosts: Vec::new(),
+            last_hosts_at: None,
+            rng,
+            last_deadline_check: None,
+            wanted: true,
+            checkpoints: Intervals::default(),
+            trust,
+            copies_out: HashMap::new(),
+            now,
+            out: Vec::new(),
+        }
+    }
+
+    /// Starts handling an input at `now`.
+    pub(super) fn at(&mut self, now: Now) {
+        self.now = now;
+    }
+
+    /// The actions decided for the input just handled.
+    #[must_use = "the driver performs every action"]
+    pub(super) fn actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.out)
+    }
+
+    pub(super) fn push(&mut self, action: Action) {
+        self.out.push(action);
+    }
+
+    pub(super) fn batch_dir(&self, batch: BatchId) -> PathBuf {
+        self.dir.join(batch.to_string())
+    }
+
+    pub fn results_dir(&self, batch: BatchId) -> PathBuf {
+        self.batch_dir(batch).join("results")
+    }
+
+    pub fn task(&self, batch: BatchId, task: u32) -> Option<&TaskRecord> {
+        self.batches.get(&batch)?.tasks.get(task as usize)
+    }
+
+    /// Every batch's id, oldest first.
+    pub fn batch_ids(&self) -> Vec<BatchId> {
+        self.batches.keys().copied().collect()
+    }
+
+    /// Writes a task's record through and tells watchers.
+    pub(super) fn persist(&mut self, batch: BatchId, task: u32) {
+        self.persist_quietly(batch, task);
+        self.emit(batch, task, None);
+    }
+
+    /// Writes a task's record through without telling watchers.
+    pub(super) fn persist_quietly(&mut self, batch: BatchId, task: u32) {
+        let Some(t) = self.task(batch, task) else {
+            return;
+        };
+        let record = Box::new(t.clone());
+        self.push(Action::Persist {
+            batch,
+            task,
+            record,
+        });
+    }
+
+    /// Tells watchers how a task stands, with a host's job event when one
+    /// is the news.
+    pub(super) fn emit(&mut self, batch: BatchId, task: u32, event: Option<String>) {
+        let Some(t) = self.task(batch, task) else {
+            return;
+        };
+        let event = TaskEvent {
+            batch,
+            task,
+            state: t.state,
+            host: t.host.clone(),
+            attempts: t.attempts,
+            exit_status: t.exit_status,
+            reason: t.reason.clone(),
+            event,
+            at_unix: self.now.unix_secs,
+        };
+        self.push(Action::Emit(Box::new(event)));
+    }
+
+    /// Kills every attempt in flight of `batch` (and of `task`, when given).
+    pub(super) fn kill_running(&mut self, batch: BatchId, task: Option<u32>) {
+        let mut kills: Vec<(u32, PeerId)> = self
+            .running
+            .iter()
+            .filter(|k| k.0 == batch && task.is_none_or(|t| k.1 == t))
+            .map(|k| (k.1, k.2))
+            .collect();
+        kills.sort_unstable();
+        for (task, host) in kills {
+            self.push(Action::Kill { batch, task, host });
+        }
+    }
+
+    /// Every host's checked results as this node has counted them.
+    pub fn reputation(&self) -> HashMap<PeerId, crate::model::trust::HostTrack> {
+        self.trust.reputation.clone()
+    }
+
+    /// An attempt's news that changes nothing but what watchers see: the
+    /// host took the job, or reported an event of it.
+    #[must_use = "the driver performs every action"]
+    pub fn on_news(
+        &mut self,
+        now: Now,
+        batch: BatchId,
+        task: u32,
+        event: Option<String>,
+    ) -> Vec<Action> {
+        self.at(now);
+        self.emit(batch, task, event);
+        self.actions()
+    }
+}

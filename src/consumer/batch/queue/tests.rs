@@ -1,0 +1,420 @@
+//! The queue's core driven alone, one input at a time: no tokio, no store,
+//! no files, the time given with each input. Each test reads the actions
+//! the core returns and the task records it keeps.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use libp2p::PeerId;
+use rand::SeedableRng;
+
+use super::state::{Action, Now, QueueCore};
+use super::trust::{Trust, Verdict};
+use super::NewBatch;
+use crate::consumer::batch::attempt::AttemptEnd;
+use crate::consumer::batch::policy::PolicyName;
+use crate::consumer::batch::record::{TaskCopy, TaskState};
+use crate::consumer::batch::spec::{self, Sweep, TaskTemplate};
+use crate::consumer::batch::verify::{LandedCopy, VerifySpec};
+use crate::consumer::pool::JobSettings;
+use crate::consumer::survey::SurveyedHost;
+use crate::model::ids::BatchId;
+
+fn start() -> Now {
+    Now {
+        mono: Instant::now(),
+        unix_secs: 1_700_000_000,
+        unix_ms: 1_700_000_000_000,
+    }
+}
+
+fn after(now: Now, secs: u64) -> Now {
+    Now {
+        mono: now.mono + Duration::from_secs(secs),
+        unix_secs: now.unix_secs + secs as i64,
+        unix_ms: now.unix_ms + secs * 1000,
+    }
+}
+
+fn core(max_retries: u32) -> QueueCore {
+    let settings = JobSettings {
+        max_retries,
+        ..JobSettings::default()
+    };
+    QueueCore::new(
+        Path::new("/queue"),
+        settings,
+        rand_chacha::ChaCha8Rng::seed_from_u64(7),
+        Trust::default(),
+        start(),
+    )
+}
+
+/// A free host that answered the survey with `tr`.
+fn host(tr: f64) -> SurveyedHost {
+    SurveyedHost {
+        answered: true,
+        tr: Some(tr),
+        slot_free: Some(true),
+        ..SurveyedHost::new(PeerId::random())
+    }
+}
+
+/// A batch of `tasks` tasks running `true`, placed by TR.
+fn batch(tasks: i64) -> NewBatch {
+    NewBatch {
+        verify: VerifySpec::default(),
+        name: None,
+        template: TaskTemplate {
+            argv: vec!["true".into()],
+            env: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        },
+        sweep: if tasks == 1 {
+            Sweep::One
+        } else {
+            Sweep::Range {
+                start: 0,
+                end: tasks,
+            }
+        },
+        mem_mib: 10,
+        runtime_secs: 60,
+        limit_secs: 600,
+        max_running: None,
+        output_dir: None,
+        policy: PolicyName::Tr,
+        deadline_unix: None,
+        checkpoint: None,
+    }
+}
+
+/// Checks, makes and admits `new` as the driver does (minus the store).
+fn admit(core: &mut QueueCore, now: Now, new: NewBatch) -> (BatchId, Vec<Action>) {
+    let tasks = spec::expand(&new.template, &new.sweep).unwrap();
+    let (record, tasks, verify) = core.new_batch(now, new, tasks);
+    let id = record.id;
+    (id, core.admit(now, record, tasks, verify))
+}
+
+/// The hosts the actions launch attempts on, with their task, in order.
+fn launches(actions: &[Action]) -> Vec<(u32, PeerId)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Launch(l) => Some((l.task, l.plan.host)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn kills(actions: &[Action]) -> Vec<(u32, PeerId)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Kill { task, host, .. } => Some((*task, *host)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The task records the actions write through, in order.
+fn persisted(actions: &[Action]) -> Vec<(u32, TaskState)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Persist { task, record, .. } => Some((*task, record.state)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn landed(exit_status: i32) -> AttemptEnd {
+    AttemptEnd::Landed {
+        exit_status,
+        wall_secs: 1.0,
+        usage: None,
+        missing: Vec::new(),
+    }
+}
+
+#[test]
+fn a_task_killed_on_its_host_is_retried_on_another_and_a_cancel_kills_the_retry() {
+    let mut core = core(3);
+    let now = start();
+    let (id, actions) = admit(&mut core, now, batch(1));
+    assert!(launches(&actions).is_empty(), "no survey yet, no host");
+    assert!(core.wants_survey(now));
+    let actions = core.start_survey(now);
+    assert!(matches!(actions.as_slice(), [Action::Survey(q)] if q.window_secs == 60));
+    assert!(!core.wants_survey(now), "one survey at a time");
+
+    let (good, worse) = (host(0.9), host(0.5));
+    let actions = core.on_survey(now, Ok(vec![worse.clone(), good.clone()]));
+    assert_eq!(
+        launches(&actions),
+        vec![(0, good.peer)],
+        "the best TR first"
+    );
+    assert_eq!(persisted(&actions), vec![(0, TaskState::Running)]);
+
+    // The owner's load kills the guest: the task goes back to the queue,
+    // that host avoided.
+    let now = after(now, 5);
+    let killed = AttemptEnd::HostFailed("killed: S3".into());
+    let actions = core.on_ended(now, id, 0, good.peer, killed);
+    assert_eq!(persisted(&actions), vec![(0, TaskState::Queued)]);
+    assert!(
+        launches(&actions).is_empty(),
+        "a failure waits for a survey"
+    );
+    let t = core.task(id, 0).unwrap();
+    assert_eq!(t.avoid, vec![good.peer.to_base58()]);
+    assert_eq!(t.reason.as_deref(), Some("killed: S3"));
+
+    let now = after(now, 1);
+    assert!(core.wants_survey(now), "a waiting task asks for a survey");
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![worse.clone(), good.clone()]));
+    assert_eq!(
+        launches(&actions),
+        vec![(0, worse.peer)],
+        "retried elsewhere"
+    );
+    assert_eq!(core.task(id, 0).unwrap().attempts, 2);
+
+    // A cancel kills the retry on its host; its end cancels the task.
+    let record = core.cancel_record(id).unwrap();
+    assert!(record.cancelled);
+    let actions = core.cancel_tasks(now, id);
+    assert_eq!(kills(&actions), vec![(0, worse.peer)]);
+    let actions = core.on_ended(now, id, 0, worse.peer, AttemptEnd::Cancelled);
+    assert_eq!(persisted(&actions), vec![(0, TaskState::Cancelled)]);
+    assert!(core.counts(id).unwrap().finished());
+}
+
+#[test]
+fn retries_stop_after_max_retries_failed_hosts() {
+    let mut core = core(1);
+    let now = start();
+    let (id, _) = admit(&mut core, now, batch(1));
+    let (a, b) = (host(0.9), host(0.8));
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    assert_eq!(launches(&actions), vec![(0, a.peer)]);
+    let _ = core.on_ended(now, id, 0, a.peer, AttemptEnd::HostFailed("gone".into()));
+    let now = after(now, 1);
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    assert_eq!(launches(&actions), vec![(0, b.peer)]);
+    let actions = core.on_ended(now, id, 0, b.peer, AttemptEnd::HostFailed("gone".into()));
+    assert_eq!(persisted(&actions), vec![(0, TaskState::Failed)]);
+    let reason = core.task(id, 0).unwrap().reason.clone().unwrap();
+    assert!(reason.contains("no retries left"), "{reason}");
+}
+
+#[test]
+fn a_task_whose_deadline_is_at_risk_gets_a_copy_and_the_first_to_land_wins() {
+    let mut core = core(3);
+    let now = start();
+    let mut new = batch(1);
+    new.deadline_unix = Some(now.unix_secs + 120);
+    let (id, _) = admit(&mut core, now, new);
+    // Only a host that is likely to fail within the task's run answers.
+    let shaky = host(0.05);
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![shaky.clone()]));
+    assert_eq!(launches(&actions), vec![(0, shaky.peer)]);
+    let nothing = core.tick(now);
+    assert!(launches(&nothing).is_empty(), "no other host to copy to");
+
+    // A reliable host shows up: the next check starts a second copy there.
+    let now = after(now, 2);
+    assert!(core.wants_survey(now), "a deadline keeps the view fresh");
+    let _ = core.start_survey(now);
+    let solid = host(1.0);
+    let actions = core.on_survey(now, Ok(vec![shaky.clone(), solid.clone()]));
+    assert!(launches(&actions).is_empty(), "no task waits");
+    let actions = core.tick(now);
+    assert_eq!(launches(&actions), vec![(0, solid.peer)], "the copy");
+    let t = core.task(id, 0).unwrap();
+    assert_eq!(t.host.as_deref(), Some(shaky.peer.to_base58().as_str()));
+    assert_eq!(t.copies.len(), 1);
+    assert_eq!(t.copies[0].host, solid.peer.to_base58());
+    let again = core.tick(after(now, 2));
+    assert!(launches(&again).is_empty(), "one copy per task");
+
+    // The copy lands first: it wins and the first attempt is killed.
+    let now = after(now, 30);
+    let actions = core.on_ended(now, id, 0, solid.peer, landed(0));
+    assert_eq!(kills(&actions), vec![(0, shaky.peer)]);
+    assert_eq!(persisted(&actions), vec![(0, TaskState::Done)]);
+    let t = core.task(id, 0).unwrap();
+    assert_eq!(t.host.as_deref(), Some(solid.peer.to_base58().as_str()));
+    assert!(t.copies.is_empty());
+    // The killed attempt's end changes nothing.
+    let actions = core.on_ended(now, id, 0, shaky.peer, AttemptEnd::Cancelled);
+    assert!(persisted(&actions).is_empty());
+    assert_eq!(core.task(id, 0).unwrap().state, TaskState::Done);
+}
+
+fn copy_of(host: PeerId, digest: u8) -> LandedCopy {
+    LandedCopy {
+        host: host.to_base58(),
+        dir: PathBuf::from(format!("/queue/copies/{host}")),
+        digest: [digest; 32],
+        exit_status: 0,
+        missing: Vec::new(),
+        wall_secs: 1.0,
+    }
+}
+
+#[test]
+fn two_agreeing_copies_decide_a_verified_task_and_the_hosts_are_credited() {
+    let mut core = core(3);
+    let now = start();
+    let mut new = batch(1);
+    new.verify = VerifySpec {
+        replicas: 2,
+        quorum: 2,
+        ..Default::default()
+    }
+    .checked()
+    .unwrap();
+    let (id, _) = admit(&mut core, now, new);
+    let (a, b) = (host(0.9), host(0.8));
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    assert_eq!(
+        launches(&actions),
+        vec![(0, a.peer), (0, b.peer)],
+        "two copies"
+    );
+    for action in &actions {
+        if let Action::Launch(l) = action {
+            assert!(
+                l.plan
+                    .result_dir
+                    .starts_with(format!("/queue/{id}/copies/0")),
+                "a copy lands aside: {}",
+                l.plan.result_dir.display()
+            );
+        }
+    }
+
+    let actions = core.on_ended(now, id, 0, a.peer, landed(0));
+    let judge = actions.iter().find_map(|a| match a {
+        Action::Judge(j) => Some(j),
+        _ => None,
+    });
+    let judge = judge.expect("the landed copy is judged");
+    assert_eq!(judge.landing.host, a.peer.to_base58());
+    assert!(judge.earlier.is_empty());
+    let judged = Verdict::Judged {
+        copy: Ok(copy_of(a.peer, 1)),
+        agrees_with: Vec::new(),
+    };
+    let actions = core.on_verdict(now, id, 0, judged);
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::Promote { .. })),
+        "one copy is no quorum"
+    );
+    assert_eq!(core.task(id, 0).unwrap().state, TaskState::Running);
+
+    let actions = core.on_ended(now, id, 0, b.peer, landed(0));
+    let earlier = actions.iter().find_map(|a| match a {
+        Action::Judge(j) => Some(j.earlier.len()),
+        _ => None,
+    });
+    assert_eq!(earlier, Some(1), "judged against the first copy");
+    let judged = Verdict::Judged {
+        copy: Ok(copy_of(b.peer, 1)),
+        agrees_with: vec![0],
+    };
+    let actions = core.on_verdict(now, id, 0, judged);
+    let reputation: Vec<(PeerId, bool)> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Reputation { peer, valid } => Some((*peer, *valid)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reputation, vec![(a.peer, true), (b.peer, true)]);
+    let promote = actions.iter().find_map(|a| match a {
+        Action::Promote {
+            from,
+            to,
+            provenance,
+            ..
+        } => Some((from.clone(), to.clone(), provenance.agreed.clone())),
+        _ => None,
+    });
+    let (from, to, agreed) = promote.expect("the quorum's copy is promoted");
+    assert_eq!(from, copy_of(a.peer, 1).dir);
+    assert_eq!(to, core.results_dir(id).join("0"));
+    assert_eq!(agreed, vec![a.peer.to_base58(), b.peer.to_base58()]);
+    assert_eq!(core.reputation()[&a.peer].valid, 1);
+
+    let actions = core.on_verdict(now, id, 0, Verdict::Promoted(Ok(())));
+    assert_eq!(persisted(&actions), vec![(0, TaskState::Done)]);
+    assert!(actions.iter().any(|a| matches!(a, Action::Flush)));
+    assert!(core.counts(id).unwrap().finished());
+}
+
+#[test]
+fn after_a_restart_running_tasks_are_reattached_and_one_with_no_host_is_queued_again() {
+    let now = start();
+    // What an earlier run left in the store: task 0 running on a host with
+    // a second copy elsewhere, task 1 handed over to nobody yet, task 2
+    // waiting.
+    let (a, b, c) = (host(0.9), host(0.8), host(0.7));
+    let (record, mut tasks) = {
+        let scratch = core(3);
+        let new = batch(3);
+        let specs = spec::expand(&new.template, &new.sweep).unwrap();
+        let (record, tasks, _) = scratch.new_batch(now, new, specs);
+        (record, tasks)
+    };
+    let id = record.id;
+    tasks[0].state = TaskState::Running;
+    tasks[0].attempts = 2;
+    tasks[0].host = Some(a.peer.to_base58());
+    tasks[0].job_id = Some(id.job_id(0, 0));
+    tasks[0].copies.push(TaskCopy {
+        host: b.peer.to_base58(),
+        job_id: id.job_id(0, 1),
+        started_unix: now.unix_secs,
+    });
+    tasks[1].state = TaskState::Running;
+
+    let mut core = core(3);
+    let actions = core.restore_batch(now, record, tasks);
+    let reattached: Vec<(u32, PeerId, String)> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Reattach { task, plan, .. } => {
+                Some((*task, plan.host, plan.job_id.to_string()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reattached,
+        vec![
+            (0, a.peer, id.job_id(0, 0).to_string()),
+            (0, b.peer, id.job_id(0, 1).to_string())
+        ]
+    );
+    assert_eq!(persisted(&actions), vec![(1, TaskState::Queued)]);
+    assert!(launches(&actions).is_empty());
+
+    // The hosts still busy with task 0 take nothing; a free one takes the
+    // lowest waiting task.
+    assert!(core.wants_survey(now));
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone(), c.clone()]));
+    assert_eq!(launches(&actions), vec![(1, c.peer)]);
+    let view = core.view(now, id).unwrap();
+    assert_eq!((view.counts.running, view.counts.queued), (2, 1));
+}
