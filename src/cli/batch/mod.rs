@@ -5,17 +5,20 @@
 //! directory, checks what it can before anything is sent, and shows
 //! progress; the queue, placement and retries are the node's
 //! (`consumer::batch`).
+//!
+//! This file holds the arguments, the requests built from them and the
+//! commands run; `show` formats what is printed and `follow` follows a
+//! batch to its end.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 
 use crate::cli::args::{parse_deadline, parse_duration, Deadline};
 use crate::cli::control::{block_on, client};
-use crate::cli::output::{print_json, print_text, table};
+use crate::cli::output::{print_json, print_text};
 use crate::cli::Global;
 use crate::consumer::batch::{spec, PolicyName};
 use crate::control::api::{
@@ -25,6 +28,13 @@ use crate::control::api::{
 use crate::control::client::ControlClient;
 use crate::human;
 use crate::model::ids::BatchId;
+
+mod follow;
+mod show;
+
+use follow::{follow, wait};
+pub use show::short;
+use show::{counts_text, estimate_text, list_table, status_text, task_etas_text};
 
 /// Largest params file read, bytes.
 const PARAMS_MAX_BYTES: u64 = 16 * 1024 * 1024;
@@ -424,47 +434,6 @@ fn verify_spec(a: &TaskArgs) -> anyhow::Result<Option<crate::consumer::batch::ve
     Ok(Some(spec))
 }
 
-/// Follows a batch to its end; returns the exit status `wait` ends with.
-async fn wait(client: &ControlClient, id: BatchId, json: bool, quiet: bool) -> anyhow::Result<i32> {
-    let lines = client
-        .post_stream(&format!("{PREFIX}/batches/{id}/wait"), &())
-        .await?;
-    follow(client, id, lines, json, quiet).await
-}
-
-/// Shows a batch's wait stream to its end; returns the exit status.
-async fn follow(
-    client: &ControlClient,
-    id: BatchId,
-    mut lines: crate::control::client::LineReader,
-    json: bool,
-    quiet: bool,
-) -> anyhow::Result<i32> {
-    let first: BatchReport = client.get_json(&format!("{PREFIX}/batches/{id}")).await?;
-    let mut progress = Progress::new(&first, json || quiet);
-    let mut last = None;
-    while let Some(line) = lines.next::<BatchLine>().await? {
-        if json {
-            print_json(&line)?;
-        }
-        match line {
-            BatchLine::Task { task, .. } => progress.task(&task),
-            BatchLine::Batch(report) => last = Some(report),
-            BatchLine::Queued { .. } => {}
-        }
-    }
-    progress.finish();
-    let Some(report) = last else {
-        bail!(
-            "the node stopped before batch {id} ended; `gleaner batch wait {id}` follows it again"
-        );
-    };
-    if !json && !quiet {
-        print_text(&status_text(&report))?;
-    }
-    Ok(exit_code(&report))
-}
-
 /// 0 when every task ended with status 0, 1 when some task ended with
 /// another status, 75 when some task could not be run (or was cancelled).
 pub fn exit_code(report: &BatchReport) -> i32 {
@@ -485,65 +454,6 @@ pub fn exit_code(report: &BatchReport) -> i32 {
     } else {
         EXIT_ALL_OK
     }
-}
-
-fn counts_text(c: &TaskCounts) -> String {
-    format!(
-        "{} done, {} running, {} queued, {} failed, {} cancelled",
-        c.done, c.running, c.queued, c.failed, c.cancelled
-    )
-}
-
-/// The estimate as `batch estimate` and `batch status` print it.
-fn estimate_text(e: &EstimateReport) -> String {
-    let d = |secs: f64| human::duration(secs.max(0.0).round() as u64);
-    let mut text = format!(
-        "estimated end: in {} (10 % chance by {}, 90 % by {}), over {} host(s), {} runs\n",
-        d(e.makespan_p50_secs),
-        d(e.makespan_p10_secs),
-        d(e.makespan_p90_secs),
-        e.hosts,
-        e.runs
-    );
-    if let (Some(p), Some(at)) = (e.p_deadline, e.deadline_unix) {
-        text.push_str(&format!(
-            "chance of ending by the deadline ({}): {:.0} %\n",
-            unix_text(at),
-            p * 100.0
-        ));
-    }
-    text
-}
-
-/// Most tasks `batch estimate` lists one by one; past it, a summary line.
-const ETA_ROWS_MAX: usize = 20;
-
-/// Each task's expected end, for `batch estimate` (`batch status` puts it
-/// in its task table instead).
-fn task_etas_text(e: &EstimateReport) -> String {
-    let d = |secs: f64| human::duration(secs.max(0.0).round() as u64);
-    if e.tasks.len() > ETA_ROWS_MAX {
-        let first = e
-            .tasks
-            .iter()
-            .map(|t| t.end_p50_secs)
-            .fold(f64::INFINITY, f64::min);
-        let last = e.tasks.iter().map(|t| t.end_p50_secs).fold(0.0, f64::max);
-        return format!(
-            "{} tasks end from in {} to in {} (medians); --json lists each task\n",
-            e.tasks.len(),
-            d(first),
-            d(last)
-        );
-    }
-    let rows = e.tasks.iter().map(|t| {
-        vec![
-            t.task.to_string(),
-            d(t.end_p50_secs),
-            format!("{} .. {}", d(t.end_p10_secs), d(t.end_p90_secs)),
-        ]
-    });
-    table(&["task", "ends in", "10 % .. 90 %"], rows, false)
 }
 
 /// Before a submission with `--deadline`: estimates it and warns when the
@@ -574,269 +484,5 @@ pub async fn warn_if_deadline_at_risk(
     Ok(())
 }
 
-fn status_text(r: &BatchReport) -> String {
-    let mut text = format!(
-        "batch {}{}: {}\n",
-        r.id,
-        r.name
-            .as_deref()
-            .map(|n| format!(" ({n})"))
-            .unwrap_or_default(),
-        counts_text(&r.counts)
-    );
-    if let Some(eta) = r.eta_unix {
-        text.push_str(&format!("expected end at this pace: {}\n", unix_text(eta)));
-    }
-    if let Some(e) = &r.estimate {
-        text.push_str(&estimate_text(e));
-    }
-    if let Some(dir) = &r.output_dir {
-        text.push_str(&format!("results: {}\n", dir.display()));
-    }
-    text.push_str(&verification_text(&r.verification));
-    if !r.tasks.is_empty() {
-        // Each task's expected end, from the estimate, for tasks not ended.
-        let etas: std::collections::HashMap<u32, f64> = r
-            .estimate
-            .iter()
-            .flat_map(|e| e.tasks.iter().map(|t| (t.task, t.end_p50_secs)))
-            .collect();
-        let rows = r.tasks.iter().map(|t| {
-            vec![
-                t.task.to_string(),
-                t.state.clone(),
-                t.host.as_deref().map(short).unwrap_or("-").to_string(),
-                t.attempts.to_string(),
-                t.exit_status.map_or("-".into(), |s| s.to_string()),
-                etas.get(&t.task).map_or("-".into(), |secs| {
-                    format!("in {}", human::duration(secs.max(0.0).round() as u64))
-                }),
-                t.reason.clone().unwrap_or_default(),
-            ]
-        });
-        text.push_str(&table(
-            &["task", "state", "host", "attempts", "exit", "ends", "note"],
-            rows,
-            false,
-        ));
-        let copies: Vec<Vec<String>> = r
-            .tasks
-            .iter()
-            .flat_map(|t| t.copies.iter().map(move |c| copy_row(t.task, c)))
-            .collect();
-        if !copies.is_empty() {
-            text.push_str("copies:\n");
-            text.push_str(&table(
-                &["task", "host", "copy", "agreement", "digest"],
-                copies,
-                false,
-            ));
-        }
-    }
-    text
-}
-
-/// The batch's verification line: the mode and, when it verifies, K, Q
-/// and the validator.
-fn verification_text(v: &crate::control::api::VerificationReport) -> String {
-    match v.mode.as_str() {
-        "none" => "verification: none (results taken as they come)\n".into(),
-        "adaptive" => format!(
-            "verification: adaptive (2 copies until a host is trusted, then spot checks){}\n",
-            v.validator
-                .as_deref()
-                .map(|c| format!(", validator {c}"))
-                .unwrap_or_default()
-        ),
-        mode => format!(
-            "verification: {mode}, {} copies, quorum {}{}\n",
-            v.replicas,
-            v.quorum,
-            v.validator
-                .as_deref()
-                .map(|c| format!(", validator {c}"))
-                .unwrap_or_default()
-        ),
-    }
-}
-
-fn copy_row(task: u32, c: &crate::control::api::CopyReport) -> Vec<String> {
-    let agreement = match (c.agrees, c.group) {
-        (Some(true), _) => "agrees".to_string(),
-        (Some(false), _) => "differs".to_string(),
-        (None, Some(g)) => format!("group {g}"),
-        (None, None) => "-".to_string(),
-    };
-    vec![
-        task.to_string(),
-        short(&c.host).to_string(),
-        c.state.clone(),
-        agreement,
-        c.digest
-            .as_deref()
-            .map(|d| d.get(..12).unwrap_or(d).to_string())
-            .unwrap_or_else(|| "-".into()),
-    ]
-}
-
-fn list_table(list: &[BatchReport]) -> String {
-    if list.is_empty() {
-        return "no batches on this node\n".into();
-    }
-    let rows = list.iter().map(|b| {
-        vec![
-            b.id.to_string(),
-            b.name.clone().unwrap_or_default(),
-            unix_text(b.created_unix),
-            b.counts.done.to_string(),
-            b.counts.running.to_string(),
-            b.counts.queued.to_string(),
-            b.counts.failed.to_string(),
-            b.counts.cancelled.to_string(),
-        ]
-    });
-    table(
-        &[
-            "batch",
-            "name",
-            "created",
-            "done",
-            "running",
-            "queued",
-            "failed",
-            "cancelled",
-        ],
-        rows,
-        false,
-    )
-}
-
-fn unix_text(secs: i64) -> String {
-    jiff::Timestamp::from_second(secs)
-        .map(|t| t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string())
-        .unwrap_or_else(|_| secs.to_string())
-}
-
-/// The last characters of a peer id: enough to tell hosts apart.
-pub fn short(peer: &str) -> &str {
-    let start = peer.len().saturating_sub(8);
-    peer.get(start..).unwrap_or(peer)
-}
-
-/// The progress bar of `--wait` on a terminal; one line per ended task
-/// elsewhere.
-struct Progress {
-    bar: Option<indicatif::ProgressBar>,
-    lines: bool,
-    states: Vec<String>,
-    hosts: Vec<Option<String>>,
-    started: std::time::Instant,
-    ended_here: u32,
-}
-
-impl Progress {
-    fn new(first: &BatchReport, silent: bool) -> Progress {
-        let total = first.tasks.len() as u64;
-        let terminal = !silent && std::io::stderr().is_terminal();
-        let bar = terminal.then(|| {
-            let bar = indicatif::ProgressBar::new(total);
-            let style = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} ended {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
-            bar.set_style(style);
-            bar.enable_steady_tick(Duration::from_millis(500));
-            bar
-        });
-        let p = Progress {
-            bar,
-            lines: !silent && !terminal,
-            states: first.tasks.iter().map(|t| t.state.clone()).collect(),
-            hosts: first.tasks.iter().map(|t| t.host.clone()).collect(),
-            started: std::time::Instant::now(),
-            ended_here: 0,
-        };
-        p.redraw();
-        p
-    }
-
-    fn task(&mut self, t: &crate::control::api::TaskReport) {
-        let i = t.task as usize;
-        if i >= self.states.len() {
-            return;
-        }
-        let was_final = matches!(self.states[i].as_str(), "done" | "failed" | "cancelled");
-        self.states[i] = t.state.clone();
-        self.hosts[i] = t.host.clone();
-        let is_final = matches!(t.state.as_str(), "done" | "failed" | "cancelled");
-        if is_final && !was_final {
-            self.ended_here += 1;
-            if self.lines {
-                eprintln!(
-                    "task {} {}{}",
-                    t.task,
-                    t.state,
-                    t.reason
-                        .as_deref()
-                        .map(|r| format!(": {r}"))
-                        .unwrap_or_default()
-                );
-            }
-        }
-        self.redraw();
-    }
-
-    fn redraw(&self) {
-        let Some(bar) = &self.bar else {
-            return;
-        };
-        let count = |s: &str| self.states.iter().filter(|x| *x == s).count();
-        let ended = count("done") + count("failed") + count("cancelled");
-        let running = count("running");
-        let hosts: std::collections::HashSet<&String> = self
-            .states
-            .iter()
-            .zip(&self.hosts)
-            .filter(|(s, _)| *s == "running")
-            .filter_map(|(_, h)| h.as_ref())
-            .collect();
-        let minutes = self.started.elapsed().as_secs_f64() / 60.0;
-        let rate = if minutes > 0.0 {
-            f64::from(self.ended_here) / minutes
-        } else {
-            0.0
-        };
-        let left = self.states.len() - ended;
-        let eta = if rate > 0.0 {
-            format!(", ETA {:.0} s", left as f64 / rate * 60.0)
-        } else {
-            String::new()
-        };
-        bar.set_position(ended as u64);
-        bar.set_message(format!(
-            "({} done, {running} running, {} queued, {} failed) on {} host(s), {rate:.1}/min{eta}",
-            count("done"),
-            count("queued"),
-            count("failed"),
-            hosts.len()
-        ));
-    }
-
-    fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish();
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranges_parse_and_refuse_nonsense() {
-        assert_eq!(parse_range("0..100"), Ok((0, 100)));
-        assert_eq!(parse_range("-5..5"), Ok((-5, 5)));
-        for bad in ["5..5", "3..1", "a..b", "10", "1..x"] {
-            assert!(parse_range(bad).is_err(), "{bad}");
-        }
-    }
-}
+mod tests;
