@@ -18,6 +18,21 @@
 //! a start returns and a status shows, and the errors. The supervisor itself
 //! lives in `supervisor`, the sandbox decisions in `sandbox` and the
 //! user switch in `ids`.
+//!
+//! *Layers here and elsewhere.* On the development machine (kernel 6.18,
+//! root, hybrid cgroups, Landlock ABI 7) a guest gets: cgroup v1
+//! pids/memory/cpu.idle/freezer plus the unified `cgroup.kill`; user, mount,
+//! PID, IPC and network namespaces; the narrow view; Landlock write rules and
+//! no TCP; rlimits; nice 19 and its autogroup; the 1 GiB work-dir tmpfs. On a
+//! machine without cgroup delegation (a non-root node outside a
+//! `Delegate=yes` unit) the job group is "none" and the PID namespace alone
+//! ends every process with the first (and after the node's kill -9, through
+//! the keeper's and init's parent-death signals); there is no job-wide
+//! process or memory limit beyond rlimits, no `cpu.idle` (renice and
+//! autogroup nice only), and no work-dir quota (tmpfs needs root;
+//! `RLIMIT_FSIZE` bounds each file). Where user namespaces are refused too,
+//! the view falls back to Landlock read rules and the job to its session and
+//! process group. `gleaner status` prints which hold.
 
 mod capture;
 pub mod checkpoint;

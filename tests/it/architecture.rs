@@ -172,3 +172,115 @@ fn the_batch_queues_core_does_no_io() {
         offences.join("\n")
     );
 }
+/// Where a path named in ARCHITECTURE.md lives: `it::` is this crate,
+/// `model::` and `baselines::` the model crate, anything else `src/`.
+fn base_of(first: &str) -> (PathBuf, bool) {
+    match first {
+        "it" => (root().join("tests/it"), true),
+        "model" => (root().join("crates/gleaner-model/src"), true),
+        "baselines" => (root().join("crates/gleaner-model/src/baselines"), true),
+        _ => (root().join("src"), false),
+    }
+}
+
+/// Whether `fn name` is defined in `path` (a file, or any file below a dir).
+fn defines_fn(path: &Path, name: &str) -> bool {
+    let files = if path.is_dir() {
+        rust_files(path)
+    } else {
+        vec![path.to_path_buf()]
+    };
+    files.iter().any(|f| {
+        std::fs::read_to_string(f)
+            .is_ok_and(|t| t.contains(&format!("fn {name}(")) || t.contains(&format!("fn {name}<")))
+    })
+}
+
+/// Resolves `a::b::c` to a module (file or folder) and, when segments are
+/// left, a function defined in it. `None` when nothing of that name exists.
+fn resolve(reference: &str) -> Option<()> {
+    let segments: Vec<&str> = reference.split("::").collect();
+    let (base, skip_first) = base_of(segments[0]);
+    let path_segments = if skip_first {
+        &segments[1..]
+    } else {
+        &segments[..]
+    };
+    // The longest prefix that names a file or folder.
+    let mut module = base.clone();
+    let mut used = 0;
+    for (i, _) in path_segments.iter().enumerate() {
+        let candidate = base.join(path_segments[..=i].join("/"));
+        let file = candidate.with_extension("rs");
+        if file.is_file() {
+            module = file;
+            used = i + 1;
+        } else if candidate.is_dir() {
+            module = candidate;
+            used = i + 1;
+        }
+    }
+    if used == 0 && !skip_first {
+        return None;
+    }
+    let rest: Vec<&&str> = path_segments[used..]
+        .iter()
+        .filter(|s| **s != "tests")
+        .collect();
+    match rest.as_slice() {
+        [] => Some(()),
+        [name] => defines_fn(&module, name).then_some(()),
+        _ => None,
+    }
+}
+
+#[test]
+fn every_invariant_names_what_backs_it() {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let invariants: Vec<&str> = text
+        .split("\n\n")
+        .filter(|p| p.trim_start().starts_with("**Invariant:**"))
+        .collect();
+    assert!(
+        invariants.len() >= 20,
+        "only {} invariants found",
+        invariants.len()
+    );
+    let mut problems = Vec::new();
+    for invariant in &invariants {
+        let references: Vec<&str> = invariant
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|r| {
+                r.contains("::")
+                    && r.chars().all(|c| {
+                        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == ':'
+                    })
+            })
+            .collect();
+        for r in &references {
+            if resolve(r).is_none() {
+                problems.push(format!("{r}: no such module or test"));
+            }
+        }
+        let by_compiler = invariant.contains("Compiler") || invariant.contains("clippy");
+        if references.is_empty() && !by_compiler {
+            let head: String = invariant.chars().take(80).collect();
+            problems.push(format!("backed by nothing: {head}"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "ARCHITECTURE.md's invariants:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_invariant_check_sees_a_missing_test() {
+    assert!(resolve("it::batch_pool::no_such_test_anywhere").is_none());
+    assert!(resolve("consumer::no_such_module").is_none());
+    assert!(resolve("it::architecture::every_invariant_names_what_backs_it").is_some());
+    assert!(resolve("net::codec").is_some());
+}
