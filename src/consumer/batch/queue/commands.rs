@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use libp2p::PeerId;
 
 use super::state::{Action, LiveBatch, Now, QueueCore};
-use super::{BatchError, BatchView, Counts, NewBatch};
+use super::types::{BatchError, BatchView, Counts, NewBatch};
 use crate::consumer::batch::forecast::{BatchShape, RunningShape};
 use crate::consumer::batch::record::{BatchRecord, TaskRecord, TaskState};
 use crate::consumer::batch::runtime::planned_runtime;

@@ -4,11 +4,11 @@
 //! time comes with each tick.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use libp2p::PeerId;
 
 use super::state::{Action, Now, QueueCore};
-use super::{COPY_BELOW, COPY_GAIN, DEADLINE_CHECK_EVERY};
 use crate::consumer::batch::forecast::view_or_guess;
 use crate::consumer::batch::record::TaskState;
 use crate::consumer::batch::runtime::{planned_runtime, PlannedRuntime};
@@ -16,6 +16,14 @@ use crate::consumer::rank;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
 use crate::model::sched::deadline::{p_fresh_copy_in_time, p_running_copy_in_time};
+
+/// How often running tasks of batches with a deadline are looked at.
+const DEADLINE_CHECK_EVERY: Duration = Duration::from_secs(1);
+/// A running task whose chance of meeting its batch's deadline is below
+/// this gets a second copy on another free host...
+const COPY_BELOW: f64 = 0.5;
+/// ...when a fresh copy there has at least this much more chance.
+const COPY_GAIN: f64 = 0.1;
 
 impl QueueCore {
     /// A timer tick: looks at the running tasks of batches with a deadline: a task whose

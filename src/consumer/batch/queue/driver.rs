@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use libp2p::PeerId;
 use rand::SeedableRng;
@@ -21,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use super::files;
 use super::state::{Action, Now, QueueCore};
 use super::trust_store::TrustStore;
-use super::{BatchError, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
+use super::types::{BatchError, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
 use crate::clock::Clock;
 use crate::consumer::batch::forecast::BatchEstimate;
 use crate::consumer::batch::spec;
@@ -29,6 +30,10 @@ use crate::consumer::batch::store::BatchStore;
 use crate::consumer::pool::{JobPool, JobSettings};
 use crate::consumer::Inbox;
 use crate::model::ids::BatchId;
+
+/// How often the consumer actor asks the queue whether to survey (and
+/// ticks its timer).
+pub const TICK: Duration = Duration::from_millis(100);
 
 /// A caller waiting for a batch's copies to its output directory to drain.
 type Waiter = oneshot::Sender<Result<BatchView, BatchError>>;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use libp2p::PeerId;
 
 use super::trust::Landing;
-use super::BatchError;
+use super::types::BatchError;
 use crate::consumer::batch::spec;
 use crate::consumer::batch::verify::{self, Provenance};
 

@@ -9,13 +9,19 @@ use std::time::Duration;
 use libp2p::PeerId;
 
 use super::state::{Action, Launch, Now, QueueCore};
-use super::{IDLE_SURVEY_EVERY, RANKING_FRESH_FOR, SURVEY_GAP};
 use crate::consumer::batch::attempt::AttemptPlan;
 use crate::consumer::batch::policy::TaskNeeds;
 use crate::consumer::batch::record::{TaskCopy, TaskState};
 use crate::consumer::batch::runtime::planned_runtime;
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::model::ids::{BatchId, JobId};
+
+/// Least time between two surveys, so a burst of ends makes one survey.
+const SURVEY_GAP: Duration = Duration::from_millis(200);
+/// How often the queue looks again while tasks wait and nothing happens.
+pub const IDLE_SURVEY_EVERY: Duration = Duration::from_secs(2);
+/// How long a survey's ranking may place tasks on hosts that free up.
+const RANKING_FRESH_FOR: Duration = Duration::from_secs(10);
 
 impl QueueCore {
     /// True when a survey should start at `now` (the driver asks only while

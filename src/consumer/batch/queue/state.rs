@@ -18,7 +18,7 @@ use std::time::Instant;
 use libp2p::PeerId;
 
 use super::trust::{Judge, Trust};
-use super::TaskEvent;
+use super::types::TaskEvent;
 use crate::consumer::batch::attempt::AttemptPlan;
 use crate::consumer::batch::checkpoint::Intervals;
 use crate::consumer::batch::record::{BatchRecord, TaskRecord, TaskState};

@@ -14,7 +14,7 @@ use super::files;
 use super::state::Launch;
 use super::state::TaskParts;
 use super::trust::{Judge, Verdict};
-use super::{BatchError, BatchView, NewBatch, QueueMsg};
+use super::types::{BatchError, BatchView, NewBatch, QueueMsg};
 use crate::consumer::batch::attempt::{self, AttemptEnd, AttemptNews, AttemptPlan};
 use crate::consumer::batch::checkpoint::{self, CheckpointNews};
 use crate::consumer::batch::forecast::{estimate_batch, BatchEstimate, BatchShape};

@@ -10,7 +10,7 @@ use rand::SeedableRng;
 
 use super::state::{Action, Now, QueueCore};
 use super::trust::{Trust, Verdict};
-use super::NewBatch;
+use super::types::NewBatch;
 use crate::consumer::batch::attempt::AttemptEnd;
 use crate::consumer::batch::policy::PolicyName;
 use crate::consumer::batch::record::{TaskCopy, TaskState};
@@ -417,4 +417,125 @@ fn after_a_restart_running_tasks_are_reattached_and_one_with_no_host_is_queued_a
     assert_eq!(launches(&actions), vec![(1, c.peer)]);
     let view = core.view(now, id).unwrap();
     assert_eq!((view.counts.running, view.counts.queued), (2, 1));
+}
+
+#[test]
+fn a_disagreement_asks_for_a_third_copy_and_the_liar_gets_no_more_of_the_batch() {
+    let mut core = core(3);
+    let now = start();
+    let mut new = batch(1);
+    new.verify = VerifySpec {
+        replicas: 2,
+        quorum: 2,
+        ..Default::default()
+    }
+    .checked()
+    .unwrap();
+    let (id, _) = admit(&mut core, now, new);
+    let (a, liar, c) = (host(0.9), host(0.8), host(0.7));
+    let pool = vec![a.clone(), liar.clone(), c.clone()];
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(pool.clone()));
+    assert_eq!(
+        launches(&actions),
+        vec![(0, a.peer), (0, liar.peer)],
+        "two copies, the third host idle"
+    );
+    let _ = core.on_ended(now, id, 0, a.peer, landed(0));
+    let _ = core.on_verdict(
+        now,
+        id,
+        0,
+        Verdict::Judged {
+            copy: Ok(copy_of(a.peer, 1)),
+            agrees_with: Vec::new(),
+        },
+    );
+    let _ = core.on_ended(now, id, 0, liar.peer, landed(0));
+    let actions = core.on_verdict(
+        now,
+        id,
+        0,
+        Verdict::Judged {
+            copy: Ok(copy_of(liar.peer, 2)),
+            agrees_with: Vec::new(),
+        },
+    );
+    assert!(!actions.iter().any(|a| matches!(a, Action::Promote { .. })));
+    assert_eq!(core.task(id, 0).unwrap().state, TaskState::Running);
+    let disputed = core.trust.disputed(id);
+    assert!(disputed.contains(&a.peer.to_base58()) && disputed.contains(&liar.peer.to_base58()));
+
+    // The next survey sends a third copy to the host that has run none.
+    let now = after(now, 1);
+    assert!(core.wants_survey(now), "a task wants another copy");
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(pool));
+    assert_eq!(launches(&actions), vec![(0, c.peer)]);
+    let _ = core.on_ended(now, id, 0, c.peer, landed(0));
+    let actions = core.on_verdict(
+        now,
+        id,
+        0,
+        Verdict::Judged {
+            copy: Ok(copy_of(c.peer, 1)),
+            agrees_with: vec![0],
+        },
+    );
+    let reputation: Vec<(PeerId, bool)> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Reputation { peer, valid } => Some((*peer, *valid)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reputation,
+        vec![(a.peer, true), (liar.peer, false), (c.peer, true)]
+    );
+    let tainted: Vec<PeerId> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Taint { peer, .. } => Some(*peer),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tainted, vec![liar.peer], "written through for a restart");
+    let order: Vec<PeerId> = core
+        .trust
+        .order(id, vec![(a.peer, ()), (liar.peer, ()), (c.peer, ())])
+        .into_iter()
+        .map(|h| h.0)
+        .collect();
+    assert_eq!(order, vec![a.peer, c.peer], "the liar is left out");
+}
+
+#[test]
+fn a_landed_result_is_copied_out_and_waiters_are_answered_when_the_copy_ends() {
+    let mut core = core(3);
+    let now = start();
+    let mut new = batch(1);
+    new.output_dir = Some(PathBuf::from("/out/{batch}"));
+    let (id, _) = admit(&mut core, now, new);
+    let solid = host(1.0);
+    let _ = core.start_survey(now);
+    let _ = core.on_survey(now, Ok(vec![solid.clone()]));
+    assert!(!core.copying_out(id));
+    let actions = core.on_ended(now, id, 0, solid.peer, landed(0));
+    let copy = actions.iter().find_map(|a| match a {
+        Action::CopyOut { from, to, .. } => Some((from.clone(), to.clone())),
+        _ => None,
+    });
+    assert_eq!(
+        copy,
+        Some((
+            core.results_dir(id).join("0"),
+            PathBuf::from(format!("/out/{id}/0"))
+        )),
+        "`{{batch}}` is the batch's id"
+    );
+    assert!(core.copying_out(id), "`batch wait` waits for it");
+    let actions = core.on_copied(now, id, 0, None);
+    assert!(matches!(actions.as_slice(), [Action::CopiesDrained(b)] if *b == id));
+    assert!(!core.copying_out(id));
 }
