@@ -262,6 +262,29 @@ fn network_rows(n: &crate::net::Reachability, rows: &mut Vec<(String, String)>) 
         "peers".into(),
         format!("{direct} direct, {relayed} through a relay only"),
     ));
+    let c = &n.contact;
+    let pool = match c.alone_text(clock_time) {
+        Some(why) => why,
+        None => format!("{} member(s) connected", c.members_connected),
+    };
+    rows.push(("pool contact".into(), pool));
+    if c.peer_book {
+        rows.push((
+            "peer book".into(),
+            format!("{} member(s) remembered", c.remembered),
+        ));
+    }
+}
+
+/// A Unix time as the local clock shows it ("12:03:10").
+pub(crate) fn clock_time(t: i64) -> String {
+    jiff::Timestamp::from_second(t)
+        .map(|ts| {
+            ts.to_zoned(jiff::tz::TimeZone::system())
+                .strftime("%H:%M:%S")
+                .to_string()
+        })
+        .unwrap_or_else(|_| t.to_string())
 }
 
 fn local_time(t: i64) -> String {

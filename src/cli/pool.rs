@@ -58,11 +58,18 @@ pub fn hosts(args: &HostsArgs, global: &Global) -> anyhow::Result<()> {
 
 fn hosts_table(r: &HostsReport) -> String {
     let window = crate::human::duration(r.window_secs);
+    let alone = r
+        .contact
+        .as_ref()
+        .and_then(|c| c.alone_text(crate::cli::control::clock_time));
     if r.hosts.is_empty() {
-        return format!(
-            "pool {}: no other member found yet (mDNS, bootstrap peers and the DHT are searched; try again in a few seconds)\n",
-            r.pool
-        );
+        return match alone {
+            Some(why) => format!("pool {}: no host found: {why}\n", r.pool),
+            None => format!(
+                "pool {}: no other member found yet (mDNS, bootstrap peers and the DHT are searched; try again in a few seconds)\n",
+                r.pool
+            ),
+        };
     }
     let mut out = format!(
         "pool {}, window {window} from now, {} host(s), best first:\n",

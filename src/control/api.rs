@@ -32,6 +32,10 @@ pub struct HostsReport {
     pub window_secs: u64,
     pub mem_mib: u64,
     pub hosts: Vec<HostReport>,
+    /// Whether any member is reachable and what the node is trying; `None`
+    /// from a node without networking (or an older one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contact: Option<crate::net::Contact>,
 }
 
 /// One host of `hosts`: the JSON copy of a [`SurveyedHost`].
@@ -589,6 +593,10 @@ pub struct BatchReport {
     /// once the node has surveyed the pool).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimate: Option<EstimateReport>,
+    /// While no pool member is reachable: since when, and what the node is
+    /// trying (`batch status` says why tasks stay queued).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contact: Option<crate::net::Contact>,
 }
 
 /// `POST /v1/batches/estimate`, and a running batch's in `batch status`:

@@ -227,6 +227,7 @@ pub fn batch_report(v: &BatchView, with_tasks: bool) -> BatchReport {
             .estimate
             .as_ref()
             .map(|e| estimate_report(e, v.record.deadline_unix)),
+        contact: None,
     }
 }
 
@@ -394,6 +395,12 @@ async fn status(State(h): State<ControlHandles>, Path(id): Path<String>) -> Resp
         let view = consumer_of(&h)?.batch_with_estimate(id).await?;
         let mut report = batch_report(&view, true);
         decided_copies(&mut report).await;
+        // Said only while it explains something: no member reachable.
+        report.contact = h
+            .net
+            .as_ref()
+            .map(|n| n.reachability().contact)
+            .filter(|c| c.alone_since.is_some());
         Ok::<_, ApiError>(report)
     };
     match run.await {

@@ -499,6 +499,7 @@ async fn hosts(State(h): State<ControlHandles>, ApiJson(query): ApiJson<HostsQue
                     }
                 })
                 .collect(),
+            contact: h.net.as_ref().map(|n| n.reachability().contact),
         })
         .into_response(),
         Err(e) => ApiError::from(e).into_response(),

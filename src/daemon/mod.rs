@@ -60,6 +60,8 @@ pub enum NodeError {
     Identity(#[from] crate::net::identity::IdentityError),
     #[error("cannot join the pool: {0}")]
     Net(#[from] crate::net::BuildError),
+    #[error(transparent)]
+    PeerBook(#[from] crate::net::peer_book::BookStoreError),
     #[error("cannot open the batch queue: {0}")]
     Consumer(#[from] crate::consumer::ConsumerError),
     #[error(transparent)]

@@ -182,7 +182,14 @@ fn start_net(
     shutdown: &CancellationToken,
 ) -> Result<NetResources, NodeError> {
     let key = crate::net::identity::load_or_create(&paths.data_dir)?;
-    let net_config = pool::net_config(&config.net)?;
+    let mut net_config = pool::net_config(&config.net)?;
+    if config.net.peer_book {
+        let dir = paths.data_dir.join("peers");
+        net_config.peer_book = Some(crate::net::peer_book::BookStore::open(
+            &dir,
+            &config.net.pool,
+        )?);
+    }
     if net_config.mdns {
         tracing::info!("mDNS on: LAN members find this node (turn off with --no-mdns)");
     }

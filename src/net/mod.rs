@@ -18,5 +18,5 @@ pub mod swarm;
 
 pub use event_loop::{start, EventLoop};
 pub use handle::{LocalStatus, Member, NetError, NetEvent, NetHandle, Responder};
-pub use reachability::{NatStatus, Reachability};
+pub use reachability::{Contact, NatStatus, Reachability};
 pub use swarm::{read_swarm_key, BuildError, NetConfig};

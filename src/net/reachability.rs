@@ -164,6 +164,72 @@ pub struct Reachability {
     pub dcutr_last_error: Option<String>,
     /// Connected peers, direct or relayed.
     pub peers: Vec<PeerLink>,
+    /// Whether any pool member is reachable, and what the node does about it.
+    #[serde(default)]
+    pub contact: Contact,
+}
+
+/// Whether the node is in touch with its pool, since when not, and what it is
+/// trying: what `status`, `hosts` and `batch status` say when no host is found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Contact {
+    /// Connected peers that are members of the pool (heard announcing,
+    /// remembered in the peer book, or bootstrap peers).
+    pub members_connected: u32,
+    /// Unix seconds since when no member has been connected; `None` while
+    /// one is.
+    pub alone_since: Option<i64>,
+    /// The peer book is on (`[net] peer_book`).
+    pub peer_book: bool,
+    /// Members remembered in the peer book.
+    pub remembered: u32,
+    /// Remembered members being redialed: dialed now or waiting for their
+    /// next attempt.
+    pub redialing_remembered: u32,
+    /// Bootstrap addresses not connected, being redialed.
+    pub redialing_bootstrap: u32,
+}
+
+impl Contact {
+    /// "no member reachable since 12:03:10; redialing 3 remembered peers and
+    /// 1 bootstrap address", or `None` while a member is connected; `time`
+    /// shows a Unix time to people.
+    pub fn alone_text(&self, time: impl Fn(i64) -> String) -> Option<String> {
+        let since = self.alone_since?;
+        let plural =
+            |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let mut trying = Vec::new();
+        if self.redialing_remembered > 0 {
+            trying.push(plural(
+                self.redialing_remembered,
+                "remembered peer",
+                "remembered peers",
+            ));
+        }
+        if self.redialing_bootstrap > 0 {
+            trying.push(plural(
+                self.redialing_bootstrap,
+                "bootstrap address",
+                "bootstrap addresses",
+            ));
+        }
+        let doing = if trying.is_empty() {
+            let book = if !self.peer_book {
+                "the peer book is off"
+            } else if self.remembered == 0 {
+                "no member remembered"
+            } else {
+                "every remembered member tried"
+            };
+            format!("nothing to redial ({book}, no bootstrap peer); waiting to be found")
+        } else {
+            format!("redialing {}", trying.join(" and "))
+        };
+        Some(format!(
+            "no member reachable since {}; {doing}",
+            time(since)
+        ))
+    }
 }
 
 impl Reachability {
@@ -242,6 +308,33 @@ mod tests {
         assert!(!AddressScope::Lan.usable(&m("/ip4/127.0.0.1/tcp/4610")));
         assert!(AddressScope::Lan.usable(&m("/ip4/192.168.1.5/tcp/4610")));
         assert!(AddressScope::Loopback.usable(&m("/ip4/127.0.0.1/tcp/4610")));
+    }
+
+    #[test]
+    fn contact_says_since_when_no_member_is_reachable_and_what_is_tried() {
+        let time = |t: i64| format!("t{t}");
+        let mut c = Contact {
+            members_connected: 2,
+            peer_book: true,
+            remembered: 5,
+            ..Contact::default()
+        };
+        assert_eq!(c.alone_text(time), None);
+        c.members_connected = 0;
+        c.alone_since = Some(7);
+        c.redialing_remembered = 3;
+        c.redialing_bootstrap = 1;
+        assert_eq!(
+            c.alone_text(time).unwrap(),
+            "no member reachable since t7; redialing 3 remembered peers and 1 bootstrap address"
+        );
+        c.redialing_remembered = 0;
+        c.redialing_bootstrap = 0;
+        c.peer_book = false;
+        assert_eq!(
+            c.alone_text(time).unwrap(),
+            "no member reachable since t7; nothing to redial (the peer book is off, no bootstrap peer); waiting to be found"
+        );
     }
 
     #[test]

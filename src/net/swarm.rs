@@ -66,6 +66,9 @@ pub struct NetConfig {
     pub member_ttl: Duration,
     /// How long the node may take to answer an inbound request before we drop it.
     pub serve_timeout: Duration,
+    /// Where the members we meet are remembered across restarts (`[net]
+    /// peer_book`); `None` remembers nothing.
+    pub peer_book: Option<crate::net::peer_book::BookStore>,
 }
 
 impl NetConfig {
@@ -89,6 +92,7 @@ impl NetConfig {
             announce_interval: Duration::from_secs(30),
             member_ttl: Duration::from_secs(95),
             serve_timeout: Duration::from_secs(15),
+            peer_book: None,
         }
     }
 

@@ -189,6 +189,9 @@ pub struct NetSection {
     #[serde(rename = "announce_secs", with = "secs")]
     pub announce_interval: Duration,
     pub max_retries: u32,
+    /// Remember the members met (in the data dir's `peers/`) and redial them
+    /// at start and when connections are few.
+    pub peer_book: bool,
 }
 
 impl Default for NetSection {
@@ -215,6 +218,7 @@ impl Default for NetSection {
             request_timeout: Duration::from_secs(10),
             announce_interval: Duration::from_secs(30),
             max_retries: 3,
+            peer_book: true,
         }
     }
 }
@@ -312,6 +316,7 @@ pub const KEY_DOCS: &[(&str, &str, &str)] = &[
     ("net", "request_timeout_secs", "How long a query or job request to a peer may take before it counts as failed."),
     ("net", "announce_secs", "How often this node announces itself on the pool's gossipsub topic (also on every state change)."),
     ("net", "max_retries", "How many times `gleaner submit` resubmits a job elsewhere after its host killed it, left or revoked it."),
+    ("net", "peer_book", "Remember the pool members this node meets (peer id, addresses that worked, last seen; at most 10,000, in the data dir's peers/) and redial the most recently seen at start and whenever it has fewer than 4 connections, so it finds its pool again when its bootstrap peers are gone."),
     ("ui", "listen", "Address (loopback IP:PORT) of the web dashboard; the node prints its URL with the access token at start. A busy port falls back to a free one. Empty turns the dashboard off."),
 ];
 

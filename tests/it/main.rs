@@ -53,6 +53,7 @@ mod node_in_process;
 mod node_policy;
 mod owner_rules;
 mod package;
+mod peer_book;
 mod pool_nodes;
 mod store;
 mod throttle;

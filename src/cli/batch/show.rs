@@ -78,6 +78,13 @@ pub(super) fn status_text(r: &BatchReport) -> String {
             .unwrap_or_default(),
         counts_text(&r.counts)
     );
+    if let Some(why) = r
+        .contact
+        .as_ref()
+        .and_then(|c| c.alone_text(crate::cli::control::clock_time))
+    {
+        text.push_str(&format!("no host reachable: {why}\n"));
+    }
     if let Some(eta) = r.eta_unix {
         text.push_str(&format!("expected end at this pace: {}\n", unix_text(eta)));
     }

@@ -154,6 +154,7 @@ impl EventLoop {
             r.peers = peers;
             r.settle_nat(relay_server);
         });
+        self.refresh_contact();
     }
 
     pub(super) fn dial_bootstrap(&mut self) {

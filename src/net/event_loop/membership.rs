@@ -80,6 +80,13 @@ impl EventLoop {
                 .kad
                 .add_address(&source, addr.clone());
         }
+        let usable: Vec<Multiaddr> = member
+            .addresses
+            .iter()
+            .filter(|a| self.scope.usable(a))
+            .cloned()
+            .collect();
+        self.remember_member(source, &usable);
         self.members.insert(source, member.clone());
         self.notify(NetEvent::MemberAnnounced(member));
         MessageAcceptance::Accept

@@ -12,11 +12,13 @@
 //! This file holds the loop itself (start, the select, the commands, the
 //! Swarm's and the behaviours' events dispatched); its children hold the
 //! handling by concern: `connectivity` (bootstrap, relays, NAT), `membership`
-//! (announcements, members, the DHT record) and `requests` (the request
+//! (announcements, members, the DHT record), `remembered` (the peer book:
+//! members recorded, written and redialed) and `requests` (the request
 //! protocols and the allowlist).
 
 mod connectivity;
 mod membership;
+mod remembered;
 mod requests;
 
 use std::collections::{HashMap, HashSet};
@@ -46,6 +48,7 @@ use crate::net::swarm::{
 };
 
 use connectivity::{Timer, RELAYED_GRACE};
+use remembered::{Remembered, REDIAL_TICK};
 use requests::{Served, ServingFuture};
 
 /// The circuit relay v2 protocol a relay offers (identify lists it).
@@ -92,6 +95,10 @@ pub fn start(
         .iter()
         .filter_map(|a| Some((peer_of(a)?, a.clone())))
         .collect();
+    let remembered = cfg
+        .peer_book
+        .clone()
+        .map(|store| Remembered::open(store, scope));
     let mut event_loop = EventLoop {
         swarm,
         cfg,
@@ -116,6 +123,7 @@ pub fn start(
         retrying: HashSet::new(),
         timers: FuturesUnordered::new(),
         links: HashMap::new(),
+        remembered,
     };
     event_loop.dial_bootstrap();
     Ok((
@@ -141,6 +149,8 @@ enum LoopEvent {
     Served(Served),
     AnnounceTick,
     ExpireTick,
+    /// Time to look at the connections and redial remembered members.
+    RedialTick,
     /// A wait is over: another attempt at a lost peer, or dropping relayed connections.
     Timer(Timer),
     Stop,
@@ -181,6 +191,8 @@ pub struct EventLoop {
     timers: FuturesUnordered<futures::future::BoxFuture<'static, Timer>>,
     /// Open connections per peer, and whether each goes through a relay.
     links: HashMap<PeerId, HashMap<ConnectionId, bool>>,
+    /// The peer book and its redialer; `None` when `[net] peer_book` is off.
+    remembered: Option<Remembered>,
 }
 
 impl EventLoop {
@@ -188,6 +200,8 @@ impl EventLoop {
     pub async fn run(mut self) {
         let mut announce = tokio::time::interval(self.cfg.announce_interval);
         let mut expire = tokio::time::interval(self.cfg.member_ttl / 4);
+        let mut redial = tokio::time::interval(REDIAL_TICK);
+        redial.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let event = tokio::select! {
                 () = self.cancel.cancelled() => LoopEvent::Stop,
@@ -200,6 +214,7 @@ impl EventLoop {
                 Some(timer) = self.timers.next(), if !self.timers.is_empty() => LoopEvent::Timer(timer),
                 _ = announce.tick() => LoopEvent::AnnounceTick,
                 _ = expire.tick() => LoopEvent::ExpireTick,
+                _ = redial.tick() => LoopEvent::RedialTick,
             };
             match event {
                 LoopEvent::Stop => break,
@@ -208,10 +223,13 @@ impl EventLoop {
                 LoopEvent::Served(s) => self.on_served(s),
                 LoopEvent::AnnounceTick => self.publish_announcement(),
                 LoopEvent::ExpireTick => self.expire_members(),
+                LoopEvent::RedialTick => self.on_redial_tick(),
                 LoopEvent::Timer(Timer::Retry(peer)) => self.retry(peer),
                 LoopEvent::Timer(Timer::DropRelayed(peer)) => self.drop_relayed(peer),
             }
         }
+        // What the book learnt since its last write is not lost to a clean stop.
+        self.write_book(true);
         tracing::debug!("network loop stopped");
     }
 
@@ -344,12 +362,15 @@ impl EventLoop {
                     self.backoff.remove(&peer_id);
                 }
                 if let ConnectedPoint::Dialer { address, .. } = endpoint {
+                    self.remember_connection(peer_id, Some(&address));
                     if self.scope.usable(&address) {
                         self.swarm
                             .behaviour_mut()
                             .kad
                             .add_address(&peer_id, address);
                     }
+                } else {
+                    self.remember_connection(peer_id, None);
                 }
                 self.refresh_reach();
             }
@@ -366,6 +387,7 @@ impl EventLoop {
                     }
                 }
                 if num_established == 0 {
+                    self.remember_closed(peer_id);
                     self.schedule_retry(peer_id);
                 }
                 self.refresh_reach();
@@ -380,6 +402,7 @@ impl EventLoop {
                     let _ = reply.send(Err(NetError::Dial(error.to_string())));
                 }
                 if let Some(peer) = peer_id.filter(|p| !self.swarm.is_connected(p)) {
+                    self.remember_dial_failed(peer);
                     self.schedule_retry(peer);
                 }
             }
