@@ -6,9 +6,12 @@
 //!
 //! The modules share one process now, where each had its own before; what
 //! that changes, and how each case keeps its tests independent:
-//! - libtest still runs two tests at a time on two cores (one a core), as it
-//!   did within each old binary; binaries ran one after another, so the load a
-//!   test meets is the same.
+//! - libtest runs one test a core at a time, as it did within each old
+//!   binary (binaries ran one after another): as many tests run at once as
+//!   before, but a test may now run beside one from another module. In the
+//!   first full run here (2 cores, load 10 from other builds) no failure came
+//!   from that pairing: each also failed in the old per-file binaries or
+//!   passed when re-run beside the same neighbours.
 //! - `getrusage(RUSAGE_CHILDREN)` sums every child any test has reaped, so a
 //!   test that measures its own child's CPU or memory reaps that child with
 //!   `wait4` and reads the child's own usage ([`reap_with_usage`]).
