@@ -232,7 +232,7 @@ async fn predict(
         days: query.days,
         step_secs: query.step_secs,
     };
-    json_result(h.host.predict(query).await)
+    json_result(h.host.reader().predict(query).await)
 }
 
 /// `GET /v1/history/export`: the history as a trace, streamed as the node

@@ -373,10 +373,10 @@ impl PoolHost {
             return;
         }
         let fallback_state = WireState::from(snapshot.state.unwrap_or(State::S1));
-        let host = self.parts.host.clone();
+        let reader = self.parts.host.reader().clone();
         self.parts.tracker.spawn(async move {
-            let answer = match host
-                .forecast(q.window_start_unix, q.length_secs, q.memory_mib)
+            let answer = match reader
+                .reliability(q.window_start_unix, q.length_secs, q.memory_mib)
                 .await
             {
                 Ok(a) => {

@@ -432,7 +432,11 @@ async fn curves(h: &HostHandle) -> Curves {
             (
                 i,
                 hours,
-                h.predict(q).await.map(|r| r.tr).map_err(|e| e.to_string()),
+                h.reader()
+                    .predict(q)
+                    .await
+                    .map(|r| r.tr)
+                    .map_err(|e| e.to_string()),
             )
         })
         .buffered(CURVE_CONCURRENCY)
@@ -492,7 +496,7 @@ async fn week_page(State(s): State<Shared>) -> Response {
         "<h1>A week of availability</h1><p>Share of the time the host could run a guest (S1 or S2), by weekday and hour, over the last {} weeks of its history.</p>",
         week::WEEKS
     );
-    match s.handles.host.history().await {
+    match s.handles.host.reader().history().await {
         Ok(view) => {
             let task = s.handles.tracker.spawn_blocking(move || {
                 week::availability(&view.series, view.thresholds, view.now)

@@ -1,0 +1,173 @@
+//! [`HostReader`]: the host's read-only queries — `predict` through the node,
+//! a peer's reliability question, the history for the dashboard — answered
+//! on the blocking pool from the caches the loop shares (the series, the
+//! peers' answers), never through the loop's command channel: a solve of
+//! tens of milliseconds must not queue behind the loop, nor the loop behind it.
+//!
+//! The loop owns the series cache and keeps it honest (it drops what was
+//! built when the history changes in bulk, through
+//! [`HostReader::invalidate`]); a reader only borrows it, so a handle kept
+//! after the node stopped holds no store open. This module must not know
+//! the loop's state, its commands, HTTP (`control`) nor the wire (`net`).
+
+use super::messages::{HistoryView, PredictQuery};
+use super::series::SeriesCache;
+use super::HostError;
+use crate::clock::Clock;
+use crate::model::predict::PredictRequest;
+use crate::node::answer::{AnswerCache, HostAnswer};
+use crate::node::config::Config;
+use crate::report::{predict_report, PredictReport, ReportRequest};
+use std::sync::{Arc, Weak};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// The cloneable way to the host's read-only queries.
+#[derive(Clone)]
+pub struct HostReader {
+    /// The loop's series cache (and through it the store): gone once the
+    /// loop has ended.
+    series: Weak<SeriesCache>,
+    /// Peers' reliability answers, reused for a minute.
+    answers: AnswerCache,
+    /// The node's thresholds and history days, as the loop has them.
+    config: Arc<Config>,
+    clock: Arc<dyn Clock>,
+    /// Owns the blocking solves, so shutdown waits for them.
+    tracker: TaskTracker,
+    /// Cancelled when the loop stops: queries are then refused as they were
+    /// through the loop's channel, with [`HostError::Unavailable`].
+    closed: CancellationToken,
+}
+
+impl std::fmt::Debug for HostReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostReader")
+            .field("open", &self.open().is_ok())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostReader {
+    pub(super) fn new(
+        series: Weak<SeriesCache>,
+        config: Arc<Config>,
+        clock: Arc<dyn Clock>,
+        tracker: TaskTracker,
+        closed: CancellationToken,
+    ) -> HostReader {
+        HostReader {
+            series,
+            answers: AnswerCache::default(),
+            config,
+            clock,
+            tracker,
+            closed,
+        }
+    }
+
+    /// The full prediction report for `gleaner predict` through the node.
+    pub async fn predict(&self, query: PredictQuery) -> Result<PredictReport, HostError> {
+        let cache = self.open()?;
+        let now = self.clock.unix_secs();
+        let at = query.at.unwrap_or(now);
+        let mut window = self.predict_request(at, query.window_secs, query.mem_mib);
+        if let Some(days) = query.days {
+            window.days = days;
+        }
+        window.step_secs = query.step_secs.or(window.step_secs);
+        let request = ReportRequest::with_method(window, query.method);
+        self.blocking(move || {
+            let series = cache.get(now)?;
+            predict_report(&series, cache.host_name(), &request)
+                .map_err(|e| HostError::Invalid(format!("cannot predict: {e}")))
+        })
+        .await
+    }
+
+    /// A peer's reliability question: the TR of a job of `mem_mib` over
+    /// `window_secs` from `at`, with the TR curve, the predicted
+    /// availability and the past week's spells (`node::answer`). Reused for
+    /// a minute per window, length and memory.
+    pub async fn reliability(
+        &self,
+        at: i64,
+        window_secs: u64,
+        mem_mib: u64,
+    ) -> Result<HostAnswer, HostError> {
+        let cache = self.open()?;
+        let key = AnswerCache::key(at, window_secs, mem_mib);
+        if let Some(answer) = self.answers.get(key) {
+            return Ok(answer);
+        }
+        let now = self.clock.unix_secs();
+        let answers = self.answers.clone();
+        let request = ReportRequest::new(self.predict_request(at, window_secs, mem_mib));
+        self.blocking(move || {
+            let series = cache.get(now)?;
+            let answer = answers
+                .answer(&series, &request)
+                .map_err(|e| HostError::Invalid(e.to_string()))?;
+            answers.put(key, answer.clone());
+            Ok(answer)
+        })
+        .await
+    }
+
+    /// The history as the predictors see it (the cached series), with the
+    /// node's thresholds, for the dashboard's week of availability.
+    pub async fn history(&self) -> Result<HistoryView, HostError> {
+        let cache = self.open()?;
+        let now = self.clock.unix_secs();
+        let thresholds = self.config.thresholds(0);
+        self.blocking(move || {
+            Ok(HistoryView {
+                series: cache.get(now)?,
+                thresholds,
+                now,
+            })
+        })
+        .await
+    }
+
+    /// A prediction of a window for a job of `mem_mib`, with the node's
+    /// thresholds and history days.
+    pub(super) fn predict_request(
+        &self,
+        at: i64,
+        window_secs: u64,
+        mem_mib: u64,
+    ) -> PredictRequest {
+        let mut request = PredictRequest::new(at, window_secs, self.config.thresholds(mem_mib));
+        request.days = self.config.history.days;
+        request
+    }
+
+    /// Drops what was computed from the history: it changed in bulk.
+    pub(super) fn invalidate(&self) {
+        if let Some(series) = self.series.upgrade() {
+            series.invalidate();
+        }
+        self.answers.clear();
+    }
+
+    /// The series cache while the loop runs.
+    fn open(&self) -> Result<Arc<SeriesCache>, HostError> {
+        if self.closed.is_cancelled() {
+            return Err(HostError::Unavailable);
+        }
+        self.series.upgrade().ok_or(HostError::Unavailable)
+    }
+
+    /// Runs `work` on the blocking pool (a solve can take tens of
+    /// milliseconds for long windows; decoding the history, most of a second).
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, HostError> + Send + 'static,
+    ) -> Result<T, HostError> {
+        self.tracker
+            .spawn_blocking(work)
+            .await
+            .map_err(|e| HostError::Internal(format!("the query task failed: {e}")))?
+    }
+}

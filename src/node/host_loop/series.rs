@@ -1,0 +1,160 @@
+//! The history as a series for predictions, built off the loop: the first
+//! blocking task that needs a fresh one decodes the store (others wait for
+//! it and share the result), and the loop only bumps a generation to drop
+//! it, never waiting for the lock. Decoding half a million rows takes a
+//! good part of a second; on the loop it stalled every request. `status`'s
+//! predictions are kept beside it the same way.
+//!
+//! This module must not know the loop, its commands nor who asks: it is
+//! shared by the loop (`status`, invalidation) and the [`super::HostReader`].
+
+use super::{HostError, STATUS_WINDOWS_SECS};
+use crate::history::store::BulkHistory;
+use crate::model::series::HostSeries;
+use crate::report::{forecast, ReportRequest};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// How stale the cached history may be when predicting: a prediction learns
+/// from whole past days, so a minute of missing samples changes nothing.
+const SERIES_CACHE_SECS: i64 = 60;
+
+/// TR for each of [`STATUS_WINDOWS_SECS`], or why there is none.
+pub(super) type StatusPredictions = Vec<(u64, Result<f64, String>)>;
+
+pub(super) struct SeriesCache {
+    bulk: BulkHistory,
+    /// Bumped when the history changes in bulk (import, retention).
+    generation: AtomicU64,
+    /// The generation and time a series was built at, and the series.
+    slot: Mutex<Option<(u64, i64, Arc<HostSeries>)>>,
+    /// `status`'s predictions, with the generation and time they were made
+    /// at; the loop only copies them out (the lock is never held long).
+    status_slot: Mutex<Option<(u64, i64, StatusPredictions)>>,
+    /// A background refresh of `status_slot` is under way.
+    refreshing: AtomicBool,
+}
+
+/// Whether something made at `made` (Unix seconds) from history generation
+/// `made_gen` may still be used at `now`: same history, under a minute old
+/// (and not from the future, should the clock step back).
+fn fresh(made_gen: u64, made: i64, generation: u64, now: i64) -> bool {
+    made_gen == generation && (0..SERIES_CACHE_SECS).contains(&now.saturating_sub(made))
+}
+
+impl SeriesCache {
+    pub(super) fn new(bulk: BulkHistory) -> SeriesCache {
+        SeriesCache {
+            bulk,
+            generation: AtomicU64::new(0),
+            slot: Mutex::new(None),
+            status_slot: Mutex::new(None),
+            refreshing: AtomicBool::new(false),
+        }
+    }
+
+    /// The host's name in the store, for reports.
+    pub(super) fn host_name(&self) -> Option<String> {
+        self.bulk.meta().host.clone()
+    }
+
+    /// Drops what was built from the history before a bulk change.
+    pub(super) fn invalidate(&self) {
+        self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The last predictions for `status`, and whether they are fresh
+    /// (same history, less than `SERIES_CACHE_SECS` old). Never waits long.
+    pub(super) fn status_predictions(&self, now: i64) -> (Option<StatusPredictions>, bool) {
+        let slot = self
+            .status_slot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match slot.as_ref() {
+            Some((generation, made, predictions)) => {
+                let fresh = fresh(
+                    *generation,
+                    *made,
+                    self.generation.load(Ordering::Relaxed),
+                    now,
+                );
+                (Some(predictions.clone()), fresh)
+            }
+            None => (None, false),
+        }
+    }
+
+    /// Claims the one background refresh of `status`'s predictions: true
+    /// when the caller should run it (and then call [`Self::refreshed`]).
+    pub(super) fn start_refresh(&self) -> bool {
+        !self.refreshing.swap(true, Ordering::AcqRel)
+    }
+
+    /// The background refresh has finished.
+    pub(super) fn refreshed(&self) {
+        self.refreshing.store(false, Ordering::Release);
+    }
+
+    /// Computes `status`'s predictions at `now` and keeps them. Blocking.
+    pub(super) fn refresh_status_predictions(
+        &self,
+        now: i64,
+        requests: &[ReportRequest],
+    ) -> StatusPredictions {
+        let generation = self.generation.load(Ordering::Relaxed);
+        let predictions: StatusPredictions = match self.get(now) {
+            Ok(series) => requests
+                .iter()
+                .map(|r| {
+                    let tr = forecast(&series, r)
+                        .map(|f| f.tr)
+                        .map_err(|e| e.to_string());
+                    (r.window.window_secs, tr)
+                })
+                .collect(),
+            Err(e) => STATUS_WINDOWS_SECS
+                .iter()
+                .map(|&w| (w, Err(e.to_string())))
+                .collect(),
+        };
+        *self
+            .status_slot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((generation, now, predictions.clone()));
+        predictions
+    }
+
+    /// The series, rebuilt when older than `SERIES_CACHE_SECS` at `now` or
+    /// dropped since. Blocking: call from the blocking pool only.
+    pub(super) fn get(&self, now: i64) -> Result<Arc<HostSeries>, HostError> {
+        let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        let generation = self.generation.load(Ordering::Relaxed);
+        if let Some((built_gen, built, series)) = slot.as_ref() {
+            if fresh(*built_gen, *built, generation, now) {
+                return Ok(series.clone());
+            }
+        }
+        let series = Arc::new(
+            self.bulk
+                .series()
+                .map_err(|e| HostError::Internal(e.to_string()))?,
+        );
+        *slot = Some((generation, now, series.clone()));
+        Ok(series)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_series_lasts_a_minute_of_the_same_history() {
+        assert!(fresh(3, 1000, 3, 1000));
+        assert!(fresh(3, 1000, 3, 1000 + SERIES_CACHE_SECS - 1));
+        assert!(!fresh(3, 1000, 3, 1000 + SERIES_CACHE_SECS), "a minute old");
+        assert!(!fresh(3, 1000, 4, 1001), "the history changed in bulk");
+        assert!(!fresh(3, 1000, 3, 999), "the clock stepped back");
+        assert!(!fresh(0, i64::MAX, 0, i64::MIN), "no overflow");
+    }
+}
