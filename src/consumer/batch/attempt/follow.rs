@@ -1,96 +1,21 @@
-//! One attempt of one task on one host: hand it over, follow it, and land its
-//! results (stdout, stderr, exit status, declared outputs) in the task's
-//! result directory, whole or not at all.
-//!
-//! Results are written under a temporary name and renamed into place once
-//! every file is complete, so a reader (or a restart) never sees half a
-//! result, and landing the same task again replaces it: a task's results are
-//! in its directory exactly once.
-//!
-//! An attempt follows its job by the host's events and, between them, by
-//! asking the host how the job stands (`JobRequest::Query`): a consumer that
-//! restarted, or lost an event, still learns how the job ended.
+//! Following one attempt: hand the job to its host, follow it by the host's
+//! events and, between them, by asking how it stands (`JobRequest::Query`),
+//! fetch each checkpoint it announces, and land its results (stdout,
+//! stderr, exit status, declared outputs) in the task's result directory
+//! under a temporary name renamed into place once whole.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use libp2p::PeerId;
-use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::pool::{input_allowance, JobPool, JobSettings};
+use super::fetch::{fetch_checkpoint, fetch_to_file, replace_dir};
+use super::types::{event_text, AttemptEnd, AttemptNews, AttemptPlan};
+use crate::consumer::pool::{input_allowance, JobPool};
 use crate::consumer::Inbox;
-use crate::model::ids::JobId;
 use crate::net::protocol::{
     GuestUsage, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
-    RemoteJobState, OUTPUT_CHUNK_MAX,
+    RemoteJobState,
 };
-
-/// How an attempt ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum AttemptEnd {
-    /// The job ran to its end and its results landed in the task's
-    /// directory; `missing` names the declared outputs it did not write
-    /// (the task's fault, not the host's: another host would do the same).
-    Landed {
-        exit_status: i32,
-        /// From the hand-over to the results landed, as the consumer saw it.
-        wall_secs: f64,
-        /// What the guest used, as its host measured it, when it said.
-        usage: Option<GuestUsage>,
-        missing: Vec<String>,
-    },
-    /// The host refused the job before running it. `lasting` when it would
-    /// refuse this task again (not allowed, too big, malformed), as opposed
-    /// to for now (busy, in a failure state, unreachable).
-    Refused { reason: String, lasting: bool },
-    /// The job did not end well on this host (killed by the owner's load,
-    /// host gone, a corrupt or missing output); another host may do better.
-    HostFailed(String),
-    /// The job itself is at fault (over its declared memory): another host
-    /// would do the same.
-    JobFailed(String),
-    /// The attempt was cancelled (`batch cancel` or the node stopping).
-    Cancelled,
-}
-
-/// What an attempt needs besides the pool.
-#[derive(Debug, Clone)]
-pub struct AttemptPlan {
-    pub host: PeerId,
-    pub job_id: JobId,
-    pub outputs: Vec<String>,
-    /// The task's result directory (`…/results/<task>`); it is replaced.
-    pub result_dir: PathBuf,
-    /// The job's wall-time limit on the host.
-    pub limit: Duration,
-    pub settings: JobSettings,
-    /// Where the task's latest checkpoint is kept, when it checkpoints: each
-    /// snapshot its host reports is fetched there.
-    pub checkpoint_dest: Option<PathBuf>,
-    /// `Some(task)` when this landing is the task's result as it comes (no
-    /// verification): `land` writes its `provenance.json` (this host, its
-    /// digest) before the result appears. A verified copy's provenance is
-    /// written when a quorum accepts it (`replicas`).
-    pub provenance_task: Option<u32>,
-}
-
-/// What an attempt tells its queue while it runs.
-#[derive(Debug, Clone, PartialEq)]
-pub enum AttemptNews {
-    /// The host has taken the job.
-    Accepted,
-    /// The host reported an event of the job (inputs ready, started,
-    /// reniced, suspended...).
-    HostEvent(JobEventKind),
-    /// A checkpoint the host reported was fetched and verified into the
-    /// plan's `checkpoint_dest`, in `fetch_secs`.
-    Checkpoint {
-        size: u64,
-        hash: [u8; 32],
-        fetch_secs: f64,
-    },
-}
 
 /// Fetches the checkpoint a `Checkpointed` event announces, when the task
 /// keeps checkpoints; a failed fetch is logged and the job goes on (the
@@ -115,60 +40,6 @@ async fn take_checkpoint<P: JobPool>(
             tracing::info!(job = %plan.job_id, host = %plan.host, error = %e, "checkpoint not fetched")
         }
     }
-}
-
-/// Fetches the host's snapshot of the job's checkpoint into `dest` (through
-/// a temporary file beside it), and keeps it only when it matches the `hash`
-/// and `size` the host reported in its `Checkpointed` event. Returns the
-/// seconds the fetch took.
-pub async fn fetch_checkpoint<P: JobPool>(
-    pool: &P,
-    plan: &AttemptPlan,
-    dest: &Path,
-    size: u64,
-    hash: [u8; 32],
-) -> Result<f64, String> {
-    let started = tokio::time::Instant::now();
-    let dir = dest.parent().ok_or("the checkpoint path has no parent")?;
-    tokio::fs::create_dir_all(dir)
-        .await
-        .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-    let name = dest
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or("the checkpoint path has no name")?;
-    let tmp = dir.join(format!(".{name}.{}.part", plan.job_id));
-    let result = async {
-        let found = fetch_to_file(pool, plan, OutputName::Checkpoint, &tmp).await?;
-        if !found {
-            return Err("the host has no checkpoint".to_string());
-        }
-        // Hashed as it streams from disk: a checkpoint is never whole in memory.
-        let path = tmp.clone();
-        let (got_size, got_hash) = tokio::task::spawn_blocking(move || {
-            let file = std::fs::File::open(&path)?;
-            let size = file.metadata()?.len();
-            let mut hasher = blake3::Hasher::new();
-            hasher.update_reader(file)?;
-            Ok::<_, std::io::Error>((size, *hasher.finalize().as_bytes()))
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
-        // A newer snapshot may have replaced the one the event named: it is
-        // not the one announced, so it waits for its own event.
-        if got_size != size || got_hash != hash {
-            return Err("does not match the hash its host announced; discarded".to_string());
-        }
-        tokio::fs::rename(&tmp, dest)
-            .await
-            .map_err(|e| format!("cannot rename into {}: {e}", dest.display()))
-    }
-    .await;
-    if result.is_err() {
-        let _ = tokio::fs::remove_file(&tmp).await;
-    }
-    result.map(|()| started.elapsed().as_secs_f64())
 }
 
 /// Hands `submit` to the plan's host and follows it, telling `news` what
@@ -332,40 +203,6 @@ async fn follow<P: JobPool>(
     }
 }
 
-/// A host's job event as people read it (`batch wait`, `submit`).
-pub fn event_text(kind: &JobEventKind) -> String {
-    match kind {
-        JobEventKind::Started => "started".to_string(),
-        JobEventKind::Reniced => "reniced to 19 (the owner is busy)".to_string(),
-        JobEventKind::Suspended => "suspended (owner load spike)".to_string(),
-        JobEventKind::Resumed => "resumed".to_string(),
-        JobEventKind::Killed { cause, .. } => match cause {
-            Some(state) => format!(
-                "killed by the host ({})",
-                crate::model::state::State::from(*state).label()
-            ),
-            None => "killed by the host (wall-time limit)".to_string(),
-        },
-        JobEventKind::Finished { exit_status, .. } => {
-            format!("finished with status {exit_status}")
-        }
-        JobEventKind::Checkpointed { size, .. } => {
-            format!("checkpoint taken on the host ({size} bytes)")
-        }
-        JobEventKind::CheckpointRefused { reason } => format!("checkpoint refused: {reason}"),
-        JobEventKind::KilledOverMemory => {
-            "killed by the host: over its declared memory".to_string()
-        }
-        JobEventKind::InputsReady {
-            fetched_bytes,
-            cached_bytes,
-        } => format!(
-            "inputs ready: {fetched_bytes} bytes fetched, {cached_bytes} bytes from the host's cache"
-        ),
-        JobEventKind::NotStarted { reason } => format!("not started: {reason}"),
-    }
-}
-
 /// `Some(Ok(status))` when the job finished, `Some(Err(..))` when the host
 /// ended it, `None` while it runs.
 fn ending(kind: &JobEventKind) -> Option<Result<(i32, Option<GuestUsage>), AttemptEnd>> {
@@ -454,92 +291,4 @@ async fn land<P: JobPool>(
         let _ = tokio::fs::remove_dir_all(&tmp).await;
     }
     landed
-}
-
-/// Renames `from` onto `to`, replacing what an earlier landing left there.
-pub async fn replace_dir(from: &Path, to: &Path) -> Result<(), String> {
-    if tokio::fs::metadata(to).await.is_ok() {
-        tokio::fs::remove_dir_all(to)
-            .await
-            .map_err(|e| format!("cannot replace {}: {e}", to.display()))?;
-    }
-    tokio::fs::rename(from, to)
-        .await
-        .map_err(|e| format!("cannot rename into {}: {e}", to.display()))
-}
-
-/// Fetches one output into `path`, checked against its host's hash.
-/// `Ok(false)` when the host says the job wrote no such file.
-pub(crate) async fn fetch_to_file<P: JobPool>(
-    pool: &P,
-    plan: &AttemptPlan,
-    name: OutputName,
-    path: &Path,
-) -> Result<bool, String> {
-    if let Some(dir) = path.parent() {
-        tokio::fs::create_dir_all(dir)
-            .await
-            .map_err(|e| e.to_string())?;
-    }
-    let mut file = tokio::fs::File::create(path)
-        .await
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    let mut offset = 0u64;
-    let mut hasher = blake3::Hasher::new();
-    let mut reported: Option<[u8; 32]> = None;
-    loop {
-        let request = JobRequest::Fetch {
-            job_id: plan.job_id.to_string(),
-            name: name.clone(),
-            offset,
-            len: OUTPUT_CHUNK_MAX,
-        };
-        let (data, total_len) = match pool.request(plan.host, request).await {
-            Ok(JobResponse::Chunk {
-                data,
-                total_len,
-                hash,
-            }) => {
-                if offset == 0 {
-                    reported = hash;
-                }
-                (data, total_len)
-            }
-            Ok(JobResponse::NotFound) if offset == 0 => {
-                drop(file);
-                let _ = tokio::fs::remove_file(path).await;
-                return Ok(false);
-            }
-            Ok(JobResponse::NotFound) => return Err("the output went away while fetched".into()),
-            Ok(other) => return Err(format!("unexpected answer {other:?}")),
-            Err(e) => return Err(e.to_string()),
-        };
-        if total_len > plan.settings.max_output_bytes {
-            return Err(format!(
-                "{total_len} bytes is over the cap of {} bytes",
-                plan.settings.max_output_bytes
-            ));
-        }
-        if data.len() as u64 > u64::from(OUTPUT_CHUNK_MAX) || offset + data.len() as u64 > total_len
-        {
-            return Err("the host sent more than it announced".into());
-        }
-        file.write_all(&data).await.map_err(|e| e.to_string())?;
-        hasher.update(&data);
-        offset += data.len() as u64;
-        if data.is_empty() || offset >= total_len {
-            if offset != total_len {
-                return Err(format!("the host sent {offset} of {total_len} bytes"));
-            }
-            // Checked before the results are renamed into place: a
-            // corrupted output fails the attempt and never lands.
-            if reported != Some(*hasher.finalize().as_bytes()) {
-                return Err("does not match the hash its host reported; discarded".into());
-            }
-            break;
-        }
-    }
-    file.flush().await.map_err(|e| e.to_string())?;
-    file.sync_all().await.map_err(|e| e.to_string())?;
-    Ok(true)
 }

@@ -1,0 +1,112 @@
+//! An attempt as values: the plan it follows, what it tells its queue while
+//! it runs, how it ended, and a host's job event as people read it. The
+//! queue's core reads and writes these; nothing here does I/O.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use libp2p::PeerId;
+
+use crate::consumer::pool::JobSettings;
+use crate::model::ids::JobId;
+use crate::net::protocol::{GuestUsage, JobEventKind};
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptEnd {
+    /// The job ran to its end and its results landed in the task's
+    /// directory; `missing` names the declared outputs it did not write
+    /// (the task's fault, not the host's: another host would do the same).
+    Landed {
+        exit_status: i32,
+        /// From the hand-over to the results landed, as the consumer saw it.
+        wall_secs: f64,
+        /// What the guest used, as its host measured it, when it said.
+        usage: Option<GuestUsage>,
+        missing: Vec<String>,
+    },
+    /// The host refused the job before running it. `lasting` when it would
+    /// refuse this task again (not allowed, too big, malformed), as opposed
+    /// to for now (busy, in a failure state, unreachable).
+    Refused { reason: String, lasting: bool },
+    /// The job did not end well on this host (killed by the owner's load,
+    /// host gone, a corrupt or missing output); another host may do better.
+    HostFailed(String),
+    /// The job itself is at fault (over its declared memory): another host
+    /// would do the same.
+    JobFailed(String),
+    /// The attempt was cancelled (`batch cancel` or the node stopping).
+    Cancelled,
+}
+
+/// What an attempt needs besides the pool.
+#[derive(Debug, Clone)]
+pub struct AttemptPlan {
+    pub host: PeerId,
+    pub job_id: JobId,
+    pub outputs: Vec<String>,
+    /// The task's result directory (`…/results/<task>`); it is replaced.
+    pub result_dir: PathBuf,
+    /// The job's wall-time limit on the host.
+    pub limit: Duration,
+    pub settings: JobSettings,
+    /// Where the task's latest checkpoint is kept, when it checkpoints: each
+    /// snapshot its host reports is fetched there.
+    pub checkpoint_dest: Option<PathBuf>,
+    /// `Some(task)` when this landing is the task's result as it comes (no
+    /// verification): `land` writes its `provenance.json` (this host, its
+    /// digest) before the result appears. A verified copy's provenance is
+    /// written when a quorum accepts it (`replicas`).
+    pub provenance_task: Option<u32>,
+}
+
+/// What an attempt tells its queue while it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptNews {
+    /// The host has taken the job.
+    Accepted,
+    /// The host reported an event of the job (inputs ready, started,
+    /// reniced, suspended...).
+    HostEvent(JobEventKind),
+    /// A checkpoint the host reported was fetched and verified into the
+    /// plan's `checkpoint_dest`, in `fetch_secs`.
+    Checkpoint {
+        size: u64,
+        hash: [u8; 32],
+        fetch_secs: f64,
+    },
+}
+
+/// A host's job event as people read it (`batch wait`, `submit`).
+pub fn event_text(kind: &JobEventKind) -> String {
+    match kind {
+        JobEventKind::Started => "started".to_string(),
+        JobEventKind::Reniced => "reniced to 19 (the owner is busy)".to_string(),
+        JobEventKind::Suspended => "suspended (owner load spike)".to_string(),
+        JobEventKind::Resumed => "resumed".to_string(),
+        JobEventKind::Killed { cause, .. } => match cause {
+            Some(state) => format!(
+                "killed by the host ({})",
+                crate::model::state::State::from(*state).label()
+            ),
+            None => "killed by the host (wall-time limit)".to_string(),
+        },
+        JobEventKind::Finished { exit_status, .. } => {
+            format!("finished with status {exit_status}")
+        }
+        JobEventKind::Checkpointed { size, .. } => {
+            format!("checkpoint taken on the host ({size} bytes)")
+        }
+        JobEventKind::CheckpointRefused { reason } => format!("checkpoint refused: {reason}"),
+        JobEventKind::KilledOverMemory => {
+            "killed by the host: over its declared memory".to_string()
+        }
+        JobEventKind::InputsReady {
+            fetched_bytes,
+            cached_bytes,
+        } => format!(
+            "inputs ready: {fetched_bytes} bytes fetched, {cached_bytes} bytes from the host's cache"
+        ),
+        JobEventKind::NotStarted { reason } => format!("not started: {reason}"),
+    }
+}
