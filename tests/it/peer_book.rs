@@ -126,3 +126,46 @@ fn a_consumer_restarted_after_its_only_bootstrap_peer_died_finds_the_pool_from_i
     assert!(contact(&s)["alone_since"].is_null(), "{s:#}");
     assert!(contact(&s)["remembered"].as_u64().unwrap() >= 3, "{s:#}");
 }
+
+#[test]
+fn a_node_that_reaches_no_member_says_so_in_status_hosts_and_batch_status() {
+    // Its only bootstrap peer does not exist: nothing listens on port 9.
+    let dead = format!("/ip4/127.0.0.1/tcp/9/p2p/{}", libp2p::PeerId::random());
+    let node = node_support::started(node_support::pool_node(
+        None,
+        &["--bootstrap", &dead, "--no-guest"],
+    ));
+    let s = node.wait_status(Duration::from_secs(30), "the contact report", |s| {
+        contact(s)["alone_since"].is_i64()
+    });
+    assert_eq!(contact(&s)["redialing_bootstrap"], 1, "{s:#}");
+    let alone = "no member reachable since ";
+    let trying = "; redialing 1 bootstrap address";
+    let status = node.run_ok(&["status"]);
+    assert!(
+        status.contains(alone) && status.contains(trying),
+        "{status}"
+    );
+    let hosts = node.run_ok(&["hosts"]);
+    assert!(
+        hosts.contains("no host found: no member reachable since") && hosts.contains(trying),
+        "{hosts}"
+    );
+    let created: Value = serde_json::from_str(&node.run_ok(&[
+        "--json",
+        "batch",
+        "submit",
+        "--runtime",
+        "1m",
+        "--",
+        "true",
+    ]))
+    .unwrap();
+    let id = created["id"].as_str().unwrap();
+    let text = node.run_ok(&["batch", "status", id]);
+    eprintln!("status:\n{status}\nhosts:\n{hosts}\nbatch status:\n{text}");
+    assert!(
+        text.contains("no host reachable: no member reachable since") && text.contains(trying),
+        "{text}"
+    );
+}
