@@ -27,6 +27,7 @@ use crate::control::api::{
 };
 use crate::control::state::{consumer_of, ApiJson, ControlHandles};
 use crate::model::ids::BatchId;
+use crate::model::relpath::RelPath;
 
 /// The largest `batch submit` body: a params table of up to 100,000 rows.
 const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
@@ -93,7 +94,7 @@ fn new_batch(r: BatchSubmitRequest) -> Result<NewBatch, ApiError> {
     let checkpoint = match r.checkpoint {
         None => None,
         Some(path) => {
-            if !crate::guest::safe_relative_path(&path) || path.contains(['{', '}']) {
+            if !RelPath::is_valid(&path) || path.contains(['{', '}']) {
                 return Err(ApiError::bad_request(format!(
                     "--checkpoint {path}: must be a relative path inside the task's work dir, without '..' or placeholders"
                 )));

@@ -162,7 +162,7 @@ pub struct GuestSpec {
     /// node should set this from its own config, not from a consumer.
     pub user: Option<String>,
     /// Files moved into the work directory before launch: the relative path
-    /// there (checked by [`safe_relative_path`]; owned by the guest's user)
+    /// there (checked as a [`RelPath`](crate::model::relpath::RelPath); owned by the guest's user)
     /// and a file the node prepared for this job alone (a verified copy of a
     /// peer's input). Moved by a rename, so a large input costs nothing here;
     /// copied by the kernel if the rename crosses filesystems.
@@ -171,20 +171,6 @@ pub struct GuestSpec {
     /// `GLEANER_CHECKPOINT*` variables, SIGTERM and a grace before SIGKILL on
     /// an S3/S4 kill, and the node snapshots the file as it changes.
     pub checkpoint: Option<CheckpointPlan>,
-}
-
-/// True for a path that stays inside the directory it is joined to: relative,
-/// only normal components (no `..`, `.`, root or prefix), no NUL, not empty,
-/// at most 255 bytes a component and 1024 in all.
-pub fn safe_relative_path(path: &str) -> bool {
-    // Checked on the text, not through `Path::components`, which quietly
-    // drops `.` and doubled slashes.
-    !path.is_empty()
-        && path.len() <= 1024
-        && !path.contains('\0')
-        && path
-            .split('/')
-            .all(|part| !part.is_empty() && part != "." && part != ".." && part.len() <= 255)
 }
 
 /// What [`Supervisor::start`] started.

@@ -18,8 +18,9 @@ use libp2p::PeerId;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
-use crate::guest::{safe_relative_path, ExitInfo, GuestEventKind, KillCause};
+use crate::guest::{ExitInfo, GuestEventKind, KillCause};
 use crate::model::ids::JobId;
+use crate::model::relpath::RelPath;
 use crate::net::protocol::{
     GuestUsage, JobEventKind, JobRequest, JobSubmit, OutputName, RejectReason, WireState,
     OUTPUT_CHUNK_MAX,
@@ -94,9 +95,10 @@ pub fn check_submit(s: &JobSubmit, guest: &GuestSection) -> Result<JobId, Reject
         .chain(s.outputs.iter())
         .chain(s.checkpoint.iter().map(|c| &c.path));
     for p in paths {
-        if !safe_relative_path(p) {
+        if let Err(e) = RelPath::new(p.as_str()) {
             return invalid(format!(
-                "{p:?} is not a relative path inside the job directory"
+                "{p:?} is not a relative path inside the job directory: {}",
+                e.fault()
             ));
         }
     }
@@ -370,7 +372,7 @@ pub fn output_path(job: &RemoteJob, name: &OutputName) -> Option<PathBuf> {
         OutputName::Stderr => Some(job.dir.join("stderr")),
         OutputName::Checkpoint => Some(job.dir.join(crate::guest::checkpoint::SNAPSHOT_NAME)),
         OutputName::File(f) => {
-            if !job.outputs.iter().any(|o| o == f) || !safe_relative_path(f) {
+            if !job.outputs.iter().any(|o| o == f) || !RelPath::is_valid(f) {
                 return None;
             }
             let work = job.dir.join("work").canonicalize().ok()?;

@@ -17,6 +17,7 @@ pub mod period;
 pub mod policy;
 pub mod predict;
 pub mod predictor;
+pub mod relpath;
 pub mod sched;
 pub mod series;
 pub mod solver;

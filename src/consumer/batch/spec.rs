@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::guest::safe_relative_path;
+use crate::model::relpath::RelPath;
 
 /// Most tasks one batch may have.
 pub const MAX_TASKS: usize = 100_000;
@@ -300,10 +300,13 @@ fn expand_one(template: &TaskTemplate, values: &TaskValues<'_>) -> Result<TaskSp
             |l| fill("--input", l).map(PathBuf::from),
         )?;
         let remote = fill("--input", &input.remote)?;
-        if !safe_relative_path(&remote) {
+        if let Err(e) = RelPath::new(remote.as_str()) {
             return Err(SpecError::Input {
                 name: remote,
-                why: "the remote name must be a relative path without '..'".into(),
+                why: format!(
+                    "the remote name must be a relative path without '..': {}",
+                    e.fault()
+                ),
             });
         }
         inputs.push((local, remote));
@@ -390,23 +393,29 @@ fn walk<'a>(text: &'a str, mut each: impl FnMut(Piece<'a>)) -> Result<(), String
 
 /// An output name must stay inside the task's result directory and not
 /// shadow the files every task has there.
-pub fn check_output(name: &str) -> Result<(), SpecError> {
+pub fn check_output(name: &str) -> Result<RelPath, SpecError> {
     let err = |why: &str| {
         Err(SpecError::Output {
             name: name.to_string(),
             why: why.to_string(),
         })
     };
-    if !safe_relative_path(name) {
-        return err("must be a relative path inside the task's directory, without '..'");
-    }
+    let path = match RelPath::new(name) {
+        Ok(path) => path,
+        Err(e) => {
+            return err(&format!(
+                "must be a relative path inside the task's directory, without '..': {}",
+                e.fault()
+            ))
+        }
+    };
     if RESERVED_NAMES.contains(&name) {
         return err("that name is reserved for what every task has (stdout, stderr, exit_status)");
     }
     if name.contains(['{', '}']) {
         return err("output names are the same for every task; no placeholders");
     }
-    Ok(())
+    Ok(path)
 }
 
 /// The values of each task as `batch status` shows them (for `--params`,

@@ -20,11 +20,12 @@ use crate::guest::launch::{self, ChildSetup, Limit};
 use crate::guest::sandbox::SandboxPlan;
 use crate::guest::throttle::{self, ThrottleMode};
 use crate::guest::{
-    orphan, procfs, quota, safe_relative_path, GuestConfig, GuestHandle, GuestSpec, StartError,
-    BACKGROUND_NICE, GUEST_PATH,
+    orphan, procfs, quota, GuestConfig, GuestHandle, GuestSpec, StartError, BACKGROUND_NICE,
+    GUEST_PATH,
 };
 use crate::model::ids::JobId;
 use crate::model::policy::{GuestRunState, Priority};
+use crate::model::relpath::RelPath;
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use std::collections::BTreeMap;
@@ -457,14 +458,14 @@ fn validate(spec: &GuestSpec) -> Result<(), StartError> {
         }
     }
     for (name, _) in &spec.inputs {
-        if !safe_relative_path(name) {
+        if !RelPath::is_valid(name) {
             return Err(StartError::InvalidText(format!("input path {name}")));
         }
     }
     if let Some(c) = spec
         .checkpoint
         .as_ref()
-        .filter(|c| !safe_relative_path(&c.path))
+        .filter(|c| !RelPath::is_valid(&c.path))
     {
         return Err(StartError::InvalidText(format!(
             "checkpoint path {}",
