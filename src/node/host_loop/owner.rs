@@ -52,18 +52,19 @@ impl HostLoop {
     pub(super) fn check_owner_rules(&mut self) {
         let wanted = self.owner_rules_withhold();
         let current = self.parts.store.withheld();
-        if wanted == current {
+        let guest_running = self.parts.supervisor.run_state() != GuestRunState::Idle;
+        let Some(change) = withholding_change(current, wanted, guest_running) else {
             return;
-        }
+        };
         let now = self.now();
-        if current.is_some() {
+        if change.release {
             if let Err(e) = self.parts.store.release() {
                 tracing::error!(error = %e, "cannot end the withholding");
             }
             self.recorded_state = None;
             tracing::info!(cause = ?current, "the owner's rules lend the machine again");
         }
-        if let Some(cause) = wanted {
+        if let Some(cause) = change.withhold {
             match self.parts.store.withhold(now, cause) {
                 Ok(_) => {
                     self.recorded_state = None;
@@ -71,9 +72,9 @@ impl HostLoop {
                 }
                 Err(e) => tracing::error!(error = %e, %cause, "cannot record the withholding"),
             }
-            if self.parts.supervisor.run_state() != GuestRunState::Idle {
-                self.kill_guest(KillCause::Revocation);
-            }
+        }
+        if change.kill_guest {
+            self.kill_guest(KillCause::Revocation);
         }
     }
 
@@ -190,6 +191,31 @@ impl HostLoop {
     }
 }
 
+/// What the store and the guest must do when the owner's rules change their
+/// mind, in this order: end the old withholding, record the new one (an S5
+/// with its cause), kill the guest (revocation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+struct Withholding {
+    release: bool,
+    withhold: Option<S5Cause>,
+    kill_guest: bool,
+}
+
+/// The change from withholding for `current` to withholding for `wanted`
+/// (`None`: lending the machine); `None` when nothing changes.
+fn withholding_change(
+    current: Option<S5Cause>,
+    wanted: Option<S5Cause>,
+    guest_running: bool,
+) -> Option<Withholding> {
+    (current != wanted).then_some(Withholding {
+        release: current.is_some(),
+        withhold: wanted,
+        kill_guest: wanted.is_some() && guest_running,
+    })
+}
+
 /// Whether `schedule` lends the machine at `now`, judged in the owner's
 /// civil time in `tz` (so "18:00" stays 18:00 across a DST change).
 pub fn schedule_allows(schedule: &Schedule, tz: &jiff::tz::TimeZone, now: jiff::Timestamp) -> bool {
@@ -203,6 +229,43 @@ mod tests {
 
     fn ts(text: &str) -> jiff::Timestamp {
         text.parse().unwrap()
+    }
+
+    #[test]
+    fn the_owners_rules_change_the_withholding_only_when_their_cause_changes() {
+        use S5Cause::{Battery, Schedule as Hours};
+        for running in [false, true] {
+            assert_eq!(withholding_change(None, None, running), None);
+            assert_eq!(withholding_change(Some(Hours), Some(Hours), running), None);
+        }
+        let start = |running| withholding_change(None, Some(Hours), running);
+        assert_eq!(
+            start(true),
+            Some(Withholding {
+                release: false,
+                withhold: Some(Hours),
+                kill_guest: true
+            })
+        );
+        assert_eq!(start(false).map(|c| c.kill_guest), Some(false));
+        assert_eq!(
+            withholding_change(Some(Hours), None, true),
+            Some(Withholding {
+                release: true,
+                withhold: None,
+                kill_guest: false
+            }),
+            "lending again kills nothing"
+        );
+        assert_eq!(
+            withholding_change(Some(Hours), Some(Battery), true),
+            Some(Withholding {
+                release: true,
+                withhold: Some(Battery),
+                kill_guest: true
+            }),
+            "a new cause ends the old one first"
+        );
     }
 
     #[test]
