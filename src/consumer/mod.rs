@@ -34,7 +34,7 @@ use tokio_util::task::TaskTracker;
 use crate::clock::Clock;
 use crate::net::protocol::JobEventKind;
 use crate::net::{NetError, NetHandle};
-use batch::forecast::BatchEstimate;
+use batch::estimate::BatchEstimate;
 use batch::{BatchError, BatchQueue, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
 use pool::{JobSettings, PoolLink};
 use survey::{SurveyQuery, SurveyedHost};

@@ -12,7 +12,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::sync::{broadcast, mpsc};
 
-use crate::consumer::batch::forecast::BatchEstimate;
+use crate::consumer::batch::estimate::BatchEstimate;
 use crate::consumer::batch::policy::UnknownPolicy;
 use crate::consumer::batch::queue::DEFAULT_CHECKPOINT_COST_SECS;
 use crate::consumer::batch::spec::{InputTemplate, Params, Sweep, TaskTemplate};

@@ -9,7 +9,7 @@
 //! - [`queue`]: the queue itself, owned by the consumer actor: placement,
 //!   retries, deadlines, verified copies, output copies, cancel, re-attach
 //!   after a restart, one file per concern;
-//! - [`forecast`]: the batch's turnaround estimate (`batch estimate`);
+//! - [`estimate`]: the batch's turnaround estimate (`batch estimate`);
 //! - [`policy`]: the named placement policies (`--policy`);
 //! - [`runtime`]: the batch's run time as its landed tasks show it (the
 //!   declared `--runtime` as the prior; CPU · P or wall · Γ per task);
@@ -24,7 +24,7 @@
 pub mod attempt;
 pub mod checkpoint;
 pub mod codec;
-pub mod forecast;
+pub mod estimate;
 pub mod policy;
 pub mod queue;
 pub mod record;

@@ -10,7 +10,7 @@ use libp2p::PeerId;
 
 use super::state::{Action, LiveBatch, Now, QueueCore};
 use super::types::{BatchError, BatchView, Counts, NewBatch};
-use crate::consumer::batch::forecast::{BatchShape, RunningShape};
+use crate::consumer::batch::estimate::{BatchShape, RunningShape};
 use crate::consumer::batch::record::{BatchRecord, TaskRecord, TaskState};
 use crate::consumer::batch::runtime::planned_runtime;
 use crate::consumer::batch::spec::TaskSpec;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use libp2p::PeerId;
 
 use super::state::{Action, Now, QueueCore};
-use crate::consumer::batch::forecast::view_or_guess;
+use crate::consumer::batch::estimate::view_or_guess;
 use crate::consumer::batch::record::TaskState;
 use crate::consumer::batch::runtime::{planned_runtime, PlannedRuntime};
 use crate::consumer::rank;

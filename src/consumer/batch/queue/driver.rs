@@ -24,7 +24,7 @@ use super::state::{Action, Now, QueueCore};
 use super::trust_store::TrustStore;
 use super::types::{BatchError, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
 use crate::clock::Clock;
-use crate::consumer::batch::forecast::BatchEstimate;
+use crate::consumer::batch::estimate::BatchEstimate;
 use crate::consumer::batch::spec;
 use crate::consumer::batch::store::BatchStore;
 use crate::consumer::pool::{JobPool, JobSettings};

@@ -17,7 +17,7 @@ use super::trust::{Judge, Verdict};
 use super::types::{BatchError, BatchView, NewBatch, QueueMsg};
 use crate::consumer::batch::attempt::{self, AttemptEnd, AttemptNews, AttemptPlan};
 use crate::consumer::batch::checkpoint::{self, CheckpointNews};
-use crate::consumer::batch::forecast::{estimate_batch, BatchEstimate, BatchShape};
+use crate::consumer::batch::estimate::{estimate_batch, BatchEstimate, BatchShape};
 use crate::consumer::batch::record::BatchRecord;
 use crate::consumer::batch::runtime::planned_runtime;
 use crate::consumer::batch::verify::{self, LandedCopy, Provenance};

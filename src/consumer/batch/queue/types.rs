@@ -11,7 +11,7 @@ use libp2p::PeerId;
 use super::trust::Verdict;
 use crate::consumer::batch::attempt::AttemptEnd;
 use crate::consumer::batch::checkpoint::CheckpointNews;
-use crate::consumer::batch::forecast::BatchEstimate;
+use crate::consumer::batch::estimate::BatchEstimate;
 use crate::consumer::batch::policy::PolicyName;
 use crate::consumer::batch::record::{BatchRecord, CheckpointSpec, TaskRecord, TaskState};
 use crate::consumer::batch::spec::{self, Sweep, TaskTemplate};

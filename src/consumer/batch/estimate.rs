@@ -79,7 +79,7 @@ pub struct BatchShape {
 
 /// Why there is no estimate.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ForecastError {
+pub enum BatchEstimateError {
     #[error("no host of the pool answered; nothing to estimate with (`gleaner hosts`)")]
     NoHosts,
     #[error(transparent)]
@@ -94,10 +94,10 @@ pub fn estimate_batch<R: Rng + ?Sized>(
     shape: &BatchShape,
     at_unix: i64,
     rng: &mut R,
-) -> Result<BatchEstimate, ForecastError> {
+) -> Result<BatchEstimate, BatchEstimateError> {
     let usable: Vec<&SurveyedHost> = hosts.iter().filter(|h| rank::healthy(h)).collect();
     if usable.is_empty() {
-        return Err(ForecastError::NoHosts);
+        return Err(BatchEstimateError::NoHosts);
     }
     let runtime = shape.runtime_secs.max(1.0);
     let ours: std::collections::HashSet<PeerId> = shape.running.iter().map(|r| r.host).collect();
@@ -372,7 +372,7 @@ mod tests {
         assert!((e.tasks[1].end.p50 - 7200.0).abs() < 1.0, "{e:?}");
         assert_eq!(
             estimate_batch(&[], &s, 0, &mut rng),
-            Err(ForecastError::NoHosts)
+            Err(BatchEstimateError::NoHosts)
         );
     }
 }
