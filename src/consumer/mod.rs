@@ -8,8 +8,9 @@
 //! The consumer is one of the node's three actors: a task with a cloneable
 //! [`ConsumerHandle`] and a [`ConsumerCommand`] enum. It owns the surveys,
 //! the ranking and the batch queue (each attempt runs as its own task the
-//! queue spawns and tracks); job events that hosts send back reach it through
-//! the pool host and wait in the [`Inbox`] for the attempt that expects them.
+//! queue spawns and tracks); job events that hosts send back go from the pool
+//! host straight into the [`Inbox`], to the attempt that expects them, never
+//! through this actor's loop.
 //!
 //! This module talks to peers only through [`crate::net::NetHandle`] (or, in
 //! tests, any [`pool::JobPool`]); it does not know sockets, HTTP or the Swarm,
@@ -128,14 +129,6 @@ pub enum ConsumerCommand {
         id: BatchId,
         reply: oneshot::Sender<Result<(BatchView, broadcast::Receiver<TaskEvent>), ConsumerError>>,
     },
-    /// A host reported an event of a job we submitted; `reply` says whether
-    /// a submission waits for it.
-    HostEvent {
-        host: PeerId,
-        job_id: String,
-        event: HostJobEvent,
-        reply: oneshot::Sender<bool>,
-    },
 }
 
 /// A sender for an answer the queue gives later (off the loop), relayed
@@ -247,21 +240,6 @@ impl ConsumerHandle {
         self.ask(|reply| ConsumerCommand::WatchBatch { id, reply })
             .await?
     }
-
-    /// Hands a host's job event to the submission waiting for it.
-    pub async fn deliver(&self, host: PeerId, job_id: String, event: HostJobEvent) -> bool {
-        let (reply, rx) = oneshot::channel();
-        let sent = self
-            .commands
-            .send(ConsumerCommand::HostEvent {
-                host,
-                job_id,
-                event,
-                reply,
-            })
-            .await;
-        sent.is_ok() && rx.await.unwrap_or(false)
-    }
 }
 
 /// What a submission takes from the node's config.
@@ -329,6 +307,13 @@ impl Consumer {
             },
             ConsumerHandle { commands: tx },
         ))
+    }
+
+    /// Where hosts' events for our jobs go: the pool host delivers each one
+    /// here as it arrives from the network, straight to the attempt that
+    /// waits for it (no hop through this actor's loop).
+    pub fn job_events(&self) -> Inbox {
+        self.inbox.clone()
     }
 
     /// Serves commands until shutdown or until every handle is gone.
@@ -402,14 +387,6 @@ impl Consumer {
                     let _ = reply.send(answer.map_err(Into::into));
                 }
                 ConsumerCommand::Hosts { query, reply } => self.hosts(query, reply),
-                ConsumerCommand::HostEvent {
-                    host,
-                    job_id,
-                    event,
-                    reply,
-                } => {
-                    let _ = reply.send(self.inbox.deliver(host, &job_id, event));
-                }
             }
         }
     }

@@ -210,6 +210,7 @@ pub async fn run(
             tracker.clone(),
             shutdown.clone(),
         )?;
+        let job_events = consumer.job_events();
         tracker.spawn(consumer.run());
         let cache_dir = data_dir.join("cache");
         let cache =
@@ -222,7 +223,7 @@ pub async fn run(
             config: config.clone(),
             net: handle.clone(),
             host: host_handle.clone(),
-            consumer: consumer_handle.clone(),
+            job_events,
             clock: clock.clone(),
             tracker: tracker.clone(),
             hardware,

@@ -6,8 +6,9 @@
 //!
 //! Inputs, selected into one closed [`Event`]: the network's requests, the
 //! host loop's guest events and snapshots, [`PoolHostCommand`]s, and the end
-//! of a job's preparation. Job events hosts send to *us* as a consumer are
-//! handed to the consumer actor.
+//! of a job's preparation. Job events hosts send to *us* as a consumer go
+//! straight to the consumer's [`Inbox`], where the attempt that expects them
+//! waits.
 //!
 //! A peer's job is accepted at once and then *prepared* in a tracked task:
 //! its inputs come from the cache ([`crate::data::Cache`]) or are fetched
@@ -19,7 +20,7 @@
 //! how a guest is run (the host loop starts it).
 
 use crate::clock::Clock;
-use crate::consumer::{ConsumerHandle, HostJobEvent};
+use crate::consumer::{HostJobEvent, Inbox};
 use crate::data::{obtain_input, Cache, FetchLimits, Obtained};
 use crate::guest::GuestEvent;
 use crate::model::admit::{admit, GuestAsk, Refusal};
@@ -122,7 +123,8 @@ pub struct PoolHostParts {
     pub config: Config,
     pub net: NetHandle,
     pub host: HostHandle,
-    pub consumer: ConsumerHandle,
+    /// Where hosts' events for our own jobs (as a consumer) are delivered.
+    pub job_events: Inbox,
     pub clock: Arc<dyn Clock>,
     pub tracker: TaskTracker,
     pub hardware: Hardware,
@@ -274,21 +276,20 @@ impl PoolHost {
                     time_unix,
                     kind,
                 } => {
-                    // An event of a job *we* submitted elsewhere: the consumer's.
-                    let consumer = self.parts.consumer.clone();
+                    // An event of a job *we* submitted elsewhere: straight to
+                    // the consumer's attempt that waits for it (a map lookup
+                    // and a channel send; nothing is spawned per event).
                     let event = HostJobEvent {
                         seq,
                         time_unix,
                         kind,
                     };
-                    self.parts.tracker.spawn(async move {
-                        let answer = if consumer.deliver(peer, job_id, event).await {
-                            JobResponse::EventAck
-                        } else {
-                            JobResponse::NotFound
-                        };
-                        let _ = reply.send(answer);
-                    });
+                    let answer = if self.parts.job_events.deliver(peer, &job_id, event) {
+                        JobResponse::EventAck
+                    } else {
+                        JobResponse::NotFound
+                    };
+                    let _ = reply.send(answer);
                 }
             },
             NetEvent::MemberAnnounced(member) => {
