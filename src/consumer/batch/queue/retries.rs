@@ -9,10 +9,11 @@ use libp2p::PeerId;
 
 use super::state::{Action, Now, QueueCore};
 use crate::consumer::batch::attempt::AttemptEnd;
-use crate::consumer::batch::record::TaskState;
+use crate::consumer::batch::record::{TaskRecord, TaskState};
 use crate::consumer::batch::runtime::landed_work;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
+use crate::net::protocol::GuestUsage;
 
 impl QueueCore {
     /// An attempt ended (the driver has dropped its cancel token).
@@ -88,35 +89,13 @@ impl QueueCore {
                 usage,
                 missing,
             } => {
-                if t.host.as_deref() != Some(host_text.as_str()) {
-                    // A copy won: it is the attempt the task's record shows.
-                    if let Some(copy) = t.copies.iter().find(|c| c.host == host_text) {
-                        t.job_id = Some(copy.job_id.clone());
-                        t.started_unix = Some(copy.started_unix);
-                    }
-                    t.host = Some(host_text.clone());
-                }
-                t.copies.clear();
-                t.state = if exit_status == 0 && missing.is_empty() {
-                    TaskState::Done
-                } else {
-                    TaskState::Failed
+                let end = Landing {
+                    exit_status,
+                    wall_secs,
+                    usage,
+                    missing,
                 };
-                t.exit_status = Some(exit_status);
-                let (wall, gamma) = landed_work(wall_secs, usage, power, t.host_gamma);
-                t.wall_secs = Some(wall);
-                t.host_gamma = gamma;
-                t.ended_unix = Some(now);
-                t.reason = if exit_status != 0 {
-                    Some(format!("exit status {exit_status}"))
-                } else if !missing.is_empty() {
-                    Some(format!(
-                        "declared output(s) not written: {}",
-                        missing.join(", ")
-                    ))
-                } else {
-                    None
-                };
+                record_landing(t, &host_text, end, power, now);
                 landed = true;
             }
             AttemptEnd::Cancelled if cancelled => {
@@ -154,18 +133,9 @@ impl QueueCore {
                 t.reason = Some(reason);
             }
             AttemptEnd::HostFailed(reason) => {
-                t.avoid.push(host_text.clone());
-                let failures = t.avoid.len() as u32;
-                if failures > max_retries {
-                    t.state = TaskState::Failed;
-                    t.ended_unix = Some(now);
-                    t.reason = Some(format!(
-                        "failed on {failures} host(s); no retries left (max_retries = {max_retries}); last: {reason}"
-                    ));
-                } else {
+                if record_host_failure(t, &host_text, reason, max_retries, now) {
+                    let reason = t.reason.as_deref().unwrap_or_default();
                     tracing::info!(%batch, task, host = %host_text, %reason, "task failed on a host; queued again");
-                    t.state = TaskState::Queued;
-                    t.reason = Some(reason);
                 }
             }
         }
@@ -235,6 +205,83 @@ impl QueueCore {
             t.reason = Some(reason.clone());
         }
         self.persist(batch, task);
+        true
+    }
+}
+
+/// What a landed attempt brought back.
+struct Landing {
+    exit_status: i32,
+    wall_secs: f64,
+    usage: Option<GuestUsage>,
+    missing: Vec<String>,
+}
+
+/// A task's record once an attempt on `host` landed: that attempt is the
+/// one the record shows (a copy may have won), done or failed by its exit
+/// status and declared outputs, its reference work noted for the batch's
+/// runtime (`power` is the host's relative power, to turn CPU seconds into
+/// reference seconds).
+fn record_landing(t: &mut TaskRecord, host: &str, end: Landing, power: Option<f64>, now: i64) {
+    let Landing {
+        exit_status,
+        wall_secs,
+        usage,
+        missing,
+    } = end;
+    if t.host.as_deref() != Some(host) {
+        // A copy won: it is the attempt the task's record shows.
+        if let Some(copy) = t.copies.iter().find(|c| c.host == host) {
+            t.job_id = Some(copy.job_id.clone());
+            t.started_unix = Some(copy.started_unix);
+        }
+        t.host = Some(host.to_string());
+    }
+    t.copies.clear();
+    t.state = if exit_status == 0 && missing.is_empty() {
+        TaskState::Done
+    } else {
+        TaskState::Failed
+    };
+    t.exit_status = Some(exit_status);
+    let (wall, gamma) = landed_work(wall_secs, usage, power, t.host_gamma);
+    t.wall_secs = Some(wall);
+    t.host_gamma = gamma;
+    t.ended_unix = Some(now);
+    t.reason = if exit_status != 0 {
+        Some(format!("exit status {exit_status}"))
+    } else if !missing.is_empty() {
+        Some(format!(
+            "declared output(s) not written: {}",
+            missing.join(", ")
+        ))
+    } else {
+        None
+    };
+}
+
+/// A task's record once its attempt failed on `host`: that host is avoided
+/// for it; the task waits for another host, or fails past `max_retries`
+/// failed hosts. Returns true when it was queued again.
+fn record_host_failure(
+    t: &mut TaskRecord,
+    host: &str,
+    reason: String,
+    max_retries: u32,
+    now: i64,
+) -> bool {
+    t.avoid.push(host.to_string());
+    let failures = t.avoid.len() as u32;
+    if failures > max_retries {
+        t.state = TaskState::Failed;
+        t.ended_unix = Some(now);
+        t.reason = Some(format!(
+            "failed on {failures} host(s); no retries left (max_retries = {max_retries}); last: {reason}"
+        ));
+        false
+    } else {
+        t.state = TaskState::Queued;
+        t.reason = Some(reason);
         true
     }
 }
