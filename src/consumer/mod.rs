@@ -13,11 +13,11 @@
 //! through this actor's loop.
 //!
 //! This module talks to peers only through [`crate::net::NetHandle`] (or, in
-//! tests, any [`pool::JobPool`]); it does not know sockets, HTTP or the Swarm,
+//! tests, any [`job_pool::JobPool`]); it does not know sockets, HTTP or the Swarm,
 //! and reads time only through the node's [`Clock`].
 
 pub mod batch;
-pub mod pool;
+pub mod job_pool;
 pub mod rank;
 pub mod reputation;
 pub mod survey;
@@ -37,7 +37,7 @@ use crate::net::protocol::JobEventKind;
 use crate::net::{NetError, NetHandle};
 use batch::estimate::BatchEstimate;
 use batch::{BatchError, BatchQueue, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
-use pool::{JobSettings, PoolLink};
+use job_pool::{JobSettings, PoolLink};
 use survey::{SurveyQuery, SurveyedHost};
 
 /// Why the consumer could not do what it was asked.

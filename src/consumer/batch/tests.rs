@@ -16,7 +16,7 @@ use super::queue::{NewBatch, TICK};
 use super::spec::{Sweep, TaskTemplate};
 use super::{BatchQueue, BatchView, PolicyName, TaskState};
 use crate::clock::SystemClock;
-use crate::consumer::pool::{JobPool, JobSettings};
+use crate::consumer::job_pool::{JobPool, JobSettings};
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::consumer::{HostJobEvent, Inbox};
 use crate::data::{Catalog, InputSpec, Offer};

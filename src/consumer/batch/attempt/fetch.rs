@@ -8,7 +8,7 @@ use std::path::Path;
 use tokio::io::AsyncWriteExt;
 
 use super::types::AttemptPlan;
-use crate::consumer::pool::JobPool;
+use crate::consumer::job_pool::JobPool;
 use crate::net::protocol::{JobRequest, JobResponse, OutputName, OUTPUT_CHUNK_MAX};
 
 /// Fetches the host's snapshot of the job's checkpoint into `dest` (through

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::fetch::{fetch_checkpoint, fetch_to_file, replace_dir};
 use super::types::{event_text, AttemptEnd, AttemptNews, AttemptPlan};
-use crate::consumer::pool::{input_allowance, JobPool};
+use crate::consumer::job_pool::{input_allowance, JobPool};
 use crate::consumer::Inbox;
 use crate::net::protocol::{
     GuestUsage, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use libp2p::PeerId;
 
-use crate::consumer::pool::JobSettings;
+use crate::consumer::job_pool::JobSettings;
 use crate::model::ids::JobId;
 use crate::net::protocol::{GuestUsage, JobEventKind};
 

@@ -27,7 +27,7 @@ use crate::clock::Clock;
 use crate::consumer::batch::estimate::BatchEstimate;
 use crate::consumer::batch::spec;
 use crate::consumer::batch::store::BatchStore;
-use crate::consumer::pool::{JobPool, JobSettings};
+use crate::consumer::job_pool::{JobPool, JobSettings};
 use crate::consumer::Inbox;
 use crate::model::ids::BatchId;
 

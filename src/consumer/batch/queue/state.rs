@@ -23,7 +23,7 @@ use crate::consumer::batch::attempt::AttemptPlan;
 use crate::consumer::batch::checkpoint::Intervals;
 use crate::consumer::batch::record::{BatchRecord, TaskRecord, TaskState};
 use crate::consumer::batch::verify::Provenance;
-use crate::consumer::pool::JobSettings;
+use crate::consumer::job_pool::JobSettings;
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::model::ids::BatchId;
 use crate::net::protocol::CheckpointOrder;

@@ -21,7 +21,7 @@ use crate::consumer::batch::estimate::{estimate_batch, BatchEstimate, BatchShape
 use crate::consumer::batch::record::BatchRecord;
 use crate::consumer::batch::runtime::planned_runtime;
 use crate::consumer::batch::verify::{self, LandedCopy, Provenance};
-use crate::consumer::pool::JobPool;
+use crate::consumer::job_pool::JobPool;
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::data::{InputSpec, Offer};
 use crate::model::ids::BatchId;

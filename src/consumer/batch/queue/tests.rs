@@ -16,7 +16,7 @@ use crate::consumer::batch::policy::PolicyName;
 use crate::consumer::batch::record::{TaskCopy, TaskState};
 use crate::consumer::batch::spec::{self, Sweep, TaskTemplate};
 use crate::consumer::batch::verify::{LandedCopy, VerifySpec};
-use crate::consumer::pool::JobSettings;
+use crate::consumer::job_pool::JobSettings;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
 
