@@ -173,10 +173,12 @@ fn the_batch_queues_core_does_no_io() {
     );
 }
 /// Where a path named in ARCHITECTURE.md lives: `it::` is this crate,
+/// `sandbox::` the guest tests' own binary,
 /// `model::` and `baselines::` the model crate, anything else `src/`.
 fn base_of(first: &str) -> (PathBuf, bool) {
     match first {
         "it" => (root().join("tests/it"), true),
+        "sandbox" => (root().join("tests/sandbox"), true),
         "model" => (root().join("crates/gleaner-model/src"), true),
         "baselines" => (root().join("crates/gleaner-model/src/baselines"), true),
         _ => (root().join("src"), false),
