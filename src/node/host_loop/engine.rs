@@ -12,7 +12,7 @@ use super::handle::{HostCommand, HostHandle};
 use super::messages::{HostSnapshot, HostStatus};
 use super::reader::HostReader;
 use super::series::SeriesCache;
-use super::transfer::ImportDone;
+use super::streams::ImportDone;
 use super::{HostError, MAX_JOB_LOG, STATUS_WINDOWS_SECS};
 use crate::clock::Clock;
 use crate::guest::{GuestEvent, GuestPhase, GuestRunState, KillCause, Supervisor};

@@ -7,7 +7,7 @@
 //! helpers), HTTP (`control`) nor the Swarm (`net`).
 
 use super::messages::{GuestStart, HostSnapshot, HostStatus, ImportOutcome, PauseOutcome};
-use super::transfer::{ExportBody, ImportBody};
+use super::streams::{ExportBody, ImportBody};
 use super::{HostError, HostReader};
 use crate::guest::{GuestEvent, GuestHandle};
 use crate::history::store::JobEvent;

@@ -33,6 +33,7 @@ mod messages;
 mod owner;
 mod reader;
 mod series;
+mod streams;
 mod supervision;
 mod transfer;
 
@@ -44,7 +45,8 @@ pub use messages::{
 };
 pub use owner::schedule_allows;
 pub use reader::HostReader;
-pub use transfer::{ExportBody, ImportBody, MAX_IMPORT_BYTES};
+pub use streams::{ExportBody, ImportBody};
+pub use transfer::MAX_IMPORT_BYTES;
 
 use crate::model::admit::Refusal;
 use crate::model::ids::JobId;

@@ -9,6 +9,7 @@
 
 use super::engine::HostLoop;
 use super::messages::ImportOutcome;
+use super::streams::{ExportBody, ImportBody, ImportDone};
 use super::HostError;
 use crate::history::store::{BulkHistory, StoreError};
 use std::path::{Path, PathBuf};
@@ -22,20 +23,6 @@ const IMPORT_SPOOL: &str = "import.partial";
 pub const MAX_IMPORT_BYTES: u64 = crate::history::trace::MAX_TRACE_BYTES;
 /// Bytes per chunk of a streamed export.
 const EXPORT_CHUNK: usize = 64 * 1024;
-
-/// An import's bytes as they arrive from the client, chunk by chunk, or why
-/// the upload broke off. The host loop spools them to a file off the loop.
-pub type ImportBody = mpsc::Receiver<Result<Vec<u8>, String>>;
-/// An export's bytes, written off the loop as the client reads them; an
-/// `Err` chunk means the export broke off.
-pub type ExportBody = mpsc::Receiver<Result<Vec<u8>, String>>;
-
-/// An import's end, handed back to the loop.
-#[derive(Debug)]
-pub(super) struct ImportDone {
-    pub(super) outcome: Result<ImportOutcome, HostError>,
-    pub(super) reply: oneshot::Sender<Result<ImportOutcome, HostError>>,
-}
 
 impl HostLoop {
     /// Streams the history as a trace from a blocking task; the loop only
