@@ -8,15 +8,6 @@
 mod containment;
 mod guest;
 
-/// The name libtest gives the test `function` in the module whose
-/// `module_path!()` is `module` (`sandbox::guest` and `role_node` give
-/// `guest::role_node`): what a test passes to `--exact` to re-run this binary
-/// as one helper test.
-pub fn test_name(module: &str, function: &str) -> String {
-    let within_crate = module.split_once("::").map_or("", |(_, rest)| rest);
-    if within_crate.is_empty() {
-        function.to_string()
-    } else {
-        format!("{within_crate}::{function}")
-    }
-}
+#[path = "../shared/test_name.rs"]
+mod shared_test_name;
+pub use shared_test_name::test_name;
