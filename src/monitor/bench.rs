@@ -49,11 +49,11 @@ fn score_for(best: Duration) -> u64 {
     u64::try_from(score).unwrap_or(u64::MAX).max(1)
 }
 
-/// Γ = P·A in thousandths: P = `own` / the best score known in the pool (ours
-/// included), A = 1 − owner load / 100.
-pub fn effective_power_milli(own: u64, best_known: u64, owner_load_percent: f64) -> u32 {
-    let best = best_known.max(own).max(1);
-    let p = own as f64 / best as f64;
+/// Γ = P·A in thousandths: P = `own` / the pool's `reference` score
+/// ([`crate::model::sched::power::reference_score`]; 1 at or above it),
+/// A = 1 − owner load / 100.
+pub fn effective_power_milli(own: u64, reference: u64, owner_load_percent: f64) -> u32 {
+    let p = crate::model::sched::power::relative_power(own, reference);
     let a = (1.0 - owner_load_percent / 100.0).clamp(0.0, 1.0);
     (p * a * 1000.0).round().clamp(0.0, 1000.0) as u32
 }

@@ -39,11 +39,16 @@ use crate::node::host_loop::{GuestJob, GuestOrigin, GuestStart, HostHandle, Host
 use crate::node::pool::{self, RemoteJob, RemoteJobSummary, RemoteJobs};
 use crate::node::Hardware;
 use libp2p::PeerId;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+/// Most members whose benchmark claims are kept: a pool is a few hundred
+/// hosts at most, and a flood of new peer ids must not grow the map.
+const MAX_SCORE_CLAIMS: usize = 4096;
 
 /// Γ is re-announced when it moves to another step of this many thousandths.
 const POWER_ANNOUNCE_STEP_MILLI: u32 = 50;
@@ -148,8 +153,11 @@ pub struct PoolHost {
     snapshot: watch::Receiver<HostSnapshot>,
     remote: RemoteJobs,
     jobs_started: u64,
-    /// The best benchmark score heard in the pool (ours included).
-    best_score: u64,
+    /// The benchmark score each current member claims (ours apart), at most
+    /// [`MAX_SCORE_CLAIMS`]; P is measured against their upper quantile
+    /// ([`crate::model::sched::power::reference_score`]), so no one member's
+    /// claim sets the scale.
+    score_claims: HashMap<PeerId, u64>,
     /// State, slot and power step last announced, to announce only changes
     /// (power included, so peers never rank us by a stale Γ).
     announced: Option<(State, bool, u32)>,
@@ -165,7 +173,6 @@ impl PoolHost {
     pub fn new(parts: PoolHostParts) -> (PoolHost, PoolHostHandle) {
         let (tx, commands) = mpsc::channel(16);
         let snapshot = parts.host.snapshot();
-        let best_score = parts.hardware.benchmark_score;
         let (prepared_tx, prepared_rx) = mpsc::channel(4);
         (
             PoolHost {
@@ -174,7 +181,7 @@ impl PoolHost {
                 snapshot,
                 remote: RemoteJobs::default(),
                 jobs_started: 0,
-                best_score,
+                score_claims: HashMap::new(),
                 announced: None,
                 preparing: None,
                 prepared_tx,
@@ -293,18 +300,38 @@ impl PoolHost {
                 }
             },
             NetEvent::MemberAnnounced(member) => {
-                self.best_score = self.best_score.max(member.status.benchmark_score);
+                let known = self.score_claims.contains_key(&member.peer);
+                if known || self.score_claims.len() < MAX_SCORE_CLAIMS {
+                    self.score_claims
+                        .insert(member.peer, member.status.benchmark_score);
+                }
                 self.announce_if_changed();
             }
-            NetEvent::MemberExpired(_) => {}
+            NetEvent::MemberExpired(peer) => {
+                self.score_claims.remove(&peer);
+                self.announce_if_changed();
+            }
         }
+    }
+
+    /// The score P is measured against: the reference of every current
+    /// member's claim and ours.
+    fn reference_score(&self) -> u64 {
+        let own = self.parts.hardware.benchmark_score;
+        let claims: Vec<u64> = self
+            .score_claims
+            .values()
+            .copied()
+            .chain(std::iter::once(own))
+            .collect();
+        crate::model::sched::power::reference_score(&claims).unwrap_or(own)
     }
 
     /// Γ = P·A in thousandths, with A from the last reading's owner load.
     fn power_milli(&self, snapshot: &HostSnapshot) -> u32 {
         let own = self.parts.hardware.benchmark_score;
         let load = snapshot.cpu.unwrap_or(0.0);
-        crate::monitor::bench::effective_power_milli(own, self.best_score, load)
+        crate::monitor::bench::effective_power_milli(own, self.reference_score(), load)
     }
 
     fn local_status(&self) -> LocalStatus {
@@ -347,7 +374,7 @@ impl PoolHost {
             effective: self.power_milli(&snapshot),
             speed: crate::monitor::bench::effective_power_milli(
                 self.parts.hardware.benchmark_score,
-                self.best_score,
+                self.reference_score(),
                 0.0,
             ),
         };
