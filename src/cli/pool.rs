@@ -87,6 +87,7 @@ fn hosts_table(r: &HostsReport) -> String {
             "rtt ms",
             "week: fails, up/away",
             "valid/invalid/streak",
+            "record",
             "note",
         ],
         r.hosts.iter().map(host_row),
@@ -120,8 +121,25 @@ fn host_row(h: &HostReport) -> Vec<String> {
         } else {
             format!("{}/{}/{}", h.valid, h.invalid, h.streak)
         },
+        record_row(h),
         h.error.clone().unwrap_or_default(),
     ]
+}
+
+/// A host's record of attempts: landed, failed and forgotten, then its
+/// standing when it is not clean ("4 ok, 1 failed, 2 forgot: demoted").
+fn record_row(h: &HostReport) -> String {
+    if h.landed + h.failed + h.forgotten == 0 && h.offences == 0 {
+        return "-".to_string();
+    }
+    let mut text = format!(
+        "{} ok, {} failed, {} forgot",
+        h.landed, h.failed, h.forgotten
+    );
+    if h.offences > 0 {
+        text.push_str(&format!(": {}", h.standing));
+    }
+    text
 }
 
 /// A host's past week: its failures, and the mean time up between them

@@ -412,12 +412,14 @@ impl Consumer {
                         .iter()
                         .map(|r| r.peer)
                         .collect();
-                    // Hosts that returned an invalid result last; within
-                    // each part ranked hosts first in rank order, then the
-                    // rest by peer id.
+                    // Hosts by their record's standing (clean, demoted,
+                    // excluded); within each part ranked hosts first in
+                    // rank order, then the rest by peer id.
                     hosts.sort_by_key(|r| {
                         (
-                            reputation.get(&r.peer).is_some_and(|t| t.invalid > 0),
+                            reputation
+                                .get(&r.peer)
+                                .map_or(crate::model::trust::Standing::Clean, |t| t.standing()),
                             order
                                 .iter()
                                 .position(|p| *p == r.peer)

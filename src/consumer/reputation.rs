@@ -1,20 +1,26 @@
 //! The consumer's memory of which hosts can be trusted: per host peer id,
-//! the results other hosts confirmed (valid), those they contradicted
-//! (invalid) and the current run of valid ones. Kept in a sled tree of the
-//! batch store, so it survives restarts; read by placement (a host with an
-//! invalid result ranks below every host without one), by `--verify
-//! adaptive` (`gleaner_model::trust`) and by `gleaner hosts`.
+//! the results other hosts confirmed (valid), those they contradicted or
+//! whose hash did not match (invalid), the current run of valid ones, and
+//! how its attempts ended (landed, failed, forgotten, and the failures its
+//! TR claims led us to expect). Kept in a sled tree of the batch store, so
+//! it survives restarts; read by placement (by its
+//! [`crate::model::trust::Standing`]: demoted behind clean hosts, then
+//! excluded), by `--verify adaptive` (`gleaner_model::trust`) and by
+//! `gleaner hosts`.
 
 use std::collections::HashMap;
 
 use libp2p::PeerId;
 
-use crate::model::trust::HostTrack;
+use crate::model::trust::{HostTrack, Outcome};
 
-/// Record layout: version byte, then valid (u64), invalid (u64), streak
-/// (u32), little-endian.
-const VERSION: u8 = 1;
-const LEN: usize = 1 + 8 + 8 + 4;
+/// Record layout, version 2: version byte, then valid (u64), invalid
+/// (u64), streak (u32), landed, failed, failed_with_claim, forgotten,
+/// expected_failures_micro, variance_micro (u64 each), little-endian.
+/// Version 1 was the first three fields alone; it is read with the rest 0.
+const VERSION: u8 = 2;
+const LEN: usize = 1 + 8 + 8 + 4 + 6 * 8;
+const V1_LEN: usize = 1 + 8 + 8 + 4;
 
 pub fn encode(t: &HostTrack) -> [u8; LEN] {
     let mut out = [0u8; LEN];
@@ -22,22 +28,49 @@ pub fn encode(t: &HostTrack) -> [u8; LEN] {
     out[1..9].copy_from_slice(&t.valid.to_le_bytes());
     out[9..17].copy_from_slice(&t.invalid.to_le_bytes());
     out[17..21].copy_from_slice(&t.streak.to_le_bytes());
+    let rest = [
+        t.landed,
+        t.failed,
+        t.failed_with_claim,
+        t.forgotten,
+        t.expected_failures_micro,
+        t.variance_micro,
+    ];
+    for (i, v) in rest.iter().enumerate() {
+        out[V1_LEN + 8 * i..V1_LEN + 8 * (i + 1)].copy_from_slice(&v.to_le_bytes());
+    }
     out
 }
 
 pub fn decode(bytes: &[u8]) -> Result<HostTrack, String> {
-    if bytes.len() != LEN || bytes[0] != VERSION {
+    let fits = matches!(
+        (bytes.first(), bytes.len()),
+        (Some(1), V1_LEN) | (Some(2), LEN)
+    );
+    if !fits {
         return Err(format!(
-            "reputation record: {} bytes, version {:?} (want {LEN}, {VERSION})",
+            "reputation record: {} bytes, version {:?} (want {V1_LEN} for 1 or {LEN} for {VERSION})",
             bytes.len(),
             bytes.first()
         ));
     }
-    let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap_or_default());
+    let u64_at = |i: usize| {
+        bytes
+            .get(i..i + 8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_le_bytes)
+    };
+    let rest = |k: usize| u64_at(V1_LEN + 8 * k);
     Ok(HostTrack {
         valid: u64_at(1),
         invalid: u64_at(9),
         streak: u32::from_le_bytes(bytes[17..21].try_into().unwrap_or_default()),
+        landed: rest(0),
+        failed: rest(1),
+        failed_with_claim: rest(2),
+        forgotten: rest(3),
+        expected_failures_micro: rest(4),
+        variance_micro: rest(5),
     })
 }
 
@@ -82,10 +115,29 @@ impl Reputation {
         let t = self.hosts.entry(peer).or_default();
         t.record(valid);
         tracing::info!(%peer, valid, streak = t.streak, invalid = t.invalid, "host reputation");
-        if let Some(tree) = &self.tree {
-            if let Err(e) = tree.insert(peer.to_bytes(), &encode(t)[..]) {
-                tracing::error!(%peer, error = %e, "cannot record a host's reputation");
-            }
+        self.write(peer);
+    }
+
+    /// Counts how one attempt on `peer` ended.
+    pub fn apply(&mut self, peer: PeerId, outcome: Outcome) {
+        let t = self.hosts.entry(peer).or_default();
+        let before = t.standing();
+        t.apply(outcome);
+        let after = t.standing();
+        if after != before {
+            tracing::warn!(%peer, ?outcome, standing = after.label(), offences = t.offences(), "host standing changed");
+        } else {
+            tracing::debug!(%peer, ?outcome, "host record");
+        }
+        self.write(peer);
+    }
+
+    fn write(&self, peer: PeerId) {
+        let (Some(tree), Some(t)) = (&self.tree, self.hosts.get(&peer)) else {
+            return;
+        };
+        if let Err(e) = tree.insert(peer.to_bytes(), &encode(t)[..]) {
+            tracing::error!(%peer, error = %e, "cannot record a host's reputation");
         }
     }
 }
@@ -93,6 +145,7 @@ impl Reputation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::trust::{Offence, Standing};
 
     #[test]
     fn records_round_trip_and_survive_a_reopen() {
@@ -100,9 +153,30 @@ mod tests {
             valid: 7,
             invalid: 2,
             streak: 3,
+            landed: 4,
+            failed: 5,
+            failed_with_claim: 1,
+            forgotten: 6,
+            expected_failures_micro: 1_500_000,
+            variance_micro: 8,
         };
         assert_eq!(decode(&encode(&t)).unwrap(), t);
         assert!(decode(&encode(&t)[..5]).is_err());
+        // A version 1 record (valid, invalid, streak) is read with the
+        // rest 0.
+        let mut v1 = vec![1u8];
+        v1.extend(7u64.to_le_bytes());
+        v1.extend(2u64.to_le_bytes());
+        v1.extend(3u32.to_le_bytes());
+        let old = decode(&v1).unwrap();
+        assert_eq!(
+            (old.valid, old.invalid, old.streak, old.landed),
+            (7, 2, 3, 0)
+        );
+        assert!(
+            decode(&encode(&t)[..V1_LEN]).is_err(),
+            "a v2 tag on v1 bytes"
+        );
         let dir = tempfile::tempdir().unwrap();
         let peer = PeerId::random();
         {
@@ -110,11 +184,14 @@ mod tests {
             let mut r = Reputation::load(Some(db.open_tree("reputation").unwrap()));
             r.record(peer, true);
             r.record(peer, false);
+            r.apply(peer, Outcome::Offence(Offence::Forgot));
+            r.apply(peer, Outcome::Offence(Offence::WrongOutput));
             db.flush().unwrap();
         }
         let db = crate::sled_open::open_dir(dir.path()).unwrap();
         let r = Reputation::load(Some(db.open_tree("reputation").unwrap()));
         let got = r.get(&peer);
-        assert_eq!((got.valid, got.invalid, got.streak), (1, 1, 0));
+        assert_eq!((got.valid, got.invalid, got.streak), (1, 2, 0));
+        assert_eq!((got.forgotten, got.standing()), (1, Standing::Excluded));
     }
 }

@@ -87,6 +87,22 @@ pub struct HostReport {
     pub invalid: u64,
     #[serde(default)]
     pub streak: u32,
+    /// Its attempts as this node counted them in every verify mode: landed,
+    /// ended by the host without a result (killed, gone, not started), and
+    /// jobs it accepted and then forgot or never ended.
+    #[serde(default)]
+    pub landed: u64,
+    #[serde(default)]
+    pub failed: u64,
+    #[serde(default)]
+    pub forgotten: u64,
+    /// Invalid results, forgotten jobs and failures its TR claims
+    /// contradict; and where they put it: `clean`, `demoted` (placed
+    /// behind clean hosts) or `excluded` (given no work).
+    #[serde(default)]
+    pub offences: u64,
+    #[serde(default)]
+    pub standing: String,
     /// Its past week, as it answered: failure episodes begun, mean seconds
     /// up between them and mean seconds away per episode.
     #[serde(default)]
@@ -146,6 +162,11 @@ impl From<&SurveyedHost> for HostReport {
             valid: 0,
             invalid: 0,
             streak: 0,
+            landed: 0,
+            failed: 0,
+            forgotten: 0,
+            offences: 0,
+            standing: crate::model::trust::Standing::Clean.label().to_string(),
             failures_past_week: h.spells.map(|s| s.episodes),
             mean_uptime_secs: h.spells.and_then(|s| s.mean_uptime_secs()),
             mean_outage_secs: h.spells.and_then(|s| s.mean_outage_secs()),

@@ -495,6 +495,11 @@ async fn hosts(State(h): State<ControlHandles>, ApiJson(query): ApiJson<HostsQue
                         valid: track.valid,
                         invalid: track.invalid,
                         streak: track.streak,
+                        landed: track.landed,
+                        failed: track.failed,
+                        forgotten: track.forgotten,
+                        offences: track.offences(),
+                        standing: track.standing().label().to_string(),
                         ..HostReport::from(host)
                     }
                 })

@@ -22,13 +22,84 @@ pub fn max_copies(replicas: u32, quorum: u32) -> u32 {
 }
 
 /// What a consumer remembers of one host: results checked against other
-/// hosts' and found valid or invalid, and the current run of valid ones.
+/// hosts' and found valid or invalid, the current run of valid ones, and
+/// how its attempts ended (in every verify mode): landed, failed on the
+/// host, lost by the host, and the failures its TR claims led us to expect.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HostTrack {
     pub valid: u64,
     pub invalid: u64,
     /// Consecutive valid results since the last invalid one.
     pub streak: u32,
+    /// Attempts whose results landed here.
+    pub landed: u64,
+    /// Attempts the host ended without a result (killed, gone, not started).
+    pub failed: u64,
+    /// Jobs it accepted and then said it never knew, or never reported an
+    /// end of: a host must keep what it took.
+    pub forgotten: u64,
+    /// Of `failed`, those whose TR it had claimed: the count its claims are
+    /// held to.
+    pub failed_with_claim: u64,
+    /// Σ (1 − TR) over the attempts whose TR it claimed, in millionths: the
+    /// failures its claims said to expect.
+    pub expected_failures_micro: u64,
+    /// Σ TR·(1 − TR) over the same attempts, millionths: the variance of
+    /// that count.
+    pub variance_micro: u64,
+}
+
+/// How one attempt on a host ended, as its record counts it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Outcome {
+    /// Its results landed; `claimed_tr` is the TR the host answered for the
+    /// attempt's window, when known.
+    Landed { claimed_tr: Option<f64> },
+    /// The host ended it without a result (killed, gone, not started).
+    Failed { claimed_tr: Option<f64> },
+    /// The host broke its word.
+    Offence(Offence),
+}
+
+/// What a host did wrong in one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offence {
+    /// An output that does not match the hash the host reported, or a fetch
+    /// the host answered against the protocol: an invalid result.
+    WrongOutput,
+    /// The host said it never knew a job it had accepted, or reported no
+    /// end within the job's limit.
+    Forgot,
+}
+
+/// Offences after which a host is excluded from placement, unless it has
+/// landed at least [`CLEAN_PER_OFFENCE`] results per offence.
+pub const EXCLUDE_AFTER_OFFENCES: u64 = 3;
+
+/// Landed results that outweigh one offence for exclusion (not for
+/// demotion: any offence demotes).
+pub const CLEAN_PER_OFFENCE: u64 = 10;
+
+/// Where a host's record puts it in placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Standing {
+    /// No offence: placed by the policy alone.
+    Clean,
+    /// At least one offence: placed behind every clean host.
+    Demoted,
+    /// [`EXCLUDE_AFTER_OFFENCES`] offences not outweighed by landed
+    /// results: given no work.
+    Excluded,
+}
+
+impl Standing {
+    pub fn label(self) -> &'static str {
+        match self {
+            Standing::Clean => "clean",
+            Standing::Demoted => "demoted",
+            Standing::Excluded => "excluded",
+        }
+    }
 }
 
 impl HostTrack {
@@ -40,6 +111,70 @@ impl HostTrack {
         } else {
             self.invalid += 1;
             self.streak = 0;
+        }
+    }
+
+    /// Counts how one attempt ended.
+    pub fn apply(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Landed { claimed_tr } => {
+                self.landed = self.landed.saturating_add(1);
+                self.expect(claimed_tr);
+            }
+            Outcome::Failed { claimed_tr } => {
+                self.failed = self.failed.saturating_add(1);
+                if claimed_tr.is_some() {
+                    self.failed_with_claim = self.failed_with_claim.saturating_add(1);
+                }
+                self.expect(claimed_tr);
+            }
+            Outcome::Offence(Offence::WrongOutput) => self.record(false),
+            Outcome::Offence(Offence::Forgot) => self.forgotten = self.forgotten.saturating_add(1),
+        }
+    }
+
+    /// Adds one claimed TR to the failures to expect. A claim outside
+    /// [0, 1] or not a number counts as the boldest one, TR 1: a host that
+    /// sends nonsense is held to the strictest reading of it.
+    fn expect(&mut self, claimed_tr: Option<f64>) {
+        let Some(tr) = claimed_tr else { return };
+        let tr = if (0.0..=1.0).contains(&tr) { tr } else { 1.0 };
+        let micro = |x: f64| (x * 1e6).round() as u64;
+        self.expected_failures_micro = self.expected_failures_micro.saturating_add(micro(1.0 - tr));
+        self.variance_micro = self.variance_micro.saturating_add(micro(tr * (1.0 - tr)));
+    }
+
+    /// Failures of attempts whose TR it claimed beyond what the claims
+    /// allow: more than the expected
+    /// count plus two standard deviations plus one (so that a single
+    /// failure after a claim of TR 1 is bad luck, a second one a lie).
+    /// Every further failure counts one more.
+    pub fn tr_overclaims(&self) -> u64 {
+        let expected = self.expected_failures_micro as f64 / 1e6;
+        let sd = (self.variance_micro as f64 / 1e6).sqrt();
+        let allowed = (expected + 2.0 * sd + 1.0).floor() as u64;
+        self.failed_with_claim.saturating_sub(allowed)
+    }
+
+    /// Invalid results, lost jobs and failures its TR claims contradict.
+    pub fn offences(&self) -> u64 {
+        self.invalid
+            .saturating_add(self.forgotten)
+            .saturating_add(self.tr_overclaims())
+    }
+
+    /// Its place: clean, demoted by any offence, excluded after
+    /// [`EXCLUDE_AFTER_OFFENCES`] not outweighed by landed results.
+    pub fn standing(&self) -> Standing {
+        let offences = self.offences();
+        if offences == 0 {
+            Standing::Clean
+        } else if offences >= EXCLUDE_AFTER_OFFENCES
+            && self.landed < offences.saturating_mul(CLEAN_PER_OFFENCE)
+        {
+            Standing::Excluded
+        } else {
+            Standing::Demoted
         }
     }
 }
@@ -114,6 +249,71 @@ mod tests {
         assert_eq!((t.valid, t.invalid, t.streak), (5, 1, 0));
         t.record(true);
         assert_eq!(t.streak, 1);
+    }
+
+    #[test]
+    fn a_liar_is_demoted_at_its_first_offence_and_excluded_at_the_third() {
+        let mut t = HostTrack::default();
+        assert_eq!(t.standing(), Standing::Clean);
+        t.apply(Outcome::Offence(Offence::WrongOutput));
+        assert_eq!((t.invalid, t.standing()), (1, Standing::Demoted));
+        t.apply(Outcome::Offence(Offence::Forgot));
+        assert_eq!(t.standing(), Standing::Demoted);
+        t.apply(Outcome::Offence(Offence::WrongOutput));
+        assert_eq!((t.offences(), t.standing()), (3, Standing::Excluded));
+        // A long clean record outweighs the same three offences.
+        let mut honest = HostTrack {
+            landed: 30,
+            ..Default::default()
+        };
+        for _ in 0..3 {
+            honest.apply(Outcome::Offence(Offence::Forgot));
+        }
+        assert_eq!(honest.standing(), Standing::Demoted);
+    }
+
+    #[test]
+    fn failures_contradict_a_claimed_tr_of_one_but_not_an_honest_forecast() {
+        // Claims TR 1 and fails: the first failure is luck, each further
+        // one an offence.
+        let mut liar = HostTrack::default();
+        liar.apply(Outcome::Failed {
+            claimed_tr: Some(1.0),
+        });
+        assert_eq!(liar.tr_overclaims(), 0);
+        for _ in 0..3 {
+            liar.apply(Outcome::Failed {
+                claimed_tr: Some(1.0),
+            });
+        }
+        assert_eq!(liar.tr_overclaims(), 3);
+        assert_eq!(liar.standing(), Standing::Excluded);
+        // Nonsense TR is held to TR 1.
+        let mut nonsense = HostTrack::default();
+        for _ in 0..2 {
+            nonsense.apply(Outcome::Failed {
+                claimed_tr: Some(f64::NAN),
+            });
+        }
+        assert_eq!(nonsense.tr_overclaims(), 1);
+        // An honest host that says TR 0.5 and fails half of 40 attempts.
+        let mut honest = HostTrack::default();
+        for i in 0..40 {
+            let claimed_tr = Some(0.5);
+            honest.apply(if i % 2 == 0 {
+                Outcome::Failed { claimed_tr }
+            } else {
+                Outcome::Landed { claimed_tr }
+            });
+        }
+        assert_eq!((honest.failed, honest.tr_overclaims()), (20, 0));
+        assert_eq!(honest.standing(), Standing::Clean);
+        // Failures without a claim are not held against it.
+        let mut unknown = HostTrack::default();
+        for _ in 0..5 {
+            unknown.apply(Outcome::Failed { claimed_tr: None });
+        }
+        assert_eq!(unknown.standing(), Standing::Clean);
     }
 
     #[test]

@@ -77,6 +77,30 @@ pub async fn replace_dir(from: &Path, to: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot rename into {}: {e}", to.display()))
 }
 
+/// Why an output did not come: here (a file we could not write, the
+/// network), or the host's fault: what it sent contradicts what it said
+/// (a hash that does not match, more or fewer bytes than announced, an
+/// answer that is no chunk).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum FetchError {
+    Failed(String),
+    HostLied(String),
+}
+
+impl std::fmt::Display for FetchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FetchError::Failed(why) | FetchError::HostLied(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<FetchError> for String {
+    fn from(e: FetchError) -> String {
+        e.to_string()
+    }
+}
+
 /// Fetches one output into `path`, checked against its host's hash.
 /// `Ok(false)` when the host says the job wrote no such file.
 pub(crate) async fn fetch_to_file<P: JobPool>(
@@ -84,15 +108,17 @@ pub(crate) async fn fetch_to_file<P: JobPool>(
     plan: &AttemptPlan,
     name: OutputName,
     path: &Path,
-) -> Result<bool, String> {
+) -> Result<bool, FetchError> {
+    let failed = FetchError::Failed;
+    let lied = |why: String| FetchError::HostLied(why);
     if let Some(dir) = path.parent() {
         tokio::fs::create_dir_all(dir)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| failed(e.to_string()))?;
     }
     let mut file = tokio::fs::File::create(path)
         .await
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        .map_err(|e| failed(format!("cannot create {}: {e}", path.display())))?;
     let mut offset = 0u64;
     let mut hasher = blake3::Hasher::new();
     let mut reported: Option<[u8; 32]> = None;
@@ -119,36 +145,46 @@ pub(crate) async fn fetch_to_file<P: JobPool>(
                 let _ = tokio::fs::remove_file(path).await;
                 return Ok(false);
             }
-            Ok(JobResponse::NotFound) => return Err("the output went away while fetched".into()),
-            Ok(other) => return Err(format!("unexpected answer {other:?}")),
-            Err(e) => return Err(e.to_string()),
+            // An honest host may drop the job off its list mid-fetch, or
+            // refuse a peer its allowlist dropped: not counted as lies.
+            Ok(JobResponse::NotFound) => {
+                return Err(failed("the output went away while fetched".into()))
+            }
+            Ok(other) => return Err(failed(format!("unexpected answer {other:?}"))),
+            Err(e) => return Err(failed(e.to_string())),
         };
         if total_len > plan.settings.max_output_bytes {
-            return Err(format!(
+            // Not a lie: the task may write more than this node takes.
+            return Err(failed(format!(
                 "{total_len} bytes is over the cap of {} bytes",
                 plan.settings.max_output_bytes
-            ));
+            )));
         }
-        if data.len() as u64 > u64::from(OUTPUT_CHUNK_MAX) || offset + data.len() as u64 > total_len
+        if data.len() as u64 > u64::from(OUTPUT_CHUNK_MAX)
+            || offset.saturating_add(data.len() as u64) > total_len
         {
-            return Err("the host sent more than it announced".into());
+            return Err(lied("the host sent more than it announced".into()));
         }
-        file.write_all(&data).await.map_err(|e| e.to_string())?;
+        file.write_all(&data)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
         hasher.update(&data);
         offset += data.len() as u64;
         if data.is_empty() || offset >= total_len {
             if offset != total_len {
-                return Err(format!("the host sent {offset} of {total_len} bytes"));
+                return Err(lied(format!("the host sent {offset} of {total_len} bytes")));
             }
             // Checked before the results are renamed into place: a
             // corrupted output fails the attempt and never lands.
             if reported != Some(*hasher.finalize().as_bytes()) {
-                return Err("does not match the hash its host reported; discarded".into());
+                return Err(lied(
+                    "does not match the hash its host reported; discarded".into(),
+                ));
             }
             break;
         }
     }
-    file.flush().await.map_err(|e| e.to_string())?;
-    file.sync_all().await.map_err(|e| e.to_string())?;
+    file.flush().await.map_err(|e| failed(e.to_string()))?;
+    file.sync_all().await.map_err(|e| failed(e.to_string()))?;
     Ok(true)
 }

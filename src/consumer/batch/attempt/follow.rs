@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::fetch::{fetch_checkpoint, fetch_to_file, replace_dir};
+use super::fetch::{fetch_checkpoint, fetch_to_file, replace_dir, FetchError};
 use super::types::{event_text, AttemptEnd, AttemptNews, AttemptPlan};
 use crate::consumer::job_pool::{input_allowance, JobPool};
 use crate::consumer::Inbox;
+use crate::model::trust::Offence;
 use crate::net::protocol::{
     GuestUsage, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
     RemoteJobState,
@@ -162,7 +163,10 @@ async fn follow<P: JobPool>(
                         break Err(AttemptEnd::HostFailed(format!("the host reports {kind:?} as the end")));
                     }
                     Ok(JobResponse::NotFound) => {
-                        break Err(AttemptEnd::HostFailed("the host no longer knows the job".into()));
+                        break Err(AttemptEnd::Misbehaved {
+                            offence: Offence::Forgot,
+                            reason: "the host no longer knows the job".into(),
+                        });
                     }
                     Ok(other) => {
                         break Err(AttemptEnd::HostFailed(format!("unexpected answer to a query: {other:?}")));
@@ -176,7 +180,10 @@ async fn follow<P: JobPool>(
                 }
             }
             _ = &mut deadline => {
-                break Err(AttemptEnd::HostFailed("the host reported no end within the wall-time limit".into()));
+                break Err(AttemptEnd::Misbehaved {
+                    offence: Offence::Forgot,
+                    reason: "the host reported no end within the wall-time limit".into(),
+                });
             }
             _ = cancel.cancelled() => {
                 let _ = pool
@@ -196,7 +203,11 @@ async fn follow<P: JobPool>(
                     usage,
                     missing,
                 },
-                Err(reason) => AttemptEnd::HostFailed(reason),
+                Err(FetchError::Failed(reason)) => AttemptEnd::HostFailed(reason),
+                Err(FetchError::HostLied(reason)) => AttemptEnd::Misbehaved {
+                    offence: Offence::WrongOutput,
+                    reason,
+                },
             }
         }
         Err(end) => end,
@@ -228,21 +239,22 @@ async fn land<P: JobPool>(
     pool: &P,
     plan: &AttemptPlan,
     exit_status: i32,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, FetchError> {
+    let failed = |why: &str| FetchError::Failed(why.to_string());
     let parent = plan
         .result_dir
         .parent()
-        .ok_or("the result directory has no parent")?;
+        .ok_or_else(|| failed("the result directory has no parent"))?;
     let name = plan
         .result_dir
         .file_name()
         .and_then(|n| n.to_str())
-        .ok_or("the result directory has no name")?;
+        .ok_or_else(|| failed("the result directory has no name"))?;
     let tmp = parent.join(format!(".{name}.{}.partial", plan.job_id));
     let _ = tokio::fs::remove_dir_all(&tmp).await;
     tokio::fs::create_dir_all(&tmp)
         .await
-        .map_err(|e| format!("cannot make {}: {e}", tmp.display()))?;
+        .map_err(|e| failed(&format!("cannot make {}: {e}", tmp.display())))?;
     let landed = async {
         let mut names = vec![
             ("stdout".to_string(), OutputName::Stdout),
@@ -258,16 +270,23 @@ async fn land<P: JobPool>(
             let declared = matches!(name, OutputName::File(_));
             let found = fetch_to_file(pool, plan, name, &tmp.join(&label))
                 .await
-                .map_err(|e| format!("output {label}: {e}"))?;
+                .map_err(|e| match e {
+                    FetchError::Failed(why) => FetchError::Failed(format!("output {label}: {why}")),
+                    FetchError::HostLied(why) => {
+                        FetchError::HostLied(format!("output {label}: {why}"))
+                    }
+                })?;
             match (found, declared) {
                 (true, _) => {}
                 (false, true) => missing.push(label),
-                (false, false) => return Err(format!("output {label}: the host has none")),
+                (false, false) => {
+                    return Err(failed(&format!("output {label}: the host has none")))
+                }
             }
         }
         tokio::fs::write(tmp.join("exit_status"), format!("{exit_status}\n"))
             .await
-            .map_err(|e| format!("exit_status: {e}"))?;
+            .map_err(|e| failed(&format!("exit_status: {e}")))?;
         if let Some(task) = plan.provenance_task {
             // Digesting reads every output: on the blocking pool.
             let (dir, outputs, host) = (tmp.clone(), plan.outputs.clone(), plan.host.to_base58());
@@ -281,9 +300,12 @@ async fn land<P: JobPool>(
                 )
             })
             .await
-            .map_err(|e| format!("provenance: {e}"))??;
+            .map_err(|e| failed(&format!("provenance: {e}")))?
+            .map_err(|e| failed(&e))?;
         }
-        replace_dir(&tmp, &plan.result_dir).await?;
+        replace_dir(&tmp, &plan.result_dir)
+            .await
+            .map_err(|e| failed(&e))?;
         Ok(missing)
     }
     .await;

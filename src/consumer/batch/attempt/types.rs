@@ -9,6 +9,7 @@ use libp2p::PeerId;
 
 use crate::consumer::job_pool::JobSettings;
 use crate::model::ids::JobId;
+use crate::model::trust::Offence;
 use crate::net::protocol::{GuestUsage, JobEventKind};
 
 /// How an attempt ended.
@@ -32,6 +33,10 @@ pub enum AttemptEnd {
     /// The job did not end well on this host (killed by the owner's load,
     /// host gone, a corrupt or missing output); another host may do better.
     HostFailed(String),
+    /// The host broke its word (an output that does not match its hash, a
+    /// job it forgot or never ended): handled as [`AttemptEnd::HostFailed`],
+    /// and counted against the host in its record in every verify mode.
+    Misbehaved { offence: Offence, reason: String },
     /// The job itself is at fault (over its declared memory): another host
     /// would do the same.
     JobFailed(String),

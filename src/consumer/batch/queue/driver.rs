@@ -361,6 +361,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 }
                 Action::Taint { batch, peer } => self.trust_store.taint(batch, peer),
                 Action::Reputation { peer, valid } => self.trust_store.record(peer, valid),
+                Action::Conduct { peer, outcome } => self.trust_store.conduct(peer, outcome),
             }
         }
     }

@@ -292,6 +292,14 @@ impl QueueCore {
         };
         self.running.insert((batch, task, host));
         self.hosts_in_use.insert(host);
+        if let Some(tr) = self
+            .last_hosts
+            .iter()
+            .find(|h| h.peer == host)
+            .and_then(|h| h.tr)
+        {
+            self.claimed_tr.insert((batch, task, host), tr);
+        }
         self.push(Action::Launch(Box::new(Launch {
             batch,
             task,

@@ -99,7 +99,9 @@ impl QueueCore {
                     .insert(host);
             }
             AttemptEnd::Refused { .. } => {}
-            AttemptEnd::HostFailed(reason) | AttemptEnd::JobFailed(reason) => {
+            AttemptEnd::HostFailed(reason)
+            | AttemptEnd::JobFailed(reason)
+            | AttemptEnd::Misbehaved { reason, .. } => {
                 j.failures += 1;
                 t.avoid.push(name);
                 t.reason = Some(reason.clone());

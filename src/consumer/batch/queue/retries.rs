@@ -13,6 +13,7 @@ use crate::consumer::batch::record::{TaskRecord, TaskState};
 use crate::consumer::batch::runtime::landed_work;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
+use crate::model::trust::Outcome;
 use crate::net::protocol::GuestUsage;
 
 impl QueueCore {
@@ -34,6 +35,7 @@ impl QueueCore {
     fn ended(&mut self, batch: BatchId, task: u32, host: PeerId, end: AttemptEnd) {
         self.running.remove(&(batch, task, host));
         self.hosts_in_use.remove(&host);
+        let claimed_tr = self.claimed_tr.remove(&(batch, task, host));
         self.wanted = true;
         let now = self.now.unix_secs;
         let max_retries = self.settings.max_retries;
@@ -49,6 +51,19 @@ impl QueueCore {
         {
             return;
         }
+        // What the host did counts in its record whatever `--verify` says
+        // (a cancelled batch's ends say nothing of the host).
+        if let Some(outcome) = (!live.record.cancelled)
+            .then(|| conduct(&end, claimed_tr))
+            .flatten()
+        {
+            self.trust.conduct(host, outcome);
+            self.push(Action::Conduct {
+                peer: host,
+                outcome,
+            });
+        }
+
         if self.trust.spec(batch).is_some() && self.replica_ended(batch, task, host, &end) {
             let fresh: Vec<SurveyedHost> = self
                 .fresh_hosts()
@@ -132,7 +147,9 @@ impl QueueCore {
                 t.ended_unix = Some(now);
                 t.reason = Some(reason);
             }
-            AttemptEnd::HostFailed(reason) => {
+            // A misbehaving host is handled as a failed one (its record
+            // has counted the offence above).
+            AttemptEnd::HostFailed(reason) | AttemptEnd::Misbehaved { reason, .. } => {
                 if record_host_failure(t, &host_text, reason, max_retries, now) {
                     let reason = t.reason.as_deref().unwrap_or_default();
                     tracing::info!(%batch, task, host = %host_text, %reason, "task failed on a host; queued again");
@@ -200,12 +217,23 @@ impl QueueCore {
         } else {
             t.copies.retain(|c| c.host != name);
         }
-        if let AttemptEnd::HostFailed(reason) = end {
+        if let AttemptEnd::HostFailed(reason) | AttemptEnd::Misbehaved { reason, .. } = end {
             t.avoid.push(name);
             t.reason = Some(reason.clone());
         }
         self.persist(batch, task);
         true
+    }
+}
+
+/// How an attempt's end counts in its host's record: `None` when it says
+/// nothing of the host (refused, the job's own fault, cancelled).
+fn conduct(end: &AttemptEnd, claimed_tr: Option<f64>) -> Option<Outcome> {
+    match end {
+        AttemptEnd::Landed { .. } => Some(Outcome::Landed { claimed_tr }),
+        AttemptEnd::HostFailed(_) => Some(Outcome::Failed { claimed_tr }),
+        AttemptEnd::Misbehaved { offence, .. } => Some(Outcome::Offence(*offence)),
+        AttemptEnd::Refused { .. } | AttemptEnd::JobFailed(_) | AttemptEnd::Cancelled => None,
     }
 }
 

@@ -26,6 +26,7 @@ use crate::consumer::batch::verify::Provenance;
 use crate::consumer::job_pool::JobSettings;
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::model::ids::BatchId;
+use crate::model::trust::Outcome;
 use crate::net::protocol::CheckpointOrder;
 
 /// The time of an input, read by the driver once per input.
@@ -112,6 +113,9 @@ pub enum Action {
     Taint { batch: BatchId, peer: PeerId },
     /// Count one checked result of `peer` (durably).
     Reputation { peer: PeerId, valid: bool },
+    /// Count how one attempt on `peer` ended (durably), in every verify
+    /// mode: what demotes and excludes a host that lies.
+    Conduct { peer: PeerId, outcome: Outcome },
 }
 
 pub(super) struct LiveBatch {
@@ -164,6 +168,11 @@ pub struct QueueCore {
     pub(super) checkpoints: Intervals,
     /// Verified results and the hosts' reputation (`trust`, `quorum`).
     pub(super) trust: Trust,
+    /// The TR each running attempt's host claimed for its window when the
+    /// attempt was handed over (from the survey that placed it), to hold
+    /// the host to it when the attempt ends. Not kept across restarts: a
+    /// re-attached attempt is counted without a claim.
+    pub(super) claimed_tr: HashMap<(BatchId, u32, PeerId), f64>,
     /// Per batch, copies to its output directory in flight (never 0: the
     /// entry goes).
     pub(super) copies_out: HashMap<BatchId, u32>,
@@ -200,6 +209,7 @@ impl QueueCore {
             wanted: true,
             checkpoints: Intervals::default(),
             trust,
+            claimed_tr: HashMap::new(),
             copies_out: HashMap::new(),
             now,
             out: Vec::new(),

@@ -539,3 +539,100 @@ fn a_landed_result_is_copied_out_and_waiters_are_answered_when_the_copy_ends() {
     assert!(matches!(actions.as_slice(), [Action::CopiesDrained(b)] if *b == id));
     assert!(!core.copying_out(id));
 }
+
+/// Issue 30, finding 2: under the default `--verify none`, a host that
+/// claims TR 1 and returns outputs whose hash does not match (or forgets
+/// its job) is counted in its record, placed behind the honest host at its
+/// first offence, given no work after its third, and still so for a queue
+/// built from the record (as after a restart).
+#[test]
+fn a_lying_host_is_demoted_then_excluded_in_every_verify_mode() {
+    use crate::model::trust::{Offence, Outcome, Standing};
+    let mut core = core(9);
+    let now = start();
+    let (id, _) = admit(&mut core, now, batch(8));
+    let (liar, honest) = (host(1.0), host(0.5));
+    let survey = |core: &mut QueueCore, now: Now| {
+        let _ = core.start_survey(now);
+        launches(&core.on_survey(now, Ok(vec![honest.clone(), liar.clone()])))
+    };
+    let conduct = |actions: &[Action]| -> Vec<(PeerId, Outcome)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Conduct { peer, outcome } => Some((*peer, *outcome)),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(
+        survey(&mut core, now),
+        vec![(0, liar.peer), (1, honest.peer)]
+    );
+    let wrong = |reason: &str, offence| AttemptEnd::Misbehaved {
+        offence,
+        reason: reason.into(),
+    };
+    let actions = core.on_ended(now, id, 0, liar.peer, wrong("hash", Offence::WrongOutput));
+    assert_eq!(
+        conduct(&actions),
+        vec![(liar.peer, Outcome::Offence(Offence::WrongOutput))]
+    );
+    assert_eq!(core.task(id, 0).unwrap().state, TaskState::Queued);
+    let landed = AttemptEnd::Landed {
+        exit_status: 0,
+        wall_secs: 1.0,
+        usage: None,
+        missing: Vec::new(),
+    };
+    // Past the last survey's freshness, so that no end places a task at
+    // once and each survey below sees both hosts free.
+    let now = after(now, 11);
+    let actions = core.on_ended(now, id, 1, honest.peer, landed.clone());
+    assert_eq!(
+        conduct(&actions),
+        vec![(
+            honest.peer,
+            Outcome::Landed {
+                claimed_tr: Some(0.5)
+            }
+        )]
+    );
+    // Demoted: the honest host first, although the liar claims TR 1.
+    assert_eq!(
+        survey(&mut core, now),
+        vec![(0, honest.peer), (2, liar.peer)]
+    );
+    let now = after(now, 11);
+    let _ = core.on_ended(now, id, 2, liar.peer, wrong("forgot", Offence::Forgot));
+    let _ = core.on_ended(now, id, 0, honest.peer, landed.clone());
+    assert_eq!(
+        survey(&mut core, now),
+        vec![(2, honest.peer), (3, liar.peer)]
+    );
+    let now = after(now, 11);
+    let _ = core.on_ended(now, id, 3, liar.peer, wrong("hash", Offence::WrongOutput));
+    let _ = core.on_ended(now, id, 2, honest.peer, landed);
+    // Excluded: only the honest host gets work.
+    assert_eq!(survey(&mut core, now), vec![(3, honest.peer)]);
+    let record = core.reputation();
+    assert_eq!(record[&liar.peer].standing(), Standing::Excluded);
+    assert_eq!(
+        (record[&liar.peer].invalid, record[&liar.peer].forgotten),
+        (2, 1)
+    );
+    assert_eq!(record[&honest.peer].standing(), Standing::Clean);
+    // A queue built from the record (a restart) keeps the liar out.
+    let mut again = QueueCore::new(
+        Path::new("/queue"),
+        JobSettings::default(),
+        rand_chacha::ChaCha8Rng::seed_from_u64(7),
+        Trust::new(Default::default(), Default::default(), record),
+        now,
+    );
+    let (id, _) = admit(&mut again, now, batch(2));
+    let _ = again.start_survey(now);
+    let actions = again.on_survey(now, Ok(vec![liar.clone(), honest.clone()]));
+    assert_eq!(launches(&actions), vec![(0, honest.peer)]);
+    let _ = id;
+}

@@ -12,7 +12,7 @@ use libp2p::PeerId;
 
 use crate::consumer::batch::verify::{LandedCopy, VerifySpec};
 use crate::model::ids::BatchId;
-use crate::model::trust::{AdaptiveRule, HostTrack};
+use crate::model::trust::{AdaptiveRule, HostTrack, Outcome, Standing};
 
 /// A landed copy waiting for its digest.
 #[derive(Debug, Clone, PartialEq)]
@@ -129,12 +129,19 @@ impl Trust {
         self.reputation.entry(peer).or_default().record(valid);
     }
 
+    /// Counts how one attempt of `peer` ended.
+    pub(super) fn conduct(&mut self, peer: PeerId, outcome: Outcome) {
+        self.reputation.entry(peer).or_default().apply(outcome);
+    }
+
     pub(super) fn streak(&self, peer: &PeerId) -> u32 {
         self.reputation.get(peer).map_or(0, |t| t.streak)
     }
 
-    fn has_invalid(&self, peer: &PeerId) -> bool {
-        self.reputation.get(peer).is_some_and(|t| t.invalid > 0)
+    fn standing(&self, peer: &PeerId) -> Standing {
+        self.reputation
+            .get(peer)
+            .map_or(Standing::Clean, HostTrack::standing)
     }
 
     /// Hosts whose copy of a task of this batch disagrees with another
@@ -154,14 +161,16 @@ impl Trust {
         out
     }
 
-    /// Hosts in the policy's order with every host that ever returned an
-    /// invalid result moved behind those that did not (order kept within
-    /// each part), and hosts tainted for this batch left out.
+    /// Hosts in the policy's order with every host whose record holds an
+    /// offence (an invalid result, a lost job, failures its TR claims
+    /// contradict) moved behind those whose record holds none (order kept
+    /// within each part), and hosts excluded by their record or tainted
+    /// for this batch left out.
     pub(super) fn order<T>(&self, batch: BatchId, hosts: Vec<(PeerId, T)>) -> Vec<(PeerId, T)> {
         let (mut clean, bad): (Vec<_>, Vec<_>) = hosts
             .into_iter()
-            .filter(|(p, _)| !self.is_tainted(batch, p))
-            .partition(|(p, _)| !self.has_invalid(p));
+            .filter(|(p, _)| !self.is_tainted(batch, p) && self.standing(p) != Standing::Excluded)
+            .partition(|(p, _)| self.standing(p) == Standing::Clean);
         clean.extend(bad);
         clean
     }

@@ -14,6 +14,7 @@ use crate::consumer::batch::store::BatchStore;
 use crate::consumer::batch::verify::VerifySpec;
 use crate::consumer::reputation::Reputation;
 use crate::model::ids::BatchId;
+use crate::model::trust::Outcome;
 
 /// The trust trees of the batch store.
 pub(super) struct TrustStore {
@@ -98,6 +99,11 @@ impl TrustStore {
     /// Counts one checked result of `peer`, written through.
     pub(super) fn record(&mut self, peer: PeerId, valid: bool) {
         self.reputation.record(peer, valid);
+    }
+
+    /// Counts how one attempt of `peer` ended, written through.
+    pub(super) fn conduct(&mut self, peer: PeerId, outcome: Outcome) {
+        self.reputation.apply(peer, outcome);
     }
 }
 
