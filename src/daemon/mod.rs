@@ -10,6 +10,7 @@
 //! how states are defined (`model`), how the host is measured (`monitor`) or
 //! how a guest is sandboxed (`guest`).
 
+mod net_settings;
 mod start;
 
 pub use start::{start, store_options, Ready};
@@ -23,7 +24,6 @@ use crate::monitor::{Monitor, SampleError};
 use crate::node::config::{self, Config};
 use crate::node::host_loop::{HostHandle, HostInputs, HostLoop, HostParts};
 use crate::node::paths::{LockError, PathsError};
-use crate::node::pool;
 use crate::node::pool_host::{PoolHost, PoolHostHandle, PoolHostInputs, PoolHostParts};
 use crate::node::{Hardware, OwnerLoadSource};
 use rand::SeedableRng;
@@ -154,7 +154,8 @@ pub async fn run(
     guest_config.job_cgroups = config.guest.job_cgroups;
     guest_config.cpu_limit_percent = config.guest.cpu_limit_percent;
     let supervisor = Supervisor::new(guest_config, clock.clone(), Arc::new(sink))?;
-    let stale = pool::remove_stale_remote_dirs(&supervisor.jobs_dir());
+    let stale =
+        crate::node::pool_host::remote_jobs::remove_stale_remote_dirs(&supervisor.jobs_dir());
     if stale > 0 {
         tracing::info!(
             stale,

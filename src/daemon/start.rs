@@ -11,7 +11,7 @@ use crate::history::store::{HistoryStore, StoreOptions};
 use crate::model::ids::PoolName;
 use crate::node::config::{self, Config};
 use crate::node::paths::{DataDirLock, Paths};
-use crate::node::{hardware, pool, OwnerLoadSource};
+use crate::node::{hardware, OwnerLoadSource};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -182,7 +182,7 @@ fn start_net(
     shutdown: &CancellationToken,
 ) -> Result<NetResources, NodeError> {
     let key = crate::net::identity::load_or_create(&paths.data_dir)?;
-    let mut net_config = pool::net_config(&config.net)?;
+    let mut net_config = super::net_settings::net_config(&config.net)?;
     if config.net.peer_book {
         let dir = paths.data_dir.join("peers");
         net_config.peer_book = Some(crate::net::peer_book::BookStore::open(

@@ -17,7 +17,6 @@ mod hardware;
 pub mod host_loop;
 mod owner_load;
 pub mod paths;
-pub mod pool;
 pub mod pool_host;
 
 pub use hardware::{hardware, Hardware};

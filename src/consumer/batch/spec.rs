@@ -15,7 +15,7 @@ use crate::model::relpath::RelPath;
 /// Most tasks one batch may have.
 pub const MAX_TASKS: usize = 100_000;
 /// Most arguments, environment entries, inputs or outputs one task may have
-/// (a host refuses more: `node::pool::check_submit`).
+/// (a host refuses more: `node::pool_host::remote_jobs::check_submit`).
 pub const MAX_LIST: usize = 256;
 /// Longest argument, environment entry or name after expansion, bytes.
 pub const MAX_TEXT: usize = 64 * 1024;

@@ -19,6 +19,10 @@
 //! This module must not know the Swarm (that is `net`), HTTP (`control`), nor
 //! how a guest is run (the host loop starts it).
 
+pub mod events;
+pub mod outputs;
+pub mod remote_jobs;
+
 use crate::clock::Clock;
 use crate::consumer::{HostJobEvent, Inbox};
 use crate::data::{obtain_input, Cache, FetchLimits, Obtained};
@@ -36,9 +40,13 @@ use crate::net::{LocalStatus, NetEvent, NetHandle, Responder};
 use crate::node::answer::HostAnswer;
 use crate::node::config::Config;
 use crate::node::host_loop::{GuestJob, GuestOrigin, GuestStart, HostHandle, HostSnapshot};
-use crate::node::pool::{self, RemoteJob, RemoteJobSummary, RemoteJobs};
 use crate::node::Hardware;
+use events::{spawn_event_sender, wire_event};
 use libp2p::PeerId;
+use outputs::{hash_output, output_path, read_chunk, read_chunk_or_empty};
+use remote_jobs::{
+    check_submit, remove_job_dir, RemoteJob, RemoteJobSummary, RemoteJobs, REMOTE_PREFIX,
+};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -426,7 +434,7 @@ impl PoolHost {
         submit: JobSubmit,
     ) -> Result<(), RejectReason> {
         let guest_cfg = &self.parts.config.guest;
-        let consumer_job_id = pool::check_submit(&submit, guest_cfg)?;
+        let consumer_job_id = check_submit(&submit, guest_cfg)?;
         if self.preparing.is_some() {
             return Err(RejectReason::Busy);
         }
@@ -442,7 +450,7 @@ impl PoolHost {
         self.jobs_started += 1;
         let local_id = JobId::new(format!(
             "{}{}-{}",
-            pool::REMOTE_PREFIX,
+            REMOTE_PREFIX,
             self.now(),
             self.jobs_started
         ))
@@ -455,8 +463,7 @@ impl PoolHost {
             inputs: Vec::new(),
             checkpoint: submit.checkpoint,
         };
-        let events =
-            pool::spawn_event_sender(self.parts.net.clone(), consumer, &self.parts.tracker);
+        let events = spawn_event_sender(self.parts.net.clone(), consumer, &self.parts.tracker);
         // Registered now, so the consumer's probes find the job while its
         // inputs arrive (stdout reads as empty until the guest writes).
         let evicted = self.remote.add(RemoteJob {
@@ -473,7 +480,7 @@ impl PoolHost {
         if let Some(old) = evicted {
             self.parts
                 .tracker
-                .spawn_blocking(move || pool::remove_job_dir(&old.dir));
+                .spawn_blocking(move || remove_job_dir(&old.dir));
         }
         // Named like a peer's job directory, so a start-up after a crash removes it.
         let stage_dir = self.parts.jobs_dir.join(format!("{local_id}.inputs"));
@@ -555,7 +562,7 @@ impl PoolHost {
         };
         self.parts
             .tracker
-            .spawn_blocking(move || pool::remove_job_dir(&stage_dir));
+            .spawn_blocking(move || remove_job_dir(&stage_dir));
         match outcome {
             Ok(handle) => {
                 if let Some(job) = self.remote.by_local_id(local_id.as_str()) {
@@ -616,7 +623,7 @@ impl PoolHost {
             return;
         }
         let usage = self.remote.by_local_id(&e.job_id).and_then(|j| j.usage);
-        let Some(kind) = pool::wire_event(&e.kind, usage) else {
+        let Some(kind) = wire_event(&e.kind, usage) else {
             return;
         };
         self.send_job_event(&e.job_id, e.at.as_second(), kind);
@@ -635,7 +642,7 @@ impl PoolHost {
         let path: Option<PathBuf> = self
             .remote
             .by_consumer(peer, job_id)
-            .and_then(|job| pool::output_path(job, &name));
+            .and_then(|job| output_path(job, &name));
         let Some(path) = path else {
             let _ = reply.send(JobResponse::NotFound);
             return;
@@ -643,14 +650,14 @@ impl PoolHost {
         let captured = matches!(name, OutputName::Stdout | OutputName::Stderr);
         self.parts.tracker.spawn_blocking(move || {
             let read = if captured {
-                pool::read_chunk_or_empty(&path, offset, len)
+                read_chunk_or_empty(&path, offset, len)
             } else {
-                pool::read_chunk(&path, offset, len)
+                read_chunk(&path, offset, len)
             };
             // The first real read carries the hash of the whole output, so
             // the consumer can check what it assembles.
             let hash = if offset == 0 && len > 0 {
-                pool::hash_output(&path).ok()
+                hash_output(&path).ok()
             } else {
                 None
             };

@@ -1,61 +1,19 @@
-//! The node's side of the pool: the network settings its config implies, and
-//! the host's handling of peers' requests — reliability answers from its own
-//! history, remote job submissions checked against its limits, job events sent
-//! back to the consumer in order, and output fetches confined to the job's
-//! directory.
-//!
-//! The node loop calls these; this module owns no task of its own except the
-//! per-job event sender. It must not know the Swarm (that is `net`) nor how a
-//! guest is sandboxed (`guest`).
+//! The jobs peers submitted to this host: a submission checked against the
+//! owner's limits before anything is written, the bounded record of recent
+//! jobs, and their directories (removed even when a guest took write
+//! permission off, and swept at start). It must not know the Swarm nor how a
+//! guest is run.
 
-use std::collections::{HashSet, VecDeque};
-use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::OpenOptionsExt;
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use libp2p::PeerId;
 use tokio::sync::mpsc;
-use tokio_util::task::TaskTracker;
 
-use crate::guest::{ExitInfo, GuestEventKind, KillCause};
 use crate::model::ids::JobId;
 use crate::model::relpath::RelPath;
-use crate::net::protocol::{
-    GuestUsage, JobEventKind, JobRequest, JobSubmit, OutputName, RejectReason, WireState,
-    OUTPUT_CHUNK_MAX,
-};
-use crate::net::{read_swarm_key, BuildError, NetConfig, NetError, NetHandle};
-use crate::node::config::{GuestSection, NetSection};
-
-/// The network settings `[net]` implies. Addresses and peer ids were checked
-/// when the config was loaded; the swarm key file is read here.
-pub fn net_config(net: &NetSection) -> Result<NetConfig, BuildError> {
-    let mut cfg = NetConfig::lan(&net.pool);
-    cfg.listen = net.listen.clone();
-    cfg.bootstrap = net.bootstrap.clone();
-    cfg.mdns = net.mdns;
-    cfg.kad_server = net.kad_server || net.relay;
-    cfg.autonat = net.autonat;
-    cfg.relay_server = net.relay;
-    cfg.swarm_key = match &net.swarm_key_file {
-        Some(path) => Some(read_swarm_key(path)?),
-        None => None,
-    };
-    cfg.allowlist = if net.allowlist.is_empty() {
-        None
-    } else {
-        Some(net.allowlist.iter().copied().collect::<HashSet<_>>())
-    };
-    cfg.request_timeout = net.request_timeout;
-    cfg.announce_interval = net.announce_interval;
-    // announce_interval is at most an hour (validated), so this cannot overflow.
-    cfg.member_ttl = net
-        .announce_interval
-        .saturating_mul(3)
-        .saturating_add(Duration::from_secs(5));
-    Ok(cfg)
-}
+use crate::net::protocol::{GuestUsage, JobEventKind, JobRequest, JobSubmit, RejectReason};
+use crate::node::config::GuestSection;
 
 /// Most arguments, environment entries, inputs or outputs a job may carry.
 const MAX_LIST: usize = 256;
@@ -270,169 +228,6 @@ pub fn remove_stale_remote_dirs(jobs_dir: &Path) -> usize {
     removed
 }
 
-/// The wire event for a guest event, if the consumer needs to hear of it;
-/// `usage` is what the guest used, sent with its end.
-pub fn wire_event(kind: &GuestEventKind, usage: Option<GuestUsage>) -> Option<JobEventKind> {
-    match kind {
-        GuestEventKind::Checkpointed { size, hash } => Some(JobEventKind::Checkpointed {
-            size: *size,
-            hash: *hash,
-        }),
-        GuestEventKind::CheckpointRefused { reason } => Some(JobEventKind::CheckpointRefused {
-            reason: reason.clone(),
-        }),
-        GuestEventKind::Started { .. } => Some(JobEventKind::Started),
-        GuestEventKind::Reniced { nice, .. } if *nice > 0 => Some(JobEventKind::Reniced),
-        GuestEventKind::Suspended => Some(JobEventKind::Suspended),
-        GuestEventKind::Resumed => Some(JobEventKind::Resumed),
-        GuestEventKind::Exited {
-            cause: Some(KillCause::OverDeclaredMemory),
-            ..
-        } => Some(JobEventKind::KilledOverMemory),
-        GuestEventKind::Exited { cause: Some(c), .. } => Some(JobEventKind::Killed {
-            cause: kill_state(*c),
-            usage,
-        }),
-        GuestEventKind::Exited { exit, cause: None } => Some(JobEventKind::Finished {
-            exit_status: match exit {
-                ExitInfo::Code(c) => *c,
-                ExitInfo::Signal(s) => 128 + s,
-            },
-            usage,
-        }),
-        _ => None,
-    }
-}
-
-/// The failure state behind a kill; `None` for the wall-time limit, and S5 for a cancel
-/// (the host withdrew the job).
-fn kill_state(cause: KillCause) -> Option<WireState> {
-    match cause {
-        KillCause::Cancelled => Some(WireState::S5),
-        other => other.state().map(WireState::from),
-    }
-}
-
-/// Starts the task that sends a job's events to its consumer one at a time,
-/// in order, each retried a few times.
-pub fn spawn_event_sender(
-    net: NetHandle,
-    consumer: PeerId,
-    tracker: &TaskTracker,
-) -> mpsc::UnboundedSender<JobRequest> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<JobRequest>();
-    tracker.spawn(async move {
-        while let Some(event) = rx.recv().await {
-            let attempts = event_attempts(&event);
-            for attempt in 0..attempts {
-                match net.job_request(consumer, event.clone()).await {
-                    Ok(_) => break,
-                    // The node is shutting down: no retry can succeed.
-                    Err(NetError::Stopped) => return,
-                    Err(e) => {
-                        tracing::debug!(%consumer, error = %e, attempt, "cannot send a job event");
-                        if attempt + 1 < attempts {
-                            tokio::time::sleep(event_retry_delay(attempt)).await;
-                        }
-                    }
-                }
-            }
-        }
-    });
-    tx
-}
-
-/// How often an event is tried. The end of a job (killed or finished) is
-/// worth a minute of retries: a consumer that misses it waits for the
-/// wall-time limit before it tries elsewhere. Progress events are not.
-fn event_attempts(event: &JobRequest) -> u32 {
-    match event {
-        JobRequest::Event {
-            kind:
-                JobEventKind::Killed { .. }
-                | JobEventKind::KilledOverMemory
-                | JobEventKind::Finished { .. },
-            ..
-        } => 16,
-        _ => 3,
-    }
-}
-
-/// Backoff between tries: 300 ms doubling up to 8 s (16 tries span ~90 s).
-fn event_retry_delay(attempt: u32) -> Duration {
-    Duration::from_millis(300u64.saturating_mul(1 << attempt.min(5))).min(Duration::from_secs(8))
-}
-
-/// The file behind an output name, confined to the job: stdout and stderr,
-/// or a declared output file whose real path (symlinks resolved) lies inside
-/// the work directory.
-pub fn output_path(job: &RemoteJob, name: &OutputName) -> Option<PathBuf> {
-    match name {
-        OutputName::Stdout => Some(job.dir.join("stdout")),
-        OutputName::Stderr => Some(job.dir.join("stderr")),
-        OutputName::Checkpoint => Some(job.dir.join(crate::guest::checkpoint::SNAPSHOT_NAME)),
-        OutputName::File(f) => {
-            if !job.outputs.iter().any(|o| o == f) || !RelPath::is_valid(f) {
-                return None;
-            }
-            let work = job.dir.join("work").canonicalize().ok()?;
-            let real = work.join(f).canonicalize().ok()?;
-            real.starts_with(&work).then_some(real)
-        }
-    }
-}
-
-/// Reads up to `len` bytes (at most one chunk) from `offset`; returns them with
-/// the file's size. The last component is opened without following symlinks.
-pub fn read_chunk(path: &Path, offset: u64, len: u32) -> std::io::Result<(Vec<u8>, u64)> {
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let total = meta.len();
-    let want = u64::from(len.min(OUTPUT_CHUNK_MAX));
-    let mut data = Vec::new();
-    if offset < total && want > 0 {
-        file.seek(SeekFrom::Start(offset))?;
-        Read::by_ref(&mut file).take(want).read_to_end(&mut data)?;
-    }
-    Ok((data, total))
-}
-
-/// BLAKE3 hash of an output file, read in chunks; the last component is
-/// opened without following symlinks. A missing file (stdout never written)
-/// hashes as empty, as it reads.
-pub fn hash_output(path: &Path) -> std::io::Result<[u8; 32]> {
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-    {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(*blake3::hash(b"").as_bytes())
-        }
-        other => other?,
-    };
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut hasher = blake3::Hasher::new();
-    hasher.update_reader(file)?;
-    Ok(*hasher.finalize().as_bytes())
-}
-
-/// A file that may not exist yet (stdout before the first write) reads as empty.
-pub fn read_chunk_or_empty(path: &Path, offset: u64, len: u32) -> std::io::Result<(Vec<u8>, u64)> {
-    match read_chunk(path, offset, len) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((Vec::new(), 0)),
-        other => other,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -520,34 +315,6 @@ mod tests {
     }
 
     #[test]
-    fn the_end_of_a_job_is_retried_longer_than_progress() {
-        let event = |kind| JobRequest::Event {
-            job_id: "j".into(),
-            seq: 0,
-            time_unix: 0,
-            kind,
-        };
-        let finished = event(JobEventKind::Finished {
-            exit_status: 0,
-            usage: None,
-        });
-        let killed = event(JobEventKind::Killed {
-            cause: None,
-            usage: None,
-        });
-        let started = event(JobEventKind::Started);
-        assert!(event_attempts(&finished) > event_attempts(&started));
-        assert_eq!(event_attempts(&finished), event_attempts(&killed));
-        let total: Duration = (0..event_attempts(&finished) - 1)
-            .map(event_retry_delay)
-            .sum();
-        assert!(total >= Duration::from_secs(60), "{total:?}");
-        assert!(total <= Duration::from_secs(120), "{total:?}");
-        assert_eq!(event_retry_delay(0), Duration::from_millis(300));
-        assert_eq!(event_retry_delay(30), Duration::from_secs(8));
-    }
-
-    #[test]
     fn the_oldest_job_falls_off_and_stale_remote_dirs_go() {
         let mut jobs = RemoteJobs::default();
         for i in 0..KEEP_JOBS {
@@ -606,87 +373,5 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o500, "a symlink's target is left alone");
         std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-    }
-
-    #[test]
-    fn outputs_cannot_escape_the_work_dir_through_symlinks() {
-        let dir = tempfile::tempdir().unwrap();
-        let work = dir.path().join("work");
-        std::fs::create_dir(&work).unwrap();
-        std::fs::write(work.join("out.txt"), b"result").unwrap();
-        std::fs::write(dir.path().join("secret"), b"owner's").unwrap();
-        std::os::unix::fs::symlink(dir.path().join("secret"), work.join("link")).unwrap();
-        let (tx, _rx) = mpsc::unbounded_channel();
-        let job = RemoteJob {
-            consumer: PeerId::random(),
-            consumer_job_id: JobId::new("j").unwrap(),
-            local_id: JobId::new("l").unwrap(),
-            dir: dir.path().to_path_buf(),
-            outputs: vec!["out.txt".into(), "link".into()],
-            seq: 0,
-            ended: None,
-            events: tx,
-            usage: None,
-        };
-        let out = output_path(&job, &OutputName::File("out.txt".into())).unwrap();
-        assert_eq!(read_chunk(&out, 0, 1024).unwrap(), (b"result".to_vec(), 6));
-        assert_eq!(read_chunk(&out, 2, 2).unwrap(), (b"su".to_vec(), 6));
-        assert_eq!(read_chunk(&out, 99, 2).unwrap(), (Vec::new(), 6));
-        assert!(output_path(&job, &OutputName::File("link".into())).is_none());
-        assert!(output_path(&job, &OutputName::File("undeclared".into())).is_none());
-        assert!(read_chunk(&work.join("link"), 0, 10).is_err());
-    }
-
-    #[test]
-    fn guest_events_map_to_wire_events() {
-        assert_eq!(
-            wire_event(
-                &GuestEventKind::Exited {
-                    exit: ExitInfo::Signal(9),
-                    cause: Some(KillCause::CpuContention)
-                },
-                Some(GuestUsage {
-                    cpu_millis: 5,
-                    wall_millis: 9
-                })
-            ),
-            Some(JobEventKind::Killed {
-                cause: Some(WireState::S3),
-                usage: Some(GuestUsage {
-                    cpu_millis: 5,
-                    wall_millis: 9
-                })
-            })
-        );
-        assert_eq!(
-            wire_event(
-                &GuestEventKind::Exited {
-                    exit: ExitInfo::Code(3),
-                    cause: None
-                },
-                None
-            ),
-            Some(JobEventKind::Finished {
-                exit_status: 3,
-                usage: None
-            })
-        );
-        assert_eq!(
-            wire_event(
-                &GuestEventKind::Exited {
-                    exit: ExitInfo::Signal(9),
-                    cause: Some(KillCause::WallTimeLimit)
-                },
-                None
-            ),
-            Some(JobEventKind::Killed {
-                cause: None,
-                usage: None
-            })
-        );
-        assert_eq!(
-            wire_event(&GuestEventKind::Suspended, None),
-            Some(JobEventKind::Suspended)
-        );
     }
 }
