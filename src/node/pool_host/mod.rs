@@ -21,20 +21,21 @@
 
 pub mod events;
 pub mod outputs;
+mod prepare;
 pub mod remote_jobs;
 
 use crate::clock::Clock;
 use crate::consumer::{HostJobEvent, Inbox};
-use crate::data::{obtain_input, Cache, FetchLimits, Obtained};
+use crate::data::Cache;
 use crate::guest::GuestEvent;
 use crate::model::admit::{admit, GuestAsk, Refusal};
 use crate::model::ids::JobId;
 use crate::model::predict::InitialState;
 use crate::model::state::State;
 use crate::net::protocol::{
-    FailureByCause, InputRef, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName,
-    RejectReason, ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, RemoteJobState,
-    WireSpellLengths, WireSpells, WireState, CURVE_POINTS_MAX,
+    FailureByCause, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
+    ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, RemoteJobState, WireSpellLengths,
+    WireSpells, WireState, CURVE_POINTS_MAX,
 };
 use crate::net::{LocalStatus, NetEvent, NetHandle, Responder};
 use crate::node::answer::HostAnswer;
@@ -44,11 +45,12 @@ use crate::node::Hardware;
 use events::{spawn_event_sender, wire_event};
 use libp2p::PeerId;
 use outputs::{hash_output, output_path, read_chunk, read_chunk_or_empty};
+use prepare::{prepare_inputs, PreparedInputs};
 use remote_jobs::{
     check_submit, remove_job_dir, RemoteJob, RemoteJobSummary, RemoteJobs, REMOTE_PREFIX,
 };
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -109,15 +111,6 @@ enum Event {
 struct Prepared {
     local_id: JobId,
     result: Result<PreparedInputs, String>,
-}
-
-/// A job's inputs, verified and copied into its own directory.
-#[derive(Debug)]
-struct PreparedInputs {
-    /// (path in the work directory, prepared file).
-    files: Vec<(String, PathBuf)>,
-    fetched_bytes: u64,
-    cached_bytes: u64,
 }
 
 /// A job accepted and being prepared: what the guest will run.
@@ -673,53 +666,6 @@ impl PoolHost {
             let _ = reply.send(answer);
         });
     }
-}
-
-/// Takes each input from the cache or fetches it from `consumer`, verified,
-/// and copies it into `stage_dir` (the guest gets its own copy; the cached
-/// one stays pinned only while it is copied). Errors name the input.
-async fn prepare_inputs(
-    net: crate::net::NetHandle,
-    cache: Cache,
-    consumer: PeerId,
-    inputs: Vec<InputRef>,
-    stage_dir: PathBuf,
-) -> Result<PreparedInputs, String> {
-    let dir = stage_dir.clone();
-    tokio::task::spawn_blocking(move || std::fs::create_dir_all(&dir))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("cannot make {}: {e}", stage_dir.display()))?;
-    let mut prepared = PreparedInputs {
-        files: Vec::with_capacity(inputs.len()),
-        fetched_bytes: 0,
-        cached_bytes: 0,
-    };
-    for (index, input) in inputs.into_iter().enumerate() {
-        let (pinned, obtained) =
-            obtain_input(&net, &cache, consumer, &input, FetchLimits::default()).await?;
-        match obtained {
-            Obtained::Cached => prepared.cached_bytes += input.size,
-            Obtained::Fetched(f) => prepared.fetched_bytes += f.bytes,
-        }
-        let name = &input.path;
-        let dest = stage_dir.join(index.to_string());
-        let source = pinned.path().to_path_buf();
-        let to = dest.clone();
-        tokio::task::spawn_blocking(move || copy_input(&source, &to))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("input {name}: copying from the cache: {e}"))?;
-        drop(pinned);
-        prepared.files.push((input.path, dest));
-    }
-    Ok(prepared)
-}
-
-/// Copies a cached input for one job (the kernel copies; nothing is read
-/// into memory).
-fn copy_input(source: &Path, dest: &Path) -> std::io::Result<()> {
-    std::fs::copy(source, dest).map(|_| ())
 }
 
 impl From<Refusal> for RejectReason {
