@@ -207,6 +207,15 @@ fn status_text(r: &StatusReport) -> String {
     if let Some(n) = &r.network {
         network_rows(n, &mut rows);
     }
+    if let Some(t) = &r.traffic {
+        rows.push((
+            "traffic".into(),
+            format!(
+                "{} bytes in, {} bytes out since start",
+                t.bytes_in, t.bytes_out
+            ),
+        ));
+    }
     crate::cli::output::key_values(&rows)
 }
 

@@ -235,6 +235,10 @@ pub struct StatusReport {
     /// without networking.
     #[serde(default)]
     pub network: Option<crate::net::Reachability>,
+    /// Bytes sent and received over libp2p since the node started (libp2p's
+    /// bandwidth metrics); `None` without networking.
+    #[serde(default)]
+    pub traffic: Option<crate::net::Traffic>,
     /// Why no guest runs now; `None` while one runs.
     #[serde(default)]
     pub why_idle: Option<crate::model::owner::IdleReason>,

@@ -121,6 +121,7 @@ async fn status(State(h): State<ControlHandles>) -> Response {
             let mut report = status_report(status);
             // Read from the network task's snapshot, not the host loop.
             report.network = h.net.as_ref().map(crate::net::NetHandle::reachability);
+            report.traffic = h.net.as_ref().map(crate::net::NetHandle::traffic);
             Json(report).into_response()
         }
         Err(e) => ApiError::from(e).into_response(),
@@ -181,6 +182,7 @@ fn status_report(s: HostStatus) -> StatusReport {
         owner_load: s.owner_load.to_string(),
         containment: s.containment,
         network: None,
+        traffic: None,
         why_idle: s.why_idle,
         withheld: s.withheld,
         schedule: s.schedule.to_string(),

@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::model::state::State;
 use crate::net::protocol::{JobRequest, JobResponse, ReliabilityQuery, ReliabilityResponse};
 use crate::net::reachability::Reachability;
+use crate::net::traffic::{Traffic, TrafficMeter};
 
 /// Why a network operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -161,6 +162,8 @@ pub struct NetHandle {
     /// Opens and accepts raw streams (`/gleaner/data/1`) without going through
     /// the network task: file bytes flow between the stream and its user only.
     pub(crate) streams: libp2p_stream::Control,
+    /// libp2p's bandwidth counters, read without asking the network task.
+    pub(crate) traffic: TrafficMeter,
 }
 
 impl std::fmt::Debug for NetHandle {
@@ -181,6 +184,11 @@ impl NetHandle {
     /// connections); never waits for the network task.
     pub fn reachability(&self) -> Reachability {
         self.reachability.borrow().clone()
+    }
+
+    /// Bytes sent and received over libp2p since the node started.
+    pub fn traffic(&self) -> Traffic {
+        self.traffic.read()
     }
 
     async fn call<T>(

@@ -15,8 +15,10 @@ pub mod peer_book;
 pub mod protocol;
 pub mod reachability;
 pub mod swarm;
+pub mod traffic;
 
 pub use event_loop::{start, EventLoop};
 pub use handle::{LocalStatus, Member, NetError, NetEvent, NetHandle, Responder};
 pub use reachability::{Contact, NatStatus, Reachability};
 pub use swarm::{read_swarm_key, BuildError, NetConfig};
+pub use traffic::Traffic;

@@ -29,6 +29,7 @@ use crate::net::protocol::{
     ANNOUNCE_MAX_BYTES, IDENTIFY_PROTOCOL_VERSION, JOB_PROTOCOL, KAD_PROTOCOL, RELIABILITY_PROTOCOL,
 };
 use crate::net::reachability::AddressScope;
+use crate::net::traffic::TrafficMeter;
 
 /// Largest swarm key file we read (the text form is about 90 bytes).
 const SWARM_KEY_FILE_MAX: u64 = 4096;
@@ -316,14 +317,16 @@ fn build_behaviour(
 }
 
 /// Builds the Swarm: TCP+Noise+Yamux, QUIC, DNS and the relay client; with a swarm key,
-/// TCP wrapped in pnet and no QUIC.
+/// TCP wrapped in pnet and no QUIC. Every transport counts its bytes into the
+/// returned meter (libp2p's bandwidth metrics).
 pub(crate) fn build_swarm(
     key: Keypair,
     cfg: &NetConfig,
     scope: AddressScope,
-) -> Result<Swarm<Behaviour>, BuildError> {
+) -> Result<(Swarm<Behaviour>, TrafficMeter), BuildError> {
     let err = |e: &dyn std::fmt::Display| BuildError::Swarm(e.to_string());
     let idle = cfg.idle_timeout;
+    let mut registry = libp2p::metrics::Registry::default();
     let swarm = match cfg.swarm_key {
         None => SwarmBuilder::with_existing_identity(key)
             .with_tokio()
@@ -338,6 +341,7 @@ pub(crate) fn build_swarm(
             .map_err(|e| err(&e))?
             .with_relay_client(noise::Config::new, yamux::Config::default)
             .map_err(|e| err(&e))?
+            .with_bandwidth_metrics(&mut registry)
             .with_behaviour(|key, relay| build_behaviour(key, relay, cfg, scope))
             .map_err(|e| err(&e))?
             .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
@@ -360,12 +364,13 @@ pub(crate) fn build_swarm(
             .map_err(|e| err(&e))?
             .with_relay_client(noise::Config::new, yamux::Config::default)
             .map_err(|e| err(&e))?
+            .with_bandwidth_metrics(&mut registry)
             .with_behaviour(|key, relay| build_behaviour(key, relay, cfg, scope))
             .map_err(|e| err(&e))?
             .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
             .build(),
     };
-    Ok(swarm)
+    Ok((swarm, TrafficMeter::new(registry)))
 }
 
 /// True when `addr` uses QUIC (skipped when a swarm key is set).

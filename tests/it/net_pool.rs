@@ -258,6 +258,44 @@ async fn a_reliability_query_round_trips() {
     assert_eq!(a.served_queries.load(Ordering::SeqCst), 3);
 }
 
+/// libp2p's bandwidth metrics count what the requests and answers carry:
+/// the asker sends at least the queries' bytes and receives at least the
+/// answers', and the host the other way round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traffic_counts_the_bytes_of_queries_and_answers() {
+    let a = spawn_node(config("traffic"), Serve::Answer).await;
+    let b = spawn_node(config("traffic"), Serve::Answer).await;
+    b.handle.dial(a.addr.clone()).await.unwrap();
+    let (a0, b0) = (a.handle.traffic(), b.handle.traffic());
+    let (mut asked, mut answered) = (0u64, 0u64);
+    for len in [600, 3600, 7200, 86_400] {
+        let got = b
+            .handle
+            .query_reliability(a.handle.peer_id(), query(len))
+            .await
+            .unwrap();
+        asked += gleaner::net::codec::encode_body(&query(len)).unwrap().len() as u64;
+        answered += gleaner::net::codec::encode_body(&got).unwrap().len() as u64;
+    }
+    let (a1, b1) = (a.handle.traffic(), b.handle.traffic());
+    assert!(
+        b1.bytes_out - b0.bytes_out >= asked,
+        "{b0:?} -> {b1:?}, asked {asked}"
+    );
+    assert!(
+        a1.bytes_in - a0.bytes_in >= asked,
+        "{a0:?} -> {a1:?}, asked {asked}"
+    );
+    assert!(
+        a1.bytes_out - a0.bytes_out >= answered,
+        "{a0:?} -> {a1:?}, answered {answered}"
+    );
+    assert!(
+        b1.bytes_in - b0.bytes_in >= answered,
+        "{b0:?} -> {b1:?}, answered {answered}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_never_answers_times_out() {
     let a = spawn_node(config("slow"), Serve::Never).await;

@@ -68,7 +68,7 @@ pub fn start(
 ) -> Result<(NetHandle, mpsc::Receiver<NetEvent>, EventLoop), BuildError> {
     let peer_id = key.public().to_peer_id();
     let scope = AddressScope::of(&cfg.listen, cfg.autonat || cfg.relay_server);
-    let mut swarm = build_swarm(key, &cfg, scope)?;
+    let (mut swarm, traffic) = build_swarm(key, &cfg, scope)?;
     let topic = IdentTopic::new(announce_topic(&cfg.pool));
     swarm
         .behaviour_mut()
@@ -132,6 +132,7 @@ pub fn start(
             peer_id,
             reachability: reach_rx,
             streams,
+            traffic,
         },
         events_rx,
         event_loop,

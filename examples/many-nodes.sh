@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# N real `gleaner node` processes on 127.0.0.1, as lightly as they can run,
+# and what a pool of N costs (issue 27's harness):
+#
+#   examples/many-nodes.sh 20           # one consumer-only node and 20 hosts
+#   IDLE_SECS=120 examples/many-nodes.sh 100
+#
+# Prints, for the consumer: seconds from the last host's start until
+# `gleaner hosts` lists every host (and until every host answers with a TR),
+# `hosts` latency p50/p90 over HOSTS_ROUNDS calls, and the consumer's CPU per
+# placed task for a batch of 2N trivial tasks (`-- true`); for every node:
+# idle CPU (% of one core) and bytes sent and received per minute over an
+# idle window of IDLE_SECS (libp2p's bandwidth metrics, read from
+# `gleaner status --json`), and RSS at its end, summarised as
+# min/p50/p90/max (KEEP=DIR keeps the per-node table, nodes.tsv, and the logs).
+#
+# Every node listens on 127.0.0.1 only, mDNS is off and every host
+# bootstraps from the consumer (node 0), as a pool's first members would from
+# a known peer. The owner's load is scripted as quiet, nodes log warnings only
+# and run under `nice`; every host imports the same DAYS of synthetic owner
+# history so it answers with a TR. The machine's other work shows in these
+# figures: run it on a quiet machine, or say how busy it was.
+#
+# Knobs (environment): IDLE_SECS (60), HOSTS_ROUNDS (10), TASKS (2N),
+# LIST_LIMIT (300 s to wait for the full listing), DAYS (8: a weekend day is needed), KEEP (unset),
+# NICE (10), GLEANER_BIN (the release build), MIN_FREE_MIB (2048: stop
+# starting nodes when the machine has less memory available).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:?usage: examples/many-nodes.sh N}
+IDLE_SECS=${IDLE_SECS:-60}
+HOSTS_ROUNDS=${HOSTS_ROUNDS:-10}
+TASKS=${TASKS:-$((2 * N))}
+LIST_LIMIT=${LIST_LIMIT:-300}
+DAYS=${DAYS:-8}
+NICE=${NICE:-10}
+MIN_FREE_MIB=${MIN_FREE_MIB:-2048}
+if [ -z "${GLEANER_BIN:-}" ]; then
+    cargo build --release --quiet
+fi
+B=${GLEANER_BIN:-$PWD/target/release/gleaner}
+DIR=$(mktemp -d)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    if [ -n "${KEEP:-}" ]; then
+        mkdir -p "$KEEP"
+        cp "$DIR/nodes.tsv" "$KEEP/" 2>/dev/null || true
+        for n in $(seq 0 "$N"); do cp "$DIR/n$n/log" "$KEEP/n$n.log" 2>/dev/null || true; done
+    fi
+    rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+g() { local n=$1; shift; "$B" --data-dir "$DIR/n$n/data" --config "$DIR/n$n/config.toml" "$@"; }
+now() { date +%s.%N; }
+# Sorted numbers on stdin -> "min p50 p90 max".
+summary() { sort -g | awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print "-"; exit }
+    i50 = int((NR - 1) * 0.5) + 1; i90 = int((NR - 1) * 0.9) + 1
+    printf "min %s  p50 %s  p90 %s  max %s\n", v[1], v[i50], v[i90], v[NR] }'; }
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+free_mib() { awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo; }
+# "bytes_in bytes_out" from a node's status.
+traffic() {
+    local t
+    t=$(g "$1" status --json 2>/dev/null | tr -d ' \n' | grep -o '"traffic":{[^}]*}' |
+        grep -o '[0-9]\+' | paste -sd' ' || true)
+    echo "${t:-0 0}"
+}
+HZ=$(getconf CLK_TCK)
+
+echo "== $N hosts and a consumer on 127.0.0.1 ($(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "0 5 8000" > "$DIR/quiet-owner.txt"
+mkdir -p "$DIR/n0"
+"$B" --data-dir "$DIR/n0/data" trace synth --seed 1 --days "$DAYS" --step 60 --end now \
+    --out "$DIR/history.csv" >/dev/null
+for n in $(seq 0 "$N"); do
+    mkdir -p "$DIR/n$n"
+    cat > "$DIR/n$n/config.toml" <<CONF
+[net]
+pool = "many"
+mdns = false
+listen = ["/ip4/127.0.0.1/tcp/0"]
+CONF
+    if [ "$n" -gt 0 ]; then g "$n" history import "$DIR/history.csv" >/dev/null; fi
+done
+
+# start N [flags...]: runs node N and waits for its "ready" line.
+start() {
+    local n=$1; shift
+    GLEANER_LOG=warn nice -n "$NICE" "$B" --data-dir "$DIR/n$n/data" --config "$DIR/n$n/config.toml" \
+        node --owner-load "$DIR/quiet-owner.txt" "$@" > "$DIR/n$n/out" 2> "$DIR/n$n/log" &
+    PIDS[$n]=$!
+    for _ in $(seq 600); do grep -q '^ready' "$DIR/n$n/out" 2>/dev/null && return 0; sleep 0.05; done
+    echo "node $n is not ready after 30 s; its log:"; tail -5 "$DIR/n$n/log"; exit 1
+}
+T_FIRST=$(now)
+start 0 --no-guest
+BOOT=$(grep '^listening:' "$DIR/n0/out" | head -1 | awk '{print $2}')
+for n in $(seq 1 "$N"); do
+    if [ "$(free_mib)" -lt "$MIN_FREE_MIB" ]; then
+        echo "only $(free_mib) MiB of memory left after $((n - 1)) hosts: stopping here"
+        exit 1
+    fi
+    start "$n" --bootstrap "$BOOT"
+done
+T_LAST=$(now)
+awk -v a="$T_FIRST" -v b="$T_LAST" -v n="$N" 'BEGIN { printf "started %d nodes in %.1f s\n", n + 1, b - a }'
+
+echo "== the consumer's view"
+listed=0; answered=0; t_listed=""; t_answered=""
+while :; do
+    out=$(g 0 hosts --json 2>/dev/null || true)
+    listed=$({ grep -o '"peer":"' <<<"$out" || true; } | wc -l)
+    answered=$({ grep -o '"tr":[0-9]' <<<"$out" || true; } | wc -l)
+    t=$(now)
+    if [ -z "$t_listed" ] && [ "$listed" -ge "$N" ]; then t_listed=$t; fi
+    if [ -z "$t_answered" ] && [ "$answered" -ge "$N" ]; then t_answered=$t; fi
+    [ -n "$t_answered" ] && break
+    if awk -v a="$T_LAST" -v b="$t" -v l="$LIST_LIMIT" 'BEGIN { exit !(b - a > l) }'; then break; fi
+    sleep 1
+done
+since() { if [ -n "$1" ]; then awk -v a="$T_LAST" -v b="$1" 'BEGIN { printf "after %.1f s", b - a }'; else echo "never within ${LIST_LIMIT} s"; fi; }
+echo "every host listed by gleaner hosts: $(since "$t_listed") (last seen: $listed of $N)"
+echo "every host answering with a TR:     $(since "$t_answered") (last seen: $answered of $N)"
+if [ -z "$t_answered" ] && [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP"; echo "$out" > "$KEEP/hosts.json"; fi
+
+for _ in $(seq "$HOSTS_ROUNDS"); do
+    a=$(now); g 0 hosts --json >/dev/null 2>&1 || true; b=$(now)
+    awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f\n", (b - a) * 1000 }'
+done > "$DIR/hosts-ms.txt"
+echo "gleaner hosts latency over $HOSTS_ROUNDS calls, ms: $(summary < "$DIR/hosts-ms.txt")"
+
+echo "== every node idle for $IDLE_SECS s"
+for n in $(seq 0 "$N"); do
+    echo "$n $(now) $(cpu_ticks "${PIDS[$n]}") $(traffic "$n")"
+done > "$DIR/idle0.txt"
+sleep "$IDLE_SECS"
+for n in $(seq 0 "$N"); do
+    echo "$n $(now) $(cpu_ticks "${PIDS[$n]}") $(traffic "$n") $(rss_kib "${PIDS[$n]}")"
+done > "$DIR/idle1.txt"
+join <(sort -k1,1 "$DIR/idle0.txt") <(sort -k1,1 "$DIR/idle1.txt") | sort -n | awk -v hz="$HZ" '
+    BEGIN { print "node\tidle_cpu_pct\trss_mib\tbytes_in_per_min\tbytes_out_per_min" }
+    { dt = $6 - $2; printf "%d\t%.3f\t%.1f\t%.0f\t%.0f\n", $1, ($7 - $3) / hz / dt * 100,
+        $10 / 1024, ($8 - $4) / dt * 60, ($9 - $5) / dt * 60 }' > "$DIR/nodes.tsv"
+col() { awk -v c="$1" -v from="$2" 'NR > 1 && $1 >= from { print $c }' "$DIR/nodes.tsv"; }
+echo "consumer: $(awk 'NR == 2 { printf "idle CPU %s %%, RSS %s MiB, %s B/min in, %s B/min out", $2, $3, $4, $5 }' "$DIR/nodes.tsv")"
+echo "hosts idle CPU, % of a core: $(col 2 1 | summary)"
+echo "hosts RSS, MiB:              $(col 3 1 | summary)"
+echo "hosts bytes in per minute:   $(col 4 1 | summary)"
+echo "hosts bytes out per minute:  $(col 5 1 | summary)"
+
+echo "== $TASKS trivial tasks from the consumer"
+before=$(cpu_ticks "${PIDS[0]}")
+t0=$(now)
+g 0 batch submit --quiet --range "0..$TASKS" --runtime 1m --output-dir "$DIR/results" --wait -- true >/dev/null
+t1=$(now)
+after=$(cpu_ticks "${PIDS[0]}")
+awk -v n="$TASKS" -v t0="$t0" -v t1="$t1" -v c=$((after - before)) -v hz="$HZ" 'BEGIN {
+    s = t1 - t0
+    printf "%d tasks in %.1f s (%.1f tasks/s); consumer CPU %.2f s, %.1f ms per placed task\n",
+        n, s, n / s, c / hz, c / hz * 1000 / n }'
