@@ -15,7 +15,7 @@ use tokio::sync::{broadcast, mpsc};
 use crate::consumer::batch::estimate::BatchEstimate;
 use crate::consumer::batch::policy::UnknownPolicy;
 use crate::consumer::batch::queue::DEFAULT_CHECKPOINT_COST_SECS;
-use crate::consumer::batch::spec::{InputTemplate, Params, Sweep, TaskTemplate};
+use crate::consumer::batch::spec::{check_checkpoint, InputTemplate, Params, Sweep, TaskTemplate};
 use crate::consumer::batch::verify::{CopyView, Provenance};
 use crate::consumer::batch::{
     BatchView, CheckpointSpec, Counts, NewBatch, PolicyName, TaskEvent, TaskRecord,
@@ -27,7 +27,6 @@ use crate::control::api::{
 };
 use crate::control::state::{consumer_of, ApiJson, ControlHandles};
 use crate::model::ids::BatchId;
-use crate::model::relpath::RelPath;
 
 /// The largest `batch submit` body: a params table of up to 100,000 rows.
 const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
@@ -94,11 +93,7 @@ fn new_batch(r: BatchSubmitRequest) -> Result<NewBatch, ApiError> {
     let checkpoint = match r.checkpoint {
         None => None,
         Some(path) => {
-            if !RelPath::is_valid(&path) || path.contains(['{', '}']) {
-                return Err(ApiError::bad_request(format!(
-                    "--checkpoint {path}: must be a relative path inside the task's work dir, without '..' or placeholders"
-                )));
-            }
+            check_checkpoint(&path).map_err(|e| ApiError::bad_request(e.to_string()))?;
             Some(CheckpointSpec {
                 path,
                 cost_secs: r

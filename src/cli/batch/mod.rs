@@ -28,7 +28,6 @@ use crate::control::api::{
 use crate::control::client::ControlClient;
 use crate::human;
 use crate::model::ids::BatchId;
-use crate::model::relpath::RelPath;
 
 mod follow;
 mod show;
@@ -392,9 +391,7 @@ pub fn task_request(a: &TaskArgs) -> anyhow::Result<BatchSubmitRequest> {
         spec::check_output(name)?;
     }
     if let Some(path) = &a.checkpoint {
-        if !RelPath::is_valid(path) || path.contains(['{', '}']) {
-            bail!("--checkpoint {path}: must be a relative path inside the task's work dir, without '..' or placeholders");
-        }
+        spec::check_checkpoint(path)?;
     }
     Ok(BatchSubmitRequest {
         name: None,

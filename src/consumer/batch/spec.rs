@@ -88,6 +88,8 @@ pub enum SpecError {
     Output { name: String, why: String },
     #[error("--input {name:?}: {why}")]
     Input { name: String, why: String },
+    #[error("--checkpoint {path}: must be a relative path inside the task's work dir, without '..' or placeholders")]
+    Checkpoint { path: String },
     #[error("the batch has {tasks} tasks; at most {MAX_TASKS} are allowed")]
     TooManyTasks { tasks: u128 },
     #[error("the range {start}..{end} is empty")]
@@ -418,6 +420,18 @@ pub fn check_output(name: &str) -> Result<RelPath, SpecError> {
     Ok(path)
 }
 
+/// Checks a checkpoint file's path: relative, inside the task's work dir,
+/// the same for every task (no placeholders). The one copy of this rule; the
+/// command line and the control API both call it.
+pub fn check_checkpoint(path: &str) -> Result<RelPath, SpecError> {
+    match RelPath::new(path) {
+        Ok(rel) if !path.contains(['{', '}']) => Ok(rel),
+        _ => Err(SpecError::Checkpoint {
+            path: path.to_string(),
+        }),
+    }
+}
+
 /// The values of each task as `batch status` shows them (for `--params`,
 /// the row; for `--range`, the integer).
 pub fn task_labels(sweep: &Sweep) -> Vec<BTreeMap<String, String>> {
@@ -497,6 +511,21 @@ mod tests {
         assert!(parse_params(b"a,a\n1,2\n", "p").is_err());
         assert!(parse_params(b"a b\n1\n", "p").is_err());
         assert!(parse_params(b"a\n", "p").is_err());
+    }
+
+    #[test]
+    fn a_checkpoint_path_stays_in_the_work_dir_and_is_the_same_for_every_task() {
+        assert_eq!(
+            check_checkpoint("state/ckpt.bin").map(|p| p.as_str().to_string()),
+            Ok("state/ckpt.bin".to_string())
+        );
+        for bad in ["../x", "/etc/passwd", "a/../../b", "ckpt-{i}", "", "a\0b"].map(String::from) {
+            let refused = check_checkpoint(&bad);
+            assert!(
+                matches!(&refused, Err(SpecError::Checkpoint { path }) if *path == bad),
+                "{bad:?}: {refused:?}"
+            );
+        }
     }
 
     #[test]
