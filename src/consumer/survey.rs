@@ -11,17 +11,15 @@ use libp2p::{Multiaddr, PeerId};
 use serde::{Deserialize, Serialize};
 
 use crate::model::sched::curve::TrCurve;
-use crate::model::sched::spells::{
-    PastSpells, SpellLengths, LOOKBACK_SECS, MAX_CUT_SPELLS, MAX_SPELL_LENGTHS,
-};
+use crate::model::sched::spells::{PastSpells, SpellLengths};
 use crate::model::solver::CAUSES;
 use crate::model::state::State;
 
 use crate::net::handle::Member;
 use crate::net::protocol::{
-    ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, WireSpellLengths, WireSpells,
-    CURVE_POINTS_MAX,
+    ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, CURVE_POINTS_MAX,
 };
+use crate::net::summary::{checked_spell_lengths, checked_spells};
 use crate::net::{NetError, NetHandle};
 
 /// What one survey asks.
@@ -262,64 +260,6 @@ fn apply_answer(report: &mut SurveyedHost, a: ReliabilityAnswer) {
     report.slot_free = Some(a.slot_free);
 }
 
-/// A host's claimed spells, or `None` when they cannot be true: more time
-/// than the week they cover (an hour's slack for rounding), or more failure
-/// episodes than seconds on either side of them.
-fn checked_spells(w: WireSpells) -> Option<PastSpells> {
-    let covered = u64::from(w.usable_secs) + u64::from(w.failing_secs);
-    let week = u64::try_from(LOOKBACK_SECS).unwrap_or(u64::MAX);
-    (covered <= week + 3_600 && w.episodes <= w.usable_secs.min(w.failing_secs)).then(|| {
-        PastSpells {
-            usable_secs: f64::from(w.usable_secs),
-            failing_secs: f64::from(w.failing_secs),
-            episodes: w.episodes,
-        }
-    })
-}
-
-/// A host's claimed spell lengths, or `None` when they cannot be true of
-/// its (checked) spells: more lengths than the answer may carry, a length
-/// of zero or longer than the week, fewer spells seen than lengths sent,
-/// more whole spells seen than failure episodes, or, when every whole
-/// up-spell is sent, more up time than the spells' own. Lengths are sorted
-/// here, whatever order they came in.
-fn checked_spell_lengths(w: WireSpellLengths, spells: &PastSpells) -> Option<SpellLengths> {
-    let week = u32::try_from(LOOKBACK_SECS).unwrap_or(u32::MAX);
-    let sane =
-        |v: &[u32], most: usize| v.len() <= most && v.iter().all(|&x| (1..=week).contains(&x));
-    if !(sane(&w.up_secs, MAX_SPELL_LENGTHS)
-        && sane(&w.outage_secs, MAX_SPELL_LENGTHS)
-        && sane(&w.up_cut_secs, MAX_CUT_SPELLS))
-    {
-        return None;
-    }
-    let counts_ok = |sent: usize, seen: u32| {
-        u32::try_from(sent).is_ok_and(|sent| sent <= seen) && seen <= spells.episodes
-    };
-    if !(counts_ok(w.up_secs.len(), w.up_seen) && counts_ok(w.outage_secs.len(), w.outages_seen)) {
-        return None;
-    }
-    let secs = |v: &[u32]| -> Vec<f64> {
-        let mut out: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
-        out.sort_by(f64::total_cmp);
-        out
-    };
-    let (up, up_cut) = (secs(&w.up_secs), secs(&w.up_cut_secs));
-    // Whole seconds: each length may have been rounded by half a second.
-    let slack = (up.len() + up_cut.len()) as f64;
-    let all_sent = w.up_seen as usize == up.len();
-    if all_sent && up.iter().chain(&up_cut).sum::<f64>() > spells.usable_secs + slack {
-        return None;
-    }
-    Some(SpellLengths {
-        up,
-        up_seen: w.up_seen,
-        up_cut,
-        outages: secs(&w.outage_secs),
-        outages_seen: w.outages_seen,
-    })
-}
-
 /// The `q` quantile of sorted values (nearest rank), `None` when empty.
 pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
     if sorted.is_empty() {
@@ -332,7 +272,7 @@ pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::protocol::{FailureByCause, WireState};
+    use crate::net::protocol::{FailureByCause, WireSpellLengths, WireSpells, WireState};
 
     #[test]
     fn percentiles_by_nearest_rank() {
@@ -392,43 +332,5 @@ mod tests {
             outage_secs: vec![600, 300],
             outages_seen: 2,
         }
-    }
-
-    #[test]
-    fn spell_lengths_are_checked_against_the_spells() {
-        // A week with 3 episodes and 10 000 s of up time.
-        let spells = PastSpells {
-            usable_secs: 10_000.0,
-            failing_secs: 900.0,
-            episodes: 3,
-        };
-        let ok = checked_spell_lengths(lengths(vec![3_000, 2_000], 2), &spells).unwrap();
-        assert_eq!(ok.up, vec![2_000.0, 3_000.0]);
-        assert_eq!(ok.outages, vec![300.0, 600.0]);
-        assert_eq!(ok.up_cut, vec![5_000.0]);
-        let refused = |w: WireSpellLengths| checked_spell_lengths(w, &spells);
-        // More up time than the spells hold.
-        assert_eq!(refused(lengths(vec![3_000, 4_000], 2)), None);
-        // More lengths than seen, more seen than episodes.
-        assert_eq!(refused(lengths(vec![1, 2, 3], 2)), None);
-        assert_eq!(refused(lengths(vec![1, 2], 9)), None);
-        // A zero, a length beyond the week, too many lengths or cut spells.
-        assert_eq!(refused(lengths(vec![0, 2], 2)), None);
-        assert_eq!(refused(lengths(vec![1, u32::MAX], 2)), None);
-        let many = PastSpells {
-            usable_secs: 1e6,
-            failing_secs: 1e5,
-            episodes: 1_000,
-        };
-        assert_eq!(
-            checked_spell_lengths(lengths(vec![10; 33], 500), &many),
-            None
-        );
-        let mut cut = lengths(vec![10], 1);
-        cut.up_cut_secs = vec![1, 2, 3];
-        assert_eq!(refused(cut), None);
-        // Quantiles standing for many spells are taken as such.
-        let q = checked_spell_lengths(lengths(vec![10; 32], 500), &many).unwrap();
-        assert_eq!((q.up.len(), q.up_seen), (32, 500));
     }
 }

@@ -3,7 +3,6 @@
 //! must not know how the swarm uses them (that is `net`).
 
 use std::collections::HashSet;
-use std::time::Duration;
 
 use crate::net::{read_swarm_key, BuildError, NetConfig};
 use crate::node::config::NetSection;
@@ -29,10 +28,6 @@ pub fn net_config(net: &NetSection) -> Result<NetConfig, BuildError> {
     };
     cfg.request_timeout = net.request_timeout;
     cfg.announce_interval = net.announce_interval;
-    // announce_interval is at most an hour (validated), so this cannot overflow.
-    cfg.member_ttl = net
-        .announce_interval
-        .saturating_mul(3)
-        .saturating_add(Duration::from_secs(5));
+    cfg.member_ttl = crate::net::summary::member_ttl(net.announce_interval);
     Ok(cfg)
 }

@@ -286,9 +286,17 @@ fn protocol_md_lists_every_struct_field_in_the_codec_order() {
         "DataRequest",
         table_fields(region("holding\n   `DataRequest`:", "2. The consumer")),
     );
+    assert_struct::<HostSummary>(
+        "HostSummary",
+        table_fields(region("`HostSummary` (struct):", "`WireLadder` (struct)")),
+    );
+    assert_struct::<WireLadder>(
+        "WireLadder",
+        prose_fields(region("`WireLadder` (struct):", "A receiver clamps")),
+    );
     assert_struct::<Announcement>(
         "Announcement",
-        table_fields(region("## Announcements (gossipsub)", "## Discovery")),
+        table_fields(region("`Announcement` (struct),", "## Discovery")),
     );
     assert_struct::<CheckpointOrder>(
         "CheckpointOrder",

@@ -10,8 +10,12 @@ use libp2p::{Multiaddr, PeerId};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::model::state::State;
-use crate::net::protocol::{JobRequest, JobResponse, ReliabilityQuery, ReliabilityResponse};
+use crate::net::protocol::{
+    JobRequest, JobResponse, ReliabilityQuery, ReliabilityResponse, WireLadder, WireSpellLengths,
+    WireSpells,
+};
 use crate::net::reachability::Reachability;
+use crate::net::summary::Summary;
 use crate::net::traffic::{Traffic, TrafficMeter};
 
 /// Why a network operation failed.
@@ -58,6 +62,26 @@ pub struct LocalStatus {
     pub slot_free: bool,
 }
 
+/// The reliability part of this node's summary, computed by the node; the
+/// network task adds it to the announcement's part and publishes the two
+/// as one `HostSummary`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummaryBody {
+    /// When it was computed, Unix seconds; the ladders' windows start then.
+    pub computed_at_unix: i64,
+    /// Relative speed P in thousandths.
+    pub speed_milli: u32,
+    /// Predicted CPU share for a guest over the next hour, thousandths.
+    pub availability_milli: Option<u32>,
+    /// History days behind it.
+    pub days_used: u32,
+    /// TR ladders, one per memory level.
+    pub ladders: Vec<WireLadder>,
+    /// The week's spells at the lowest memory level, and their lengths.
+    pub spells: Option<WireSpells>,
+    pub spell_lengths: Option<WireSpellLengths>,
+}
+
 /// A pool member as last announced.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Member {
@@ -71,6 +95,9 @@ pub struct Member {
     pub version: String,
     /// When we last heard its announcement.
     pub last_seen: Instant,
+    /// What its last summary said (checked); `None` from a node of protocol
+    /// version 1, which announces without one.
+    pub summary: Option<std::sync::Arc<Summary>>,
 }
 
 /// The way back for an inbound request: answer it once, or drop it to refuse (the
@@ -130,6 +157,7 @@ pub(crate) enum Command {
     },
     Announce {
         status: LocalStatus,
+        body: Option<SummaryBody>,
     },
     QueryReliability {
         peer: PeerId,
@@ -218,20 +246,26 @@ impl NetHandle {
         self.call(|reply| Command::Dial { addr, reply }).await?
     }
 
-    /// Publishes our status now and keeps re-publishing it every announce interval.
+    /// Publishes our status (in a summary without reliability) once, now.
+    /// The network task republishes it only when our addresses change or a
+    /// peer joins the pool's topic, at most once per minimum gap: when to
+    /// publish again is the caller's decision.
     pub async fn announce(&self, status: LocalStatus) -> Result<(), NetError> {
         self.commands
-            .send(Command::Announce { status })
+            .send(Command::Announce { status, body: None })
             .await
             .map_err(|_| NetError::Stopped)
     }
 
-    /// Like [`announce`](Self::announce) without waiting: for the node loop, which
-    /// must not block on the network. A full queue drops this status (the next
-    /// change or the periodic re-publish carries a newer one).
-    pub fn try_announce(&self, status: LocalStatus) -> Result<(), NetError> {
+    /// Publishes our summary (status and reliability) once, now, without
+    /// waiting: for the pool host, which must not block on the network. A
+    /// full queue drops it (the next change or heartbeat carries a newer one).
+    pub fn try_publish(&self, status: LocalStatus, body: SummaryBody) -> Result<(), NetError> {
         self.commands
-            .try_send(Command::Announce { status })
+            .try_send(Command::Announce {
+                status,
+                body: Some(body),
+            })
             .map_err(|_| NetError::Stopped)
     }
 

@@ -14,11 +14,12 @@ pub mod identity;
 pub mod peer_book;
 pub mod protocol;
 pub mod reachability;
+pub mod summary;
 pub mod swarm;
 pub mod traffic;
 
 pub use event_loop::{start, EventLoop};
-pub use handle::{LocalStatus, Member, NetError, NetEvent, NetHandle, Responder};
+pub use handle::{LocalStatus, Member, NetError, NetEvent, NetHandle, Responder, SummaryBody};
 pub use reachability::{Contact, NatStatus, Reachability};
 pub use swarm::{read_swarm_key, BuildError, NetConfig};
 pub use traffic::Traffic;

@@ -30,8 +30,10 @@ pub const JOB_PROTOCOL: &str = "/gleaner/job/3";
 pub const DATA_PROTOCOL: &str = "/gleaner/data/1";
 /// Protocol id of our Kademlia DHT, so Gleaner pools never mix with the public IPFS DHT.
 pub const KAD_PROTOCOL: &str = "/gleaner/kad/1";
-/// Protocol version string sent in identify.
-pub const IDENTIFY_PROTOCOL_VERSION: &str = "/gleaner/1";
+/// Protocol version string sent in identify. Version 2: hosts publish
+/// [`HostSummary`]s on [`summary_topic`] instead of announcing every 30 s on
+/// [`announce_topic`] (which version 2 nodes still hear from version 1 ones).
+pub const IDENTIFY_PROTOCOL_VERSION: &str = "/gleaner/2";
 
 /// Largest reliability request frame body, in bytes. A query is three integers.
 pub const RELIABILITY_REQUEST_CAP: u32 = 1024;
@@ -63,6 +65,26 @@ pub const ANNOUNCE_MAX_BYTES: usize = 4 * 1024;
 pub fn announce_topic(pool: &PoolName) -> String {
     format!("gleaner/{pool}/announce/1")
 }
+
+/// Gossipsub topic on which members of `pool` publish their [`HostSummary`].
+pub fn summary_topic(pool: &PoolName) -> String {
+    format!("gleaner/{pool}/summary/1")
+}
+
+/// The layout of a [`HostSummary`] this code writes; a receiver refuses
+/// another (a later layout comes on a new topic or with a new number).
+pub const SUMMARY_FORMAT: u8 = 1;
+/// Largest summary a member publishes (the gossipsub message cap is the
+/// announcement's): a publisher leaves out the spell lengths, then the
+/// spells, rather than go past it.
+pub const SUMMARY_MAX_BYTES: usize = ANNOUNCE_MAX_BYTES;
+/// The window lengths of a summary's TR ladder, seconds (15 min to 32 h,
+/// doubling): a consumer reads a task's TR off the ladder between rungs.
+pub const LADDER_SECS: [u32; 8] = [900, 1_800, 3_600, 7_200, 14_400, 28_800, 57_600, 115_200];
+/// The memory levels a summary's ladders are computed at, MiB (the job's
+/// memory sets the S4 threshold): a consumer uses the lowest level at or
+/// above its task's memory.
+pub const MEMORY_LEVELS_MIB: [u32; 3] = [256, 2_048, 8_192];
 
 /// Kademlia key that every member of `pool` provides, so a consumer finds hosts without
 /// waiting for gossip.
@@ -134,6 +156,48 @@ pub struct Announcement {
     pub slot_free: bool,
     /// Gleaner version of the member (`CARGO_PKG_VERSION`).
     pub version: String,
+}
+
+/// What a pool member publishes on its summary topic: what it announced
+/// before (who, where, how big, state, slot) and what a consumer needs to
+/// rank it without asking (TR at a ladder of window lengths and a few
+/// memory levels, its week's spells), with when that was computed. Sent on
+/// a change of state, slot or power step (at most one per minimum gap) and
+/// on a randomised heartbeat of minutes; a host with nothing new is quiet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostSummary {
+    /// [`SUMMARY_FORMAT`]; a receiver rejects any other.
+    pub format: u8,
+    /// The member, as an announcement describes it (same checks).
+    pub member: Announcement,
+    /// When the host computed the reliability part, Unix seconds on the
+    /// host; its ladders' windows start then.
+    pub computed_at_unix: i64,
+    /// Relative speed P in thousandths (Γ without the owner's load).
+    pub speed_milli: u32,
+    /// Predicted CPU share for a guest over the next hour, thousandths.
+    pub availability_milli: Option<u32>,
+    /// History days behind the ladders.
+    pub days_used: u32,
+    /// TR ladders, one per memory level, levels increasing, at most
+    /// [`MEMORY_LEVELS_MIB`]`.len()`; empty when the host cannot predict.
+    pub ladders: Vec<WireLadder>,
+    /// The host's failure spells over its past week at the lowest memory
+    /// level (as in a reliability answer).
+    pub spells: Option<WireSpells>,
+    /// Their lengths (as in a reliability answer); `None` when `spells` is.
+    pub spell_lengths: Option<WireSpellLengths>,
+}
+
+/// TR at [`LADDER_SECS`] for one memory level.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireLadder {
+    /// The job memory the ladder was computed for, MiB.
+    pub memory_mib: u32,
+    /// TR in thousandths (0..=1000) for the windows of [`LADDER_SECS`],
+    /// in order, from `computed_at_unix`; shorter when the host's history
+    /// cannot cover the longer windows.
+    pub tr_milli: Vec<u16>,
 }
 
 /// `/gleaner/reliability/4` request: what is the reliability of a job that would run in

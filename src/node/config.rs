@@ -216,7 +216,7 @@ impl Default for NetSection {
             swarm_key_file: None,
             allowlist: Vec::new(),
             request_timeout: Duration::from_secs(10),
-            announce_interval: Duration::from_secs(30),
+            announce_interval: Duration::from_secs(300),
             max_retries: 3,
             peer_book: true,
         }
@@ -314,7 +314,7 @@ pub const KEY_DOCS: &[(&str, &str, &str)] = &[
     ("net", "swarm_key_file", "Pre-shared key file of a private pool (see netconf/README.md to make one); empty means an open pool."),
     ("net", "allowlist", "Peer ids allowed to submit jobs here; empty allows every pool member."),
     ("net", "request_timeout_secs", "How long a query or job request to a peer may take before it counts as failed."),
-    ("net", "announce_secs", "How often this node announces itself on the pool's gossipsub topic (also on every state change)."),
+    ("net", "announce_secs", "Heartbeat of this node's summary on the pool's gossipsub topic: it republishes every 0.75 to 1.25 of this (randomised) and on a change of state, slot or power (at most one per min(10 s, half of this)); a member not heard for 5 heartbeats is dropped."),
     ("net", "max_retries", "How many times `gleaner submit` resubmits a job elsewhere after its host killed it, left or revoked it."),
     ("net", "peer_book", "Remember the pool members this node meets (peer id, addresses that worked, last seen; at most 10,000, in the data dir's peers/) and redial the most recently seen at start and whenever it has fewer than 4 connections, so it finds its pool again when its bootstrap peers are gone."),
     ("ui", "listen", "Address (loopback IP:PORT) of the web dashboard; the node prints its URL with the access token at start. A busy port falls back to a free one. Empty turns the dashboard off."),

@@ -1,8 +1,11 @@
-//! The pool's membership: announcements over gossipsub, each checked (it
-//! must come from the peer it describes, within its size and bounds) before
-//! its sender is recorded as a member, ours published with the addresses a
-//! peer could use, members expired after `member_ttl`, and the pool's
-//! provider record in the DHT with the lookups of its hosts.
+//! The pool's membership: summaries (and version 1 nodes' announcements)
+//! over gossipsub, each checked (it must come from the peer it describes,
+//! within its size and bounds) before its sender is recorded in the bounded
+//! member table, ours published with the addresses a peer could use (when
+//! the node says so; republished only when our addresses change or a peer
+//! joins, at most once per minimum gap), members expired after
+//! `member_ttl`, and the pool's provider record in the DHT with the lookups
+//! of its hosts.
 //!
 //! It must not know about the request protocols or how the node is reached.
 
@@ -14,8 +17,11 @@ use libp2p::{Multiaddr, PeerId};
 
 use super::EventLoop;
 use crate::net::codec::{decode_body, encode_body};
-use crate::net::handle::{LocalStatus, Member, NetEvent};
-use crate::net::protocol::{pool_dht_key, Announcement, ANNOUNCE_MAX_BYTES};
+use crate::net::handle::{LocalStatus, Member, NetEvent, SummaryBody};
+use crate::net::protocol::{
+    pool_dht_key, Announcement, HostSummary, ANNOUNCE_MAX_BYTES, SUMMARY_FORMAT, SUMMARY_MAX_BYTES,
+};
+use crate::net::summary::{check_summary, min_gap, Summary};
 use crate::net::swarm::ANNOUNCED_ADDRESSES_MAX;
 
 impl EventLoop {
@@ -58,18 +64,36 @@ impl EventLoop {
         }
     }
 
-    /// Checks one gossipsub message and, if it is a good announcement, records the member.
+    /// Checks one gossipsub message and, if it is a good summary (or a
+    /// version 1 node's announcement), records the member.
     pub(super) fn on_announcement(&mut self, message: &gossipsub::Message) -> MessageAcceptance {
-        if message.topic != self.topic.hash() || message.data.len() > ANNOUNCE_MAX_BYTES {
-            return MessageAcceptance::Reject;
-        }
         let Some(source) = message.source else {
             return MessageAcceptance::Reject;
         };
-        let Ok(announcement) = decode_body::<Announcement>(&message.data) else {
+        let member = if message.topic == self.summary_topic.hash() {
+            if message.data.len() > SUMMARY_MAX_BYTES {
+                return MessageAcceptance::Reject;
+            }
+            let Ok(summary) = decode_body::<HostSummary>(&message.data) else {
+                return MessageAcceptance::Reject;
+            };
+            let heard = jiff::Timestamp::now().as_second();
+            let Ok(checked) = check_summary(&summary, heard) else {
+                return MessageAcceptance::Reject;
+            };
+            member_from(source, summary.member, Some(std::sync::Arc::new(checked)))
+        } else if message.topic == self.topic.hash() {
+            if message.data.len() > ANNOUNCE_MAX_BYTES {
+                return MessageAcceptance::Reject;
+            }
+            let Ok(announcement) = decode_body::<Announcement>(&message.data) else {
+                return MessageAcceptance::Reject;
+            };
+            member_from(source, announcement, None)
+        } else {
             return MessageAcceptance::Reject;
         };
-        let Some(member) = member_from(source, announcement) else {
+        let Some(member) = member else {
             return MessageAcceptance::Reject;
         };
         // Only addresses we could reach: another home's loopback or LAN address
@@ -87,15 +111,36 @@ impl EventLoop {
             .cloned()
             .collect();
         self.remember_member(source, &usable);
-        self.members.insert(source, member.clone());
+        if let Some(evicted) = self.members.insert(member.clone()) {
+            self.notify(NetEvent::MemberExpired(evicted));
+        }
         self.notify(NetEvent::MemberAnnounced(member));
         MessageAcceptance::Accept
+    }
+
+    /// Publishes our summary again for a change on our side (addresses) or
+    /// a peer that joined the topic: now if the last publication is at
+    /// least a minimum gap old, else at the next announce tick.
+    pub(super) fn republish(&mut self) {
+        let gap = min_gap(self.cfg.announce_interval);
+        match self.last_published {
+            Some(at) if at.elapsed() < gap => self.republish_pending = true,
+            _ => self.publish_announcement(),
+        }
+    }
+
+    /// The announce tick: a republication that had to wait for the gap.
+    pub(super) fn republish_if_pending(&mut self) {
+        if self.republish_pending {
+            self.publish_announcement();
+        }
     }
 
     pub(super) fn publish_announcement(&mut self) {
         let Some(status) = self.status.clone() else {
             return;
         };
+        self.republish_pending = false;
         // Confirmed external addresses first (the relayed one once a reservation
         // holds), then listen addresses a peer could use: never loopback outside a
         // loopback pool, never LAN addresses in a public one.
@@ -128,40 +173,74 @@ impl EventLoop {
             slot_free: status.slot_free,
             version: env!("CARGO_PKG_VERSION").to_string(),
         };
-        let data = match encode_body(&announcement) {
+        let data = match summary_bytes(announcement, self.body.as_ref()) {
             Ok(d) => d,
             Err(e) => {
-                tracing::warn!("announcement does not encode: {e}");
+                tracing::warn!("summary does not encode: {e}");
                 return;
             }
         };
-        let topic = self.topic.clone();
+        self.last_published = Some(Instant::now());
+        let topic = self.summary_topic.clone();
         if let Err(e) = self.swarm.behaviour_mut().gossipsub.publish(topic, data) {
             // No subscribed peer yet is normal for the first member of a pool.
-            tracing::debug!("announcement not published: {e}");
+            tracing::debug!("summary not published: {e}");
         }
         self.provide();
     }
 
     pub(super) fn expire_members(&mut self) {
-        let ttl = self.cfg.member_ttl;
-        let now = Instant::now();
-        let expired: Vec<PeerId> = self
-            .members
-            .iter()
-            .filter(|(_, m)| now.duration_since(m.last_seen) > ttl)
-            .map(|(p, _)| *p)
-            .collect();
+        let expired = self.members.expire(Instant::now(), self.cfg.member_ttl);
         for peer in expired {
-            self.members.remove(&peer);
             self.notify(NetEvent::MemberExpired(peer));
         }
     }
 }
 
+/// Our summary's bytes: the announcement and the reliability part (none
+/// before the node computed one). Past [`SUMMARY_MAX_BYTES`] the spell
+/// lengths are left out, then the spells, then the ladders.
+fn summary_bytes(
+    member: Announcement,
+    body: Option<&SummaryBody>,
+) -> Result<Vec<u8>, crate::net::codec::CodecError> {
+    let mut summary = HostSummary {
+        format: SUMMARY_FORMAT,
+        member,
+        computed_at_unix: body.map_or(0, |b| b.computed_at_unix),
+        speed_milli: body.map_or(0, |b| b.speed_milli),
+        availability_milli: body.and_then(|b| b.availability_milli),
+        days_used: body.map_or(0, |b| b.days_used),
+        ladders: body.map(|b| b.ladders.clone()).unwrap_or_default(),
+        spells: body.and_then(|b| b.spells),
+        spell_lengths: body.and_then(|b| b.spell_lengths.clone()),
+    };
+    if body.is_none() {
+        // Nothing computed: said as "now", so no receiver finds it stale.
+        summary.computed_at_unix = jiff::Timestamp::now().as_second();
+    }
+    let mut data = encode_body(&summary)?;
+    for cut in 0..3 {
+        if data.len() <= SUMMARY_MAX_BYTES {
+            break;
+        }
+        match cut {
+            0 => summary.spell_lengths = None,
+            1 => summary.spells = None,
+            _ => summary.ladders.clear(),
+        }
+        data = encode_body(&summary)?;
+    }
+    Ok(data)
+}
+
 /// Turns a decoded announcement into a member, or `None` if it lies about its sender or
 /// carries addresses that do not parse.
-fn member_from(source: PeerId, a: Announcement) -> Option<Member> {
+fn member_from(
+    source: PeerId,
+    a: Announcement,
+    summary: Option<std::sync::Arc<Summary>>,
+) -> Option<Member> {
     if PeerId::from_bytes(&a.peer_id).ok()? != source
         || a.addresses.len() > ANNOUNCED_ADDRESSES_MAX
         || a.version.is_empty()
@@ -189,5 +268,6 @@ fn member_from(source: PeerId, a: Announcement) -> Option<Member> {
         },
         version: a.version,
         last_seen: Instant::now(),
+        summary,
     })
 }

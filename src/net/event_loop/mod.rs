@@ -38,11 +38,12 @@ use libp2p::{identify, mdns, Multiaddr, PeerId, StreamProtocol, Swarm};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::net::handle::{Command, LocalStatus, Member, NetError, NetEvent, NetHandle};
+use crate::net::handle::{Command, LocalStatus, NetError, NetEvent, NetHandle, SummaryBody};
 use crate::net::protocol::{
-    announce_topic, pool_dht_key, JobResponse, ReliabilityResponse, KAD_PROTOCOL,
+    announce_topic, pool_dht_key, summary_topic, JobResponse, ReliabilityResponse, KAD_PROTOCOL,
 };
 use crate::net::reachability::{AddressScope, Reachability};
+use crate::net::summary::{min_gap, MemberCache, MEMBERS_MAX};
 use crate::net::swarm::{
     build_swarm, is_quic, Behaviour, BehaviourEvent, BuildError, NetConfig, EVENT_QUEUE,
 };
@@ -69,12 +70,17 @@ pub fn start(
     let peer_id = key.public().to_peer_id();
     let scope = AddressScope::of(&cfg.listen, cfg.autonat || cfg.relay_server);
     let (mut swarm, traffic) = build_swarm(key, &cfg, scope)?;
+    // Version 1 nodes announce on the old topic: still heard (never
+    // published on), so a mixed pool lists them.
     let topic = IdentTopic::new(announce_topic(&cfg.pool));
-    swarm
-        .behaviour_mut()
-        .gossipsub
-        .subscribe(&topic)
-        .map_err(|e| BuildError::Swarm(e.to_string()))?;
+    let summaries = IdentTopic::new(summary_topic(&cfg.pool));
+    for t in [&topic, &summaries] {
+        swarm
+            .behaviour_mut()
+            .gossipsub
+            .subscribe(t)
+            .map_err(|e| BuildError::Swarm(e.to_string()))?;
+    }
     for addr in &cfg.listen {
         if cfg.swarm_key.is_some() && is_quic(addr) {
             tracing::info!(%addr, "private pool: not listening on QUIC (pnet wraps TCP only)");
@@ -103,6 +109,7 @@ pub fn start(
         swarm,
         cfg,
         topic,
+        summary_topic: summaries,
         commands,
         events,
         cancel,
@@ -111,8 +118,11 @@ pub fn start(
         pending_job: HashMap::new(),
         pending_hosts: HashMap::new(),
         serving: FuturesUnordered::new(),
-        members: HashMap::new(),
+        members: MemberCache::new(MEMBERS_MAX),
         status: None,
+        body: None,
+        last_published: None,
+        republish_pending: false,
         relays_reserved: HashSet::new(),
         scope,
         reach,
@@ -161,7 +171,10 @@ enum LoopEvent {
 pub struct EventLoop {
     swarm: Swarm<Behaviour>,
     cfg: NetConfig,
+    /// Version 1 nodes' announce topic (heard, never published on).
     topic: IdentTopic,
+    /// The topic our summaries go to.
+    summary_topic: IdentTopic,
     commands: mpsc::Receiver<Command>,
     events: mpsc::Sender<NetEvent>,
     cancel: CancellationToken,
@@ -170,8 +183,14 @@ pub struct EventLoop {
     pending_job: HashMap<OutboundRequestId, Reply<JobResponse>>,
     pending_hosts: HashMap<QueryId, (HashSet<PeerId>, Reply<Vec<PeerId>>)>,
     serving: FuturesUnordered<ServingFuture>,
-    members: HashMap<PeerId, Member>,
+    members: MemberCache,
     status: Option<LocalStatus>,
+    /// The reliability part of our summary, as the node last computed it.
+    body: Option<SummaryBody>,
+    /// When we last published, so republications keep the minimum gap.
+    last_published: Option<std::time::Instant>,
+    /// A republication waits for the gap.
+    republish_pending: bool,
     /// Relays we listen through (or are trying to).
     relays_reserved: HashSet<PeerId>,
     /// Which addresses we keep and tell.
@@ -199,7 +218,9 @@ pub struct EventLoop {
 impl EventLoop {
     /// Runs until cancelled or until every `NetHandle` is dropped.
     pub async fn run(mut self) {
-        let mut announce = tokio::time::interval(self.cfg.announce_interval);
+        // Not a heartbeat (the node decides when to publish): the moment a
+        // republication that had to wait for the gap goes out.
+        let mut announce = tokio::time::interval(min_gap(self.cfg.announce_interval));
         let mut expire = tokio::time::interval(self.cfg.member_ttl / 4);
         let mut redial = tokio::time::interval(REDIAL_TICK);
         redial.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -222,7 +243,7 @@ impl EventLoop {
                 LoopEvent::Swarm(e) => self.on_swarm_event(e),
                 LoopEvent::Command(c) => self.on_command(c),
                 LoopEvent::Served(s) => self.on_served(s),
-                LoopEvent::AnnounceTick => self.publish_announcement(),
+                LoopEvent::AnnounceTick => self.republish_if_pending(),
                 LoopEvent::ExpireTick => self.expire_members(),
                 LoopEvent::RedialTick => self.on_redial_tick(),
                 LoopEvent::Timer(Timer::Retry(peer)) => self.retry(peer),
@@ -267,8 +288,11 @@ impl EventLoop {
                     }
                 }
             }
-            Command::Announce { status } => {
+            Command::Announce { status, body } => {
                 self.status = Some(status);
+                if body.is_some() {
+                    self.body = body;
+                }
                 self.publish_announcement();
             }
             Command::QueryReliability { peer, query, reply } => {
@@ -314,13 +338,13 @@ impl EventLoop {
                 if self.cfg.relay_server && self.scope.usable(&address) {
                     self.swarm.add_external_address(address);
                 }
-                self.publish_announcement();
+                self.republish();
             }
             SwarmEvent::ExpiredListenAddr { .. }
             | SwarmEvent::ExternalAddrConfirmed { .. }
             | SwarmEvent::ExternalAddrExpired { .. } => {
                 self.refresh_reach();
-                self.publish_announcement();
+                self.republish();
             }
             SwarmEvent::ListenerClosed {
                 listener_id,
@@ -458,12 +482,13 @@ impl EventLoop {
                     .report_message_validation_result(&message_id, &propagation_source, verdict);
             }
             BehaviourEvent::Gossipsub(gossipsub::Event::Subscribed { peer_id, topic })
-                if topic == self.topic.hash() =>
+                if topic == self.summary_topic.hash() =>
             {
-                // A peer that joins the topic has not heard our last announcement
-                // (it went out before it was there): tell it now, not in 30 s.
+                // A peer that joins the topic has not heard our last summary
+                // (it went out before it was there): tell it soon, not at the
+                // next heartbeat; many joining at once share one publication.
                 tracing::debug!(%peer_id, "a peer subscribed to the pool's topic");
-                self.publish_announcement();
+                self.republish();
             }
             BehaviourEvent::Reliability(event) => self.on_reliability_event(event),
             BehaviourEvent::Job(event) => self.on_job_event(event),

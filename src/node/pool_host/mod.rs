@@ -1,8 +1,9 @@
 //! The pool host: the actor that serves this machine to the pool. It owns the
 //! jobs peers submitted here (their ordered event queues, their directories,
 //! output fetches), answers peers' reliability queries with a typed forecast
-//! from the host loop, and announces this host whenever its state, guest slot
-//! or effective power Γ changes.
+//! from the host loop, and publishes this host's summary when its
+//! [`Pacer`] says (a change of state, slot or Γ step; a heartbeat), its
+//! ladders computed off the loop.
 //!
 //! Inputs, selected into one closed [`Event`]: the network's requests, the
 //! host loop's guest events and snapshots, [`PoolHostCommand`]s, and the end
@@ -22,6 +23,7 @@
 pub mod events;
 pub mod outputs;
 mod prepare;
+pub mod publish;
 pub mod remote_jobs;
 
 use crate::clock::Clock;
@@ -30,15 +32,13 @@ use crate::data::Cache;
 use crate::guest::GuestEvent;
 use crate::model::admit::{admit, GuestAsk, Refusal};
 use crate::model::ids::JobId;
-use crate::model::predict::InitialState;
 use crate::model::state::State;
 use crate::net::protocol::{
     FailureByCause, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
-    ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, RemoteJobState, WireSpellLengths,
-    WireSpells, WireState, CURVE_POINTS_MAX,
+    ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, RemoteJobState, WireState,
+    MEMORY_LEVELS_MIB,
 };
-use crate::net::{LocalStatus, NetEvent, NetHandle, Responder};
-use crate::node::answer::HostAnswer;
+use crate::net::{LocalStatus, NetEvent, NetHandle, Responder, SummaryBody};
 use crate::node::config::Config;
 use crate::node::host_loop::{GuestJob, GuestOrigin, GuestStart, HostHandle, HostSnapshot};
 use crate::node::Hardware;
@@ -46,6 +46,7 @@ use events::{spawn_event_sender, wire_event};
 use libp2p::PeerId;
 use outputs::{hash_output, output_path, read_chunk, read_chunk_or_empty};
 use prepare::{prepare_inputs, PreparedInputs};
+use publish::{summary_body, wire_answer, Pacer, PowerMilli, StatusKey, LADDER_ASKS_SECS};
 use remote_jobs::{
     check_submit, remove_job_dir, RemoteJob, RemoteJobSummary, RemoteJobs, REMOTE_PREFIX,
 };
@@ -60,8 +61,8 @@ use tokio_util::task::TaskTracker;
 /// hosts at most, and a flood of new peer ids must not grow the map.
 const MAX_SCORE_CLAIMS: usize = 4096;
 
-/// Γ is re-announced when it moves to another step of this many thousandths.
-const POWER_ANNOUNCE_STEP_MILLI: u32 = 50;
+/// The pacer's wait when it has nothing to look at (any event looks again).
+const LONG_WAIT: std::time::Duration = std::time::Duration::from_secs(3_600);
 
 /// A request to the pool host.
 #[derive(Debug)]
@@ -103,6 +104,10 @@ enum Event {
     Command(PoolHostCommand),
     /// A peer's job is prepared (or could not be).
     Prepared(Prepared),
+    /// The pacer's time to look again.
+    PaceTick,
+    /// Our summary's reliability part is computed.
+    Summarised(Box<SummaryBody>),
     Shutdown,
 }
 
@@ -159,9 +164,13 @@ pub struct PoolHost {
     /// ([`crate::model::sched::power::reference_score`]), so no one member's
     /// claim sets the scale.
     score_claims: HashMap<PeerId, u64>,
-    /// State, slot and power step last announced, to announce only changes
-    /// (power included, so peers never rank us by a stale Γ).
-    announced: Option<(State, bool, u32)>,
+    /// When to publish our summary (power included, so peers never rank
+    /// us by a stale Γ).
+    pacer: Pacer,
+    /// A summary is being computed (one at a time).
+    summarising: bool,
+    summary_tx: mpsc::Sender<SummaryBody>,
+    summary_rx: mpsc::Receiver<SummaryBody>,
     /// The job being prepared, if any (one at a time).
     preparing: Option<Preparing>,
     prepared_tx: mpsc::Sender<Prepared>,
@@ -175,6 +184,8 @@ impl PoolHost {
         let (tx, commands) = mpsc::channel(16);
         let snapshot = parts.host.snapshot();
         let (prepared_tx, prepared_rx) = mpsc::channel(4);
+        let (summary_tx, summary_rx) = mpsc::channel(1);
+        let pacer = Pacer::new(parts.config.net.announce_interval);
         (
             PoolHost {
                 parts,
@@ -183,7 +194,10 @@ impl PoolHost {
                 remote: RemoteJobs::default(),
                 jobs_started: 0,
                 score_claims: HashMap::new(),
-                announced: None,
+                pacer,
+                summarising: false,
+                summary_tx,
+                summary_rx,
                 preparing: None,
                 prepared_tx,
                 prepared_rx,
@@ -195,8 +209,15 @@ impl PoolHost {
 
     pub async fn run(mut self, mut inputs: PoolHostInputs) {
         self.shutdown = inputs.shutdown.clone();
-        self.announce_if_changed();
+        self.pace();
         loop {
+            // No look while a summary is computed: its end looks again.
+            let look = self
+                .pacer
+                .next_look(self.status_key(&self.local_status()))
+                .filter(|_| !self.summarising)
+                .map(tokio::time::Instant::from_std);
+            let wake = look.unwrap_or_else(|| tokio::time::Instant::now() + LONG_WAIT);
             let event = tokio::select! {
                 biased;
                 _ = inputs.shutdown.cancelled() => Event::Shutdown,
@@ -204,12 +225,15 @@ impl PoolHost {
                 Some(c) = self.commands.recv() => Event::Command(c),
                 Ok(()) = self.snapshot.changed() => Event::HostChanged,
                 Some(p) = self.prepared_rx.recv() => Event::Prepared(p),
+                Some(b) = self.summary_rx.recv() => Event::Summarised(Box::new(b)),
+                () = tokio::time::sleep_until(wake), if look.is_some() => Event::PaceTick,
                 Some(n) = inputs.net.recv() => Event::Net(n),
             };
             match event {
                 Event::Net(n) => self.on_net(n).await,
                 Event::Guest(e) => self.forward_to_consumer(&e),
-                Event::HostChanged => self.announce_if_changed(),
+                Event::HostChanged | Event::PaceTick => self.pace(),
+                Event::Summarised(body) => self.publish(*body),
                 Event::Command(PoolHostCommand::RemoteJobs { reply }) => {
                     let _ = reply.send(self.remote.summaries());
                 }
@@ -306,11 +330,11 @@ impl PoolHost {
                     self.score_claims
                         .insert(member.peer, member.status.benchmark_score);
                 }
-                self.announce_if_changed();
+                self.pace();
             }
             NetEvent::MemberExpired(peer) => {
                 self.score_claims.remove(&peer);
-                self.announce_if_changed();
+                self.pace();
             }
         }
     }
@@ -348,23 +372,67 @@ impl PoolHost {
         }
     }
 
-    /// Announces on a change of state, slot or power (the network task
-    /// re-publishes the last status every announce interval by itself).
-    /// Power counts in steps of 5 %: a change a consumer's ranking would
-    /// notice goes out at once; the owner's load jitter does not.
-    fn announce_if_changed(&mut self) {
-        let status = self.local_status();
-        let key = (
-            status.state,
-            status.slot_free,
-            status.relative_power_milli / POWER_ANNOUNCE_STEP_MILLI,
-        );
-        if self.announced == Some(key) {
+    fn status_key(&self, status: &LocalStatus) -> StatusKey {
+        StatusKey::new(status.state, status.slot_free, status.relative_power_milli)
+    }
+
+    /// Starts computing a summary when the pacer says one is due: its
+    /// ladders come from this host's own predictor, off the loop.
+    fn pace(&mut self) {
+        let key = self.status_key(&self.local_status());
+        if self.summarising || !self.pacer.due(std::time::Instant::now(), key) {
             return;
         }
-        if self.parts.net.try_announce(status).is_ok() {
-            self.announced = Some(key);
+        self.summarising = true;
+        let reader = self.parts.host.reader().clone();
+        let paused = self.snapshot.borrow().paused;
+        let at = self.now();
+        let speed = self.speed_milli();
+        let done = self.summary_tx.clone();
+        self.parts.tracker.spawn(async move {
+            let mut levels = Vec::with_capacity(MEMORY_LEVELS_MIB.len());
+            for level in MEMORY_LEVELS_MIB {
+                let mut answers = Vec::with_capacity(LADDER_ASKS_SECS.len());
+                for secs in LADDER_ASKS_SECS {
+                    // A paused host has no ladder to offer.
+                    let answer = if paused {
+                        None
+                    } else {
+                        reader.reliability(at, secs, u64::from(level)).await.ok()
+                    };
+                    answers.push(answer);
+                }
+                levels.push((level, answers));
+            }
+            let _ = done.send(summary_body(at, speed, &levels)).await;
+        });
+    }
+
+    /// Publishes a computed summary with the status as it is now, and tells
+    /// the pacer.
+    fn publish(&mut self, body: SummaryBody) {
+        self.summarising = false;
+        let status = self.local_status();
+        let key = self.status_key(&status);
+        // A full network queue drops this one; counted as published all the
+        // same, so the pacer waits for the next change or heartbeat instead
+        // of computing again at once.
+        if self.parts.net.try_publish(status, body).is_err() {
+            tracing::debug!("summary not handed to the network task");
         }
+        self.pacer
+            .published(std::time::Instant::now(), key, rand::random::<f64>());
+        // The status may have moved while the ladders were computed.
+        self.pace();
+    }
+
+    /// P in thousandths: our benchmark against the pool's reference.
+    fn speed_milli(&self) -> u32 {
+        crate::monitor::bench::effective_power_milli(
+            self.parts.hardware.benchmark_score,
+            self.reference_score(),
+            0.0,
+        )
     }
 
     /// Answers a peer's reliability query from this host's own history; the
@@ -373,11 +441,7 @@ impl PoolHost {
         let snapshot = self.snapshot.borrow().clone();
         let power = PowerMilli {
             effective: self.power_milli(&snapshot),
-            speed: crate::monitor::bench::effective_power_milli(
-                self.parts.hardware.benchmark_score,
-                self.reference_score(),
-                0.0,
-            ),
+            speed: self.speed_milli(),
         };
         let slot_free = snapshot.slot_free;
         if snapshot.paused {
@@ -682,67 +746,4 @@ impl From<Refusal> for RejectReason {
             Refusal::HostState(state) => RejectReason::HostState(state.into()),
         }
     }
-}
-
-/// The wire form of a forecast. The wire's `initial_state` holds one state:
-/// when the record stops before W the forecast starts from the history's mix
-/// of states, and the wire then carries the host's current state instead
-/// (PROTOCOL.md says so).
-pub fn wire_answer(
-    answer: &HostAnswer,
-    fallback_state: WireState,
-    power: PowerMilli,
-    slot_free: bool,
-) -> ReliabilityAnswer {
-    let f = &answer.forecast;
-    let [s3, s4, s5] = f.fail_by_cause.unwrap_or([0.0; 3]);
-    ReliabilityAnswer {
-        tr: f.tr,
-        failure: FailureByCause { s3, s4, s5 },
-        initial_state: match f.initial {
-            Some(InitialState::Observed(state)) => state.into(),
-            _ => fallback_state,
-        },
-        days_used: u32::try_from(f.days_used).unwrap_or(u32::MAX),
-        method: f.method.to_string(),
-        relative_power_milli: power.effective,
-        slot_free,
-        curve: answer
-            .curve
-            .iter()
-            .take(CURVE_POINTS_MAX)
-            .copied()
-            .collect(),
-        availability_milli: answer
-            .availability
-            .map(|a| (a.clamp(0.0, 1.0) * 1000.0).round() as u32),
-        speed_milli: power.speed,
-        spells: answer.spells.map(|s| WireSpells {
-            usable_secs: whole_secs(s.usable_secs),
-            failing_secs: whole_secs(s.failing_secs),
-            episodes: s.episodes,
-        }),
-        spell_lengths: answer.spell_lengths.as_ref().map(|l| {
-            let secs = |v: &[f64]| v.iter().map(|&x| whole_secs(x)).collect();
-            WireSpellLengths {
-                up_secs: secs(&l.up),
-                up_seen: l.up_seen,
-                up_cut_secs: secs(&l.up_cut),
-                outage_secs: secs(&l.outages),
-                outages_seen: l.outages_seen,
-            }
-        }),
-    }
-}
-
-/// Seconds as the wire's u32 (a week fits many times over).
-fn whole_secs(secs: f64) -> u32 {
-    secs.round().clamp(0.0, f64::from(u32::MAX)) as u32
-}
-
-/// A host's power as it answers: Γ = P·A now, and P alone, in thousandths.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PowerMilli {
-    pub effective: u32,
-    pub speed: u32,
 }

@@ -1,0 +1,293 @@
+//! A host's summary as this node believes it: the checks that turn a peer's
+//! [`HostSummary`] (or the spells of a reliability answer) into typed,
+//! bounded values, the pacing constants both the publisher and the network
+//! task use, and [`MemberCache`], the bounded table of members heard that
+//! a consumer ranks from.
+//!
+//! A summary is peer input: every list is bounded before it is read, every
+//! number clamped or the summary refused, never a panic. Pure: no Swarm, no
+//! clock (the time is a parameter), no knowledge of how a host computes
+//! what it publishes.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use libp2p::PeerId;
+
+use crate::model::sched::curve::TrCurve;
+use crate::model::sched::spells::{
+    PastSpells, SpellLengths, LOOKBACK_SECS, MAX_CUT_SPELLS, MAX_SPELL_LENGTHS,
+};
+use crate::net::handle::Member;
+use crate::net::protocol::{
+    HostSummary, WireSpellLengths, WireSpells, LADDER_SECS, MEMORY_LEVELS_MIB, SUMMARY_FORMAT,
+};
+
+/// Most members a node keeps in its table; past it the least recently
+/// heard goes first.
+pub const MEMBERS_MAX: usize = 10_000;
+/// The longest gap a member leaves between two publications when it has
+/// something new to say, however long its heartbeat.
+pub const MIN_GAP_MAX: Duration = Duration::from_secs(10);
+
+/// Least time between two publications of one member for a heartbeat of
+/// `heartbeat`: [`MIN_GAP_MAX`], or half the heartbeat when that is shorter
+/// (tests run with heartbeats of a second or two).
+pub fn min_gap(heartbeat: Duration) -> Duration {
+    (heartbeat / 2).min(MIN_GAP_MAX)
+}
+
+/// How long a member stays in the table without being heard: four
+/// heartbeats (each at most 1.25 of the nominal) and a margin.
+pub fn member_ttl(heartbeat: Duration) -> Duration {
+    heartbeat
+        .saturating_mul(5)
+        .saturating_add(Duration::from_secs(5))
+}
+
+/// What a summary says beyond the announcement, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    /// When the host computed it, Unix seconds (never later than when we
+    /// heard it).
+    pub computed_at_unix: i64,
+    /// Relative speed P (0..1).
+    pub speed: f64,
+    /// Predicted CPU share for a guest (0..1).
+    pub availability: Option<f64>,
+    /// History days behind it.
+    pub days_used: u32,
+    /// `(memory MiB, TR curve)` per level, levels increasing.
+    pub ladders: Vec<(u64, TrCurve)>,
+    /// Its week's failure spells (checked), at the lowest level.
+    pub spells: Option<PastSpells>,
+    /// Their lengths (checked against them).
+    pub spell_lengths: Option<SpellLengths>,
+}
+
+impl Summary {
+    /// The TR curve for a job of `mem_mib`: the lowest level at or above
+    /// it; `None` when the job needs more than every level (the host did
+    /// not say) or the host sent no ladder.
+    pub fn curve_for(&self, mem_mib: u64) -> Option<&TrCurve> {
+        self.ladders
+            .iter()
+            .find(|(level, _)| *level >= mem_mib)
+            .map(|(_, c)| c)
+    }
+}
+
+/// Why a summary is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SummaryError {
+    #[error("summary format {0}, this node reads {SUMMARY_FORMAT}")]
+    Format(u8),
+    #[error("summary ladders: {0}")]
+    Ladders(String),
+}
+
+/// Checks the reliability part of a summary heard at `heard_unix`: the
+/// format, at most one ladder per memory level with levels increasing and
+/// no more rungs than [`LADDER_SECS`]. TRs are clamped to 1000 ‰ and made
+/// non-increasing, a computed-at in the future is taken as `heard_unix`;
+/// spells that cannot be true are dropped (not the summary).
+pub fn check_summary(s: &HostSummary, heard_unix: i64) -> Result<Summary, SummaryError> {
+    if s.format != SUMMARY_FORMAT {
+        return Err(SummaryError::Format(s.format));
+    }
+    if s.ladders.len() > MEMORY_LEVELS_MIB.len() {
+        return Err(SummaryError::Ladders(format!(
+            "{} of them, at most {}",
+            s.ladders.len(),
+            MEMORY_LEVELS_MIB.len()
+        )));
+    }
+    if s.ladders
+        .windows(2)
+        .any(|w| w[0].memory_mib >= w[1].memory_mib)
+    {
+        return Err(SummaryError::Ladders("memory levels not increasing".into()));
+    }
+    if let Some(l) = s
+        .ladders
+        .iter()
+        .find(|l| l.tr_milli.len() > LADDER_SECS.len())
+    {
+        return Err(SummaryError::Ladders(format!(
+            "{} rungs, at most {}",
+            l.tr_milli.len(),
+            LADDER_SECS.len()
+        )));
+    }
+    // Its age is judged by when we heard it (our monotonic clock), not by
+    // this claim, which only says when its windows start.
+    let computed_at_unix = s.computed_at_unix.min(heard_unix);
+    let ladders = s
+        .ladders
+        .iter()
+        .map(|l| {
+            let points = LADDER_SECS
+                .iter()
+                .zip(&l.tr_milli)
+                .map(|(&secs, &tr)| (f64::from(secs), f64::from(tr.min(1000)) / 1000.0));
+            (u64::from(l.memory_mib), TrCurve::new(points))
+        })
+        .collect();
+    let spells = s.spells.and_then(checked_spells);
+    let spell_lengths = match (&spells, &s.spell_lengths) {
+        (Some(sp), Some(l)) => checked_spell_lengths(l.clone(), sp),
+        _ => None,
+    };
+    Ok(Summary {
+        computed_at_unix,
+        speed: f64::from(s.speed_milli.min(1000)) / 1000.0,
+        availability: s
+            .availability_milli
+            .map(|m| f64::from(m.min(1000)) / 1000.0),
+        days_used: s.days_used,
+        ladders,
+        spells,
+        spell_lengths,
+    })
+}
+
+/// A host's claimed spells, or `None` when they cannot be true: more time
+/// than the week they cover (an hour's slack for rounding), or more failure
+/// episodes than seconds on either side of them.
+pub fn checked_spells(w: WireSpells) -> Option<PastSpells> {
+    let covered = u64::from(w.usable_secs) + u64::from(w.failing_secs);
+    let week = u64::try_from(LOOKBACK_SECS).unwrap_or(u64::MAX);
+    (covered <= week + 3_600 && w.episodes <= w.usable_secs.min(w.failing_secs)).then(|| {
+        PastSpells {
+            usable_secs: f64::from(w.usable_secs),
+            failing_secs: f64::from(w.failing_secs),
+            episodes: w.episodes,
+        }
+    })
+}
+
+/// A host's claimed spell lengths, or `None` when they cannot be true of
+/// its (checked) spells: more lengths than the answer may carry, a length
+/// of zero or longer than the week, fewer spells seen than lengths sent,
+/// more whole spells seen than failure episodes, or, when every whole
+/// up-spell is sent, more up time than the spells' own. Lengths are sorted
+/// here, whatever order they came in.
+pub fn checked_spell_lengths(w: WireSpellLengths, spells: &PastSpells) -> Option<SpellLengths> {
+    let week = u32::try_from(LOOKBACK_SECS).unwrap_or(u32::MAX);
+    let sane =
+        |v: &[u32], most: usize| v.len() <= most && v.iter().all(|&x| (1..=week).contains(&x));
+    if !(sane(&w.up_secs, MAX_SPELL_LENGTHS)
+        && sane(&w.outage_secs, MAX_SPELL_LENGTHS)
+        && sane(&w.up_cut_secs, MAX_CUT_SPELLS))
+    {
+        return None;
+    }
+    let counts_ok = |sent: usize, seen: u32| {
+        u32::try_from(sent).is_ok_and(|sent| sent <= seen) && seen <= spells.episodes
+    };
+    if !(counts_ok(w.up_secs.len(), w.up_seen) && counts_ok(w.outage_secs.len(), w.outages_seen)) {
+        return None;
+    }
+    let secs = |v: &[u32]| -> Vec<f64> {
+        let mut out: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
+        out.sort_by(f64::total_cmp);
+        out
+    };
+    let (up, up_cut) = (secs(&w.up_secs), secs(&w.up_cut_secs));
+    // Whole seconds: each length may have been rounded by half a second.
+    let slack = (up.len() + up_cut.len()) as f64;
+    let all_sent = w.up_seen as usize == up.len();
+    if all_sent && up.iter().chain(&up_cut).sum::<f64>() > spells.usable_secs + slack {
+        return None;
+    }
+    Some(SpellLengths {
+        up,
+        up_seen: w.up_seen,
+        up_cut,
+        outages: secs(&w.outage_secs),
+        outages_seen: w.outages_seen,
+    })
+}
+
+/// The members heard, bounded: at most `max`, the least recently heard
+/// dropped first when a new one arrives, and any not heard for a TTL
+/// dropped by [`expire`](Self::expire).
+#[derive(Debug)]
+pub struct MemberCache {
+    members: HashMap<PeerId, Member>,
+    max: usize,
+}
+
+impl MemberCache {
+    /// An empty table of at most `max` members (at least one).
+    pub fn new(max: usize) -> MemberCache {
+        MemberCache {
+            members: HashMap::new(),
+            max: max.max(1),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    pub fn contains_key(&self, peer: &PeerId) -> bool {
+        self.members.contains_key(peer)
+    }
+
+    pub fn get(&self, peer: &PeerId) -> Option<&Member> {
+        self.members.get(peer)
+    }
+
+    /// Records what `member` said. A member heard again keeps the summary
+    /// it sent before when this message (an old node's announcement) has
+    /// none. Returns the member evicted to make room, if any.
+    pub fn insert(&mut self, mut member: Member) -> Option<PeerId> {
+        if member.summary.is_none() {
+            if let Some(old) = self.members.get(&member.peer) {
+                member.summary.clone_from(&old.summary);
+            }
+        }
+        let mut evicted = None;
+        if !self.members.contains_key(&member.peer) && self.members.len() >= self.max {
+            // A scan only when full and a stranger arrives: rare, and at most
+            // `max` entries.
+            evicted = self
+                .members
+                .values()
+                .min_by_key(|m| (m.last_seen, m.peer))
+                .map(|m| m.peer);
+            if let Some(old) = evicted {
+                self.members.remove(&old);
+            }
+        }
+        self.members.insert(member.peer, member);
+        evicted
+    }
+
+    /// Drops the members not heard within `ttl` of `now`; returns them.
+    pub fn expire(&mut self, now: Instant, ttl: Duration) -> Vec<PeerId> {
+        let expired: Vec<PeerId> = self
+            .members
+            .values()
+            .filter(|m| now.saturating_duration_since(m.last_seen) > ttl)
+            .map(|m| m.peer)
+            .collect();
+        for peer in &expired {
+            self.members.remove(peer);
+        }
+        expired
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &Member> {
+        self.members.values()
+    }
+}
+
+#[cfg(test)]
+#[path = "summary_tests.rs"]
+mod tests;

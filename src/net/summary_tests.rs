@@ -1,0 +1,207 @@
+//! Tests of `net::summary`: a hostile summary is bounded or refused, the
+//! member table stays bounded, and the spells checks (moved here from
+//! `consumer::survey` with the checks) still refuse what cannot be true.
+
+use super::*;
+use crate::model::state::State;
+use crate::net::handle::LocalStatus;
+use crate::net::protocol::{Announcement, WireLadder, WireState};
+
+fn lengths(up_secs: Vec<u32>, up_seen: u32) -> WireSpellLengths {
+    WireSpellLengths {
+        up_secs,
+        up_seen,
+        up_cut_secs: vec![5_000],
+        outage_secs: vec![600, 300],
+        outages_seen: 2,
+    }
+}
+
+fn summary(ladders: Vec<WireLadder>) -> HostSummary {
+    HostSummary {
+        format: SUMMARY_FORMAT,
+        member: Announcement {
+            peer_id: PeerId::random().to_bytes(),
+            addresses: vec![],
+            logical_cpus: 4,
+            memory_mib: 8_192,
+            benchmark_score: 1_000,
+            relative_power_milli: 800,
+            state: WireState::S1,
+            slot_free: true,
+            version: "0.1.0".into(),
+        },
+        computed_at_unix: 1_700_000_000,
+        speed_milli: 900,
+        availability_milli: Some(700),
+        days_used: 7,
+        ladders,
+        spells: Some(WireSpells {
+            usable_secs: 10_000,
+            failing_secs: 900,
+            episodes: 3,
+        }),
+        spell_lengths: Some(lengths(vec![3_000, 2_000], 2)),
+    }
+}
+
+fn ladder(memory_mib: u32, tr_milli: Vec<u16>) -> WireLadder {
+    WireLadder {
+        memory_mib,
+        tr_milli,
+    }
+}
+
+#[test]
+fn a_summary_reads_back_as_curves_per_memory_level() {
+    let s = summary(vec![
+        ladder(256, vec![990, 950, 900]),
+        ladder(2_048, vec![900, 800]),
+    ]);
+    let got = check_summary(&s, 1_700_000_100).unwrap();
+    assert_eq!(got.computed_at_unix, 1_700_000_000);
+    assert_eq!((got.speed, got.availability), (0.9, Some(0.7)));
+    let small = got.curve_for(100).unwrap();
+    assert_eq!(
+        small.points(),
+        &[(900.0, 0.99), (1_800.0, 0.95), (3_600.0, 0.9)]
+    );
+    assert_eq!(got.curve_for(256), Some(small));
+    assert_eq!(got.curve_for(257).unwrap().points().len(), 2);
+    // A job bigger than every level: the host did not say.
+    assert_eq!(got.curve_for(4_096), None);
+    assert_eq!(got.spells.unwrap().episodes, 3);
+    assert_eq!(got.spell_lengths.unwrap().up, vec![2_000.0, 3_000.0]);
+}
+
+#[test]
+fn a_hostile_summary_is_clamped_or_refused_never_trusted() {
+    let heard = 1_700_000_000;
+    // Claims beyond certainty are clamped, a rising ladder made monotone,
+    // a computed-at in the future taken as the time it was heard.
+    let mut s = summary(vec![ladder(256, vec![u16::MAX, 500, 900])]);
+    s.speed_milli = u32::MAX;
+    s.availability_milli = Some(u32::MAX);
+    s.computed_at_unix = i64::MAX;
+    s.spells = Some(WireSpells {
+        usable_secs: u32::MAX,
+        failing_secs: 1,
+        episodes: 1,
+    });
+    let got = check_summary(&s, heard).unwrap();
+    assert_eq!(got.computed_at_unix, heard);
+    assert_eq!((got.speed, got.availability), (1.0, Some(1.0)));
+    let tr: Vec<f64> = got.ladders[0].1.points().iter().map(|p| p.1).collect();
+    assert_eq!(tr, vec![1.0, 0.5, 0.5]);
+    // Spells that cannot be true go, and their lengths with them.
+    assert_eq!((got.spells, got.spell_lengths), (None, None));
+    // Lists beyond their bounds, a wrong format: refused.
+    let refused = |s: HostSummary| check_summary(&s, heard).is_err();
+    assert!(refused(summary(vec![ladder(1, vec![]); 4])));
+    assert!(refused(summary(vec![ladder(1, vec![1; 9])])));
+    assert!(refused(summary(vec![ladder(9, vec![]), ladder(9, vec![])])));
+    let mut wrong = summary(vec![]);
+    wrong.format = 2;
+    assert!(refused(wrong));
+}
+
+fn member(peer: PeerId, last_seen: Instant, summary: Option<std::sync::Arc<Summary>>) -> Member {
+    Member {
+        peer,
+        addresses: vec![],
+        status: LocalStatus {
+            logical_cpus: 1,
+            memory_mib: 1,
+            benchmark_score: 1,
+            relative_power_milli: 1,
+            state: State::S1,
+            slot_free: true,
+        },
+        version: "x".into(),
+        last_seen,
+        summary,
+    }
+}
+
+#[test]
+fn the_member_table_is_bounded_and_drops_the_least_recently_heard() {
+    let t0 = Instant::now();
+    let mut cache = MemberCache::new(3);
+    let peers: Vec<PeerId> = (0..5).map(|_| PeerId::random()).collect();
+    for (i, p) in peers.iter().take(3).enumerate() {
+        assert_eq!(
+            cache.insert(member(*p, t0 + Duration::from_secs(i as u64), None)),
+            None
+        );
+    }
+    // The first is heard again: the second is now the oldest.
+    cache.insert(member(peers[0], t0 + Duration::from_secs(10), None));
+    assert_eq!(
+        cache.insert(member(peers[3], t0 + Duration::from_secs(11), None)),
+        Some(peers[1])
+    );
+    assert_eq!(cache.len(), 3);
+    assert!(cache.get(&peers[1]).is_none());
+    // Expiry by TTL.
+    let gone = cache.expire(t0 + Duration::from_secs(15), Duration::from_secs(10));
+    assert_eq!(gone, vec![peers[2]]);
+    assert_eq!(cache.len(), 2);
+}
+
+#[test]
+fn an_old_nodes_announcement_keeps_the_summary_heard_before() {
+    let t0 = Instant::now();
+    let p = PeerId::random();
+    let mut cache = MemberCache::new(10);
+    let s = check_summary(&summary(vec![ladder(256, vec![900])]), 1_700_000_000).unwrap();
+    let s = std::sync::Arc::new(s);
+    cache.insert(member(p, t0, Some(s.clone())));
+    cache.insert(member(p, t0 + Duration::from_secs(1), None));
+    assert_eq!(cache.get(&p).unwrap().summary, Some(s));
+}
+
+#[test]
+fn the_gap_and_the_ttl_follow_the_heartbeat() {
+    assert_eq!(min_gap(Duration::from_secs(300)), MIN_GAP_MAX);
+    assert_eq!(min_gap(Duration::from_secs(2)), Duration::from_secs(1));
+    assert!(member_ttl(Duration::from_secs(300)) > Duration::from_secs(4 * 375));
+    assert_eq!(member_ttl(Duration::MAX), Duration::MAX);
+}
+
+#[test]
+fn spell_lengths_are_checked_against_the_spells() {
+    // A week with 3 episodes and 10 000 s of up time.
+    let spells = PastSpells {
+        usable_secs: 10_000.0,
+        failing_secs: 900.0,
+        episodes: 3,
+    };
+    let ok = checked_spell_lengths(lengths(vec![3_000, 2_000], 2), &spells).unwrap();
+    assert_eq!(ok.up, vec![2_000.0, 3_000.0]);
+    assert_eq!(ok.outages, vec![300.0, 600.0]);
+    assert_eq!(ok.up_cut, vec![5_000.0]);
+    let refused = |w: WireSpellLengths| checked_spell_lengths(w, &spells);
+    // More up time than the spells hold.
+    assert_eq!(refused(lengths(vec![3_000, 4_000], 2)), None);
+    // More lengths than seen, more seen than episodes.
+    assert_eq!(refused(lengths(vec![1, 2, 3], 2)), None);
+    assert_eq!(refused(lengths(vec![1, 2], 9)), None);
+    // A zero, a length beyond the week, too many lengths or cut spells.
+    assert_eq!(refused(lengths(vec![0, 2], 2)), None);
+    assert_eq!(refused(lengths(vec![1, u32::MAX], 2)), None);
+    let many = PastSpells {
+        usable_secs: 1e6,
+        failing_secs: 1e5,
+        episodes: 1_000,
+    };
+    assert_eq!(
+        checked_spell_lengths(lengths(vec![10; 33], 500), &many),
+        None
+    );
+    let mut cut = lengths(vec![10], 1);
+    cut.up_cut_secs = vec![1, 2, 3];
+    assert_eq!(refused(cut), None);
+    // Quantiles standing for many spells are taken as such.
+    let q = checked_spell_lengths(lengths(vec![10; 32], 500), &many).unwrap();
+    assert_eq!((q.up.len(), q.up_seen), (32, 500));
+}

@@ -1,0 +1,235 @@
+//! What this host tells the pool about itself, as wire values: its answer
+//! to a reliability query ([`wire_answer`]), its summary's reliability part
+//! ([`summary_body`]: TR ladders at fixed window lengths and memory levels,
+//! its week's spells), and when to publish a summary ([`Pacer`]: on a
+//! change of state, slot or power step, at most once per minimum gap, and
+//! on a randomised heartbeat of minutes; a host with nothing new is quiet).
+//!
+//! Pure: the pool host computes the answers and reads the clock; this
+//! module turns them into wire values and decisions. It knows nothing of
+//! the Swarm or of tokio.
+
+use std::time::{Duration, Instant};
+
+use crate::model::predict::InitialState;
+use crate::model::state::State;
+use crate::net::protocol::{
+    FailureByCause, ReliabilityAnswer, WireLadder, WireSpellLengths, WireSpells, WireState,
+    CURVE_POINTS_MAX, LADDER_SECS,
+};
+use crate::net::summary::min_gap;
+use crate::net::SummaryBody;
+use crate::node::answer::HostAnswer;
+
+/// The window lengths asked of the host's own predictor to fill a ladder:
+/// each answer's curve covers ¼ to 4 times the asked length, so these two
+/// cover every rung of [`LADDER_SECS`].
+pub const LADDER_ASKS_SECS: [u64; 2] = [3_600, 28_800];
+/// Γ counts in steps of this many thousandths for the pacer: a change a
+/// consumer's ranking would notice goes out; the owner's load jitter does not.
+pub const POWER_STEP_MILLI: u32 = 50;
+
+/// What a publication follows besides the heartbeat: a change of any of
+/// these goes out once the minimum gap allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusKey {
+    pub state: State,
+    pub slot_free: bool,
+    /// Γ in steps of [`POWER_STEP_MILLI`].
+    pub power_step: u32,
+}
+
+impl StatusKey {
+    pub fn new(state: State, slot_free: bool, power_milli: u32) -> StatusKey {
+        StatusKey {
+            state,
+            slot_free,
+            power_step: power_milli / POWER_STEP_MILLI,
+        }
+    }
+}
+
+/// When to publish a summary: the first at once; then a changed status
+/// once [`min_gap`] has passed since the last publication; and a heartbeat
+/// every 0.75 to 1.25 `heartbeat` (randomised, so a pool's members do not
+/// publish in step) whether or not anything changed, so consumers keep a
+/// fresh ladder and know the member lives.
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    heartbeat: Duration,
+    gap: Duration,
+    last: Option<(Instant, StatusKey)>,
+    next_beat: Option<Instant>,
+}
+
+impl Pacer {
+    pub fn new(heartbeat: Duration) -> Pacer {
+        Pacer {
+            heartbeat,
+            gap: min_gap(heartbeat),
+            last: None,
+            next_beat: None,
+        }
+    }
+
+    /// True when a summary should go out at `now` for a host whose status
+    /// is `key`.
+    pub fn due(&self, now: Instant, key: StatusKey) -> bool {
+        let Some((at, published)) = self.last else {
+            return true;
+        };
+        let changed = published != key && now >= at + self.gap;
+        changed || self.next_beat.is_some_and(|beat| now >= beat)
+    }
+
+    /// When to ask [`due`](Self::due) again if nothing else happens: the
+    /// end of the gap when a change waits for it, else the next heartbeat;
+    /// `None` before the first publication (which is due at once).
+    pub fn next_look(&self, key: StatusKey) -> Option<Instant> {
+        let (at, published) = self.last?;
+        let beat = self.next_beat.unwrap_or(at + self.heartbeat);
+        if published != key {
+            Some((at + self.gap).min(beat))
+        } else {
+            Some(beat)
+        }
+    }
+
+    /// Records a publication of `key` at `now`; `jitter` in [0, 1) places
+    /// the next heartbeat between 0.75 and 1.25 heartbeats away.
+    pub fn published(&mut self, now: Instant, key: StatusKey, jitter: f64) {
+        let factor = 0.75 + 0.5 * jitter.clamp(0.0, 1.0);
+        self.last = Some((now, key));
+        self.next_beat = Some(now + self.heartbeat.mul_f64(factor));
+    }
+}
+
+/// A summary's reliability part from the host's own answers: for each
+/// memory level, the answers to [`LADDER_ASKS_SECS`] (in that order, an
+/// answer missing where the host could not predict). The spells,
+/// availability and history days come from the lowest level's first answer.
+pub fn summary_body(
+    computed_at_unix: i64,
+    speed_milli: u32,
+    levels: &[(u32, Vec<Option<HostAnswer>>)],
+) -> SummaryBody {
+    let first = levels
+        .first()
+        .and_then(|(_, answers)| answers.first())
+        .and_then(Option::as_ref);
+    let ladders = levels
+        .iter()
+        .map(|(memory_mib, answers)| WireLadder {
+            memory_mib: *memory_mib,
+            tr_milli: ladder(answers.iter().flatten()),
+        })
+        .filter(|l| !l.tr_milli.is_empty())
+        .collect();
+    SummaryBody {
+        computed_at_unix,
+        speed_milli,
+        availability_milli: first
+            .and_then(|a| a.availability)
+            .map(|a| (a.clamp(0.0, 1.0) * 1000.0).round() as u32),
+        days_used: first.map_or(0, |a| {
+            u32::try_from(a.forecast.days_used).unwrap_or(u32::MAX)
+        }),
+        ladders,
+        spells: first.and_then(|a| a.spells).map(|s| wire_spells(&s)),
+        spell_lengths: first
+            .and_then(|a| a.spell_lengths.as_ref())
+            .map(wire_spell_lengths),
+    }
+}
+
+/// TR in thousandths at each rung of [`LADDER_SECS`], read off the answers'
+/// curves; it stops at the first rung no curve covers.
+fn ladder<'a>(answers: impl Iterator<Item = &'a HostAnswer> + Clone) -> Vec<u16> {
+    let mut rungs = Vec::with_capacity(LADDER_SECS.len());
+    for secs in LADDER_SECS {
+        let tr = answers.clone().find_map(|a| {
+            a.curve
+                .iter()
+                .find(|(len, _)| *len == u64::from(secs))
+                .map(|&(_, tr)| tr)
+        });
+        match tr.filter(|t| t.is_finite()) {
+            Some(tr) => rungs.push((tr.clamp(0.0, 1.0) * 1000.0).round() as u16),
+            None => break,
+        }
+    }
+    rungs
+}
+
+fn wire_spells(s: &crate::model::sched::spells::PastSpells) -> WireSpells {
+    WireSpells {
+        usable_secs: whole_secs(s.usable_secs),
+        failing_secs: whole_secs(s.failing_secs),
+        episodes: s.episodes,
+    }
+}
+
+fn wire_spell_lengths(l: &crate::model::sched::spells::SpellLengths) -> WireSpellLengths {
+    let secs = |v: &[f64]| v.iter().map(|&x| whole_secs(x)).collect();
+    WireSpellLengths {
+        up_secs: secs(&l.up),
+        up_seen: l.up_seen,
+        up_cut_secs: secs(&l.up_cut),
+        outage_secs: secs(&l.outages),
+        outages_seen: l.outages_seen,
+    }
+}
+
+/// The wire form of a forecast. The wire's `initial_state` holds one state:
+/// when the record stops before W the forecast starts from the history's mix
+/// of states, and the wire then carries the host's current state instead
+/// (PROTOCOL.md says so).
+pub fn wire_answer(
+    answer: &HostAnswer,
+    fallback_state: WireState,
+    power: PowerMilli,
+    slot_free: bool,
+) -> ReliabilityAnswer {
+    let f = &answer.forecast;
+    let [s3, s4, s5] = f.fail_by_cause.unwrap_or([0.0; 3]);
+    ReliabilityAnswer {
+        tr: f.tr,
+        failure: FailureByCause { s3, s4, s5 },
+        initial_state: match f.initial {
+            Some(InitialState::Observed(state)) => state.into(),
+            _ => fallback_state,
+        },
+        days_used: u32::try_from(f.days_used).unwrap_or(u32::MAX),
+        method: f.method.to_string(),
+        relative_power_milli: power.effective,
+        slot_free,
+        curve: answer
+            .curve
+            .iter()
+            .take(CURVE_POINTS_MAX)
+            .copied()
+            .collect(),
+        availability_milli: answer
+            .availability
+            .map(|a| (a.clamp(0.0, 1.0) * 1000.0).round() as u32),
+        speed_milli: power.speed,
+        spells: answer.spells.as_ref().map(wire_spells),
+        spell_lengths: answer.spell_lengths.as_ref().map(wire_spell_lengths),
+    }
+}
+
+/// Seconds as the wire's u32 (a week fits many times over).
+fn whole_secs(secs: f64) -> u32 {
+    secs.round().clamp(0.0, f64::from(u32::MAX)) as u32
+}
+
+/// A host's power as it answers: Γ = P·A now, and P alone, in thousandths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PowerMilli {
+    pub effective: u32,
+    pub speed: u32,
+}
+
+#[cfg(test)]
+#[path = "publish_tests.rs"]
+mod tests;
