@@ -17,15 +17,17 @@
 //! and reads time only through the node's [`Clock`].
 
 pub mod batch;
+pub mod inbox;
 pub mod job_pool;
 pub mod rank;
 pub mod reputation;
 pub mod survey;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use crate::model::ids::{BatchId, JobId};
+use crate::model::ids::BatchId;
+pub use inbox::{Delivery, HostJobEvent, Inbox, Registration};
 use libp2p::PeerId;
 use std::path::PathBuf;
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -33,7 +35,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
-use crate::net::protocol::JobEventKind;
 use crate::net::{NetError, NetHandle};
 use batch::estimate::BatchEstimate;
 use batch::{BatchError, BatchQueue, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
@@ -438,101 +439,5 @@ impl Consumer {
             };
             let _ = reply.send(answer);
         });
-    }
-}
-
-/// One job event a host reported.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostJobEvent {
-    /// Per-job sequence number from the host.
-    pub seq: u32,
-    /// Unix seconds on the host.
-    pub time_unix: i64,
-    /// What happened.
-    pub kind: JobEventKind,
-}
-
-type Key = (PeerId, JobId);
-
-/// Where job events from hosts wait for the consumer task that submitted the
-/// job. Shared by the consumer actor (which delivers) and the submit tasks
-/// (which register); an event from a peer for a job it was not given is refused.
-#[derive(Debug, Clone, Default)]
-pub struct Inbox {
-    waiting: Arc<Mutex<HashMap<Key, mpsc::UnboundedSender<HostJobEvent>>>>,
-}
-
-/// A registration: events for one (host, job id) arrive on `events` until
-/// this is dropped.
-#[derive(Debug)]
-pub struct Registration {
-    inbox: Inbox,
-    key: Key,
-    /// The events, in arrival order.
-    pub events: mpsc::UnboundedReceiver<HostJobEvent>,
-}
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        if let Ok(mut map) = self.inbox.waiting.lock() {
-            map.remove(&self.key);
-        }
-    }
-}
-
-impl Inbox {
-    /// Starts waiting for events of `job_id` from `host`.
-    pub fn register(&self, host: PeerId, job_id: &JobId) -> Registration {
-        let (tx, events) = mpsc::unbounded_channel();
-        let key = (host, job_id.clone());
-        if let Ok(mut map) = self.waiting.lock() {
-            map.insert(key.clone(), tx);
-        }
-        Registration {
-            inbox: self.clone(),
-            key,
-            events,
-        }
-    }
-
-    /// Hands an event to the job waiting for it. Returns false when nobody
-    /// waits for this job from this peer (the host then gets `NotFound`).
-    pub fn deliver(&self, from: PeerId, job_id: &str, event: HostJobEvent) -> bool {
-        // An id we would never have made cannot be waited for.
-        let Ok(job_id) = JobId::new(job_id) else {
-            return false;
-        };
-        let Ok(map) = self.waiting.lock() else {
-            return false;
-        };
-        match map.get(&(from, job_id)) {
-            Some(tx) => tx.send(event).is_ok(),
-            None => false,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn events_reach_only_the_registered_job_from_its_host() {
-        let inbox = Inbox::default();
-        let host = PeerId::random();
-        let stranger = PeerId::random();
-        let mut reg = inbox.register(host, &JobId::new("j1").unwrap());
-        let ev = HostJobEvent {
-            seq: 0,
-            time_unix: 1,
-            kind: JobEventKind::Started,
-        };
-        assert!(inbox.deliver(host, "j1", ev.clone()));
-        assert!(!inbox.deliver(stranger, "j1", ev.clone()));
-        assert!(!inbox.deliver(host, "j2", ev.clone()));
-        assert_eq!(reg.events.try_recv().unwrap(), ev);
-        assert!(reg.events.try_recv().is_err());
-        drop(reg);
-        assert!(!inbox.deliver(host, "j1", ev));
     }
 }

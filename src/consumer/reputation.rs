@@ -14,13 +14,15 @@ use libp2p::PeerId;
 
 use crate::model::trust::{HostTrack, Outcome};
 
-/// Record layout, version 2: version byte, then valid (u64), invalid
+/// Record layout, version 3: version byte, then valid (u64), invalid
 /// (u64), streak (u32), landed, failed, failed_with_claim, forgotten,
-/// expected_failures_micro, variance_micro (u64 each), little-endian.
-/// Version 1 was the first three fields alone; it is read with the rest 0.
-const VERSION: u8 = 2;
-const LEN: usize = 1 + 8 + 8 + 4 + 6 * 8;
+/// expected_failures_micro, variance_micro, floods (u64 each),
+/// little-endian. Version 1 was the first three fields alone, version 2
+/// all but `floods`; both are read with the missing fields 0.
+const VERSION: u8 = 3;
+const LEN: usize = 1 + 8 + 8 + 4 + 7 * 8;
 const V1_LEN: usize = 1 + 8 + 8 + 4;
+const V2_LEN: usize = V1_LEN + 6 * 8;
 
 pub fn encode(t: &HostTrack) -> [u8; LEN] {
     let mut out = [0u8; LEN];
@@ -35,6 +37,7 @@ pub fn encode(t: &HostTrack) -> [u8; LEN] {
         t.forgotten,
         t.expected_failures_micro,
         t.variance_micro,
+        t.floods,
     ];
     for (i, v) in rest.iter().enumerate() {
         out[V1_LEN + 8 * i..V1_LEN + 8 * (i + 1)].copy_from_slice(&v.to_le_bytes());
@@ -45,11 +48,11 @@ pub fn encode(t: &HostTrack) -> [u8; LEN] {
 pub fn decode(bytes: &[u8]) -> Result<HostTrack, String> {
     let fits = matches!(
         (bytes.first(), bytes.len()),
-        (Some(1), V1_LEN) | (Some(2), LEN)
+        (Some(1), V1_LEN) | (Some(2), V2_LEN) | (Some(3), LEN)
     );
     if !fits {
         return Err(format!(
-            "reputation record: {} bytes, version {:?} (want {V1_LEN} for 1 or {LEN} for {VERSION})",
+            "reputation record: {} bytes, version {:?} (want {V1_LEN} for 1, {V2_LEN} for 2 or {LEN} for {VERSION})",
             bytes.len(),
             bytes.first()
         ));
@@ -71,6 +74,7 @@ pub fn decode(bytes: &[u8]) -> Result<HostTrack, String> {
         forgotten: rest(3),
         expected_failures_micro: rest(4),
         variance_micro: rest(5),
+        floods: rest(6),
     })
 }
 
@@ -159,6 +163,7 @@ mod tests {
             forgotten: 6,
             expected_failures_micro: 1_500_000,
             variance_micro: 8,
+            floods: 9,
         };
         assert_eq!(decode(&encode(&t)).unwrap(), t);
         assert!(decode(&encode(&t)[..5]).is_err());
@@ -175,7 +180,16 @@ mod tests {
         );
         assert!(
             decode(&encode(&t)[..V1_LEN]).is_err(),
-            "a v2 tag on v1 bytes"
+            "a v3 tag on v1 bytes"
+        );
+        // A version 2 record (no floods) is read with floods 0.
+        let mut v2 = encode(&t)[..V2_LEN].to_vec();
+        v2[0] = 2;
+        let old = decode(&v2).unwrap();
+        assert_eq!((old.forgotten, old.floods), (6, 0));
+        assert!(
+            decode(&encode(&t)[..V2_LEN]).is_err(),
+            "a v3 tag on v2 bytes"
         );
         let dir = tempfile::tempdir().unwrap();
         let peer = PeerId::random();

@@ -96,6 +96,9 @@ pub struct HostReport {
     pub failed: u64,
     #[serde(default)]
     pub forgotten: u64,
+    /// Attempts during which it sent job events past the consumer's budget.
+    #[serde(default)]
+    pub floods: u64,
     /// Invalid results, forgotten jobs and failures its TR claims
     /// contradict; and where they put it: `clean`, `demoted` (placed
     /// behind clean hosts) or `excluded` (given no work).
@@ -165,6 +168,7 @@ impl From<&SurveyedHost> for HostReport {
             landed: 0,
             failed: 0,
             forgotten: 0,
+            floods: 0,
             offences: 0,
             standing: crate::model::trust::Standing::Clean.label().to_string(),
             failures_past_week: h.spells.map(|s| s.episodes),

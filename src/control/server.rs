@@ -500,6 +500,7 @@ async fn hosts(State(h): State<ControlHandles>, ApiJson(query): ApiJson<HostsQue
                         landed: track.landed,
                         failed: track.failed,
                         forgotten: track.forgotten,
+                        floods: track.floods,
                         offences: track.offences(),
                         standing: track.standing().label().to_string(),
                         ..HostReport::from(host)

@@ -10,6 +10,7 @@
 
 pub mod admit;
 pub mod baselines;
+pub mod budget;
 pub mod ids;
 pub mod kernel;
 pub mod owner;

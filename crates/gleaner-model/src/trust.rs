@@ -41,6 +41,9 @@ pub struct HostTrack {
     /// Of `failed`, those whose TR it had claimed: the count its claims are
     /// held to.
     pub failed_with_claim: u64,
+    /// Attempts during which it sent more job events than an honest host
+    /// would (the consumer dropped the excess).
+    pub floods: u64,
     /// Σ (1 − TR) over the attempts whose TR it claimed, in millionths: the
     /// failures its claims said to expect.
     pub expected_failures_micro: u64,
@@ -70,6 +73,8 @@ pub enum Offence {
     /// The host said it never knew a job it had accepted, or reported no
     /// end within the job's limit.
     Forgot,
+    /// The host sent job events past the consumer's budget for one attempt.
+    Flood,
 }
 
 /// Offences after which a host is excluded from placement, unless it has
@@ -130,6 +135,7 @@ impl HostTrack {
             }
             Outcome::Offence(Offence::WrongOutput) => self.record(false),
             Outcome::Offence(Offence::Forgot) => self.forgotten = self.forgotten.saturating_add(1),
+            Outcome::Offence(Offence::Flood) => self.floods = self.floods.saturating_add(1),
         }
     }
 
@@ -156,10 +162,12 @@ impl HostTrack {
         self.failed_with_claim.saturating_sub(allowed)
     }
 
-    /// Invalid results, lost jobs and failures its TR claims contradict.
+    /// Invalid results, lost jobs, floods and failures its TR claims
+    /// contradict.
     pub fn offences(&self) -> u64 {
         self.invalid
             .saturating_add(self.forgotten)
+            .saturating_add(self.floods)
             .saturating_add(self.tr_overclaims())
     }
 

@@ -27,7 +27,7 @@ pub mod publish;
 pub mod remote_jobs;
 
 use crate::clock::Clock;
-use crate::consumer::{HostJobEvent, Inbox};
+use crate::consumer::{Delivery, HostJobEvent, Inbox};
 use crate::data::Cache;
 use crate::guest::GuestEvent;
 use crate::model::admit::{admit, GuestAsk, Refusal};
@@ -316,12 +316,18 @@ impl PoolHost {
                         time_unix,
                         kind,
                     };
-                    let answer = if self.parts.job_events.deliver(peer, &job_id, event) {
-                        JobResponse::EventAck
-                    } else {
-                        JobResponse::NotFound
-                    };
-                    let _ = reply.send(answer);
+                    match self.parts.job_events.offer(peer, &job_id, event) {
+                        Delivery::Delivered => {
+                            let _ = reply.send(JobResponse::EventAck);
+                        }
+                        Delivery::NotWaited => {
+                            let _ = reply.send(JobResponse::NotFound);
+                        }
+                        // Past the attempt's budget: no answer (the stream
+                        // is dropped), which costs us least; the attempt
+                        // counts it against the host.
+                        Delivery::OverBudget => drop(reply),
+                    }
                 }
             },
             NetEvent::MemberAnnounced(member) => {

@@ -128,6 +128,7 @@ async fn follow<P: JobPool>(
     let deadline = tokio::time::sleep(plan.limit + plan.settings.grace + preparing);
     tokio::pin!(deadline);
     let mut failed_probes = 0u32;
+    let mut flood_told = false;
     let end = loop {
         tokio::select! {
             event = registration.events.recv() => {
@@ -148,6 +149,14 @@ async fn follow<P: JobPool>(
                 }
             }
             _ = probe.tick() => {
+                // A host flooding us with events is told on once, between
+                // probes (the dropped events themselves wake nobody).
+                let dropped = registration.dropped();
+                if dropped > 0 && !flood_told {
+                    flood_told = true;
+                    tracing::warn!(job = %plan.job_id, host = %plan.host, dropped, "the host sends job events past its budget; dropped");
+                    news(AttemptNews::Flooded { dropped });
+                }
                 let query = JobRequest::Query { job_id: plan.job_id.to_string() };
                 match pool.request(plan.host, query).await {
                     Ok(JobResponse::JobState(RemoteJobState::Running)) => failed_probes = 0,

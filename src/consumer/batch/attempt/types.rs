@@ -80,6 +80,9 @@ pub enum AttemptNews {
         hash: [u8; 32],
         fetch_secs: f64,
     },
+    /// The host sent job events past the attempt's budget; `dropped` of
+    /// them so far (told once per attempt, when it first happens).
+    Flooded { dropped: u64 },
 }
 
 /// A host's job event as people read it (`batch wait`, `submit`).

@@ -288,6 +288,12 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             QueueMsg::HostEvent { batch, task, text } => {
                 self.core.on_news(now, batch, task, Some(text))
             }
+            QueueMsg::Flooded {
+                batch,
+                task,
+                host,
+                dropped,
+            } => self.core.on_flood(now, batch, task, host, dropped),
             QueueMsg::Checkpoint { batch, task, news } => {
                 self.core.on_checkpoint(now, batch, task, news)
             }

@@ -320,4 +320,28 @@ impl QueueCore {
         self.emit(batch, task, event);
         self.actions()
     }
+
+    /// The host of a running attempt sent job events past the attempt's
+    /// budget (the inbox dropped them): an offence in its record, and the
+    /// task's watchers are told.
+    #[must_use = "the driver performs every action"]
+    pub fn on_flood(
+        &mut self,
+        now: Now,
+        batch: BatchId,
+        task: u32,
+        host: PeerId,
+        dropped: u64,
+    ) -> Vec<Action> {
+        self.at(now);
+        let outcome = Outcome::Offence(crate::model::trust::Offence::Flood);
+        self.trust.conduct(host, outcome);
+        self.push(Action::Conduct {
+            peer: host,
+            outcome,
+        });
+        let text = format!("{host}: {dropped} job events past its budget dropped");
+        self.emit(batch, task, Some(text));
+        self.actions()
+    }
 }

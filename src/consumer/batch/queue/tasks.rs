@@ -76,7 +76,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                             &plan,
                             submit,
                             &cancel,
-                            news_to(tx.clone(), batch, task),
+                            news_to(tx.clone(), batch, task, host),
                         )
                         .await;
                         drop(offer);
@@ -106,7 +106,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         self.attempts.insert((batch, task, host), cancel.clone());
         let (pool, inbox, tx) = (self.pool.clone(), self.inbox.clone(), self.to_self.clone());
         self.tracker.spawn(async move {
-            let news = news_to(tx.clone(), batch, task);
+            let news = news_to(tx.clone(), batch, task, host);
             let end = attempt::reattach(&pool, &inbox, &plan, &cancel, news).await;
             let _ = tx.send(QueueMsg::Ended {
                 batch,
@@ -242,6 +242,7 @@ fn news_to(
     tx: mpsc::UnboundedSender<QueueMsg>,
     batch: BatchId,
     task: u32,
+    host: libp2p::PeerId,
 ) -> impl Fn(AttemptNews) + Send + Sync {
     move |news| {
         if let Some(news) = checkpoint_news(&news) {
@@ -255,6 +256,12 @@ fn news_to(
                 text: attempt::event_text(&kind),
             },
             AttemptNews::Checkpoint { .. } => return,
+            AttemptNews::Flooded { dropped } => QueueMsg::Flooded {
+                batch,
+                task,
+                host,
+                dropped,
+            },
         });
     }
 }

@@ -636,3 +636,22 @@ fn a_lying_host_is_demoted_then_excluded_in_every_verify_mode() {
     assert_eq!(launches(&actions), vec![(0, honest.peer)]);
     let _ = id;
 }
+
+/// Issue 30, finding 3: a flood the inbox cut is an offence in the host's
+/// record, whatever `--verify` says.
+#[test]
+fn a_flood_of_events_counts_against_the_host() {
+    use crate::model::trust::{Offence, Outcome};
+    let mut core = core(3);
+    let now = start();
+    let (id, _) = admit(&mut core, now, batch(1));
+    let flooder = host(0.9);
+    let _ = core.start_survey(now);
+    let _ = core.on_survey(now, Ok(vec![flooder.clone()]));
+    let actions = core.on_flood(now, id, 0, flooder.peer, 60_000);
+    assert!(actions.iter().any(|a| matches!(
+        a,
+        Action::Conduct { peer, outcome: Outcome::Offence(Offence::Flood) } if *peer == flooder.peer
+    )));
+    assert_eq!(core.reputation()[&flooder.peer].floods, 1);
+}

@@ -143,6 +143,13 @@ pub enum QueueMsg {
         host: PeerId,
         end: AttemptEnd,
     },
+    /// The host of a running attempt sent job events past its budget.
+    Flooded {
+        batch: BatchId,
+        task: u32,
+        host: PeerId,
+        dropped: u64,
+    },
     /// A checkpoint or the guest's usage came from a task's host.
     Checkpoint {
         batch: BatchId,
