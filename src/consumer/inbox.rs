@@ -4,9 +4,9 @@
 //! (an honest host sends a handful per job, a checkpoint at most every
 //! 10 s), and what a host sends past it is dropped and counted, so that a
 //! flooding host costs the consumer a bounded share of a core and is
-//! marked in its record. Ending events (`Finished`, `Killed`,
-//! `KilledOverMemory`, `NotStarted`) always pass: the budget must never
-//! cost an honest result. This module must not know the queue or the
+//! marked in its record. Events that end a job
+//! ([`JobEventKind::ends_the_job`]) always pass: the budget must never cost
+//! an honest result. This module must not know the queue or the
 //! network; it is a shared map and a clock reading.
 
 use std::collections::HashMap;
@@ -105,17 +105,6 @@ impl Drop for Registration {
     }
 }
 
-/// True for the events that end an attempt: never held to the budget.
-fn ends_the_job(kind: &JobEventKind) -> bool {
-    matches!(
-        kind,
-        JobEventKind::Finished { .. }
-            | JobEventKind::Killed { .. }
-            | JobEventKind::KilledOverMemory
-            | JobEventKind::NotStarted { .. }
-    )
-}
-
 impl Inbox {
     /// Starts waiting for events of `job_id` from `host`.
     pub fn register(&self, host: PeerId, job_id: &JobId) -> Registration {
@@ -161,7 +150,8 @@ impl Inbox {
         let Some(waiting) = map.get_mut(&(from, job_id)) else {
             return Delivery::NotWaited;
         };
-        if !ends_the_job(&event.kind) && !waiting.budget.take(now_ms) {
+        // The end of a job is never held to the budget.
+        if !event.kind.ends_the_job() && !waiting.budget.take(now_ms) {
             waiting.dropped.fetch_add(1, Ordering::Relaxed);
             return Delivery::OverBudget;
         }

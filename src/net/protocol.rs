@@ -489,6 +489,30 @@ pub enum JobEventKind {
         /// Why, naming the input when one is at fault.
         reason: String,
     },
+    /// The job was killed because its consumer asked (`Cancel`): neither a
+    /// failure of the host nor of the job. Added in version 2 of
+    /// PROTOCOL.md; only a consumer that sent `Cancel` ever receives it.
+    Cancelled { usage: Option<GuestUsage> },
+}
+
+impl JobEventKind {
+    /// True for the events that end a job (the last a host sends of it).
+    pub fn ends_the_job(&self) -> bool {
+        match self {
+            JobEventKind::Finished { .. }
+            | JobEventKind::Killed { .. }
+            | JobEventKind::KilledOverMemory
+            | JobEventKind::NotStarted { .. }
+            | JobEventKind::Cancelled { .. } => true,
+            JobEventKind::Started
+            | JobEventKind::Reniced
+            | JobEventKind::Suspended
+            | JobEventKind::Resumed
+            | JobEventKind::Checkpointed { .. }
+            | JobEventKind::CheckpointRefused { .. }
+            | JobEventKind::InputsReady { .. } => false,
+        }
+    }
 }
 
 /// Which output of a job to fetch.

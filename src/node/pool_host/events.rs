@@ -32,6 +32,10 @@ pub fn wire_event(kind: &GuestEventKind, usage: Option<GuestUsage>) -> Option<Jo
             cause: Some(KillCause::OverDeclaredMemory),
             ..
         } => Some(JobEventKind::KilledOverMemory),
+        GuestEventKind::Exited {
+            cause: Some(KillCause::Cancelled),
+            ..
+        } => Some(JobEventKind::Cancelled { usage }),
         GuestEventKind::Exited { cause: Some(c), .. } => Some(JobEventKind::Killed {
             cause: kill_state(*c),
             usage,
@@ -47,13 +51,10 @@ pub fn wire_event(kind: &GuestEventKind, usage: Option<GuestUsage>) -> Option<Jo
     }
 }
 
-/// The failure state behind a kill; `None` for the wall-time limit, and S5 for a cancel
-/// (the host withdrew the job).
+/// The failure state behind a kill; `None` for the wall-time limit (a
+/// cancel has its own event, `Cancelled`).
 fn kill_state(cause: KillCause) -> Option<WireState> {
-    match cause {
-        KillCause::Cancelled => Some(WireState::S5),
-        other => other.state().map(WireState::from),
-    }
+    cause.state().map(WireState::from)
 }
 
 /// Starts the task that sends a job's events to its consumer one at a time,
@@ -90,13 +91,7 @@ pub fn spawn_event_sender(
 /// wall-time limit before it tries elsewhere. Progress events are not.
 fn event_attempts(event: &JobRequest) -> u32 {
     match event {
-        JobRequest::Event {
-            kind:
-                JobEventKind::Killed { .. }
-                | JobEventKind::KilledOverMemory
-                | JobEventKind::Finished { .. },
-            ..
-        } => 16,
+        JobRequest::Event { kind, .. } if kind.ends_the_job() => 16,
         _ => 3,
     }
 }
@@ -136,6 +131,39 @@ mod tests {
         assert!(total <= Duration::from_secs(120), "{total:?}");
         assert_eq!(event_retry_delay(0), Duration::from_millis(300));
         assert_eq!(event_retry_delay(30), Duration::from_secs(8));
+    }
+
+    /// Issue 30, finding 5: a cancel was `Killed { cause: S5 }`, which a
+    /// consumer could not tell from the owner revoking the machine.
+    #[test]
+    fn a_cancel_is_its_own_event_not_a_revocation() {
+        let usage = Some(GuestUsage {
+            cpu_millis: 1,
+            wall_millis: 2,
+        });
+        let cancelled = wire_event(
+            &GuestEventKind::Exited {
+                exit: ExitInfo::Signal(9),
+                cause: Some(KillCause::Cancelled),
+            },
+            usage,
+        );
+        assert_eq!(cancelled, Some(JobEventKind::Cancelled { usage }));
+        let revoked = wire_event(
+            &GuestEventKind::Exited {
+                exit: ExitInfo::Signal(9),
+                cause: Some(KillCause::Revocation),
+            },
+            None,
+        );
+        assert_eq!(
+            revoked,
+            Some(JobEventKind::Killed {
+                cause: Some(WireState::S5),
+                usage: None
+            })
+        );
+        assert!(cancelled.is_some_and(|k| k.ends_the_job()));
     }
 
     #[test]

@@ -650,13 +650,7 @@ impl PoolHost {
             return;
         };
         // What a consumer that lost its events is told (`JobRequest::Query`).
-        if matches!(
-            kind,
-            JobEventKind::Finished { .. }
-                | JobEventKind::Killed { .. }
-                | JobEventKind::KilledOverMemory
-                | JobEventKind::NotStarted { .. }
-        ) {
+        if kind.ends_the_job() {
             job.ended = Some(kind.clone());
         }
         let request = JobRequest::Event {

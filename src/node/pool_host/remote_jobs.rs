@@ -4,7 +4,7 @@
 //! permission off, and swept at start). It must not know the Swarm nor how a
 //! guest is run.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use libp2p::PeerId;
@@ -60,6 +60,9 @@ pub fn check_submit(s: &JobSubmit, guest: &GuestSection) -> Result<JobId, Reject
             ));
         }
     }
+    if let Some(clash) = input_clash(s) {
+        return invalid(clash);
+    }
     if s.memory_mib > guest.max_mem_mib || s.wall_time_limit_secs > guest.max_runtime_secs {
         return Err(RejectReason::TooBig);
     }
@@ -83,6 +86,34 @@ pub fn check_submit(s: &JobSubmit, guest: &GuestSection) -> Result<JobId, Reject
         return invalid("the wall-time limit must be at least one second".into());
     }
     Ok(job_id)
+}
+
+/// Two inputs that would land on the same place in the work dir: the same
+/// path twice, or one input inside another (a file where the other needs a
+/// directory), named. Paths are already checked ([`RelPath`]: no `.`, no
+/// empty component), so equal places are equal texts. At most 256 inputs of
+/// at most 1 KiB each: the set and the walk up each path stay small.
+fn input_clash(s: &JobSubmit) -> Option<String> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    for input in &s.inputs {
+        if !seen.insert(input.path.as_str()) {
+            return Some(format!("input {:?} is given twice", input.path));
+        }
+    }
+    for input in &s.inputs {
+        let path = input.path.as_str();
+        let mut cut = path.len();
+        while let Some(slash) = path[..cut].rfind('/') {
+            if seen.contains(&path[..slash]) {
+                return Some(format!(
+                    "input {path:?} is inside input {:?}, a file",
+                    &path[..slash]
+                ));
+            }
+            cut = slash;
+        }
+    }
+    None
 }
 
 /// A job a peer submitted here.
@@ -297,6 +328,37 @@ mod tests {
         let mut s = submit();
         s.env = vec![("A=B".into(), "c".into())];
         assert!(check_submit(&s, &g).is_err());
+    }
+
+    /// Issue 30, finding 5: two inputs at one path were accepted.
+    #[test]
+    fn two_inputs_at_one_place_are_refused_by_name() {
+        let g = GuestSection::default();
+        let input = |path: &str| InputRef {
+            path: path.into(),
+            hash: [1; 32],
+            size: 1,
+        };
+        let mut s = submit();
+        s.inputs = vec![input("in/a"), input("b"), input("in/a")];
+        assert_eq!(
+            check_submit(&s, &g),
+            Err(RejectReason::Invalid(
+                "input \"in/a\" is given twice".into()
+            ))
+        );
+        let mut s = submit();
+        s.inputs = vec![input("in/a/b/c"), input("in/a")];
+        assert_eq!(
+            check_submit(&s, &g),
+            Err(RejectReason::Invalid(
+                "input \"in/a/b/c\" is inside input \"in/a\", a file".into()
+            ))
+        );
+        // Siblings and a shared prefix that is no directory are fine.
+        let mut s = submit();
+        s.inputs = vec![input("in/a"), input("in/ab"), input("in/b/c")];
+        assert!(check_submit(&s, &g).is_ok());
     }
 
     fn job(local_id: &str, dir: PathBuf) -> RemoteJob {

@@ -232,6 +232,12 @@ fn ending(kind: &JobEventKind) -> Option<Result<(i32, Option<GuestUsage>), Attem
             Some(Err(AttemptEnd::HostFailed(event_text(kind))))
         }
         JobEventKind::KilledOverMemory => Some(Err(AttemptEnd::JobFailed(event_text(kind)))),
+        // This consumer ends an attempt it cancels without waiting for the
+        // host: a cancel it hears of is one it did not ask for.
+        JobEventKind::Cancelled { .. } => Some(Err(AttemptEnd::HostFailed(format!(
+            "{}, which this consumer did not ask for",
+            event_text(kind)
+        )))),
         JobEventKind::Started
         | JobEventKind::InputsReady { .. }
         | JobEventKind::Reniced

@@ -116,5 +116,6 @@ pub fn event_text(kind: &JobEventKind) -> String {
             "inputs ready: {fetched_bytes} bytes fetched, {cached_bytes} bytes from the host's cache"
         ),
         JobEventKind::NotStarted { reason } => format!("not started: {reason}"),
+        JobEventKind::Cancelled { .. } => "cancelled by its consumer".to_string(),
     }
 }
