@@ -56,6 +56,7 @@ mod owner_rules;
 mod package;
 mod peer_book;
 mod pool_nodes;
+mod rogue_pool;
 mod store;
 mod throttle;
 mod trust_pool;
