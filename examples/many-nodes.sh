@@ -21,7 +21,9 @@
 # history so it answers with a TR. The machine's other work shows in these
 # figures: run it on a quiet machine, or say how busy it was.
 #
-# Knobs (environment): IDLE_SECS (60), HOSTS_ROUNDS (10), TASKS (2N),
+# Knobs (environment): IDLE_SECS (60), SETTLE_SECS (0: wait this long
+# before the idle window, to leave out what a pool does in its first
+# minutes), HOSTS_ROUNDS (10), TASKS (2N),
 # LIST_LIMIT (300 s to wait for the full listing), DAYS (8: a weekend day is needed), KEEP (unset),
 # NICE (10), GLEANER_BIN (the release build), MIN_FREE_MIB (2048: stop
 # starting nodes when the machine has less memory available).
@@ -29,6 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:?usage: examples/many-nodes.sh N}
 IDLE_SECS=${IDLE_SECS:-60}
+SETTLE_SECS=${SETTLE_SECS:-0}
 HOSTS_ROUNDS=${HOSTS_ROUNDS:-10}
 TASKS=${TASKS:-$((2 * N))}
 LIST_LIMIT=${LIST_LIMIT:-300}
@@ -134,6 +137,10 @@ for _ in $(seq "$HOSTS_ROUNDS"); do
 done > "$DIR/hosts-ms.txt"
 echo "gleaner hosts latency over $HOSTS_ROUNDS calls, ms: $(summary < "$DIR/hosts-ms.txt")"
 
+if [ "$SETTLE_SECS" -gt 0 ]; then
+    echo "== letting the pool settle for $SETTLE_SECS s"
+    sleep "$SETTLE_SECS"
+fi
 echo "== every node idle for $IDLE_SECS s"
 for n in $(seq 0 "$N"); do
     echo "$n $(now) $(cpu_ticks "${PIDS[$n]}") $(traffic "$n")"

@@ -12,6 +12,7 @@ pub mod event_loop;
 pub mod handle;
 pub mod identity;
 pub mod peer_book;
+pub mod pool_shards;
 pub mod protocol;
 pub mod reachability;
 pub mod summary;

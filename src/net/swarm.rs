@@ -1,5 +1,7 @@
 //! Builds the libp2p Swarm of a pool member: transports, the composed behaviour and the
-//! settings that make small pools work (idle timeout, Kademlia mode, gossipsub mesh sizes).
+//! settings that let pools of a few and of thousands of members work (idle timeout,
+//! Kademlia mode and record lifetimes, gossipsub mesh sizes and gossip, ping cadence,
+//! connection limits).
 //!
 //! This module owns `NetConfig` and `build_swarm`; it does not run the Swarm (see
 //! `event_loop`) and knows nothing of the node's state or its config files.
@@ -19,8 +21,8 @@ use libp2p::request_response::{self, ProtocolSupport};
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::swarm::NetworkBehaviour;
 use libp2p::{
-    autonat, dcutr, gossipsub, identify, kad, mdns, noise, ping, relay, tcp, yamux, Multiaddr,
-    PeerId, StreamProtocol, Swarm, SwarmBuilder,
+    autonat, connection_limits, dcutr, gossipsub, identify, kad, mdns, noise, ping, relay, tcp,
+    yamux, Multiaddr, PeerId, StreamProtocol, Swarm, SwarmBuilder,
 };
 
 use crate::model::ids::PoolName;
@@ -67,6 +69,10 @@ pub struct NetConfig {
     pub member_ttl: Duration,
     /// How long the node may take to answer an inbound request before we drop it.
     pub serve_timeout: Duration,
+    /// Providers at which a member places its DHT record one level down the
+    /// pool's sharded keys (`pool_shards::SHARD_FULL`; lower in tests, so a
+    /// few nodes exercise the shards).
+    pub shard_full: usize,
     /// Where the members we meet are remembered across restarts (`[net]
     /// peer_book`); `None` remembers nothing.
     pub peer_book: Option<crate::net::peer_book::BookStore>,
@@ -93,6 +99,7 @@ impl NetConfig {
             announce_interval: Duration::from_secs(30),
             member_ttl: Duration::from_secs(95),
             serve_timeout: Duration::from_secs(15),
+            shard_full: crate::net::pool_shards::SHARD_FULL,
             peer_book: None,
         }
     }
@@ -193,6 +200,7 @@ pub fn read_swarm_key(path: &Path) -> Result<PreSharedKey, BuildError> {
 /// The composed behaviour of a pool member.
 #[derive(NetworkBehaviour)]
 pub(crate) struct Behaviour {
+    pub(crate) limits: connection_limits::Behaviour,
     pub(crate) relay_client: relay::client::Behaviour,
     pub(crate) relay_server: Toggle<relay::Behaviour>,
     pub(crate) dcutr: dcutr::Behaviour,
@@ -213,20 +221,62 @@ pub(crate) struct Behaviour {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Gossipsub settings for meshes of 2–6 peers: the default D=6 (low 5) would leave every
-/// small pool "under-subscribed" and grafting forever, so the mesh aims at 3 and accepts 1.
+/// Gossipsub settings for pools of any size. The mesh aims at 4 peers (the
+/// libp2p default of 6 sends each message to a node about six times; 4 keeps
+/// two spare paths) and accepts 3 to 8, so a pool of 2–6 is one mesh and a
+/// pool of thousands a sparse one. The heartbeat (mesh upkeep and gossip)
+/// runs every 5 s instead of every second: messages are forwarded as they
+/// arrive, and the heartbeat only repairs. Gossip about recent messages goes
+/// to 3 peers, never to a quarter of all peers (the default's
+/// `gossip_factor`, which at a node that every member is connected to, a
+/// bootstrap peer, means hundreds of IHAVEs per heartbeat), and covers two
+/// heartbeats. Our own messages go to our mesh only, not to every peer on the
+/// topic (`flood_publish` off).
 fn gossipsub_config() -> Result<gossipsub::Config, BoxError> {
     Ok(gossipsub::ConfigBuilder::default()
         .validation_mode(gossipsub::ValidationMode::Strict)
         .validate_messages()
-        .mesh_n(3)
-        .mesh_n_low(1)
-        .mesh_n_high(6)
+        .mesh_n(4)
+        .mesh_n_low(3)
+        .mesh_n_high(8)
         .mesh_outbound_min(1)
         .gossip_lazy(3)
-        .heartbeat_interval(Duration::from_secs(1))
+        .gossip_factor(0.0)
+        .history_gossip(2)
+        .flood_publish(false)
+        .heartbeat_interval(GOSSIP_HEARTBEAT)
         .max_transmit_size(ANNOUNCE_MAX_BYTES + 512)
         .build()?)
+}
+
+/// Gossipsub's heartbeat.
+const GOSSIP_HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// How long a provider record lives in other nodes' stores: three of our
+/// longest re-checks (`event_loop::discovery`), so a member that left is
+/// gone from the pool's keys within the hour instead of the 48 h default.
+pub(crate) const PROVIDER_RECORD_TTL: Duration = Duration::from_secs(60 * 60);
+
+/// How often Kademlia refreshes its routing table (default 5 min): a
+/// refresh is several queries of about 20 peers each, some 100 KB a node in a
+/// pool of 20, so every 5 min it alone would be a third of the 1 KB/s a
+/// node may spend idle. Peers that contact us enter the table anyway.
+const KAD_BOOTSTRAP_EVERY: Duration = Duration::from_secs(30 * 60);
+
+/// How often each connection is pinged (default 15 s): the cost of a ping
+/// is per connection, and a node every member bootstraps from has hundreds.
+const PING_EVERY: Duration = Duration::from_secs(60);
+
+/// Connection limits: bounds on what a stranger (or a pool) can make us hold.
+/// Generous, as a bootstrap peer is connected to every member that named it.
+fn connection_limits() -> connection_limits::ConnectionLimits {
+    connection_limits::ConnectionLimits::default()
+        .with_max_pending_incoming(Some(128))
+        .with_max_pending_outgoing(Some(128))
+        .with_max_established_incoming(Some(2048))
+        .with_max_established(Some(2560))
+        // A direct and a relayed connection, and a dial race.
+        .with_max_established_per_peer(Some(4))
 }
 
 fn build_behaviour(
@@ -239,6 +289,11 @@ fn build_behaviour(
 
     let mut kad_cfg = kad::Config::new(StreamProtocol::new(KAD_PROTOCOL));
     kad_cfg.set_query_timeout(Duration::from_secs(30));
+    // Our records are refreshed by the discovery's re-checks, not by
+    // Kademlia's 12-hourly republication.
+    kad_cfg.set_provider_record_ttl(Some(PROVIDER_RECORD_TTL));
+    kad_cfg.set_provider_publication_interval(None);
+    kad_cfg.set_periodic_bootstrap_interval(Some(KAD_BOOTSTRAP_EVERY));
     let mut kad =
         kad::Behaviour::with_config(peer_id, kad::store::MemoryStore::new(peer_id), kad_cfg);
     if cfg.kad_server {
@@ -306,7 +361,8 @@ fn build_behaviour(
                 .with_hide_listen_addrs(scope == AddressScope::Public)
                 .with_cache_size(0),
         ),
-        ping: ping::Behaviour::new(ping::Config::new()),
+        ping: ping::Behaviour::new(ping::Config::new().with_interval(PING_EVERY)),
+        limits: connection_limits::Behaviour::new(connection_limits()),
         kad,
         gossipsub,
         mdns: mdns.into(),

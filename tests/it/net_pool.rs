@@ -208,6 +208,46 @@ async fn three_members_find_each_other_through_the_dht() {
     assert!(!found.unwrap().contains(&b.handle.peer_id()));
 }
 
+/// A pool larger than one DHT key holds is listed whole: members past a
+/// full key provide a shard of the pool's key, and a listing walks down the
+/// shards. A key is "full" here at 2 providers (16 in a real pool, where a
+/// node keeps 20 per key), so twelve members spread over several levels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_larger_than_a_dht_key_is_listed_whole_through_its_shards() {
+    let mut cfg = config("shard-pool");
+    cfg.shard_full = 2;
+    let first = spawn_node(cfg.clone(), Serve::Answer).await;
+    cfg.bootstrap = vec![first.addr.clone()];
+    let mut members = vec![first];
+    for _ in 0..11 {
+        members.push(spawn_node(cfg.clone(), Serve::Answer).await);
+    }
+    let lister = spawn_node(cfg, Serve::Answer).await;
+    let want: HashSet<PeerId> = members.iter().map(|m| m.handle.peer_id()).collect();
+    let found = wait_for(Duration::from_secs(90), || {
+        let h = lister.handle.clone();
+        let want = want.clone();
+        async move {
+            let hosts: HashSet<PeerId> = h.find_hosts().await.ok()?.into_iter().collect();
+            (hosts == want).then_some(hosts)
+        }
+    })
+    .await;
+    if found.is_none() {
+        let last: HashSet<PeerId> = lister
+            .handle
+            .find_hosts()
+            .await
+            .unwrap()
+            .into_iter()
+            .collect();
+        panic!(
+            "the lister found {} of the 12 members",
+            last.intersection(&want).count()
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_find_each_other_through_gossip() {
     let (a, b, c) = three_nodes("gossip-pool").await;

@@ -30,6 +30,10 @@ pub(super) enum Timer {
     Retry(PeerId),
     /// Close relayed connections to this peer if a direct one exists.
     DropRelayed(PeerId),
+    /// Re-check where our provider record sits among the pool's keys.
+    Recheck,
+    /// A listing of the pool answers with what it found so far.
+    WalkDeadline(u64),
 }
 
 impl EventLoop {

@@ -4,66 +4,25 @@
 //! member table, ours published with the addresses a peer could use (when
 //! the node says so; republished only when our addresses change or a peer
 //! joins, at most once per minimum gap), members expired after
-//! `member_ttl`, and the pool's provider record in the DHT with the lookups
-//! of its hosts.
+//! `member_ttl` (the pool's provider records in the DHT are `discovery`'s).
 //!
 //! It must not know about the request protocols or how the node is reached.
 
 use std::time::Instant;
 
 use libp2p::gossipsub::{self, MessageAcceptance};
-use libp2p::kad::{self, GetProvidersOk, QueryResult, RecordKey};
 use libp2p::{Multiaddr, PeerId};
 
 use super::EventLoop;
 use crate::net::codec::{decode_body, encode_body};
 use crate::net::handle::{LocalStatus, Member, NetEvent, SummaryBody};
 use crate::net::protocol::{
-    pool_dht_key, Announcement, HostSummary, ANNOUNCE_MAX_BYTES, SUMMARY_FORMAT, SUMMARY_MAX_BYTES,
+    Announcement, HostSummary, ANNOUNCE_MAX_BYTES, SUMMARY_FORMAT, SUMMARY_MAX_BYTES,
 };
 use crate::net::summary::{check_summary, min_gap, Summary};
 use crate::net::swarm::ANNOUNCED_ADDRESSES_MAX;
 
 impl EventLoop {
-    pub(super) fn on_kad_event(&mut self, event: kad::Event) {
-        match event {
-            kad::Event::RoutingUpdated {
-                is_new_peer: true, ..
-            } => {
-                // A new contact can store our provider record: provide again (cheap in
-                // pools of a few peers, and a new pool would otherwise wait for the
-                // 12 h republication).
-                self.provide();
-            }
-            kad::Event::OutboundQueryProgressed {
-                id,
-                result: QueryResult::GetProviders(result),
-                step,
-                ..
-            } => {
-                let me = *self.swarm.local_peer_id();
-                if let (Some((found, _)), Ok(GetProvidersOk::FoundProviders { providers, .. })) =
-                    (self.pending_hosts.get_mut(&id), result)
-                {
-                    found.extend(providers.into_iter().filter(|p| *p != me));
-                }
-                if step.last {
-                    if let Some((found, reply)) = self.pending_hosts.remove(&id) {
-                        let _ = reply.send(Ok(found.into_iter().collect()));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-
-    pub(super) fn provide(&mut self) {
-        let key = RecordKey::new(&pool_dht_key(&self.cfg.pool));
-        if let Err(e) = self.swarm.behaviour_mut().kad.start_providing(key) {
-            tracing::warn!("cannot provide the pool key: {e}");
-        }
-    }
-
     /// Checks one gossipsub message and, if it is a good summary (or a
     /// version 1 node's announcement), records the member.
     pub(super) fn on_announcement(&mut self, message: &gossipsub::Message) -> MessageAcceptance {

@@ -11,12 +11,14 @@
 //!
 //! This file holds the loop itself (start, the select, the commands, the
 //! Swarm's and the behaviours' events dispatched); its children hold the
-//! handling by concern: `connectivity` (bootstrap, relays, NAT), `membership`
-//! (announcements, members, the DHT record), `remembered` (the peer book:
+//! handling by concern: `connectivity` (bootstrap, relays, NAT), `discovery`
+//! (our place among the pool's DHT keys, listings of the pool), `membership`
+//! (announcements, members), `remembered` (the peer book:
 //! members recorded, written and redialed) and `requests` (the request
 //! protocols and the allowlist).
 
 mod connectivity;
+mod discovery;
 mod membership;
 mod remembered;
 mod requests;
@@ -30,7 +32,6 @@ use libp2p::core::transport::ListenerId;
 use libp2p::core::ConnectedPoint;
 use libp2p::gossipsub::{self, IdentTopic};
 use libp2p::identity::Keypair;
-use libp2p::kad::{QueryId, RecordKey};
 use libp2p::request_response::OutboundRequestId;
 use libp2p::swarm::dial_opts::DialOpts;
 use libp2p::swarm::{ConnectionId, SwarmEvent};
@@ -40,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::net::handle::{Command, LocalStatus, NetError, NetEvent, NetHandle, SummaryBody};
 use crate::net::protocol::{
-    announce_topic, pool_dht_key, summary_topic, JobResponse, ReliabilityResponse, KAD_PROTOCOL,
+    announce_topic, summary_topic, JobResponse, ReliabilityResponse, KAD_PROTOCOL,
 };
 use crate::net::reachability::{AddressScope, Reachability};
 use crate::net::summary::{min_gap, MemberCache, MEMBERS_MAX};
@@ -49,6 +50,7 @@ use crate::net::swarm::{
 };
 
 use connectivity::{Timer, RELAYED_GRACE};
+use discovery::Discovery;
 use remembered::{Remembered, REDIAL_TICK};
 use requests::{Served, ServingFuture};
 
@@ -105,6 +107,7 @@ pub fn start(
         .peer_book
         .clone()
         .map(|store| Remembered::open(store, scope));
+    let cfg_shard_full = cfg.shard_full;
     let mut event_loop = EventLoop {
         swarm,
         cfg,
@@ -116,7 +119,7 @@ pub fn start(
         pending_dial: HashMap::new(),
         pending_reliability: HashMap::new(),
         pending_job: HashMap::new(),
-        pending_hosts: HashMap::new(),
+        discovery: Discovery::new(peer_id, cfg_shard_full),
         serving: FuturesUnordered::new(),
         members: MemberCache::new(MEMBERS_MAX),
         status: None,
@@ -181,7 +184,8 @@ pub struct EventLoop {
     pending_dial: HashMap<ConnectionId, Reply<PeerId>>,
     pending_reliability: HashMap<OutboundRequestId, Reply<ReliabilityResponse>>,
     pending_job: HashMap<OutboundRequestId, Reply<JobResponse>>,
-    pending_hosts: HashMap<QueryId, (HashSet<PeerId>, Reply<Vec<PeerId>>)>,
+    /// Our provider record among the pool's DHT keys, and listings under way.
+    discovery: Discovery,
     serving: FuturesUnordered<ServingFuture>,
     members: MemberCache,
     status: Option<LocalStatus>,
@@ -248,6 +252,8 @@ impl EventLoop {
                 LoopEvent::RedialTick => self.on_redial_tick(),
                 LoopEvent::Timer(Timer::Retry(peer)) => self.retry(peer),
                 LoopEvent::Timer(Timer::DropRelayed(peer)) => self.drop_relayed(peer),
+                LoopEvent::Timer(Timer::Recheck) => self.check_placement(),
+                LoopEvent::Timer(Timer::WalkDeadline(walk)) => self.end_walk(walk),
             }
         }
         // What the book learnt since its last write is not lost to a clean stop.
@@ -314,11 +320,7 @@ impl EventLoop {
             Command::Members { reply } => {
                 let _ = reply.send(self.members.values().cloned().collect());
             }
-            Command::FindHosts { reply } => {
-                let key = RecordKey::new(&pool_dht_key(&self.cfg.pool));
-                let id = self.swarm.behaviour_mut().kad.get_providers(key);
-                self.pending_hosts.insert(id, (HashSet::new(), reply));
-            }
+            Command::FindHosts { reply } => self.start_walk(reply),
             Command::ConnectedPeers { reply } => {
                 let _ = reply.send(self.swarm.connected_peers().copied().collect());
             }

@@ -1,0 +1,203 @@
+//! `pool_shards` against a model DHT: one provider set per key, capped at 20
+//! and first come first kept, as rust-libp2p's `MemoryStore` keeps them.
+
+use std::collections::{HashMap, HashSet};
+
+use libp2p::identity::Keypair;
+use libp2p::PeerId;
+
+use super::*;
+
+/// What a `MemoryStore` keeps per key.
+const STORE_CAP: usize = 20;
+
+#[derive(Default)]
+struct ModelDht {
+    keys: HashMap<Shard, Vec<PeerId>>,
+}
+
+impl ModelDht {
+    fn providers(&self, shard: Shard) -> HashSet<PeerId> {
+        self.keys
+            .get(&shard)
+            .map(|v| v.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    fn provide(&mut self, peer: PeerId, shard: Shard) {
+        let v = self.keys.entry(shard).or_default();
+        if !v.contains(&peer) && v.len() < STORE_CAP {
+            v.push(peer);
+        }
+    }
+
+    fn leave(&mut self, peer: PeerId, shard: Shard) {
+        if let Some(v) = self.keys.get_mut(&shard) {
+            v.retain(|p| *p != peer);
+        }
+    }
+
+    /// Runs `step` until the member provides; returns how many probes it took.
+    fn settle(&mut self, placement: &mut Placement, peer: PeerId, mut step: PlaceStep) -> usize {
+        let mut probes = 0;
+        loop {
+            match step {
+                PlaceStep::Probe(shard) => {
+                    probes += 1;
+                    assert!(probes < 100, "a check that never ends");
+                    step = placement
+                        .probed(shard, &self.providers(shard))
+                        .expect("the answer we wait for");
+                }
+                PlaceStep::Provide { at, leave } => {
+                    if let Some(old) = leave {
+                        self.leave(peer, old);
+                    }
+                    self.provide(peer, at);
+                    return probes;
+                }
+            }
+        }
+    }
+
+    fn walk(&self, full: usize) -> (HashSet<PeerId>, usize) {
+        let mut walk = Walk::new(full);
+        let mut queue = walk.start();
+        while let Some(shard) = queue.pop() {
+            let next = walk.answered(shard, &self.providers(shard));
+            queue.extend(next);
+        }
+        assert!(walk.done());
+        let asked = walk.asked();
+        (walk.into_found().into_iter().collect(), asked)
+    }
+}
+
+fn peers(n: usize) -> Vec<PeerId> {
+    (0..n)
+        .map(|_| Keypair::generate_ed25519().public().to_peer_id())
+        .collect()
+}
+
+#[test]
+fn a_small_pool_is_one_key_and_one_query() {
+    let mut dht = ModelDht::default();
+    let members = peers(5);
+    for m in &members {
+        let mut p = Placement::new(*m, SHARD_FULL);
+        let step = p.check();
+        dht.settle(&mut p, *m, step);
+        assert_eq!(p.at(), Some(Shard::ROOT));
+    }
+    let (found, asked) = dht.walk(SHARD_FULL);
+    assert_eq!(found, members.iter().copied().collect());
+    assert_eq!(asked, 1);
+}
+
+#[test]
+fn every_member_of_a_large_pool_is_found_and_no_key_overflows() {
+    for n in [21, 100, 1000, 5000] {
+        let mut dht = ModelDht::default();
+        let members = peers(n);
+        for m in &members {
+            let mut p = Placement::new(*m, SHARD_FULL);
+            let step = p.check();
+            dht.settle(&mut p, *m, step);
+        }
+        let (found, asked) = dht.walk(SHARD_FULL);
+        assert_eq!(found.len(), n, "pool of {n}: found {}", found.len());
+        assert!(dht.keys.values().all(|v| v.len() <= SHARD_FULL));
+        // About N / 4 keys: N / 8 full-ish leaves and their parents.
+        assert!(asked <= n / 2 + 3, "pool of {n}: {asked} keys asked");
+    }
+}
+
+#[test]
+fn members_placed_at_once_overflow_then_settle_at_their_next_check() {
+    // Everyone probes before anyone provides (a pool started at once): the
+    // root takes the first 20 and ignores the rest, who find their place at
+    // the next check.
+    let n = 200;
+    let mut dht = ModelDht::default();
+    let members = peers(n);
+    let mut placements: Vec<Placement> = members
+        .iter()
+        .map(|m| Placement::new(*m, SHARD_FULL))
+        .collect();
+    let firsts: Vec<PlaceStep> = placements.iter_mut().map(Placement::check).collect();
+    let answers: Vec<PlaceStep> = placements
+        .iter_mut()
+        .zip(firsts)
+        .map(|(p, step)| match step {
+            PlaceStep::Probe(s) => p.probed(s, &dht.providers(s)).unwrap(),
+            other => other,
+        })
+        .collect();
+    for ((p, m), step) in placements.iter_mut().zip(&members).zip(answers) {
+        dht.settle(p, *m, step);
+    }
+    let (found, _) = dht.walk(SHARD_FULL);
+    assert_eq!(
+        found.len(),
+        STORE_CAP,
+        "the root keeps the first {STORE_CAP}"
+    );
+    for (p, m) in placements.iter_mut().zip(&members) {
+        let step = p.check();
+        dht.settle(p, *m, step);
+    }
+    let (found, _) = dht.walk(SHARD_FULL);
+    assert_eq!(found.len(), n);
+}
+
+#[test]
+fn members_move_up_when_the_pool_shrinks() {
+    let mut dht = ModelDht::default();
+    let members = peers(300);
+    let mut placements: Vec<Placement> = members
+        .iter()
+        .map(|m| Placement::new(*m, SHARD_FULL))
+        .collect();
+    for (p, m) in placements.iter_mut().zip(&members) {
+        let step = p.check();
+        dht.settle(p, *m, step);
+    }
+    // 290 leave (their records expire); the 10 left re-check a few times.
+    let stay = 10;
+    for (p, m) in placements.iter().zip(&members).skip(stay) {
+        dht.leave(*m, p.at().unwrap());
+    }
+    for _ in 0..SHARD_DEPTH_MAX {
+        for (p, m) in placements.iter_mut().zip(&members).take(stay) {
+            let step = p.check();
+            dht.settle(p, *m, step);
+        }
+    }
+    let (found, asked) = dht.walk(SHARD_FULL);
+    assert_eq!(found, members[..stay].iter().copied().collect());
+    assert!(
+        placements[..stay]
+            .iter()
+            .all(|p| p.at() == Some(Shard::ROOT)),
+        "all back at the root"
+    );
+    // Ten at the root are at least half of SHARD_FULL: the walk looks one
+    // level down too.
+    assert_eq!(asked, 3);
+}
+
+#[test]
+fn keys_are_the_pool_key_at_the_root_and_bit_paths_below() {
+    let pool = PoolName::new("home").unwrap();
+    assert_eq!(Shard::ROOT.key(&pool), pool_dht_key(&pool));
+    let [zero, one] = Shard::ROOT.children().unwrap();
+    assert_eq!(zero.key(&pool), b"/gleaner/pool/home/shard/0".to_vec());
+    assert_eq!(one.key(&pool), b"/gleaner/pool/home/shard/1".to_vec());
+    let [_, one_one] = one.children().unwrap();
+    assert_eq!(one_one.key(&pool), b"/gleaner/pool/home/shard/11".to_vec());
+    assert_eq!(one_one.parent(), one);
+    let m = peers(1)[0];
+    let leaf = Shard::of(&m, SHARD_DEPTH_MAX);
+    assert!(leaf.holds(&m) && leaf.children().is_none());
+    assert_eq!(leaf.key(&pool).len(), pool_dht_key(&pool).len() + 7 + 16);
+}
