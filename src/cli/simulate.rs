@@ -61,7 +61,8 @@ pub struct SimulateArgs {
     pub runtime: RuntimeSpec,
 
     /// Comma-separated policies: random, power, tr-freq, tr, proactive,
-    /// proactive+checkpoint, oracle.
+    /// proactive+checkpoint, oracle, windows (proactive holding long tasks
+    /// for later windows; issue 28).
     #[arg(
         long,
         value_name = "LIST",
@@ -350,6 +351,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         horizon_secs: args.horizon as f64,
         estimate_runs,
         recheck_secs: 600.0,
+        windows: crate::model::sched::window::WindowRule::default(),
     };
     let bars = ProgressBars::new(&args.policy, json_stdout);
     // Jobs: the estimates, then the simulations, the costliest first so
@@ -632,7 +634,8 @@ enum JobOutput {
 /// A rough rank of a policy's simulation cost (which jobs to start first).
 fn expected_cost(policy: Policy) -> u8 {
     match policy {
-        Policy::Oracle => 6,
+        Policy::Oracle => 7,
+        Policy::Windows => 6,
         Policy::Proactive => 5,
         Policy::ProactiveCheckpoint => 4,
         Policy::Tr => 3,

@@ -39,6 +39,10 @@ pub struct SynthArgs {
     /// demo node (`gleaner history import`).
     #[arg(long, value_name = "TIME", value_parser = parse_end)]
     pub end: Option<i64>,
+    /// The kind of owner: any (whatever the seed draws), office,
+    /// evening, nights-off or weekends-away.
+    #[arg(long, value_name = "HABIT", default_value = "any")]
+    pub habit: crate::eval::synth::Habit,
     /// Output file; `-` writes to stdout.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
@@ -51,7 +55,9 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<()> {
 }
 
 fn synth(a: &SynthArgs) -> anyhow::Result<()> {
-    let mut cfg = SynthConfig::new(a.seed, a.days, &a.tz)?.with_step(a.step)?;
+    let mut cfg = SynthConfig::new(a.seed, a.days, &a.tz)?
+        .with_step(a.step)?
+        .with_habit(a.habit);
     if let Some(end) = a.end {
         cfg = cfg.ending_on_date_of(end)?;
     }

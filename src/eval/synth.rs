@@ -11,6 +11,8 @@
 //! rules only through `model`; it must not know about the command line, the
 //! running node or any clock.
 
+pub use habit::Habit;
+
 use crate::history::trace::{write_trace, Trace, TraceHeader, MAX_STEP_SECS};
 use crate::model::series::{HostSeries, Sample, DEFAULT_MAX_GAP_SECS, DEFAULT_STEP_SECS};
 use jiff::civil::{Date, Time, Weekday};
@@ -50,6 +52,8 @@ pub struct SynthConfig {
     /// Longest silence that still counts as up; written into the header and
     /// used to decide which down periods may be left as silent gaps.
     pub max_gap_secs: u64,
+    /// The kind of owner (`any`: whatever the seed draws).
+    pub habit: Habit,
 }
 
 /// Why a synthetic trace cannot be made or written.
@@ -92,6 +96,7 @@ impl SynthConfig {
             step_secs: DEFAULT_STEP_SECS,
             start,
             max_gap_secs: DEFAULT_MAX_GAP_SECS,
+            habit: Habit::Any,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -102,6 +107,11 @@ impl SynthConfig {
         let cfg = SynthConfig { step_secs, ..self };
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// The same config with another kind of owner.
+    pub fn with_habit(self, habit: Habit) -> Self {
+        SynthConfig { habit, ..self }
     }
 
     /// The same config starting at another Unix time.
@@ -316,7 +326,7 @@ struct Schedule {
 /// [`SynthConfig::validate`] first to refuse them instead.
 pub fn generate(cfg: &SynthConfig) -> Trace {
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let personality = Personality::draw(&mut rng);
+    let personality = cfg.habit.apply(Personality::draw(&mut rng), cfg.seed);
     let step = i64::from(cfg.step_secs.max(1));
     let max_gap = cfg.max_gap_secs.max(step as u64);
     let schedule = plan(cfg, step, max_gap, &personality, &mut rng);
@@ -326,8 +336,14 @@ pub fn generate(cfg: &SynthConfig) -> Trace {
             host: Some(format!("synth-{}", cfg.seed)),
             tz_name: cfg.tz_name.clone(),
             source: Some(format!(
-                "gleaner trace synth --seed {} --days {} --step {}",
-                cfg.seed, cfg.days, step
+                "gleaner trace synth --seed {} --days {} --step {}{}",
+                cfg.seed,
+                cfg.days,
+                step,
+                match cfg.habit {
+                    Habit::Any => String::new(),
+                    h => format!(" --habit {h}"),
+                }
             )),
         },
         series,
@@ -763,5 +779,6 @@ fn sample_rows(
     series
 }
 
+pub mod habit;
 #[cfg(test)]
 mod tests;

@@ -285,6 +285,7 @@ mod tests {
             horizon_secs: 30.0 * 86_400.0,
             estimate_runs: 200,
             recheck_secs: 600.0,
+            windows: crate::sched::window::WindowRule::default(),
         }
     }
 

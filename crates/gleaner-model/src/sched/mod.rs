@@ -5,7 +5,9 @@
 //! turnaround estimate after CISNE's Algorithm 1 (`estimate`), the runtime
 //! estimate learnt from completed tasks (`runtime`), the trace-driven pool
 //! simulator (`sim`), the chance that a copy of a task meets a deadline
-//! (`deadline`), and a host's failure spells over its past (`spells`).
+//! (`deadline`), a host's failure spells over its past (`spells`), and
+//! the windows that come later: hold a task for the best (host, start)
+//! pair, exclusion, bounded kills (`window`).
 //!
 //! The consumer describes a host by [`HostView`] (relative power, predicted
 //! availability, TR curve) and a task by its reference runtime; nothing here
@@ -22,6 +24,7 @@ pub mod runtime;
 pub mod sim;
 pub mod spells;
 pub mod timeline;
+pub mod window;
 
 pub use curve::{young_daly_interval, TrCurve};
 pub use estimate::{

@@ -21,6 +21,7 @@ use super::estimate::{
 };
 use super::place::{by_slowdown, HostView, Rule, Scan, LOOKAHEAD};
 use super::timeline::Timeline;
+use super::window::{Choice, WindowRule};
 use crate::predict::PredictRequest;
 use crate::predictor::ReliabilityPredictor;
 use crate::series::HostSeries;
@@ -58,10 +59,15 @@ pub enum Policy {
     ProactiveCheckpoint,
     #[serde(rename = "oracle")]
     Oracle,
+    /// `proactive`, and a task no free host is likely to finish now is
+    /// held for the best (host, start) window over the coming hours, with
+    /// exclusion and bounded kills (issue 28; `sim/windows.rs`).
+    #[serde(rename = "windows")]
+    Windows,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 7] = [
+    pub const ALL: [Policy; 8] = [
         Policy::Random,
         Policy::Power,
         Policy::TrFreq,
@@ -69,6 +75,7 @@ impl Policy {
         Policy::Proactive,
         Policy::ProactiveCheckpoint,
         Policy::Oracle,
+        Policy::Windows,
     ];
 
     pub fn name(self) -> &'static str {
@@ -80,6 +87,7 @@ impl Policy {
             Policy::Proactive => "proactive",
             Policy::ProactiveCheckpoint => "proactive+checkpoint",
             Policy::Oracle => "oracle",
+            Policy::Windows => "windows",
         }
     }
 
@@ -87,7 +95,16 @@ impl Policy {
     fn longest_first(self) -> bool {
         matches!(
             self,
-            Policy::Proactive | Policy::ProactiveCheckpoint | Policy::Oracle
+            Policy::Proactive | Policy::ProactiveCheckpoint | Policy::Oracle | Policy::Windows
+        )
+    }
+
+    /// Places by the proactive rule (every free host weighed against the
+    /// busy ones).
+    fn proactive_rule(self) -> bool {
+        matches!(
+            self,
+            Policy::Proactive | Policy::ProactiveCheckpoint | Policy::Windows
         )
     }
 }
@@ -100,7 +117,7 @@ impl fmt::Display for Policy {
 
 /// An unknown policy name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown policy {0:?}; known: random, power, tr-freq, tr, proactive, proactive+checkpoint, oracle")]
+#[error("unknown policy {0:?}; known: random, power, tr-freq, tr, proactive, proactive+checkpoint, oracle, windows")]
 pub struct UnknownPolicy(pub String);
 
 impl FromStr for Policy {
@@ -250,6 +267,8 @@ pub struct SimConfig {
     pub estimate_runs: usize,
     /// A host left idle while tasks wait looks again after this long.
     pub recheck_secs: f64,
+    /// How `windows` weighs later windows.
+    pub windows: WindowRule,
 }
 
 /// Kills by cause: S3, S4, S5.
@@ -289,6 +308,10 @@ pub struct SimResult {
     /// The host whose attempt completed each task first (`verify`).
     #[serde(skip)]
     pub task_host: Vec<Option<usize>>,
+    /// Times a task was held for a later window (`windows`).
+    pub holds: u64,
+    /// The most kills any one task took.
+    pub max_task_kills: u32,
 }
 
 /// Why a simulation could not run.
@@ -507,6 +530,15 @@ struct Sim<'a> {
     checkpoints: u64,
     done: usize,
     estimate: Option<(Quantiles, f64)>,
+    /// Kills each task took (S3, S4, S5).
+    task_kills: Vec<u32>,
+    /// Per task: held for a later window until this time (`windows`).
+    held_until: Vec<f64>,
+    /// Per host: the windows held tasks keep on it, (task, start, end).
+    reserved: Vec<Vec<(usize, f64, f64)>>,
+    /// Per task: the window it is held for.
+    plans: Vec<Option<super::window::Plan>>,
+    holds: u64,
 }
 
 impl<'a> Sim<'a> {
@@ -557,6 +589,11 @@ impl<'a> Sim<'a> {
             checkpoints: 0,
             done: 0,
             estimate: None,
+            task_kills: vec![0; n],
+            held_until: vec![f64::NEG_INFINITY; n],
+            reserved: vec![Vec::new(); hosts.len()],
+            plans: vec![None; n],
+            holds: 0,
         }
     }
 
@@ -690,10 +727,7 @@ impl<'a> Sim<'a> {
         for host in 0..self.hosts.len() {
             self.host_up(host);
         }
-        if matches!(
-            self.config.policy,
-            Policy::Proactive | Policy::ProactiveCheckpoint
-        ) {
+        if self.config.policy.proactive_rule() {
             // The rule weighs busy and down hosts too (what they would do
             // once back): each needs its view from the start, or a host
             // down at submission would look like the ideal host (full
@@ -792,6 +826,7 @@ impl<'a> Sim<'a> {
         self.left[a.task] = (a.work - saved).max(0.0);
         if let Some(i) = cause.failure_index() {
             self.kills[i] += 1;
+            self.task_kills[a.task] += 1;
         }
         self.queue.push_front(a.task);
         self.oracle_requeued = true;
@@ -862,7 +897,7 @@ impl<'a> Sim<'a> {
                         self.start(task, host, forecaster);
                     }
                 }
-                Policy::Proactive | Policy::ProactiveCheckpoint => {
+                Policy::Proactive | Policy::ProactiveCheckpoint | Policy::Windows => {
                     self.dispatch_proactive(forecaster)
                 }
                 Policy::Oracle => self.dispatch_oracle(forecaster),
@@ -913,12 +948,23 @@ impl<'a> Sim<'a> {
             self.order_stale = false;
         }
         let mut fresh = asked;
+        let windows = self.config.policy == Policy::Windows;
         loop {
             if self.queue.is_empty() || self.free.is_empty() {
                 return;
             }
             let now = self.now;
-            let (slots, views, queue, left) = (&self.slots, &self.views, &self.queue, &self.left);
+            // The queue as the rule sees it: without the tasks held for a
+            // later window (all of it under the other policies).
+            let eligible: Vec<usize> = (0..self.queue.len())
+                .filter(|&i| !windows || self.held_until[self.queue[i]] <= now)
+                .collect();
+            if eligible.is_empty() {
+                return;
+            }
+            let (slots, views, left) = (&self.slots, &self.views, &self.left);
+            let queue: Vec<usize> = eligible.iter().map(|&i| self.queue[i]).collect();
+            let queue = &queue;
             let rule = Rule {
                 order: &self.order,
                 free_sorted: None,
@@ -955,9 +1001,34 @@ impl<'a> Sim<'a> {
             let Some((j, host)) = placed else {
                 return;
             };
-            let Some(task) = self.queue.remove(j) else {
+            let Some(&at) = eligible.get(j) else {
                 return;
             };
+            let host = if windows {
+                match self.window_choice(self.queue[at], host, forecaster) {
+                    Some(Choice::Hold(w)) => {
+                        self.hold(self.queue[at], w);
+                        // The host that picked it may take another task.
+                        fresh.push(host);
+                        continue;
+                    }
+                    Some(Choice::Start { host: best, .. }) => {
+                        if best != host {
+                            fresh.push(host);
+                        }
+                        best
+                    }
+                    None => host,
+                }
+            } else {
+                host
+            };
+            let Some(task) = self.queue.remove(at) else {
+                return;
+            };
+            if windows {
+                self.release(task);
+            }
             self.take(host);
             self.start(task, host, forecaster);
         }
@@ -1150,6 +1221,8 @@ impl<'a> Sim<'a> {
             estimate_kills: self.estimate.map(|e| e.1),
             task_end: self.end,
             task_host: self.end_host,
+            holds: self.holds,
+            max_task_kills: self.task_kills.iter().copied().max().unwrap_or(0),
         }
     }
 }
@@ -1166,3 +1239,4 @@ fn checkpoints_in(work: f64, interval: f64) -> u64 {
 #[cfg(test)]
 mod tests;
 pub mod verify;
+mod windows;

@@ -39,6 +39,10 @@ pub struct Timeline {
     next_fail: Vec<u32>,
     /// First usable cell at or after each cell (n: none).
     next_ok: Vec<u32>,
+    /// The owner's offset from UTC at cell 0, seconds east (which local
+    /// day a time falls on, for forecasts by kind of day; a DST change
+    /// during the trace is not followed: an hour's error at worst).
+    utc_offset: i64,
 }
 
 /// Why a timeline could not be built.
@@ -92,7 +96,22 @@ impl Timeline {
             fail.push(f);
             rate.push(r as f32);
         }
-        Ok(Timeline::from_cells(from, step, fail, rate))
+        let offset = jiff::Timestamp::from_second(from)
+            .map_or(0, |ts| i64::from(series.tz.to_offset(ts).seconds()));
+        Ok(Timeline::from_cells(from, step, fail, rate).with_utc_offset(offset))
+    }
+
+    /// The same timeline with the owner's offset from UTC (seconds east).
+    pub fn with_utc_offset(mut self, secs: i64) -> Timeline {
+        self.utc_offset = secs.clamp(-86_400, 86_400);
+        self
+    }
+
+    /// Whether trace time `t` falls on a Saturday or Sunday, owner's time.
+    pub fn is_weekend(&self, t: f64) -> bool {
+        let day = ((t as i64).saturating_add(self.utc_offset)).div_euclid(86_400);
+        // 1970-01-01 was a Thursday: day 0 is weekday 3 counting Monday as 0.
+        (day + 3).rem_euclid(7) >= 5
     }
 
     /// A timeline from cells directly (tests, synthetic hosts).
@@ -139,6 +158,7 @@ impl Timeline {
             cum_episodes,
             next_fail,
             next_ok,
+            utc_offset: 0,
         }
     }
 
@@ -366,6 +386,21 @@ mod tests {
         let fail = vec![0, 0, 0, 0, 0, 3, 3, 0, 0, 0];
         let rate = vec![0.5, 0.5, 0.5, 0.5, 0.5, 0.0, 0.0, 1.0, 1.0, 1.0];
         Timeline::from_cells(1000, 100, fail, rate)
+    }
+
+    #[test]
+    fn the_kind_of_day_follows_the_owners_offset() {
+        let tl = line();
+        // 2025-09-06 00:00 UTC was a Saturday, the day before a Friday.
+        let saturday = 1_757_116_800.0;
+        assert!(tl.is_weekend(saturday));
+        assert!(!tl.is_weekend(saturday - 1.0));
+        assert!(tl.is_weekend(saturday + 2.0 * 86_400.0 - 1.0));
+        assert!(!tl.is_weekend(saturday + 2.0 * 86_400.0));
+        // Five hours west of UTC, Saturday begins five hours later.
+        let west = line().with_utc_offset(-5 * 3600);
+        assert!(!west.is_weekend(saturday + 4.0 * 3600.0));
+        assert!(west.is_weekend(saturday + 5.0 * 3600.0));
     }
 
     #[test]

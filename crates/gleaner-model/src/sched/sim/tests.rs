@@ -22,6 +22,7 @@ fn config(policy: Policy, runtimes: Vec<f64>) -> SimConfig {
         horizon_secs: 30.0 * 86_400.0,
         estimate_runs: 200,
         recheck_secs: 600.0,
+        windows: crate::sched::window::WindowRule::default(),
     }
 }
 
@@ -252,4 +253,38 @@ fn a_host_down_at_submission_is_weighed_by_its_view_not_as_ideal() {
         let costs = 60.0 * r.checkpoints as f64;
         assert_eq!(r.makespan_secs, Some(7200.0 + costs), "{policy}: {r:?}");
     }
+}
+
+#[test]
+fn windows_holds_a_task_that_would_run_into_the_daily_outage() {
+    // Submitted at 08:00; the host is revoked every day from 12:00 to
+    // 13:00, and its predictor gives a 5 h run a poor chance (M = 3 h).
+    let timelines = [daily_noon_outage()];
+    let hosts = [SimHost {
+        timeline: 0,
+        offset: 7 * 86_400 + 8 * 3600,
+        power: 1.0,
+    }];
+    let runs = |policy| {
+        run(
+            &SimConfig {
+                estimate_runs: 0,
+                ..config(policy, vec![5.0 * 3600.0])
+            },
+            &hosts,
+            &timelines,
+            TrCurve::exponential(3.0 * 3600.0),
+        )
+    };
+    let proactive = runs(Policy::Proactive);
+    let windows = runs(Policy::Windows);
+    // Proactive starts at once and is killed at noon.
+    assert_eq!(proactive.kills.iter().sum::<u64>(), 1);
+    // Windows waits for the 13:00 window its past days show, and is not killed.
+    assert_eq!(windows.kills, [0, 0, 0]);
+    assert!(windows.holds > 0);
+    assert_eq!(windows.finished, 1);
+    let end = windows.makespan_secs.unwrap();
+    assert!((end - 10.0 * 3600.0).abs() < 120.0, "{end}");
+    assert!(end <= proactive.makespan_secs.unwrap() + 1.0);
 }

@@ -1,0 +1,494 @@
+//! Windows that come later (issue 28): for a task that no free host is
+//! likely to finish now, which (host, start time) pair over the coming hours
+//! to hold it for, which hosts to leave out for it (Kondo, Chien and
+//! Casanova's exclusion), and how many kills a task may take before it
+//! starts only at its best window.
+//!
+//! A window is a host, a start time from now, the wall time the run takes
+//! there and the chance it passes unhit (the predictor's TR(W, T) for a W
+//! that may lie hours ahead). Windows are weighed by their expected finish:
+//! the start, the run, and for every expected failed attempt the time a
+//! failure costs before the task runs again ([`WindowRule::retry_secs`]: on
+//! a desktop that is the wait for the next good window, not an immediate
+//! restart). [`counted_tr`] answers TR for a window that starts later from a
+//! replayed host's past: the share of past days of the same kind whose
+//! same window passed unhit, which is what the default method answers for
+//! a window that does not start at the last sample (the `freq` answer;
+//! shared/findings/future-windows.md).
+//!
+//! Pure code: the caller passes the time, the windows and the host's past;
+//! nothing here knows the queue, the network or the clock.
+
+use super::timeline::Timeline;
+
+/// How far ahead a task's windows are weighed.
+pub const HORIZON_SECS: f64 = 36.0 * 3600.0;
+/// The grid of later start times weighed.
+pub const SLOT_SECS: f64 = 3600.0;
+/// Past days of the same kind counted for a later window (the papers' N).
+pub const HISTORY_DAYS: usize = 10;
+/// Days looked back at most to find [`HISTORY_DAYS`] of the same kind.
+const MAX_LOOKBACK_DAYS: i64 = 40;
+/// Kills after which a task is weighed by its likeliest window rather than
+/// its soonest expected finish, and starts now only about as likely.
+pub const KILL_LIMIT: u32 = 2;
+/// Below this chance a run counts as never finishing (no finite expected finish).
+const MIN_P: f64 = 1e-3;
+
+/// The chance that a run of `wall_secs` starting at trace time `start` is
+/// not hit, counted on the past: the same window (same owner's time of
+/// day) on up to `days` earlier days of the same kind (weekday or weekend)
+/// that had ended by `now`, so nothing after `now` is read. Smoothed by
+/// half a window either way, so that ten days never make a certainty.
+/// `None` when no such day lies in the trace.
+pub fn counted_tr(tl: &Timeline, now: f64, start: f64, wall_secs: f64, days: usize) -> Option<f64> {
+    if !(wall_secs.is_finite() && wall_secs > 0.0) || days == 0 {
+        return None;
+    }
+    let weekend = tl.is_weekend(start);
+    let (mut seen, mut passed) = (0usize, 0usize);
+    for d in 1..=MAX_LOOKBACK_DAYS {
+        let a = start - (d * 86_400) as f64;
+        if a < tl.start() as f64 {
+            break;
+        }
+        if a + wall_secs > now || tl.is_weekend(a) != weekend {
+            continue;
+        }
+        seen += 1;
+        if tl.next_failure(a).is_none_or(|(f, _)| f >= a + wall_secs) {
+            passed += 1;
+        }
+        if seen == days {
+            break;
+        }
+    }
+    (seen > 0).then(|| (passed as f64 + 0.5) / (seen as f64 + 1.0))
+}
+
+/// A later window's chance on the predictor's level: the count over past
+/// days says how much better or worse the window's time of day is than
+/// now's (`counted_later` against `counted_now`, as a shift of log-odds),
+/// and the predictor, which knows the host's present state, says how
+/// likely a start now is (`predicted_now`). Counts alone run on another
+/// level than the predictor (on the shared lab traces, 0.6 where the
+/// predictor said 0.3 and the runs were killed), which made every later
+/// window look better than now.
+pub fn anchored(counted_later: f64, counted_now: f64, predicted_now: f64) -> f64 {
+    let logit = |p: f64| {
+        let p = p.clamp(1e-4, 1.0 - 1e-4);
+        (p / (1.0 - p)).ln()
+    };
+    let x = logit(counted_later) - logit(counted_now) + logit(predicted_now);
+    let p = 1.0 / (1.0 + (-x).exp());
+    if p.is_nan() {
+        predicted_now.clamp(0.0, 1.0)
+    } else {
+        p
+    }
+}
+
+/// One (host, start time) pair a task could run in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    pub host: usize,
+    /// Seconds from now until the run would start (0: the host is free now).
+    pub start_in: f64,
+    /// Wall seconds the run takes there.
+    pub wall_secs: f64,
+    /// The chance the run passes unhit.
+    pub p: f64,
+}
+
+impl Window {
+    /// Expected seconds from now until the task is done if it starts in
+    /// this window: the start, the run, and for each expected failed
+    /// attempt ((1 − p) / p of them) what a failure costs under `rule`;
+    /// infinite when it cannot pass.
+    pub fn expected_finish(&self, rule: &WindowRule) -> f64 {
+        if !(self.p >= MIN_P && self.wall_secs.is_finite() && self.start_in.is_finite()) {
+            return f64::INFINITY;
+        }
+        let failure = rule.retry_secs + rule.retry_share * self.wall_secs;
+        self.start_in + self.wall_secs + (1.0 / self.p - 1.0) * failure
+    }
+}
+
+/// What to do with a task now.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Choice {
+    /// Start it now on this free host.
+    Start { host: usize, p: f64 },
+    /// Hold it for this window (or whoever is best when the time comes).
+    Hold(Window),
+}
+
+/// How windows are weighed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowRule {
+    /// What a failed attempt costs before the task runs again, seconds,
+    /// besides the share of its run below.
+    pub retry_secs: f64,
+    /// The share of the run's wall time a failed attempt loses (a kill
+    /// comes, on average, part-way through).
+    pub retry_share: f64,
+    /// Below this chance a host is left out for the task while some
+    /// window reaches it (exclusion).
+    pub hopeless: f64,
+    /// Starting now is kept while its expected finish is within this share
+    /// of the best window's (a later window is a forecast, now is certain).
+    pub slack: f64,
+    /// A task is held only while no free host gives it at least this
+    /// chance now ("no free host is likely to finish it now").
+    pub hold_below: f64,
+    /// ... and only for a window whose chance beats the best start now by
+    /// at least this much: near-equal chances are forecast noise, and
+    /// holding for them leaves hosts idle.
+    pub min_gain: f64,
+    /// How a later window's chance is made: this weight on the count
+    /// anchored to the predictor's level ([`anchored`]), the rest on the
+    /// raw count over past days (1: anchored only).
+    pub present_weight: f64,
+}
+
+impl Default for WindowRule {
+    fn default() -> Self {
+        WindowRule {
+            retry_secs: 2.0 * 3600.0,
+            retry_share: 0.5,
+            hopeless: 0.1,
+            slack: 0.15,
+            present_weight: 1.0,
+            hold_below: 0.3,
+            min_gain: 0.35,
+        }
+    }
+}
+
+impl WindowRule {
+    /// Whether `w` is left out for a task, given the best chance any
+    /// window offers it.
+    fn excluded(&self, w: &Window, best_p: f64) -> bool {
+        w.p < self.hopeless && best_p >= self.hopeless
+    }
+
+    /// The choice for a task among `windows` (now-windows, `start_in` 0,
+    /// only on free hosts); `picked` is the free host the placement rule
+    /// would give it, kept while it is about as good as the best window.
+    /// `kills` is how often the task was killed so far. `None` when no
+    /// window can finish it.
+    pub fn choose(&self, windows: &[Window], picked: Option<usize>, kills: u32) -> Option<Choice> {
+        let best_p = windows.iter().map(|w| w.p).fold(0.0, f64::max);
+        let cost = |w: &Window| w.expected_finish(self);
+        let usable = || {
+            windows
+                .iter()
+                .filter(move |w| !self.excluded(w, best_p) && cost(w).is_finite())
+        };
+        // Past the kill limit, the likeliest window; before, the soonest
+        // expected finish.
+        let best = usable().min_by(|a, b| {
+            let by_p = if kills >= KILL_LIMIT {
+                b.p.total_cmp(&a.p)
+            } else {
+                std::cmp::Ordering::Equal
+            };
+            by_p.then(cost(a).total_cmp(&cost(b)))
+                .then(a.start_in.total_cmp(&b.start_in))
+                .then(a.host.cmp(&b.host))
+        })?;
+        let slack = if kills >= KILL_LIMIT { 0.0 } else { self.slack };
+        let bound = cost(best) * (1.0 + slack);
+        let start = |w: &Window| Choice::Start {
+            host: w.host,
+            p: w.p,
+        };
+        let now = usable()
+            .filter(|w| w.start_in <= 0.0 && cost(w) <= bound)
+            .filter(|w| kills < KILL_LIMIT || w.p + self.min_gain > best.p)
+            .min_by(|a, b| {
+                // The placement rule's host first, then the soonest finish.
+                (Some(b.host) == picked)
+                    .cmp(&(Some(a.host) == picked))
+                    .then(cost(a).total_cmp(&cost(b)))
+                    .then(a.host.cmp(&b.host))
+            });
+        if let Some(w) = now {
+            return Some(start(w));
+        }
+        // A later window is better; it is waited for only when starting
+        // now is unlikely to pass and the window is clearly likelier (on
+        // the desktop pools measured, holding for less left hosts idle for
+        // forecast noise, and holding every task killed twice for its
+        // likeliest window made the worst makespans worse, not better).
+        let soonest_now = usable()
+            .filter(|w| w.start_in <= 0.0)
+            .min_by(|a, b| cost(a).total_cmp(&cost(b)).then(a.host.cmp(&b.host)));
+        Some(match soonest_now {
+            Some(w) if w.p >= self.hold_below || best.p < w.p + self.min_gain => start(w),
+            _ => Choice::Hold(*best),
+        })
+    }
+}
+
+/// The window a held task waits for, at an absolute time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Plan {
+    pub host: usize,
+    /// When the window opens (the caller's clock).
+    pub start_at: f64,
+    pub wall_secs: f64,
+    pub p: f64,
+}
+
+impl Plan {
+    /// The plan of holding for `w` at `now`.
+    pub fn of(w: &Window, now: f64) -> Plan {
+        Plan {
+            host: w.host,
+            start_at: now + w.start_in,
+            wall_secs: w.wall_secs,
+            p: w.p,
+        }
+    }
+}
+
+/// A held task weighed again at `now` keeps its word: once its window has
+/// come and its host is free (`host_free`), it starts there unless the
+/// fresh `choice` starts it now elsewhere; before then, a fresh choice to
+/// hold for a window that opens later than the plan's is not taken (else
+/// a task whose present always looks worse than its future would be put
+/// off for ever). A plan whose host is not free when it comes is dropped
+/// for the fresh choice.
+pub fn follow_plan(
+    plan: &Plan,
+    now: f64,
+    host_free: bool,
+    choice: Option<Choice>,
+) -> Option<Choice> {
+    let keep = Choice::Hold(Window {
+        host: plan.host,
+        start_in: (plan.start_at - now).max(0.0),
+        wall_secs: plan.wall_secs,
+        p: plan.p,
+    });
+    if now >= plan.start_at {
+        return match choice {
+            Some(c @ Choice::Start { .. }) => Some(c),
+            _ if host_free => Some(Choice::Start {
+                host: plan.host,
+                p: plan.p,
+            }),
+            _ => choice,
+        };
+    }
+    match choice {
+        Some(Choice::Hold(w)) if now + w.start_in > plan.start_at => Some(keep),
+        None => Some(keep),
+        c => c,
+    }
+}
+
+/// The later windows of one host for a run of `wall_secs`: a start every
+/// [`SLOT_SECS`] from when the host is expected free (`free_in` seconds
+/// from now; 0 when free) up to [`HORIZON_SECS`], with their chance from
+/// `p_at(start_in)`. The now-window (free hosts) is the caller's to add: it
+/// knows the host's present state, which a count over past days does not.
+pub fn later_windows(
+    host: usize,
+    free_in: f64,
+    wall_secs: f64,
+    mut p_at: impl FnMut(f64) -> Option<f64>,
+    out: &mut Vec<Window>,
+) {
+    if !(free_in.is_finite() && free_in >= 0.0 && wall_secs.is_finite()) {
+        return;
+    }
+    let first = (free_in / SLOT_SECS).ceil().max(1.0) as usize;
+    let last = (HORIZON_SECS / SLOT_SECS) as usize;
+    let mut starts: Vec<f64> = Vec::with_capacity(last + 2);
+    if free_in > 0.0 && free_in < first as f64 * SLOT_SECS {
+        starts.push(free_in);
+    }
+    starts.extend((first..=last).map(|k| k as f64 * SLOT_SECS));
+    for start_in in starts {
+        if let Some(p) = p_at(start_in) {
+            out.push(Window {
+                host,
+                start_in,
+                wall_secs,
+                p,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(host: usize, start_h: f64, wall_h: f64, p: f64) -> Window {
+        Window {
+            host,
+            start_in: start_h * 3600.0,
+            wall_secs: wall_h * 3600.0,
+            p,
+        }
+    }
+
+    #[test]
+    fn a_long_task_waits_for_the_evening_and_a_short_one_goes_now() {
+        let rule = WindowRule::default();
+        // Nine hours: now has a 0.2 chance, the quiet evening in ten hours 0.85.
+        let windows = [w(0, 0.0, 9.0, 0.2), w(1, 10.0, 9.0, 0.85)];
+        assert_eq!(
+            rule.choose(&windows, Some(0), 0),
+            Some(Choice::Hold(windows[1]))
+        );
+        // Two hours: 0.7 now beats waiting ten hours for 0.95.
+        let windows = [w(0, 0.0, 2.0, 0.7), w(1, 10.0, 2.0, 0.95)];
+        assert_eq!(
+            rule.choose(&windows, Some(0), 0),
+            Some(Choice::Start { host: 0, p: 0.7 })
+        );
+    }
+
+    #[test]
+    fn the_picked_host_is_kept_within_the_slack_else_the_best_free_one() {
+        let rule = WindowRule::default();
+        let windows = [
+            w(0, 0.0, 4.0, 0.92),
+            w(1, 0.0, 4.0, 0.95),
+            w(2, 5.0, 4.0, 1.0),
+        ];
+        // Host 0 is within 15 % of host 1: the placement rule's pick stays.
+        assert_eq!(
+            rule.choose(&windows, Some(0), 0),
+            Some(Choice::Start { host: 0, p: 0.92 })
+        );
+        // A pick far worse than another free host gives way to it.
+        let windows = [w(0, 0.0, 4.0, 0.2), w(1, 0.0, 4.0, 0.95)];
+        assert_eq!(
+            rule.choose(&windows, Some(0), 0),
+            Some(Choice::Start { host: 1, p: 0.95 })
+        );
+        assert_eq!(rule.choose(&[], Some(0), 0), None);
+        assert_eq!(rule.choose(&[w(0, 0.0, 1.0, 0.0)], Some(0), 0), None);
+    }
+
+    #[test]
+    fn hopeless_hosts_are_left_out_and_kills_raise_the_bar() {
+        let rule = WindowRule {
+            retry_secs: 0.0,
+            retry_share: 0.0,
+            ..WindowRule::default()
+        };
+        // With no retry cost, 0.05 now would win on expected time alone;
+        // exclusion leaves it out while a better window exists.
+        let windows = [w(0, 0.0, 1.0, 0.05), w(1, 3.0, 1.0, 0.6)];
+        assert_eq!(
+            rule.choose(&windows, Some(0), 0),
+            Some(Choice::Hold(windows[1]))
+        );
+        // Alone, a poor host is still used.
+        assert_eq!(
+            rule.choose(&windows[..1], Some(0), 0),
+            Some(Choice::Start { host: 0, p: 0.05 })
+        );
+        // A task killed twice does not start at 0.2 when 0.6 comes later,
+        // though by expected time alone it would.
+        let windows = [w(0, 0.0, 1.0, 0.2), w(1, 3.0, 1.0, 0.6)];
+        assert!(matches!(
+            rule.choose(&windows, Some(0), 0),
+            Some(Choice::Start { .. })
+        ));
+        assert_eq!(
+            rule.choose(&windows, Some(0), KILL_LIMIT),
+            Some(Choice::Hold(windows[1]))
+        );
+        // Nor for a window hardly likelier.
+        let close = [w(0, 0.0, 1.0, 0.45), w(1, 3.0, 1.0, 0.6)];
+        assert!(matches!(
+            rule.choose(&close, Some(0), KILL_LIMIT),
+            Some(Choice::Start { host: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn a_held_task_starts_when_its_window_comes_and_never_drifts_later() {
+        let plan = Plan::of(&w(4, 10.0, 9.0, 0.85), 0.0);
+        let later = Some(Choice::Hold(w(2, 12.0, 9.0, 0.9)));
+        let sooner = Some(Choice::Hold(w(2, 5.0, 9.0, 0.9)));
+        let elsewhere = Some(Choice::Start { host: 1, p: 0.8 });
+        let h = 3600.0;
+        // Before the window: a later one is not taken, a sooner one is.
+        let kept = follow_plan(&plan, 2.0 * h, false, later);
+        assert_eq!(kept, Some(Choice::Hold(w(4, 8.0, 9.0, 0.85))));
+        assert_eq!(follow_plan(&plan, 2.0 * h, false, sooner), sooner);
+        assert_eq!(follow_plan(&plan, 2.0 * h, false, elsewhere), elsewhere);
+        // The window has come: the task starts on its host if it is free.
+        let start = Some(Choice::Start { host: 4, p: 0.85 });
+        assert_eq!(follow_plan(&plan, 10.0 * h, true, later), start);
+        assert_eq!(follow_plan(&plan, 10.0 * h, true, None), start);
+        assert_eq!(follow_plan(&plan, 10.0 * h, true, elsewhere), elsewhere);
+        // Its host is busy: the plan is dropped for the fresh choice.
+        assert_eq!(follow_plan(&plan, 10.0 * h, false, later), later);
+    }
+
+    #[test]
+    fn anchoring_keeps_the_predictors_level_and_the_counts_difference() {
+        // Counts see no difference: the window gets the predictor's chance.
+        assert!((anchored(0.6, 0.6, 0.3) - 0.3).abs() < 1e-12);
+        // Counts say the evening is better than now: better than 0.3, on
+        // the predictor's level rather than the counts' 0.9.
+        let evening = anchored(0.9, 0.6, 0.3);
+        assert!(evening > 0.5 && evening < 0.9, "{evening}");
+        // And worse stays worse.
+        assert!(anchored(0.2, 0.6, 0.3) < 0.3);
+        assert_eq!(anchored(f64::NAN, 0.5, 0.4), 0.4);
+    }
+
+    #[test]
+    fn later_windows_start_when_the_host_is_free_and_step_by_slots() {
+        let mut out = Vec::new();
+        later_windows(3, 5400.0, 3600.0, |s| Some(s / HORIZON_SECS), &mut out);
+        assert_eq!(out[0].start_in, 5400.0);
+        assert_eq!(out[1].start_in, 7200.0);
+        assert_eq!(out.last().map(|w| w.start_in), Some(HORIZON_SECS));
+        assert!(out
+            .iter()
+            .all(|w| w.host == 3 && w.p == w.start_in / HORIZON_SECS));
+        let mut none = Vec::new();
+        later_windows(0, f64::INFINITY, 3600.0, |_| Some(1.0), &mut none);
+        later_windows(0, 0.0, 3600.0, |_| None, &mut none);
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn counted_tr_reads_the_same_window_on_past_days_up_to_now() {
+        // Hourly cells over 14 days from a Monday 00:00 UTC (2025-09-01):
+        // the owner's compile kills a guest at 10:00 every day.
+        let start = 1_756_684_800i64;
+        let hours = 14 * 24;
+        let fail: Vec<u8> = (0..hours)
+            .map(|h| if h % 24 == 10 { 3 } else { 0 })
+            .collect();
+        let tl = Timeline::from_cells(start, 3600, fail, vec![1.0; hours]);
+        let day = |d: i64, h: i64| (start + d * 86_400 + h * 3600) as f64;
+        // Wednesday of week two, now 08:00; weekdays before it: 7 in the trace.
+        let now = day(9, 8);
+        // 09:00-10:00 passes on every past weekday; 09:00-11:00 never.
+        let short = counted_tr(&tl, now, day(9, 9), 3600.0, HISTORY_DAYS).unwrap();
+        let long = counted_tr(&tl, now, day(9, 9), 7200.0, HISTORY_DAYS).unwrap();
+        assert!((short - 7.5 / 8.0).abs() < 1e-12, "{short}");
+        assert!((long - 0.5 / 8.0).abs() < 1e-12, "{long}");
+        // A window tomorrow counts today only once today's window has passed.
+        let evening = counted_tr(&tl, now, day(10, 7), 7200.0, HISTORY_DAYS).unwrap();
+        let after = counted_tr(&tl, day(9, 9), day(10, 7), 7200.0, HISTORY_DAYS).unwrap();
+        assert!((evening - 7.5 / 8.0).abs() < 1e-12, "{evening}");
+        assert!((after - 8.5 / 9.0).abs() < 1e-12, "{after}");
+        // Nothing before the trace: no answer.
+        assert_eq!(counted_tr(&tl, day(0, 8), day(0, 9), 3600.0, 10), None);
+    }
+}
