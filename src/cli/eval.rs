@@ -10,6 +10,7 @@ use crate::cli::args::parse_duration;
 use crate::cli::args::ThresholdArgs;
 use crate::cli::output::{print_json, print_text};
 use crate::eval::experiments::{self, NoiseConfig};
+use crate::eval::goals;
 use crate::eval::plots::write_plots;
 use crate::eval::protocol::{self, KindFilter, ProtocolConfig};
 use crate::eval::registry::{methods_from_list, DEFAULT_METHOD};
@@ -78,6 +79,14 @@ pub struct EvalArgs {
     #[arg(long = "json", value_name = "FILE", num_args = 0..=1,
           default_missing_value = "-", visible_alias = "json-out")]
     pub json: Option<PathBuf>,
+
+    /// Write every tested window's forecast and outcome for every method to
+    /// FILE as CSV (host,start,date,hour,length_s,method,forecast,outcome),
+    /// so every figure can be recomputed. Bounded: a run that would write
+    /// more than 8 000 000 rows (windows × methods, ~0.5 GB) is refused
+    /// before the file is created.
+    #[arg(long, value_name = "FILE")]
+    pub windows: Option<PathBuf>,
 
     /// Write a markdown report to FILE.
     #[arg(long, value_name = "FILE.md")]
@@ -282,6 +291,7 @@ pub fn run(args: &EvalArgs, global_json: bool) -> anyhow::Result<()> {
         args.seed,
         threads,
     );
+    let goals = goals::goals(&days, &names, &cfg.lengths, args.resamples, args.seed);
     lap("scoring", &mut phases);
     let training_size = sizes.map(|sizes| {
         bar.set_message("training sizes");
@@ -348,6 +358,7 @@ pub fn run(args: &EvalArgs, global_json: bool) -> anyhow::Result<()> {
         config: cfg.clone(),
         traces: trace_infos,
         scores,
+        goals,
         training_size,
         noise_config,
         noise,
@@ -360,6 +371,21 @@ pub fn run(args: &EvalArgs, global_json: bool) -> anyhow::Result<()> {
             cost,
         },
     };
+    if let Some(path) = &args.windows {
+        let labels = crate::eval::windows::host_labels(
+            &report
+                .traces
+                .iter()
+                .map(|t| t.host.clone())
+                .collect::<Vec<_>>(),
+            &report
+                .traces
+                .iter()
+                .map(|t| t.path.clone())
+                .collect::<Vec<_>>(),
+        );
+        crate::eval::windows::write_file(path, &days, &names, &labels)?;
+    }
     if let Some(path) = json_file(args) {
         let text = serde_json::to_string_pretty(&report)?;
         write_file(path, text.as_bytes())?;
@@ -420,6 +446,10 @@ fn summary_text(r: &EvalReport) -> String {
     });
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     out.push_str(&crate::cli::output::table(&header, rows, true));
+    if let Some(g) = &r.goals {
+        out.push('\n');
+        out.push_str(&goals::to_table(g));
+    }
     out.push_str(&format!("({:.1} s)\n", r.timing.wall_s));
     out
 }

@@ -4,7 +4,8 @@
 //! The harness is layered: `registry` names the methods, `protocol` picks
 //! the test windows and asks every method (rolling origin, no peeking),
 //! `metrics` holds the pure scores, `summary` aggregates them with bootstrap
-//! intervals, `experiments` runs the papers' training-size, cost and noise
+//! intervals, `goals` computes issue 29's goals for the default (the maths in
+//! `model::forecast_stats`), `windows` writes every window's forecasts and outcome, `experiments` runs the papers' training-size, cost and noise
 //! studies, and `report`/`plots` format the result.
 //!
 //! This layer sits above `history` and `model`: it may build traces and read
@@ -12,6 +13,7 @@
 //! or the command line.
 
 pub mod experiments;
+pub mod goals;
 pub mod load;
 pub mod metrics;
 pub mod plots;
@@ -20,3 +22,4 @@ pub mod registry;
 pub mod report;
 pub mod summary;
 pub mod synth;
+pub mod windows;

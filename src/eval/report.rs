@@ -6,6 +6,7 @@
 //! runs methods nor reads files.
 
 use crate::eval::experiments::{CostPoint, NoiseConfig, NoiseResult, TrainingSizeResult};
+use crate::eval::goals::{to_table, Goals};
 use crate::eval::metrics::Interval;
 use crate::eval::protocol::ProtocolConfig;
 use crate::eval::summary::Scores;
@@ -62,6 +63,8 @@ pub struct EvalReport {
     pub traces: Vec<TraceInfo>,
     #[serde(flatten)]
     pub scores: Scores,
+    /// Issue 29's goals for the default method, when it ran.
+    pub goals: Option<Goals>,
     /// N → method → length (s) → scores (Fig. 6), when run.
     pub training_size: Option<TrainingSizeResult>,
     pub noise_config: Option<NoiseConfig>,
@@ -146,6 +149,9 @@ pub fn to_markdown(r: &EvalReport) -> String {
         s.dropped_cases,
     );
     traces_table(&mut md, r);
+    if let Some(goals) = &r.goals {
+        let _ = writeln!(md, "## Goals\n\n{}", to_table(goals));
+    }
     let _ = writeln!(md, "## Scores by window length\n");
     for &len in &c.lengths {
         length_table(&mut md, r, len);

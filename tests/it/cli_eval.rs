@@ -258,3 +258,69 @@ fn global_json_prints_the_report_and_bad_options_are_refused() {
             .failure();
     }
 }
+
+#[test]
+fn the_windows_file_recomputes_the_report_and_the_goals_are_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = synth(dir.path(), 8, 22, "UTC");
+    let out = gleaner()
+        .current_dir(dir.path())
+        .arg("eval")
+        .arg("--trace")
+        .arg(&a)
+        .args([
+            "--lengths",
+            "1h,3h",
+            "--hours",
+            "0,3,6,9,12,15,18,21",
+            "--methods",
+            "logistic,freq",
+        ])
+        .args([
+            "--resamples",
+            "500",
+            "--json",
+            "e.json",
+            "--windows",
+            "w.csv",
+        ])
+        .output()
+        .expect("gleaner runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Goals (issue 29) for `logistic`"), "{text}");
+    assert!(text.contains("| 3h |"), "{text}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("e.json")).unwrap()).unwrap();
+    let csv = std::fs::read_to_string(dir.path().join("w.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("host,start,date,hour,length_s,method,forecast,outcome")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    for method in ["logistic", "freq"] {
+        for len in ["3600", "10800"] {
+            let (mut sq, mut n) = (0.0, 0usize);
+            for r in rows.iter().filter(|r| r[5] == method && r[4] == len) {
+                let p: f64 = r[6].parse().unwrap();
+                let y: f64 = r[7].parse().unwrap();
+                sq += (p - y).powi(2);
+                n += 1;
+            }
+            let cell = &report["methods"][method]["by_length"][len];
+            assert_eq!(cell["n"].as_u64(), Some(n as u64), "{method} {len}");
+            let brier = cell["brier"].as_f64().unwrap();
+            assert!((sq / n as f64 - brier).abs() < 1e-12, "{method} {len}");
+        }
+    }
+    // The goals' cells count the same windows.
+    assert_eq!(
+        report["goals"]["cells"][0]["n"].as_u64(),
+        report["methods"]["logistic"]["by_length"]["3600"]["n"].as_u64()
+    );
+}
