@@ -266,6 +266,45 @@ fn rlimits_are_visible_in_proc_limits() {
     assert_eq!(row("Max core file size"), ["0", "0"]);
 }
 
+/// Issue 30, finding 6: a task once landed with an empty stdout where
+/// "8\n" was expected. The end was reported when the job's last process was
+/// gone, before the capture threads had written out what the pipes still
+/// held, so a consumer that fetched at once got the file as it was then
+/// (empty, with a hash that matched the empty file). The end must come with
+/// the outputs whole: when the exit is reported, stdout and stderr are
+/// captured and on disk. Tried several times, with an output bigger than a
+/// pipe's buffer, since the old race was narrow.
+#[test]
+fn the_end_is_reported_only_once_the_output_is_written_out() {
+    for round in 0..5 {
+        let mut fx = Fixture::new();
+        let mut s = sh("head -c 3000000 /dev/zero; echo 8; echo done >&2");
+        s.max_output_bytes = 10_000_000;
+        let id = JobId::new(format!("drain-{round}")).unwrap();
+        let handle = fx.sup.start(&id, s).unwrap();
+        // Polled without a pause, as a busy host loop would, so the end is
+        // seen the moment it is reported.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = fx.sup.poll_exit() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "round {round}: no end");
+            std::hint::spin_loop();
+        };
+        assert_eq!(status.exit, Some(ExitInfo::Code(0)), "round {round}");
+        let (out, err) = status
+            .stdout
+            .zip(status.stderr)
+            .unwrap_or_else(|| panic!("round {round}: the end came before the output: {status:?}"));
+        assert_eq!(out.written, 3_000_002, "round {round}");
+        assert_eq!(err.written, 5, "round {round}");
+        let stdout = std::fs::read(handle.dir.join("stdout")).unwrap();
+        assert_eq!(stdout.len(), 3_000_002, "round {round}");
+        assert!(stdout.ends_with(b"8\n"), "round {round}");
+    }
+}
+
 #[test]
 fn output_is_captured_and_truncated_at_the_cap() {
     let mut fx = Fixture::new();

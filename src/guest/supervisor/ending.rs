@@ -52,6 +52,7 @@ impl Supervisor {
         let guest = self.guest.as_mut()?;
         let (status, cpu) = try_wait_rusage(guest.leader)?;
         guest.pending_exit = Some(exit_info(status));
+        guest.captures_until = Some(std::time::Instant::now() + CAPTURE_DRAIN);
         guest.cpu_time = cpu;
         guest.run_state = GuestRunState::Idle;
         let members = guest.group_members();
@@ -113,11 +114,19 @@ impl Supervisor {
         self.finish_if_done()
     }
 
-    /// Reports the end once the ending thread (if any) is done.
+    /// Reports the end once the ending thread (if any) is done and the
+    /// job's stdout and stderr are written out (or [`CAPTURE_DRAIN`] has
+    /// passed: a pipe some stray process still holds must not hold the end).
     fn finish_if_done(&mut self) -> Option<GuestStatus> {
         let guest = self.guest.as_mut()?;
-        if guest.ending.as_ref().is_some_and(|t| !t.is_finished()) {
+        let ended = guest.ending.as_ref().is_none_or(|t| t.is_finished());
+        let captured = guest.stdout.poll().is_some() && guest.stderr.poll().is_some();
+        let now = std::time::Instant::now();
+        if !end_is_ready(ended, captured, now, guest.captures_until) {
             return None;
+        }
+        if !captured {
+            tracing::warn!(job = %guest.handle.job_id, "the job's output pipes are still open after its end; reporting the end without them");
         }
         if let Some(thread) = guest.ending.take() {
             let _ = thread.join();
@@ -159,6 +168,22 @@ impl Supervisor {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+}
+
+/// Longest the end of a job waits for its stdout and stderr to be written
+/// out after its last process is gone.
+const CAPTURE_DRAIN: Duration = Duration::from_secs(5);
+
+/// Whether a job's end may be reported: its ending work is done, and its
+/// stdout and stderr are written out, or waiting for them has run to
+/// `captures_until`.
+fn end_is_ready(
+    ended: bool,
+    captured: bool,
+    now: std::time::Instant,
+    captures_until: Option<std::time::Instant>,
+) -> bool {
+    ended && (captured || captures_until.is_none_or(|t| now >= t))
 }
 
 /// Most bytes of a work dir saved on the caller's thread at the job's end.
@@ -213,5 +238,28 @@ fn exit_info(status: ExitStatus) -> ExitInfo {
         (Some(code), _) => ExitInfo::Code(code),
         (None, Some(sig)) => ExitInfo::Signal(sig),
         (None, None) => ExitInfo::Code(-1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 30, finding 6: the end was reported before the outputs were
+    /// written out, so a fast consumer could land an empty stdout.
+    #[test]
+    fn the_end_waits_for_the_outputs_but_not_forever() {
+        let now = std::time::Instant::now();
+        let until = Some(now + CAPTURE_DRAIN);
+        assert!(
+            !end_is_ready(true, false, now, until),
+            "outputs not written"
+        );
+        assert!(end_is_ready(true, true, now, until));
+        assert!(
+            end_is_ready(true, false, now + CAPTURE_DRAIN, until),
+            "a stray pipe holder does not hold the end"
+        );
+        assert!(!end_is_ready(false, true, now, until), "ending work left");
     }
 }

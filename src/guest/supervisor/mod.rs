@@ -59,6 +59,12 @@ struct Guest {
     quota: Option<quota::WorkMount>,
     /// How the first process ended, while the end is being finished.
     pending_exit: Option<ExitInfo>,
+    /// Until when the end waits for stdout and stderr to be written out
+    /// (set with `pending_exit`): the pipes close with the job's last
+    /// process, but their capture threads may not have written the last
+    /// bytes yet, and a consumer that fetched then would land an empty or
+    /// short output under a matching hash (issue 30, finding 6).
+    captures_until: Option<std::time::Instant>,
     /// Removing the job's group and saving its work dir off the loop.
     ending: Option<JoinHandle<()>>,
     /// How the CPU limit is enforced for this job.

@@ -162,6 +162,7 @@ impl Supervisor {
             leader,
             quota,
             pending_exit: None,
+            captures_until: None,
             ending: None,
             throttle,
             duty,
