@@ -11,6 +11,7 @@ mod contract;
 pub mod event_loop;
 pub mod handle;
 pub mod identity;
+pub mod members;
 pub mod peer_book;
 pub mod pool_shards;
 pub mod protocol;

@@ -9,23 +9,16 @@
 //! clock (the time is a parameter), no knowledge of how a host computes
 //! what it publishes.
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
-
-use libp2p::PeerId;
+use std::time::Duration;
 
 use crate::model::sched::curve::TrCurve;
 use crate::model::sched::spells::{
     PastSpells, SpellLengths, LOOKBACK_SECS, MAX_CUT_SPELLS, MAX_SPELL_LENGTHS,
 };
-use crate::net::handle::Member;
 use crate::net::protocol::{
     HostSummary, WireSpellLengths, WireSpells, LADDER_SECS, MEMORY_LEVELS_MIB, SUMMARY_FORMAT,
 };
 
-/// Most members a node keeps in its table; past it the least recently
-/// heard goes first.
-pub const MEMBERS_MAX: usize = 10_000;
 /// The longest gap a member leaves between two publications when it has
 /// something new to say, however long its heartbeat.
 pub const MIN_GAP_MAX: Duration = Duration::from_secs(10);
@@ -207,85 +200,6 @@ pub fn checked_spell_lengths(w: WireSpellLengths, spells: &PastSpells) -> Option
         outages: secs(&w.outage_secs),
         outages_seen: w.outages_seen,
     })
-}
-
-/// The members heard, bounded: at most `max`, the least recently heard
-/// dropped first when a new one arrives, and any not heard for a TTL
-/// dropped by [`expire`](Self::expire).
-#[derive(Debug)]
-pub struct MemberCache {
-    members: HashMap<PeerId, Member>,
-    max: usize,
-}
-
-impl MemberCache {
-    /// An empty table of at most `max` members (at least one).
-    pub fn new(max: usize) -> MemberCache {
-        MemberCache {
-            members: HashMap::new(),
-            max: max.max(1),
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.members.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
-    }
-
-    pub fn contains_key(&self, peer: &PeerId) -> bool {
-        self.members.contains_key(peer)
-    }
-
-    pub fn get(&self, peer: &PeerId) -> Option<&Member> {
-        self.members.get(peer)
-    }
-
-    /// Records what `member` said. A member heard again keeps the summary
-    /// it sent before when this message (an old node's announcement) has
-    /// none. Returns the member evicted to make room, if any.
-    pub fn insert(&mut self, mut member: Member) -> Option<PeerId> {
-        if member.summary.is_none() {
-            if let Some(old) = self.members.get(&member.peer) {
-                member.summary.clone_from(&old.summary);
-            }
-        }
-        let mut evicted = None;
-        if !self.members.contains_key(&member.peer) && self.members.len() >= self.max {
-            // A scan only when full and a stranger arrives: rare, and at most
-            // `max` entries.
-            evicted = self
-                .members
-                .values()
-                .min_by_key(|m| (m.last_seen, m.peer))
-                .map(|m| m.peer);
-            if let Some(old) = evicted {
-                self.members.remove(&old);
-            }
-        }
-        self.members.insert(member.peer, member);
-        evicted
-    }
-
-    /// Drops the members not heard within `ttl` of `now`; returns them.
-    pub fn expire(&mut self, now: Instant, ttl: Duration) -> Vec<PeerId> {
-        let expired: Vec<PeerId> = self
-            .members
-            .values()
-            .filter(|m| now.saturating_duration_since(m.last_seen) > ttl)
-            .map(|m| m.peer)
-            .collect();
-        for peer in &expired {
-            self.members.remove(peer);
-        }
-        expired
-    }
-
-    pub fn values(&self) -> impl Iterator<Item = &Member> {
-        self.members.values()
-    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,11 @@
 use super::*;
 use crate::model::state::State;
 use crate::net::handle::LocalStatus;
+use crate::net::handle::Member;
+use crate::net::members::MemberCache;
 use crate::net::protocol::{Announcement, WireLadder, WireState};
+use libp2p::PeerId;
+use std::time::Instant;
 
 fn lengths(up_secs: Vec<u32>, up_seen: u32) -> WireSpellLengths {
     WireSpellLengths {

@@ -40,11 +40,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::net::handle::{Command, LocalStatus, NetError, NetEvent, NetHandle, SummaryBody};
+use crate::net::members::{MemberCache, MEMBERS_MAX};
 use crate::net::protocol::{
     announce_topic, summary_topic, JobResponse, ReliabilityResponse, KAD_PROTOCOL,
 };
 use crate::net::reachability::{AddressScope, Reachability};
-use crate::net::summary::{min_gap, MemberCache, MEMBERS_MAX};
+use crate::net::summary::min_gap;
 use crate::net::swarm::{
     build_swarm, is_quic, Behaviour, BehaviourEvent, BuildError, NetConfig, EVENT_QUEUE,
 };
