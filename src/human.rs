@@ -17,6 +17,17 @@ pub fn duration(secs: u64) -> String {
     parts.join(" ")
 }
 
+/// A window length as eval's tables label it, in its largest whole unit: "1h", "90m", "45s".
+pub fn length_label(secs: u64) -> String {
+    if secs % 3600 == 0 {
+        format!("{}h", secs / 3600)
+    } else if secs % 60 == 0 {
+        format!("{}m", secs / 60)
+    } else {
+        format!("{secs}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::duration;

@@ -259,7 +259,7 @@ pub fn to_table(g: &Goals) -> String {
         });
         out.push_str(&format!(
             "| {} | {} | {no_harm} | {skill} | {auc} | {bias} | {cox} | {ece} |\n",
-            crate::eval::report::length_label(c.length_s),
+            crate::human::length_label(c.length_s),
             c.n
         ));
     }

@@ -10,6 +10,7 @@ use crate::eval::goals::{to_table, Goals};
 use crate::eval::metrics::Interval;
 use crate::eval::protocol::ProtocolConfig;
 use crate::eval::summary::Scores;
+pub use crate::human::length_label;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -72,17 +73,6 @@ pub struct EvalReport {
     pub noise: Option<NoiseResult>,
     /// Not reproducible: wall-clock times.
     pub timing: Timing,
-}
-
-/// "1h", "90m", "45s".
-pub fn length_label(secs: u64) -> String {
-    if secs % 3600 == 0 {
-        format!("{}h", secs / 3600)
-    } else if secs % 60 == 0 {
-        format!("{}m", secs / 60)
-    } else {
-        format!("{secs}s")
-    }
 }
 
 fn num(v: Option<f64>, digits: usize) -> String {
