@@ -238,17 +238,10 @@ pub fn percentile_interval(mut values: Vec<f64>) -> Option<Interval> {
     })
 }
 
-/// Linear-interpolated percentile of sorted values, q in [0, 1].
+/// Linear-interpolated percentile of sorted values, q in [0, 1]: the
+/// model's one quantile rule.
 pub fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let pos = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
-    let (i, frac) = (pos.floor() as usize, pos - pos.floor());
-    match sorted.get(i + 1) {
-        Some(&next) => sorted[i] + frac * (next - sorted[i]),
-        None => sorted[i],
-    }
+    crate::model::forecast_stats::quantile(sorted, q)
 }
 
 #[cfg(test)]
