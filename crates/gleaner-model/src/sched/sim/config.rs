@@ -1,0 +1,52 @@
+//! What a simulation is given (the hosts, the config) and why it may refuse
+//! to run. Plain data: the checks are in [`simulate`](super::simulate).
+
+use super::Policy;
+use crate::sched::window::WindowRule;
+use serde::{Deserialize, Serialize};
+
+/// One simulated host.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SimHost {
+    /// Index of its timeline (and of its series in the forecaster).
+    pub timeline: usize,
+    /// Trace time at simulation time 0.
+    pub offset: i64,
+    /// Relative power P in (0, 1].
+    pub power: f64,
+}
+
+/// What to simulate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    pub policy: Policy,
+    /// Reference runtimes of the tasks (seconds on a dedicated host with P = 1).
+    pub runtimes: Vec<f64>,
+    /// Wall seconds one checkpoint costs (used by `proactive+checkpoint`).
+    pub checkpoint_cost_secs: f64,
+    /// The simulation stops here; tasks not done count as unfinished.
+    pub horizon_secs: f64,
+    /// Monte Carlo runs of the estimate made at submission (0: none).
+    pub estimate_runs: usize,
+    /// A host left idle while tasks wait looks again after this long.
+    pub recheck_secs: f64,
+    /// How `windows` weighs later windows.
+    pub windows: WindowRule,
+}
+
+/// Why a simulation could not run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SimError {
+    #[error("host {host} names timeline {timeline}; there are {timelines}")]
+    BadTimeline {
+        host: usize,
+        timeline: usize,
+        timelines: usize,
+    },
+    #[error("host {host} has relative power {power}; it must be in (0, 1]")]
+    BadPower { host: usize, power: f64 },
+    #[error("task {task} has runtime {runtime}: runtimes must be finite and positive")]
+    BadRuntime { task: usize, runtime: f64 },
+    #[error("the pool has no host")]
+    NoHosts,
+}

@@ -1,0 +1,112 @@
+//! The Monte Carlo estimate at submission: the pool as the estimate sees
+//! it at time 0 (views, outages, checkpoint intervals) and the estimate of
+//! every task waiting, longest first, made inside [`simulate`](super::simulate)
+//! or apart from it ([`submission_estimate`]).
+
+use super::{Forecaster, Policy, Sim, SimConfig, SimHost, PAST_LOOKBACK_SECS};
+use crate::sched::curve::young_daly_interval;
+use crate::sched::estimate::{
+    checkpoint_mttf, estimate, Estimate, EstimateError, EstimateHost, EstimateInput, Quantiles,
+};
+use crate::sched::timeline::Timeline;
+use rand::Rng;
+
+/// The estimate at submission that [`simulate`] makes when
+/// `config.estimate_runs` > 0, made apart from the simulation so a caller
+/// can run it elsewhere (on other threads, once for several policies that
+/// share it): `run` makes the estimate of the input it is given (e.g.
+/// [`estimate`] with a generator). Returns the makespan's quantiles and the
+/// kills the estimate expects; `None` when there is nothing to estimate or
+/// `run` fails.
+pub fn submission_estimate(
+    config: &SimConfig,
+    hosts: &[SimHost],
+    timelines: &[Timeline],
+    forecaster: &mut dyn Forecaster,
+    run: impl FnOnce(&EstimateInput<'_>) -> Result<(Estimate, Vec<f64>), EstimateError>,
+) -> Option<(Quantiles, f64)> {
+    if config.estimate_runs == 0 || hosts.is_empty() {
+        return None;
+    }
+    if hosts
+        .iter()
+        .any(|h| h.timeline >= timelines.len() || timelines[h.timeline].cells() == 0)
+    {
+        return None;
+    }
+    let est_hosts = Sim::new(config, hosts, timelines).estimate_hosts(forecaster);
+    run(&submission_input(config, &est_hosts))
+        .ok()
+        .map(|(e, _)| (e.makespan, e.mean_failures))
+}
+
+/// The estimate's input at submission: every task waiting, longest first.
+fn submission_input<'a>(config: &'a SimConfig, hosts: &'a [EstimateHost]) -> EstimateInput<'a> {
+    EstimateInput {
+        hosts,
+        running: &[],
+        waiting: &config.runtimes,
+        longest_first: true,
+        runs: config.estimate_runs,
+        runtime_sigma_log: None,
+    }
+}
+
+impl Sim<'_> {
+    /// The Monte Carlo estimate at submission, under the proactive rule.
+    pub(super) fn estimate_now<R: Rng + ?Sized>(
+        &mut self,
+        forecaster: &mut dyn Forecaster,
+        rng: &mut R,
+    ) -> Option<(Quantiles, f64)> {
+        let est_hosts = self.estimate_hosts(forecaster);
+        let input = submission_input(self.config, &est_hosts);
+        estimate(&input, rng)
+            .ok()
+            .map(|(e, _)| (e.makespan, e.mean_failures))
+    }
+
+    /// The pool as the estimate at submission sees it: each host's view
+    /// at time 0, its usual outage, and (with checkpoints) its interval.
+    pub(super) fn estimate_hosts(&mut self, forecaster: &mut dyn Forecaster) -> Vec<EstimateHost> {
+        let mut est_hosts = Vec::with_capacity(self.hosts.len());
+        let checkpointing = self.config.policy == Policy::ProactiveCheckpoint;
+        for host in 0..self.hosts.len() {
+            let view = self.view(host, forecaster).clone();
+            let outage = self.outage_guess(host);
+            let tl = &self.timelines[self.hosts[host].timeline];
+            let down = tl.failure_at(self.trace_time(host, 0.0)).is_some();
+            // The rate is known only as well as a week of the host's past
+            // tells it: drawn per run from its posterior.
+            let past = self.past_failures(host, 0.0);
+            let checkpoint_secs = if checkpointing {
+                young_daly_interval(
+                    self.config.checkpoint_cost_secs,
+                    checkpoint_mttf(&view.curve, past.as_ref()),
+                )
+                .unwrap_or(0.0)
+            } else {
+                0.0
+            };
+            est_hosts.push(EstimateHost {
+                view,
+                busy_secs: if down { outage } else { 0.0 },
+                recovery_secs: outage,
+                down_secs: if down {
+                    tl.failing_for(self.trace_time(host, 0.0))
+                } else {
+                    0.0
+                },
+                past,
+                checkpoint_secs,
+                checkpoint_cost_secs: if checkpoint_secs > 0.0 {
+                    self.config.checkpoint_cost_secs
+                } else {
+                    0.0
+                },
+                spells: Some(tl.past_spell_lengths(self.trace_time(host, 0.0), PAST_LOOKBACK_SECS)),
+            });
+        }
+        est_hosts
+    }
+}
