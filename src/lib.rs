@@ -18,6 +18,7 @@ pub mod fsutil;
 pub mod guest;
 pub mod history;
 pub mod human;
+pub mod image;
 pub mod monitor;
 pub mod net;
 pub mod node;
