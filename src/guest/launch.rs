@@ -62,6 +62,64 @@ pub struct ChildSetup {
     /// The narrow view; with it `unshare_flags` include the user, mount and
     /// PID namespaces and the child becomes keeper, init and guest.
     pub view: Option<Arc<ViewPlan>>,
+    /// Where the node's command line and environment lie in its memory: init
+    /// is a copy of the node that the guest can see as pid 1, so it blanks
+    /// them (see [`NodeStrings`]).
+    pub node_strings: NodeStrings,
+}
+
+/// The address ranges of this process's command line and environment
+/// strings (`arg_start..arg_end`, `env_start..env_end` of `/proc/self/stat`).
+///
+/// Init, pid 1 of a guest's namespace, is a fork of the node: without care
+/// the guest reads the node's full command line in `/proc/1/cmdline` (issue
+/// 30, finding 7) and could read its memory, keys included. Init therefore
+/// zeroes these ranges in its own copy and makes itself non-dumpable, which
+/// closes `/proc/1/{environ,mem,maps}` and `ptrace` to the guest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeStrings {
+    args: (usize, usize),
+    env: (usize, usize),
+}
+
+impl NodeStrings {
+    /// This process's ranges, read once (the kernel fixes them at `exec`);
+    /// empty ranges when `/proc/self/stat` cannot be read or parsed.
+    pub fn of_this_process() -> NodeStrings {
+        static ONCE: std::sync::OnceLock<NodeStrings> = std::sync::OnceLock::new();
+        *ONCE.get_or_init(|| {
+            std::fs::read_to_string("/proc/self/stat")
+                .ok()
+                .and_then(|s| NodeStrings::parse_stat(&s))
+                .unwrap_or_default()
+        })
+    }
+
+    /// Fields 48-51 of a `/proc/<pid>/stat` line. The command name (field
+    /// 2) may hold spaces and parentheses, so fields are counted after the
+    /// last `)`. A range whose end is before its start is refused.
+    pub fn parse_stat(stat: &str) -> Option<NodeStrings> {
+        let rest = &stat[stat.rfind(')')? + 1..];
+        // `rest` starts at field 3: field n is at index n - 3.
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |n: usize| -> Option<usize> { fields.get(n - 3)?.parse().ok() };
+        let args = (field(48)?, field(49)?);
+        let env = (field(50)?, field(51)?);
+        (args.0 <= args.1 && env.0 <= env.1).then_some(NodeStrings { args, env })
+    }
+
+    /// Zeroes the ranges in this process's memory.
+    ///
+    /// # Safety
+    /// Only in a process whose ranges these are (a fork of the process that
+    /// read them), and before anything reads its arguments or environment.
+    unsafe fn blank(&self) {
+        for (start, end) in [self.args, self.env] {
+            if start > 0 && end > start {
+                std::ptr::write_bytes(start as *mut u8, 0, end - start);
+            }
+        }
+    }
 }
 
 fn check(rc: libc::c_int) -> io::Result<()> {
@@ -106,7 +164,9 @@ impl ChildSetup {
                 check(libc::unshare(self.unshare_flags))?;
                 arm_death_signal(self.parent_pid)?;
                 view.build()?;
-                return in_pid_namespace(view, self.landlock_fd, || self.set_limits());
+                return in_pid_namespace(view, self.landlock_fd, self.node_strings, || {
+                    self.set_limits()
+                });
             }
             if self.unshare_flags != 0 {
                 check(libc::unshare(self.unshare_flags))?;
@@ -224,6 +284,7 @@ fn end_like(status: libc::c_int) -> ! {
 unsafe fn in_pid_namespace(
     view: &ViewPlan,
     landlock_fd: Option<libc::c_int>,
+    node_strings: NodeStrings,
     set_limits: impl Fn() -> io::Result<()>,
 ) -> io::Result<()> {
     // How the guest ended, written by init, read by the keeper.
@@ -267,7 +328,10 @@ unsafe fn in_pid_namespace(
         }
         end_like(status);
     }
-    // Init, pid 1 of the job's namespace.
+    // Init, pid 1 of the job's namespace: first no longer the node to the
+    // guest's eyes (its strings blanked, not dumpable: see `NodeStrings`).
+    node_strings.blank();
+    check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
     libc::close(alive[1]);
     check(libc::prctl(
         libc::PR_SET_PDEATHSIG,
@@ -392,5 +456,55 @@ impl Drop for Launcher {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NodeStrings;
+
+    /// A stat line whose command name holds spaces and a `)`, with fields
+    /// 48-51 set to 1000 2000 3000 4000.
+    fn stat_line(comm: &str, ranges: [usize; 4]) -> String {
+        let mut fields: Vec<String> = (3..=52).map(|n| n.to_string()).collect();
+        for (i, v) in ranges.iter().enumerate() {
+            fields[48 - 3 + i] = v.to_string();
+        }
+        format!("123 ({comm}) {}", fields.join(" "))
+    }
+
+    #[test]
+    fn the_string_ranges_are_read_after_the_last_parenthesis() {
+        let line = stat_line("evil) 1 2 (name", [1000, 2000, 3000, 4000]);
+        let got = NodeStrings::parse_stat(&line).unwrap();
+        assert_eq!(
+            got,
+            NodeStrings {
+                args: (1000, 2000),
+                env: (3000, 4000)
+            }
+        );
+    }
+
+    #[test]
+    fn a_short_or_backwards_stat_line_gives_nothing() {
+        assert_eq!(NodeStrings::parse_stat("123 (x) 1 2 3"), None);
+        assert_eq!(NodeStrings::parse_stat("no parenthesis"), None);
+        let backwards = stat_line("x", [2000, 1000, 3000, 4000]);
+        assert_eq!(NodeStrings::parse_stat(&backwards), None);
+    }
+
+    #[test]
+    fn this_process_has_its_command_line_where_stat_says() {
+        let strings = NodeStrings::of_this_process();
+        assert!(strings.args.1 > strings.args.0, "{strings:?}");
+        // SAFETY: the range is this process's own argument block, mapped
+        // and readable for the life of the process; read, not written.
+        let block = unsafe {
+            std::slice::from_raw_parts(strings.args.0 as *const u8, strings.args.1 - strings.args.0)
+        };
+        let first = std::env::args_os().next().unwrap();
+        let first = first.as_encoded_bytes();
+        assert!(block.starts_with(first), "argv[0] is not at arg_start");
     }
 }

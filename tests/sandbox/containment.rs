@@ -529,6 +529,46 @@ fn the_guest_reads_neither_the_data_dir_nor_home_nor_other_processes() {
 }
 
 #[test]
+fn pid_1_shows_the_guest_neither_the_nodes_command_line_nor_its_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sup, _) = supervisor(GuestConfig::new(dir.path()));
+    // What the node's own /proc/self/cmdline holds: the guest must not see it.
+    let node_args = std::fs::read(format!("/proc/{}/cmdline", std::process::id())).unwrap();
+    let program =
+        String::from_utf8_lossy(node_args.split(|&b| b == 0).next().unwrap()).into_owned();
+    let script = "echo cmdline=$(tr '\\0' ' ' </proc/1/cmdline); \
+         cat /proc/1/environ >/dev/null 2>&1 && echo ENVIRON-READABLE; \
+         cat /proc/1/maps >/dev/null 2>&1 && echo MAPS-READABLE; \
+         cat /proc/self/maps >/dev/null 2>&1 && echo own-maps-ok; exit 0";
+    let handle = sup
+        .start(&JobId::new("pid1").unwrap(), spec(script, 100))
+        .unwrap();
+    let status = sup.wait_exit(Duration::from_secs(60)).unwrap();
+    let out = stdout_of(&handle);
+    eprintln!("guest saw: {out:?} ({:?})", status.exit);
+    if !narrow_view_offered(&handle.sandbox, "narrow view") {
+        return;
+    }
+    assert!(out.contains("cmdline="), "the guest ran: {out}");
+    assert!(
+        !out.contains(program.as_str()),
+        "pid 1 shows the node's command line ({program}): {out}"
+    );
+    assert!(
+        !out.contains("ENVIRON-READABLE"),
+        "read pid 1's environment: {out}"
+    );
+    assert!(
+        !out.contains("MAPS-READABLE"),
+        "read pid 1's memory map: {out}"
+    );
+    assert!(
+        out.contains("own-maps-ok"),
+        "the guest's own /proc works: {out}"
+    );
+}
+
+#[test]
 fn without_network_the_guest_cannot_connect_to_a_host_unix_socket() {
     use std::os::linux::net::SocketAddrExt;
     use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};

@@ -297,6 +297,7 @@ impl Supervisor {
             landlock_fd: plan.landlock.as_ref().map(|r| r.raw_fd()),
             parent_pid: std::process::id() as libc::pid_t,
             view: plan.view.take().map(Arc::new),
+            node_strings: launch::NodeStrings::of_this_process(),
         };
         let mut command = Command::new(&spec.argv[0]);
         command
