@@ -274,3 +274,41 @@ fn an_import_cut_off_by_kill_9_is_gone_after_the_restart() {
     node.run_ok(&["history", "import", trace.to_str().unwrap()]);
     assert!(node.status()["samples"].as_u64().unwrap() >= 600_000);
 }
+
+/// Issue 30, finding 7 (asked before in issue 9): an import through a
+/// running node must name the user's file and line in its error, not a
+/// stand-in such as "imported trace:N".
+#[test]
+fn an_import_through_a_running_node_names_the_users_file_and_line() {
+    let mut node = NodeFixture::new(&test_config(60, ""), None);
+    node.start();
+    let trace = node.dir.join("owner-week.csv");
+    let now = jiff::Timestamp::now().as_second() - 7200;
+    std::fs::write(
+        &trace,
+        format!(
+            "# gleaner-trace v1\ntime,cpu,free_mib,up\n{},3.0,800,1\n{},not-a-number,800,1\n",
+            now,
+            now + 6
+        ),
+    )
+    .unwrap();
+    let out = node
+        .gleaner()
+        .args(["history", "import"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a bad row was imported: {stderr}");
+    assert!(
+        stderr.contains("owner-week.csv:4"),
+        "the error does not name the file and line: {stderr}"
+    );
+    assert!(
+        !stderr.contains("imported trace"),
+        "the error names a stand-in: {stderr}"
+    );
+    // It went through the running node, not the offline store.
+    assert!(node.status()["samples"].as_u64().is_some());
+}

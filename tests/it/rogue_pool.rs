@@ -37,8 +37,16 @@ const CLAIMED: &[u8] = b"right\n";
 struct Rogue {
     handle: NetHandle,
     submits: Arc<AtomicUsize>,
+    /// Flood events sent, and those the consumer acknowledged.
+    flood_sent: Arc<AtomicUsize>,
+    flood_acked: Arc<AtomicUsize>,
     cancel: CancellationToken,
 }
+
+/// How long a flooding rogue floods each job it accepts, and how many
+/// events it keeps in flight.
+const FLOOD: Duration = Duration::from_secs(30);
+const FLOOD_IN_FLIGHT: usize = 64;
 
 impl Drop for Rogue {
     fn drop(&mut self) {
@@ -68,8 +76,9 @@ fn rogue_answer() -> ReliabilityResponse {
 }
 
 /// Starts the rogue, bootstrapped from `boot`, and serves the pool as a
-/// liar until dropped.
-async fn start_rogue(boot: Multiaddr) -> Rogue {
+/// liar until dropped; with `flood`, it also sends endless job events
+/// (`Reniced`, `Resumed`, ...) for [`FLOOD`] before it says a job finished.
+async fn start_rogue(boot: Multiaddr, flood: bool) -> Rogue {
     let cancel = CancellationToken::new();
     let mut cfg = NetConfig::loopback(&PoolName::default());
     cfg.bootstrap = vec![boot];
@@ -90,6 +99,9 @@ async fn start_rogue(boot: Multiaddr) -> Rogue {
         .unwrap();
     let submits = Arc::new(AtomicUsize::new(0));
     let counted = submits.clone();
+    let flood_sent = Arc::new(AtomicUsize::new(0));
+    let flood_acked = Arc::new(AtomicUsize::new(0));
+    let (sent, acked) = (flood_sent.clone(), flood_acked.clone());
     let net = handle.clone();
     tokio::spawn(async move {
         while let Some(event) = events.recv().await {
@@ -105,9 +117,14 @@ async fn start_rogue(boot: Multiaddr) -> Rogue {
                     JobRequest::Submit(s) => {
                         counted.fetch_add(1, Ordering::SeqCst);
                         let _ = reply.send(JobResponse::Accepted);
-                        // "Finished at once", told as a host tells it.
+                        // "Finished at once" (or after a flood), told as a host tells it.
                         let net = net.clone();
+                        let (sent, acked) = (sent.clone(), acked.clone());
                         tokio::spawn(async move {
+                            let mut next_seq = 1u32;
+                            if flood {
+                                next_seq = send_flood(&net, peer, &s.job_id, &sent, &acked).await;
+                            }
                             for (seq, kind) in [
                                 JobEventKind::Started,
                                 JobEventKind::Finished {
@@ -120,7 +137,7 @@ async fn start_rogue(boot: Multiaddr) -> Rogue {
                             {
                                 let event = JobRequest::Event {
                                     job_id: s.job_id.clone(),
-                                    seq: seq as u32,
+                                    seq: if seq == 0 { 0 } else { next_seq },
                                     time_unix: 0,
                                     kind,
                                 };
@@ -158,8 +175,51 @@ async fn start_rogue(boot: Multiaddr) -> Rogue {
     Rogue {
         handle,
         submits,
+        flood_sent,
+        flood_acked,
         cancel,
     }
+}
+
+/// Sends job events to `peer` for [`FLOOD`], [`FLOOD_IN_FLIGHT`] at a time,
+/// counting those sent and those acknowledged; returns the next sequence
+/// number.
+async fn send_flood(
+    net: &NetHandle,
+    peer: libp2p::PeerId,
+    job_id: &str,
+    sent: &AtomicUsize,
+    acked: &AtomicUsize,
+) -> u32 {
+    use futures::StreamExt;
+    let until = Instant::now() + FLOOD;
+    let seqs = (1u32..).take_while(|_| Instant::now() < until);
+    let mut last = 0u32;
+    let events = futures::stream::iter(seqs).map(|seq| {
+        last = seq;
+        sent.fetch_add(1, Ordering::Relaxed);
+        let kind = if seq % 2 == 0 {
+            JobEventKind::Reniced
+        } else {
+            JobEventKind::Resumed
+        };
+        let event = JobRequest::Event {
+            job_id: job_id.to_string(),
+            seq,
+            time_unix: 0,
+            kind,
+        };
+        let net = net.clone();
+        async move { net.job_request(peer, event).await }
+    });
+    let mut answers = events.buffer_unordered(FLOOD_IN_FLIGHT);
+    while let Some(answer) = answers.next().await {
+        if matches!(answer, Ok(JobResponse::EventAck)) {
+            acked.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    drop(answers);
+    last.saturating_add(1)
 }
 
 fn hosts_report(consumer: &crate::node_support::NodeFixture) -> Value {
@@ -180,7 +240,7 @@ async fn a_rogue_host_costs_the_batch_nothing_and_is_ranked_last_also_after_a_re
     let (hosts, mut consumer) = tokio::task::block_in_place(|| pool_of(1));
     let honest = peer(&hosts[0]);
     let boot: Multiaddr = addr(&hosts[0]).parse().unwrap();
-    let rogue = start_rogue(boot).await;
+    let rogue = start_rogue(boot, false).await;
     let rogue_id = rogue.handle.peer_id().to_base58();
 
     // The consumer sees the rogue, first by its claimed TR 1, and the
@@ -278,4 +338,106 @@ async fn a_rogue_host_costs_the_batch_nothing_and_is_ranked_last_also_after_a_re
     });
     check(&report, "after the restart");
     eprintln!("the rogue was sent {tried} job(s); {report:#}");
+}
+
+/// Issue 30, finding 3: a host that floods the consumer with job events has
+/// at most its budget acknowledged (a burst, then a few a second), the
+/// flood lands in its record, and the batch still lands from the honest
+/// host. The consumer's CPU share during the flood and during as long a
+/// quiet spell before it are printed (a figure for the note, not a bound:
+/// this machine is shared).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_flood_is_cut_to_the_budget_and_counted_against_the_flooder() {
+    use crate::node_support::{cpu_ticks, ticks_per_sec};
+    use gleaner::consumer::inbox::{EVENTS_PER_SEC, EVENT_BURST};
+    let (hosts, consumer) = tokio::task::block_in_place(|| pool_of(1));
+    let honest = peer(&hosts[0]);
+    let boot: Multiaddr = addr(&hosts[0]).parse().unwrap();
+    let rogue = start_rogue(boot, true).await;
+    let rogue_id = rogue.handle.peer_id().to_base58();
+    tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while entry(&hosts_report(&consumer), &rogue_id).is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the consumer never saw the rogue"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    });
+    let pid = consumer.pid();
+    let quiet_from = cpu_ticks(pid).unwrap();
+    tokio::time::sleep(FLOOD).await;
+    let quiet = cpu_ticks(pid).unwrap() - quiet_from;
+
+    let out = consumer.dir.join("flood-out");
+    let id = tokio::task::block_in_place(|| {
+        let answer = consumer.run_ok(&[
+            "--json",
+            "batch",
+            "submit",
+            "--range",
+            "0..2",
+            "--runtime",
+            "2m",
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "echo $(( {} * 7 ))",
+        ]);
+        serde_json::from_str::<Value>(&answer).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    });
+    // The flood's minute: from the rogue's first accepted job to its end.
+    let started = tokio::task::block_in_place(|| {
+        crate::node_support::wait_until(Duration::from_secs(120), || {
+            rogue.flood_sent.load(Ordering::Relaxed) > 0
+        })
+    });
+    let flood_from = cpu_ticks(pid).unwrap();
+    tokio::time::sleep(FLOOD).await;
+    let flooded = cpu_ticks(pid).unwrap() - flood_from;
+    let status = tokio::task::block_in_place(|| {
+        batch_until(&consumer, &id, Duration::from_secs(300), |s| {
+            s["counts"]["queued"] == 0 && s["counts"]["running"] == 0
+        })
+    });
+    assert!(
+        started,
+        "the rogue was never sent a job: the test proves nothing"
+    );
+    let sent = rogue.flood_sent.load(Ordering::Relaxed);
+    let acked = rogue.flood_acked.load(Ordering::Relaxed);
+    let per_job = EVENT_BURST as f64 + EVENTS_PER_SEC * (FLOOD.as_secs_f64() + 5.0);
+    let jobs = rogue.submits.load(Ordering::SeqCst).max(1) as f64;
+    let secs = FLOOD.as_secs_f64() * ticks_per_sec() as f64;
+    eprintln!(
+        "flood: {sent} events sent, {acked} acknowledged; consumer CPU {:.1} % of a core \
+         during the flood, {:.1} % in as long a quiet spell before it ({} job(s) to the rogue)",
+        100.0 * flooded as f64 / secs,
+        100.0 * quiet as f64 / secs,
+        jobs
+    );
+    assert!(
+        sent as f64 > 4.0 * per_job * jobs,
+        "the rogue did not flood ({sent} sent)"
+    );
+    assert!(
+        acked as f64 <= per_job * jobs,
+        "{acked} of {sent} flood events acknowledged; the budget allows {per_job} a job"
+    );
+    assert_eq!(status["counts"]["done"], 2, "{status:#}");
+    for task in 0..2u32 {
+        assert_eq!(status["tasks"][task as usize]["host"], honest, "{status:#}");
+    }
+    let report = tokio::task::block_in_place(|| hosts_report(&consumer));
+    let (_, r) = entry(&report, &rogue_id).expect("the rogue is listed");
+    assert!(
+        r["floods"].as_u64().unwrap_or(0) >= 1,
+        "the flood is not in the record: {r:#}"
+    );
 }
