@@ -54,6 +54,13 @@ pub struct EvalArgs {
           default_value = "1h,2h,3h,5h,10h")]
     pub lengths: Vec<u64>,
 
+    /// Forecast each window this long before it starts (`3h`, `90m`; 0: at
+    /// its start), from the record cut there, as a node answers for a
+    /// window that starts later; every window is then tested whatever its
+    /// start state (one starting in S3/S4/S5 failed).
+    #[arg(long, value_name = "DURATION", value_parser = parse_lead, default_value = "0")]
+    pub start_in: u64,
+
     /// Local start hours: ranges and lists such as `0-23` or `8,12-14`.
     #[arg(long, value_name = "LIST", value_parser = parse_hours, default_value = "0-23")]
     pub hours: HourList,
@@ -186,6 +193,9 @@ fn protocol_config(args: &EvalArgs) -> anyhow::Result<ProtocolConfig> {
     if args.step == Some(0) || args.cost_step == 0 {
         bail!("steps must be at least one second");
     }
+    if args.start_in > 0 && (args.noise || args.cost) {
+        bail!("--start-in applies to the protocol only; run --noise and --cost without it");
+    }
     if args.resamples < MIN_RESAMPLES {
         bail!("--resamples must be at least {MIN_RESAMPLES}");
     }
@@ -206,7 +216,30 @@ fn protocol_config(args: &EvalArgs) -> anyhow::Result<ProtocolConfig> {
         thresholds,
         step_secs: args.step,
         test_from: args.test_from,
+        lead_secs: args.start_in,
     })
+}
+
+/// Longest `--start-in`: a week (the node weighs windows up to 36 h ahead).
+const MAX_LEAD_SECS: u64 = 7 * 86_400;
+
+/// `--start-in`: a duration (`0`, `0h` allowed) up to [`MAX_LEAD_SECS`].
+fn parse_lead(text: &str) -> Result<u64, String> {
+    let number = text
+        .trim()
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let secs = if number.trim().parse::<f64>() == Ok(0.0) {
+        0
+    } else {
+        parse_duration(text)?
+    };
+    if secs > MAX_LEAD_SECS {
+        return Err(format!(
+            "--start-in {text}: at most {} days",
+            MAX_LEAD_SECS / 86_400
+        ));
+    }
+    Ok(secs)
 }
 
 /// The command line as typed, with the program called `gleaner`.
@@ -417,6 +450,12 @@ fn summary_text(r: &EvalReport) -> String {
         s.method_order.len(),
         s.skill_reference
     );
+    if r.config.lead_secs > 0 {
+        out.push_str(&format!(
+            "Windows forecast {} before they start, from the record cut there; every window tested, one starting in S3/S4/S5 as failed.\n",
+            length_label(r.config.lead_secs)
+        ));
+    }
     let header: Vec<String> = std::iter::once("method".to_string())
         .chain(
             r.config
@@ -467,5 +506,17 @@ mod tests {
         }
         assert_eq!(parse_hours_or_days("1-15").unwrap().0.len(), 15);
         assert!(parse_hours_or_days("0-3").is_err());
+    }
+
+    #[test]
+    fn start_in_takes_zero_and_durations_up_to_a_week() {
+        assert_eq!(parse_lead("0"), Ok(0));
+        assert_eq!(parse_lead("0h"), Ok(0));
+        assert_eq!(parse_lead("3h"), Ok(3 * 3600));
+        assert_eq!(parse_lead("90m"), Ok(5400));
+        assert_eq!(parse_lead("7d"), Ok(7 * 86_400));
+        for bad in ["8d", "-1h", "", "x"] {
+            assert!(parse_lead(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -9,13 +9,25 @@
 //! outcome is 1 when no S3/S4/S5 is entered in (W, W + T], read on the step
 //! grid W + k·d.
 //!
+//! Windows that start later (`lead_secs` > 0, `gleaner eval --start-in`):
+//! the same windows W, each forecast at the origin W − lead from the record
+//! cut there (what a node that asks at its last sample about a window that
+//! starts later knows: `known_at`, which marks the host down at the origin
+//! when its last row is a switch-off or lies more than the trace's gap
+//! limit before it, as the node's own monitor would know). Such a window
+//! is tested whatever its start state,
+//! since the forecaster cannot see it: a job placed at W on a host already
+//! in S3/S4/S5 does not run, so a window starting in a failure counts as
+//! failed (outcome 0).
+//!
 //! Work is split by (trace, test day) over scoped threads; results are put
 //! back in work order, so they do not depend on scheduling. This module
 //! knows nothing about files, the command line or how results are scored.
 
+use crate::model::baselines::truncated;
 use crate::model::predict::{is_weekend, PredictError, PredictRequest};
 use crate::model::predictor::ReliabilityPredictor;
-use crate::model::series::HostSeries;
+use crate::model::series::{HostSeries, Sample};
 use crate::model::state::{State, Thresholds};
 use jiff::civil::{Date, Time};
 use jiff::Timestamp;
@@ -84,6 +96,10 @@ pub struct ProtocolConfig {
     pub step_secs: Option<u32>,
     /// Share of each kind's days (earliest first) kept out of the test.
     pub test_from: f64,
+    /// How long before W the forecast is made, seconds: 0 asks at W with
+    /// the whole record (a window that starts now); more cuts the record
+    /// at W − lead and tests every window whatever its start state.
+    pub lead_secs: u64,
 }
 
 impl ProtocolConfig {
@@ -97,6 +113,7 @@ impl ProtocolConfig {
             thresholds,
             step_secs: None,
             test_from: 0.5,
+            lead_secs: 0,
         }
     }
 
@@ -210,7 +227,14 @@ pub fn day_cases(
         for &window_secs in &cfg.lengths {
             let outcome =
                 window_outcome(series, cfg.thresholds, at, window_secs, step, &mut scratch);
-            if let Some((start, survived)) = outcome.filter(|(s, _)| s.is_transient()) {
+            // Now: only windows starting in S1/S2 (TR is 0 otherwise, and
+            // known). Later: every window, one starting in a failure failed.
+            let outcome = if cfg.lead_secs == 0 {
+                outcome.filter(|(s, _)| s.is_transient())
+            } else {
+                outcome.map(|(s, survived)| (s, survived && s.is_transient()))
+            };
+            if let Some((start, survived)) = outcome {
                 cases.push(TestCase {
                     trace,
                     date,
@@ -272,6 +296,13 @@ pub fn refusal_reason(e: &PredictError) -> &'static str {
     }
 }
 
+/// When the forecast of `case` is made: W, or W − lead for a window that
+/// starts later.
+pub fn origin_of(case: &TestCase, cfg: &ProtocolConfig) -> i64 {
+    case.at
+        .saturating_sub(i64::try_from(cfg.lead_secs).unwrap_or(i64::MAX))
+}
+
 /// Runs every method on one day's cases.
 pub fn run_day(
     series: &HostSeries,
@@ -287,12 +318,27 @@ pub fn run_day(
         time: vec![(Duration::ZERO, 0); methods.len()],
         ..DayResult::default()
     };
+    // For a later window, the record cut at the origin (cases come in hour
+    // order, so one cut serves an hour's lengths).
+    let mut cut: Option<(i64, HostSeries)> = None;
     for case in day_cases(series, trace, date, cfg) {
         let req = request_for(&case, cfg);
+        let known = if cfg.lead_secs == 0 {
+            series
+        } else {
+            let origin = origin_of(&case, cfg);
+            if cut.as_ref().is_none_or(|(o, _)| *o != origin) {
+                cut = Some((origin, known_at(series, origin)));
+            }
+            match &cut {
+                Some((_, s)) => s,
+                None => series,
+            }
+        };
         let mut tr = Vec::with_capacity(methods.len());
         for (i, method) in methods.iter().enumerate() {
             let started = Instant::now();
-            let answer = method.forecast(series, &req);
+            let answer = method.forecast(known, &req);
             result.time[i].0 += started.elapsed();
             result.time[i].1 += 1;
             match answer {
@@ -352,6 +398,27 @@ pub fn work_items(traces: &[&HostSeries], cfg: &ProtocolConfig) -> Vec<(usize, D
         .enumerate()
         .flat_map(|(i, s)| test_days(s, cfg).into_iter().map(move |d| (i, d)))
         .collect()
+}
+
+/// What a node knows at `origin` of its own record: the rows at or before
+/// it, and, when the host was down then (its last row a switch-off, or
+/// silent for longer than the trace's gap limit), a down row at `origin`,
+/// so the record ends at the origin in the state a live monitor reads.
+pub fn known_at(series: &HostSeries, origin: i64) -> HostSeries {
+    let mut cut = truncated(series, origin);
+    let last = cut.row_at(origin).and_then(|r| cut.get(r));
+    let silent =
+        last.is_some_and(|s| !s.up || origin.saturating_sub(s.time) as u64 > cut.max_gap_secs);
+    if silent && cut.last_time().is_some_and(|t| t < origin) {
+        // After the last row, so it keeps the record valid.
+        let _ = cut.push(Sample {
+            time: origin,
+            cpu: 0.0,
+            free_mib: 0,
+            up: false,
+        });
+    }
+    cut
 }
 
 /// A copy of `series` with only the rows at or before `at`: what a method
@@ -423,6 +490,35 @@ mod tests {
         assert_eq!(o(1260, 60, &mut scratch), Some((State::S5, true)));
     }
 
+    /// The record as known at an origin: up and sampled, the rows up to it;
+    /// switched off or silent past the gap limit, a down row at the origin.
+    #[test]
+    fn known_at_marks_a_host_down_at_the_origin_when_it_was() {
+        // Rows each minute to 600 s, a switch-off row at 660 s, back at
+        // 1200 s; then silent from 1500 s to 3000 s.
+        let mut rows: Vec<(i64, f64, bool)> = (0..=10).map(|k| (k * 60, 5.0, true)).collect();
+        rows.push((660, 0.0, false));
+        rows.extend((20..=25).map(|k| (k * 60, 5.0, true)));
+        rows.push((3000, 5.0, true));
+        let s = hand_series(&rows);
+        let th = Thresholds::default();
+        let at = |t: i64| MONDAY + t;
+        // Up and sampled at 300 s: the rows up to it, nothing added.
+        let up = known_at(&s, at(330));
+        assert_eq!(up.last_time(), Some(at(300)));
+        assert_eq!(up.state_at(th, at(300)), Some(State::S1));
+        // Switched off at 660 s: down at 900 s.
+        let off = known_at(&s, at(900));
+        assert_eq!(off.last_time(), Some(at(900)));
+        assert_eq!(off.state_at(th, at(900)), Some(State::S5));
+        // Silent since 1500 s (gap limit 120 s): down at 2000 s.
+        let silent = known_at(&s, at(2000));
+        assert_eq!(silent.last_time(), Some(at(2000)));
+        assert_eq!(silent.state_at(th, at(2000)), Some(State::S5));
+        // Within the gap limit of its last row: up.
+        assert_eq!(known_at(&s, at(1560)).last_time(), Some(at(1500)));
+    }
+
     #[test]
     fn test_days_are_the_later_share_of_each_kind() {
         let trace = generate(&SynthConfig::new(3, 28, "UTC").unwrap());
@@ -490,6 +586,57 @@ mod tests {
             }
         }
         assert!(checked >= 10, "only {checked} cases checked");
+    }
+
+    /// `--start-in`: each window is forecast from the record cut at W − lead
+    /// (the forecast equals the one made on that cut), and windows starting
+    /// in a failure are tested as failed.
+    #[test]
+    fn a_later_window_is_forecast_from_the_record_cut_at_its_origin() {
+        let trace = generate(&SynthConfig::new(5, 24, "UTC").unwrap());
+        let series = &trace.series;
+        let lead = 3 * 3600;
+        let cfg = ProtocolConfig {
+            lengths: vec![3600],
+            hours: (0..24).collect(),
+            lead_secs: lead,
+            ..ProtocolConfig::new(Thresholds::default())
+        };
+        let methods = methods_from_list("logistic,freq", 1).unwrap();
+        let mut checked = 0;
+        for date in test_days(series, &cfg).into_iter().step_by(4) {
+            let day = run_day(series, 0, date, &methods, &cfg);
+            for scored in day.cases.iter().step_by(5) {
+                let origin = scored.case.at - lead as i64;
+                assert_eq!(origin_of(&scored.case, &cfg), origin);
+                let cut = known_at(series, origin);
+                let req = request_for(&scored.case, &cfg);
+                for (m, method) in methods.iter().enumerate() {
+                    let on_cut = method.forecast(&cut, &req).unwrap().tr;
+                    assert_eq!(on_cut, scored.tr[m], "{}", method.name());
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 5, "only {checked} cases checked");
+        let cases: Vec<TestCase> = test_days(series, &cfg)
+            .into_iter()
+            .flat_map(|d| day_cases(series, 0, d, &cfg))
+            .collect();
+        let failed_at_start: Vec<&TestCase> =
+            cases.iter().filter(|c| !c.start.is_transient()).collect();
+        assert!(!failed_at_start.is_empty());
+        assert!(failed_at_start.iter().all(|c| !c.survived));
+        // The same windows asked now leave those out.
+        let now = ProtocolConfig {
+            lead_secs: 0,
+            ..cfg
+        };
+        let tested_now: usize = test_days(series, &now)
+            .into_iter()
+            .map(|d| day_cases(series, 0, d, &now).len())
+            .sum();
+        assert_eq!(tested_now, cases.len() - failed_at_start.len());
     }
 
     #[test]

@@ -113,6 +113,16 @@ pub fn to_markdown(r: &EvalReport) -> String {
         (1.0 - c.test_from) * 100.0,
         c.days
     );
+    if c.lead_secs > 0 {
+        let _ = writeln!(
+            md,
+            "**Windows that start later:** each window is forecast {} before W, from the record cut there \
+             (the methods see nothing after W − {}); every window in the record is tested whatever its start \
+             state, and one starting in S3/S4/S5 counts as failed.\n",
+            length_label(c.lead_secs),
+            length_label(c.lead_secs)
+        );
+    }
     let _ = writeln!(
         md,
         "- lengths: {}; hours: {}; kinds: {:?}; step: {}; job memory: {} MiB; th1 {} %, th2 {} %, sustain {} s\n\

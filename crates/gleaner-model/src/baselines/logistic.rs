@@ -45,6 +45,7 @@
 //! Pure code: no clock, no I/O; the cache is plain memory behind a mutex.
 
 use super::isotonic::Isotonic;
+use super::later::{self, LaterCache};
 use super::recent::{each_recent_sample, recent_states};
 use super::ridge::{self, dot, sigmoid, Settings};
 use super::{certain_failure, observed_state, Frequency};
@@ -101,6 +102,8 @@ const MIN_HOLDOUT: usize = 48;
 #[derive(Clone)]
 pub struct Logistic {
     cache: Arc<FitCache>,
+    /// Fits for windows that start after the record's last sample ([`later`]).
+    later: Arc<LaterCache>,
     calibration: Calibration,
 }
 
@@ -121,8 +124,12 @@ impl Logistic {
     /// still answers from cached fits.
     pub fn shared() -> Self {
         static SHARED: OnceLock<Arc<FitCache>> = OnceLock::new();
+        static LATER: OnceLock<Arc<LaterCache>> = OnceLock::new();
         Logistic {
             cache: SHARED.get_or_init(|| Arc::new(FitCache::default())).clone(),
+            later: LATER
+                .get_or_init(|| Arc::new(LaterCache::default()))
+                .clone(),
             calibration: Calibration::None,
         }
     }
@@ -131,6 +138,7 @@ impl Logistic {
     pub fn with_own_cache() -> Self {
         Logistic {
             cache: Arc::new(FitCache::default()),
+            later: Arc::new(LaterCache::default()),
             calibration: Calibration::None,
         }
     }
@@ -160,6 +168,8 @@ impl Logistic {
         inner.grids.clear();
         inner.fits.clear();
         inner.present = None;
+        drop(inner);
+        self.later.clear();
     }
 }
 
@@ -303,7 +313,7 @@ impl GridIndex {
     }
 
     /// The present at step k, as the features see it.
-    fn present(&self, k: usize, job_mem: u64) -> Present {
+    pub(super) fn present(&self, k: usize, job_mem: u64) -> Present {
         let cap = (LOOKBACK_SECS / self.step).max(1) as usize;
         let first = k.saturating_sub(cap);
         let age = k - (self.run_start[k] as usize).max(first);
@@ -365,8 +375,8 @@ pub(crate) fn hour_slots(series: &HostSeries, first: i64, last: i64) -> Vec<(Dat
 
 /// What is known at a window's start.
 #[derive(Debug, Clone, Copy)]
-struct Present {
-    state: State,
+pub(super) struct Present {
+    pub(super) state: State,
     age_secs: i64,
     since_fail_secs: i64,
     /// Mean host load over the last 30 minutes, percent.
@@ -387,7 +397,7 @@ impl Present {
     }
 
     /// The features after the two shares.
-    fn tail(&self) -> [f64; 3] {
+    pub(super) fn tail(&self) -> [f64; 3] {
         let since_h = (self.since_fail_secs as f64 / 3600.0).clamp(0.0, 24.0);
         let mem = if self.job_mem == 0 {
             0.0
@@ -972,7 +982,7 @@ impl Logistic {
     /// [`present_at`], from the one-entry memo when the record (all of it:
     /// a row after W can change the state read at W, by the gap it closes)
     /// and W are those of the last call.
-    fn present_for(
+    pub(super) fn present_for(
         &self,
         series: &HostSeries,
         th: Thresholds,
@@ -995,7 +1005,7 @@ impl Logistic {
         Some(present)
     }
 
-    fn grid_for(&self, series: &HostSeries, th: Thresholds) -> Option<Arc<GridIndex>> {
+    pub(super) fn grid_for(&self, series: &HostSeries, th: Thresholds) -> Option<Arc<GridIndex>> {
         let end = series.last_time()?.saturating_add(1);
         let key = prefix_fingerprint(series, end, &th);
         if let Some((_, g)) = self.cache.lock().grids.iter().find(|(k, _)| *k == key) {
@@ -1028,7 +1038,11 @@ impl ReliabilityPredictor for Logistic {
     ) -> Result<ReliabilityForecast, PredictError> {
         geometry(series, req)?;
         let Some(state) = observed_state(series, req) else {
-            // W beyond the record: nothing is known of the present.
+            // W after the record's last sample: the model of [`later`].
+            if let Some(answer) = later::forecast(self, &self.later, series, req)? {
+                return Ok(answer);
+            }
+            // W before the record: nothing is known of the present.
             return Frequency.forecast(series, req);
         };
         if state.is_failure() {

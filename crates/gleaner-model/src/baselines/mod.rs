@@ -13,6 +13,8 @@
 //!   recalibration learned on the last two weeks held out (`logistic+cal`),
 //!   or through a per-host isotonic map learned the same way (`logistic+iso`,
 //!   [`isotonic`]).
+//! - [`later`]: `logistic`'s model for a window that starts after the
+//!   record's last sample (a forecast made now for a later W).
 //! - [`ridge`]: the weighted ridge logistic regression `logistic` and
 //!   `hazard` both fit with.
 //! - [`hazard`]: a per-host discrete-time hazard model of the first failure
@@ -40,6 +42,7 @@ pub mod freq;
 pub mod hazard;
 pub mod hourbias;
 pub mod isotonic;
+pub mod later;
 pub mod linear;
 pub mod logistic;
 pub mod markov;
@@ -51,6 +54,8 @@ pub mod rippp;
 
 mod method_id;
 pub use method_id::{MethodId, UnknownMethod};
+#[cfg(test)]
+mod later_tests;
 #[cfg(test)]
 mod test_series;
 #[cfg(test)]

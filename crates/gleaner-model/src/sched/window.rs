@@ -12,9 +12,10 @@
 //! a desktop that is the wait for the next good window, not an immediate
 //! restart). [`counted_tr`] answers TR for a window that starts later from a
 //! replayed host's past: the share of past days of the same kind whose
-//! same window passed unhit, which is what the default method answers for
-//! a window that does not start at the last sample (the `freq` answer;
-//! shared/findings/future-windows.md).
+//! same window passed unhit, which is what `freq` answers for a window that
+//! does not start at the last sample (and what the default answered there
+//! until it modelled such windows, `baselines::later`;
+//! shared/findings/future-windows.md). The simulator still counts.
 //!
 //! Pure code: the caller passes the time, the windows and the host's past;
 //! nothing here knows the queue, the network or the clock.
