@@ -15,7 +15,8 @@ use crate::model::sched::backtest::{calibrate, widen, Backtests, Calibration, MA
 use crate::model::sched::estimate::Quantiles;
 use crate::model::sched::sim::verify::{replay, VerifyOutcome, VerifyPlan};
 use crate::model::sched::sim::{
-    simulate, submission_estimate, Policy, SeriesForecaster, SimConfig, SimHost, SimResult,
+    simulate, submission_estimate, summaries_apply, Knowledge, Policy, SeriesForecaster, SimConfig,
+    SimHost, SimResult,
 };
 use crate::model::sched::timeline::Timeline;
 use crate::model::series::HostSeries;
@@ -127,6 +128,9 @@ pub struct SimulateArgs {
     /// Write the results as JSON to FILE (`-`: stdout).
     #[arg(long = "json", value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub knowledge: KnowledgeArgs,
 }
 
 /// How task runtimes are drawn.
@@ -178,6 +182,8 @@ type EstimateKind = (bool, bool);
 /// One policy's line of the report.
 #[derive(Debug, Serialize)]
 pub struct PolicyReport {
+    /// The policy's name, with " [summaries]" when it placed from them.
+    pub label: String,
     #[serde(flatten)]
     pub result: SimResult,
     /// Kills per task by cause (S3, S4, S5).
@@ -214,6 +220,8 @@ pub struct SimulateReport {
     pub setup_secs: f64,
     /// Threads the policies and estimates ran on (the results do not depend on it).
     pub threads: usize,
+    /// `--summary-heartbeat`, for the runs that placed from summaries.
+    pub summary_heartbeat_secs: u64,
 }
 
 /// The pool: hosts with offsets and powers, and one timeline per trace.
@@ -344,7 +352,27 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
             }
         }
     }
-    let config = |policy: Policy, estimate_runs: usize| SimConfig {
+    // Each policy once per kind of knowledge (the oracle and `windows`
+    // only with full knowledge).
+    let kinds_of_knowledge = args.knowledge.kinds(n_hosts)?;
+    let mut runs: Vec<(usize, Knowledge)> = Vec::new();
+    for (i, &policy) in args.policy.iter().enumerate() {
+        for &k in &kinds_of_knowledge {
+            let k = match k {
+                Knowledge::Summaries(_) if !summaries_apply(policy) => Knowledge::Full,
+                k => k,
+            };
+            if !runs.contains(&(i, k)) {
+                runs.push((i, k));
+            }
+        }
+    }
+    let labels: Vec<String> = runs
+        .iter()
+        .map(|&(i, k)| run_label(args.policy[i], k))
+        .collect();
+    let config = |policy: Policy, estimate_runs: usize, knowledge: Knowledge| SimConfig {
+        knowledge,
         policy,
         runtimes: runtimes.clone(),
         checkpoint_cost_secs: args.checkpoint_cost as f64,
@@ -353,12 +381,12 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         recheck_secs: 600.0,
         windows: crate::model::sched::window::WindowRule::default(),
     };
-    let bars = ProgressBars::new(&args.policy, json_stdout);
+    let bars = ProgressBars::new(&labels, json_stdout);
     // Jobs: the estimates, then the simulations, the costliest first so
     // the threads end together; each job's result depends only on the job.
     let mut jobs: Vec<Job> = (0..kinds.len()).map(Job::Estimate).collect();
-    let mut sims: Vec<usize> = (0..args.policy.len()).collect();
-    sims.sort_by_key(|&i| std::cmp::Reverse(expected_cost(args.policy[i])));
+    let mut sims: Vec<usize> = (0..runs.len()).collect();
+    sims.sort_by_key(|&r| std::cmp::Reverse(expected_cost(args.policy[runs[r].0])));
     jobs.extend(sims.into_iter().map(Job::Simulate));
     let threads = args
         .threads
@@ -369,7 +397,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
             let tag = 1 + u64::from(freq) + 2 * u64::from(checkpoint);
             let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ (tag << 48));
             let estimate = submission_estimate(
-                &config(policy, args.estimate_runs),
+                &config(policy, args.estimate_runs, Knowledge::Full),
                 &hosts,
                 &timelines,
                 &mut forecaster(policy),
@@ -378,7 +406,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
             // Calibrated against the pool's own past: back-test b draws
             // from a generator of its own, so the results depend on the job only.
             let calibration = estimate.filter(|_| args.backtests > 0).map(|(now, _)| {
-                let config = config(policy, args.estimate_runs);
+                let config = config(policy, args.estimate_runs, Knowledge::Full);
                 let what = Backtests {
                     config: &config,
                     hosts: &hosts,
@@ -399,13 +427,14 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
             });
             JobOutput::Estimate(estimate, calibration)
         }
-        Job::Simulate(i) => {
+        Job::Simulate(r) => {
+            let (i, knowledge) = runs[r];
             let policy = args.policy[i];
-            let bar = bars.start(i);
+            let bar = bars.start(r);
             let mut policy_rng = ChaCha8Rng::seed_from_u64(args.seed ^ ((i as u64 + 1) << 32));
             let t0 = Instant::now();
             let result = simulate(
-                &config(policy, 0),
+                &config(policy, 0, knowledge),
                 &hosts,
                 &timelines,
                 &mut forecaster(policy),
@@ -413,13 +442,13 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
                 &mut |share| bar.set_position((share * 1000.0) as u64),
             );
             bar.finish_and_clear();
-            JobOutput::Simulate(result, t0.elapsed().as_secs_f64())
+            JobOutput::Simulate(Box::new(result), t0.elapsed().as_secs_f64())
         }
     });
     bars.clear();
     let mut estimates = vec![None; kinds.len()];
     let mut calibrations: Vec<Option<Calibration>> = vec![None; kinds.len()];
-    let mut results: Vec<Option<(SimResult, f64)>> = (0..args.policy.len()).map(|_| None).collect();
+    let mut results: Vec<Option<(SimResult, f64)>> = (0..runs.len()).map(|_| None).collect();
     for (job, output) in jobs.iter().zip(outputs) {
         match (job, output) {
             (Job::Estimate(k), JobOutput::Estimate(e, c)) => {
@@ -427,15 +456,16 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
                 calibrations[*k] = c;
             }
             (Job::Simulate(i), JobOutput::Simulate(result, wall)) => {
-                results[*i] = Some((result?, wall))
+                results[*i] = Some(((*result)?, wall))
             }
             _ => bail!("a simulation job returned another job's output"),
         }
     }
-    let mut policies = Vec::with_capacity(args.policy.len());
-    for (i, &policy) in args.policy.iter().enumerate() {
-        let Some((mut result, wall_secs)) = results[i].take() else {
-            bail!("policy {policy} was not simulated");
+    let mut policies = Vec::with_capacity(runs.len());
+    for (r, &(i, _)) in runs.iter().enumerate() {
+        let policy = args.policy[i];
+        let Some((mut result, wall_secs)) = results[r].take() else {
+            bail!("policy {} was not simulated", labels[r]);
         };
         let mut estimate_calibration = None;
         if let Some(k) = kinds.iter().position(|k| k.0 == kind_of(policy)) {
@@ -461,6 +491,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
             )
         });
         policies.push(PolicyReport {
+            label: labels[r].clone(),
             verification,
             kills_per_task: [
                 per_task(result.kills[0]),
@@ -489,6 +520,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         forecasts_failed: default_fc.failed() + freq_fc.failed(),
         threads,
         setup_secs,
+        summary_heartbeat_secs: args.knowledge.summary_heartbeat,
     };
     if let Some(dir) = &args.svg {
         write_svgs(dir, &report)?;
@@ -506,7 +538,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
 /// Writes makespan.svg, kills.svg and wasted.svg into `dir`.
 fn write_svgs(dir: &Path, r: &SimulateReport) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let names: Vec<&str> = r.policies.iter().map(|p| p.result.policy.name()).collect();
+    let names: Vec<&str> = r.policies.iter().map(|p| p.label.as_str()).collect();
     let title = format!("{} hosts, {} tasks, seed {}", r.hosts, r.tasks, r.seed);
     let charts = [
         (
@@ -628,7 +660,19 @@ enum Job {
 
 enum JobOutput {
     Estimate(Option<(Quantiles, f64)>, Option<Calibration>),
-    Simulate(Result<SimResult, crate::model::sched::sim::SimError>, f64),
+    Simulate(
+        Box<Result<SimResult, crate::model::sched::sim::SimError>>,
+        f64,
+    ),
+}
+
+/// A run's name in the report: the policy's, and how it knew the pool
+/// when not fully.
+fn run_label(policy: Policy, knowledge: Knowledge) -> String {
+    match knowledge {
+        Knowledge::Full => policy.name().to_string(),
+        Knowledge::Summaries(_) => format!("{} [summaries]", policy.name()),
+    }
 }
 
 /// A rough rank of a policy's simulation cost (which jobs to start first).
@@ -654,15 +698,15 @@ struct ProgressBars {
 }
 
 impl ProgressBars {
-    fn new(policies: &[Policy], quiet: bool) -> ProgressBars {
+    fn new(labels: &[String], quiet: bool) -> ProgressBars {
         let multi = if quiet || !std::io::stderr().is_terminal() {
             MultiProgress::with_draw_target(ProgressDrawTarget::hidden())
         } else {
             MultiProgress::with_draw_target(ProgressDrawTarget::stderr())
         };
-        let bars = policies
+        let bars = labels
             .iter()
-            .map(|policy| {
+            .map(|label| {
                 let bar = ProgressBar::hidden();
                 bar.set_length(1000);
                 if let Ok(style) = ProgressStyle::with_template(
@@ -670,7 +714,7 @@ impl ProgressBars {
                 ) {
                     bar.set_style(style.progress_chars("=> "));
                 }
-                bar.set_message(policy.name());
+                bar.set_message(label.clone());
                 bar
             })
             .collect();
@@ -695,8 +739,15 @@ fn hours(secs: f64) -> String {
 
 /// The text report: one line per policy.
 fn table(r: &SimulateReport) -> String {
+    let w = r
+        .policies
+        .iter()
+        .map(|p| p.label.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(21);
     let mut out = format!(
-        "{} hosts, {} tasks, seed {}, method {}\n{:<21} {:>9} {:>9} {:>9} {:>17} {:>9} {:>7} {:>26}\n",
+        "{} hosts, {} tasks, seed {}, method {}\n{:<w$} {:>9} {:>9} {:>9} {:>17} {:>9} {:>7} {:>26}\n",
         r.hosts,
         r.tasks,
         r.seed,
@@ -727,8 +778,8 @@ fn table(r: &SimulateReport) -> String {
             },
         );
         out.push_str(&format!(
-            "{:<21} {:>9} {:>9} {:>9} {:>17} {:>9} {:>7.3} {:>26}\n",
-            res.policy.name(),
+            "{:<w$} {:>9} {:>9} {:>9} {:>17} {:>9} {:>7.3} {:>26}\n",
+            p.label,
             makespan,
             hours(res.mean_turnaround_secs),
             hours(res.p90_turnaround_secs),
@@ -755,8 +806,8 @@ fn table(r: &SimulateReport) -> String {
         for p in &r.policies {
             let Some(v) = &p.verification else { continue };
             out.push_str(&format!(
-                "{:<21} warm-up {:>6.1} %  after {:>6.1} %  accepted {}  no quorum {}  wrong accepted {}  liars caught {}\n",
-                p.result.policy.name(),
+                "{:<w$} warm-up {:>6.1} %  after {:>6.1} %  accepted {}  no quorum {}  wrong accepted {}  liars caught {}\n",
+                p.label,
                 v.warmup_overhead() * 100.0,
                 v.after_overhead() * 100.0,
                 v.accepted,
@@ -773,7 +824,7 @@ fn table(r: &SimulateReport) -> String {
             let c = p.estimate_calibration.as_ref()?;
             Some(format!(
                 "{} ×{:.2} ({} back-tests)",
-                p.result.policy.name(),
+                p.label,
                 c.widening,
                 c.misses.len()
             ))
@@ -785,12 +836,39 @@ fn table(r: &SimulateReport) -> String {
             widened.join(", ")
         ));
     }
+    for p in &r.policies {
+        let Some(probe) = &p.result.probe else {
+            continue;
+        };
+        out.push_str(&format!(
+            "{}: heartbeat {} s, {} of {} hosts cached; {} rounds asked {} hosts ({:.2} per task, at most {} a round); {} summaries published, {:.0} s old on average when ranked\n",
+            p.label,
+            r.summary_heartbeat_secs,
+            probe.cached,
+            r.hosts,
+            probe.rounds,
+            probe.asks,
+            probe.asks as f64 / r.tasks.max(1) as f64,
+            probe.max_round_asks,
+            probe.publications,
+            probe.mean_summary_age_secs
+        ));
+    }
+    let times: Vec<String> = r
+        .policies
+        .iter()
+        .map(|p| format!("{} {:.1} s", p.label, p.wall_secs))
+        .collect();
+    out.push_str(&format!("run time: {}\n", times.join(", ")));
     out.push_str(&format!(
         "wasted: reference CPU time lost to kills and checkpoints; {} TR curves computed, {} forecasts lacked history; setup {:.1} s",
         r.curves_computed, r.forecasts_failed, r.setup_secs
     ));
     out
 }
+
+mod knowledge;
+pub use knowledge::KnowledgeArgs;
 
 #[cfg(test)]
 mod tests;

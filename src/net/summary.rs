@@ -19,16 +19,8 @@ use crate::net::protocol::{
     HostSummary, WireSpellLengths, WireSpells, LADDER_SECS, MEMORY_LEVELS_MIB, SUMMARY_FORMAT,
 };
 
-/// The longest gap a member leaves between two publications when it has
-/// something new to say, however long its heartbeat.
-pub const MIN_GAP_MAX: Duration = Duration::from_secs(10);
-
-/// Least time between two publications of one member for a heartbeat of
-/// `heartbeat`: [`MIN_GAP_MAX`], or half the heartbeat when that is shorter
-/// (tests run with heartbeats of a second or two).
-pub fn min_gap(heartbeat: Duration) -> Duration {
-    (heartbeat / 2).min(MIN_GAP_MAX)
-}
+/// The pacing constants live in the model, shared with `gleaner simulate`.
+pub use crate::model::pace::{min_gap, MIN_GAP_MAX};
 
 /// How long a member stays in the table without being heard: four
 /// heartbeats (each at most 1.25 of the nominal) and a margin.

@@ -282,3 +282,77 @@ fn verify_adaptive_reports_the_overhead_and_catches_liars() {
     ]);
     assert!(plain["policies"][0].get("verification").is_none());
 }
+
+#[test]
+fn summaries_place_from_a_few_asks_a_round_and_the_report_says_so() {
+    let args = |sample: &'static str| {
+        [
+            "--hosts",
+            "24",
+            "--tasks",
+            "60",
+            "--runtime",
+            "lognormal:90m,0.5",
+            "--seed",
+            "5",
+            "--policy",
+            "proactive,oracle",
+            "--knowledge",
+            "full,summaries",
+            "--asks-per-task",
+            "1",
+            "--asks-max",
+            "2",
+            "--summary-heartbeat",
+            "1d",
+            "--summary-sample",
+            sample,
+            "--estimate-runs",
+            "0",
+            "--backtests",
+            "0",
+        ]
+    };
+    let r = simulate(&args("24"));
+    let policies = r["policies"].as_array().unwrap();
+    let labels: Vec<&str> = policies
+        .iter()
+        .map(|p| p["label"].as_str().unwrap())
+        .collect();
+    // The oracle knows every future: it runs once, with full knowledge.
+    assert_eq!(labels, ["proactive", "proactive [summaries]", "oracle"]);
+    for p in policies {
+        assert_eq!(p["finished"], 60, "{}", p["label"]);
+        assert_eq!(p["duplicate_completions"], 0, "{}", p["label"]);
+    }
+    let (full, summaries) = (&policies[0], &policies[1]);
+    assert_eq!(full["knowledge"], "full");
+    assert!(full.get("probe").is_none());
+    assert_eq!(summaries["knowledge"], "summaries");
+    let probe = &summaries["probe"];
+    let n = |key: &str| probe[key].as_u64().unwrap();
+    assert_eq!(n("cached"), 24);
+    assert!(n("rounds") > 0 && n("publications") >= 24, "{probe}");
+    assert!(n("max_round_asks") <= 2, "{probe}");
+    assert!(n("asks") <= 2 * n("rounds"), "{probe}");
+    // Two asks a round cannot start 24 hosts at once as full knowledge does.
+    assert_ne!(full["makespan_secs"], summaries["makespan_secs"]);
+    // A cache of a sample of the pool.
+    let r = simulate(&args("5"));
+    assert_eq!(r["policies"][1]["probe"]["cached"], 5);
+    assert_eq!(r["policies"][1]["finished"], 60);
+    // Nonsense is refused by name.
+    for (flag, value) in [
+        ("--knowledge", "psychic"),
+        ("--summary-sample", "0"),
+        ("--asks-max", "0"),
+        ("--summary-heartbeat", "0s"),
+    ] {
+        let mut cmd = gleaner();
+        cmd.arg("simulate").arg("--trace").arg(shared(TRACES[0]));
+        cmd.args(["--tasks", "2", "--runtime", "1h", flag, value])
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains(flag.trim_start_matches("--")));
+    }
+}

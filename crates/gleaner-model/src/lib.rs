@@ -15,6 +15,7 @@ pub mod forecast_stats;
 pub mod ids;
 pub mod kernel;
 pub mod owner;
+pub mod pace;
 pub mod period;
 pub mod policy;
 pub mod predict;

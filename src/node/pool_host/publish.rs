@@ -9,15 +9,13 @@
 //! module turns them into wire values and decisions. It knows nothing of
 //! the Swarm or of tokio.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::model::predict::InitialState;
-use crate::model::state::State;
 use crate::net::protocol::{
     FailureByCause, ReliabilityAnswer, WireLadder, WireSpellLengths, WireSpells, WireState,
     CURVE_POINTS_MAX, LADDER_SECS,
 };
-use crate::net::summary::min_gap;
 use crate::net::SummaryBody;
 use crate::node::answer::HostAnswer;
 
@@ -25,84 +23,13 @@ use crate::node::answer::HostAnswer;
 /// each answer's curve covers ¼ to 4 times the asked length, so these two
 /// cover every rung of [`LADDER_SECS`].
 pub const LADDER_ASKS_SECS: [u64; 2] = [3_600, 28_800];
-/// Γ counts in steps of this many thousandths for the pacer: a change a
-/// consumer's ranking would notice goes out; the owner's load jitter does not.
-pub const POWER_STEP_MILLI: u32 = 50;
 
-/// What a publication follows besides the heartbeat: a change of any of
-/// these goes out once the minimum gap allows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StatusKey {
-    pub state: State,
-    pub slot_free: bool,
-    /// Γ in steps of [`POWER_STEP_MILLI`].
-    pub power_step: u32,
-}
+// The pacing rule lives in the model, shared with `gleaner simulate`.
+pub use crate::model::pace::{StatusKey, POWER_STEP_MILLI};
 
-impl StatusKey {
-    pub fn new(state: State, slot_free: bool, power_milli: u32) -> StatusKey {
-        StatusKey {
-            state,
-            slot_free,
-            power_step: power_milli / POWER_STEP_MILLI,
-        }
-    }
-}
-
-/// When to publish a summary: the first at once; then a changed status
-/// once [`min_gap`] has passed since the last publication; and a heartbeat
-/// every 0.75 to 1.25 `heartbeat` (randomised, so a pool's members do not
-/// publish in step) whether or not anything changed, so consumers keep a
-/// fresh ladder and know the member lives.
-#[derive(Debug, Clone)]
-pub struct Pacer {
-    heartbeat: Duration,
-    gap: Duration,
-    last: Option<(Instant, StatusKey)>,
-    next_beat: Option<Instant>,
-}
-
-impl Pacer {
-    pub fn new(heartbeat: Duration) -> Pacer {
-        Pacer {
-            heartbeat,
-            gap: min_gap(heartbeat),
-            last: None,
-            next_beat: None,
-        }
-    }
-
-    /// True when a summary should go out at `now` for a host whose status
-    /// is `key`.
-    pub fn due(&self, now: Instant, key: StatusKey) -> bool {
-        let Some((at, published)) = self.last else {
-            return true;
-        };
-        let changed = published != key && now >= at + self.gap;
-        changed || self.next_beat.is_some_and(|beat| now >= beat)
-    }
-
-    /// When to ask [`due`](Self::due) again if nothing else happens: the
-    /// end of the gap when a change waits for it, else the next heartbeat;
-    /// `None` before the first publication (which is due at once).
-    pub fn next_look(&self, key: StatusKey) -> Option<Instant> {
-        let (at, published) = self.last?;
-        let beat = self.next_beat.unwrap_or(at + self.heartbeat);
-        if published != key {
-            Some((at + self.gap).min(beat))
-        } else {
-            Some(beat)
-        }
-    }
-
-    /// Records a publication of `key` at `now`; `jitter` in [0, 1) places
-    /// the next heartbeat between 0.75 and 1.25 heartbeats away.
-    pub fn published(&mut self, now: Instant, key: StatusKey, jitter: f64) {
-        let factor = 0.75 + 0.5 * jitter.clamp(0.0, 1.0);
-        self.last = Some((now, key));
-        self.next_beat = Some(now + self.heartbeat.mul_f64(factor));
-    }
-}
+/// When to publish a summary ([`crate::model::pace::Pacer`]) on this
+/// node's monotonic clock.
+pub type Pacer = crate::model::pace::Pacer<Instant, StatusKey>;
 
 /// A summary's reliability part from the host's own answers: for each
 /// memory level, the answers to [`LADDER_ASKS_SECS`] (in that order, an

@@ -4,7 +4,9 @@
 
 use super::*;
 use crate::model::baselines::MethodId;
+use crate::model::state::State;
 use crate::report::Forecast;
+use std::time::Duration;
 
 fn key(state: State, slot_free: bool) -> StatusKey {
     StatusKey::new(state, slot_free, 500)

@@ -286,6 +286,7 @@ mod tests {
             estimate_runs: 200,
             recheck_secs: 600.0,
             windows: crate::sched::window::WindowRule::default(),
+            knowledge: crate::sched::sim::Knowledge::Full,
         }
     }
 

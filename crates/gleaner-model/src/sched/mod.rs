@@ -7,7 +7,8 @@
 //! simulator (`sim`), the chance that a copy of a task meets a deadline
 //! (`deadline`), a host's failure spells over its past (`spells`), and
 //! the windows that come later: hold a task for the best (host, start)
-//! pair, exclusion, bounded kills (`window`).
+//! pair, exclusion, bounded kills (`window`), and how many hosts
+//! placement asks and which (`probe`).
 //!
 //! The consumer describes a host by [`HostView`] (relative power, predicted
 //! availability, TR curve) and a task by its reference runtime; nothing here
@@ -20,6 +21,7 @@ pub mod deadline;
 pub mod estimate;
 pub mod place;
 pub mod power;
+pub mod probe;
 pub mod runtime;
 pub mod sim;
 pub mod spells;

@@ -18,13 +18,15 @@
 //! `config.rs` and `result.rs` (what goes in and comes out), `view.rs`
 //! (what the consumer knows of a host), `submission.rs` (the estimate at
 //! submission), `events.rs` (the event loop), `dispatch.rs` (placement),
-//! `windows.rs` (`windows`' holds), `verify.rs` (`--verify`). This file
+//! `windows.rs` (`windows`' holds), `knowledge.rs` (placing from the
+//! members' summaries and a few asks), `verify.rs` (`--verify`). This file
 //! holds the simulation's state and its entry point.
 
 mod config;
 mod dispatch;
 mod events;
 mod forecast;
+pub mod knowledge;
 mod policy;
 mod result;
 mod submission;
@@ -36,6 +38,7 @@ mod windows;
 
 pub use config::{SimConfig, SimError, SimHost};
 pub use forecast::{Forecaster, SeriesForecaster};
+pub use knowledge::{summaries_apply, Knowledge, ProbeStats, SummaryPlan};
 pub use policy::{Policy, UnknownPolicy};
 pub use result::{Kills, SimResult};
 pub use submission::submission_estimate;
@@ -45,6 +48,7 @@ use super::estimate::Quantiles;
 use super::place::HostView;
 use super::timeline::Timeline;
 use crate::state::State;
+use knowledge::Summaries;
 use rand::Rng;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
@@ -77,6 +81,8 @@ enum Ev {
         epoch: u32,
     },
     Recheck,
+    /// A placement round from the summaries (`knowledge.rs`).
+    Round,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -160,6 +166,16 @@ pub fn simulate<R: Rng + ?Sized>(
         return Err(SimError::BadRuntime { task, runtime });
     }
     let mut sim = Sim::new(config, hosts, timelines);
+    if let Knowledge::Summaries(plan) = config.knowledge {
+        if summaries_apply(config.policy) {
+            sim.summaries = Some(Box::new(Summaries::new(
+                plan,
+                hosts.len(),
+                &config.runtimes,
+                rng,
+            )));
+        }
+    }
     sim.estimate = if config.estimate_runs > 0 {
         sim.estimate_now(forecaster, rng)
     } else {
@@ -224,6 +240,8 @@ struct Sim<'a> {
     /// Per task: the window it is held for.
     plans: Vec<Option<super::window::Plan>>,
     holds: u64,
+    /// The summaries the consumer places from, when it does not know all.
+    summaries: Option<Box<Summaries>>,
 }
 
 impl<'a> Sim<'a> {
@@ -283,6 +301,7 @@ impl<'a> Sim<'a> {
             reserved: vec![Vec::new(); hosts.len()],
             plans: vec![None; n],
             holds: 0,
+            summaries: None,
         }
     }
 

@@ -32,6 +32,8 @@ pub struct SimConfig {
     pub recheck_secs: f64,
     /// How `windows` weighs later windows.
     pub windows: WindowRule,
+    /// What the consumer knows when it places (`knowledge.rs`).
+    pub knowledge: super::Knowledge,
 }
 
 /// Why a simulation could not run.

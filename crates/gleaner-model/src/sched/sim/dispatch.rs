@@ -14,7 +14,9 @@ impl Sim<'_> {
         forecaster: &mut dyn Forecaster,
         rng: &mut R,
     ) {
-        if !self.queue.is_empty() && !self.free.is_empty() {
+        if self.summaries.is_some() {
+            self.dispatch_summaries(forecaster);
+        } else if !self.queue.is_empty() && !self.free.is_empty() {
             match self.config.policy {
                 Policy::Random | Policy::Power | Policy::TrFreq | Policy::Tr => {
                     while !self.free.is_empty() {

@@ -43,6 +43,7 @@ impl Sim<'_> {
             }
             self.now = event.time;
             match event.ev {
+                Ev::Round => self.round_tick(),
                 Ev::Recheck => {
                     self.recheck_pending = false;
                     self.recheck_all = true;
@@ -80,6 +81,7 @@ impl Sim<'_> {
             return;
         }
         let a = a.clone();
+        self.slot_changed(host, true);
         self.host_up(host);
         let overhead = a.cost * checkpoints_in(a.work, a.interval) as f64;
         self.wasted += overhead;
@@ -124,6 +126,7 @@ impl Sim<'_> {
         }
         self.queue.push_front(a.task);
         self.oracle_requeued = true;
+        self.slot_changed(host, true);
         self.go_down(host);
     }
 
@@ -215,6 +218,7 @@ impl Sim<'_> {
             // Never finishes and never fails: it runs until the horizon.
             (None, None) => {}
         }
+        self.slot_changed(host, false);
         self.slots[host] = Slot::Busy(Attempt {
             id,
             task,

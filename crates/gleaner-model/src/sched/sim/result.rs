@@ -1,7 +1,7 @@
 //! What a simulation measured ([`SimResult`]) and how the finished run's
 //! counters become it. It knows nothing of how the run made them.
 
-use super::{Policy, Sim};
+use super::{Policy, ProbeStats, Sim};
 use crate::sched::estimate::Quantiles;
 use serde::{Deserialize, Serialize};
 
@@ -46,6 +46,11 @@ pub struct SimResult {
     pub holds: u64,
     /// The most kills any one task took.
     pub max_task_kills: u32,
+    /// What the consumer placed from: "full" or "summaries".
+    pub knowledge: String,
+    /// Placing from summaries: rounds, asks, publications.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub probe: Option<ProbeStats>,
 }
 
 impl Sim<'_> {
@@ -95,6 +100,13 @@ impl Sim<'_> {
             task_host: self.end_host,
             holds: self.holds,
             max_task_kills: self.task_kills.iter().copied().max().unwrap_or(0),
+            knowledge: if self.summaries.is_some() {
+                "summaries"
+            } else {
+                "full"
+            }
+            .to_string(),
+            probe: self.summaries.as_ref().map(|s| s.stats()),
         }
     }
 }

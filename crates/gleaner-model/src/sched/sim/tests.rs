@@ -23,6 +23,7 @@ fn config(policy: Policy, runtimes: Vec<f64>) -> SimConfig {
         estimate_runs: 200,
         recheck_secs: 600.0,
         windows: crate::sched::window::WindowRule::default(),
+        knowledge: Knowledge::Full,
     }
 }
 

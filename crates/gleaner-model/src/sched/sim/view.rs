@@ -7,6 +7,12 @@ use super::{Forecaster, Sim, DEFAULT_OUTAGE_SECS, PAST_LOOKBACK_SECS};
 use crate::sched::estimate::PastFailures;
 use crate::sched::place::HostView;
 
+/// The consumer's views are worked out once per 15 minutes of simulated
+/// time: the bucket of time `t`.
+pub(super) fn view_bucket(t: f64) -> i64 {
+    (t / 900.0).floor() as i64
+}
+
 impl Sim<'_> {
     pub(super) fn trace_time(&self, host: usize, t: f64) -> f64 {
         self.hosts[host].offset as f64 + t
@@ -23,28 +29,38 @@ impl Sim<'_> {
     /// The consumer's view of `host` now, from its past only (refreshed once
     /// per 15 minutes of simulated time).
     pub(super) fn view(&mut self, host: usize, forecaster: &mut dyn Forecaster) -> &HostView {
-        let bucket = (self.now / 900.0).floor() as i64;
+        let bucket = view_bucket(self.now);
         if self.view_bucket[host] != bucket {
-            let h = self.hosts[host];
-            let tl = &self.timelines[h.timeline];
-            let tt = self.trace_time(host, self.now);
-            let (share, _) = tl.past(tt, PAST_LOOKBACK_SECS);
-            let availability = share.unwrap_or_else(|| tl.rate_at(tt));
-            let curve = forecaster.curve(h.timeline, self.lap_time(host, self.now));
-            self.views[host] = HostView {
-                power: h.power,
-                availability,
-                curve,
-            };
+            self.views[host] = self.view_at(host, self.now, forecaster);
             self.view_bucket[host] = bucket;
             self.order_stale = true;
         }
         &self.views[host]
     }
 
-    pub(super) fn outage_guess(&self, host: usize) -> f64 {
+    /// What `host` would say of itself at time `t`, from its past only.
+    pub(super) fn view_at(&self, host: usize, t: f64, forecaster: &mut dyn Forecaster) -> HostView {
         let h = self.hosts[host];
-        let tt = self.trace_time(host, self.now);
+        let tl = &self.timelines[h.timeline];
+        let tt = self.trace_time(host, t);
+        let (share, _) = tl.past(tt, PAST_LOOKBACK_SECS);
+        let availability = share.unwrap_or_else(|| tl.rate_at(tt));
+        let curve = forecaster.curve(h.timeline, self.lap_time(host, t));
+        HostView {
+            power: h.power,
+            availability,
+            curve,
+        }
+    }
+
+    pub(super) fn outage_guess(&self, host: usize) -> f64 {
+        self.outage_guess_at(host, self.now)
+    }
+
+    /// The outage `host`'s past at time `t` makes likely.
+    pub(super) fn outage_guess_at(&self, host: usize, t: f64) -> f64 {
+        let h = self.hosts[host];
+        let tt = self.trace_time(host, t);
         self.timelines[h.timeline]
             .past(tt, PAST_LOOKBACK_SECS)
             .1

@@ -1,0 +1,79 @@
+//! How many hosts placement asks directly, and which (issue 27, scope 2):
+//! a few per task being placed, like Sparrow's probes, never every member;
+//! half of them the best by what their summaries say, half drawn at random
+//! from the rest so that round after round reaches every member.
+//!
+//! One rule for the node's consumer (which orders hosts by their summaries
+//! and asks over the network) and `gleaner simulate` (which orders its
+//! simulated hosts the same way). Pure: the caller orders the hosts and
+//! passes the generator; nothing here knows peers, summaries or the wire.
+
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+/// Hosts asked directly per task being placed (Sparrow's d).
+pub const ASKS_PER_TASK: u32 = 2;
+/// Most hosts one placement round asks, however many tasks wait: a
+/// submission's network cost is bounded by its tasks, never by the pool.
+pub const ASKS_MAX: u32 = 32;
+
+/// How many hosts to ask for `tasks` tasks waiting to be placed:
+/// [`ASKS_PER_TASK`] each, at least one task's worth, at most [`ASKS_MAX`].
+pub fn asks_for(tasks: usize) -> u32 {
+    asks_for_with(tasks, ASKS_PER_TASK, ASKS_MAX)
+}
+
+/// [`asks_for`] with another `per_task` and `most` (the simulator varies them).
+pub fn asks_for_with(tasks: usize, per_task: u32, most: u32) -> u32 {
+    let tasks = u32::try_from(tasks).unwrap_or(u32::MAX).max(1);
+    tasks.saturating_mul(per_task).min(most)
+}
+
+/// How many of `most` asks go to the best by their summaries: the better
+/// half, rounded up (the rest are drawn at random).
+pub fn best_share(most: usize) -> usize {
+    most.div_ceil(2)
+}
+
+/// The `most` hosts to ask from `order` (every known host, best first;
+/// only its first [`best_share`] need be in order): the better half
+/// (rounded up) taken from its head, the rest drawn at random from the
+/// others.
+pub fn best_then_random<T, R: Rng + ?Sized>(mut order: Vec<T>, most: usize, rng: &mut R) -> Vec<T> {
+    let best = best_share(most).min(order.len());
+    let mut rest = order.split_off(best);
+    rest.shuffle(rng);
+    order.extend(rest.into_iter().take(most - best));
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use std::collections::HashSet;
+
+    #[test]
+    fn a_few_per_task_never_more_than_the_bound() {
+        assert_eq!(asks_for(0), ASKS_PER_TASK);
+        assert_eq!(asks_for(3), 6);
+        assert_eq!(asks_for(10_000), ASKS_MAX);
+        assert_eq!(asks_for_with(5, 3, 100), 15);
+    }
+
+    #[test]
+    fn the_best_half_then_random_ones_that_reach_everyone_in_time() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let order: Vec<u32> = (0..100).collect();
+        let picked = best_then_random(order.clone(), 5, &mut rng);
+        assert_eq!(picked.len(), 5);
+        assert_eq!(&picked[..3], &[0, 1, 2], "the better half, rounded up");
+        assert!(picked[3..].iter().all(|&h| h >= 3));
+        let mut reached = HashSet::new();
+        for _ in 0..2_000 {
+            reached.extend(best_then_random(order.clone(), 4, &mut rng));
+        }
+        assert_eq!(reached.len(), 100);
+        assert_eq!(best_then_random(vec![7, 8], 5, &mut rng), vec![7, 8]);
+    }
+}

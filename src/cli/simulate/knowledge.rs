@@ -1,0 +1,89 @@
+//! `gleaner simulate`'s knowledge options (issue 27, scope 5): whether the
+//! simulated consumer places knowing every host (`full`) or, as the node's
+//! consumer does, from the members' summaries and a few fresh answers per
+//! round (`summaries`), and how those summaries are paced, cached and
+//! confirmed. This file only reads and checks the options; the model is
+//! `model::sched::sim::knowledge`.
+
+use anyhow::bail;
+use clap::Args;
+
+use crate::cli::args::parse_duration;
+use crate::model::sched::probe::{ASKS_MAX, ASKS_PER_TASK};
+use crate::model::sched::sim::{Knowledge, SummaryPlan};
+use crate::net::members::MEMBERS_MAX;
+
+/// Most hosts a round may ask (the node asks at most [`ASKS_MAX`]).
+const ASKS_BOUND: u32 = 10_000;
+
+#[derive(Debug, Args)]
+pub struct KnowledgeArgs {
+    /// What the consumer places from, comma-separated: full (every host's
+    /// present state at every placement) and/or summaries (the members'
+    /// summaries and a few fresh answers per round, as the node does); each
+    /// policy runs once per kind.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "full",
+          value_parser = ["full", "summaries"])]
+    pub knowledge: Vec<String>,
+
+    /// A host's summary heartbeat under `--knowledge summaries` (it also
+    /// publishes on a change of state, slot or Γ step, at most once per
+    /// min(10 s, half of this)).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "300s")]
+    pub summary_heartbeat: u64,
+
+    /// Members the consumer's summary cache holds, a seeded sample of the
+    /// pool when fewer than the hosts [default: every host, at most the
+    /// node's 10,000].
+    #[arg(long, value_name = "N")]
+    pub summary_sample: Option<usize>,
+
+    /// Hosts asked directly per task that could be placed.
+    #[arg(long, value_name = "K", default_value_t = ASKS_PER_TASK)]
+    pub asks_per_task: u32,
+
+    /// Most hosts one placement round asks.
+    #[arg(long, value_name = "N", default_value_t = ASKS_MAX)]
+    pub asks_max: u32,
+}
+
+impl KnowledgeArgs {
+    /// The kinds of knowledge to run, checked, for a pool of `hosts`.
+    pub fn kinds(&self, hosts: usize) -> anyhow::Result<Vec<Knowledge>> {
+        if self.summary_heartbeat == 0 {
+            bail!("--summary-heartbeat must be at least 1s");
+        }
+        if !(1..=ASKS_BOUND).contains(&self.asks_per_task) {
+            bail!("--asks-per-task must be between 1 and {ASKS_BOUND}");
+        }
+        if !(1..=ASKS_BOUND).contains(&self.asks_max) {
+            bail!("--asks-max must be between 1 and {ASKS_BOUND}");
+        }
+        let cache = match self.summary_sample {
+            Some(0) => bail!("--summary-sample must be at least 1"),
+            Some(n) => n.min(hosts),
+            None => hosts.min(MEMBERS_MAX),
+        };
+        let plan = SummaryPlan {
+            cache,
+            asks_per_task: self.asks_per_task,
+            asks_max: self.asks_max,
+            ..SummaryPlan::new(self.summary_heartbeat as f64)
+        };
+        let mut kinds: Vec<Knowledge> = Vec::new();
+        for name in &self.knowledge {
+            let kind = if name == "summaries" {
+                Knowledge::Summaries(plan)
+            } else {
+                Knowledge::Full
+            };
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+        if kinds.is_empty() {
+            kinds.push(Knowledge::Full);
+        }
+        Ok(kinds)
+    }
+}
