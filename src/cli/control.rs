@@ -50,8 +50,14 @@ pub struct RunLocalArgs {
     /// Wall-clock limit (90m, 2h) [default: the node's guest.max_runtime_secs].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub runtime: Option<u64>,
-    /// The command and its arguments, after `--`.
-    #[arg(required = true, last = true, value_name = "CMD")]
+    /// Run in this image: a `docker save` / `podman save` archive, an OCI
+    /// layout tarball or a root-filesystem tar (its Env, WorkingDir,
+    /// Entrypoint and Cmd are honoured; the command after `--` replaces Cmd).
+    #[arg(long, value_name = "FILE")]
+    pub image: Option<std::path::PathBuf>,
+    /// The command and its arguments, after `--` (may be left out with
+    /// `--image`: the image's Cmd runs).
+    #[arg(last = true, value_name = "CMD", required_unless_present = "image")]
     pub command: Vec<String>,
 }
 
@@ -541,6 +547,14 @@ pub fn run_local(args: &RunLocalArgs, global: &Global) -> anyhow::Result<()> {
         argv: args.command.clone(),
         mem_mib: args.mem,
         runtime_secs: args.runtime,
+        // The node reads the file itself: it gets the absolute path.
+        image: match &args.image {
+            Some(p) => Some(
+                std::fs::canonicalize(p)
+                    .map_err(|e| anyhow::anyhow!("--image {}: {e}", p.display()))?,
+            ),
+            None => None,
+        },
     };
     let json = global.json;
     let quiet = global.quiet;

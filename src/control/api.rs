@@ -339,6 +339,10 @@ pub struct RunLocalRequest {
     pub mem_mib: u64,
     /// Wall-clock limit, seconds; the node's `guest.max_runtime_secs` when absent.
     pub runtime_secs: Option<u64>,
+    /// An image archive on this machine to run in (issue 31): `argv` then
+    /// overrides its `Cmd`, and may be empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<PathBuf>,
 }
 
 /// What the node started for a `run-local`.

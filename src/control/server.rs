@@ -15,7 +15,7 @@ use super::api::{
 };
 pub use super::state::ControlHandles;
 use super::state::{consumer_of, json_result, ApiJson, ApiQuery};
-use crate::guest::{GuestEvent, GuestEventKind, GuestPhase};
+use crate::guest::{GuestEvent, GuestEventKind, GuestImage, GuestPhase, IMAGE_WORK_DIR};
 use crate::model::baselines::MethodId;
 use crate::node::host_loop::{GuestJob, GuestOrigin, GuestStart, HostStatus, PauseOutcome};
 use axum::body::Body;
@@ -310,18 +310,37 @@ async fn run_local(
     State(h): State<ControlHandles>,
     ApiJson(request): ApiJson<RunLocalRequest>,
 ) -> Response {
-    if request.argv.first().is_none_or(|a| a.is_empty()) {
+    let (argv, env, image) = match request.image {
+        None => (request.argv, Vec::new(), None),
+        Some(path) => match unpack_image(&h, path).await {
+            Ok(img) => {
+                let work = img.config.working_dir.as_deref().unwrap_or(IMAGE_WORK_DIR);
+                let image = GuestImage {
+                    rootfs: img.rootfs.clone(),
+                    work_dir: PathBuf::from(work),
+                };
+                (
+                    img.config.argv(&request.argv),
+                    img.config.env.clone(),
+                    Some(image),
+                )
+            }
+            Err(e) => return e.into_response(),
+        },
+    };
+    if argv.first().is_none_or(|a| a.is_empty()) {
         return ApiError::bad_request("the command line is empty").into_response();
     }
     // Subscribe before the job starts so that no event of it is missed.
     let events = h.host.subscribe_events();
     let job = GuestJob {
-        argv: request.argv,
-        env: Vec::new(),
+        argv,
+        env,
         mem_mib: request.mem_mib,
         runtime_secs: request.runtime_secs,
         inputs: Vec::new(),
         checkpoint: None,
+        image,
     };
     let started = match h
         .host
@@ -347,6 +366,26 @@ async fn run_local(
         Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
     )
         .into_response()
+}
+
+/// Unpacks (or finds in the cache) the image a `run-local` names, off the
+/// async threads; a refused image is the request's fault, named.
+async fn unpack_image(
+    h: &ControlHandles,
+    path: PathBuf,
+) -> Result<crate::image::UnpackedImage, ApiError> {
+    let Some(cache) = h.images.clone() else {
+        return Err(ApiError::conflict("this node has no image cache"));
+    };
+    let unpacked = tokio::task::spawn_blocking(move || cache.unpack(&path)).await;
+    match unpacked {
+        Ok(Ok(img)) => Ok(img),
+        Ok(Err(e @ crate::image::ImageError::Io { .. })) => {
+            Err(ApiError::conflict(format!("image: {e}")))
+        }
+        Ok(Err(e)) => Err(ApiError::bad_request(format!("image: {e}"))),
+        Err(e) => Err(ApiError::conflict(format!("image unpacking stopped: {e}"))),
+    }
 }
 
 /// How often the job's output files are read for new bytes.

@@ -266,6 +266,7 @@ pub async fn run(
         net: net_handle,
         tracker: tracker.clone(),
         shutdown: shutdown.clone(),
+        images: open_image_cache(&data_dir),
     };
     tracker.spawn(async move {
         if let Err(e) = serve(control, handles).await {
@@ -329,4 +330,19 @@ async fn dialable_addrs(net: &crate::net::NetHandle) -> Vec<String> {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     Vec::new()
+}
+
+/// The image cache in the data dir; a node whose cache cannot be opened
+/// runs on, refusing jobs with an image.
+fn open_image_cache(
+    data_dir: &std::path::Path,
+) -> Option<std::sync::Arc<crate::image::ImageCache>> {
+    let dir = data_dir.join("images");
+    match crate::image::ImageCache::open(&dir, crate::image::ImageLimits::default()) {
+        Ok(c) => Some(std::sync::Arc::new(c)),
+        Err(e) => {
+            tracing::warn!(error = %e, "no image cache: jobs with an image are refused");
+            None
+        }
+    }
 }

@@ -29,6 +29,7 @@ pub fn default_ids(config: &GuestConfig) -> Option<Ids> {
         user: None,
         inputs: Vec::new(),
         checkpoint: None,
+        image: None,
     };
     guest_ids(config, &spec).ok().flatten()
 }

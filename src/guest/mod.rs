@@ -171,7 +171,23 @@ pub struct GuestSpec {
     /// `GLEANER_CHECKPOINT*` variables, SIGTERM and a grace before SIGKILL on
     /// an S3/S4 kill, and the node snapshots the file as it changes.
     pub checkpoint: Option<CheckpointPlan>,
+    /// The image the guest's root is (issue 31); `None`: the host's system
+    /// dirs, as before. A guest with an image needs the narrow view.
+    pub image: Option<GuestImage>,
 }
+
+/// The root a guest runs in when its job brought an image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestImage {
+    /// The unpacked image in the node's image cache; bound read-only.
+    pub rootfs: PathBuf,
+    /// Where the work dir appears and the guest starts: the image's
+    /// `WorkingDir`, else [`IMAGE_WORK_DIR`].
+    pub work_dir: PathBuf,
+}
+
+/// Where a guest in an image finds its work dir when the image names none.
+pub const IMAGE_WORK_DIR: &str = "/work";
 
 /// What [`Supervisor::start`] started.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,6 +256,8 @@ pub enum StartError {
     CannotSwitchUser(String),
     #[error("cannot prepare the job directory {path}: {source}")]
     JobDir { path: PathBuf, source: io::Error },
+    #[error("cannot run the guest in its image: {0}")]
+    Image(String),
     #[error("cannot start the guest process: {0}")]
     Spawn(io::Error),
 }

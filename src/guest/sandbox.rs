@@ -9,7 +9,7 @@
 
 use super::event::SandboxReport;
 use super::ids::{default_ids, Ids};
-use super::{landlock, launch, view, GuestConfig};
+use super::{landlock, launch, view, GuestConfig, GuestImage};
 use std::path::{Path, PathBuf};
 
 /// The namespace layers and quota a guest gets here, probed once (each
@@ -56,6 +56,7 @@ impl SandboxPlan {
         allow_network: bool,
         layers: Layers,
         hidden: &[PathBuf],
+        image: Option<&GuestImage>,
     ) -> SandboxPlan {
         let mut warnings = Vec::new();
         let uid = ids.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
@@ -63,7 +64,11 @@ impl SandboxPlan {
         // The narrow view (user, mount, PID and IPC namespaces, and a network
         // one when the job has no network) wherever the kernel allows it.
         let view = if layers.view {
-            match view::ViewPlan::new(work_dir, uid, gid, hidden) {
+            let planned = match image {
+                Some(img) => view::ViewPlan::with_image(uid, gid, &img.rootfs, &img.work_dir),
+                None => view::ViewPlan::new(work_dir, uid, gid, hidden),
+            };
+            match planned {
                 Ok(v) => Some(v),
                 Err(e) => {
                     warnings.push(format!("no narrow view: {e}"));

@@ -16,6 +16,7 @@
 use super::ids::Ids;
 use std::ffi::CString;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -53,6 +54,22 @@ enum Step {
         target: CString,
         link: CString,
     },
+    /// Attaches a detached copy of a host tree (`open_tree` in the node,
+    /// which may reach paths the guest's user cannot) and makes it
+    /// read-only, nosuid, nodev. A descriptor opened before `unshare`
+    /// names the node's mount namespace, where a plain bind from it fails
+    /// (EINVAL); a detached tree belongs to none and attaches anywhere.
+    MoveTree {
+        fd: libc::c_int,
+        dst: CString,
+    },
+    /// Recursive bind of `src` made read-only, nosuid, nodev (a node that
+    /// cannot `open_tree`, not being root, runs guests as itself, and
+    /// they can reach its image cache by path).
+    BindRo {
+        src: CString,
+        dst: CString,
+    },
     /// A fresh tmpfs; read-only ones cover a directory the guest must not see.
     Tmpfs {
         dst: CString,
@@ -69,7 +86,10 @@ pub struct ViewPlan {
     gid_map: CString,
     steps: Vec<Step>,
     proc_dir: CString,
+    /// Where the guest starts: the work dir's path inside the view.
     work: CString,
+    /// The detached trees the steps attach, held until the plan is dropped.
+    _open: Vec<std::os::fd::OwnedFd>,
 }
 
 fn c(path: impl AsRef<Path>) -> io::Result<CString> {
@@ -130,37 +150,7 @@ impl ViewPlan {
                 b.display()
             )));
         }
-        let dev = under_root(Path::new("/dev"));
-        steps.push(Step::Mkdir(c(&dev)?));
-        for name in DEVICES {
-            let host = Path::new("/dev").join(name);
-            if std::fs::metadata(&host).is_ok_and(|m| m.file_type().is_char_device()) {
-                steps.push(Step::Touch(c(dev.join(name))?));
-                steps.push(Step::Bind {
-                    src: c(&host)?,
-                    dst: c(dev.join(name))?,
-                });
-            }
-        }
-        for (link, target) in [
-            ("fd", "/proc/self/fd"),
-            ("stdin", "/proc/self/fd/0"),
-            ("stdout", "/proc/self/fd/1"),
-            ("stderr", "/proc/self/fd/2"),
-        ] {
-            steps.push(Step::Symlink {
-                target: cs(target)?,
-                link: c(dev.join(link))?,
-            });
-        }
-        // POSIX shared memory and semaphores live here; its pages count in
-        // the job's memory group like any other.
-        steps.push(Step::Mkdir(c(dev.join("shm"))?));
-        steps.push(Step::Tmpfs {
-            dst: c(dev.join("shm"))?,
-            options: cs("size=64m,nr_inodes=1024,mode=1777")?,
-            read_only: false,
-        });
+        dev_steps(&mut steps)?;
         for h in hidden {
             let Ok(h) = std::fs::canonicalize(h) else {
                 continue;
@@ -191,6 +181,117 @@ impl ViewPlan {
             steps,
             proc_dir: c(&proc_dir)?,
             work: c(&work_dir)?,
+            _open: Vec::new(),
+        })
+    }
+
+    /// Plans the view of a guest whose root is an image (issue 31): each
+    /// top-level directory of `rootfs` bound read-only (its links copied),
+    /// the devices, a fresh `/proc`, and the work dir at `guest_work` (the
+    /// image's `WorkingDir`, or `/work`) and again at `/tmp`, so what the
+    /// guest writes lands where the job's quota and Landlock rule are.
+    /// The image's own `/dev`, `/proc` and `/tmp` are not shown.
+    pub fn with_image(
+        uid: u32,
+        gid: u32,
+        rootfs: &Path,
+        guest_work: &Path,
+    ) -> io::Result<ViewPlan> {
+        if !Path::new(ASSEMBLY_POINT).is_dir() {
+            return Err(io::Error::other(format!(
+                "{ASSEMBLY_POINT} is not a directory to assemble the view on"
+            )));
+        }
+        let refuse = |why: String| io::Error::new(io::ErrorKind::InvalidInput, why);
+        let rel_work = image_work_path(guest_work).ok_or_else(|| {
+            refuse(format!(
+                "the image's working dir {} is not a plain absolute path outside /dev and /proc",
+                guest_work.display()
+            ))
+        })?;
+        let mut open = Vec::new();
+        let mut steps = Vec::new();
+        let mut shown = Vec::new();
+        for (n, entry) in std::fs::read_dir(rootfs)?.enumerate() {
+            if n >= 4096 {
+                return Err(refuse("the image has over 4096 top-level entries".into()));
+            }
+            let entry = entry?;
+            let name = entry.file_name();
+            if ["dev", "proc", "tmp"]
+                .iter()
+                .any(|s| name.as_bytes() == s.as_bytes())
+            {
+                continue;
+            }
+            let dst = Path::new(ASSEMBLY_POINT).join(&name);
+            let kind = entry.file_type()?;
+            if kind.is_symlink() {
+                steps.push(Step::Symlink {
+                    target: c(std::fs::read_link(entry.path())?)?,
+                    link: c(&dst)?,
+                });
+            } else if kind.is_dir() {
+                steps.push(Step::Mkdir(c(&dst)?));
+                match clone_tree(&entry.path()) {
+                    Ok(fd) => {
+                        steps.push(Step::MoveTree {
+                            fd: fd.as_raw_fd(),
+                            dst: c(&dst)?,
+                        });
+                        open.push(fd);
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EPERM) => steps.push(Step::BindRo {
+                        src: c(entry.path())?,
+                        dst: c(&dst)?,
+                    }),
+                    Err(e) => return Err(e),
+                }
+                shown.push(name);
+            }
+        }
+        dev_steps(&mut steps)?;
+        // The work dir's mount point: made in the view's own root when its
+        // top directory is not the image's, else it must be a directory the
+        // image has (a read-only image gets no new directories).
+        let top = rel_work
+            .components()
+            .next()
+            .map(|c| c.as_os_str().to_owned());
+        match top {
+            Some(top) if shown.contains(&top) && !is_plain_dir(rootfs, &rel_work) => {
+                return Err(refuse(format!(
+                    "the image's working dir {} is not a directory in the image",
+                    guest_work.display()
+                )));
+            }
+            Some(top) if !shown.contains(&top) && rel_work != Path::new("tmp") => {
+                let mut p = PathBuf::from(ASSEMBLY_POINT);
+                for comp in rel_work.components() {
+                    p.push(comp);
+                    steps.push(Step::Mkdir(c(&p)?));
+                }
+            }
+            _ => {}
+        }
+        let tmp = under_root(Path::new("/tmp"));
+        steps.push(Step::Mkdir(c(&tmp)?));
+        steps.push(Step::BindCwd { dst: c(&tmp)? });
+        if rel_work != Path::new("tmp") {
+            steps.push(Step::BindCwd {
+                dst: c(under_root(guest_work))?,
+            });
+        }
+        let proc_dir = under_root(Path::new("/proc"));
+        steps.push(Step::Mkdir(c(&proc_dir)?));
+        Ok(ViewPlan {
+            root: cs(ASSEMBLY_POINT)?,
+            uid_map: cs(&format!("{uid} {uid} 1\n"))?,
+            gid_map: cs(&format!("{gid} {gid} 1\n"))?,
+            steps,
+            proc_dir: c(&proc_dir)?,
+            work: c(guest_work)?,
+            _open: open,
         })
     }
 
@@ -240,6 +341,30 @@ impl ViewPlan {
                         libc::MS_BIND | libc::MS_REC,
                         std::ptr::null(),
                     ))?,
+                    Step::MoveTree { fd, dst } => {
+                        if libc::syscall(
+                            libc::SYS_move_mount,
+                            *fd,
+                            c"".as_ptr(),
+                            libc::AT_FDCWD,
+                            dst.as_ptr(),
+                            MOVE_MOUNT_F_EMPTY_PATH,
+                        ) < 0
+                        {
+                            return Err(io::Error::last_os_error());
+                        }
+                        read_only(dst)?;
+                    }
+                    Step::BindRo { src, dst } => {
+                        check(libc::mount(
+                            src.as_ptr(),
+                            dst.as_ptr(),
+                            std::ptr::null(),
+                            libc::MS_BIND | libc::MS_REC,
+                            std::ptr::null(),
+                        ))?;
+                        read_only(dst)?;
+                    }
                     Step::Touch(p) => {
                         let fd = libc::open(
                             p.as_ptr(),
@@ -312,6 +437,136 @@ impl ViewPlan {
             check(libc::chdir(self.work.as_ptr()))?;
         }
         Ok(())
+    }
+}
+
+/// The guest's `/dev`: a few devices bound from the host, the `fd` links
+/// and a small tmpfs for POSIX shared memory.
+fn dev_steps(steps: &mut Vec<Step>) -> io::Result<()> {
+    let dev = under_root(Path::new("/dev"));
+    steps.push(Step::Mkdir(c(&dev)?));
+    for name in DEVICES {
+        let host = Path::new("/dev").join(name);
+        if std::fs::metadata(&host).is_ok_and(|m| m.file_type().is_char_device()) {
+            steps.push(Step::Touch(c(dev.join(name))?));
+            steps.push(Step::Bind {
+                src: c(&host)?,
+                dst: c(dev.join(name))?,
+            });
+        }
+    }
+    for (link, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        steps.push(Step::Symlink {
+            target: cs(target)?,
+            link: c(dev.join(link))?,
+        });
+    }
+    // POSIX shared memory and semaphores live here; its pages count in
+    // the job's memory group like any other.
+    steps.push(Step::Mkdir(c(dev.join("shm"))?));
+    steps.push(Step::Tmpfs {
+        dst: c(dev.join("shm"))?,
+        options: cs("size=64m,nr_inodes=1024,mode=1777")?,
+        read_only: false,
+    });
+    Ok(())
+}
+
+/// `guest_work` relative to the root, when it is absolute, has no `..` and
+/// is not in `/dev`, `/proc` or below `/tmp` (`/` itself is no place for a
+/// work dir).
+fn image_work_path(guest_work: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    if !guest_work.is_absolute() {
+        return None;
+    }
+    let mut rel = PathBuf::new();
+    for comp in guest_work.components() {
+        match comp {
+            Component::RootDir | Component::CurDir => {}
+            Component::Normal(n) => rel.push(n),
+            _ => return None,
+        }
+    }
+    // `/tmp` is the work dir too; a path below it would be inside it.
+    let top = rel.components().next()?.as_os_str().as_bytes().to_vec();
+    let below_tmp = top == b"tmp" && rel != Path::new("tmp");
+    (top != b"dev" && top != b"proc" && !below_tmp).then_some(rel)
+}
+
+/// Whether `rel` is a directory under `root` reached through directories
+/// only (no link followed).
+fn is_plain_dir(root: &Path, rel: &Path) -> bool {
+    let mut p = root.to_path_buf();
+    rel.components().all(|comp| {
+        p.push(comp);
+        std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir())
+    })
+}
+
+/// `open_tree` flags (linux/mount.h), spelt out for libc versions without them.
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+
+/// A detached recursive copy of the tree at `path` (needs the node to be
+/// root; EPERM otherwise).
+fn clone_tree(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let p = c(path)?;
+    // SAFETY: a plain system call on a C string; the descriptor it returns
+    // is owned by the `OwnedFd` at once.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_RECURSIVE,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// Remounts the bind at `dst` read-only, nosuid and nodev, keeping the
+/// flags it has (a user namespace may not clear a flag its mount is locked
+/// with). Plain system calls only.
+fn read_only(dst: &std::ffi::CStr) -> io::Result<()> {
+    // SAFETY: plain system calls on a C string and a zeroed struct.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        check(libc::statvfs(dst.as_ptr(), &mut st))?;
+        let mut keep: libc::c_ulong = 0;
+        for (st_flag, ms_flag) in [
+            (libc::ST_NOEXEC, libc::MS_NOEXEC),
+            (libc::ST_NOATIME, libc::MS_NOATIME),
+            (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+            (libc::ST_RELATIME, libc::MS_RELATIME),
+        ] {
+            if st.f_flag & st_flag != 0 {
+                keep |= ms_flag;
+            }
+        }
+        check(libc::mount(
+            std::ptr::null(),
+            dst.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REMOUNT
+                | libc::MS_BIND
+                | libc::MS_RDONLY
+                | libc::MS_NOSUID
+                | libc::MS_NODEV
+                | keep,
+            std::ptr::null(),
+        ))
     }
 }
 
@@ -427,6 +682,21 @@ mod tests {
         // bind of /tmp, /home or /run.
         for hidden in ["\"/tmp\"", "\"/home\"", "\"/run\"", "\"/root\""] {
             assert!(!text.contains(&format!("src: {hidden}")), "{text}");
+        }
+    }
+
+    #[test]
+    fn an_images_work_dir_is_a_plain_path_outside_dev_proc_and_below_tmp() {
+        assert_eq!(
+            image_work_path(Path::new("/srv/job")),
+            Some(PathBuf::from("srv/job"))
+        );
+        assert_eq!(
+            image_work_path(Path::new("/tmp")),
+            Some(PathBuf::from("tmp"))
+        );
+        for bad in ["/", "srv", "/proc/1", "/dev", "/tmp/x", "/srv/../etc"] {
+            assert_eq!(image_work_path(Path::new(bad)), None, "{bad}");
         }
     }
 

@@ -180,6 +180,7 @@ async fn start_sleeper(host: &HostHandle, mem_mib: u64) -> JobId {
             runtime_secs: None,
             inputs: Vec::new(),
             checkpoint: None,
+            image: None,
         },
     })
     .await

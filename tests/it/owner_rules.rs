@@ -70,6 +70,7 @@ fn job(argv: &[&str]) -> GuestStart {
             runtime_secs: None,
             inputs: Vec::new(),
             checkpoint: None,
+            image: None,
         },
     }
 }

@@ -72,6 +72,7 @@ async fn spin_under_limit(job_cgroups: bool) -> (ThrottleMode, Option<String>, f
                 runtime_secs: Some(120),
                 inputs: Vec::new(),
                 checkpoint: None,
+                image: None,
             },
         })
         .await

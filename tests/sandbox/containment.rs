@@ -48,6 +48,7 @@ fn spec(script: &str, mem_mib: u64) -> GuestSpec {
         user: None,
         inputs: Vec::new(),
         checkpoint: None,
+        image: None,
     }
 }
 
@@ -420,7 +421,7 @@ fn the_report_names_the_layers() {
 
 /// The proof a namespace layer is absent: `unshare` refuses an unprivileged
 /// user the user, mount and PID namespaces (run as nobody when we are root).
-fn view_namespaces_allowed() -> bool {
+pub fn view_namespaces_allowed() -> bool {
     let mut cmd = if nix::unistd::geteuid().is_root() {
         let mut c = Command::new("setpriv");
         c.args([

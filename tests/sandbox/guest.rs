@@ -90,6 +90,7 @@ fn spec(argv: &[&str]) -> GuestSpec {
         user: None,
         inputs: Vec::new(),
         checkpoint: None,
+        image: None,
     }
 }
 

@@ -7,6 +7,7 @@
 
 mod containment;
 mod guest;
+mod image;
 
 #[path = "../shared/test_name.rs"]
 mod shared_test_name;

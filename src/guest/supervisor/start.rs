@@ -77,6 +77,13 @@ impl Supervisor {
             return Err(e);
         }
         let mut plan = self.plan_sandbox(job_id, &staged, ids, &spec, quota_warning);
+        if spec.image.is_some() && plan.view.is_none() {
+            let why = plan.report.warnings.join("; ");
+            staged.abandon();
+            return Err(StartError::Image(format!(
+                "an image needs the narrow view: {why}"
+            )));
+        }
         // One guest at a time: whatever is left in a job group now is stray.
         self.kill_leftover_groups();
         staged.group = self.make_group(job_id, &spec);
@@ -241,6 +248,7 @@ impl Supervisor {
             spec.allow_network,
             self.layers,
             &self.config.hidden_dirs,
+            spec.image.as_ref(),
         );
         plan.report.warnings.extend(quota_warning);
         plan.report.work_quota_bytes = staged.quota.as_ref().map(|q| q.cap());
@@ -303,7 +311,7 @@ impl Supervisor {
         command
             .args(&spec.argv[1..])
             .env_clear()
-            .envs(guest_env(job_id, &staged.work_dir, spec))
+            .envs(guest_env(job_id, guest_work(&staged.work_dir, spec), spec))
             .current_dir(&staged.work_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -556,6 +564,14 @@ fn limits(config: &GuestConfig, spec: &GuestSpec) -> [Limit; launch::LIMIT_COUNT
         same(libc::RLIMIT_NOFILE, config.max_open_files),
         same(libc::RLIMIT_CORE, 0),
     ]
+}
+
+/// The work dir as the guest sees it: where its image shows it, else at
+/// its own path.
+fn guest_work<'a>(work_dir: &'a Path, spec: &'a GuestSpec) -> &'a Path {
+    spec.image
+        .as_ref()
+        .map_or(work_dir, |i| i.work_dir.as_path())
 }
 
 /// The guest's whole environment: a few fixed variables plus the spec's.

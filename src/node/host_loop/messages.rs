@@ -76,6 +76,8 @@ pub struct GuestJob {
     /// The job's checkpoint order (a peer's `--checkpoint`); the host's cap
     /// on its size is added by [`guest_spec`].
     pub checkpoint: Option<crate::net::protocol::CheckpointOrder>,
+    /// The unpacked image the job runs in (issue 31), if it brought one.
+    pub image: Option<crate::guest::GuestImage>,
 }
 
 /// The answer to `pause` and `resume`.
@@ -199,5 +201,6 @@ pub fn guest_spec(config: &Config, job: GuestJob) -> GuestSpec {
             grace: Duration::from_secs(c.grace_secs),
             max_bytes: guest.max_checkpoint_mib.saturating_mul(1 << 20),
         }),
+        image: job.image,
     }
 }

@@ -525,6 +525,7 @@ impl PoolHost {
             runtime_secs: Some(submit.wall_time_limit_secs),
             inputs: Vec::new(),
             checkpoint: submit.checkpoint,
+            image: None,
         };
         let events = spawn_event_sender(self.parts.net.clone(), consumer, &self.parts.tracker);
         // Registered now, so the consumer's probes find the job while its
