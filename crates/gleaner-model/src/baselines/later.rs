@@ -1,5 +1,6 @@
 //! `logistic` for a window that starts later: TR(W, T) asked at the
-//! record's last sample (the origin, "now") about a W that lies k after it,
+//! record's last sample (the origin, "now") about a W that lies k after it
+//! (more than [`NOW_SECS`]),
 //! as the node's 24-hour curves and the placement of windows that come
 //! later (issue 28) ask. Without it the default answered `freq` there
 //! (shared/findings/future-windows.md): a count over ten past days in steps
@@ -52,6 +53,11 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
+/// A W at most this long after the record's last sample is answered by
+/// `logistic` as the window starting at that sample (the present is known
+/// there; the node asks at its clock's now, up to a sampling period or its
+/// series cache's minute after the last sample). Later ones get this model.
+pub const NOW_SECS: i64 = 600;
 /// Leads of the training pairs, hours. A query's lead picks the nearest
 /// (log scale) for `cond`; the decays use the exact lead.
 pub const LEADS_H: [i64; 10] = [1, 2, 3, 4, 6, 9, 12, 16, 24, 36];

@@ -145,3 +145,20 @@ fn leads_map_to_the_nearest_trained_lead() {
     assert_eq!(lead_bucket(24 * 3600), 8);
     assert_eq!(lead_bucket(7 * 86_400), 9);
 }
+
+/// A W a few minutes after the last sample (the node's clock runs ahead of
+/// its samples) is the window at the last sample: the same answer, which
+/// reads the present there; ten minutes on, the later model answers.
+#[test]
+fn a_window_just_after_the_last_sample_is_answered_at_it() {
+    let series = afternoon_owner(60);
+    let method = Logistic::with_own_cache();
+    let origin = MONDAY + 52 * DAY + 15 * HOUR;
+    let at_last = later_tr(&method, &series, origin, 0, 3 * 3600);
+    for lead in [1, 30, 300, 600] {
+        assert_eq!(later_tr(&method, &series, origin, lead, 3 * 3600), at_last);
+    }
+    let later = later_tr(&method, &series, origin, 601, 3 * 3600);
+    assert_ne!(later, at_last);
+    assert!(later < 0.2, "{later}");
+}

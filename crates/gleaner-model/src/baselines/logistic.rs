@@ -1038,7 +1038,20 @@ impl ReliabilityPredictor for Logistic {
     ) -> Result<ReliabilityForecast, PredictError> {
         geometry(series, req)?;
         let Some(state) = observed_state(series, req) else {
-            // W after the record's last sample: the model of [`later`].
+            // W just after the last sample (the node asks at its clock's
+            // now, a sampling period or a cached minute past it): the
+            // window that starts at the last sample, whose present is W's.
+            let just_after = series
+                .last_time()
+                .filter(|&last| req.at > last && req.at - last <= later::NOW_SECS);
+            if let Some(last) = just_after {
+                let at_last = PredictRequest {
+                    at: last,
+                    ..req.clone()
+                };
+                return self.forecast(series, &at_last);
+            }
+            // W later after the record's last sample: the model of [`later`].
             if let Some(answer) = later::forecast(self, &self.later, series, req)? {
                 return Ok(answer);
             }
