@@ -21,8 +21,8 @@ use libp2p::request_response::{self, ProtocolSupport};
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::swarm::NetworkBehaviour;
 use libp2p::{
-    autonat, connection_limits, dcutr, gossipsub, identify, kad, mdns, noise, ping, relay, tcp,
-    yamux, Multiaddr, PeerId, StreamProtocol, Swarm, SwarmBuilder,
+    allow_block_list, autonat, connection_limits, dcutr, gossipsub, identify, kad, mdns, noise,
+    ping, relay, tcp, yamux, Multiaddr, PeerId, StreamProtocol, Swarm, SwarmBuilder,
 };
 
 use crate::model::ids::PoolName;
@@ -201,6 +201,9 @@ pub fn read_swarm_key(path: &Path) -> Result<PreSharedKey, BuildError> {
 #[derive(NetworkBehaviour)]
 pub(crate) struct Behaviour {
     pub(crate) limits: connection_limits::Behaviour,
+    /// Peers cut off for flooding us with requests (`event_loop::requests`):
+    /// their connections are refused both ways until the block is lifted.
+    pub(crate) blocked: allow_block_list::Behaviour<allow_block_list::BlockedPeers>,
     pub(crate) relay_client: relay::client::Behaviour,
     pub(crate) relay_server: Toggle<relay::Behaviour>,
     pub(crate) dcutr: dcutr::Behaviour,
@@ -341,6 +344,7 @@ fn build_behaviour(
     );
 
     Ok(Behaviour {
+        blocked: allow_block_list::Behaviour::default(),
         relay_client,
         relay_server: relay_server.into(),
         dcutr: dcutr::Behaviour::new(peer_id),

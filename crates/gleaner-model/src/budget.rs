@@ -1,7 +1,9 @@
 //! Budgets for what peers send: a token bucket that refills at a steady
 //! rate up to a burst, so that a peer may send what an honest one would
-//! and no more. Pure: the time is a parameter (milliseconds from any fixed
-//! origin), so the caller's clock and tests' paused time both work.
+//! and no more; and per-peer budgets of requests with a tolerance for
+//! drops, past which a peer is cut off. Pure: the time is a parameter
+//! (milliseconds from any fixed origin), so the caller's clock and tests'
+//! paused time both work.
 
 /// A token bucket: `capacity` tokens at most, `per_sec` added each second.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -45,9 +47,131 @@ impl TokenBucket {
     }
 }
 
+/// What to do with one request from a peer, by [`PeerBudgets::admit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Within the peer's budget: serve it.
+    Serve,
+    /// Past the budget: drop it unanswered (the cheapest answer).
+    Drop,
+    /// Past the budget and past the tolerance for drops: drop it and cut
+    /// the peer off for a while. Said once; the entry starts afresh.
+    CutOff,
+}
+
+/// Request budgets per peer, for requests that come in at a peer's will:
+/// each peer gets a [`TokenBucket`] of requests, and a second one of drops
+/// it is forgiven (an honest burst that overflows now and then); a peer
+/// that empties both is cut off. At most `max_peers` entries are kept: a
+/// new peer past that replaces the one heard from longest ago, so a flood
+/// of fresh peer ids costs a bounded map. Pure, like the bucket.
+#[derive(Debug, Clone)]
+pub struct PeerBudgets<K> {
+    requests: (u32, f64),
+    drops: (u32, f64),
+    max_peers: usize,
+    peers: std::collections::HashMap<K, PeerBudget>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PeerBudget {
+    requests: TokenBucket,
+    drops: TokenBucket,
+    last_ms: u64,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> PeerBudgets<K> {
+    /// `requests` and `drops` are each a (burst, per second) pair.
+    pub fn new(requests: (u32, f64), drops: (u32, f64), max_peers: usize) -> PeerBudgets<K> {
+        PeerBudgets {
+            requests,
+            drops,
+            max_peers: max_peers.max(1),
+            peers: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Counts one request from `peer` at `now_ms` and says what to do with it.
+    pub fn admit(&mut self, peer: &K, now_ms: u64) -> Admit {
+        if !self.peers.contains_key(peer) && self.peers.len() >= self.max_peers {
+            let oldest = self
+                .peers
+                .iter()
+                .min_by_key(|(_, b)| b.last_ms)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                self.peers.remove(&oldest);
+            }
+        }
+        let (requests, drops) = (self.requests, self.drops);
+        let budget = self
+            .peers
+            .entry(peer.clone())
+            .or_insert_with(|| PeerBudget {
+                requests: TokenBucket::new(requests.0, requests.1),
+                drops: TokenBucket::new(drops.0, drops.1),
+                last_ms: now_ms,
+            });
+        budget.last_ms = budget.last_ms.max(now_ms);
+        if budget.requests.take(now_ms) {
+            return Admit::Serve;
+        }
+        if budget.drops.take(now_ms) {
+            return Admit::Drop;
+        }
+        self.peers.remove(peer);
+        Admit::CutOff
+    }
+
+    /// Peers with an entry.
+    pub fn len(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// True when no peer has an entry.
+    pub fn is_empty(&self) -> bool {
+        self.peers.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flooding_peer_is_served_its_budget_then_dropped_then_cut_off() {
+        let mut b: PeerBudgets<u32> = PeerBudgets::new((10, 5.0), (20, 1.0), 100);
+        let said: Vec<Admit> = (0..31).map(|_| b.admit(&1, 1_000)).collect();
+        let count = |a: Admit| said.iter().filter(|&&x| x == a).count();
+        assert_eq!(count(Admit::Serve), 10);
+        assert_eq!(count(Admit::Drop), 20);
+        assert_eq!(said[30], Admit::CutOff, "{said:?}");
+        // Cut off once, then it starts afresh (the caller blocks it meanwhile).
+        assert_eq!(b.admit(&1, 1_000), Admit::Serve);
+        // Another peer is not touched by the first one's flood.
+        assert!((0..10).all(|_| b.admit(&2, 1_000) == Admit::Serve));
+    }
+
+    #[test]
+    fn an_honest_peer_at_its_rate_is_never_cut_off() {
+        let mut b: PeerBudgets<u32> = PeerBudgets::new((10, 5.0), (20, 1.0), 100);
+        // Five a second for an hour, with a burst of 25 every minute.
+        for sec in 0..3_600u64 {
+            let n = if sec % 60 == 0 { 25 } else { 5 };
+            for _ in 0..n {
+                assert_ne!(b.admit(&7, sec * 1_000), Admit::CutOff, "second {sec}");
+            }
+        }
+    }
+
+    #[test]
+    fn fresh_peer_ids_cost_a_bounded_map() {
+        let mut b: PeerBudgets<u32> = PeerBudgets::new((1, 1.0), (1, 1.0), 8);
+        for peer in 0..1_000u32 {
+            assert_eq!(b.admit(&peer, u64::from(peer)), Admit::Serve);
+        }
+        assert_eq!(b.len(), 8);
+    }
 
     #[test]
     fn a_burst_then_the_steady_rate_and_no_credit_for_a_step_back() {

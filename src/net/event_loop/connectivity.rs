@@ -34,6 +34,8 @@ pub(super) enum Timer {
     Recheck,
     /// A listing of the pool answers with what it found so far.
     WalkDeadline(u64),
+    /// A peer cut off for flooding may connect again.
+    Unblock(PeerId),
 }
 
 impl EventLoop {

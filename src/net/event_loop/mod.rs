@@ -39,6 +39,7 @@ use libp2p::{identify, mdns, Multiaddr, PeerId, StreamProtocol, Swarm};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::model::budget::PeerBudgets;
 use crate::net::handle::{Command, LocalStatus, NetError, NetEvent, NetHandle, SummaryBody};
 use crate::net::members::{MemberCache, MEMBERS_MAX};
 use crate::net::protocol::{
@@ -138,6 +139,9 @@ pub fn start(
         timers: FuturesUnordered::new(),
         links: HashMap::new(),
         remembered,
+        inbound: requests::inbound_budgets(),
+        inbound_origin: tokio::time::Instant::now(),
+        held: HashMap::new(),
     };
     event_loop.dial_bootstrap();
     Ok((
@@ -218,6 +222,12 @@ pub struct EventLoop {
     links: HashMap<PeerId, HashMap<ConnectionId, bool>>,
     /// The peer book and its redialer; `None` when `[net] peer_book` is off.
     remembered: Option<Remembered>,
+    /// Each peer's budget of inbound requests (`requests::INBOUND_*`).
+    inbound: PeerBudgets<PeerId>,
+    /// The origin of the budgets' clock (tokio's, so paused time works).
+    inbound_origin: tokio::time::Instant,
+    /// Requests held unanswered per peer (past its budget).
+    held: HashMap<PeerId, usize>,
 }
 
 impl EventLoop {
@@ -255,6 +265,7 @@ impl EventLoop {
                 LoopEvent::Timer(Timer::DropRelayed(peer)) => self.drop_relayed(peer),
                 LoopEvent::Timer(Timer::Recheck) => self.check_placement(),
                 LoopEvent::Timer(Timer::WalkDeadline(walk)) => self.end_walk(walk),
+                LoopEvent::Timer(Timer::Unblock(peer)) => self.unblock(peer),
             }
         }
         // What the book learnt since its last write is not lost to a clean stop.

@@ -1,9 +1,15 @@
-//! The request protocols (reliability queries and job requests): an
-//! inbound request from a peer outside the allowlist is refused here; the
-//! rest are handed to the node without waiting (a full queue drops the
-//! request) and answered when the node answers, or dropped after
-//! `serve_timeout`; outbound answers and failures reach the caller that
-//! asked.
+//! The request protocols (reliability queries and job requests): each
+//! inbound request is first counted against its peer's budget (a burst,
+//! then a steady rate). Past it the request is held unanswered for a while
+//! (up to a few per peer; more are dropped): a flooder that waits for its
+//! answers, as request-response peers do, then sends almost nothing, where
+//! an answer or a closed stream would have it send the next at once. A
+//! peer that keeps flooding is disconnected and blocked for a while. So a
+//! flood costs a bounded share of a core whatever it carries. A request
+//! from a peer outside the allowlist is refused here; the rest are handed
+//! to the node without waiting (a full queue drops the request) and
+//! answered when the node answers, or dropped after `serve_timeout`;
+//! outbound answers and failures reach the caller that asked.
 //!
 //! It must not know how reliability is computed or how jobs run.
 
@@ -12,7 +18,9 @@ use libp2p::request_response::{self, OutboundFailure, ResponseChannel};
 use libp2p::PeerId;
 use tokio::sync::oneshot;
 
+use super::connectivity::Timer;
 use super::EventLoop;
+use crate::model::budget::{Admit, PeerBudgets};
 use crate::net::handle::{NetError, NetEvent, Responder};
 use crate::net::protocol::{JobRequest, JobResponse, RejectReason, ReliabilityResponse};
 
@@ -23,11 +31,84 @@ pub(super) enum Served {
         Option<ReliabilityResponse>,
     ),
     Job(ResponseChannel<JobResponse>, Option<JobResponse>),
+    /// A request held past its peer's budget was let go (unanswered).
+    Released(PeerId),
 }
 
 pub(super) type ServingFuture = futures::future::BoxFuture<'static, Served>;
 
+/// Inbound requests (reliability queries and job requests together) a
+/// peer may send in a burst, and per second after it. An honest consumer
+/// asks once per survey and fetches a few outputs per task; an honest host
+/// sends a handful of events per job. A batch landing hundreds of small
+/// outputs at once fits the burst.
+pub(super) const INBOUND_BURST: u32 = 512;
+pub(super) const INBOUND_PER_SEC: f64 = 64.0;
+/// Requests past the budget forgiven before the peer is cut off: a burst,
+/// and one a second.
+pub(super) const INBOUND_DROPS_FORGIVEN: u32 = 1_024;
+/// How long a request past its peer's budget is held unanswered, and how
+/// many are held per peer and in all (past either, they are dropped).
+const HELD_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+const HELD_PER_PEER: usize = 128;
+const HELD_MAX: usize = 8_192;
+/// How long a peer that flooded stays blocked.
+pub(super) const FLOODER_BLOCKED_FOR: std::time::Duration = std::time::Duration::from_secs(600);
+/// Peers with a budget at once (the one heard from longest ago makes room).
+const INBOUND_PEERS_MAX: usize = 4_096;
+/// Peers blocked at once: past this a flooder is only dropped, not blocked,
+/// so fresh peer ids cannot grow the block list.
+const BLOCKED_MAX: usize = 1_024;
+
+pub(super) fn inbound_budgets() -> PeerBudgets<PeerId> {
+    PeerBudgets::new(
+        (INBOUND_BURST, INBOUND_PER_SEC),
+        (INBOUND_DROPS_FORGIVEN, 1.0),
+        INBOUND_PEERS_MAX,
+    )
+}
+
 impl EventLoop {
+    /// Counts an inbound request against `peer`'s budget: `Some(channel)`
+    /// to serve it; past the budget the channel is held for [`HELD_FOR`]
+    /// (or dropped when too many are held). A peer that empties its budget
+    /// and its tolerance is disconnected and blocked for
+    /// [`FLOODER_BLOCKED_FOR`].
+    fn admit_inbound<T: Send + 'static>(&mut self, peer: PeerId, channel: T) -> Option<T> {
+        let now_ms = u64::try_from(self.inbound_origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match self.inbound.admit(&peer, now_ms) {
+            Admit::Serve => Some(channel),
+            Admit::Drop => {
+                let held = self.held.entry(peer).or_insert(0);
+                if *held < HELD_PER_PEER && self.serving.len() < HELD_MAX {
+                    *held += 1;
+                    self.serving.push(
+                        async move {
+                            tokio::time::sleep(HELD_FOR).await;
+                            drop(channel);
+                            Served::Released(peer)
+                        }
+                        .boxed(),
+                    );
+                }
+                None
+            }
+            Admit::CutOff => {
+                let blocked = self.swarm.behaviour().blocked.blocked_peers().len();
+                if blocked < BLOCKED_MAX && self.swarm.behaviour_mut().blocked.block_peer(peer) {
+                    tracing::warn!(%peer, "a peer flooded us with requests; blocked for {}s", FLOODER_BLOCKED_FOR.as_secs());
+                    self.start_timer(FLOODER_BLOCKED_FOR, Timer::Unblock(peer));
+                }
+                None
+            }
+        }
+    }
+
+    /// Lifts a flooder's block.
+    pub(super) fn unblock(&mut self, peer: PeerId) {
+        self.swarm.behaviour_mut().blocked.unblock_peer(peer);
+    }
+
     /// Hands an event to the node without waiting: a node that does not keep up loses
     /// requests (their peers see the stream close) instead of stalling the Swarm.
     pub(super) fn notify(&self, event: NetEvent) -> bool {
@@ -49,6 +130,9 @@ impl EventLoop {
                 request_response::Message::Request {
                     request, channel, ..
                 } => {
+                    let Some(channel) = self.admit_inbound(peer, channel) else {
+                        return;
+                    };
                     let (tx, rx) = oneshot::channel();
                     if self.notify(NetEvent::ReliabilityQuery {
                         peer,
@@ -94,6 +178,9 @@ impl EventLoop {
                 request_response::Message::Request {
                     request, channel, ..
                 } => {
+                    let Some(channel) = self.admit_inbound(peer, channel) else {
+                        return;
+                    };
                     if !self.may_send_job_request(&peer, &request) {
                         let _ = self.swarm.behaviour_mut().job.send_response(
                             channel,
@@ -167,6 +254,14 @@ impl EventLoop {
                     .send_response(channel, answer);
             }
             Served::Reliability(_, None) | Served::Job(_, None) => {}
+            Served::Released(peer) => {
+                if let Some(held) = self.held.get_mut(&peer) {
+                    *held = held.saturating_sub(1);
+                    if *held == 0 {
+                        self.held.remove(&peer);
+                    }
+                }
+            }
         }
     }
 }
