@@ -23,6 +23,10 @@ pub struct HostsArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub rounds: u32,
+    /// Ask every host directly instead of listing what their summaries say
+    /// (slower: one query per host; implied by --rounds above 1).
+    #[arg(long)]
+    pub probe: bool,
     #[command(flatten)]
     pub out: crate::cli::JsonFlag,
 }
@@ -48,6 +52,7 @@ pub fn hosts(args: &HostsArgs, global: &Global) -> anyhow::Result<()> {
         window_secs: args.window,
         mem_mib: args.mem,
         rounds: args.rounds,
+        probe: args.probe,
     };
     let report: HostsReport = block_on(client.post_json(&format!("{PREFIX}/hosts"), &query))??;
     if global.json {
@@ -85,6 +90,7 @@ fn hosts_table(r: &HostsReport) -> String {
             "slot",
             "days",
             "rtt ms",
+            "age",
             "week: fails, up/away",
             "valid/invalid/streak",
             "record",
@@ -115,6 +121,9 @@ fn host_row(h: &HostReport) -> Vec<String> {
         slot.to_string(),
         opt(h.days_used.map(|d| d.to_string())),
         rtt,
+        opt(h
+            .heard_secs_ago
+            .map(|a| compact_duration(a.round().max(0.0) as u64))),
         week_row(h),
         if h.valid + h.invalid == 0 {
             "-".to_string()

@@ -24,10 +24,11 @@ pub trait JobPool: Send + Sync {
     /// will be sent to; the one way inputs are shipped, for `submit` and
     /// batches alike. Errors name the input.
     fn offer(&self, inputs: &[InputSpec]) -> impl Future<Output = Result<Offer, String>> + Send;
-    /// Surveys the pool for a window.
+    /// Surveys the pool for a window, asking none of `skip`.
     fn survey(
         &self,
         query: SurveyQuery,
+        skip: Vec<PeerId>,
     ) -> impl Future<Output = Result<Vec<SurveyedHost>, NetError>> + Send;
     /// Sends a job request to a host.
     fn request(
@@ -53,8 +54,10 @@ impl JobPool for PoolLink {
     fn survey(
         &self,
         query: SurveyQuery,
+        skip: Vec<PeerId>,
     ) -> impl Future<Output = Result<Vec<SurveyedHost>, NetError>> + Send {
-        survey(&self.net, query)
+        let net = self.net.clone();
+        async move { survey(&net, query, &skip).await }
     }
     fn request(
         &self,

@@ -25,6 +25,7 @@ pub mod survey;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::model::ids::BatchId;
 pub use inbox::{Delivery, HostJobEvent, Inbox, Registration};
@@ -67,6 +68,9 @@ pub struct HostsQuery {
     pub mem_mib: u64,
     /// Queries per host (more than 1 measures round trips), 1..=100 000.
     pub rounds: u32,
+    /// Ask every host directly (the survey), instead of answering from the
+    /// members' summaries; implied by `rounds` above 1.
+    pub probe: bool,
 }
 
 /// The pool's hosts for a window, ranked ones first in rank order.
@@ -392,7 +396,9 @@ impl Consumer {
         }
     }
 
-    /// Surveys in its own task: a survey waits for every host's answer.
+    /// Answers from the members' summaries (one call to the network task,
+    /// no host asked), or, with `probe`, surveys in its own task: a survey
+    /// waits for every host's answer.
     fn hosts(
         &mut self,
         query: HostsQuery,
@@ -403,16 +409,31 @@ impl Consumer {
             window_secs: query.window_secs.max(1),
             mem_mib: query.mem_mib,
             rounds: query.rounds.clamp(1, 100_000),
+            ask_at_most: None,
         };
+        let probe = query.probe || query.rounds > 1;
         let net = self.net.clone();
         let reputation = self.queue.reputation();
         self.tracker.spawn(async move {
-            let answer = match survey::survey(&net, survey).await {
+            let found = if probe {
+                survey::survey(&net, survey, &[]).await
+            } else {
+                net.members().await.map(|members| {
+                    survey::from_members(&members, net.peer_id(), &survey, Instant::now())
+                })
+            };
+            let answer = match found {
                 Ok(mut hosts) => {
-                    let order: Vec<PeerId> = rank::rank(&hosts, &HashSet::new())
-                        .iter()
-                        .map(|r| r.peer)
-                        .collect();
+                    // Asked hosts by their answers; listed ones by their
+                    // summaries.
+                    let order: Vec<PeerId> = if probe {
+                        rank::rank(&hosts, &HashSet::new())
+                            .iter()
+                            .map(|r| r.peer)
+                            .collect()
+                    } else {
+                        rank::by_summary(&hosts, &HashSet::new())
+                    };
                     // Hosts by their record's standing (clean, demoted,
                     // excluded); within each part ranked hosts first in
                     // rank order, then the rest by peer id.

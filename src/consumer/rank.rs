@@ -1,12 +1,16 @@
 //! Ranking hosts for a job: the papers' scheduler picks the host with the
 //! highest temporal reliability for the job's window; ties go to the higher
 //! effective computing power Γ (seed 004), then to the peer id so the order is
-//! stable. Pure: it orders the answers a survey collected.
+//! stable. The same order picks, from the members' summaries, the few
+//! candidates placement asks directly ([`candidates`], [`asks_for`]: a few
+//! per task, like Sparrow's probes, never every member). Pure: it orders
+//! what a survey or the summaries said.
 
 use std::cmp::Ordering;
 use std::collections::HashSet;
 
 use libp2p::PeerId;
+use rand::seq::SliceRandom;
 
 use crate::consumer::survey::SurveyedHost;
 
@@ -16,8 +20,61 @@ pub fn eligible(host: &SurveyedHost) -> bool {
     healthy(host) && host.slot_free != Some(false)
 }
 
+/// Hosts asked directly per task being placed (Sparrow's d).
+pub const ASKS_PER_TASK: u32 = 2;
+/// Most hosts one placement round asks, however many tasks wait: a
+/// submission's network cost is bounded by its tasks, never by the pool.
+pub const ASKS_MAX: u32 = 32;
+
+/// How many hosts to ask for `tasks` tasks waiting to be placed:
+/// [`ASKS_PER_TASK`] each, at least one task's worth, at most [`ASKS_MAX`].
+pub fn asks_for(tasks: usize) -> u32 {
+    let tasks = u32::try_from(tasks).unwrap_or(u32::MAX).max(1);
+    tasks.saturating_mul(ASKS_PER_TASK).min(ASKS_MAX)
+}
+
+/// The hosts best first by what their summaries say: those not in a
+/// failure state with a free slot in [`rank`]'s order (a version 1 member,
+/// without a summary's TR, after those with one), then those whose summary
+/// says busy, then those it says failing (a summary may be seconds stale:
+/// the answer decides); never one in `exclude`.
+pub fn by_summary(hosts: &[SurveyedHost], exclude: &HashSet<PeerId>) -> Vec<PeerId> {
+    let mut listed: Vec<&SurveyedHost> = hosts
+        .iter()
+        .filter(|h| !exclude.contains(&h.peer))
+        .collect();
+    let tier = |h: &SurveyedHost| {
+        if h.state.is_some_and(|s| s.is_failure()) {
+            2
+        } else {
+            u8::from(h.slot_free == Some(false))
+        }
+    };
+    listed.sort_by(|a, b| tier(a).cmp(&tier(b)).then_with(|| compare(a, b)));
+    listed.into_iter().map(|h| h.peer).collect()
+}
+
+/// The `most` hosts to ask: the better half (rounded up) of them the best
+/// by their summaries ([`by_summary`]), the rest drawn at random from the
+/// others, so that rounds after rounds reach every member (a host the best
+/// ones cannot stand in for: one a task has not tried yet, one a stale
+/// summary undersells), as Sparrow's random probes do.
+pub fn candidates<R: rand::Rng + ?Sized>(
+    hosts: &[SurveyedHost],
+    exclude: &HashSet<PeerId>,
+    most: usize,
+    rng: &mut R,
+) -> Vec<PeerId> {
+    let mut order = by_summary(hosts, exclude);
+    let best = most.div_ceil(2).min(order.len());
+    let mut rest = order.split_off(best);
+    rest.shuffle(rng);
+    order.extend(rest.into_iter().take(most - best));
+    order
+}
+
 /// True when `host` answered and is not in a failure state (S3, S4, S5),
-/// busy or not.
+/// busy or not: a summary alone never places work (the answer confirms).
 pub fn healthy(host: &SurveyedHost) -> bool {
     host.answered
         && !host.state.is_some_and(|s| s.is_failure())
@@ -53,6 +110,7 @@ fn compare(a: &SurveyedHost, b: &SurveyedHost) -> Ordering {
 mod tests {
     use super::*;
     use crate::model::state::State;
+    use rand::SeedableRng;
     use std::collections::HashMap;
 
     /// Hosts by name, so expected orders read as names.
@@ -105,6 +163,58 @@ mod tests {
         let exclude = HashSet::from([tried.peer]);
         let hosts = vec![busy, s3, s4_ahead, silent, tried, ok];
         assert_eq!(n.order(rank(&hosts, &exclude)), ["ok"]);
+    }
+
+    #[test]
+    fn a_few_candidates_per_task_are_asked_never_the_whole_pool() {
+        assert_eq!(asks_for(0), ASKS_PER_TASK);
+        assert_eq!(asks_for(1), 2);
+        assert_eq!(asks_for(3), 6);
+        assert_eq!(asks_for(10_000), ASKS_MAX);
+        // From 300 summaries, the best by TR whose slot is free and state
+        // good; a version 1 member (no TR) only after them.
+        let mut n = Named(HashMap::new());
+        let mut hosts: Vec<SurveyedHost> = (0..300)
+            .map(|i| {
+                let mut h = n.host("pool", Some(f64::from(i) / 1000.0), 0.5);
+                h.answered = false;
+                h.summarised = true;
+                h
+            })
+            .collect();
+        let mut best_busy = n.host("best-busy", Some(0.99), 1.0);
+        best_busy.slot_free = Some(false);
+        let mut best_s5 = n.host("best-s5", Some(0.99), 1.0);
+        best_s5.state = Some(State::S5);
+        let (busy_peer, s5_peer) = (best_busy.peer, best_s5.peer);
+        let good = n.host("good", Some(0.95), 1.0);
+        let mut old = n.host("old", None, 1.0);
+        old.summarised = false;
+        old.answered = false;
+        let excluded = n.host("excluded", Some(0.98), 1.0);
+        let exclude = HashSet::from([excluded.peer]);
+        hosts.extend([
+            best_busy,
+            best_s5,
+            good.clone(),
+            old.clone(),
+            excluded.clone(),
+        ]);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let picked = candidates(&hosts, &exclude, 2, &mut rng);
+        assert_eq!(picked.len(), 2);
+        assert_eq!(picked[0], good.peer, "the best by its summary first");
+        assert!(!picked.contains(&excluded.peer) && picked[1] != good.peer);
+        // The other half is drawn at random: rounds reach every member.
+        let mut reached = HashSet::new();
+        for _ in 0..2_000 {
+            reached.extend(candidates(&hosts, &exclude, 2, &mut rng));
+        }
+        assert_eq!(reached.len(), 304, "every member not excluded, in time");
+        let order = by_summary(&hosts, &exclude);
+        assert_eq!(order.len(), 304, "every member not excluded, once");
+        // The summaries may be stale: busy, then failing, come last.
+        assert_eq!(&order[301..], &[old.peer, busy_peer, s5_peer]);
     }
 
     #[test]

@@ -1,13 +1,18 @@
-//! Asking the pool: every member heard on gossip and every provider of the
-//! pool's DHT key is queried in parallel for its temporal reliability over a
-//! window; a member that does not answer within the request timeout is listed
-//! with the error, never waited on for longer.
+//! Knowing the pool: what the members' summaries say, read from the
+//! network task's bounded member table at once ([`from_members`]), and
+//! asking hosts directly for their temporal reliability over a window
+//! ([`survey`]): only the few best candidates by their summaries when the
+//! query bounds it (placement, a few per task), every member and DHT
+//! provider when it does not (`hosts --probe`). A host that does not answer
+//! within the request timeout is listed with the error, never waited on for
+//! longer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use libp2p::{Multiaddr, PeerId};
+use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
 use crate::model::sched::curve::TrCurve;
@@ -19,6 +24,7 @@ use crate::net::handle::Member;
 use crate::net::protocol::{
     ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, CURVE_POINTS_MAX,
 };
+use crate::net::summary::Summary;
 use crate::net::summary::{checked_spell_lengths, checked_spells};
 use crate::net::{NetError, NetHandle};
 
@@ -33,6 +39,11 @@ pub struct SurveyQuery {
     pub mem_mib: u64,
     /// Queries per host (1 for a listing; more to measure round trips).
     pub rounds: u32,
+    /// Ask at most this many hosts, the best by their summaries (then, when
+    /// the summaries name too few, DHT providers at random); `None` asks
+    /// every member and provider.
+    #[serde(default)]
+    pub ask_at_most: Option<u32>,
 }
 
 /// One host as a survey saw it: what it announced and what it answered,
@@ -93,6 +104,11 @@ pub struct SurveyedHost {
     pub rtt_p99_ms: Option<f64>,
     /// Queries that got a response, of `rounds`.
     pub responses: u32,
+    /// Its TR, power, slot and week come from its summary, not from an
+    /// answer (it was not asked).
+    pub summarised: bool,
+    /// Seconds since we last heard its summary or announcement.
+    pub heard_secs_ago: Option<f64>,
 }
 
 impl SurveyedHost {
@@ -125,6 +141,8 @@ impl SurveyedHost {
             rtt_p50_ms: None,
             rtt_p99_ms: None,
             responses: 0,
+            summarised: false,
+            heard_secs_ago: None,
         }
     }
 }
@@ -132,47 +150,134 @@ impl SurveyedHost {
 /// How long a survey waits for the DHT to list the pool's providers.
 const DHT_WAIT: Duration = Duration::from_secs(3);
 
-/// Finds the pool's hosts (gossip members and DHT providers, ourselves left
-/// out) and queries each; returns them in no particular order.
-pub async fn survey(net: &NetHandle, query: SurveyQuery) -> Result<Vec<SurveyedHost>, NetError> {
+/// The members as their summaries (or, from a version 1 node, its
+/// announcement) describe them for `query`'s window and memory, ourselves
+/// left out, in no particular order: nothing is asked.
+pub fn from_members(
+    members: &[Member],
+    me: PeerId,
+    query: &SurveyQuery,
+    now: Instant,
+) -> Vec<SurveyedHost> {
+    members
+        .iter()
+        .filter(|m| m.peer != me)
+        .map(|m| {
+            let mut h = SurveyedHost::new(m.peer);
+            fill_from_member(&mut h, m);
+            h.by_gossip = true;
+            h.heard_secs_ago = Some(now.saturating_duration_since(m.last_seen).as_secs_f64());
+            if let Some(summary) = &m.summary {
+                fill_from_summary(&mut h, summary, query);
+            }
+            h
+        })
+        .collect()
+}
+
+/// Finds the pool's hosts and asks them: with `ask_at_most`, that many
+/// candidates by their summaries ([`crate::consumer::rank::candidates`],
+/// none of `skip`, topped up with DHT providers the summaries do not name,
+/// at random, when they name too few), the other members listed as their
+/// summaries say (`answered` false); without it, every member and DHT
+/// provider. In no particular order.
+pub async fn survey(
+    net: &NetHandle,
+    query: SurveyQuery,
+    skip: &[PeerId],
+) -> Result<Vec<SurveyedHost>, NetError> {
     let members = net.members().await?;
-    let providers = match tokio::time::timeout(DHT_WAIT, net.find_hosts()).await {
+    let me = net.peer_id();
+    let known = from_members(&members, me, &query, Instant::now());
+    let mut unasked = Vec::new();
+    let chosen = match query.ask_at_most {
+        Some(most) => {
+            let most = most as usize;
+            let exclude: HashSet<PeerId> = skip.iter().copied().collect();
+            let picked: Vec<PeerId> =
+                crate::consumer::rank::candidates(&known, &exclude, most, &mut rand::rng());
+            let mut by_peer: BTreeMap<PeerId, SurveyedHost> =
+                known.into_iter().map(|h| (h.peer, h)).collect();
+            let mut chosen: Vec<SurveyedHost> =
+                picked.iter().filter_map(|p| by_peer.remove(p)).collect();
+            if chosen.len() < most {
+                let mut unknown: Vec<PeerId> = providers(net)
+                    .await
+                    .into_iter()
+                    .filter(|p| *p != me && !by_peer.contains_key(p))
+                    .filter(|p| !picked.contains(p) && !exclude.contains(p))
+                    .collect();
+                unknown.shuffle(&mut rand::rng());
+                chosen.extend(unknown.into_iter().take(most - chosen.len()).map(|p| {
+                    let mut h = SurveyedHost::new(p);
+                    h.by_dht = true;
+                    h
+                }));
+            }
+            // The rest of the pool as its summaries say, not asked: what
+            // the queue knows of the pool (a host left to run a copy on),
+            // never placed on without an answer.
+            unasked = by_peer.into_values().collect();
+            chosen
+        }
+        None => {
+            let mut hosts: BTreeMap<PeerId, SurveyedHost> =
+                known.into_iter().map(|h| (h.peer, h)).collect();
+            for p in providers(net).await {
+                hosts
+                    .entry(p)
+                    .or_insert_with(|| SurveyedHost::new(p))
+                    .by_dht = true;
+            }
+            hosts.remove(&me);
+            hosts.into_values().collect()
+        }
+    };
+    let asks = chosen
+        .into_iter()
+        .map(|report| ask_host(net, report.peer, report, query));
+    let mut hosts = join_all(asks).await;
+    hosts.extend(unasked);
+    Ok(hosts)
+}
+
+/// The pool's DHT providers, waiting at most [`DHT_WAIT`].
+async fn providers(net: &NetHandle) -> Vec<PeerId> {
+    match tokio::time::timeout(DHT_WAIT, net.find_hosts()).await {
         Ok(Ok(p)) => p,
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "DHT lookup of the pool's hosts failed");
             Vec::new()
         }
         Err(_) => Vec::new(),
-    };
-    let mut hosts: BTreeMap<PeerId, SurveyedHost> = BTreeMap::new();
-    for m in &members {
-        let h = hosts
-            .entry(m.peer)
-            .or_insert_with(|| SurveyedHost::new(m.peer));
-        fill_from_member(h, m);
-        h.by_gossip = true;
     }
-    for p in providers {
-        hosts
-            .entry(p)
-            .or_insert_with(|| SurveyedHost::new(p))
-            .by_dht = true;
-    }
-    hosts.remove(&net.peer_id());
-    let asks = hosts
-        .into_iter()
-        .map(|(peer, report)| ask_host(net, peer, report, query));
-    Ok(join_all(asks).await)
 }
 
 fn fill_from_member(h: &mut SurveyedHost, m: &Member) {
     h.addresses.clone_from(&m.addresses);
     h.slot_free = Some(m.status.slot_free);
     h.state = Some(m.status.state);
-    h.power = Some(f64::from(m.status.relative_power_milli) / 1000.0);
+    h.power = Some(f64::from(m.status.relative_power_milli.min(1000)) / 1000.0);
     h.logical_cpus = Some(m.status.logical_cpus);
     h.memory_mib = Some(m.status.memory_mib);
     h.version = Some(m.version.clone());
+}
+
+/// What a (checked) summary says for `query`: TR off the ladder of the
+/// lowest memory level at or above the job's (none above every level), as
+/// if its windows started now.
+fn fill_from_summary(h: &mut SurveyedHost, s: &Summary, query: &SurveyQuery) {
+    h.summarised = true;
+    let curve = s
+        .curve_for(query.mem_mib)
+        .filter(|c| !c.points().is_empty());
+    h.tr = curve.map(|c| c.tr_at(query.window_secs as f64));
+    h.curve = curve.cloned();
+    h.days_used = Some(s.days_used);
+    h.speed = Some(s.speed);
+    h.availability = s.availability;
+    h.spells = s.spells;
+    h.spell_lengths.clone_from(&s.spell_lengths);
 }
 
 async fn ask_host(
@@ -186,6 +291,9 @@ async fn ask_host(
         length_secs: query.window_secs,
         memory_mib: query.mem_mib,
     };
+    // What it answers replaces what its summary said; a host that does
+    // not answer is not taken on its summary's word.
+    report.summarised = false;
     let mut rtts = Vec::new();
     for _ in 0..query.rounds.max(1) {
         let start = Instant::now();

@@ -20,6 +20,10 @@ pub struct HostsQuery {
     pub mem_mib: u64,
     /// Queries per host (more than 1 measures round trips).
     pub rounds: u32,
+    /// Ask every host directly instead of answering from the members'
+    /// summaries (implied by `rounds` above 1).
+    #[serde(default)]
+    pub probe: bool,
 }
 
 /// The answer to `hosts`: every member found, ranked ones first.
@@ -120,6 +124,13 @@ pub struct HostReport {
     pub up_spell_secs: Vec<f64>,
     #[serde(default)]
     pub outage_secs: Vec<f64>,
+    /// Its TR, power, slot and week come from its summary (not asked).
+    #[serde(default)]
+    pub summarised: bool,
+    /// Seconds since its summary (or announcement) was heard: the age of
+    /// what `hosts` shows of it.
+    #[serde(default)]
+    pub heard_secs_ago: Option<f64>,
 }
 
 impl From<&SurveyedHost> for HostReport {
@@ -184,6 +195,8 @@ impl From<&SurveyedHost> for HostReport {
                 .as_ref()
                 .map(|l| l.outages.clone())
                 .unwrap_or_default(),
+            summarised: h.summarised,
+            heard_secs_ago: h.heard_secs_ago,
         }
     }
 }

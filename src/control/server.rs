@@ -519,6 +519,7 @@ async fn hosts(State(h): State<ControlHandles>, ApiJson(query): ApiJson<HostsQue
         window_secs: query.window_secs,
         mem_mib: query.mem_mib,
         rounds: query.rounds,
+        probe: query.probe,
     };
     match consumer.hosts(query).await {
         Ok(view) => Json(HostsReport {

@@ -540,6 +540,7 @@ async fn hosts(State(s): State<Shared>) -> Response {
                 window_secs: 3600,
                 mem_mib: 0,
                 rounds: 1,
+                probe: false,
             };
             match tokio::time::timeout(SURVEY_WAIT, c.hosts(query)).await {
                 Ok(Ok(view)) => body.push_str(&pages::hosts_table(&view.hosts)),

@@ -58,6 +58,7 @@ mod peer_book;
 mod pool_nodes;
 mod rogue_pool;
 mod store;
+mod summary_pool;
 mod throttle;
 mod trust_pool;
 

@@ -56,8 +56,12 @@ fn peer(node: &NodeFixture) -> String {
 
 fn hosts(node: &NodeFixture, rounds: u32) -> Value {
     let rounds = rounds.to_string();
-    serde_json::from_str(&node.run_ok(&["hosts", "--json", "--window", "1h", "--rounds", &rounds]))
-        .unwrap()
+    // --probe: these tests are about reaching each host (answered, round
+    // trips), which `hosts` shows only when it asks them.
+    serde_json::from_str(&node.run_ok(&[
+        "hosts", "--json", "--window", "1h", "--rounds", &rounds, "--probe",
+    ]))
+    .unwrap()
 }
 
 fn host_entry<'a>(report: &'a Value, peer: &str) -> Option<&'a Value> {

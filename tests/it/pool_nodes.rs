@@ -73,13 +73,15 @@ fn a_pool_of_three_nodes_ranks_by_tr_runs_jobs_and_survives_a_host_killed_mid_jo
     let consumer = started(pool_node(None, &["--bootstrap", &bootstrap, "--no-guest"]));
     let (steady_id, flaky_id) = (peer(&steady), peer(&flaky));
 
-    // Both hosts are found through the DHT and through gossip, and answer with
+    // Both hosts are heard on gossip and listed from their summaries (no
+    // host asked: `hosts` answers from them since protocol version 2), with
     // TRs from their own histories: the steady host ranks first.
     let report = hosts_until(&consumer, Duration::from_secs(40), |r| {
         [&steady_id, &flaky_id].iter().all(|p| {
             host_entry(r, p).is_some_and(|h| {
                 h["tr"].is_number()
-                    && h["found_by"].as_array().unwrap().len() == 2
+                    && h["found_by"][0] == "gossip"
+                    && h["summarised"] == true
                     && h["state"] == "S1"
             })
         })
@@ -337,11 +339,12 @@ fn a_private_pool_keeps_out_other_keys_and_only_allowlisted_consumers_submit() {
         ],
     ));
     let host_id = peer(&host);
+    // Heard through the private pool (its summary: `hosts` asks nobody).
     hosts_until(&allowed, Duration::from_secs(30), |r| {
-        host_entry(r, &host_id).is_some_and(|h| h["answered"] == true)
+        host_entry(r, &host_id).is_some_and(|h| h["summarised"] == true)
     });
     hosts_until(&refused, Duration::from_secs(30), |r| {
-        host_entry(r, &host_id).is_some_and(|h| h["answered"] == true)
+        host_entry(r, &host_id).is_some_and(|h| h["summarised"] == true)
     });
 
     let (code, lines) = submit(&allowed, &["--", "echo", "inside"]).finish(JOB_TIMEOUT);

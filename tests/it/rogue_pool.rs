@@ -222,8 +222,11 @@ async fn send_flood(
     last.saturating_add(1)
 }
 
+/// `hosts --probe`: the rogue's claimed TR 1 is in its answers (its summary
+/// carries no ladder), which `hosts` shows only when it asks every host.
 fn hosts_report(consumer: &crate::node_support::NodeFixture) -> Value {
-    serde_json::from_str(&consumer.run_ok(&["hosts", "--json", "--window", "1h"])).unwrap()
+    serde_json::from_str(&consumer.run_ok(&["hosts", "--json", "--window", "1h", "--probe"]))
+        .unwrap()
 }
 
 fn entry<'a>(report: &'a Value, peer: &str) -> Option<(usize, &'a Value)> {

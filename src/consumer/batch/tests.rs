@@ -59,7 +59,11 @@ impl JobPool for FakePool {
         self.catalog.offer(inputs).await
     }
 
-    async fn survey(&self, _q: SurveyQuery) -> Result<Vec<SurveyedHost>, NetError> {
+    async fn survey(
+        &self,
+        _q: SurveyQuery,
+        _skip: Vec<PeerId>,
+    ) -> Result<Vec<SurveyedHost>, NetError> {
         Ok(self
             .hosts
             .iter()

@@ -249,7 +249,10 @@ impl PoolHost {
 
     async fn on_net(&mut self, event: NetEvent) {
         match event {
-            NetEvent::ReliabilityQuery { query, reply, .. } => {
+            NetEvent::ReliabilityQuery { peer, query, reply } => {
+                // Each direct query, so a test (and an operator) can count
+                // what a consumer's placement costs the pool.
+                tracing::debug!(consumer = %peer, "reliability query");
                 self.answer_reliability(query, reply)
             }
             NetEvent::JobRequest {

@@ -320,7 +320,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     fn perform(&mut self, actions: Vec<Action>) {
         for action in actions {
             match action {
-                Action::Survey(query) => self.spawn_survey(query),
+                Action::Survey { query, skip } => self.spawn_survey(query, skip),
                 Action::Launch(launch) => self.spawn_attempt(*launch),
                 Action::Reattach { batch, task, plan } => self.spawn_reattach(batch, task, *plan),
                 Action::Kill { batch, task, host } => {

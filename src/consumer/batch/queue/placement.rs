@@ -1,4 +1,6 @@
-//! Placement in the queue's core: when to survey the pool, and which
+//! Placement in the queue's core: when to survey the pool and how many
+//! hosts to ask (a few per task that could be placed now, bounded: the
+//! survey picks them from the members' summaries), and which
 //! waiting task goes to which free host (batches in order of age, each by
 //! its policy; a verified task's further copies first), each attempt
 //! recorded as it is handed over and given to the driver to launch. Pure:
@@ -11,7 +13,7 @@ use libp2p::PeerId;
 use super::state::{Action, Launch, Now, QueueCore};
 use crate::consumer::batch::attempt::AttemptPlan;
 use crate::consumer::batch::policy::TaskNeeds;
-use crate::consumer::batch::record::{TaskCopy, TaskState};
+use crate::consumer::batch::record::{TaskCopy, TaskRecord, TaskState};
 use crate::consumer::batch::runtime::planned_runtime;
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::model::ids::{BatchId, JobId};
@@ -82,12 +84,99 @@ impl QueueCore {
             window_secs: first.record.runtime_secs,
             mem_mib: first.record.mem_mib,
             rounds: 1,
+            ask_at_most: Some(crate::consumer::rank::asks_for(self.placeable_now())),
         };
+        let skip = self.no_use_now();
         self.surveying = true;
         self.wanted = false;
         self.last_survey = Some(now.mono);
-        self.push(Action::Survey(query));
+        self.push(Action::Survey { query, skip });
         self.actions()
+    }
+
+    /// Hosts the survey need not ask: those running our work, and those of
+    /// the last survey (members listed from their summaries included) that
+    /// no waiting task could go to (each avoids, was refused by or already
+    /// has a copy on it). So a survey's few asks go to hosts that can help,
+    /// and a retry or a further copy always reaches a host not yet tried
+    /// while the pool has one. A batch watching a deadline may put a second
+    /// copy on any free host: then only busy ones are skipped.
+    pub(super) fn no_use_now(&self) -> Vec<PeerId> {
+        let mut skip: Vec<PeerId> = self.hosts_in_use.iter().copied().collect();
+        // The work a host could take now: queued tasks of batches with room
+        // (`false`) and tasks wanting a further copy (`true`). A task no
+        // host was tried for, or a deadline's watch, takes any free host.
+        let mut open: Vec<(BatchId, u32, bool)> = Vec::new();
+        for (id, b) in &self.batches {
+            if b.record.cancelled || b.record.max_running.is_some_and(|m| b.running >= m) {
+                continue;
+            }
+            if b.record.deadline_unix.is_some()
+                && b.tasks.iter().any(|t| t.state == TaskState::Running)
+            {
+                return skip;
+            }
+            for (i, t) in b.tasks.iter().enumerate() {
+                if t.state == TaskState::Queued {
+                    if t.avoid.is_empty() && !self.refused_by.contains_key(&(*id, i as u32)) {
+                        return skip;
+                    }
+                    open.push((*id, i as u32, false));
+                }
+            }
+        }
+        open.extend(
+            self.trust
+                .judging
+                .keys()
+                .filter(|(b, t)| self.wants_copy(*b, *t))
+                .map(|(b, t)| (*b, *t, true)),
+        );
+        let could_take = |peer: PeerId| {
+            open.iter().any(|&(batch, task, copy)| {
+                if copy {
+                    self.may_copy_on(batch, task, peer)
+                } else {
+                    self.may_start_on(batch, task, peer)
+                }
+            })
+        };
+        skip.extend(
+            self.last_hosts
+                .iter()
+                .map(|h| h.peer)
+                .filter(|p| !self.hosts_in_use.contains(p) && !could_take(*p)),
+        );
+        skip
+    }
+
+    /// Tasks that could start now: each batch's queued tasks within its
+    /// `max_running`, and one for each running task that may want a further
+    /// copy (a deadline's or a verified task's).
+    pub(super) fn placeable_now(&self) -> usize {
+        self.batches
+            .iter()
+            .filter(|(_, b)| !b.record.cancelled)
+            .map(|(id, b)| {
+                let queued = b
+                    .tasks
+                    .iter()
+                    .filter(|t| t.state == TaskState::Queued)
+                    .count();
+                let room = b.record.max_running.map_or(usize::MAX, |m| {
+                    (m as usize).saturating_sub(b.running as usize)
+                });
+                let copies = if b.record.deadline_unix.is_some() || self.trust.spec(*id).is_some() {
+                    b.tasks
+                        .iter()
+                        .filter(|t| t.state == TaskState::Running)
+                        .count()
+                } else {
+                    0
+                };
+                queued.min(room).saturating_add(copies)
+            })
+            .fold(0usize, usize::saturating_add)
     }
 
     /// A survey's answer: the hosts it found take the waiting tasks.
@@ -190,15 +279,33 @@ impl QueueCore {
         b.tasks
             .iter()
             .enumerate()
-            .position(|(i, t)| {
-                t.state == TaskState::Queued
-                    && !t.avoid.contains(&name)
-                    && !self
-                        .refused_by
-                        .get(&(batch, i as u32))
-                        .is_some_and(|r| r.contains(&host))
-            })
+            .position(|(i, t)| self.startable(batch, i as u32, t, host, &name))
             .map(|i| i as u32)
+    }
+
+    /// Whether a queued task may start on `host`: it does not avoid it
+    /// (failed there before) and was not refused by it.
+    pub(super) fn may_start_on(&self, batch: BatchId, task: u32, host: PeerId) -> bool {
+        self.task(batch, task)
+            .is_some_and(|t| self.startable(batch, task, t, host, &host.to_base58()))
+    }
+
+    /// [`may_start_on`](Self::may_start_on) with the task and the host's
+    /// name at hand.
+    fn startable(
+        &self,
+        batch: BatchId,
+        task: u32,
+        t: &TaskRecord,
+        host: PeerId,
+        name: &str,
+    ) -> bool {
+        t.state == TaskState::Queued
+            && !t.avoid.iter().any(|a| a == name)
+            && !self
+                .refused_by
+                .get(&(batch, task))
+                .is_some_and(|r| r.contains(&host))
     }
 
     /// Hands a waiting task to `host`: its main attempt.

@@ -201,12 +201,13 @@ impl QueueCore {
         let max_retries = self.settings.max_retries;
         let cancelled = self.batches.get(&batch).is_some_and(|b| b.record.cancelled);
         let in_play = self.copies_in_play(batch, task);
-        // No host of the last survey may run a further copy of this task.
+        // No host of the last survey (asked, or known by its summary) may
+        // run a further copy of this task.
         let no_host_left = !self.last_hosts.is_empty()
             && !self
                 .last_hosts
                 .iter()
-                .any(|h| h.answered && self.may_copy_on(batch, task, h.peer));
+                .any(|h| (h.answered || h.summarised) && self.may_copy_on(batch, task, h.peer));
         let Some(j) = self.trust.judging.get_mut(&(batch, task)) else {
             return;
         };

@@ -63,8 +63,12 @@ pub struct Launch {
 #[must_use = "the driver performs every action"]
 #[derive(Debug)]
 pub enum Action {
-    /// Survey the pool and answer with [`super::QueueMsg::Surveyed`].
-    Survey(SurveyQuery),
+    /// Survey the pool and answer with [`super::QueueMsg::Surveyed`],
+    /// asking none of `skip` (hosts that could take none of the work now).
+    Survey {
+        query: SurveyQuery,
+        skip: Vec<PeerId>,
+    },
     /// Run a new attempt (its hand-over made durable first).
     Launch(Box<Launch>),
     /// Follow an attempt an earlier run of the node handed over.

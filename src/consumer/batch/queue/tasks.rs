@@ -28,11 +28,11 @@ use crate::model::ids::BatchId;
 use crate::net::protocol::{CheckpointOrder, JobEventKind, JobSubmit};
 
 impl<P: JobPool + Clone + 'static> BatchQueue<P> {
-    pub(super) fn spawn_survey(&mut self, query: SurveyQuery) {
+    pub(super) fn spawn_survey(&mut self, query: SurveyQuery, skip: Vec<libp2p::PeerId>) {
         let pool = self.pool.clone();
         let tx = self.to_self.clone();
         self.tracker.spawn(async move {
-            let hosts = pool.survey(query).await.map_err(|e| e.to_string());
+            let hosts = pool.survey(query, skip).await.map_err(|e| e.to_string());
             let _ = tx.send(QueueMsg::Surveyed(hosts));
         });
     }
@@ -209,10 +209,13 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             window_secs: runtime,
             mem_mib: new.mem_mib,
             rounds: 1,
+            // A few hosts per task, the best by their summaries: an
+            // estimate costs what placing the batch would, not the pool.
+            ask_at_most: Some(crate::consumer::rank::asks_for(tasks)),
         };
         let pool = self.pool.clone();
         self.tracker.spawn(async move {
-            let result = match pool.survey(query).await {
+            let result = match pool.survey(query, Vec::new()).await {
                 Err(e) => Err(BatchError::Estimate(format!("cannot survey the pool: {e}"))),
                 Ok(hosts) => run_estimate(hosts, shape, now).await,
             };

@@ -147,7 +147,7 @@ fn a_task_killed_on_its_host_is_retried_on_another_and_a_cancel_kills_the_retry(
     assert!(launches(&actions).is_empty(), "no survey yet, no host");
     assert!(core.wants_survey(now));
     let actions = core.start_survey(now);
-    assert!(matches!(actions.as_slice(), [Action::Survey(q)] if q.window_secs == 60));
+    assert!(matches!(actions.as_slice(), [Action::Survey { query: q, .. }] if q.window_secs == 60));
     assert!(!core.wants_survey(now), "one survey at a time");
 
     let (good, worse) = (host(0.9), host(0.5));
@@ -654,4 +654,102 @@ fn a_flood_of_events_counts_against_the_host() {
         Action::Conduct { peer, outcome: Outcome::Offence(Offence::Flood) } if *peer == flooder.peer
     )));
     assert_eq!(core.reputation()[&flooder.peer].floods, 1);
+}
+
+/// The hosts a survey action asks at most.
+fn asks(actions: &[Action]) -> Option<u32> {
+    actions.iter().find_map(|a| match a {
+        Action::Survey { query, .. } => query.ask_at_most,
+        _ => None,
+    })
+}
+
+#[test]
+fn a_placement_asks_a_few_hosts_per_placeable_task_never_the_pool() {
+    use crate::consumer::rank::{ASKS_MAX, ASKS_PER_TASK};
+    let mut q = core(3);
+    let now = start();
+    let (_, _) = admit(&mut q, now, batch(3));
+    assert_eq!(asks(&q.start_survey(now)), Some(3 * ASKS_PER_TASK));
+    // Three of the pool's hosts answered (of the hundreds its summaries
+    // name): they take the three tasks; nothing is left to place.
+    let hosts = vec![host(0.9), host(0.8), host(0.7)];
+    assert_eq!(launches(&q.on_survey(now, Ok(hosts))).len(), 3);
+    assert_eq!(q.placeable_now(), 0);
+    // A batch of ten thousand asks at most the bound, and a batch capped to
+    // two running tasks asks for two.
+    let mut big = core(3);
+    let (_, _) = admit(&mut big, now, batch(10_000));
+    assert_eq!(asks(&big.start_survey(now)), Some(ASKS_MAX));
+    let mut capped = core(3);
+    let mut two = batch(100);
+    two.max_running = Some(2);
+    let (_, _) = admit(&mut capped, now, two);
+    assert_eq!(asks(&capped.start_survey(now)), Some(2 * ASKS_PER_TASK));
+}
+
+/// The hosts a survey action skips.
+fn skipped(actions: &[Action]) -> Vec<PeerId> {
+    actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Survey { skip, .. } => Some(skip.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// A member listed from its summary, not asked.
+fn listed(tr: f64) -> SurveyedHost {
+    SurveyedHost {
+        summarised: true,
+        tr: Some(tr),
+        slot_free: Some(true),
+        ..SurveyedHost::new(PeerId::random())
+    }
+}
+
+#[test]
+fn a_survey_skips_the_hosts_no_waiting_task_could_go_to() {
+    let mut core = core(5);
+    let now = start();
+    let (id, _) = admit(&mut core, now, batch(2));
+    // Nothing known yet: nobody skipped.
+    assert!(skipped(&core.start_survey(now)).is_empty());
+    let (a, b) = (host(0.9), host(0.8));
+    let others = [listed(0.99), listed(0.7)];
+    let mut hosts = vec![a.clone(), b.clone()];
+    hosts.extend(others.iter().cloned());
+    let started = launches(&core.on_survey(now, Ok(hosts.clone())));
+    assert_eq!(started, vec![(0, a.peer), (1, b.peer)]);
+    // Both fail on their hosts: each task now avoids its host, and the
+    // hosts are free again. Task 0 may go to b or to the unasked ones,
+    // task 1 to a or to them: nobody is skipped.
+    let now = after(now, 11);
+    let _ = core.on_ended(now, id, 0, a.peer, AttemptEnd::HostFailed("gone".into()));
+    let _ = core.on_ended(now, id, 1, b.peer, AttemptEnd::HostFailed("gone".into()));
+    assert!(skipped(&core.start_survey(now)).is_empty());
+    // Task 1 fails on a too, task 0 on b: a and b are tried by every
+    // waiting task, so the survey asks only hosts not yet tried.
+    let mut started = launches(&core.on_survey(now, Ok(hosts.clone())));
+    started.sort();
+    assert_eq!(started, vec![(0, b.peer), (1, a.peer)]);
+    let now = after(now, 11);
+    let _ = core.on_ended(now, id, 0, b.peer, AttemptEnd::HostFailed("gone".into()));
+    let _ = core.on_ended(now, id, 1, a.peer, AttemptEnd::HostFailed("gone".into()));
+    let mut skip = skipped(&core.start_survey(now));
+    skip.sort();
+    let mut tried = vec![a.peer, b.peer];
+    tried.sort();
+    assert_eq!(skip, tried);
+    // A host running our work is skipped too.
+    let asked = SurveyedHost {
+        answered: true,
+        summarised: false,
+        ..others[0].clone()
+    };
+    let started = launches(&core.on_survey(now, Ok(vec![asked, others[1].clone()])));
+    assert_eq!(started, vec![(0, others[0].peer)]);
+    let skip = skipped(&core.start_survey(now));
+    assert!(skip.contains(&others[0].peer) && !skip.contains(&others[1].peer));
 }

@@ -1,0 +1,91 @@
+//! Summaries instead of surveys, with real `gleaner node` processes on
+//! 127.0.0.1 (mDNS off): a consumer lists every host from the summaries it
+//! heard, at once and with each one's age, without asking any; a batch is
+//! placed while only a few hosts per task are asked directly (counted in
+//! the hosts' own logs), never the whole pool.
+
+use crate::node_support;
+
+use std::time::Duration;
+
+use gleaner::consumer::rank::{asks_for, ASKS_PER_TASK};
+use node_support::{batch_until, peer, pool_of, NodeFixture};
+use serde_json::Value;
+
+/// The reliability queries `host` answered for `consumer` (its debug log
+/// names each one).
+fn queries_from(host: &NodeFixture, consumer: &str) -> usize {
+    host.log()
+        .lines()
+        .filter(|l| l.contains("reliability query") && l.contains(consumer))
+        .count()
+}
+
+#[test]
+fn a_consumer_lists_hosts_from_summaries_and_asks_only_a_few_per_task() {
+    const HOSTS: usize = 6;
+    const TASKS: usize = 2;
+    // pool_of waits until the consumer's `hosts` lists every host with a TR.
+    let (hosts, consumer) = pool_of(HOSTS);
+    let me = peer(&consumer);
+    let report: Value =
+        serde_json::from_str(&consumer.run_ok(&["hosts", "--json", "--window", "1h"])).unwrap();
+    let listed = report["hosts"].as_array().unwrap();
+    assert_eq!(listed.len(), HOSTS, "{report:#}");
+    for h in listed {
+        assert_eq!(h["summarised"], true, "{h:#}");
+        assert_eq!(h["answered"], false, "listing asks no host: {h:#}");
+        assert!(
+            h["tr"].as_f64().is_some_and(|t| (0.0..=1.0).contains(&t)),
+            "{h:#}"
+        );
+        assert!(
+            h["heard_secs_ago"].as_f64().is_some_and(|a| a >= 0.0),
+            "{h:#}"
+        );
+    }
+    let text = consumer.run_ok(&["hosts"]);
+    assert!(text.contains("age"), "{text}");
+    let asked_before: usize = hosts.iter().map(|h| queries_from(h, &me)).sum();
+    assert_eq!(asked_before, 0, "listing from summaries asks nobody");
+
+    let results = consumer.dir.join("results");
+    let out = consumer.run_ok(&[
+        "--json",
+        "batch",
+        "submit",
+        "--range",
+        "0..2",
+        "--runtime",
+        "1m",
+        "--output-dir",
+        results.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    let id = serde_json::from_str::<Value>(&out).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    batch_until(&consumer, &id, Duration::from_secs(120), |s| {
+        s["counts"]["done"] == TASKS as u64
+    });
+    let per_host: Vec<usize> = hosts.iter().map(|h| queries_from(h, &me)).collect();
+    let asked_hosts = per_host.iter().filter(|n| **n > 0).count();
+    let total: usize = per_host.iter().sum();
+    eprintln!("direct queries per host for {TASKS} tasks on {HOSTS} hosts: {per_host:?}");
+    // One placement round asks asks_for(2) = 4 of the 6; a round more (a
+    // task refused, a slow start) asks again, never the whole pool.
+    assert!(
+        total >= 1,
+        "the placement confirmed its hosts: {per_host:?}"
+    );
+    assert!(
+        asked_hosts <= asks_for(TASKS) as usize && asked_hosts < HOSTS,
+        "asked {asked_hosts} hosts of {HOSTS}: {per_host:?}"
+    );
+    assert!(
+        total <= 2 * TASKS * ASKS_PER_TASK as usize,
+        "{total} queries for {TASKS} tasks: {per_host:?}"
+    );
+}
