@@ -127,6 +127,48 @@ fn a_consumer_restarted_after_its_only_bootstrap_peer_died_finds_the_pool_from_i
     assert!(contact(&s)["remembered"].as_u64().unwrap() >= 3, "{s:#}");
 }
 
+/// Sends `signal` to the node's process.
+fn signal(node: &node_support::NodeFixture, signal: i32) {
+    let pid = node.child.as_ref().expect("the node runs").id() as i32;
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+}
+
+#[test]
+fn a_restarted_consumer_lists_its_pool_at_once_from_the_summaries_its_book_kept() {
+    let (hosts, mut consumer) = pool();
+    let peers: Vec<String> = hosts.iter().map(node_support::peer).collect();
+    // A clean stop writes the book whole, each member's newest summary in.
+    consumer.stop();
+    // The hosts fall silent (stopped, not gone): whatever the restarted
+    // consumer lists comes from its book, not from a fresh summary.
+    for h in &hosts {
+        signal(h, libc::SIGSTOP);
+    }
+    let stopped = Instant::now();
+    consumer.start();
+    let since_stop = stopped.elapsed().as_secs_f64();
+    let report: Value =
+        serde_json::from_str(&consumer.run_ok(&["hosts", "--json", "--window", "1h"])).unwrap();
+    for h in &hosts {
+        signal(h, libc::SIGCONT);
+    }
+    let listed = report["hosts"].as_array().unwrap();
+    for p in &peers {
+        let h = listed
+            .iter()
+            .find(|h| h["peer"] == p.as_str())
+            .unwrap_or_else(|| panic!("{p} is not listed after the restart: {report:#}"));
+        assert_eq!(h["summarised"], true, "{h:#}");
+        assert!(h["tr"].is_number(), "its summary's TR: {h:#}");
+        // Its age is told honestly: heard before the stop (whole seconds).
+        let age = h["heard_secs_ago"].as_f64().unwrap();
+        assert!(
+            age + 1.0 >= since_stop,
+            "age {age} s, stopped {since_stop} s ago"
+        );
+    }
+}
+
 #[test]
 fn a_node_that_reaches_no_member_says_so_in_status_hosts_and_batch_status() {
     // Its only bootstrap peer does not exist: nothing listens on port 9.

@@ -4,11 +4,14 @@
 //! member table, ours published with the addresses a peer could use (when
 //! the node says so; republished only when our addresses change or a peer
 //! joins, at most once per minimum gap), members expired after
-//! `member_ttl` (the pool's provider records in the DHT are `discovery`'s).
+//! `member_ttl` (the pool's provider records in the DHT are `discovery`'s);
+//! at start, the members whose last summary the peer book kept and that are
+//! younger than `member_ttl` are listed again at their true age.
 //!
 //! It must not know about the request protocols or how the node is reached.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use libp2p::gossipsub::{self, MessageAcceptance};
 use libp2p::{Multiaddr, PeerId};
@@ -23,12 +26,52 @@ use crate::net::summary::{check_summary, min_gap, Summary};
 use crate::net::swarm::ANNOUNCED_ADDRESSES_MAX;
 
 impl EventLoop {
+    /// Lists again the members whose last summary the peer book kept, as
+    /// heard when they were (their age is honest, and they expire as if we
+    /// had never stopped): a restarted node lists its pool at once instead
+    /// of waiting up to a heartbeat for each member. Each is checked as it
+    /// was on the wire (the book is outside input too); one older than the
+    /// member TTL, dated in the future or no longer readable is left out.
+    /// Nothing is announced to the node: these are not news.
+    pub(super) fn seed_members(&mut self) {
+        let Some(r) = &self.remembered else {
+            return;
+        };
+        let (now_unix, now) = (super::remembered::unix_now(), Instant::now());
+        let seeded: Vec<Member> = r
+            .summaries()
+            .filter_map(|(peer, heard)| {
+                let age = Duration::from_secs(u64::try_from(now_unix - heard.heard_unix).ok()?);
+                if age > self.cfg.member_ttl {
+                    return None;
+                }
+                let summary = decode_body::<HostSummary>(&heard.bytes).ok()?;
+                let checked = check_summary(&summary, heard.heard_unix).ok()?;
+                let mut member = member_from(peer, summary.member, Some(Arc::new(checked)))?;
+                member.last_seen = now.checked_sub(age)?;
+                Some(member)
+            })
+            .collect();
+        if seeded.is_empty() {
+            return;
+        }
+        tracing::info!(
+            members = seeded.len(),
+            "listing the members whose summaries the peer book kept"
+        );
+        for member in seeded {
+            // More than the table holds: the least recently heard go.
+            let _ = self.members.insert(member);
+        }
+    }
+
     /// Checks one gossipsub message and, if it is a good summary (or a
     /// version 1 node's announcement), records the member.
     pub(super) fn on_announcement(&mut self, message: &gossipsub::Message) -> MessageAcceptance {
         let Some(source) = message.source else {
             return MessageAcceptance::Reject;
         };
+        let mut summary_bytes = None;
         let member = if message.topic == self.summary_topic.hash() {
             if message.data.len() > SUMMARY_MAX_BYTES {
                 return MessageAcceptance::Reject;
@@ -40,7 +83,8 @@ impl EventLoop {
             let Ok(checked) = check_summary(&summary, heard) else {
                 return MessageAcceptance::Reject;
             };
-            member_from(source, summary.member, Some(std::sync::Arc::new(checked)))
+            summary_bytes = Some(message.data.as_slice());
+            member_from(source, summary.member, Some(Arc::new(checked)))
         } else if message.topic == self.topic.hash() {
             if message.data.len() > ANNOUNCE_MAX_BYTES {
                 return MessageAcceptance::Reject;
@@ -69,7 +113,7 @@ impl EventLoop {
             .filter(|a| self.scope.usable(a))
             .cloned()
             .collect();
-        self.remember_member(source, &usable);
+        self.remember_member(source, &usable, summary_bytes);
         if let Some(evicted) = self.members.insert(member.clone()) {
             self.notify(NetEvent::MemberExpired(evicted));
         }
@@ -195,11 +239,7 @@ fn summary_bytes(
 
 /// Turns a decoded announcement into a member, or `None` if it lies about its sender or
 /// carries addresses that do not parse.
-fn member_from(
-    source: PeerId,
-    a: Announcement,
-    summary: Option<std::sync::Arc<Summary>>,
-) -> Option<Member> {
+fn member_from(source: PeerId, a: Announcement, summary: Option<Arc<Summary>>) -> Option<Member> {
     if PeerId::from_bytes(&a.peer_id).ok()? != source
         || a.addresses.len() > ANNOUNCED_ADDRESSES_MAX
         || a.version.is_empty()

@@ -143,6 +143,7 @@ pub fn start(
         inbound_origin: tokio::time::Instant::now(),
         held: HashMap::new(),
     };
+    event_loop.seed_members();
     event_loop.dial_bootstrap();
     Ok((
         NetHandle {

@@ -1,12 +1,14 @@
-//! The peer book driven: members recorded as they announce and as dials to
-//! them succeed, the book written at most every [`WRITE_EVERY`], remembered
+//! The peer book driven: members recorded as they announce (with the bytes
+//! of their last summary) and as dials to them succeed, the book written at
+//! most every [`WRITE_EVERY`] (and whole at a clean stop), remembered
 //! members redialed (at start and while the node has few connections, with
 //! the `Redialer`'s back-off), and the `Contact` report of whether any member
 //! is reachable, since when not, and what the node is trying.
 //!
 //! The decisions are `peer_book`'s (pure); this file performs them. It must
 //! not know about the request protocols or the pool's announcements beyond
-//! the peer and addresses they name.
+//! the peer and addresses they name (a summary is opaque bytes here;
+//! `membership` reads the remembered ones back at start).
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -15,7 +17,7 @@ use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::{Multiaddr, PeerId};
 
 use super::EventLoop;
-use crate::net::peer_book::{BookStore, PeerBook, Redialer, BOOK_MAX};
+use crate::net::peer_book::{BookStore, HeardSummary, PeerBook, Redialer, BOOK_MAX};
 use crate::net::reachability::AddressScope;
 
 /// How often the redialer looks at the connections.
@@ -62,18 +64,43 @@ impl Remembered {
     }
 }
 
+impl Remembered {
+    /// Every remembered member's last summary, as stored.
+    pub(super) fn summaries(&self) -> impl Iterator<Item = (PeerId, &HeardSummary)> {
+        self.book
+            .most_recent()
+            .filter_map(|(peer, entry)| Some((*peer, entry.summary.as_ref()?)))
+    }
+}
+
 /// Unix seconds now.
-fn unix_now() -> i64 {
+pub(super) fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 impl EventLoop {
-    /// A member announced itself from `told` addresses (those we could use).
-    pub(super) fn remember_member(&mut self, peer: PeerId, told: &[Multiaddr]) {
+    /// A member announced itself from `told` addresses (those we could use),
+    /// in a summary of these `bytes` (checked) when it sent one.
+    pub(super) fn remember_member(
+        &mut self,
+        peer: PeerId,
+        told: &[Multiaddr],
+        summary: Option<&[u8]>,
+    ) {
         if let Some(r) = &mut self.remembered {
-            r.book.seen(peer, told, None, unix_now());
+            let now = unix_now();
+            r.book.seen(peer, told, None, now);
+            if let Some(bytes) = summary {
+                r.book.heard_summary(
+                    peer,
+                    HeardSummary {
+                        heard_unix: now,
+                        bytes: bytes.into(),
+                    },
+                );
+            }
         }
     }
 
@@ -146,10 +173,19 @@ impl EventLoop {
             return;
         };
         let due = last || r.written_at.is_none_or(|at| at.elapsed() >= WRITE_EVERY);
-        if !due || !r.book.has_changes() {
+        let changed = if last {
+            r.book.has_final_changes()
+        } else {
+            r.book.has_changes()
+        };
+        if !due || !changed {
             return;
         }
-        let changes = r.book.take_changes();
+        let changes = if last {
+            r.book.take_final_changes()
+        } else {
+            r.book.take_changes()
+        };
         r.written_at = Some(Instant::now());
         if let Err(e) = r.store.write(&changes) {
             tracing::warn!("peer book not written: {e}");

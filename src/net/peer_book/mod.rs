@@ -1,24 +1,30 @@
 //! The peer book: the pool members this node has met (peer id, addresses that
-//! worked or that the member told, when it was last seen), kept across
-//! restarts so a node whose bootstrap peers are gone finds its pool again
-//! (Bitcoin's `peers.dat`, Syncthing's and kubo's peerstores).
+//! worked or that the member told, when it was last seen, its last summary as
+//! it came over the wire and when it was heard), kept across restarts so a
+//! node whose bootstrap peers are gone finds its pool again (Bitcoin's
+//! `peers.dat`, Syncthing's and kubo's peerstores), and a restarted consumer
+//! lists the pool at once instead of waiting a heartbeat for each summary.
 //!
 //! Three parts. [`PeerBook`] is the book itself, a pure value: bounded
 //! ([`BOOK_MAX`] entries, the least recently seen out first), it records what
 //! the network task saw and collects the changes worth writing (a new peer,
 //! new addresses, or a `last_seen` that moved by [`SEEN_GRAIN_SECS`]: not
-//! every announcement). [`Redialer`] decides, from the book and the open
+//! every announcement; a newer summary alone waits for one of those, or for
+//! the last write at a clean stop). [`Redialer`] decides, from the book and the open
 //! connections, which remembered peers to dial now, with a back-off per
 //! peer. `codec` is the one place the book's bytes on disk are laid out, and
 //! `store` the sled tree that holds them.
 //!
-//! This module knows peer ids and multiaddrs; it does not touch the Swarm,
-//! and it takes the time as a parameter (no clock).
+//! This module knows peer ids and multiaddrs, and keeps a summary as opaque
+//! bytes (what they say is `net::summary`'s to check, at load as on the
+//! wire); it does not touch the Swarm, and it takes the time as a parameter
+//! (no clock).
 
 pub mod codec;
 pub mod store;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libp2p::{Multiaddr, PeerId};
@@ -41,6 +47,18 @@ pub struct BookEntry {
     pub addresses: Vec<Multiaddr>,
     /// Unix seconds when we last heard from it or connected to it.
     pub last_seen: i64,
+    /// Its last summary, when it sent one (a version 1 member never does).
+    pub summary: Option<HeardSummary>,
+}
+
+/// A member's summary as it came over the wire, and when we heard it: what a
+/// restarted node lists it by until it hears a newer one, its age told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeardSummary {
+    /// Unix seconds when we heard it (not when the member says it computed it).
+    pub heard_unix: i64,
+    /// The gossipsub message's bytes, at most the protocol's summary bound.
+    pub bytes: Arc<[u8]>,
 }
 
 /// What changed since the last [`PeerBook::take_changes`]: for the store.
@@ -69,6 +87,10 @@ pub struct PeerBook {
     written_seen: HashMap<PeerId, i64>,
     /// Entries to write at the next [`take_changes`](Self::take_changes).
     dirty: HashSet<PeerId>,
+    /// Entries whose only change is a newer summary: written with their next
+    /// change, or at the last write ([`take_changes`](Self::take_changes)
+    /// with `last`), never by themselves (a summary comes every heartbeat).
+    newer_summary: HashSet<PeerId>,
     /// Entries evicted since the last write.
     removed: HashSet<PeerId>,
     max: usize,
@@ -82,6 +104,7 @@ impl PeerBook {
             by_seen: BTreeSet::new(),
             written_seen: HashMap::new(),
             dirty: HashSet::new(),
+            newer_summary: HashSet::new(),
             removed: HashSet::new(),
             max: max.max(1),
         }
@@ -124,6 +147,7 @@ impl PeerBook {
         let mut entry = self.remove_entry(&peer).unwrap_or(BookEntry {
             addresses: Vec::new(),
             last_seen: now,
+            summary: None,
         });
         let before = entry.addresses.clone();
         if let Some(addr) = worked {
@@ -147,6 +171,26 @@ impl PeerBook {
         self.evict_past_max(Some(peer));
     }
 
+    /// Keeps `summary` as `peer`'s last (it must be in the book: call
+    /// [`seen`](Self::seen) first). An older one than the entry holds is
+    /// ignored.
+    pub fn heard_summary(&mut self, peer: PeerId, summary: HeardSummary) {
+        let Some(entry) = self.entries.get_mut(&peer) else {
+            return;
+        };
+        if entry
+            .summary
+            .as_ref()
+            .is_some_and(|s| s.heard_unix > summary.heard_unix)
+        {
+            return;
+        }
+        entry.summary = Some(summary);
+        if !self.dirty.contains(&peer) {
+            self.newer_summary.insert(peer);
+        }
+    }
+
     /// Peers by when they were last seen, most recent first.
     pub fn most_recent(&self) -> impl Iterator<Item = (&PeerId, &BookEntry)> {
         self.by_seen
@@ -158,9 +202,25 @@ impl PeerBook {
     /// Hands over what must be written and forgets it (the caller writes it
     /// or, on a failed write, calls [`seen`](Self::seen) again later).
     pub fn take_changes(&mut self) -> BookChanges {
-        let mut upserts: Vec<(PeerId, BookEntry)> = self
-            .dirty
-            .drain()
+        self.take(false)
+    }
+
+    /// The last write's changes (a clean stop): also the entries whose only
+    /// change is a newer summary, so a restart lists the freshest ones.
+    pub fn take_final_changes(&mut self) -> BookChanges {
+        self.take(true)
+    }
+
+    fn take(&mut self, last: bool) -> BookChanges {
+        if last {
+            self.dirty.extend(self.newer_summary.drain());
+        }
+        let dirty: Vec<PeerId> = self.dirty.drain().collect();
+        for peer in &dirty {
+            self.newer_summary.remove(peer);
+        }
+        let mut upserts: Vec<(PeerId, BookEntry)> = dirty
+            .into_iter()
             .filter_map(|peer| Some((peer, self.entries.get(&peer)?.clone())))
             .collect();
         upserts.sort_by_key(|(peer, _)| *peer);
@@ -175,6 +235,12 @@ impl PeerBook {
     /// True when [`take_changes`](Self::take_changes) has something to hand over.
     pub fn has_changes(&self) -> bool {
         !self.dirty.is_empty() || !self.removed.is_empty()
+    }
+
+    /// True when [`take_final_changes`](Self::take_final_changes) has
+    /// something to hand over.
+    pub fn has_final_changes(&self) -> bool {
+        self.has_changes() || !self.newer_summary.is_empty()
     }
 
     fn insert(&mut self, peer: PeerId, entry: BookEntry) {
@@ -200,6 +266,7 @@ impl PeerBook {
             };
             self.remove_entry(&oldest);
             self.dirty.remove(&oldest);
+            self.newer_summary.remove(&oldest);
             self.written_seen.remove(&oldest);
             self.removed.insert(oldest);
         }

@@ -1,12 +1,22 @@
 //! The book's bound and order, its changes, the redialer's choices and
 //! back-off, the codec against garbage and the store across a reopen.
 
-use super::codec::{decode_key, decode_value, encode_key, encode_value, VALUE_MAX, VERSION};
+use super::codec::{
+    decode_key, decode_value, encode_key, encode_value, VALUE_MAX, VERSION, VERSION_1,
+};
 use super::*;
 use crate::model::ids::PoolName;
+use crate::net::protocol::SUMMARY_MAX_BYTES;
 
 fn addr(port: u16) -> Multiaddr {
     format!("/ip4/127.0.0.1/tcp/{port}").parse().unwrap()
+}
+
+fn heard(at: i64, bytes: &[u8]) -> HeardSummary {
+    HeardSummary {
+        heard_unix: at,
+        bytes: bytes.into(),
+    }
 }
 
 fn peers(n: usize) -> Vec<PeerId> {
@@ -90,6 +100,43 @@ fn announcements_within_the_grain_are_not_written_again() {
 }
 
 #[test]
+fn a_newer_summary_rides_on_the_next_write_or_the_last_one() {
+    let p = PeerId::random();
+    let mut book = PeerBook::new(10);
+    // A summary of a peer not in the book is not kept.
+    book.heard_summary(p, heard(99, b"early"));
+    assert!(!book.contains(&p) && !book.has_final_changes());
+    book.seen(p, &[addr(1)], None, 100);
+    book.heard_summary(p, heard(100, b"first"));
+    let first = book.take_changes();
+    assert_eq!(first.upserts[0].1.summary, Some(heard(100, b"first")));
+    // Every heartbeat brings a summary: not a write by itself...
+    book.seen(p, &[addr(1)], None, 110);
+    book.heard_summary(p, heard(110, b"second"));
+    assert!(!book.has_changes());
+    assert!(book.take_changes().is_empty());
+    // ...nor is an older one than the book holds taken.
+    book.heard_summary(p, heard(105, b"late"));
+    assert_eq!(book.get(&p).unwrap().summary, Some(heard(110, b"second")));
+    // The last write (a clean stop) takes it.
+    assert!(book.has_final_changes());
+    let last = book.take_final_changes();
+    assert_eq!(last.upserts.len(), 1);
+    assert_eq!(last.upserts[0].1.summary, Some(heard(110, b"second")));
+    assert!(!book.has_final_changes());
+    // And a write for another reason (last seen moved by the grain since
+    // that write) carries the newest one.
+    book.heard_summary(p, heard(120, b"third"));
+    book.seen(p, &[addr(1)], None, 110 + SEEN_GRAIN_SECS);
+    let next = book.take_changes();
+    assert_eq!(next.upserts[0].1.summary, Some(heard(120, b"third")));
+    assert!(
+        !book.has_final_changes(),
+        "written once, not again at the end"
+    );
+}
+
+#[test]
 fn the_redialer_dials_the_most_recent_few_while_short_of_connections() {
     let p = peers(6);
     let mut book = PeerBook::new(10);
@@ -154,15 +201,62 @@ fn a_failing_peer_waits_twice_as_long_each_time() {
 #[test]
 fn entries_round_trip_through_the_codec() {
     let p = PeerId::random();
-    let entry = BookEntry {
+    let mut entry = BookEntry {
         addresses: vec![
             addr(4610),
             "/ip4/198.51.100.7/udp/4610/quic-v1".parse().unwrap(),
         ],
         last_seen: 1_764_000_000,
+        summary: None,
     };
     assert_eq!(decode_key(&encode_key(&p)).unwrap(), p);
     assert_eq!(decode_value(&encode_value(&entry).unwrap()).unwrap(), entry);
+    // With the longest summary the protocol allows.
+    entry.summary = Some(heard(1_764_000_010, &[7u8; SUMMARY_MAX_BYTES]));
+    let bytes = encode_value(&entry).unwrap();
+    assert_eq!(bytes[0], VERSION);
+    assert!(bytes.len() <= VALUE_MAX);
+    assert_eq!(decode_value(&bytes).unwrap(), entry);
+    // A longer one is left out rather than written unreadable.
+    entry.summary = Some(heard(1, &[7u8; SUMMARY_MAX_BYTES + 1]));
+    assert_eq!(
+        decode_value(&encode_value(&entry).unwrap())
+            .unwrap()
+            .summary,
+        None
+    );
+}
+
+#[test]
+fn a_book_written_before_summaries_still_reads() {
+    // Version 1's layout, as the code before summaries wrote it: the time
+    // and the addresses.
+    let v1 = [
+        vec![VERSION_1],
+        bincode::serde::encode_to_vec(
+            (1_764_000_000i64, vec![addr(4610).to_vec()]),
+            bincode::config::standard(),
+        )
+        .unwrap(),
+    ]
+    .concat();
+    assert_eq!(
+        decode_value(&v1).unwrap(),
+        BookEntry {
+            addresses: vec![addr(4610)],
+            last_seen: 1_764_000_000,
+            summary: None,
+        }
+    );
+    // A version 1 value with version 2's extra field is not version 1.
+    let mut v2 = encode_value(&BookEntry {
+        addresses: vec![addr(4610)],
+        last_seen: 1_764_000_000,
+        summary: Some(heard(5, b"s")),
+    })
+    .unwrap();
+    v2[0] = VERSION_1;
+    assert!(decode_value(&v2).is_err());
 }
 
 #[test]
@@ -170,29 +264,36 @@ fn the_codec_refuses_garbage_without_panicking() {
     let good = encode_value(&BookEntry {
         addresses: vec![addr(1)],
         last_seen: 7,
+        summary: Some(heard(8, b"a summary's bytes")),
     })
     .unwrap();
     let mut cases: Vec<Vec<u8>> = vec![
         vec![],
         vec![VERSION],
+        vec![VERSION_1],
+        vec![0, 0, 0],
         vec![VERSION + 1, 0, 0],
         vec![0xff; VALUE_MAX + 1],
         [good.clone(), vec![0]].concat(),
         good[..good.len() - 1].to_vec(),
     ];
-    // Too many addresses, and an address that is not a multiaddr.
-    let many = bincode::serde::encode_to_vec(
-        (7i64, vec![addr(1).to_vec(); ADDRESSES_MAX + 1]),
-        bincode::config::standard(),
-    )
-    .unwrap();
-    cases.push([vec![VERSION], many].concat());
-    let junk = bincode::serde::encode_to_vec(
-        (7i64, vec![vec![0xffu8, 0xff, 0xff]]),
-        bincode::config::standard(),
-    )
-    .unwrap();
-    cases.push([vec![VERSION], junk].concat());
+    // Too many addresses, and an address that is not a multiaddr, in both
+    // layouts; a summary past the protocol's bound.
+    let none: Option<(i64, Vec<u8>)> = None;
+    let many = vec![addr(1).to_vec(); ADDRESSES_MAX + 1];
+    let junk = vec![vec![0xffu8, 0xff, 0xff]];
+    cases.push(raw(VERSION_1, &(7i64, many.clone())));
+    cases.push(raw(VERSION_1, &(7i64, junk.clone())));
+    cases.push(raw(VERSION, &(7i64, many, none.clone())));
+    cases.push(raw(VERSION, &(7i64, junk, none)));
+    cases.push(raw(
+        VERSION,
+        &(
+            7i64,
+            vec![addr(1).to_vec()],
+            Some((8i64, vec![0u8; SUMMARY_MAX_BYTES + 1])),
+        ),
+    ));
     // A length prefix claiming far more than there is.
     cases.push(vec![VERSION, 14, 0xfc, 0xff, 0xff, 0xff, 0x7f]);
     for case in &cases {
@@ -215,6 +316,13 @@ fn the_codec_refuses_garbage_without_panicking() {
     assert!(decode_key(b"not a peer id").is_err());
 }
 
+/// A stored value by hand: `version`, then `body` in bincode's standard
+/// config.
+fn raw<T: serde::Serialize>(version: u8, body: &T) -> Vec<u8> {
+    let body = bincode::serde::encode_to_vec(body, bincode::config::standard()).unwrap();
+    [vec![version], body].concat()
+}
+
 #[test]
 fn the_store_keeps_the_book_across_a_reopen_and_drops_what_it_cannot_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -227,6 +335,7 @@ fn the_store_keeps_the_book_across_a_reopen_and_drops_what_it_cannot_read() {
         for (i, peer) in p.iter().enumerate() {
             book.seen(*peer, &[addr(i as u16)], None, 100 + i as i64);
         }
+        book.heard_summary(p[2], heard(102, b"its summary"));
         store.write(&book.take_changes()).unwrap();
         store.put_raw(b"garbage key", &[1, 2, 3]);
         store.put_raw(&encode_key(&PeerId::random()), &[VERSION, 0xff]);
@@ -242,6 +351,11 @@ fn the_store_keeps_the_book_across_a_reopen_and_drops_what_it_cannot_read() {
         "an address outside the scope is not kept"
     );
     assert_eq!(loaded.book.get(&p[2]).unwrap().addresses, vec![addr(2)]);
+    assert_eq!(
+        loaded.book.get(&p[2]).unwrap().summary,
+        Some(heard(102, b"its summary")),
+        "a member's last summary is kept"
+    );
     let again = store.load(BOOK_MAX, |_| true).unwrap();
     assert_eq!((again.book.len(), again.unreadable), (3, 0));
     // Another pool's book is another tree.
