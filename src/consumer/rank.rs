@@ -10,7 +10,6 @@ use std::cmp::Ordering;
 use std::collections::HashSet;
 
 use libp2p::PeerId;
-use rand::seq::SliceRandom;
 
 use crate::consumer::survey::SurveyedHost;
 
@@ -20,18 +19,9 @@ pub fn eligible(host: &SurveyedHost) -> bool {
     healthy(host) && host.slot_free != Some(false)
 }
 
-/// Hosts asked directly per task being placed (Sparrow's d).
-pub const ASKS_PER_TASK: u32 = 2;
-/// Most hosts one placement round asks, however many tasks wait: a
-/// submission's network cost is bounded by its tasks, never by the pool.
-pub const ASKS_MAX: u32 = 32;
-
-/// How many hosts to ask for `tasks` tasks waiting to be placed:
-/// [`ASKS_PER_TASK`] each, at least one task's worth, at most [`ASKS_MAX`].
-pub fn asks_for(tasks: usize) -> u32 {
-    let tasks = u32::try_from(tasks).unwrap_or(u32::MAX).max(1);
-    tasks.saturating_mul(ASKS_PER_TASK).min(ASKS_MAX)
-}
+/// How many hosts a round asks (a few per task, bounded): the model's rule,
+/// shared with `gleaner simulate`.
+pub use crate::model::sched::probe::{asks_for, ASKS_MAX, ASKS_PER_TASK};
 
 /// The hosts best first by what their summaries say: those not in a
 /// failure state with a free slot in [`rank`]'s order (a version 1 member,
@@ -58,19 +48,15 @@ pub fn by_summary(hosts: &[SurveyedHost], exclude: &HashSet<PeerId>) -> Vec<Peer
 /// by their summaries ([`by_summary`]), the rest drawn at random from the
 /// others, so that rounds after rounds reach every member (a host the best
 /// ones cannot stand in for: one a task has not tried yet, one a stale
-/// summary undersells), as Sparrow's random probes do.
+/// summary undersells), as Sparrow's random probes do. The draw is the
+/// model's `best_then_random`, the one `gleaner simulate` uses.
 pub fn candidates<R: rand::Rng + ?Sized>(
     hosts: &[SurveyedHost],
     exclude: &HashSet<PeerId>,
     most: usize,
     rng: &mut R,
 ) -> Vec<PeerId> {
-    let mut order = by_summary(hosts, exclude);
-    let best = most.div_ceil(2).min(order.len());
-    let mut rest = order.split_off(best);
-    rest.shuffle(rng);
-    order.extend(rest.into_iter().take(most - best));
-    order
+    crate::model::sched::probe::best_then_random(by_summary(hosts, exclude), most, rng)
 }
 
 /// True when `host` answered and is not in a failure state (S3, S4, S5),

@@ -753,3 +753,80 @@ fn a_survey_skips_the_hosts_no_waiting_task_could_go_to() {
     let skip = skipped(&core.start_survey(now));
     assert!(skip.contains(&others[0].peer) && !skip.contains(&others[1].peer));
 }
+
+/// Runs a batch of `tasks` to its end through the core alone, as the driver
+/// would, on a pool of `pool` free hosts: each survey is answered by the
+/// first hosts it may ask (not skipped, at most `ask_at_most`), each launch
+/// ends at once, failing on its host the first time when `fail_first`.
+/// Returns the reliability queries the batch cost, and its surveys.
+fn queries_for_a_batch(pool: usize, tasks: i64, fail_first: bool) -> (usize, usize) {
+    let hosts: Vec<SurveyedHost> = (0..pool)
+        .map(|i| host(0.5 + 0.4 * (i % 7) as f64 / 7.0))
+        .collect();
+    let mut core = core(3);
+    let mut now = start();
+    let (id, actions) = admit(&mut core, now, batch(tasks));
+    let mut launched = launches(&actions);
+    let (mut queries, mut surveys) = (0, 0);
+    for _ in 0..1_000 {
+        let all_done =
+            (0..tasks as u32).all(|t| core.task(id, t).unwrap().state == TaskState::Done);
+        if all_done {
+            return (queries, surveys);
+        }
+        while let Some((task, peer)) = launched.pop() {
+            let first = core.task(id, task).unwrap().attempts == 1;
+            let end = if fail_first && first {
+                AttemptEnd::HostFailed("gone".into())
+            } else {
+                landed(0)
+            };
+            launched.extend(launches(&core.on_ended(now, id, task, peer, end)));
+        }
+        now = after(now, 3);
+        if !core.wants_survey(now) {
+            continue;
+        }
+        let actions = core.start_survey(now);
+        let Some((most, skip)) = actions.iter().find_map(|a| match a {
+            Action::Survey { query, skip } => Some((query.ask_at_most, skip.clone())),
+            _ => None,
+        }) else {
+            continue;
+        };
+        let most = most.expect("placement always bounds its asks") as usize;
+        let asked: Vec<SurveyedHost> = hosts
+            .iter()
+            .filter(|h| !skip.contains(&h.peer))
+            .take(most)
+            .cloned()
+            .collect();
+        surveys += 1;
+        queries += asked.len();
+        launched.extend(launches(&core.on_survey(now, Ok(asked))));
+    }
+    panic!("the batch of {tasks} never ended on {pool} hosts");
+}
+
+#[test]
+fn a_submissions_queries_are_bounded_by_its_tasks_not_by_the_pool() {
+    use crate::consumer::rank::ASKS_PER_TASK;
+    for (tasks, fail_first) in [(1, false), (10, false), (10, true), (40, true)] {
+        let failures = if fail_first { tasks as usize } else { 0 };
+        let bound = ASKS_PER_TASK as usize * (tasks as usize + failures);
+        let mut costs = Vec::new();
+        for pool in [100, 1_000, 10_000] {
+            let (queries, surveys) = queries_for_a_batch(pool, tasks, fail_first);
+            assert!(
+                queries <= bound,
+                "{tasks} tasks (failing first: {fail_first}) on {pool} hosts: {queries} queries in {surveys} surveys, bound {bound}"
+            );
+            costs.push(queries);
+        }
+        // The same however large the pool.
+        assert!(
+            costs.windows(2).all(|w| w[0] == w[1]),
+            "{tasks} tasks: {costs:?}"
+        );
+    }
+}
