@@ -375,7 +375,9 @@ async fn unpack_image(
     path: PathBuf,
 ) -> Result<crate::image::UnpackedImage, ApiError> {
     let Some(cache) = h.images.clone() else {
-        return Err(ApiError::conflict("this node has no image cache"));
+        return Err(ApiError::conflict(
+            "this node runs no images ([guest] images = \"deny\", or its image cache could not be opened)",
+        ));
     };
     let unpacked = tokio::task::spawn_blocking(move || cache.unpack(&path)).await;
     match unpacked {

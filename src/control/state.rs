@@ -31,7 +31,8 @@ pub struct ControlHandles {
     pub tracker: TaskTracker,
     /// Cancelled when the node shuts down.
     pub shutdown: CancellationToken,
-    /// The image cache (`<data dir>/images`), when it could be opened.
+    /// The image cache (`<data dir>/images`), when `[guest] images` allows
+    /// images and it could be opened.
     pub images: Option<std::sync::Arc<crate::image::ImageCache>>,
 }
 

@@ -266,7 +266,10 @@ pub async fn run(
         net: net_handle,
         tracker: tracker.clone(),
         shutdown: shutdown.clone(),
-        images: open_image_cache(&data_dir),
+        images: match config.guest.images {
+            crate::node::config::ImagesRule::Allow => open_image_cache(&data_dir),
+            crate::node::config::ImagesRule::Deny => None,
+        },
     };
     tracker.spawn(async move {
         if let Err(e) = serve(control, handles).await {

@@ -142,6 +142,19 @@ pub struct GuestSection {
     pub job_cgroups: bool,
     /// Share of one core a guest may use, percent; 100 leaves it unthrottled.
     pub cpu_limit_percent: u64,
+    /// Whether a job may bring an image to run in (issue 31).
+    pub images: ImagesRule,
+}
+
+/// `[guest] images`: whether jobs may bring an image (docs/images.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImagesRule {
+    /// Jobs may bring an image; it is unpacked into `<data dir>/images`.
+    #[default]
+    Allow,
+    /// Jobs with an image are refused, and nothing is unpacked.
+    Deny,
 }
 
 impl Default for GuestSection {
@@ -160,6 +173,7 @@ impl Default for GuestSection {
             disk_mib: crate::guest::DEFAULT_DISK_MIB,
             job_cgroups: true,
             cpu_limit_percent: 100,
+            images: ImagesRule::Allow,
         }
     }
 }
@@ -297,6 +311,7 @@ pub const KEY_DOCS: &[(&str, &str, &str)] = &[
     ("guest", "max_input_mib", "Largest single input file (MiB) a peer's job may bring; a bigger one is refused with its name."),
     ("guest", "max_job_input_mib", "Largest total of one peer's job inputs (MiB)."),
     ("guest", "max_checkpoint_mib", "Largest checkpoint file (MiB) of a self-checkpointing job (`--checkpoint`) the host copies and sends back; a bigger one is refused with its name and the job goes on."),
+    ("guest", "images", "\"allow\": a job may bring an image (a docker or OCI archive, or a root-filesystem tar) to run in, unpacked once into <data dir>/images after its every entry is checked; \"deny\": jobs with an image are refused."),
     ("guest", "enabled", "Host guest jobs from the pool. Off (`gleaner node --no-guest`), the node is consumer-only: it still submits jobs and answers queries, and refuses jobs."),
     ("guest", "disk_mib", "Disk quota of a job's work dir, inputs included (MiB; 0 = none): while the job runs the work dir is a tmpfs of this size (root nodes only), whose pages also count in the job's memory; at the end its contents are copied to disk."),
     ("guest", "job_cgroups", "Give each job a cgroup (process, memory and idle-CPU limits, kill of the whole group) where the kernel allows. Off, a job is held by its PID namespace alone."),
@@ -703,6 +718,15 @@ pub fn write_default_file(path: &Path) -> Result<bool, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn images_are_allowed_by_default_denied_by_choice_and_nothing_else() {
+        let path = Path::new("config.toml");
+        assert_eq!(Config::default().guest.images, ImagesRule::Allow);
+        let deny = Config::parse("[guest]\nimages = \"deny\"\n", path).unwrap();
+        assert_eq!(deny.guest.images, ImagesRule::Deny);
+        assert!(Config::parse("[guest]\nimages = \"maybe\"\n", path).is_err());
+    }
 
     #[test]
     fn defaults_document_parses_back_to_the_defaults() {
