@@ -1,6 +1,7 @@
 //! Unit tests of `gleaner simulate`'s own parts: the runtime argument's two
 //! forms and the bar chart's escaping of names and bad numbers.
 
+use super::svg::bar_chart;
 use super::*;
 
 #[test]
