@@ -72,6 +72,12 @@ pub struct SimulateArgs {
     )]
     pub policy: Vec<Policy>,
 
+    /// Tail copies under the proactive policies (issue 28): once free hosts
+    /// outnumber waiting tasks, one extra copy of each running task most at
+    /// risk; the first to finish wins, the other is cancelled.
+    #[arg(long, value_name = "on|off", default_value = "off", action = clap::ArgAction::Set, value_parser = parse_on_off)]
+    pub tail_copies: bool,
+
     /// Seed of every random choice (offsets, powers, runtimes, draws).
     #[arg(long, value_name = "S", default_value_t = 1)]
     pub seed: u64,
@@ -380,6 +386,8 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         estimate_runs,
         recheck_secs: 600.0,
         windows: crate::model::sched::window::WindowRule::default(),
+        tail_copies: args.tail_copies,
+        tail: tail_rule_from_env(),
     };
     let bars = ProgressBars::new(&labels, json_stdout);
     // Jobs: the estimates, then the simulations, the costliest first so
@@ -617,144 +625,40 @@ impl ProgressBars {
     }
 }
 
-fn hours(secs: f64) -> String {
-    format!("{:.1} h", secs / 3600.0)
-}
-
-/// The text report: one line per policy.
-fn table(r: &SimulateReport) -> String {
-    let w = r
-        .policies
-        .iter()
-        .map(|p| p.label.chars().count())
-        .max()
-        .unwrap_or(0)
-        .max(21);
-    let mut out = format!(
-        "{} hosts, {} tasks, seed {}, method {}\n{:<w$} {:>9} {:>9} {:>9} {:>17} {:>9} {:>7} {:>26}\n",
-        r.hosts,
-        r.tasks,
-        r.seed,
-        r.method,
-        "policy",
-        "makespan",
-        "mean turn",
-        "p90 turn",
-        "kills/task S3/S4/S5",
-        "wasted",
-        "goodput",
-        "estimate p10/p50/p90"
-    );
-    for p in &r.policies {
-        let res = &p.result;
-        let makespan = res
-            .makespan_secs
-            .map_or_else(|| format!("{} left", res.unfinished), hours);
-        let estimate = res.estimate.map_or_else(
-            || "-".to_string(),
-            |e| {
-                format!(
-                    "{:.1}/{:.1}/{:.1} h",
-                    e.p10 / 3600.0,
-                    e.p50 / 3600.0,
-                    e.p90 / 3600.0
-                )
-            },
-        );
-        out.push_str(&format!(
-            "{:<w$} {:>9} {:>9} {:>9} {:>17} {:>9} {:>7.3} {:>26}\n",
-            p.label,
-            makespan,
-            hours(res.mean_turnaround_secs),
-            hours(res.p90_turnaround_secs),
-            format!(
-                "{:.2}/{:.2}/{:.2}",
-                p.kills_per_task[0], p.kills_per_task[1], p.kills_per_task[2]
-            ),
-            hours(res.wasted_cpu_secs),
-            res.goodput,
-            estimate
-        ));
-    }
-    if r.policies.iter().any(|p| p.verification.is_some()) {
-        out.push_str(&format!(
-            "verification {}: extra copies per accepted result, warm-up = first {} completions{}\n",
-            r.verify,
-            r.verify_warmup,
-            if r.liars > 0 {
-                format!("; {} liar(s)", r.liars)
-            } else {
-                String::new()
+/// The tail-copy rule: the default, or for sweeps `GLEANER_TAIL_RULE` as
+/// "MIN_GAIN_SECS,MIN_GAIN_SHARE,KILL_EVIDENCE(0|1)" (an experiment's knob,
+/// not a setting: a malformed value is ignored).
+fn tail_rule_from_env() -> crate::model::sched::tail::TailRule {
+    let mut rule = crate::model::sched::tail::TailRule::default();
+    if let Ok(v) = std::env::var("GLEANER_TAIL_RULE") {
+        let parts: Vec<&str> = v.split(',').collect();
+        if let [secs, share, kills] = parts.as_slice() {
+            if let (Ok(secs), Ok(share)) = (secs.parse::<f64>(), share.parse::<f64>()) {
+                rule.min_gain_secs = secs;
+                rule.min_gain_share = share;
+                rule.kill_evidence = *kills == "1";
             }
-        ));
-        for p in &r.policies {
-            let Some(v) = &p.verification else { continue };
-            out.push_str(&format!(
-                "{:<w$} warm-up {:>6.1} %  after {:>6.1} %  accepted {}  no quorum {}  wrong accepted {}  liars caught {}\n",
-                p.label,
-                v.warmup_overhead() * 100.0,
-                v.after_overhead() * 100.0,
-                v.accepted,
-                v.no_quorum,
-                v.wrong_accepted,
-                v.liars_caught
-            ));
         }
     }
-    let widened: Vec<String> = r
-        .policies
-        .iter()
-        .filter_map(|p| {
-            let c = p.estimate_calibration.as_ref()?;
-            Some(format!(
-                "{} ×{:.2} ({} back-tests)",
-                p.label,
-                c.widening,
-                c.misses.len()
-            ))
-        })
-        .collect();
-    if !widened.is_empty() {
-        out.push_str(&format!(
-            "estimate bands widened by back-tests on the pool's past: {}\n",
-            widened.join(", ")
-        ));
+    rule
+}
+
+/// `on` or `off`.
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("{other:?}: say on or off")),
     }
-    for p in &r.policies {
-        let Some(probe) = &p.result.probe else {
-            continue;
-        };
-        out.push_str(&format!(
-            "{}: heartbeat {} s, {} of {} hosts cached; {} rounds asked {} hosts ({:.2} per task, at most {} a round); {} summaries published, {:.0} s old on average when ranked\n",
-            p.label,
-            r.summary_heartbeat_secs,
-            probe.cached,
-            r.hosts,
-            probe.rounds,
-            probe.asks,
-            probe.asks as f64 / r.tasks.max(1) as f64,
-            probe.max_round_asks,
-            probe.publications,
-            probe.mean_summary_age_secs
-        ));
-    }
-    let times: Vec<String> = r
-        .policies
-        .iter()
-        .map(|p| format!("{} {:.1} s", p.label, p.wall_secs))
-        .collect();
-    out.push_str(&format!("run time: {}\n", times.join(", ")));
-    out.push_str(&format!(
-        "wasted: reference CPU time lost to kills and checkpoints; {} TR curves computed, {} forecasts lacked history; setup {:.1} s",
-        r.curves_computed, r.forecasts_failed, r.setup_secs
-    ));
-    out
 }
 
 mod knowledge;
 mod svg;
 pub use knowledge::KnowledgeArgs;
 use svg::write_svgs;
+
+mod text;
+use text::table;
 
 #[cfg(test)]
 mod tests;

@@ -571,6 +571,14 @@ pub struct TaskReport {
     /// decided from the queue, after from its `provenance.json`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub copies: Vec<CopyReport>,
+    /// Attempts killed because their host's owner took it back (S3, S4,
+    /// S5): not counted against the task's retries.
+    #[serde(default)]
+    pub owner_kills: u32,
+    /// Hosts the task failed on for other reasons (gone, wall-time limit,
+    /// bad output): counted against `max_retries`.
+    #[serde(default)]
+    pub host_failures: u32,
 }
 
 /// One copy of a verified task.

@@ -159,6 +159,8 @@ fn task_report(task: u32, t: &TaskRecord) -> TaskReport {
         cpu_secs: t.cpu_secs,
         checkpoint_bytes: t.checkpoint.as_ref().map(|c| c.size),
         copies: Vec::new(),
+        owner_kills: t.owner_kills,
+        host_failures: t.host_failures(),
     }
 }
 
@@ -176,6 +178,8 @@ fn event_report(e: &TaskEvent) -> TaskReport {
         checkpoint_bytes: None,
         event: e.event.clone(),
         copies: Vec::new(),
+        owner_kills: 0,
+        host_failures: 0,
     }
 }
 

@@ -108,6 +108,7 @@ pub(super) fn status_text(r: &BatchReport) -> String {
                 t.state.clone(),
                 t.host.as_deref().map(short).unwrap_or("-").to_string(),
                 t.attempts.to_string(),
+                format!("{}/{}", t.owner_kills, t.host_failures),
                 t.exit_status.map_or("-".into(), |s| s.to_string()),
                 etas.get(&t.task).map_or("-".into(), |secs| {
                     format!("in {}", human::duration(secs.max(0.0).round() as u64))
@@ -116,7 +117,16 @@ pub(super) fn status_text(r: &BatchReport) -> String {
             ]
         });
         text.push_str(&table(
-            &["task", "state", "host", "attempts", "exit", "ends", "note"],
+            &[
+                "task",
+                "state",
+                "host",
+                "attempts",
+                "owner kills/failures",
+                "exit",
+                "ends",
+                "note",
+            ],
             rows,
             false,
         ));

@@ -18,20 +18,22 @@
 //!
 //! Schema versions: the `meta` tree's `schema` key holds the version as a
 //! big-endian `u32`. A store without it was written by version 1 (before
-//! placement policies, deadlines, checkpoints and copies); `store` upgrades
-//! it at open with [`upgrade_batch`] and [`upgrade_task`], which read either
-//! layout, so an upgrade cut short is finished by the next open.
+//! placement policies, deadlines, checkpoints and copies); version 2's
+//! task records lack the owner-kill count of version 3. `store` upgrades
+//! an older store at open with [`upgrade_batch`] and [`upgrade_task`],
+//! which read every layout (bincode leaves no byte over in the right one
+//! only), so an upgrade cut short is finished by the next open.
 
 use std::path::PathBuf;
 
 use serde::Deserialize;
 
 use crate::consumer::batch::policy::PolicyName;
-use crate::consumer::batch::record::{BatchRecord, TaskRecord, TaskState};
+use crate::consumer::batch::record::{BatchRecord, CheckpointRef, TaskCopy, TaskRecord, TaskState};
 use crate::model::ids::{BatchId, JobId};
 
 /// The layout this code writes.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 /// Key of the schema version in the `meta` tree.
 pub const SCHEMA_KEY: &[u8] = b"schema";
 
@@ -182,6 +184,28 @@ struct TaskRecordV1 {
     wall_secs: Option<f64>,
 }
 
+/// A task record of schema 2 (no owner-kill count).
+#[derive(Deserialize)]
+struct TaskRecordV2 {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    inputs: Vec<(PathBuf, String)>,
+    state: TaskState,
+    attempts: u32,
+    host: Option<String>,
+    job_id: Option<JobId>,
+    avoid: Vec<String>,
+    exit_status: Option<i32>,
+    started_unix: Option<i64>,
+    ended_unix: Option<i64>,
+    reason: Option<String>,
+    wall_secs: Option<f64>,
+    cpu_secs: Option<f64>,
+    host_gamma: Option<f64>,
+    checkpoint: Option<CheckpointRef>,
+    copies: Vec<TaskCopy>,
+}
+
 /// A stored batch record in the current layout: schema 1's upgraded (its
 /// batches placed as they were, by TR), the current one as it is.
 pub fn upgrade_batch(bytes: &[u8]) -> Result<BatchRecord, CodecError> {
@@ -209,6 +233,28 @@ pub fn upgrade_batch(bytes: &[u8]) -> Result<BatchRecord, CodecError> {
 
 /// A stored task record in the current layout (see [`upgrade_batch`]).
 pub fn upgrade_task(bytes: &[u8]) -> Result<TaskRecord, CodecError> {
+    if let Ok(v2) = decode::<TaskRecordV2>("task record (schema 2)", bytes) {
+        return Ok(TaskRecord {
+            argv: v2.argv,
+            env: v2.env,
+            inputs: v2.inputs,
+            state: v2.state,
+            attempts: v2.attempts,
+            host: v2.host,
+            job_id: v2.job_id,
+            avoid: v2.avoid,
+            exit_status: v2.exit_status,
+            started_unix: v2.started_unix,
+            ended_unix: v2.ended_unix,
+            reason: v2.reason,
+            wall_secs: v2.wall_secs,
+            cpu_secs: v2.cpu_secs,
+            host_gamma: v2.host_gamma,
+            checkpoint: v2.checkpoint,
+            copies: v2.copies,
+            owner_kills: 0,
+        });
+    }
     let Ok(v1) = decode::<TaskRecordV1>("task record (schema 1)", bytes) else {
         return decode_task(bytes);
     };
@@ -230,6 +276,7 @@ pub fn upgrade_task(bytes: &[u8]) -> Result<TaskRecord, CodecError> {
         host_gamma: None,
         checkpoint: None,
         copies: Vec::new(),
+        owner_kills: 0,
     })
 }
 

@@ -135,9 +135,20 @@ pub struct TaskRecord {
     pub checkpoint: Option<CheckpointRef>,
     /// Further copies running beside the main attempt.
     pub copies: Vec<TaskCopy>,
+    /// Attempts killed because their host's owner took it back (S3, S4,
+    /// S5): not the task's fault, so not counted against its retries. Each
+    /// one's host is in `avoid` too.
+    pub owner_kills: u32,
 }
 
 impl TaskRecord {
+    /// Hosts the task failed on for reasons of its own or its host's
+    /// (gone, wall-time limit, bad output), not its owner taking it back:
+    /// what `max_retries` bounds.
+    pub fn host_failures(&self) -> u32 {
+        (self.avoid.len() as u32).saturating_sub(self.owner_kills)
+    }
+
     pub fn queued(
         argv: Vec<String>,
         env: Vec<(String, String)>,
@@ -161,6 +172,7 @@ impl TaskRecord {
             host_gamma: None,
             checkpoint: None,
             copies: Vec::new(),
+            owner_kills: 0,
         }
     }
 }

@@ -436,6 +436,74 @@ mod upgrade_tests {
         assert_eq!(loaded[0].1.len(), 2);
     }
 
+    /// A task record as schema 2 wrote it (before owner kills were counted).
+    #[derive(Serialize)]
+    struct TaskV2 {
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        inputs: Vec<(PathBuf, String)>,
+        state: TaskState,
+        attempts: u32,
+        host: Option<String>,
+        job_id: Option<JobId>,
+        avoid: Vec<String>,
+        exit_status: Option<i32>,
+        started_unix: Option<i64>,
+        ended_unix: Option<i64>,
+        reason: Option<String>,
+        wall_secs: Option<f64>,
+        cpu_secs: Option<f64>,
+        host_gamma: Option<f64>,
+        checkpoint: Option<crate::consumer::batch::record::CheckpointRef>,
+        copies: Vec<crate::consumer::batch::record::TaskCopy>,
+    }
+
+    #[test]
+    fn a_schema_2_store_is_upgraded_with_no_owner_kills_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        write_v1_store(dir.path(), 1);
+        {
+            // The same store as schema 2 left it: task 0 in its layout.
+            let db = crate::sled_open::open_dir(dir.path()).unwrap();
+            let key = codec::task_key(BatchId::new(1_700_000_000_000), 0);
+            let v2 = TaskV2 {
+                argv: vec!["echo".into()],
+                env: vec![],
+                inputs: vec![],
+                state: TaskState::Queued,
+                attempts: 2,
+                host: None,
+                job_id: None,
+                avoid: vec!["12D3KooW".into()],
+                exit_status: None,
+                started_unix: None,
+                ended_unix: None,
+                reason: Some("killed: S3".into()),
+                wall_secs: None,
+                cpu_secs: Some(1.5),
+                host_gamma: None,
+                checkpoint: None,
+                copies: vec![],
+            };
+            db.open_tree("tasks")
+                .unwrap()
+                .insert(key, bytes(&v2))
+                .unwrap();
+            db.open_tree("meta")
+                .unwrap()
+                .insert(codec::SCHEMA_KEY, &codec::encode_schema(2)[..])
+                .unwrap();
+            db.flush().unwrap();
+        }
+        let store = BatchStore::open(dir.path()).unwrap();
+        let (loaded, problems) = store.load().unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        let t = &loaded[0].1[0];
+        assert_eq!((t.attempts, t.owner_kills), (2, 0));
+        assert_eq!(t.avoid, vec!["12D3KooW".to_string()]);
+        assert_eq!(t.cpu_secs, Some(1.5));
+    }
+
     #[test]
     fn a_store_from_a_newer_version_is_refused_not_misread() {
         let dir = tempfile::tempdir().unwrap();

@@ -326,6 +326,8 @@ async fn a_kill_or_a_vanished_host_sends_the_task_to_the_next_best() {
         (TaskState::Done, Some(0), 3)
     );
     assert_eq!(t.avoid, vec![a.to_base58(), b.to_base58()]);
+    // The owner's kill and the host's failure are counted apart.
+    assert_eq!((t.owner_kills, t.host_failures()), (1, 1));
 }
 
 #[tokio::test]
@@ -334,8 +336,9 @@ async fn retries_are_bounded_and_a_lasting_refusal_moves_on() {
     let (view, submits) = run_one(
         vec![
             (a, 0.9, Host::NotAllowed),
-            (b, 0.8, Host::KilledByOwner),
-            (c, 0.7, Host::KilledByOwner),
+            // Hosts that vanish: owner kills spend no retry (issue 28).
+            (b, 0.8, Host::Vanish),
+            (c, 0.7, Host::Vanish),
         ],
         1,
         &[],

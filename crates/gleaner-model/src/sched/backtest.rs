@@ -287,6 +287,8 @@ mod tests {
             recheck_secs: 600.0,
             windows: crate::sched::window::WindowRule::default(),
             knowledge: crate::sched::sim::Knowledge::Full,
+            tail_copies: false,
+            tail: Default::default(),
         }
     }
 

@@ -7,8 +7,9 @@
 //! simulator (`sim`), the chance that a copy of a task meets a deadline
 //! (`deadline`), a host's failure spells over its past (`spells`), and
 //! the windows that come later: hold a task for the best (host, start)
-//! pair, exclusion, bounded kills (`window`), and how many hosts
-//! placement asks and which (`probe`).
+//! pair, exclusion, bounded kills (`window`), how many hosts
+//! placement asks and which (`probe`), and which running tasks get a
+//! copy in a batch's tail (`tail`).
 //!
 //! The consumer describes a host by [`HostView`] (relative power, predicted
 //! availability, TR curve) and a task by its reference runtime; nothing here
@@ -25,6 +26,7 @@ pub mod probe;
 pub mod runtime;
 pub mod sim;
 pub mod spells;
+pub mod tail;
 pub mod timeline;
 pub mod window;
 

@@ -19,7 +19,8 @@
 //! (what the consumer knows of a host), `submission.rs` (the estimate at
 //! submission), `events.rs` (the event loop), `dispatch.rs` (placement),
 //! `windows.rs` (`windows`' holds), `knowledge.rs` (placing from the
-//! members' summaries and a few asks), `verify.rs` (`--verify`). This file
+//! members' summaries and a few asks), `tail.rs` (tail copies),
+//! `verify.rs` (`--verify`). This file
 //! holds the simulation's state and its entry point.
 
 mod config;
@@ -30,6 +31,7 @@ pub mod knowledge;
 mod policy;
 mod result;
 mod submission;
+mod tail;
 #[cfg(test)]
 mod tests;
 pub mod verify;
@@ -121,6 +123,8 @@ struct Attempt {
     cost: f64,
     /// Wall seconds the consumer expected it to take (for the rule's waits).
     expected_end: f64,
+    /// Started as a tail copy of a task that was running already.
+    copy: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -242,6 +246,15 @@ struct Sim<'a> {
     holds: u64,
     /// The summaries the consumer places from, when it does not know all.
     summaries: Option<Box<Summaries>>,
+    /// Per task: its attempts running now (2 while it has a tail copy).
+    running: Vec<u8>,
+    /// Tail copies started, and those that finished first.
+    tail_copies: u64,
+    tail_wins: u64,
+    /// Reference CPU-seconds spent by tail copies beyond one attempt per
+    /// task: attempts cancelled because the other copy finished first, and
+    /// the work tail copies lost to kills.
+    tail_cpu: f64,
 }
 
 impl<'a> Sim<'a> {
@@ -302,6 +315,10 @@ impl<'a> Sim<'a> {
             plans: vec![None; n],
             holds: 0,
             summaries: None,
+            running: vec![0; n],
+            tail_copies: 0,
+            tail_wins: 0,
+            tail_cpu: 0.0,
         }
     }
 

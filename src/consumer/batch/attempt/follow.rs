@@ -15,7 +15,7 @@ use crate::consumer::Inbox;
 use crate::model::trust::Offence;
 use crate::net::protocol::{
     GuestUsage, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
-    RemoteJobState,
+    RemoteJobState, WireState,
 };
 
 /// Fetches the checkpoint a `Checkpointed` event announces, when the task
@@ -228,6 +228,10 @@ async fn follow<P: JobPool>(
 fn ending(kind: &JobEventKind) -> Option<Result<(i32, Option<GuestUsage>), AttemptEnd>> {
     match kind {
         JobEventKind::Finished { exit_status, usage } => Some(Ok((*exit_status, *usage))),
+        JobEventKind::Killed {
+            cause: Some(WireState::S3 | WireState::S4 | WireState::S5),
+            ..
+        } => Some(Err(AttemptEnd::OwnerKilled(event_text(kind)))),
         JobEventKind::Killed { .. } | JobEventKind::NotStarted { .. } => {
             Some(Err(AttemptEnd::HostFailed(event_text(kind))))
         }
@@ -328,4 +332,36 @@ async fn land<P: JobPool>(
         let _ = tokio::fs::remove_dir_all(&tmp).await;
     }
     landed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kill_by_the_owner_is_told_from_the_hosts_own_failures() {
+        for cause in [WireState::S3, WireState::S4, WireState::S5] {
+            let kind = JobEventKind::Killed {
+                cause: Some(cause),
+                usage: None,
+            };
+            assert!(
+                matches!(ending(&kind), Some(Err(AttemptEnd::OwnerKilled(_)))),
+                "{cause:?}"
+            );
+        }
+        // The wall-time limit is no owner's doing.
+        let limit = JobEventKind::Killed {
+            cause: None,
+            usage: None,
+        };
+        assert!(matches!(
+            ending(&limit),
+            Some(Err(AttemptEnd::HostFailed(_)))
+        ));
+        assert!(matches!(
+            ending(&JobEventKind::KilledOverMemory),
+            Some(Err(AttemptEnd::JobFailed(_)))
+        ));
+    }
 }

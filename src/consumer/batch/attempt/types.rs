@@ -30,9 +30,15 @@ pub enum AttemptEnd {
     /// refuse this task again (not allowed, too big, malformed), as opposed
     /// to for now (busy, in a failure state, unreachable).
     Refused { reason: String, lasting: bool },
-    /// The job did not end well on this host (killed by the owner's load,
-    /// host gone, a corrupt or missing output); another host may do better.
+    /// The job did not end well on this host (host gone, killed at the
+    /// wall-time limit, a corrupt or missing output); another host may do
+    /// better. Counts against the task's `max_retries`.
     HostFailed(String),
+    /// The host's owner took the machine back: the guest was killed in S3,
+    /// S4 or S5 (issue 28, scope 4). Not the task's fault: it is queued
+    /// again (that host avoided for it, as after any failure) without
+    /// counting against its `max_retries`.
+    OwnerKilled(String),
     /// The host broke its word (an output that does not match its hash, a
     /// job it forgot or never ended): handled as [`AttemptEnd::HostFailed`],
     /// and counted against the host in its record in every verify mode.

@@ -125,20 +125,21 @@ impl QueueCore {
             }
         }
         for (batch, task, host) in copies {
-            self.start_copy(batch, task, host);
+            self.start_copy(batch, task, host, "deadline at risk");
         }
     }
 
     /// Starts a further copy of a running task on `host` (a deadline at
-    /// risk): the first copy to land wins, the others are killed.
-    pub(super) fn start_copy(&mut self, batch: BatchId, task: u32, host: PeerId) {
+    /// risk, a tail copy: `why`): the first copy to land wins, the others
+    /// are killed.
+    pub(super) fn start_copy(&mut self, batch: BatchId, task: u32, host: PeerId, why: &str) {
         if self.task(batch, task).map(|t| t.state) != Some(TaskState::Running) {
             return;
         }
         let Some(job_id) = self.add_attempt(batch, task, host) else {
             return;
         };
-        tracing::info!(%batch, task, %host, "deadline at risk: a second copy of the task starts");
+        tracing::info!(%batch, task, %host, why, "a second copy of the task starts");
         self.persist(batch, task);
         self.launch(batch, task, host, job_id);
     }

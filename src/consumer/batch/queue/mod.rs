@@ -2,7 +2,7 @@
 //! host runs what, as a pure core and a thin driver.
 //!
 //! - [`QueueCore`] (`state`, with one file per concern: `placement`,
-//!   `retries`, `deadlines`, `replicas` and `quorum` with their state in
+//!   `retries`, `deadlines`, `tail` (tail copies), `replicas` and `quorum` with their state in
 //!   `trust`, `outputs`, `checkpoints`, `restore`, `commands`) decides
 //!   everything: it takes one input at a time (a command, a survey's
 //!   answer, an attempt's news or end, a judged copy, a copied result, a
@@ -35,6 +35,7 @@ mod replicas;
 mod restore;
 mod retries;
 mod state;
+mod tail;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -47,6 +48,7 @@ pub use driver::TICK;
 pub use files::copy_task_results;
 pub use placement::IDLE_SURVEY_EVERY;
 pub use state::{Action, Launch, Now, QueueCore};
+pub use tail::TAIL_COPIES_DEFAULT;
 pub use trust::{Judge, Landing, Trust, Verdict};
 pub use types::{
     BatchError, BatchView, Counts, NewBatch, QueueMsg, TaskEvent, DEFAULT_CHECKPOINT_COST_SECS,

@@ -2,7 +2,8 @@
 //! hosts to ask (a few per task that could be placed now, bounded: the
 //! survey picks them from the members' summaries), and which
 //! waiting task goes to which free host (batches in order of age, each by
-//! its policy; a verified task's further copies first), each attempt
+//! its policy; a verified task's further copies first; the hosts left over
+//! to tail copies, `tail`), each attempt
 //! recorded as it is handed over and given to the driver to launch. Pure:
 //! no tokio, no files, no clock.
 
@@ -11,6 +12,7 @@ use std::time::Duration;
 use libp2p::PeerId;
 
 use super::state::{Action, Launch, Now, QueueCore};
+use super::tail::TAIL_SURVEY_EVERY;
 use crate::consumer::batch::attempt::AttemptPlan;
 use crate::consumer::batch::policy::TaskNeeds;
 use crate::consumer::batch::record::{TaskCopy, TaskRecord, TaskState};
@@ -51,7 +53,9 @@ impl QueueCore {
             })
         };
         let waiting = waiting() || watching() || self.any_wants_copy();
-        if !waiting {
+        // Only running tasks that a tail copy could help: a slow look.
+        let tail = !waiting && self.watching_tail();
+        if !waiting && !tail {
             return false;
         }
         let since = self
@@ -59,6 +63,7 @@ impl QueueCore {
             .map(|t| now.mono.saturating_duration_since(t));
         match since {
             None => true,
+            Some(s) if tail => s >= TAIL_SURVEY_EVERY,
             Some(s) if self.wanted => s >= SURVEY_GAP,
             Some(s) => s >= IDLE_SURVEY_EVERY,
         }
@@ -73,7 +78,8 @@ impl QueueCore {
                 && b.tasks.iter().any(|t| {
                     t.state == TaskState::Queued
                         || ((b.record.deadline_unix.is_some()
-                            || self.trust.spec(b.record.id).is_some())
+                            || self.trust.spec(b.record.id).is_some()
+                            || self.tail_copies)
                             && t.state == TaskState::Running)
                 })
         }) else {
@@ -111,7 +117,8 @@ impl QueueCore {
             if b.record.cancelled || b.record.max_running.is_some_and(|m| b.running >= m) {
                 continue;
             }
-            if b.record.deadline_unix.is_some()
+            // So may a tail copy (`tail`).
+            if (b.record.deadline_unix.is_some() || self.tail_copies)
                 && b.tasks.iter().any(|t| t.state == TaskState::Running)
             {
                 return skip;
@@ -152,7 +159,7 @@ impl QueueCore {
 
     /// Tasks that could start now: each batch's queued tasks within its
     /// `max_running`, and one for each running task that may want a further
-    /// copy (a deadline's or a verified task's).
+    /// copy (a deadline's, a verified task's or a tail copy).
     pub(super) fn placeable_now(&self) -> usize {
         self.batches
             .iter()
@@ -166,7 +173,10 @@ impl QueueCore {
                 let room = b.record.max_running.map_or(usize::MAX, |m| {
                     (m as usize).saturating_sub(b.running as usize)
                 });
-                let copies = if b.record.deadline_unix.is_some() || self.trust.spec(*id).is_some() {
+                let copies = if b.record.deadline_unix.is_some()
+                    || self.trust.spec(*id).is_some()
+                    || self.tail_copies
+                {
                     b.tasks
                         .iter()
                         .filter(|t| t.state == TaskState::Running)
@@ -267,6 +277,7 @@ impl QueueCore {
                 free.retain(|h| h.peer != peer);
             }
         }
+        self.start_tail_copies(hosts);
     }
 
     /// The first waiting task of `batch` that may run on `host`.

@@ -106,6 +106,13 @@ impl QueueCore {
                 t.avoid.push(name);
                 t.reason = Some(reason.clone());
             }
+            // The owner took the host back: another copy will be wanted,
+            // and no retry is spent.
+            AttemptEnd::OwnerKilled(reason) => {
+                t.avoid.push(name);
+                t.owner_kills += 1;
+                t.reason = Some(reason.clone());
+            }
             AttemptEnd::Cancelled => {}
         }
         self.persist(batch, task);

@@ -1,8 +1,9 @@
 //! An attempt's end in the queue's core: a landed result (the first copy
 //! to land wins, the others are killed), a refusal (the task waits for
 //! another host; a lasting one skips this host), a failure on the host (the
-//! task queued again for another host, up to `max_retries`), the job's own
-//! failure, a cancel; and the end of one of several copies of a task. Pure:
+//! task queued again for another host, up to `max_retries`), the host's
+//! owner taking it back (queued again, no retry spent: issue 28), the
+//! job's own failure, a cancel; and the end of one of several copies of a task. Pure:
 //! no tokio, no files.
 
 use libp2p::PeerId;
@@ -155,6 +156,10 @@ impl QueueCore {
                     tracing::info!(%batch, task, host = %host_text, %reason, "task failed on a host; queued again");
                 }
             }
+            AttemptEnd::OwnerKilled(reason) => {
+                tracing::info!(%batch, task, host = %host_text, %reason, "the host's owner took it back; the task is queued again");
+                record_owner_kill(t, &host_text, reason);
+            }
         }
         self.persist(batch, task);
         if self
@@ -217,9 +222,17 @@ impl QueueCore {
         } else {
             t.copies.retain(|c| c.host != name);
         }
-        if let AttemptEnd::HostFailed(reason) | AttemptEnd::Misbehaved { reason, .. } = end {
-            t.avoid.push(name);
-            t.reason = Some(reason.clone());
+        match end {
+            AttemptEnd::HostFailed(reason) | AttemptEnd::Misbehaved { reason, .. } => {
+                t.avoid.push(name);
+                t.reason = Some(reason.clone());
+            }
+            AttemptEnd::OwnerKilled(reason) => {
+                t.avoid.push(name);
+                t.owner_kills += 1;
+                t.reason = Some(reason.clone());
+            }
+            _ => {}
         }
         self.persist(batch, task);
         true
@@ -231,7 +244,10 @@ impl QueueCore {
 fn conduct(end: &AttemptEnd, claimed_tr: Option<f64>) -> Option<Outcome> {
     match end {
         AttemptEnd::Landed { .. } => Some(Outcome::Landed { claimed_tr }),
-        AttemptEnd::HostFailed(_) => Some(Outcome::Failed { claimed_tr }),
+        // The host's claim of TR did not hold, whoever was at fault.
+        AttemptEnd::HostFailed(_) | AttemptEnd::OwnerKilled(_) => {
+            Some(Outcome::Failed { claimed_tr })
+        }
         AttemptEnd::Misbehaved { offence, .. } => Some(Outcome::Offence(*offence)),
         AttemptEnd::Refused { .. } | AttemptEnd::JobFailed(_) | AttemptEnd::Cancelled => None,
     }
@@ -288,6 +304,16 @@ fn record_landing(t: &mut TaskRecord, host: &str, end: Landing, power: Option<f6
     };
 }
 
+/// A task's record once its host's owner took the machine back: queued
+/// again, that host avoided for it, the kill counted apart from the task's
+/// own failures (no retry spent).
+fn record_owner_kill(t: &mut TaskRecord, host: &str, reason: String) {
+    t.avoid.push(host.to_string());
+    t.owner_kills += 1;
+    t.state = TaskState::Queued;
+    t.reason = Some(reason);
+}
+
 /// A task's record once its attempt failed on `host`: that host is avoided
 /// for it; the task waits for another host, or fails past `max_retries`
 /// failed hosts. Returns true when it was queued again.
@@ -299,7 +325,7 @@ fn record_host_failure(
     now: i64,
 ) -> bool {
     t.avoid.push(host.to_string());
-    let failures = t.avoid.len() as u32;
+    let failures = t.host_failures();
     if failures > max_retries {
         t.state = TaskState::Failed;
         t.ended_unix = Some(now);

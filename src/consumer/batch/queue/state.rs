@@ -180,6 +180,9 @@ pub struct QueueCore {
     /// Per batch, copies to its output directory in flight (never 0: the
     /// entry goes).
     pub(super) copies_out: HashMap<BatchId, u32>,
+    /// Free hosts left over in a batch's tail run extra copies of the
+    /// running tasks most at risk (`tail`).
+    pub(super) tail_copies: bool,
     /// The time of the input being handled.
     pub(super) now: Now,
     /// The actions decided while handling it.
@@ -215,6 +218,7 @@ impl QueueCore {
             trust,
             claimed_tr: HashMap::new(),
             copies_out: HashMap::new(),
+            tail_copies: super::tail::TAIL_COPIES_DEFAULT,
             now,
             out: Vec::new(),
         }

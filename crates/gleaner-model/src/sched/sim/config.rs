@@ -2,6 +2,7 @@
 //! to run. Plain data: the checks are in [`simulate`](super::simulate).
 
 use super::Policy;
+use crate::sched::tail::TailRule;
 use crate::sched::window::WindowRule;
 use serde::{Deserialize, Serialize};
 
@@ -34,6 +35,14 @@ pub struct SimConfig {
     pub windows: WindowRule,
     /// What the consumer knows when it places (`knowledge.rs`).
     pub knowledge: super::Knowledge,
+    /// Tail copies (issue 28; `sim/tail.rs`): under the proactive
+    /// policies, free hosts left over after every waiting task has had one
+    /// run one extra copy of the running tasks most at risk
+    /// ([`crate::sched::tail`]); the first to finish wins, the other is
+    /// cancelled. The baselines and the oracle never copy.
+    pub tail_copies: bool,
+    /// How tail copies are chosen.
+    pub tail: TailRule,
 }
 
 /// Why a simulation could not run.

@@ -42,6 +42,7 @@ impl Sim<'_> {
                 self.push(self.now + self.config.recheck_secs.max(1.0), Ev::Recheck);
             }
         }
+        self.start_tail_copies(forecaster);
         self.fresh.clear();
         self.recheck_all = false;
         // Hosts still idle go down when their trace next fails.

@@ -88,10 +88,41 @@ impl Sim<'_> {
         self.checkpoints += checkpoints_in(a.work, a.interval);
         self.left[a.task] = 0.0;
         self.completions[a.task] += 1;
+        self.running[a.task] = self.running[a.task].saturating_sub(1);
+        if a.copy {
+            self.tail_wins += 1;
+        }
         if self.end[a.task].is_none() {
             self.end[a.task] = Some(self.now);
             self.end_host[a.task] = Some(host);
             self.done += 1;
+        }
+        // The first copy to finish wins: the other is cancelled on its host.
+        if self.running[a.task] > 0 {
+            self.cancel_copies_of(a.task);
+        }
+    }
+
+    /// Cancels the attempts of `task` still running (another copy
+    /// finished): their work is spent for nothing, and their hosts are free.
+    fn cancel_copies_of(&mut self, task: usize) {
+        for host in 0..self.slots.len() {
+            let Slot::Busy(a) = &self.slots[host] else {
+                continue;
+            };
+            if a.task != task {
+                continue;
+            }
+            let h = self.hosts[host];
+            let done_units = self.timelines[h.timeline].work_between(
+                self.trace_time(host, a.start),
+                self.trace_time(host, self.now),
+            ) * h.power;
+            self.wasted += done_units;
+            self.tail_cpu += done_units;
+            self.running[task] = self.running[task].saturating_sub(1);
+            self.slot_changed(host, true);
+            self.host_up(host);
         }
     }
 
@@ -118,14 +149,24 @@ impl Sim<'_> {
             0.0
         };
         let saved = saved.min(a.work);
-        self.wasted += (done_units - saved).max(0.0);
-        self.left[a.task] = (a.work - saved).max(0.0);
+        let lost = (done_units - saved).max(0.0);
+        self.wasted += lost;
+        // The task resumes from the best checkpoint either copy wrote
+        // (without tail copies, `left` is this attempt's work).
+        self.left[a.task] = self.left[a.task].min((a.work - saved).max(0.0));
         if let Some(i) = cause.failure_index() {
             self.kills[i] += 1;
             self.task_kills[a.task] += 1;
         }
-        self.queue.push_front(a.task);
-        self.oracle_requeued = true;
+        self.running[a.task] = self.running[a.task].saturating_sub(1);
+        if a.copy {
+            self.tail_cpu += lost;
+        }
+        // While its other copy runs on, the task is not waiting.
+        if self.running[a.task] == 0 {
+            self.queue.push_front(a.task);
+            self.oracle_requeued = true;
+        }
         self.slot_changed(host, true);
         self.go_down(host);
     }
@@ -227,6 +268,8 @@ impl Sim<'_> {
             interval,
             cost,
             expected_end,
+            copy: false,
         });
+        self.running[task] += 1;
     }
 }

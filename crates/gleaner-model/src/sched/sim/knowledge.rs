@@ -612,6 +612,8 @@ mod tests {
             recheck_secs: 600.0,
             windows: WindowRule::default(),
             knowledge,
+            tail_copies: false,
+            tail: Default::default(),
         };
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         simulate(
@@ -703,6 +705,8 @@ mod tests {
             recheck_secs: 600.0,
             windows: WindowRule::default(),
             knowledge: Knowledge::Full,
+            tail_copies: false,
+            tail: Default::default(),
         };
         let mut sim = Sim::new(&config, &hosts, &timelines);
         let mut rng = ChaCha8Rng::seed_from_u64(1);

@@ -51,6 +51,17 @@ pub struct SimResult {
     /// Placing from summaries: rounds, asks, publications.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub probe: Option<ProbeStats>,
+    /// Tail copies started (`tail_copies` on), and how many of them
+    /// finished before the attempt they copied.
+    #[serde(default)]
+    pub tail_copies: u64,
+    #[serde(default)]
+    pub tail_wins: u64,
+    /// Reference CPU-seconds the tail copies cost beyond one attempt per
+    /// task (cancelled losers, and copies' work lost to kills); also
+    /// counted in `wasted_cpu_secs`.
+    #[serde(default)]
+    pub tail_cpu_secs: f64,
 }
 
 impl Sim<'_> {
@@ -107,6 +118,9 @@ impl Sim<'_> {
             }
             .to_string(),
             probe: self.summaries.as_ref().map(|s| s.stats()),
+            tail_copies: self.tail_copies,
+            tail_wins: self.tail_wins,
+            tail_cpu_secs: self.tail_cpu,
         }
     }
 }

@@ -24,6 +24,8 @@ fn config(policy: Policy, runtimes: Vec<f64>) -> SimConfig {
         recheck_secs: 600.0,
         windows: crate::sched::window::WindowRule::default(),
         knowledge: Knowledge::Full,
+        tail_copies: false,
+        tail: Default::default(),
     }
 }
 
@@ -288,4 +290,92 @@ fn windows_holds_a_task_that_would_run_into_the_daily_outage() {
     let end = windows.makespan_secs.unwrap();
     assert!((end - 10.0 * 3600.0).abs() < 120.0, "{end}");
     assert!(end <= proactive.makespan_secs.unwrap() + 1.0);
+}
+
+/// Forecasts one fixed curve per trace.
+struct PerTrace(Vec<TrCurve>);
+
+impl Forecaster for PerTrace {
+    fn curve(&mut self, trace: usize, _at: i64) -> TrCurve {
+        self.0[trace].clone()
+    }
+}
+
+/// One 3 h task on two hosts that look alike to the forecaster (a 6 h
+/// MTTF), host 0 at full power on timeline 0, host 1 at 0.9 on timeline 1,
+/// both at 10:00 a week in, with and without tail copies.
+fn tail_pair(timelines: &[Timeline], tail_copies: bool) -> SimResult {
+    let hosts = [
+        SimHost {
+            timeline: 0,
+            offset: 7 * 86_400 + 10 * 3600,
+            power: 1.0,
+        },
+        SimHost {
+            timeline: 1,
+            offset: 7 * 86_400 + 10 * 3600,
+            power: 0.9,
+        },
+    ];
+    let curve = TrCurve::exponential(6.0 * 3600.0);
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    simulate(
+        &SimConfig {
+            estimate_runs: 0,
+            tail_copies,
+            ..config(Policy::Proactive, vec![3.0 * 3600.0])
+        },
+        &hosts,
+        timelines,
+        &mut PerTrace(vec![curve.clone(), curve]),
+        &mut rng,
+        &mut |_| {},
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_tail_copy_finishes_first_when_the_first_host_is_taken_back() {
+    // The task starts on host 0 (faster), which is revoked at noon; host 1
+    // is idle, so it runs a copy from the start and finishes it at 3.33 h.
+    let timelines = [daily_noon_outage(), never_failing()];
+    let plain = tail_pair(&timelines, false);
+    let tail = tail_pair(&timelines, true);
+    assert_eq!(plain.kills, [0, 0, 1]);
+    assert_eq!(plain.tail_copies, 0);
+    // Without a copy: killed at 2 h, restarted on host 1 at once.
+    let restart = 2.0 * 3600.0 + 3.0 * 3600.0 / 0.9;
+    assert!(
+        (plain.makespan_secs.unwrap() - restart).abs() < 61.0,
+        "{plain:?}"
+    );
+    assert_eq!((tail.tail_copies, tail.tail_wins), (1, 1), "{tail:?}");
+    assert_eq!(tail.kills, [0, 0, 1]);
+    assert_eq!(tail.duplicate_completions, 0);
+    assert!(
+        (tail.makespan_secs.unwrap() - 3.0 * 3600.0 / 0.9).abs() < 61.0,
+        "{tail:?}"
+    );
+    // The killed attempt would have been lost anyway: the copy cost nothing extra.
+    assert_eq!(tail.tail_cpu_secs, 0.0);
+}
+
+#[test]
+fn a_tail_copy_that_loses_is_cancelled_and_its_work_counted() {
+    let timelines = [never_failing(), never_failing()];
+    let plain = tail_pair(&timelines, false);
+    let tail = tail_pair(&timelines, true);
+    assert_eq!(plain.makespan_secs, Some(3.0 * 3600.0));
+    assert_eq!(plain.wasted_cpu_secs, 0.0);
+    // Host 0 ends first at 3 h; the copy on host 1 had done 3 h × 0.9 of
+    // reference work, which is cancelled and counted.
+    assert_eq!(tail.makespan_secs, Some(3.0 * 3600.0));
+    assert_eq!((tail.tail_copies, tail.tail_wins), (1, 0), "{tail:?}");
+    assert_eq!(tail.duplicate_completions, 0);
+    assert_eq!(tail.attempts, 2);
+    assert!(
+        (tail.tail_cpu_secs - 0.9 * 3.0 * 3600.0).abs() < 1e-6,
+        "{tail:?}"
+    );
+    assert!((tail.wasted_cpu_secs - tail.tail_cpu_secs).abs() < 1e-6);
 }

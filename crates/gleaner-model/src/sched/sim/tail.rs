@@ -1,0 +1,67 @@
+//! Tail copies in the simulator (issue 28, scope 3): once the free hosts
+//! outnumber the waiting tasks, the running tasks and the free hosts as the
+//! consumer sees them (each attempt's expected end, each host's view from
+//! its past) are handed to [`crate::sched::tail::tail_copies`], and the
+//! copies it picks start. What happens when a copy ends (the first to
+//! finish wins, the other is cancelled) is `events.rs`'s.
+
+use super::{Forecaster, Sim, Slot};
+use crate::sched::tail::{expected_left_secs, tail_copies, TailCandidate};
+
+impl Sim<'_> {
+    /// Starts the tail copies the rule picks, if tail copies are on and
+    /// free hosts are left over after every waiting task.
+    pub(super) fn start_tail_copies(&mut self, forecaster: &mut dyn Forecaster) {
+        if !self.config.tail_copies
+            || !self.config.policy.proactive_rule()
+            || self.free.len() <= self.queue.len()
+        {
+            return;
+        }
+        let mut tasks = Vec::new();
+        let mut candidates = Vec::new();
+        for host in 0..self.slots.len() {
+            let Slot::Busy(a) = &self.slots[host] else {
+                continue;
+            };
+            if self.running[a.task] != 1 {
+                continue;
+            }
+            let (task, start, expected_end) = (a.task, a.start, a.expected_end);
+            let left_secs = expected_left_secs(expected_end - start, self.now - start);
+            let p_finish = self.view(host, forecaster).curve.tr_at(left_secs);
+            tasks.push(task);
+            candidates.push(TailCandidate {
+                left_secs,
+                p_finish,
+                work_secs: self.left[task],
+                kills: self.task_kills[task],
+            });
+        }
+        if candidates.is_empty() {
+            return;
+        }
+        let mut free = self.free.clone();
+        // A stable order, whatever order hosts were freed in.
+        free.sort_unstable();
+        let views: Vec<_> = free
+            .iter()
+            .map(|&h| self.view(h, forecaster).clone())
+            .collect();
+        for (c, h) in tail_copies(
+            &self.config.tail,
+            self.queue.len(),
+            &views,
+            &candidates,
+            |_, _| true,
+        ) {
+            let (task, host) = (tasks[c], free[h]);
+            self.take(host);
+            self.start(task, host, forecaster);
+            if let Slot::Busy(a) = &mut self.slots[host] {
+                a.copy = true;
+            }
+            self.tail_copies += 1;
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Tail copies in the queue's core (issue 28, scope 3): once a survey's
+//! free hosts outnumber the waiting tasks, the running tasks most at risk
+//! get one extra copy each, as [`crate::model::sched::tail::tail_copies`]
+//! picks them (the simulator's rule, `gleaner simulate --tail-copies`).
+//! A copy is started with the machinery of the other copies: for a batch
+//! without verification, a further attempt whose first landing wins while
+//! the other is killed (`retries`); for a verifying batch, one more replica
+//! judged with the others, a quorum deciding and the copies left killed
+//! (`quorum`). Pure: no tokio, no files, no clock.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use libp2p::PeerId;
+
+use super::state::QueueCore;
+use crate::consumer::batch::estimate::view_or_guess;
+use crate::consumer::batch::record::TaskState;
+use crate::consumer::batch::runtime::planned_runtime;
+use crate::consumer::rank;
+use crate::consumer::survey::SurveyedHost;
+use crate::model::ids::BatchId;
+use crate::model::sched::tail::{expected_left_secs, tail_copies, TailCandidate, TailRule};
+
+/// Tail copies are on unless the queue is told otherwise.
+pub const TAIL_COPIES_DEFAULT: bool = false;
+/// How often the pool is surveyed for free hosts while only running tasks
+/// could use them (no task waits): far less often than while tasks wait.
+pub(super) const TAIL_SURVEY_EVERY: Duration = Duration::from_secs(30);
+
+impl QueueCore {
+    /// Turns tail copies on or off (for every batch).
+    pub fn set_tail_copies(&mut self, on: bool) {
+        self.tail_copies = on;
+    }
+
+    /// True when a batch has a running task that could get a tail copy
+    /// (the queue then keeps its view of free hosts fresh).
+    pub(super) fn watching_tail(&self) -> bool {
+        self.tail_copies
+            && self.batches.iter().any(|(id, b)| {
+                !b.record.cancelled
+                    && b.tasks
+                        .iter()
+                        .enumerate()
+                        .any(|(i, t)| self.may_get_tail_copy(*id, i as u32, t.state))
+            })
+    }
+
+    /// A running task that runs no copy beyond its own: one attempt (no
+    /// tail or deadline copy), or for a verified task every replica it
+    /// wants and no more. At most one tail copy each at a time: when one of
+    /// the two attempts is lost, the other may be copied again.
+    fn may_get_tail_copy(&self, batch: BatchId, task: u32, state: TaskState) -> bool {
+        if state != TaskState::Running {
+            return false;
+        }
+        let Some(t) = self.task(batch, task) else {
+            return false;
+        };
+        if t.host.is_none() {
+            return false;
+        }
+        match self.trust.judging.get(&(batch, task)) {
+            Some(j) if self.trust.spec(batch).is_some() => {
+                !j.decided && self.copies_in_play(batch, task) == j.wanted
+            }
+            _ => t.copies.is_empty(),
+        }
+    }
+
+    /// After placement: the hosts of `hosts` still free run tail copies,
+    /// batches in order of age, while they outnumber the waiting tasks.
+    pub(super) fn start_tail_copies(&mut self, hosts: &[SurveyedHost]) {
+        if !self.tail_copies {
+            return;
+        }
+        let mut free: Vec<SurveyedHost> = hosts
+            .iter()
+            .filter(|h| rank::eligible(h) && !self.hosts_in_use.contains(&h.peer))
+            .cloned()
+            .collect();
+        let waiting = self
+            .batches
+            .values()
+            .filter(|b| !b.record.cancelled)
+            .map(|b| {
+                b.tasks
+                    .iter()
+                    .filter(|t| t.state == TaskState::Queued)
+                    .count()
+            })
+            .sum::<usize>();
+        if free.len() <= waiting {
+            return;
+        }
+        let now = self.now.unix_secs;
+        let ids: Vec<BatchId> = self.batches.keys().copied().collect();
+        for batch in ids {
+            if free.len() <= waiting {
+                break;
+            }
+            let Some(live) = self.batches.get(&batch) else {
+                continue;
+            };
+            if live.record.cancelled || live.record.max_running.is_some_and(|m| live.running >= m) {
+                continue;
+            }
+            let window = live.record.runtime_secs;
+            let runtime = planned_runtime(window, &live.tasks).median;
+            let mut tasks = Vec::new();
+            let mut candidates = Vec::new();
+            for (i, t) in live.tasks.iter().enumerate() {
+                if !self.may_get_tail_copy(batch, i as u32, t.state) {
+                    continue;
+                }
+                let (Some(started), Some(host)) = (
+                    t.started_unix,
+                    t.host.as_deref().and_then(|h| h.parse::<PeerId>().ok()),
+                ) else {
+                    continue;
+                };
+                let view = match hosts.iter().find(|h| h.peer == host) {
+                    Some(h) => view_or_guess(h, window),
+                    None => view_or_guess(&SurveyedHost::new(host), window),
+                };
+                let left_secs = expected_left_secs(
+                    view.expected_run_secs(runtime),
+                    (now - started).max(0) as f64,
+                );
+                tasks.push(i as u32);
+                candidates.push(TailCandidate {
+                    left_secs,
+                    p_finish: view.curve.tr_at(left_secs),
+                    work_secs: runtime,
+                    kills: t.owner_kills,
+                });
+            }
+            if candidates.is_empty() {
+                continue;
+            }
+            let views: Vec<_> = free.iter().map(|h| view_or_guess(h, window)).collect();
+            let allowed = |c: usize, h: usize| self.may_copy_on(batch, tasks[c], free[h].peer);
+            let picked = tail_copies(&TailRule::default(), waiting, &views, &candidates, allowed);
+            let mut used = HashSet::new();
+            for (c, h) in picked {
+                let (task, peer) = (tasks[c], free[h].peer);
+                used.insert(peer);
+                tracing::debug!(%batch, task, host = %peer, "a tail copy of a task at risk");
+                if self.trust.spec(batch).is_some() {
+                    self.start_replica(batch, task, peer);
+                } else {
+                    self.start_copy(batch, task, peer, "tail copy");
+                }
+            }
+            free.retain(|h| !used.contains(&h.peer));
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! Tail copies in the queue's core: a free host left over once no task
+//! waits runs a copy of the running task most at risk; the first result
+//! wins and the other copy is killed; a verified task's tail copy is one
+//! more replica judged with the others.
+
+use super::*;
+
+/// A 3 h task (long enough for a copy to be worth starting).
+fn long_batch() -> NewBatch {
+    NewBatch {
+        runtime_secs: 3 * 3600,
+        limit_secs: 6 * 3600,
+        ..batch(1)
+    }
+}
+
+/// Admits `new` and starts it on `risky` alone; a minute later a survey
+/// finds `risky` busy and `steady` free. Returns the batch and the
+/// actions of that survey.
+fn running_then_survey(
+    core: &mut QueueCore,
+    new: NewBatch,
+    first: &[SurveyedHost],
+    later: &[SurveyedHost],
+) -> (BatchId, Vec<Action>) {
+    let now = start();
+    let (id, _) = admit(core, now, new);
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(first.to_vec()));
+    assert_eq!(launches(&actions).len(), first.len());
+    let now = after(now, 60);
+    assert!(
+        core.wants_survey(now),
+        "the tail keeps its view of the pool fresh"
+    );
+    let _ = core.start_survey(now);
+    (id, core.on_survey(now, Ok(later.to_vec())))
+}
+
+#[test]
+fn a_free_host_in_the_tail_runs_a_copy_and_the_first_result_wins() {
+    let mut core = core(3);
+    core.set_tail_copies(true);
+    let (risky, steady) = (host(0.3), host(0.99));
+    let (id, actions) = running_then_survey(
+        &mut core,
+        long_batch(),
+        std::slice::from_ref(&risky),
+        &[risky.clone(), steady.clone()],
+    );
+    assert_eq!(launches(&actions), vec![(0, steady.peer)], "a tail copy");
+    let t = core.task(id, 0).unwrap();
+    assert_eq!(t.host.as_deref(), Some(risky.peer.to_base58().as_str()));
+    assert_eq!(t.copies.len(), 1);
+
+    // The copy lands first: it wins, the attempt on the risky host is killed.
+    let now = after(start(), 3 * 3600);
+    let actions = core.on_ended(now, id, 0, steady.peer, landed(0));
+    assert_eq!(kills(&actions), vec![(0, risky.peer)]);
+    let t = core.task(id, 0).unwrap();
+    assert_eq!(t.state, TaskState::Done);
+    assert_eq!(t.host.as_deref(), Some(steady.peer.to_base58().as_str()));
+    // The killed attempt's end changes nothing.
+    let actions = core.on_ended(now, id, 0, risky.peer, AttemptEnd::Cancelled);
+    assert!(persisted(&actions).is_empty());
+    assert_eq!(core.task(id, 0).unwrap().state, TaskState::Done);
+}
+
+#[test]
+fn no_tail_copy_when_turned_off_for_a_short_task_or_for_a_safe_one() {
+    let (risky, steady) = (host(0.3), host(0.99));
+    let mut off = core(3);
+    off.set_tail_copies(false);
+    let now = start();
+    let (_, _) = admit(&mut off, now, long_batch());
+    let _ = off.start_survey(now);
+    let _ = off.on_survey(now, Ok(vec![risky.clone()]));
+    assert!(!off.wants_survey(after(now, 60)), "nothing to look for");
+    let actions = off.on_survey(after(now, 60), Ok(vec![risky.clone(), steady.clone()]));
+    assert!(launches(&actions).is_empty());
+
+    // A one-minute task: a copy cannot gain enough.
+    let mut on = core(3);
+    on.set_tail_copies(true);
+    let (_, actions) = running_then_survey(
+        &mut on,
+        batch(1),
+        std::slice::from_ref(&risky),
+        &[risky.clone(), steady.clone()],
+    );
+    assert!(launches(&actions).is_empty());
+
+    // A long task on a host sure to finish it: no copy either.
+    let mut on = core(3);
+    on.set_tail_copies(true);
+    let sure = host(0.999);
+    let (_, actions) = running_then_survey(
+        &mut on,
+        long_batch(),
+        std::slice::from_ref(&sure),
+        &[sure.clone(), steady.clone()],
+    );
+    assert!(launches(&actions).is_empty());
+}
+
+#[test]
+fn a_tail_copy_waits_while_tasks_wait_for_the_free_hosts() {
+    let mut core = core(3);
+    core.set_tail_copies(true);
+    let (risky, steady) = (host(0.3), host(0.99));
+    let new = NewBatch {
+        max_running: Some(1),
+        ..long_batch()
+    };
+    let mut new = new;
+    new.sweep = Sweep::Range { start: 0, end: 2 };
+    // Task 1 waits (max_running 1): the free host is not spare.
+    let (_, actions) = running_then_survey(
+        &mut core,
+        new,
+        std::slice::from_ref(&risky),
+        &[risky.clone(), steady.clone()],
+    );
+    assert!(launches(&actions).is_empty());
+}
+
+#[test]
+fn a_verified_tasks_tail_copy_is_one_more_replica_and_a_quorum_kills_the_last() {
+    let mut core = core(3);
+    core.set_tail_copies(true);
+    let mut new = long_batch();
+    new.verify = VerifySpec {
+        replicas: 2,
+        quorum: 2,
+        ..Default::default()
+    }
+    .checked()
+    .unwrap();
+    let (a, b, steady) = (host(0.3), host(0.3), host(0.99));
+    let (id, actions) = running_then_survey(
+        &mut core,
+        new,
+        &[a.clone(), b.clone()],
+        &[a.clone(), b.clone(), steady.clone()],
+    );
+    assert_eq!(launches(&actions), vec![(0, steady.peer)], "a third copy");
+    for action in &actions {
+        if let Action::Launch(l) = action {
+            assert!(l
+                .plan
+                .result_dir
+                .starts_with(format!("/queue/{id}/copies/0")));
+        }
+    }
+    // The tail copy and one replica land and agree: a quorum; the last
+    // replica still running is killed.
+    let now = after(start(), 3 * 3600);
+    let _ = core.on_ended(now, id, 0, steady.peer, landed(0));
+    let _ = core.on_verdict(
+        now,
+        id,
+        0,
+        Verdict::Judged {
+            copy: Ok(copy_of(steady.peer, 1)),
+            agrees_with: Vec::new(),
+        },
+    );
+    let _ = core.on_ended(now, id, 0, a.peer, landed(0));
+    let actions = core.on_verdict(
+        now,
+        id,
+        0,
+        Verdict::Judged {
+            copy: Ok(copy_of(a.peer, 1)),
+            agrees_with: vec![0],
+        },
+    );
+    assert_eq!(kills(&actions), vec![(0, b.peer)]);
+    assert!(actions.iter().any(|a| matches!(a, Action::Promote { .. })));
+}
