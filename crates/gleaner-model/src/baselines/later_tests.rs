@@ -162,3 +162,28 @@ fn a_window_just_after_the_last_sample_is_answered_at_it() {
     assert_ne!(later, at_last);
     assert!(later < 0.2, "{later}");
 }
+
+/// A node that starts after being off writes a down row (the gap) and is
+/// asked for "now" before its first reading: the record ends down, but the
+/// node asking is up. The answer must not be the certain failure of a
+/// window starting down (it was, and every freshly started host then
+/// published TR 0: it::pool_nodes caught it); a steady host answers near 1.
+#[test]
+fn a_record_that_ends_down_is_not_a_present_failure() {
+    let mut series = series_from(28, 60, |_| 5.0);
+    let last = series.last_time().unwrap();
+    series
+        .push(crate::series::Sample {
+            time: last + 60,
+            cpu: 0.0,
+            free_mib: 0,
+            up: false,
+        })
+        .unwrap();
+    let method = Logistic::with_own_cache();
+    for lead in [1, 30, 300, 600] {
+        let req = PredictRequest::new(last + 60 + lead, 3600, Thresholds::default());
+        let tr = method.forecast(&series, &req).unwrap().tr;
+        assert!(tr > 0.9, "{lead} s after a down row: {tr}");
+    }
+}

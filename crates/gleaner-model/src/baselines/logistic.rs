@@ -1049,6 +1049,13 @@ impl ReliabilityPredictor for Logistic {
                     at: last,
                     ..req.clone()
                 };
+                // A record that ends down (the gap a node writes when it
+                // starts after being off) says nothing of the present: the
+                // node asking is up. Its present is unknown until the first
+                // reading, so the base rate by the clock answers.
+                if observed_state(series, &at_last) == Some(State::S5) {
+                    return Frequency.forecast(series, req);
+                }
                 return self.forecast(series, &at_last);
             }
             // W later after the record's last sample: the model of [`later`].
