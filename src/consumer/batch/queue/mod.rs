@@ -47,8 +47,7 @@ pub use driver::BatchQueue;
 pub use driver::TICK;
 pub use files::copy_task_results;
 pub use placement::IDLE_SURVEY_EVERY;
-pub use state::{Action, Launch, Now, QueueCore};
-pub use tail::TAIL_COPIES_DEFAULT;
+pub use state::{Action, Launch, Now, QueueCore, TAIL_COPIES_DEFAULT};
 pub use trust::{Judge, Landing, Trust, Verdict};
 pub use types::{
     BatchError, BatchView, Counts, NewBatch, QueueMsg, TaskEvent, DEFAULT_CHECKPOINT_COST_SECS,

@@ -22,8 +22,6 @@ use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
 use crate::model::sched::tail::{expected_left_secs, tail_copies, TailCandidate, TailRule};
 
-/// Tail copies are on unless the queue is told otherwise.
-pub const TAIL_COPIES_DEFAULT: bool = false;
 /// How often the pool is surveyed for free hosts while only running tasks
 /// could use them (no task waits): far less often than while tasks wait.
 pub(super) const TAIL_SURVEY_EVERY: Duration = Duration::from_secs(30);
