@@ -22,6 +22,7 @@ pub mod job_pool;
 pub mod rank;
 pub mod reputation;
 pub mod survey;
+pub mod surveyed;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

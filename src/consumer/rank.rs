@@ -11,7 +11,7 @@ use std::collections::HashSet;
 
 use libp2p::PeerId;
 
-use crate::consumer::survey::SurveyedHost;
+use crate::consumer::surveyed::SurveyedHost;
 
 /// True when `host` can take a job now: it is [`healthy`] and its slot is
 /// free.
