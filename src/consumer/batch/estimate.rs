@@ -202,6 +202,24 @@ pub fn estimate_batch<R: Rng + ?Sized>(
 /// A host's view, or for a host that cannot predict yet (too little
 /// history) one that never fails at its current Γ: the estimate then errs
 /// on the hopeful side for it, and says so by nothing else.
+/// A running task's start and its host's view: the survey's, else a guess
+/// for a host the survey did not list. `None` when the record lacks the
+/// start or a readable host (the deadline copies and the tail copies both
+/// weigh running tasks this way).
+pub fn running_view(
+    task: &crate::consumer::batch::record::TaskRecord,
+    hosts: &[SurveyedHost],
+    window_secs: u64,
+) -> Option<(i64, HostView)> {
+    let started = task.started_unix?;
+    let host = task.host.as_deref()?.parse::<PeerId>().ok()?;
+    let view = match hosts.iter().find(|h| h.peer == host) {
+        Some(h) => view_or_guess(h, window_secs),
+        None => view_or_guess(&SurveyedHost::new(host), window_secs),
+    };
+    Some((started, view))
+}
+
 pub fn view_or_guess(host: &SurveyedHost, window_secs: u64) -> HostView {
     host_view(host, window_secs).unwrap_or_else(|| {
         let gamma = host

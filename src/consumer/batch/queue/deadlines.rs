@@ -9,11 +9,10 @@ use std::time::Duration;
 use libp2p::PeerId;
 
 use super::state::{Action, Now, QueueCore};
-use crate::consumer::batch::estimate::view_or_guess;
+use crate::consumer::batch::estimate::{running_view, view_or_guess};
 use crate::consumer::batch::record::TaskState;
 use crate::consumer::batch::runtime::{planned_runtime, PlannedRuntime};
 use crate::consumer::rank;
-use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
 use crate::model::sched::deadline::{p_fresh_copy_in_time, p_running_copy_in_time};
 
@@ -75,15 +74,8 @@ impl QueueCore {
                 if t.state != TaskState::Running || !t.copies.is_empty() {
                     continue;
                 }
-                let (Some(started), Some(host)) = (
-                    t.started_unix,
-                    t.host.as_deref().and_then(|h| h.parse::<PeerId>().ok()),
-                ) else {
+                let Some((started, view)) = running_view(t, &hosts, window) else {
                     continue;
-                };
-                let view = match hosts.iter().find(|h| h.peer == host) {
-                    Some(h) => view_or_guess(h, window),
-                    None => view_or_guess(&SurveyedHost::new(host), window),
                 };
                 let p_main = p_running_copy_in_time(
                     view.expected_run_secs(runtime),

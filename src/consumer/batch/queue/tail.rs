@@ -11,10 +11,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use libp2p::PeerId;
-
 use super::state::QueueCore;
-use crate::consumer::batch::estimate::view_or_guess;
+use crate::consumer::batch::estimate::{running_view, view_or_guess};
 use crate::consumer::batch::record::TaskState;
 use crate::consumer::batch::runtime::planned_runtime;
 use crate::consumer::rank;
@@ -112,15 +110,8 @@ impl QueueCore {
                 if !self.may_get_tail_copy(batch, i as u32, t.state) {
                     continue;
                 }
-                let (Some(started), Some(host)) = (
-                    t.started_unix,
-                    t.host.as_deref().and_then(|h| h.parse::<PeerId>().ok()),
-                ) else {
+                let Some((started, view)) = running_view(t, hosts, window) else {
                     continue;
-                };
-                let view = match hosts.iter().find(|h| h.peer == host) {
-                    Some(h) => view_or_guess(h, window),
-                    None => view_or_guess(&SurveyedHost::new(host), window),
                 };
                 let left_secs = expected_left_secs(
                     view.expected_run_secs(runtime),
