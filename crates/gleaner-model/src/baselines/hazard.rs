@@ -51,7 +51,7 @@
 //! steps of the longest length asked once.
 //! Pure code: no clock, no I/O; the cache is plain memory behind a mutex.
 
-use super::logistic::{hour_slots, prefix_fingerprint, GridIndex};
+use super::grid::{hour_slots, prefix_fingerprint, GridCache, GridIndex};
 use super::recent::{each_recent_sample, recent_states};
 use super::ridge::{self, dot, sigmoid, Settings};
 use super::{certain_failure, observed_state, Frequency};
@@ -102,9 +102,8 @@ const EPS: f64 = 1e-3;
 const H_EPS: f64 = 1e-6;
 /// Elapsed-time buckets (log2 of the coarse step index).
 const BUCKETS: usize = 16;
-/// Most fits and grids kept; the fits are emptied when full.
+/// Most fits kept; the fits are emptied when full.
 const MAX_FITS: usize = 4096;
-const MAX_GRIDS: usize = 3;
 
 /// The `hazard` method. Clones share one cache.
 #[derive(Clone)]
@@ -115,11 +114,11 @@ pub struct Hazard {
 #[derive(Default)]
 struct HazardCache {
     inner: Mutex<CacheInner>,
+    grids: GridCache,
 }
 
 #[derive(Default)]
 struct CacheInner {
-    grids: Vec<(u64, Arc<GridIndex>)>,
     fits: HashMap<u64, Arc<HazardFit>>,
 }
 
@@ -150,9 +149,8 @@ impl Hazard {
 
     /// Drops every cached grid and fit.
     pub fn clear_cache(&self) {
-        let mut inner = self.cache.lock();
-        inner.grids.clear();
-        inner.fits.clear();
+        self.cache.lock().fits.clear();
+        self.cache.grids.clear();
     }
 }
 
@@ -587,21 +585,6 @@ fn present(series: &HostSeries, th: Thresholds, at: i64, state: State) -> Option
 }
 
 impl Hazard {
-    fn grid_for(&self, series: &HostSeries, th: Thresholds) -> Option<Arc<GridIndex>> {
-        let end = series.last_time()?.saturating_add(1);
-        let key = prefix_fingerprint(series, end, &th);
-        if let Some((_, g)) = self.cache.lock().grids.iter().find(|(k, _)| *k == key) {
-            return Some(g.clone());
-        }
-        let grid = Arc::new(GridIndex::build(series, th)?);
-        let mut inner = self.cache.lock();
-        if inner.grids.len() >= MAX_GRIDS {
-            inner.grids.remove(0);
-        }
-        inner.grids.push((key, grid.clone()));
-        Some(grid)
-    }
-
     fn fit_for(
         &self,
         series: &HostSeries,
@@ -619,7 +602,7 @@ impl Hazard {
         if let Some(f) = self.cache.lock().fits.get(&key) {
             return Some(f.clone());
         }
-        let grid = self.grid_for(series, th)?;
+        let grid = self.cache.grids.grid_for(series, th)?;
         let horizon = horizon_steps(horizon_h, coarse, grid.step);
         let fitted = Arc::new(fit(&grid, th.job_mem_mib, coarse, horizon, date, midnight));
         let mut inner = self.cache.lock();

@@ -37,8 +37,8 @@
 //! origin's local midnight; the present reads rows at or before the origin.
 //! Pure code: no clock, no I/O; the cache is plain memory behind a mutex.
 
-use super::logistic::{
-    day_start, local_date, prefix_fingerprint, GridIndex, Logistic, Present, HALF_LIFE_DAYS,
+use super::grid::{
+    day_start, local_date, prefix_fingerprint, GridCache, GridIndex, Present, HALF_LIFE_DAYS,
     MAX_TRAINING_DAYS,
 };
 use super::ridge::{self, dot, sigmoid, Settings};
@@ -406,7 +406,7 @@ pub(super) fn fit(
 /// asked with the present at the origin. `None` when W is not after
 /// the record.
 pub(super) fn forecast(
-    logistic: &Logistic,
+    grids: &GridCache,
     cache: &LaterCache,
     series: &HostSeries,
     req: &PredictRequest,
@@ -429,14 +429,14 @@ pub(super) fn forecast(
     m.hash(&mut h);
     date.hash(&mut h);
     let fitted = cache.get_or_fit(h.finish(), || {
-        let grid = logistic.grid_for(series, th)?;
+        let grid = grids.grid_for(series, th)?;
         let shape = (MAX_TRAINING_DAYS, HALF_LIFE_DAYS);
         Some(fit(&grid, th.job_mem_mib, m, date, midnight, shape))
     });
     let Some(fitted) = fitted.filter(|f| f.windows > 0) else {
         return Err(super::no_history(series, req.at));
     };
-    let present = logistic
+    let present = grids
         .present_for(series, th, origin, state)
         .ok_or(PredictError::BadTime(origin))?;
     let w = Timestamp::from_second(req.at)

@@ -39,6 +39,7 @@
 
 pub mod blend;
 pub mod freq;
+mod grid;
 pub mod hazard;
 pub mod hourbias;
 pub mod isotonic;

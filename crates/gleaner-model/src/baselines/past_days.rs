@@ -16,7 +16,7 @@
 //! day per day.
 //! Pure code: no I/O, no clock.
 
-use super::logistic::{day_start, local_date, prefix_fingerprint};
+use super::grid::{day_start, local_date, prefix_fingerprint};
 use crate::predict::{geometry, PredictError, PredictRequest};
 use crate::series::HostSeries;
 use jiff::civil::{Date, Time};
