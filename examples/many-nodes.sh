@@ -16,7 +16,7 @@
 #
 # Every node listens on 127.0.0.1 only, mDNS is off and every host
 # bootstraps from the consumer (node 0), as a pool's first members would from
-# a known peer. The owner's load is scripted as quiet, nodes log warnings only
+# a known peer. No node serves the dashboard. The owner's load is scripted as quiet, nodes log warnings only
 # and run under `nice`; every host imports the same DAYS of synthetic owner
 # history so it answers with a TR. The machine's other work shows in these
 # figures: run it on a quiet machine, or say how busy it was.
@@ -87,6 +87,8 @@ for n in $(seq 0 "$N"); do
 pool = "many"
 mdns = false
 listen = ["/ip4/127.0.0.1/tcp/0"]
+[ui]
+listen = ""
 CONF
     if [ "$n" -gt 0 ]; then g "$n" history import "$DIR/history.csv" >/dev/null; fi
 done
