@@ -283,6 +283,14 @@ fn network_rows(n: &crate::net::Reachability, rows: &mut Vec<(String, String)>) 
         None => format!("{} member(s) connected", c.members_connected),
     };
     rows.push(("pool contact".into(), pool));
+    if n.summaries.large_pool {
+        let heard = if n.summaries.listening {
+            "listening while asked about the pool (large pool)"
+        } else {
+            "not listening: large pool, nothing here asks about it (ours still go out)"
+        };
+        rows.push(("summaries".into(), heard.into()));
+    }
     if c.peer_book {
         rows.push((
             "peer book".into(),

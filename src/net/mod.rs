@@ -11,6 +11,7 @@ mod contract;
 pub mod event_loop;
 pub mod handle;
 pub mod identity;
+pub mod listening;
 pub mod members;
 pub mod peer_book;
 pub mod pool_shards;
@@ -22,6 +23,6 @@ pub mod traffic;
 
 pub use event_loop::{start, EventLoop};
 pub use handle::{LocalStatus, Member, NetError, NetEvent, NetHandle, Responder, SummaryBody};
-pub use reachability::{Contact, NatStatus, Reachability};
+pub use reachability::{Contact, NatStatus, Reachability, SummaryListening};
 pub use swarm::{read_swarm_key, BuildError, NetConfig};
 pub use traffic::Traffic;

@@ -167,6 +167,28 @@ pub struct Reachability {
     /// Whether any pool member is reachable, and what the node does about it.
     #[serde(default)]
     pub contact: Contact,
+    /// Whether we hear the pool's summaries (`net::listening`).
+    #[serde(default)]
+    pub summaries: SummaryListening,
+}
+
+/// Whether the node hears the pool's summaries, and why not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SummaryListening {
+    /// On the pool's summary topic.
+    pub listening: bool,
+    /// The pool was seen large: the node listens only while something asks
+    /// for its members (a survey, `hosts`).
+    pub large_pool: bool,
+}
+
+impl Default for SummaryListening {
+    fn default() -> Self {
+        SummaryListening {
+            listening: true,
+            large_pool: false,
+        }
+    }
 }
 
 /// Whether the node is in touch with its pool, since when not, and what it is

@@ -73,6 +73,10 @@ pub struct NetConfig {
     /// pool's sharded keys (`pool_shards::SHARD_FULL`; lower in tests, so a
     /// few nodes exercise the shards).
     pub shard_full: usize,
+    /// Members heard at once from which the pool counts as large and a host
+    /// nobody asks about stops listening to summaries
+    /// (`listening::LARGE_POOL`; lower in tests).
+    pub large_pool: usize,
     /// Where the members we meet are remembered across restarts (`[net]
     /// peer_book`); `None` remembers nothing.
     pub peer_book: Option<crate::net::peer_book::BookStore>,
@@ -100,6 +104,7 @@ impl NetConfig {
             member_ttl: Duration::from_secs(95),
             serve_timeout: Duration::from_secs(15),
             shard_full: crate::net::pool_shards::SHARD_FULL,
+            large_pool: crate::net::listening::LARGE_POOL,
             peer_book: None,
         }
     }

@@ -282,6 +282,91 @@ async fn three_members_find_each_other_through_gossip() {
     }
 }
 
+/// A host of a large pool that nobody asks about stops hearing the pool's
+/// summaries (issue 27: its idle cost must not grow with the pool), yet
+/// still publishes its own: a consumer that asks for the members hears
+/// every host, one that joined late and a quiet host's change of status.
+/// Asking a quiet host for its members makes it listen again. "Large" is 3
+/// members heard here (64 in a real pool).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_of_a_large_pool_stop_listening_and_a_consumer_that_asks_still_hears_them() {
+    let mut cfg = config("quiet-pool");
+    cfg.large_pool = 3;
+    let consumer = spawn_node(cfg.clone(), Serve::Answer).await;
+    cfg.bootstrap = vec![consumer.addr.clone()];
+    let mut hosts = Vec::new();
+    for _ in 0..4 {
+        let h = spawn_node(cfg.clone(), Serve::Answer).await;
+        h.handle.announce(status(1)).await.unwrap();
+        hosts.push(h);
+    }
+    let lists = |want: Vec<PeerId>, cpus: Option<(PeerId, u32)>| {
+        let h = consumer.handle.clone();
+        async move {
+            let members = h.members().await.ok()?;
+            let seen: HashSet<PeerId> = members.iter().map(|m| m.peer).collect();
+            let status_ok = cpus.is_none_or(|(peer, n)| {
+                members
+                    .iter()
+                    .any(|m| m.peer == peer && m.status.logical_cpus == n)
+            });
+            (want.iter().all(|p| seen.contains(p)) && status_ok).then_some(())
+        }
+    };
+    let ids: Vec<PeerId> = hosts.iter().map(|h| h.handle.peer_id()).collect();
+    wait_for(Duration::from_secs(20), || lists(ids.clone(), None))
+        .await
+        .expect("the consumer lists the four hosts");
+    let quiet = |n: &Node| {
+        let s = n.handle.reachability().summaries;
+        s.large_pool && !s.listening
+    };
+    let all_quiet = wait_for(Duration::from_secs(20), || {
+        let q = hosts.iter().all(quiet);
+        async move { q.then_some(()) }
+    })
+    .await;
+    assert!(
+        all_quiet.is_some(),
+        "every host saw the pool large and stopped listening: {:?}",
+        hosts
+            .iter()
+            .map(|h| h.handle.reachability().summaries)
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        consumer.handle.reachability().summaries.listening,
+        "the consumer asked for the members: it listens"
+    );
+
+    // A host that joins now is heard by the consumer.
+    let late = spawn_node(cfg, Serve::Answer).await;
+    late.handle.announce(status(2)).await.unwrap();
+    wait_for(Duration::from_secs(20), || {
+        lists(vec![late.handle.peer_id()], None)
+    })
+    .await
+    .expect("the consumer lists the host that joined late");
+
+    // A quiet host's news still goes out, to the peers on the topic.
+    hosts[0].handle.announce(status(3)).await.unwrap();
+    assert!(quiet(&hosts[0]), "announcing does not make a host listen");
+    wait_for(Duration::from_secs(20), || {
+        lists(vec![ids[0]], Some((ids[0], 3)))
+    })
+    .await
+    .expect("the consumer hears a quiet host's new status");
+
+    // Asking a quiet host about the pool makes it listen.
+    hosts[1].handle.members().await.unwrap();
+    let listens = wait_for(Duration::from_secs(5), || {
+        let s = hosts[1].handle.reachability().summaries;
+        async move { s.listening.then_some(()) }
+    })
+    .await;
+    assert!(listens.is_some(), "a host asked for its members listens again");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reliability_query_round_trips() {
     let a = spawn_node(config("rq"), Serve::Answer).await;

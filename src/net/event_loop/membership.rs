@@ -118,7 +118,55 @@ impl EventLoop {
             self.notify(NetEvent::MemberExpired(evicted));
         }
         self.notify(NetEvent::MemberAnnounced(member));
+        self.listening.heard(self.members.len());
         MessageAcceptance::Accept
+    }
+
+    /// Joins or leaves the summary and announce topics as
+    /// [`crate::net::listening::Listening`]
+    /// says: a host of a large pool that nobody asks about leaves them (it
+    /// still publishes: gossipsub sends to the connected peers on the
+    /// topic), and joins again when asked for its members; the members
+    /// it joins beside republish at once for it.
+    pub(super) fn update_listening(&mut self) {
+        let now = Instant::now();
+        self.listening.heard(self.members.len());
+        let wanted = self.listening.wants(now);
+        let large_pool = self.listening.large();
+        self.reach.send_if_modified(|r| {
+            let changed = r.summaries.large_pool != large_pool;
+            r.summaries.large_pool = large_pool;
+            changed
+        });
+        if wanted == self.on_summary_topics {
+            return;
+        }
+        let gossipsub = &mut self.swarm.behaviour_mut().gossipsub;
+        for topic in [&self.summary_topic, &self.topic] {
+            let done = if wanted {
+                gossipsub.subscribe(topic).map(|_| ()).map_err(|e| e.to_string())
+            } else {
+                gossipsub.unsubscribe(topic);
+                Ok(())
+            };
+            if let Err(e) = done {
+                tracing::warn!(%topic, "could not join the pool's topic: {e}");
+                return;
+            }
+        }
+        self.on_summary_topics = wanted;
+        self.reach.send_modify(|r| r.summaries.listening = wanted);
+        if wanted {
+            tracing::info!(
+                members = self.members.len(),
+                "listening to the pool's summaries again: asked for its members"
+            );
+        } else {
+            tracing::info!(
+                members = self.members.len(),
+                "the pool is large and nobody here asks about it: no longer listening to its summaries (still publishing ours)"
+            );
+        }
     }
 
     /// Publishes our summary again for a change on our side (addresses) or
@@ -193,6 +241,11 @@ impl EventLoop {
     }
 
     pub(super) fn expire_members(&mut self) {
+        // Not listening, nothing is heard: the table stays as last heard
+        // (its ages say how old), and our power keeps its reference.
+        if !self.on_summary_topics {
+            return;
+        }
         let expired = self.members.expire(Instant::now(), self.cfg.member_ttl);
         for peer in expired {
             self.notify(NetEvent::MemberExpired(peer));

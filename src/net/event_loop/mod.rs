@@ -40,6 +40,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::model::budget::PeerBudgets;
+use crate::net::listening::Listening;
 use crate::net::handle::{Command, LocalStatus, NetError, NetEvent, NetHandle, SummaryBody};
 use crate::net::members::{MemberCache, MEMBERS_MAX};
 use crate::net::protocol::{
@@ -110,6 +111,7 @@ pub fn start(
         .clone()
         .map(|store| Remembered::open(store, scope));
     let cfg_shard_full = cfg.shard_full;
+    let listening = Listening::new(cfg.large_pool);
     let mut event_loop = EventLoop {
         swarm,
         cfg,
@@ -142,8 +144,11 @@ pub fn start(
         inbound: requests::inbound_budgets(),
         inbound_origin: tokio::time::Instant::now(),
         held: HashMap::new(),
+        listening,
+        on_summary_topics: true,
     };
     event_loop.seed_members();
+    event_loop.update_listening();
     event_loop.dial_bootstrap();
     Ok((
         NetHandle {
@@ -229,6 +234,10 @@ pub struct EventLoop {
     inbound_origin: tokio::time::Instant,
     /// Requests held unanswered per peer (past its budget).
     held: HashMap<PeerId, usize>,
+    /// Whether we should hear the pool's summaries (`listening`).
+    listening: Listening,
+    /// Whether we are subscribed to the summary and announce topics.
+    on_summary_topics: bool,
 }
 
 impl EventLoop {
@@ -259,7 +268,10 @@ impl EventLoop {
                 LoopEvent::Swarm(e) => self.on_swarm_event(e),
                 LoopEvent::Command(c) => self.on_command(c),
                 LoopEvent::Served(s) => self.on_served(s),
-                LoopEvent::AnnounceTick => self.republish_if_pending(),
+                LoopEvent::AnnounceTick => {
+                    self.republish_if_pending();
+                    self.update_listening();
+                }
                 LoopEvent::ExpireTick => self.expire_members(),
                 LoopEvent::RedialTick => self.on_redial_tick(),
                 LoopEvent::Timer(Timer::Retry(peer)) => self.retry(peer),
@@ -331,6 +343,9 @@ impl EventLoop {
                 self.pending_job.insert(id, reply);
             }
             Command::Members { reply } => {
+                // Whoever asks wants the pool known: listen for a while.
+                self.listening.watch(std::time::Instant::now());
+                self.update_listening();
                 let _ = reply.send(self.members.values().cloned().collect());
             }
             Command::FindHosts { reply } => self.start_walk(reply),

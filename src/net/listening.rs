@@ -1,0 +1,125 @@
+//! Whether this node listens to the pool's summaries (issue 27, scope 3:
+//! "hosts that have nothing to say stay quiet"): decisions only, no Swarm.
+//!
+//! On one pool-wide topic every listener hears every member's summary, so
+//! a listener's traffic and CPU grow with the pool (the harness measured
+//! 1.7 KB/s in per host at 300 members). A host needs none of it: it is
+//! heard, it does not place. So in a large pool a node listens only while
+//! it wants to know the pool: while something asks for its members (a
+//! survey, `hosts`, the dashboard) and for [`WATCH_FOR`] after. A host that
+//! does not listen still publishes: gossipsub sends a publication on a
+//! topic we are not in to the connected peers that are (its fanout), and a
+//! consumer that joins the topic makes every connected member republish
+//! within the minimum gap (`membership`), so it lists them at once.
+//!
+//! A small pool (fewer than [`LARGE_POOL`] members heard) is one mesh as
+//! before: every node listens, so its members know each other. A node learns
+//! that its pool is large by hearing that many members at once (or finding
+//! that many in its peer book at start), and then stays a quiet host for the
+//! rest of its run. A node that stops listening keeps its member table as it
+//! was (`membership` does not expire members while not listening): its
+//! relative power is measured against the claims it last heard, not
+//! against its own alone.
+//!
+//! It must not know the Swarm, topics or the wire format.
+
+use std::time::{Duration, Instant};
+
+/// Members heard at once from which a pool counts as large: past it a host
+/// that is not asked about the pool stops listening. Far above the pools of
+/// a few nodes the tests and a household run, far below the size where
+/// listening costs (about 4 B/s per member heard at the 300 s heartbeat).
+pub const LARGE_POOL: usize = 64;
+
+/// How long a node listens after the last request for its members: longer
+/// than the longest a waiting batch goes between two surveys, so a consumer
+/// with work keeps listening.
+pub const WATCH_FOR: Duration = Duration::from_secs(5 * 60);
+
+/// Listening or not, and why.
+#[derive(Debug, Clone)]
+pub struct Listening {
+    /// Members heard at once from which the pool is large.
+    large_at: usize,
+    /// The pool was seen large: listen only while watching.
+    large: bool,
+    /// Something asked for the members; listen until then.
+    watch_until: Option<Instant>,
+}
+
+impl Listening {
+    /// A node that has not yet seen its pool large: it listens.
+    pub fn new(large_at: usize) -> Listening {
+        Listening {
+            large_at: large_at.max(1),
+            large: false,
+            watch_until: None,
+        }
+    }
+
+    /// The member table holds `members` now.
+    pub fn heard(&mut self, members: usize) {
+        if members >= self.large_at {
+            self.large = true;
+        }
+    }
+
+    /// Someone asked for the pool's members at `now`.
+    pub fn watch(&mut self, now: Instant) {
+        self.watch_until = Some(now + WATCH_FOR);
+    }
+
+    /// True when the node should be on the summary topic at `now`.
+    pub fn wants(&self, now: Instant) -> bool {
+        !self.large || self.watching(now)
+    }
+
+    /// True while a request for the members is recent.
+    pub fn watching(&self, now: Instant) -> bool {
+        self.watch_until.is_some_and(|t| now < t)
+    }
+
+    /// True once the pool was seen large.
+    pub fn large(&self) -> bool {
+        self.large
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_pool_listens_always() {
+        let now = Instant::now();
+        let mut l = Listening::new(LARGE_POOL);
+        l.heard(LARGE_POOL - 1);
+        assert!(l.wants(now));
+        assert!(l.wants(now + Duration::from_secs(86_400)));
+    }
+
+    #[test]
+    fn a_large_pool_listens_only_while_watched() {
+        let now = Instant::now();
+        let mut l = Listening::new(LARGE_POOL);
+        l.heard(LARGE_POOL);
+        assert!(!l.wants(now), "a host of a large pool nobody asks about is quiet");
+        l.watch(now);
+        assert!(l.wants(now + WATCH_FOR - Duration::from_secs(1)));
+        assert!(!l.wants(now + WATCH_FOR));
+        // Members expire while it does not listen: still large.
+        l.heard(3);
+        l.watch(now + WATCH_FOR);
+        assert!(l.wants(now + WATCH_FOR));
+        assert!(!l.wants(now + 2 * WATCH_FOR + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_threshold_of_zero_is_one() {
+        let mut l = Listening::new(0);
+        l.heard(0);
+        assert!(l.wants(Instant::now()));
+        l.heard(1);
+        assert!(!l.wants(Instant::now()));
+    }
+}
