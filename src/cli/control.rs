@@ -310,7 +310,7 @@ pub(crate) fn clock_time(t: i64) -> String {
         .unwrap_or_else(|_| t.to_string())
 }
 
-fn local_time(t: i64) -> String {
+pub(crate) fn local_time(t: i64) -> String {
     jiff::Timestamp::from_second(t)
         .map(|ts| {
             ts.to_zoned(jiff::tz::TimeZone::system())

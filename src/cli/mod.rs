@@ -3,14 +3,15 @@
 //! Commands return serializable values; `output` prints them as a sentence
 //! or table for people, or as JSON with `--json` (before or after the
 //! command's name; `eval` has its own `--json [FILE]`). `node` is the
-//! daemon; `status`, `pause`, `resume`, `run-local`, `history` and `predict`
-//! (without `--trace`) are clients of it. This layer may read files and the
+//! daemon; `status`, `pause`, `resume`, `run-local`, `history`, `images` and
+//! `predict` (without `--trace`) are clients of it. This layer may read files and the
 //! clock; the model below it does neither.
 
 pub mod args;
 pub mod batch;
 pub mod control;
 pub mod eval;
+pub mod images;
 pub mod node;
 pub mod output;
 pub mod pool;
@@ -121,6 +122,8 @@ pub enum Command {
     RunLocal(control::RunLocalArgs),
     /// Export or import the node's history.
     History(control::HistoryArgs),
+    /// The node's image cache: list the images, prune those no guest runs in.
+    Images(images::ImagesArgs),
     /// Show the configuration, or with --defaults every key's default and meaning.
     Config(node::ConfigArgs),
     /// Tools for host trace files (format v1).
@@ -201,6 +204,7 @@ impl Command {
             Command::Predict(a) => a.out.json,
             Command::RunLocal(a) => a.out.json,
             Command::History(a) => a.out.json,
+            Command::Images(a) => a.out.json,
             Command::Config(a) => a.out.json,
             Command::Trace(a) => a.out.json,
             Command::Hosts(a) => a.out.json,
@@ -234,6 +238,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         },
         Command::RunLocal(args) => control::run_local(&args, &global),
         Command::History(args) => control::history(&args, &global),
+        Command::Images(args) => images::run(&args, &global),
         Command::Config(args) => node::config(&args, &global),
         Command::Trace(args) => trace::run(&args),
         Command::Eval(args) => eval::run(&args, global.json),
@@ -267,6 +272,8 @@ mod tests {
             &["--json", "status"][..],
             &["status", "--json"],
             &["history", "export", "--json"],
+            &["images", "list", "--json"],
+            &["images", "--json", "prune", "--keep-mib", "100"],
             &["--json", "predict", "--window", "1h"],
             &["predict", "--window", "1h", "--json"],
             &["hosts", "--json"],

@@ -1,6 +1,7 @@
 //! The node's local control API: HTTP/1.1 with JSON bodies over a Unix
 //! socket in the data dir (mode 0600, never TCP), used by `gleaner status`,
-//! `pause`, `resume`, `predict`, `run-local`, `history`, `hosts` and `submit`.
+//! `pause`, `resume`, `predict`, `run-local`, `history`, `images`, `hosts` and
+//! `submit`.
 //!
 //! This module owns the wire types ([`api`]), the server that turns HTTP
 //! requests into typed calls on the node's actor handles ([`server`]), and
@@ -15,5 +16,6 @@
 pub mod api;
 pub mod batches;
 pub mod client;
+mod images;
 pub mod server;
 mod state;

@@ -95,6 +95,7 @@ pub fn router(handle: ControlHandles) -> Router {
         .route(&format!("{PREFIX}/history/export"), get(export))
         .route(&format!("{PREFIX}/history/import"), post(import))
         .merge(crate::control::batches::routes())
+        .merge(crate::control::images::routes())
         .fallback(no_such_route)
         .method_not_allowed_fallback(wrong_method)
         .with_state(handle)
@@ -318,6 +319,7 @@ async fn run_local(
                 let image = GuestImage {
                     rootfs: img.rootfs.clone(),
                     work_dir: PathBuf::from(work),
+                    lease: img.lease.clone(),
                 };
                 (
                     img.config.argv(&request.argv),
@@ -382,9 +384,9 @@ async fn unpack_image(
     let unpacked = tokio::task::spawn_blocking(move || cache.unpack(&path)).await;
     match unpacked {
         Ok(Ok(img)) => Ok(img),
-        Ok(Err(e @ crate::image::ImageError::Io { .. })) => {
-            Err(ApiError::conflict(format!("image: {e}")))
-        }
+        Ok(Err(
+            e @ (crate::image::ImageError::Io { .. } | crate::image::ImageError::CacheFull { .. }),
+        )) => Err(ApiError::conflict(format!("image: {e}"))),
         Ok(Err(e)) => Err(ApiError::bad_request(format!("image: {e}"))),
         Err(e) => Err(ApiError::conflict(format!("image unpacking stopped: {e}"))),
     }

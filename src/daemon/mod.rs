@@ -267,7 +267,7 @@ pub async fn run(
         tracker: tracker.clone(),
         shutdown: shutdown.clone(),
         images: match config.guest.images {
-            crate::node::config::ImagesRule::Allow => open_image_cache(&data_dir),
+            crate::node::config::ImagesRule::Allow => open_image_cache(&data_dir, &config.guest),
             crate::node::config::ImagesRule::Deny => None,
         },
     };
@@ -335,14 +335,28 @@ async fn dialable_addrs(net: &crate::net::NetHandle) -> Vec<String> {
     Vec::new()
 }
 
-/// The image cache in the data dir; a node whose cache cannot be opened
-/// runs on, refusing jobs with an image.
+/// The image cache in the data dir, trimmed to its cap (which the owner
+/// may have lowered since the last start; nothing runs in an image yet);
+/// a node whose cache cannot be opened runs on, refusing jobs with an image.
 fn open_image_cache(
     data_dir: &std::path::Path,
+    guest: &crate::node::config::GuestSection,
 ) -> Option<std::sync::Arc<crate::image::ImageCache>> {
-    let dir = data_dir.join("images");
-    match crate::image::ImageCache::open(&dir, crate::image::ImageLimits::default()) {
-        Ok(c) => Some(std::sync::Arc::new(c)),
+    let dir = crate::node::paths::images_dir(data_dir);
+    match crate::image::ImageCache::open(&dir, guest.image_limits()) {
+        Ok(c) => {
+            match c.prune(c.cap_bytes()) {
+                Ok(gone) if !gone.is_empty() => {
+                    tracing::info!(
+                        images = gone.len(),
+                        "evicted images over [guest] image_cache_mib"
+                    )
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot trim the image cache to its cap"),
+            }
+            Some(std::sync::Arc::new(c))
+        }
         Err(e) => {
             tracing::warn!(error = %e, "no image cache: jobs with an image are refused");
             None

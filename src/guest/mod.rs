@@ -184,6 +184,9 @@ pub struct GuestImage {
     /// Where the work dir appears and the guest starts: the image's
     /// `WorkingDir`, else [`IMAGE_WORK_DIR`].
     pub work_dir: PathBuf,
+    /// Keeps the image in the cache: the supervisor holds it until the
+    /// guest's end is reported, so no eviction removes a running root.
+    pub lease: crate::image::ImageLease,
 }
 
 /// Where a guest in an image finds its work dir when the image names none.

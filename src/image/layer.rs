@@ -259,7 +259,7 @@ impl Run<'_> {
         if mode & 0o6000 != 0 && self.limits.set_id == SetIdBits::Refuse {
             return Err(self.refuse(
                 name,
-                format!("a file with setuid or setgid bits (mode {mode:o})"),
+                format!("a file with setuid or setgid bits (mode {mode:o}); [guest] image_setuid = \"strip\" unpacks it without them"),
             ));
         }
         Ok(mode & 0o777)
@@ -338,6 +338,15 @@ impl Run<'_> {
                     format!(
                         "the image is over its {}-byte limit (counted while reading)",
                         self.limits.max_image_bytes
+                    ),
+                ));
+            }
+            if self.budget.bytes > self.limits.max_cache_bytes {
+                return Err(self.refuse(
+                    name,
+                    format!(
+                        "the image is larger than the whole image cache, whose cap is {} MiB ([guest] image_cache_mib; counted while reading)",
+                        self.limits.max_cache_bytes >> 20
                     ),
                 ));
             }

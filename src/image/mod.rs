@@ -15,6 +15,10 @@
 //!   checked (paths, links, types, set-id bits, whiteouts, sizes, counts).
 //! - `cache`: the cache directory: one `sha256-<hex>/` per image, built in a
 //!   temporary directory inside the cache and renamed into place whole.
+//! - `lease`: which images guests run in ([`ImageLease`]), so that eviction
+//!   never removes one under a running guest.
+//! - `lru`: which images leave a full cache (least recently used first,
+//!   never one in use), a pure decision over sizes and times.
 //!
 //! Hostile input is refused with an [`ImageError`] naming the archive, the
 //! layer and the entry; nothing is written outside the cache, and nothing is
@@ -24,10 +28,13 @@
 mod archive;
 mod cache;
 mod layer;
+mod lease;
+mod lru;
 mod spec;
 mod stream;
 
-pub use cache::{ImageCache, UnpackedImage};
+pub use cache::{CachedImage, ImageCache, UnpackedImage};
+pub use lease::ImageLease;
 pub use spec::ImageConfig;
 
 use std::fmt;
@@ -92,6 +99,11 @@ pub struct ImageLimits {
     pub max_archive_entries: usize,
     /// Set-id bits on files.
     pub set_id: SetIdBits,
+    /// Bytes of file contents of every image in the cache together (the
+    /// owner's `[guest] image_cache_mib`): least recently used images not
+    /// in use are evicted to make room, and one image over it alone is
+    /// refused while it is unpacked.
+    pub max_cache_bytes: u64,
 }
 
 impl Default for ImageLimits {
@@ -104,9 +116,13 @@ impl Default for ImageLimits {
             max_json_bytes: 1 << 20,
             max_archive_entries: 10_000,
             set_id: SetIdBits::Refuse,
+            max_cache_bytes: DEFAULT_CACHE_MIB << 20,
         }
     }
 }
+
+/// The image cache's default cap, MiB: two images at the per-image limit.
+pub const DEFAULT_CACHE_MIB: u64 = 8192;
 
 /// Why an image was not unpacked. Every variant names what it is about.
 #[derive(Debug, thiserror::Error)]
@@ -129,6 +145,10 @@ pub enum ImageError {
         layer: String,
         why: String,
     },
+    /// The image is within every limit but the cache has no room for it:
+    /// the images that fill it are in use by running guests.
+    #[error("image {archive}: {why}")]
+    CacheFull { archive: PathBuf, why: String },
     /// The file system failed us (not the image's fault).
     #[error("image {archive}: {what}: {source}")]
     Io {
@@ -139,5 +159,7 @@ pub enum ImageError {
     },
 }
 
+#[cfg(test)]
+mod eviction_tests;
 #[cfg(test)]
 mod tests;

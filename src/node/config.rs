@@ -144,6 +144,10 @@ pub struct GuestSection {
     pub cpu_limit_percent: u64,
     /// Whether a job may bring an image to run in (issue 31).
     pub images: ImagesRule,
+    /// Cap of the image cache, MiB of file contents (issue 31).
+    pub image_cache_mib: u64,
+    /// What a set-id file in an image meets (issue 31).
+    pub image_setuid: ImageSetuid,
 }
 
 /// `[guest] images`: whether jobs may bring an image (docs/images.md).
@@ -155,6 +159,33 @@ pub enum ImagesRule {
     Allow,
     /// Jobs with an image are refused, and nothing is unpacked.
     Deny,
+}
+
+impl GuestSection {
+    /// The bounds the node's image cache keeps: the reader's own per-image
+    /// limits, with the owner's cap and set-id rule.
+    pub fn image_limits(&self) -> crate::image::ImageLimits {
+        crate::image::ImageLimits {
+            max_cache_bytes: self.image_cache_mib.saturating_mul(1 << 20),
+            set_id: match self.image_setuid {
+                ImageSetuid::Refuse => crate::image::SetIdBits::Refuse,
+                ImageSetuid::Strip => crate::image::SetIdBits::Strip,
+            },
+            ..crate::image::ImageLimits::default()
+        }
+    }
+}
+
+/// `[guest] image_setuid`: what a setuid or setgid file in an image meets
+/// (docs/images.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageSetuid {
+    /// The image is refused, naming the file.
+    #[default]
+    Refuse,
+    /// The file is unpacked without the bits (Debian's `su` and `passwd`).
+    Strip,
 }
 
 impl Default for GuestSection {
@@ -174,6 +205,8 @@ impl Default for GuestSection {
             job_cgroups: true,
             cpu_limit_percent: 100,
             images: ImagesRule::Allow,
+            image_cache_mib: crate::image::DEFAULT_CACHE_MIB,
+            image_setuid: ImageSetuid::Refuse,
         }
     }
 }
@@ -312,6 +345,8 @@ pub const KEY_DOCS: &[(&str, &str, &str)] = &[
     ("guest", "max_job_input_mib", "Largest total of one peer's job inputs (MiB)."),
     ("guest", "max_checkpoint_mib", "Largest checkpoint file (MiB) of a self-checkpointing job (`--checkpoint`) the host copies and sends back; a bigger one is refused with its name and the job goes on."),
     ("guest", "images", "\"allow\": a job may bring an image (a docker or OCI archive, or a root-filesystem tar) to run in, unpacked once into <data dir>/images after its every entry is checked; \"deny\": jobs with an image are refused."),
+    ("guest", "image_cache_mib", "Size cap (MiB, file contents as counted while unpacking) of the image cache in <data dir>/images: to make room for a new image the least recently used images go first, never one a running guest is in; one image larger than this alone is refused. `gleaner images` lists and prunes it."),
+    ("guest", "image_setuid", "\"refuse\": an image holding a setuid or setgid file is refused, naming the file; \"strip\": the file is unpacked without those bits (Debian-based images carry setuid su and passwd; a guest gains nothing from them anyway, as it runs with no_new_privs in a user namespace)."),
     ("guest", "enabled", "Host guest jobs from the pool. Off (`gleaner node --no-guest`), the node is consumer-only: it still submits jobs and answers queries, and refuses jobs."),
     ("guest", "disk_mib", "Disk quota of a job's work dir, inputs included (MiB; 0 = none): while the job runs the work dir is a tmpfs of this size (root nodes only), whose pages also count in the job's memory; at the end its contents are copied to disk."),
     ("guest", "job_cgroups", "Give each job a cgroup (process, memory and idle-CPU limits, kill of the whole group) where the kernel allows. Off, a job is held by its PID namespace alone."),
@@ -357,6 +392,7 @@ pub const RANGES: &[(&str, &str, u64, u64)] = &[
     ("guest", "max_checkpoint_mib", 1, 65_536),
     ("guest", "disk_mib", 0, 65_536),
     ("guest", "cpu_limit_percent", 1, 100),
+    ("guest", "image_cache_mib", 1, 1 << 20),
     ("net", "request_timeout_secs", 1, 600),
     ("net", "announce_secs", 1, 3_600),
     ("net", "max_retries", 0, 100),
@@ -412,7 +448,7 @@ impl Config {
     }
 
     /// Every integer key's value, as named in the file (for [`RANGES`]).
-    fn integer_values(&self) -> [(&'static str, &'static str, u64); 20] {
+    fn integer_values(&self) -> [(&'static str, &'static str, u64); 21] {
         let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
         [
             (
@@ -456,6 +492,7 @@ impl Config {
             ("guest", "max_checkpoint_mib", self.guest.max_checkpoint_mib),
             ("guest", "disk_mib", self.guest.disk_mib),
             ("guest", "cpu_limit_percent", self.guest.cpu_limit_percent),
+            ("guest", "image_cache_mib", self.guest.image_cache_mib),
             (
                 "net",
                 "request_timeout_secs",
@@ -726,6 +763,40 @@ mod tests {
         let deny = Config::parse("[guest]\nimages = \"deny\"\n", path).unwrap();
         assert_eq!(deny.guest.images, ImagesRule::Deny);
         assert!(Config::parse("[guest]\nimages = \"maybe\"\n", path).is_err());
+    }
+
+    #[test]
+    fn the_image_cache_cap_is_bounded_and_a_bad_one_names_its_key() {
+        let path = Path::new("config.toml");
+        let default = Config::default().guest.image_cache_mib;
+        assert_eq!(default, crate::image::DEFAULT_CACHE_MIB);
+        // At least the largest image the reader takes, so a default node
+        // can run every image it would accept.
+        assert!(default << 20 >= crate::image::ImageLimits::default().max_image_bytes);
+        let small = Config::parse("[guest]\nimage_cache_mib = 512\n", path).unwrap();
+        assert_eq!(small.guest.image_cache_mib, 512);
+        for bad in ["0", "1099511627776"] {
+            let e = Config::parse(&format!("[guest]\nimage_cache_mib = {bad}\n"), path)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("[guest] image_cache_mib"), "{e}");
+        }
+        let e = Config::parse("[guest]\nimage_cache_mib = \"big\"\n", path)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("image_cache_mib"), "{e}");
+    }
+
+    #[test]
+    fn setuid_files_in_images_are_refused_by_default_stripped_by_choice() {
+        let path = Path::new("config.toml");
+        assert_eq!(Config::default().guest.image_setuid, ImageSetuid::Refuse);
+        let strip = Config::parse("[guest]\nimage_setuid = \"strip\"\n", path).unwrap();
+        assert_eq!(strip.guest.image_setuid, ImageSetuid::Strip);
+        let e = Config::parse("[guest]\nimage_setuid = \"keep\"\n", path)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("image_setuid"), "{e}");
     }
 
     #[test]

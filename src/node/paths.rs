@@ -109,6 +109,17 @@ impl Paths {
     pub fn history_dir(&self) -> PathBuf {
         self.data_dir.join("history")
     }
+
+    /// The image cache (issue 31).
+    pub fn images_dir(&self) -> PathBuf {
+        images_dir(&self.data_dir)
+    }
+}
+
+/// The image cache in `data_dir`: for the node, which has its data dir
+/// only, and for [`Paths::images_dir`].
+pub fn images_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("images")
 }
 
 /// An exclusive `flock` on the data dir's lock file, held while it lives.

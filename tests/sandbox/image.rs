@@ -32,9 +32,15 @@ fn main() {
 
 /// Compiles [`PROBE`] statically with this toolchain's `rustc`.
 pub fn static_probe(dir: &Path) -> PathBuf {
-    let src = dir.join("probe.rs");
-    std::fs::write(&src, PROBE).unwrap();
-    let out = dir.join("probe");
+    static_binary(dir, "probe", PROBE)
+}
+
+/// Compiles `source` statically into `dir/name` with this toolchain's
+/// `rustc`: a program an image can hold without a libc of its own.
+pub fn static_binary(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.rs"));
+    std::fs::write(&src, source).unwrap();
+    let out = dir.join(name);
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let status = Command::new(rustc)
         .args(["-O", "-C", "target-feature=+crt-static", "-o"])
@@ -42,7 +48,7 @@ pub fn static_probe(dir: &Path) -> PathBuf {
         .arg(&src)
         .status()
         .unwrap();
-    assert!(status.success(), "cannot compile the static probe");
+    assert!(status.success(), "cannot compile the static {name}");
     out
 }
 
@@ -53,7 +59,8 @@ pub fn sha(bytes: &[u8]) -> String {
         .collect()
 }
 
-fn tar_of(members: &[(&str, Vec<u8>, u32)]) -> Vec<u8> {
+/// A tar of `members` (name, bytes, mode; a name ending in `/` a directory).
+pub fn tar_of(members: &[(&str, Vec<u8>, u32)]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for (name, data, mode) in members {
         let mut h = tar::Header::new_gnu();
@@ -158,6 +165,7 @@ pub fn spec_in(img: &UnpackedImage, args: &[String]) -> GuestSpec {
         image: Some(GuestImage {
             rootfs: img.rootfs.clone(),
             work_dir: PathBuf::from(img.config.working_dir.as_deref().unwrap_or("/work")),
+            lease: img.lease.clone(),
         }),
     }
 }

@@ -8,6 +8,12 @@
 mod containment;
 mod guest;
 mod image;
+mod image_cli;
+
+/// The real-binary node fixture of the `it` tests (for `image_cli`).
+#[path = "../it/node_support/mod.rs"]
+#[allow(dead_code)]
+mod node_support;
 
 #[path = "../shared/test_name.rs"]
 mod shared_test_name;

@@ -135,6 +135,8 @@ impl Supervisor {
         guest.exit = Some(exit);
         // Stops the duty-cycle thread (it joins within one period).
         guest.duty = None;
+        // Its processes and views are gone: the image may be evicted.
+        guest.image = None;
         guest.run_state = GuestRunState::Idle;
         let (job_id, cause) = (guest.handle.job_id.clone(), guest.kill_cause);
         let wall = self.clock.now().as_millisecond() - guest.started_at.as_millisecond();

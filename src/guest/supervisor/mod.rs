@@ -80,6 +80,9 @@ struct Guest {
     term_deadline: Option<std::time::Instant>,
     /// CPU time of the job's processes, from the keeper's rusage once reaped.
     cpu_time: Option<Duration>,
+    /// The image the guest runs in, kept from eviction until its end is
+    /// reported (issue 31).
+    image: Option<crate::image::ImageLease>,
 }
 
 impl Guest {

@@ -177,6 +177,7 @@ impl Supervisor {
             watcher,
             term_deadline: None,
             cpu_time: None,
+            image: spec.image.map(|i| i.lease),
         });
         Ok(handle)
     }

@@ -356,7 +356,7 @@ impl HostLoop {
                 let _ = reply.send(self.resume());
             }
             HostCommand::StartGuest { start, reply } => {
-                let _ = reply.send(self.start_guest(start));
+                let _ = reply.send(self.start_guest(*start));
             }
             HostCommand::Cancel { job_id } => {
                 let running = self

@@ -31,7 +31,8 @@ pub enum HostCommand {
     },
     /// Start a guest (the owner's `run-local`, or a peer's job via the pool host).
     StartGuest {
-        start: GuestStart,
+        /// Boxed: a job is far larger than every other command.
+        start: Box<GuestStart>,
         reply: oneshot::Sender<Result<GuestHandle, HostError>>,
     },
     /// Kill the guest if it is running job `job_id`.
@@ -129,8 +130,11 @@ impl HostHandle {
     }
 
     pub async fn start_guest(&self, start: GuestStart) -> Result<GuestHandle, HostError> {
-        self.ask(|reply| HostCommand::StartGuest { start, reply })
-            .await?
+        self.ask(|reply| HostCommand::StartGuest {
+            start: Box::new(start),
+            reply,
+        })
+        .await?
     }
 
     /// Kills the guest if it runs `job_id` (a `run-local` client went away).
