@@ -70,8 +70,8 @@ pub fn run(args: &ImagesArgs, global: &Global) -> anyhow::Result<()> {
                 return print_json(&report);
             }
             print_text(&format!(
-                "removed {} images ({}); {}",
-                report.removed.len(),
+                "removed {} ({}); {}",
+                images_n(report.removed.len()),
                 mib(report.freed_bytes),
                 summary(&report.left)
             ))
@@ -104,10 +104,15 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
 }
 
+/// "1 image", "2 images".
+fn images_n(n: usize) -> String {
+    format!("{n} image{}", if n == 1 { "" } else { "s" })
+}
+
 fn summary(r: &ImagesReport) -> String {
     format!(
-        "{} images, {} of the {} cap, in {}\n",
-        r.images.len(),
+        "{}, {} of the {} cap, in {}\n",
+        images_n(r.images.len()),
         mib(r.used_bytes),
         mib(r.cap_bytes),
         r.dir.display()

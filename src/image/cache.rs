@@ -315,6 +315,7 @@ impl ImageCache {
         }
         for id in &room.evict {
             self.evict(id)?;
+            tracing::info!(image = %id, "evicted from the image cache to make room");
         }
         Ok(())
     }
@@ -349,7 +350,7 @@ impl ImageCache {
         if let Err(e) = remove_any(&gone) {
             tracing::warn!(image = %id, error = %e, "cannot delete an evicted image (emptied at the next start)");
         }
-        tracing::info!(image = %id, "evicted from the image cache");
+        tracing::debug!(image = %id, "evicted from the image cache");
         Ok(())
     }
 

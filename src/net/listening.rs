@@ -103,7 +103,10 @@ mod tests {
         let now = Instant::now();
         let mut l = Listening::new(LARGE_POOL);
         l.heard(LARGE_POOL);
-        assert!(!l.wants(now), "a host of a large pool nobody asks about is quiet");
+        assert!(
+            !l.wants(now),
+            "a host of a large pool nobody asks about is quiet"
+        );
         l.watch(now);
         assert!(l.wants(now + WATCH_FOR - Duration::from_secs(1)));
         assert!(!l.wants(now + WATCH_FOR));

@@ -364,7 +364,10 @@ async fn hosts_of_a_large_pool_stop_listening_and_a_consumer_that_asks_still_hea
         async move { s.listening.then_some(()) }
     })
     .await;
-    assert!(listens.is_some(), "a host asked for its members listens again");
+    assert!(
+        listens.is_some(),
+        "a host asked for its members listens again"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -144,7 +144,10 @@ impl EventLoop {
         let gossipsub = &mut self.swarm.behaviour_mut().gossipsub;
         for topic in [&self.summary_topic, &self.topic] {
             let done = if wanted {
-                gossipsub.subscribe(topic).map(|_| ()).map_err(|e| e.to_string())
+                gossipsub
+                    .subscribe(topic)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
             } else {
                 gossipsub.unsubscribe(topic);
                 Ok(())

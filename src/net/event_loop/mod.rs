@@ -40,8 +40,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::model::budget::PeerBudgets;
-use crate::net::listening::Listening;
 use crate::net::handle::{Command, LocalStatus, NetError, NetEvent, NetHandle, SummaryBody};
+use crate::net::listening::Listening;
 use crate::net::members::{MemberCache, MEMBERS_MAX};
 use crate::net::protocol::{
     announce_topic, summary_topic, JobResponse, ReliabilityResponse, KAD_PROTOCOL,
