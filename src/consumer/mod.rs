@@ -256,6 +256,8 @@ pub struct ConsumerSettings {
     pub max_output_bytes: u64,
     /// Where the batch queue keeps its store and results.
     pub batch_dir: PathBuf,
+    /// Tail copies for every batch (`[batch] tail_copies`, issue 28).
+    pub tail_copies: bool,
 }
 
 /// The consumer actor.
@@ -283,7 +285,7 @@ impl Consumer {
         let (tx, commands) = mpsc::channel(32);
         let inbox = Inbox::default();
         let catalog = crate::data::Catalog::new();
-        let (queue, queue_msgs) = BatchQueue::open(
+        let (mut queue, queue_msgs) = BatchQueue::open(
             PoolLink {
                 net: net.clone(),
                 catalog: catalog.clone(),
@@ -299,6 +301,7 @@ impl Consumer {
             tracker.clone(),
             shutdown.clone(),
         )?;
+        queue.set_tail_copies(settings.tail_copies);
         Ok((
             Consumer {
                 net,

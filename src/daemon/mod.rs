@@ -207,6 +207,7 @@ pub async fn run(
                 max_retries: config.net.max_retries,
                 max_output_bytes: config.guest.max_output_mib.saturating_mul(1 << 20),
                 batch_dir: data_dir.join("batches"),
+                tail_copies: config.batch.tail_copies,
             },
             tracker.clone(),
             shutdown.clone(),

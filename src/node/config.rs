@@ -34,6 +34,25 @@ pub struct Config {
     pub owner: OwnerSection,
     pub net: NetSection,
     pub ui: UiSection,
+    pub batch: BatchSection,
+}
+
+/// `[batch]`: how the batches this node submits are run (its consumer's
+/// queue).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BatchSection {
+    /// Extra copies of the running tasks most at risk in a batch's tail
+    /// (issue 28).
+    pub tail_copies: bool,
+}
+
+impl Default for BatchSection {
+    fn default() -> Self {
+        BatchSection {
+            tail_copies: crate::consumer::batch::queue::TAIL_COPIES_DEFAULT,
+        }
+    }
 }
 
 /// `[owner]`: when the owner lends the machine.
@@ -367,6 +386,7 @@ pub const KEY_DOCS: &[(&str, &str, &str)] = &[
     ("net", "announce_secs", "Heartbeat of this node's summary on the pool's gossipsub topic: it republishes every 0.75 to 1.25 of this (randomised) and on a change of state, slot or power (at most one per min(10 s, half of this)); a member not heard for 5 heartbeats is dropped."),
     ("net", "max_retries", "How many times `gleaner submit` resubmits a job elsewhere after its host killed it, left or revoked it."),
     ("net", "peer_book", "Remember the pool members this node meets (peer id, addresses that worked, last seen; at most 10,000, in the data dir's peers/) and redial the most recently seen at start and whenever it has fewer than 4 connections, so it finds its pool again when its bootstrap peers are gone."),
+    ("batch", "tail_copies", "Tail copies for this node's batches (issue 28): once the free hosts outnumber a batch's waiting tasks, each running task most at risk of finishing late (by its host's predicted TR and its expected finish) gets one extra copy on a free host; the first result wins and the other copy is cancelled. Off by default: docs/scheduling.md measures that they help two of six desktop pools and change nothing on the rest, for extra CPU on the pool."),
     ("ui", "listen", "Address (loopback IP:PORT) of the web dashboard; the node prints its URL with the access token at start. A busy port falls back to a free one. Empty turns the dashboard off."),
 ];
 
@@ -797,6 +817,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("image_setuid"), "{e}");
+    }
+
+    #[test]
+    fn tail_copies_are_off_by_default_and_turned_on_by_the_batch_section() {
+        let path = Path::new("config.toml");
+        assert_eq!(
+            Config::default().batch.tail_copies,
+            crate::consumer::batch::queue::TAIL_COPIES_DEFAULT
+        );
+        assert!(!Config::default().batch.tail_copies);
+        let on = Config::parse("[batch]\ntail_copies = true\n", path).unwrap();
+        assert!(on.batch.tail_copies);
+        let e = Config::parse("[batch]\ntail_copies = 2\n", path)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tail_copies"), "{e}");
+        let e = Config::parse("[batch]\ncopies = true\n", path)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("copies"), "{e}");
     }
 
     #[test]

@@ -120,6 +120,11 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         now_of(self.clock.as_ref())
     }
 
+    /// Turns tail copies on or off for every batch (`[batch] tail_copies`).
+    pub fn set_tail_copies(&mut self, on: bool) {
+        self.core.set_tail_copies(on);
+    }
+
     pub fn subscribe(&self) -> broadcast::Receiver<TaskEvent> {
         self.events.subscribe()
     }
