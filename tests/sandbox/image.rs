@@ -179,6 +179,36 @@ pub fn supervisor(data_dir: &Path) -> Supervisor {
     .unwrap()
 }
 
+/// Starts a guest in `img`, which this test process has just unpacked.
+/// Other tests of this binary fork guests at the same time, and a child
+/// forked while the cache was writing `/bin/probe` holds that write
+/// descriptor until its setup closes it (the keeper and init never `exec`),
+/// so the probe's `exec` may meet ETXTBSY for a while: seen in 2 of 7 runs
+/// of `cargo test --test sandbox image` on a loaded machine. A node starts
+/// one guest at a time, after its image is unpacked, so this is the test
+/// process's race, not the node's: the start is tried again (a fresh job
+/// id each time), for up to 10 s.
+pub fn start_unpacked(
+    sup: &mut Supervisor,
+    img: &UnpackedImage,
+    args: &[String],
+) -> Result<gleaner::guest::GuestHandle, gleaner::guest::StartError> {
+    let mut attempt = 0;
+    loop {
+        let job = JobId::new(format!("img-{attempt}")).unwrap();
+        match sup.start(&job, spec_in(img, args)) {
+            Err(gleaner::guest::StartError::Spawn(e))
+                if e.raw_os_error() == Some(libc::ETXTBSY) && attempt < 100 =>
+            {
+                eprintln!("start {attempt}: {e}; again in 100 ms");
+                std::thread::sleep(Duration::from_millis(100));
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 const IMAGE_OS: &str = "ID=gleaner-image-test\nPRETTY_NAME=\"Gleaner test image\"\n";
 
 /// Runs the probe image packed by `pack` with `args`; `None` when the
@@ -194,8 +224,7 @@ fn run(pack: fn(&[u8], &[u8]) -> Vec<u8>, args: &[String]) -> Option<(String, Pa
     let cache = ImageCache::open(&data.join("images"), ImageLimits::default()).unwrap();
     let img = cache.unpack(&archive).unwrap();
     let mut sup = supervisor(&data);
-    let job = JobId::new("img").unwrap();
-    let handle = match sup.start(&job, spec_in(&img, args)) {
+    let handle = match start_unpacked(&mut sup, &img, args) {
         Ok(h) => h,
         Err(gleaner::guest::StartError::Image(why)) => {
             assert!(
