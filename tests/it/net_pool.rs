@@ -339,8 +339,21 @@ async fn hosts_of_a_large_pool_stop_listening_and_a_consumer_that_asks_still_hea
         "the consumer asked for the members: it listens"
     );
 
-    // A host that joins now is heard by the consumer.
+    // A host that joins now is heard by the consumer, even when it saw the
+    // pool large (and went quiet) before it first had something to say.
     let late = spawn_node(cfg, Serve::Answer).await;
+    for h in &hosts {
+        h.handle.dial(late.addr.clone()).await.unwrap();
+    }
+    let late_quiet = wait_for(Duration::from_secs(20), || {
+        let q = quiet(&late);
+        async move { q.then_some(()) }
+    })
+    .await;
+    eprintln!(
+        "the late host went quiet before announcing: {}",
+        late_quiet.is_some()
+    );
     late.handle.announce(status(2)).await.unwrap();
     wait_for(Duration::from_secs(20), || {
         lists(vec![late.handle.peer_id()], None)
