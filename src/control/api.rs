@@ -602,6 +602,10 @@ pub struct BatchSubmitRequest {
     /// queueing and waiting.
     #[serde(default)]
     pub wait: bool,
+    /// `--image FILE` (absolute): every task runs in this image; `argv`
+    /// then replaces its `Cmd` and may be empty (docs/images.md).
+    #[serde(default)]
+    pub image: Option<PathBuf>,
 }
 
 /// One `--input LOCAL[=REMOTE]`; both may hold placeholders.

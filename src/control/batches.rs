@@ -15,6 +15,7 @@ use tokio::sync::{broadcast, mpsc};
 use crate::consumer::batch::estimate::BatchEstimate;
 use crate::consumer::batch::policy::UnknownPolicy;
 use crate::consumer::batch::queue::DEFAULT_CHECKPOINT_COST_SECS;
+use crate::consumer::batch::record::BatchImage;
 use crate::consumer::batch::spec::{check_checkpoint, InputTemplate, Params, Sweep, TaskTemplate};
 use crate::consumer::batch::verify::{CopyView, Provenance};
 use crate::consumer::batch::{
@@ -57,7 +58,51 @@ fn batch_id(text: &str) -> Result<BatchId, ApiError> {
         .map_err(|e: crate::model::ids::InvalidBatchId| ApiError::bad_request(e.to_string()))
 }
 
-fn new_batch(r: BatchSubmitRequest) -> Result<NewBatch, ApiError> {
+/// A batch's `--image`, checked whole on this node before anything is
+/// queued (the reader a host uses; a refusal names the layer and the
+/// entry; the image stays in this node's image cache), with the image's
+/// `Entrypoint` and `Cmd` put into the command and its `Env` before the
+/// task's own, as `run-local` does: what a host runs is then the command
+/// line the batch shows. The image's words are taken literally (their
+/// braces are no placeholders).
+async fn with_image(
+    h: &ControlHandles,
+    mut r: BatchSubmitRequest,
+) -> Result<(BatchSubmitRequest, Option<BatchImage>), ApiError> {
+    let Some(path) = r.image.take() else {
+        return Ok((r, None));
+    };
+    if !path.is_absolute() {
+        return Err(ApiError::bad_request(format!(
+            "{}: paths sent to the node must be absolute",
+            path.display()
+        )));
+    }
+    let img = super::server::unpack_image(h, path.clone()).await?;
+    let literal = |s: &String| s.replace('{', "{{").replace('}', "}}");
+    let mut argv: Vec<String> = img.config.entrypoint.iter().map(literal).collect();
+    if r.argv.is_empty() {
+        argv.extend(img.config.cmd.iter().map(literal));
+    } else {
+        argv.append(&mut r.argv);
+    }
+    r.argv = argv;
+    let mut env: Vec<(String, String)> = img
+        .config
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), literal(v)))
+        .collect();
+    env.append(&mut r.env);
+    r.env = env;
+    let image = BatchImage {
+        local: path,
+        id: img.id.to_bytes(),
+    };
+    Ok((r, Some(image)))
+}
+
+fn new_batch(r: BatchSubmitRequest, image: Option<BatchImage>) -> Result<NewBatch, ApiError> {
     let sweep = match (r.range, r.params) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request(
@@ -109,6 +154,7 @@ fn new_batch(r: BatchSubmitRequest) -> Result<NewBatch, ApiError> {
         .map_err(ApiError::bad_request)?;
     Ok(NewBatch {
         verify,
+        image,
         name: r.name,
         policy,
         deadline_unix: r.deadline_unix,
@@ -332,7 +378,8 @@ async fn estimate(
 ) -> Response {
     let run = async {
         let consumer = consumer_of(&h)?;
-        let batch = new_batch(request)?;
+        let (request, image) = with_image(&h, request).await?;
+        let batch = new_batch(request, image)?;
         let deadline = batch.deadline_unix;
         let e = consumer.estimate_batch(batch).await?;
         Ok::<_, ApiError>(estimate_report(&e, deadline))
@@ -350,7 +397,8 @@ async fn submit(
     let wait = request.wait;
     let run = async {
         let consumer = consumer_of(&h)?;
-        let batch = new_batch(request)?;
+        let (request, image) = with_image(&h, request).await?;
+        let batch = new_batch(request, image)?;
         let (id, events) = consumer.submit_batch(batch).await?;
         let view = consumer.batch(id).await?;
         Ok::<_, ApiError>((id, consumer, view, events))

@@ -370,9 +370,10 @@ async fn run_local(
         .into_response()
 }
 
-/// Unpacks (or finds in the cache) the image a `run-local` names, off the
-/// async threads; a refused image is the request's fault, named.
-async fn unpack_image(
+/// Unpacks (or finds in the cache) the image a `run-local` or a batch
+/// names, off the async threads; a refused image is the request's fault,
+/// named.
+pub(super) async fn unpack_image(
     h: &ControlHandles,
     path: PathBuf,
 ) -> Result<crate::image::UnpackedImage, ApiError> {

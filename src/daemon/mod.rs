@@ -193,6 +193,11 @@ pub async fn run(
         dashboard: ui.as_ref().map(crate::ui::UiListener::url),
     };
     let net_handle = net.as_ref().map(|n| n.handle.clone());
+    // One image cache for `run-local` and peers' jobs alike.
+    let images = match config.guest.images {
+        crate::node::config::ImagesRule::Allow => open_image_cache(&data_dir, &config.guest),
+        crate::node::config::ImagesRule::Deny => None,
+    };
     if let (Some(net), Some(pool_guest_events)) = (net, pool_guest_events) {
         let NetResources {
             handle,
@@ -231,6 +236,7 @@ pub async fn run(
             hardware,
             cache,
             jobs_dir: data_dir.join("jobs"),
+            images: images.clone(),
         });
         tracker.spawn(pool_host.run(PoolHostInputs {
             net: events,
@@ -267,10 +273,7 @@ pub async fn run(
         net: net_handle,
         tracker: tracker.clone(),
         shutdown: shutdown.clone(),
-        images: match config.guest.images {
-            crate::node::config::ImagesRule::Allow => open_image_cache(&data_dir, &config.guest),
-            crate::node::config::ImagesRule::Deny => None,
-        },
+        images,
     };
     tracker.spawn(async move {
         if let Err(e) = serve(control, handles).await {

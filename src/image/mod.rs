@@ -61,6 +61,22 @@ impl ImageId {
     pub fn hex(&self) -> &str {
         &self.0
     }
+
+    /// From the 32 bytes of the digest (as the wire carries it).
+    pub fn from_bytes(bytes: &[u8; 32]) -> ImageId {
+        ImageId(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// The 32 bytes of the digest.
+    pub fn to_bytes(&self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        for (i, byte) in out.iter_mut().enumerate() {
+            // Made only from 64 lowercase hex digits, so every pair parses.
+            *byte =
+                u8::from_str_radix(self.0.get(2 * i..2 * i + 2).unwrap_or("00"), 16).unwrap_or(0);
+        }
+        out
+    }
 }
 
 impl fmt::Display for ImageId {
@@ -163,3 +179,18 @@ pub enum ImageError {
 mod eviction_tests;
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod id_tests {
+    use super::ImageId;
+
+    #[test]
+    fn an_image_id_goes_to_the_wire_and_back() {
+        let hex = "00ff10ab".repeat(8);
+        let id = ImageId::from_hex(&hex).unwrap();
+        let bytes = id.to_bytes();
+        assert_eq!(&bytes[..4], &[0x00, 0xff, 0x10, 0xab]);
+        assert_eq!(ImageId::from_bytes(&bytes), id);
+        assert_eq!(id.to_string(), format!("sha256:{hex}"));
+    }
+}

@@ -306,6 +306,13 @@ fn protocol_md_lists_every_struct_field_in_the_codec_order() {
         "InputRef",
         prose_fields(region("`InputRef` (struct):", "No input travels")),
     );
+    assert_struct::<ImageRef>(
+        "ImageRef",
+        prose_fields(region(
+            "`ImageRef` (struct):",
+            "`Query` and `Cancel` were added",
+        )),
+    );
     assert_struct::<GuestUsage>(
         "GuestUsage",
         prose_fields(region("`GuestUsage` (struct):", "Version 3 added")),

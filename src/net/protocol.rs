@@ -24,6 +24,10 @@ pub const RELIABILITY_PROTOCOL: &str = "/gleaner/reliability/4";
 /// Version 3: a submission may carry a checkpoint order; hosts report
 /// checkpoints (`Checkpointed`, `CheckpointRefused`) and the guest's CPU and
 /// wall time at its end; `OutputName::Checkpoint` fetches the latest one.
+/// Later, under the same id (as `Query` and `Cancel` were):
+/// `JobRequest::SubmitInImage` and `RejectReason::NoImages` (issue 31); a
+/// host built before them cannot decode the request and drops the stream,
+/// so a job with an image never runs without it.
 pub const JOB_PROTOCOL: &str = "/gleaner/job/3";
 /// Protocol id of content-addressed data streams: a host reads a job's input
 /// from the consumer that offered it (one libp2p stream per file).
@@ -318,6 +322,20 @@ pub struct InputRef {
     pub size: u64,
 }
 
+/// The image a job runs in (issue 31): the archive, read by the host like an
+/// input unless its image cache already holds the image, and the id the
+/// archive must unpack to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRef {
+    /// SHA-256 of the image's config (docker's image id; for a plain
+    /// root-filesystem tar, of the whole file): the name the host's image
+    /// cache keeps it under. An archive that unpacks to another id is refused.
+    pub id: [u8; 32],
+    /// The archive by content (`path` is its file name, for messages only:
+    /// it is never placed in the work directory).
+    pub archive: InputRef,
+}
+
 /// `/gleaner/data/1` request, host → consumer: send this file from this chunk on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DataRequest {
@@ -429,6 +447,10 @@ pub enum RejectReason {
         /// The host's cap, bytes.
         cap: u64,
     },
+    /// The job brings an image and this host runs none (`[guest] images =
+    /// "deny"`, or its image cache could not be opened). Only a consumer
+    /// that sent `SubmitInImage` ever receives it.
+    NoImages,
 }
 
 /// What happened to a running job, reported by the host to the consumer.
@@ -566,6 +588,20 @@ pub enum JobRequest {
     Cancel {
         /// The job.
         job_id: String,
+    },
+    /// Run this job with `image` as its root (issue 31); answered as
+    /// `Submit`, or `Rejected(NoImages)` by a host that runs no images. A
+    /// separate variant, not a field of [`JobSubmit`], so that a host built
+    /// before images cannot decode it (and drops the stream) instead of
+    /// running the job on its own root.
+    SubmitInImage {
+        /// The job, as `Submit` carries it: `argv` and `env` are the
+        /// command line and environment as run (the consumer put the
+        /// image's `Entrypoint`, `Cmd` and `Env` in them). Boxed in memory
+        /// only, to keep requests small; bincode writes it as `Submit` does.
+        job: Box<JobSubmit>,
+        /// Its image.
+        image: ImageRef,
     },
 }
 

@@ -45,6 +45,7 @@ mod cli_simulate;
 mod control_fuzz;
 mod dashboard_browser;
 mod data_transfer;
+mod image_pool;
 mod model_properties;
 mod monitor_guest_exclusion;
 mod nat_topology;
@@ -62,6 +63,11 @@ mod summary_pool;
 mod throttle;
 mod trust_pool;
 
+// The probe image the sandbox tests build too; this binary packs it as a
+// docker-archive only, so the OCI layout builder is unused here.
+#[allow(dead_code)]
+#[path = "../shared/guest_image.rs"]
+mod guest_image;
 #[path = "../shared/test_name.rs"]
 mod shared_test_name;
 pub use shared_test_name::test_name;

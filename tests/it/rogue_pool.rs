@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use gleaner::model::ids::PoolName;
 use gleaner::model::state::State;
 use gleaner::net::protocol::{
-    FailureByCause, JobEventKind, JobRequest, JobResponse, ReliabilityAnswer, ReliabilityResponse,
-    RemoteJobState, WireState,
+    FailureByCause, JobEventKind, JobRequest, JobResponse, RejectReason, ReliabilityAnswer,
+    ReliabilityResponse, RemoteJobState, WireState,
 };
 use gleaner::net::{start, LocalStatus, NetConfig, NetEvent, NetHandle};
 use libp2p::identity::Keypair;
@@ -166,6 +166,10 @@ async fn start_rogue(boot: Multiaddr, flood: bool) -> Rogue {
                     }
                     JobRequest::Event { .. } => {
                         let _ = reply.send(JobResponse::NotFound);
+                    }
+                    // The rogue lies about results, not about images: it runs none.
+                    JobRequest::SubmitInImage { .. } => {
+                        let _ = reply.send(JobResponse::Rejected(RejectReason::NoImages));
                     }
                 },
                 _ => {}

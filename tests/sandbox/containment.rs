@@ -17,6 +17,8 @@ use gleaner::model::ids::JobId;
 use gleaner::monitor::{LoadSource, ProcLoadSource};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use crate::guest_image::view_namespaces_allowed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -417,26 +419,6 @@ fn the_report_names_the_layers() {
         text.starts_with(&format!("job group: {}", report.cgroup)),
         "{text}"
     );
-}
-
-/// The proof a namespace layer is absent: `unshare` refuses an unprivileged
-/// user the user, mount and PID namespaces (run as nobody when we are root).
-pub fn view_namespaces_allowed() -> bool {
-    let mut cmd = if nix::unistd::geteuid().is_root() {
-        let mut c = Command::new("setpriv");
-        c.args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "unshare",
-        ]);
-        c
-    } else {
-        Command::new("unshare")
-    };
-    cmd.args(["-U", "-m", "-p", "-f", "--map-current-user", "true"])
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// True when the job got the narrow view; false (after printing why) only

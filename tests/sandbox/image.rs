@@ -5,149 +5,19 @@
 //! the image's `/etc/os-release`, not the host's, starts in the image's
 //! `WorkingDir` with its `Env`, runs its `Entrypoint` with `Cmd` or the
 //! arguments given, cannot write the image, and its outputs come back.
+//! The image itself is built by `tests/shared/guest_image.rs`, which the
+//! `it` binary's pool test of images builds it with too.
+
+use crate::guest_image::{
+    docker_archive, oci_archive, probe_image, sha, static_probe, tar_of, IMAGE_OS,
+};
 
 use gleaner::guest::{GuestConfig, GuestEvent, GuestImage, GuestSpec, Supervisor, SystemClock};
 use gleaner::image::{ImageCache, ImageLimits, UnpackedImage};
 use gleaner::model::ids::JobId;
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The guest program: prints what it sees, one `key:value` a line.
-const PROBE: &str = r#"
-fn main() {
-    let os = std::fs::read_to_string("/etc/os-release").unwrap_or_else(|e| format!("ERR {e}\n"));
-    print!("os-release:{os}");
-    let cwd = std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_default();
-    println!("cwd:{cwd}");
-    println!("env:{}", std::env::var("IMAGE_VAR").unwrap_or_default());
-    println!("args:{:?}", std::env::args().skip(1).collect::<Vec<_>>());
-    println!("write-image:{}", std::fs::write("/bin/planted", b"x").is_ok());
-    println!("write-work:{}", std::fs::write("out.txt", b"from the image").is_ok());
-    println!("write-tmp:{}", std::fs::write("/tmp/t", b"x").is_ok());
-}
-"#;
-
-/// Compiles [`PROBE`] statically with this toolchain's `rustc`.
-pub fn static_probe(dir: &Path) -> PathBuf {
-    static_binary(dir, "probe", PROBE)
-}
-
-/// Compiles `source` statically into `dir/name` with this toolchain's
-/// `rustc`: a program an image can hold without a libc of its own.
-pub fn static_binary(dir: &Path, name: &str, source: &str) -> PathBuf {
-    let src = dir.join(format!("{name}.rs"));
-    std::fs::write(&src, source).unwrap();
-    let out = dir.join(name);
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let status = Command::new(rustc)
-        .args(["-O", "-C", "target-feature=+crt-static", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(status.success(), "cannot compile the static {name}");
-    out
-}
-
-pub fn sha(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// A tar of `members` (name, bytes, mode; a name ending in `/` a directory).
-pub fn tar_of(members: &[(&str, Vec<u8>, u32)]) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for (name, data, mode) in members {
-        let mut h = tar::Header::new_gnu();
-        if name.ends_with('/') {
-            h.set_entry_type(tar::EntryType::Directory);
-        }
-        h.set_size(data.len() as u64);
-        h.set_mode(*mode);
-        b.append_data(&mut h, name, &data[..]).unwrap();
-    }
-    b.into_inner().unwrap()
-}
-
-/// The image's one layer and its config.
-pub fn probe_image(probe: &Path, os_release: &str) -> (Vec<u8>, Vec<u8>) {
-    let layer = tar_of(&[
-        ("bin/", Vec::new(), 0o755),
-        ("bin/probe", std::fs::read(probe).unwrap(), 0o755),
-        ("etc/", Vec::new(), 0o755),
-        ("etc/os-release", os_release.as_bytes().to_vec(), 0o644),
-        ("srv/", Vec::new(), 0o755),
-    ]);
-    let config = serde_json::to_vec(&serde_json::json!({
-        "architecture": "amd64", "os": "linux",
-        "config": {
-            "Env": ["PATH=/bin", "IMAGE_VAR=from-image"],
-            "Entrypoint": ["/bin/probe"],
-            "Cmd": ["default-arg"],
-            "WorkingDir": "/srv",
-            "User": "1000",
-        },
-        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{}", sha(&layer))]},
-    }))
-    .unwrap();
-    (layer, config)
-}
-
-pub fn docker_archive(layer: &[u8], config: &[u8]) -> Vec<u8> {
-    let manifest = serde_json::json!([{
-        "Config": format!("{}.json", sha(config)),
-        "RepoTags": ["probe:1"],
-        "Layers": ["l1/layer.tar"],
-    }]);
-    tar_of(&[
-        (&format!("{}.json", sha(config)), config.to_vec(), 0o644),
-        ("l1/layer.tar", layer.to_vec(), 0o644),
-        (
-            "manifest.json",
-            serde_json::to_vec(&manifest).unwrap(),
-            0o644,
-        ),
-    ])
-}
-
-pub fn oci_archive(layer: &[u8], config: &[u8]) -> Vec<u8> {
-    let desc = |b: &[u8], t: &str| serde_json::json!({"mediaType": t, "digest": format!("sha256:{}", sha(b)), "size": b.len()});
-    let manifest = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2,
-        "config": desc(config, "application/vnd.oci.image.config.v1+json"),
-        "layers": [desc(layer, "application/vnd.oci.image.layer.v1.tar")],
-    }))
-    .unwrap();
-    let index = serde_json::json!({"schemaVersion": 2, "manifests": [desc(&manifest, "application/vnd.oci.image.manifest.v1+json")]});
-    tar_of(&[
-        (
-            "oci-layout",
-            br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec(),
-            0o644,
-        ),
-        ("index.json", serde_json::to_vec(&index).unwrap(), 0o644),
-        (
-            &format!("blobs/sha256/{}", sha(&manifest)),
-            manifest.clone(),
-            0o644,
-        ),
-        (
-            &format!("blobs/sha256/{}", sha(config)),
-            config.to_vec(),
-            0o644,
-        ),
-        (
-            &format!("blobs/sha256/{}", sha(layer)),
-            layer.to_vec(),
-            0o644,
-        ),
-    ])
-}
 
 /// The spec a node builds for a job in `img` with `args` after `--`.
 pub fn spec_in(img: &UnpackedImage, args: &[String]) -> GuestSpec {
@@ -209,8 +79,6 @@ pub fn start_unpacked(
     }
 }
 
-const IMAGE_OS: &str = "ID=gleaner-image-test\nPRETTY_NAME=\"Gleaner test image\"\n";
-
 /// Runs the probe image packed by `pack` with `args`; `None` when the
 /// kernel refuses the narrow view an image needs (after proving it).
 fn run(pack: fn(&[u8], &[u8]) -> Vec<u8>, args: &[String]) -> Option<(String, PathBuf)> {
@@ -228,7 +96,7 @@ fn run(pack: fn(&[u8], &[u8]) -> Vec<u8>, args: &[String]) -> Option<(String, Pa
         Ok(h) => h,
         Err(gleaner::guest::StartError::Image(why)) => {
             assert!(
-                !super::containment::view_namespaces_allowed(),
+                !crate::guest_image::view_namespaces_allowed(),
                 "the kernel offers the namespaces but the image was refused: {why}"
             );
             eprintln!("SKIP: no narrow view here, so no image: {why}");
@@ -289,8 +157,10 @@ fn a_guest_in_an_oci_layout_sees_the_images_os_release_and_args_replace_cmd() {
 
 /// The figures for docs/images.md (run with `--ignored --nocapture`): the
 /// time from `start` to the end of a guest that does nothing, in a cached
-/// image and with no image, over many runs; and the first use of a
-/// 100 MiB image (unpacking it into an empty cache) against finding it.
+/// image and with no image, over many runs; the first use of a 100 MiB
+/// image (unpacking it into an empty cache) against finding it; and its
+/// first use over loopback through the data layer (transfer, check,
+/// unpack, start) against a cached start.
 #[test]
 #[ignore]
 fn measure_image_start_and_first_use() {
@@ -355,9 +225,24 @@ fn measure_image_start_and_first_use() {
     show("start to end, no image (host `true`)", &none);
     show("start to end, cached image (its static probe)", &cached);
 
-    // A 100 MiB image: 100 files of 1 MiB (incompressible), one layer.
+    // A 100 MiB image: 100 files of 1 MiB (incompressible), one layer,
+    // with the probe and its os-release so a guest runs in it.
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut members = Vec::new();
+    let mut members = vec![
+        ("bin/".to_string(), Vec::new(), 0o755),
+        (
+            "bin/probe".to_string(),
+            std::fs::read(&probe).unwrap(),
+            0o755,
+        ),
+        ("etc/".to_string(), Vec::new(), 0o755),
+        (
+            "etc/os-release".to_string(),
+            IMAGE_OS.as_bytes().to_vec(),
+            0o644,
+        ),
+        ("srv/".to_string(), Vec::new(), 0o755),
+    ];
     for i in 0..100 {
         let mut bytes = vec![0u8; 1 << 20];
         for chunk in bytes.chunks_mut(8) {
@@ -392,4 +277,118 @@ fn measure_image_start_and_first_use() {
         first.as_secs_f64() * 1e3,
         again.as_secs_f64() * 1e3
     );
+
+    // Its first use on a host over loopback, as a pool job has it: the
+    // consumer offers the archive from its catalog (hashing it), the host
+    // reads it over /gleaner/data/1 (each 1 MiB chunk checked against its
+    // BLAKE3 value), checks and unpacks it into an empty image cache and
+    // runs the guest in it; against a start that finds it unpacked.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for round in 0..3 {
+        let host_dir = dir.path().join(format!("host{round}"));
+        let t = std::time::Instant::now();
+        let (offered, fetched) = rt.block_on(over_loopback(&big, &host_dir));
+        let transfer = t.elapsed() - offered;
+        let host_images =
+            ImageCache::open(&host_dir.join("images"), ImageLimits::default()).unwrap();
+        let t = std::time::Instant::now();
+        let img = host_images.unpack(&fetched).unwrap();
+        assert!(!img.cached);
+        let unpack = t.elapsed();
+        let t = std::time::Instant::now();
+        let run = run_in(&mut sup, &img, &format!("big{round}"));
+        let start = t.elapsed();
+        assert!(run.contains("os-release:ID=gleaner-image-test"), "{run}");
+        let t = std::time::Instant::now();
+        let found = host_images.cached(&img.id).unwrap();
+        let run = run_in(&mut sup, &found, &format!("bigc{round}"));
+        let cached_start = t.elapsed();
+        assert!(run.contains("os-release:ID=gleaner-image-test"), "{run}");
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        eprintln!(
+            "100 MiB image over loopback, round {round}: consumer hashes it {:.0} ms; host: transfer (verified per chunk) {:.0} ms, check and unpack {:.0} ms, start to end {:.0} ms: first use {:.0} ms; cached start (find it, start to end) {:.0} ms",
+            ms(offered),
+            ms(transfer),
+            ms(unpack),
+            ms(start),
+            ms(transfer + unpack + start),
+            ms(cached_start),
+        );
+    }
+}
+
+/// Runs the probe in `img` to its end; its stdout.
+fn run_in(sup: &mut Supervisor, img: &UnpackedImage, job: &str) -> String {
+    let mut spec = spec_in(img, &["x".into()]);
+    spec.wall_limit = Duration::from_secs(30);
+    let handle = sup.start(&JobId::new(job).unwrap(), spec).unwrap();
+    sup.wait_exit(Duration::from_secs(30)).unwrap();
+    std::fs::read_to_string(handle.dir.join("stdout")).unwrap_or_default()
+}
+
+/// One swarm on 127.0.0.1 for [`over_loopback`].
+async fn loopback_peer(
+    cancel: &tokio_util::sync::CancellationToken,
+) -> (gleaner::net::NetHandle, libp2p::Multiaddr) {
+    let pool = gleaner::model::ids::PoolName::new("image-test").unwrap();
+    let (net, mut events, event_loop) = gleaner::net::start(
+        libp2p::identity::Keypair::generate_ed25519(),
+        gleaner::net::NetConfig::loopback(&pool),
+        cancel.clone(),
+    )
+    .unwrap();
+    tokio::spawn(event_loop.run());
+    tokio::spawn(async move { while events.recv().await.is_some() {} });
+    for _ in 0..50 {
+        if let Some(a) = net.listen_addrs().await.unwrap().into_iter().next() {
+            let addr = a.with(libp2p::multiaddr::Protocol::P2p(net.peer_id()));
+            return (net, addr);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the swarm does not listen");
+}
+
+/// A consumer offers `archive` from its catalog and a host on loopback
+/// reads it into its input cache in `host_dir`, as a pool job's image
+/// crosses: how long the offer (hashing) took, and the host's copy.
+async fn over_loopback(archive: &Path, host_dir: &Path) -> (Duration, PathBuf) {
+    use gleaner::data::{obtain_input, serve, Cache, Catalog, FetchLimits, InputSpec, Obtained};
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let (consumer, consumer_addr) = loopback_peer(&cancel).await;
+    let (host, _) = loopback_peer(&cancel).await;
+    let catalog = Catalog::new();
+    let tracker = tokio_util::task::TaskTracker::new();
+    tracker.spawn(serve(
+        consumer.clone(),
+        catalog.clone(),
+        tracker.clone(),
+        cancel.clone(),
+    ));
+    host.dial(consumer_addr).await.unwrap();
+    let t = std::time::Instant::now();
+    let offer = catalog
+        .offer(&[InputSpec {
+            path: "big.tar".into(),
+            local: archive.to_path_buf(),
+        }])
+        .await
+        .unwrap();
+    let offered = t.elapsed();
+    offer.allow(host.peer_id());
+    let cache = Cache::open(&host_dir.join("cache"), 1 << 30).unwrap();
+    let (pinned, how) = obtain_input(
+        &host,
+        &cache,
+        consumer.peer_id(),
+        &offer.refs()[0],
+        FetchLimits::default(),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(how, Obtained::Fetched(_)), "{how:?}");
+    let kept = host_dir.join("big.tar");
+    std::fs::copy(pinned.path(), &kept).unwrap();
+    cancel.cancel();
+    (offered, kept)
 }

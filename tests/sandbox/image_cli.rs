@@ -7,7 +7,7 @@
 //! "strip" runs it. `gleaner images list|prune` then see the cached image,
 //! through the node and from the stopped node's data dir.
 
-use super::image::{docker_archive, sha, static_binary, tar_of};
+use crate::guest_image::{docker_archive, sha, static_binary, tar_of};
 use crate::node_support::NodeFixture;
 use serde_json::Value;
 use std::path::{Path, PathBuf};

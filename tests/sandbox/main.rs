@@ -15,6 +15,8 @@ mod image_cli;
 #[allow(dead_code)]
 mod node_support;
 
+#[path = "../shared/guest_image.rs"]
+mod guest_image;
 #[path = "../shared/test_name.rs"]
 mod shared_test_name;
 pub use shared_test_name::test_name;

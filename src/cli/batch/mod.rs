@@ -156,8 +156,16 @@ pub struct TaskArgs {
     /// results are equivalent (for output that is not bit-identical).
     #[arg(long, value_name = "CMD")]
     pub validator: Option<String>,
-    /// The command and its arguments, after `--`.
-    #[arg(required = true, last = true, value_name = "CMD")]
+    /// Run in this image: a `docker save` / `podman save` archive, an OCI
+    /// layout tarball or a root-filesystem tar. This node checks it whole
+    /// first; each host reads it once and keeps it unpacked (docs/images.md).
+    /// Its Env, WorkingDir, Entrypoint and Cmd are honoured; the command
+    /// after `--` replaces Cmd.
+    #[arg(long, value_name = "FILE")]
+    pub image: Option<PathBuf>,
+    /// The command and its arguments, after `--` (may be left out with
+    /// `--image`: the image's Cmd runs).
+    #[arg(last = true, value_name = "CMD", required_unless_present = "image")]
     pub command: Vec<String>,
 }
 
@@ -393,6 +401,16 @@ pub fn task_request(a: &TaskArgs) -> anyhow::Result<BatchSubmitRequest> {
     if let Some(path) = &a.checkpoint {
         spec::check_checkpoint(path)?;
     }
+    // The node reads the file itself: it gets the absolute path, and a
+    // device or FIFO is refused by name here, never waited on.
+    let image = match &a.image {
+        Some(path) => {
+            crate::fsutil::open_regular(path)
+                .with_context(|| format!("--image {}", path.display()))?;
+            Some(absolute(path)?)
+        }
+        None => None,
+    };
     Ok(BatchSubmitRequest {
         name: None,
         argv: a.command.clone(),
@@ -412,6 +430,7 @@ pub fn task_request(a: &TaskArgs) -> anyhow::Result<BatchSubmitRequest> {
         checkpoint_cost_secs: a.checkpoint_cost,
         verify: verify_spec(a)?,
         wait: false,
+        image,
     })
 }
 

@@ -19,7 +19,8 @@
 //! Schema versions: the `meta` tree's `schema` key holds the version as a
 //! big-endian `u32`. A store without it was written by version 1 (before
 //! placement policies, deadlines, checkpoints and copies); version 2's
-//! task records lack the owner-kill count of version 3. `store` upgrades
+//! task records lack the owner-kill count of version 3; version 3's batch
+//! records lack the image of version 4. `store` upgrades
 //! an older store at open with [`upgrade_batch`] and [`upgrade_task`],
 //! which read every layout (bincode leaves no byte over in the right one
 //! only), so an upgrade cut short is finished by the next open.
@@ -33,7 +34,7 @@ use crate::consumer::batch::record::{BatchRecord, CheckpointRef, TaskCopy, TaskR
 use crate::model::ids::{BatchId, JobId};
 
 /// The layout this code writes.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 /// Key of the schema version in the `meta` tree.
 pub const SCHEMA_KEY: &[u8] = b"schema";
 
@@ -206,9 +207,50 @@ struct TaskRecordV2 {
     copies: Vec<TaskCopy>,
 }
 
+/// A batch record of schemas 2 and 3 (no image).
+#[derive(Deserialize)]
+struct BatchRecordV3 {
+    id: BatchId,
+    name: Option<String>,
+    created_unix: i64,
+    command: Vec<String>,
+    mem_mib: u64,
+    runtime_secs: u64,
+    limit_secs: u64,
+    outputs: Vec<String>,
+    output_dir: Option<PathBuf>,
+    max_running: Option<u32>,
+    task_count: u32,
+    cancelled: bool,
+    policy: PolicyName,
+    deadline_unix: Option<i64>,
+    checkpoint: Option<crate::consumer::batch::record::CheckpointSpec>,
+}
+
 /// A stored batch record in the current layout: schema 1's upgraded (its
-/// batches placed as they were, by TR), the current one as it is.
+/// batches placed as they were, by TR), schema 3's without an image, the
+/// current one as it is.
 pub fn upgrade_batch(bytes: &[u8]) -> Result<BatchRecord, CodecError> {
+    if let Ok(v3) = decode::<BatchRecordV3>("batch record (schema 3)", bytes) {
+        return Ok(BatchRecord {
+            id: v3.id,
+            name: v3.name,
+            created_unix: v3.created_unix,
+            command: v3.command,
+            mem_mib: v3.mem_mib,
+            runtime_secs: v3.runtime_secs,
+            limit_secs: v3.limit_secs,
+            outputs: v3.outputs,
+            output_dir: v3.output_dir,
+            max_running: v3.max_running,
+            task_count: v3.task_count,
+            cancelled: v3.cancelled,
+            policy: v3.policy,
+            deadline_unix: v3.deadline_unix,
+            checkpoint: v3.checkpoint,
+            image: None,
+        });
+    }
     let Ok(v1) = decode::<BatchRecordV1>("batch record (schema 1)", bytes) else {
         return decode_batch(bytes);
     };
@@ -228,6 +270,7 @@ pub fn upgrade_batch(bytes: &[u8]) -> Result<BatchRecord, CodecError> {
         policy: PolicyName::Tr,
         deadline_unix: None,
         checkpoint: None,
+        image: None,
     })
 }
 

@@ -36,6 +36,19 @@ pub struct BatchRecord {
     pub deadline_unix: Option<i64>,
     /// `--checkpoint`: the file the tasks save their state to.
     pub checkpoint: Option<CheckpointSpec>,
+    /// `--image`: the image every task runs in (issue 31).
+    pub image: Option<BatchImage>,
+}
+
+/// The image a batch's tasks run in: the archive on this machine, offered
+/// to each task's host like an input, and the id it was checked to be when
+/// the batch was made (a host refuses an archive that unpacks to another).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchImage {
+    /// The archive (absolute).
+    pub local: PathBuf,
+    /// The image's id, the SHA-256 of its config.
+    pub id: [u8; 32],
 }
 
 /// A batch's checkpoint declaration.

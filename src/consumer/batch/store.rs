@@ -257,6 +257,7 @@ mod tests {
                 path: "state".into(),
                 cost_secs: 3,
             }),
+            image: None,
         }
     }
 
@@ -502,6 +503,78 @@ mod upgrade_tests {
         assert_eq!((t.attempts, t.owner_kills), (2, 0));
         assert_eq!(t.avoid, vec!["12D3KooW".to_string()]);
         assert_eq!(t.cpu_secs, Some(1.5));
+    }
+
+    /// A batch record as schemas 2 and 3 wrote it (before images).
+    #[derive(Serialize)]
+    struct BatchV3 {
+        id: BatchId,
+        name: Option<String>,
+        created_unix: i64,
+        command: Vec<String>,
+        mem_mib: u64,
+        runtime_secs: u64,
+        limit_secs: u64,
+        outputs: Vec<String>,
+        output_dir: Option<PathBuf>,
+        max_running: Option<u32>,
+        task_count: u32,
+        cancelled: bool,
+        policy: PolicyName,
+        deadline_unix: Option<i64>,
+        checkpoint: Option<crate::consumer::batch::record::CheckpointSpec>,
+    }
+
+    #[test]
+    fn a_schema_3_store_is_upgraded_with_no_image() {
+        let dir = tempfile::tempdir().unwrap();
+        write_v1_store(dir.path(), 1);
+        {
+            // The same store as schema 3 left it: the batch in its layout.
+            let db = crate::sled_open::open_dir(dir.path()).unwrap();
+            let id = BatchId::new(1_700_000_000_000);
+            let v3 = BatchV3 {
+                id,
+                name: Some("before images".into()),
+                created_unix: 5,
+                command: vec!["echo".into()],
+                mem_mib: 64,
+                runtime_secs: 60,
+                limit_secs: 600,
+                outputs: vec![],
+                output_dir: None,
+                max_running: None,
+                task_count: 1,
+                cancelled: false,
+                policy: PolicyName::Power,
+                deadline_unix: Some(77),
+                checkpoint: None,
+            };
+            db.open_tree("batches")
+                .unwrap()
+                .insert(codec::batch_key(id), bytes(&v3))
+                .unwrap();
+            db.open_tree("meta")
+                .unwrap()
+                .insert(codec::SCHEMA_KEY, &codec::encode_schema(3)[..])
+                .unwrap();
+            db.flush().unwrap();
+        }
+        let store = BatchStore::open(dir.path()).unwrap();
+        let (loaded, problems) = store.load().unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        let b = &loaded[0].0;
+        assert_eq!(b.name.as_deref(), Some("before images"));
+        assert_eq!((b.policy, b.deadline_unix), (PolicyName::Power, Some(77)));
+        assert_eq!(b.image, None);
+        // A current record with an image reads back as written.
+        let mut with = b.clone();
+        with.image = Some(crate::consumer::batch::record::BatchImage {
+            local: "/srv/image.tar".into(),
+            id: [7; 32],
+        });
+        let round = codec::upgrade_batch(&codec::encode_batch(&with).unwrap()).unwrap();
+        assert_eq!(round, with);
     }
 
     #[test]

@@ -182,6 +182,8 @@ impl JobPool for FakePool {
                 crate::net::protocol::RemoteJobState::Running,
             )),
             JobRequest::Event { .. } | JobRequest::Cancel { .. } => Ok(JobResponse::NotFound),
+            // No scripted host runs images.
+            JobRequest::SubmitInImage { .. } => Ok(JobResponse::Rejected(RejectReason::NoImages)),
         }
     }
 }
@@ -224,6 +226,7 @@ fn fake_pool(hosts: Vec<(PeerId, f64, Host)>) -> FakePool {
 fn one_task(outputs: &[&str], output_dir: Option<std::path::PathBuf>) -> NewBatch {
     NewBatch {
         verify: Default::default(),
+        image: None,
         name: None,
         template: TaskTemplate {
             argv: vec!["true".into()],

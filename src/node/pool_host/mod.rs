@@ -34,9 +34,9 @@ use crate::model::admit::{admit, GuestAsk, Refusal};
 use crate::model::ids::JobId;
 use crate::model::state::State;
 use crate::net::protocol::{
-    FailureByCause, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
-    ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, RemoteJobState, WireState,
-    MEMORY_LEVELS_MIB,
+    FailureByCause, ImageRef, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName,
+    RejectReason, ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, RemoteJobState,
+    WireState, MEMORY_LEVELS_MIB,
 };
 use crate::net::{LocalStatus, NetEvent, NetHandle, Responder, SummaryBody};
 use crate::node::config::Config;
@@ -45,10 +45,11 @@ use crate::node::Hardware;
 use events::{spawn_event_sender, wire_event};
 use libp2p::PeerId;
 use outputs::{hash_output, output_path, read_chunk, read_chunk_or_empty};
-use prepare::{prepare_inputs, PreparedInputs};
+use prepare::{prepare_inputs, ImageOrder, PreparedInputs};
 use publish::{summary_body, wire_answer, Pacer, PowerMilli, StatusKey, LADDER_ASKS_SECS};
 use remote_jobs::{
-    check_submit, remove_job_dir, RemoteJob, RemoteJobSummary, RemoteJobs, REMOTE_PREFIX,
+    check_image, check_submit, remove_job_dir, RemoteJob, RemoteJobSummary, RemoteJobs,
+    REMOTE_PREFIX,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -143,6 +144,10 @@ pub struct PoolHostParts {
     pub cache: Cache,
     /// Where the host loop puts job directories (`<data dir>/jobs`).
     pub jobs_dir: PathBuf,
+    /// Where jobs' images are unpacked; `None`: this host runs no images
+    /// (`[guest] images = "deny"`, or the cache could not be opened) and
+    /// refuses jobs that bring one.
+    pub images: Option<Arc<crate::image::ImageCache>>,
 }
 
 /// The pool host's inputs.
@@ -261,7 +266,14 @@ impl PoolHost {
                 reply,
             } => match request {
                 JobRequest::Submit(submit) => {
-                    let answer = match self.accept_remote(peer, submit).await {
+                    let answer = match self.accept_remote(peer, submit, None).await {
+                        Ok(()) => JobResponse::Accepted,
+                        Err(reason) => JobResponse::Rejected(reason),
+                    };
+                    let _ = reply.send(answer);
+                }
+                JobRequest::SubmitInImage { job, image } => {
+                    let answer = match self.accept_remote(peer, *job, Some(image)).await {
                         Ok(()) => JobResponse::Accepted,
                         Err(reason) => JobResponse::Rejected(reason),
                     };
@@ -498,9 +510,20 @@ impl PoolHost {
         &mut self,
         consumer: PeerId,
         submit: JobSubmit,
+        image: Option<ImageRef>,
     ) -> Result<(), RejectReason> {
         let guest_cfg = &self.parts.config.guest;
         let consumer_job_id = check_submit(&submit, guest_cfg)?;
+        let image = match image {
+            None => None,
+            Some(image) => {
+                let Some(cache) = self.parts.images.clone() else {
+                    return Err(RejectReason::NoImages);
+                };
+                check_image(&image)?;
+                Some(ImageOrder { image, cache })
+            }
+        };
         if self.preparing.is_some() {
             return Err(RejectReason::Busy);
         }
@@ -555,7 +578,7 @@ impl PoolHost {
             self.parts.net.clone(),
             self.parts.cache.clone(),
             consumer,
-            submit.inputs,
+            (submit.inputs, image),
             stage_dir.clone(),
         );
         let done = self.prepared_tx.clone();
@@ -615,6 +638,7 @@ impl PoolHost {
                     },
                 );
                 job.inputs = inputs.files;
+                job.image = inputs.image;
                 let start = GuestStart {
                     origin: GuestOrigin::Remote,
                     job_id: Some(local_id.clone()),

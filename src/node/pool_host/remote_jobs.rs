@@ -12,7 +12,9 @@ use tokio::sync::mpsc;
 
 use crate::model::ids::JobId;
 use crate::model::relpath::RelPath;
-use crate::net::protocol::{GuestUsage, JobEventKind, JobRequest, JobSubmit, RejectReason};
+use crate::net::protocol::{
+    GuestUsage, ImageRef, JobEventKind, JobRequest, JobSubmit, RejectReason,
+};
 use crate::node::config::GuestSection;
 
 /// Most arguments, environment entries, inputs or outputs a job may carry.
@@ -86,6 +88,33 @@ pub fn check_submit(s: &JobSubmit, guest: &GuestSection) -> Result<JobId, Reject
         return invalid("the wall-time limit must be at least one second".into());
     }
     Ok(job_id)
+}
+
+/// Largest image archive a host reads, bytes: the image cache's own
+/// limits (4 GiB of contents, 200,000 entries) as a tar, with room for its
+/// headers and documents. What it unpacks to is bounded again, counted
+/// while it is read.
+pub const IMAGE_ARCHIVE_MAX: u64 = 5 << 30;
+/// Longest name of an image archive (it only names the image in messages).
+const IMAGE_NAME_MAX: usize = 255;
+
+/// Checks a job's image reference before anything is fetched: a name that
+/// fits a message, an archive the host would read.
+pub fn check_image(image: &ImageRef) -> Result<(), RejectReason> {
+    let name = &image.archive.path;
+    if name.is_empty() || name.len() > IMAGE_NAME_MAX || name.contains('\0') {
+        return Err(RejectReason::Invalid(format!(
+            "the image's name must be 1 to {IMAGE_NAME_MAX} bytes without NUL"
+        )));
+    }
+    if image.archive.size > IMAGE_ARCHIVE_MAX {
+        return Err(RejectReason::InputTooBig {
+            path: name.clone(),
+            size: image.archive.size,
+            cap: IMAGE_ARCHIVE_MAX,
+        });
+    }
+    Ok(())
 }
 
 /// Two inputs that would land on the same place in the work dir: the same
@@ -435,5 +464,32 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o500, "a symlink's target is left alone");
         std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+
+    #[test]
+    fn an_image_is_checked_before_anything_is_fetched() {
+        let image = |path: &str, size: u64| ImageRef {
+            id: [1; 32],
+            archive: InputRef {
+                path: path.into(),
+                hash: [2; 32],
+                size,
+            },
+        };
+        assert_eq!(check_image(&image("probe.tar", 10 << 20)), Ok(()));
+        assert_eq!(
+            check_image(&image("huge.tar", IMAGE_ARCHIVE_MAX + 1)),
+            Err(RejectReason::InputTooBig {
+                path: "huge.tar".into(),
+                size: IMAGE_ARCHIVE_MAX + 1,
+                cap: IMAGE_ARCHIVE_MAX,
+            })
+        );
+        for bad in ["", "a\0b", &"x".repeat(IMAGE_NAME_MAX + 1)] {
+            assert!(
+                matches!(check_image(&image(bad, 1)), Err(RejectReason::Invalid(_))),
+                "{bad:?}"
+            );
+        }
     }
 }

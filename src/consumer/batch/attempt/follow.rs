@@ -14,8 +14,8 @@ use crate::consumer::job_pool::{input_allowance, JobPool};
 use crate::consumer::Inbox;
 use crate::model::trust::Offence;
 use crate::net::protocol::{
-    GuestUsage, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
-    RemoteJobState, WireState,
+    GuestUsage, ImageRef, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName,
+    RejectReason, RemoteJobState, WireState,
 };
 
 /// Fetches the checkpoint a `Checkpointed` event announces, when the task
@@ -43,25 +43,41 @@ async fn take_checkpoint<P: JobPool>(
     }
 }
 
-/// Hands `submit` to the plan's host and follows it, telling `news` what
-/// happens.
+/// Hands `submit` (in its image, when it has one) to the plan's host and
+/// follows it, telling `news` what happens.
 pub async fn run<P: JobPool>(
     pool: &P,
     inbox: &Inbox,
     plan: &AttemptPlan,
-    submit: JobSubmit,
+    (submit, image): (JobSubmit, Option<ImageRef>),
     cancel: &CancellationToken,
     news: impl Fn(AttemptNews) + Send + Sync,
 ) -> AttemptEnd {
     let registration = inbox.register(plan.host, &plan.job_id);
-    // Until the guest starts the host fetches the inputs it lacks.
-    let preparing = input_allowance(submit.inputs.iter().map(|i| i.size).sum());
+    // Until the guest starts the host fetches the inputs (and the image) it lacks.
+    let bytes = submit.inputs.iter().map(|i| i.size).sum::<u64>()
+        + image.as_ref().map_or(0, |i| i.archive.size);
+    let preparing = input_allowance(bytes);
+    let in_image = image.is_some();
+    let request = match image {
+        None => JobRequest::Submit(submit),
+        Some(image) => JobRequest::SubmitInImage {
+            job: Box::new(submit),
+            image,
+        },
+    };
     let answer = tokio::select! {
-        a = pool.request(plan.host, JobRequest::Submit(submit)) => a,
+        a = pool.request(plan.host, request) => a,
         _ = cancel.cancelled() => return AttemptEnd::Cancelled,
     };
     match answer {
         Ok(JobResponse::Accepted) => {}
+        Ok(JobResponse::Rejected(RejectReason::NoImages)) => {
+            return AttemptEnd::Refused {
+                reason: "the host runs no images ([guest] images = \"deny\")".into(),
+                lasting: true,
+            };
+        }
         Ok(JobResponse::Rejected(r)) => {
             let lasting = !matches!(r, RejectReason::Busy | RejectReason::HostState(_));
             return AttemptEnd::Refused {
@@ -75,10 +91,12 @@ pub async fn run<P: JobPool>(
                 lasting: true,
             }
         }
+        // A host built before images cannot decode `SubmitInImage` and
+        // drops the stream: it will not take this task later either.
         Err(e) => {
             return AttemptEnd::Refused {
                 reason: e.to_string(),
-                lasting: false,
+                lasting: in_image,
             }
         }
     }

@@ -51,6 +51,7 @@ impl QueueCore {
             policy: new.policy,
             deadline_unix: new.deadline_unix,
             checkpoint: new.checkpoint,
+            image: new.image,
         };
         let records = tasks
             .into_iter()

@@ -25,7 +25,7 @@ use crate::consumer::job_pool::JobPool;
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::data::{InputSpec, Offer};
 use crate::model::ids::BatchId;
-use crate::net::protocol::{CheckpointOrder, JobEventKind, JobSubmit};
+use crate::net::protocol::{CheckpointOrder, ImageRef, JobEventKind, JobSubmit};
 
 impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     pub(super) fn spawn_survey(&mut self, query: SurveyQuery, skip: Vec<libp2p::PeerId>) {
@@ -69,12 +69,12 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             let flushed = tokio::task::spawn_blocking(move || store.flush()).await;
             let end = match flushed {
                 Ok(Ok(())) => match job_submit(&pool, &plan, &record, parts, order).await {
-                    Ok((submit, offer)) => {
+                    Ok((submit, image, offer)) => {
                         let end = attempt::run(
                             &pool,
                             &inbox,
                             &plan,
-                            submit,
+                            (submit, image),
                             &cancel,
                             news_to(tx.clone(), batch, task, host),
                         )
@@ -291,34 +291,63 @@ fn checkpoint_news(news: &AttemptNews) -> Option<CheckpointNews> {
     }
 }
 
-/// The job a task's attempt hands to its host, and the offer of its inputs
-/// by hash (kept for the attempt; the host reads what it lacks over
-/// `/gleaner/data/1`). A file shared by every task is hashed once.
+/// The job a task's attempt hands to its host, its image (the archive
+/// offered like an input), and the offer of its inputs by hash (kept for
+/// the attempt; the host reads what it lacks over `/gleaner/data/1`). A
+/// file shared by every task, the image's archive too, is hashed once.
 async fn job_submit<P: JobPool>(
     pool: &P,
     plan: &AttemptPlan,
     record: &BatchRecord,
     (argv, env, inputs): TaskParts,
     checkpoint: Option<CheckpointOrder>,
-) -> Result<(JobSubmit, Offer), String> {
-    let specs: Vec<InputSpec> = inputs
+) -> Result<(JobSubmit, Option<ImageRef>, Offer), String> {
+    let mut specs: Vec<InputSpec> = inputs
         .into_iter()
         .map(|(local, path)| InputSpec { path, local })
         .collect();
+    if let Some(image) = &record.image {
+        specs.push(InputSpec {
+            path: image_name(&image.local),
+            local: image.local.clone(),
+        });
+    }
     let offer = pool.offer(&specs).await?;
     offer.allow(plan.host);
+    let mut refs = offer.refs().to_vec();
+    let image = match &record.image {
+        None => None,
+        Some(image) => Some(ImageRef {
+            id: image.id,
+            // Offered last, after the inputs.
+            archive: refs
+                .pop()
+                .ok_or_else(|| "the image was not offered".to_string())?,
+        }),
+    };
     let submit = JobSubmit {
         job_id: plan.job_id.to_string(),
         argv,
         env,
-        inputs: offer.refs().to_vec(),
+        inputs: refs,
         outputs: record.outputs.clone(),
         memory_mib: record.mem_mib,
         expected_runtime_secs: record.runtime_secs,
         wall_time_limit_secs: record.limit_secs,
         checkpoint,
     };
-    Ok((submit, offer))
+    Ok((submit, image, offer))
+}
+
+/// What an image's archive is called in a submission (and so in a host's
+/// messages): its file name, cut to what a host takes.
+fn image_name(local: &std::path::Path) -> String {
+    let name = local
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "image".to_string());
+    name.chars().take(128).collect()
 }
 
 /// Runs [`estimate_batch`] on the blocking pool.

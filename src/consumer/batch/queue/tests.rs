@@ -64,6 +64,7 @@ fn host(tr: f64) -> SurveyedHost {
 fn batch(tasks: i64) -> NewBatch {
     NewBatch {
         verify: VerifySpec::default(),
+        image: None,
         name: None,
         template: TaskTemplate {
             argv: vec!["true".into()],

@@ -35,6 +35,8 @@ pub struct NewBatch {
     pub checkpoint: Option<CheckpointSpec>,
     /// `--replicas/--quorum/--verify/--validator` (checked).
     pub verify: crate::consumer::batch::verify::VerifySpec,
+    /// `--image`, checked on this node (its argv and env are in `template`).
+    pub image: Option<crate::consumer::batch::record::BatchImage>,
 }
 
 /// Seconds one checkpoint is taken to cost when a batch does not say.

@@ -1,0 +1,216 @@
+//! Jobs that bring their image (issue 31) on a pool of real `gleaner node`
+//! processes on 127.0.0.1: a batch whose every task runs in an image the
+//! test builds itself (`tests/shared/guest_image.rs`, the probe the sandbox
+//! tests run) sees the image's `/etc/os-release`, never its host's; the
+//! image's archive crosses to each host at most once (the hosts' own
+//! counts of bytes read from the consumer, relayed in their "inputs ready"
+//! events, and their logs of what they unpacked); a host whose owner
+//! denies images refuses the tasks with its reason and runs none of them.
+
+use crate::guest_image::{docker_archive, probe_image, static_probe, view_namespaces_allowed};
+use crate::node_support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use node_support::{addr, history, peer, pool_node, started, test_config, NodeFixture, QUIET_HOST};
+use serde_json::Value;
+
+/// Tasks in the batch: more than the hosts, so each host runs several.
+const TASKS: usize = 8;
+
+/// A host of the pool whose owner denies images.
+fn denying_host(bootstrap: &str) -> NodeFixture {
+    let config = format!("{}\n[guest]\nimages = \"deny\"\n", test_config(60, ""));
+    let mut node = NodeFixture::new(&config, Some(QUIET_HOST));
+    let trace = node.dir.join("history.csv");
+    std::fs::write(&trace, history(0)).unwrap();
+    node.run_ok(&["history", "import", trace.to_str().unwrap()]);
+    node.node_args = vec!["--bootstrap".into(), bootstrap.into()];
+    started(node)
+}
+
+/// Waits until `consumer` lists every one of `hosts` with a TR.
+fn until_listed(consumer: &NodeFixture, hosts: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let report: Value =
+            serde_json::from_str(&consumer.run_ok(&["hosts", "--json", "--window", "1h"])).unwrap();
+        let listed = report["hosts"].as_array().unwrap();
+        let ready = hosts.iter().all(|h| {
+            listed
+                .iter()
+                .any(|l| l["peer"] == h.as_str() && l["tr"].is_number())
+        });
+        if ready {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the consumer never listed every host: {report:#}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn a_batch_in_an_image_sees_its_os_release_on_every_host_and_the_image_crosses_once() {
+    // Without user and mount namespaces a guest gets no narrow view, so no
+    // image (a host refuses to run one on its own root): proven, then skipped.
+    if !view_namespaces_allowed() {
+        eprintln!("SKIP: the kernel refuses user/mount/PID namespaces to an unprivileged user");
+        return;
+    }
+    let first = started(pool_node(Some(&history(0)), &[]));
+    let boot = addr(&first);
+    let second = started(pool_node(Some(&history(0)), &["--bootstrap", &boot]));
+    let denying = denying_host(&boot);
+    let consumer = started(pool_node(None, &["--bootstrap", &boot, "--no-guest"]));
+    let running = [peer(&first), peer(&second)];
+    let denier = peer(&denying);
+    until_listed(
+        &consumer,
+        &[running[0].clone(), running[1].clone(), denier.clone()],
+    );
+
+    let work = consumer.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let probe = static_probe(&work);
+    let (layer, config) = probe_image(&probe, crate::guest_image::IMAGE_OS);
+    let archive = work.join("probe-image.tar");
+    std::fs::write(&archive, docker_archive(&layer, &config)).unwrap();
+    let size = std::fs::metadata(&archive).unwrap().len();
+    let results = work.join("results");
+    let (code, lines) = consumer
+        .json_stream(
+            "batch",
+            &[
+                "submit",
+                "--wait",
+                "--image",
+                archive.to_str().unwrap(),
+                "--range",
+                &format!("0..{TASKS}"),
+                "--runtime",
+                "1m",
+                "--output",
+                "out.txt",
+                "--output-dir",
+                results.to_str().unwrap(),
+                // After `--`: the image's Entrypoint (the probe) runs with
+                // these in place of its Cmd.
+                "--",
+                "task-{}",
+            ],
+        )
+        .finish(Duration::from_secs(300));
+    assert_eq!(code, 0, "{lines:#?}\n{}", consumer.log());
+
+    // Every task ran in the image: its os-release, its WorkingDir and Env,
+    // its Entrypoint with the task's argument, and its output came back.
+    let host_os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    let host_id = host_os
+        .lines()
+        .find(|l| l.starts_with("ID="))
+        .unwrap_or("ID=none");
+    for i in 0..TASKS {
+        let dir = results.join(i.to_string());
+        let out = std::fs::read_to_string(dir.join("stdout")).unwrap();
+        assert!(
+            out.contains("os-release:ID=gleaner-image-test"),
+            "task {i}: {out}"
+        );
+        assert!(
+            !out.contains(&format!("os-release:{host_id}\n")),
+            "task {i} saw its host's: {out}"
+        );
+        assert!(out.contains("cwd:/srv\n"), "task {i}: {out}");
+        assert!(out.contains("env:from-image\n"), "task {i}: {out}");
+        assert!(
+            out.contains(&format!("args:[\"task-{i}\"]")),
+            "task {i}: {out}"
+        );
+        assert!(out.contains("write-image:false"), "task {i}: {out}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("out.txt")).unwrap(),
+            "from the image"
+        );
+        let p: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("provenance.json")).unwrap())
+                .unwrap();
+        assert!(
+            running.iter().any(|h| p["host"] == h.as_str()),
+            "task {i} ran on {} (the denying host is {denier})",
+            p["host"]
+        );
+    }
+
+    // The archive crossed to each host at most once: each host says, as
+    // its tasks start, how many bytes it read from the consumer and how
+    // many its caches held (for an image: the image cache).
+    let mut per_host: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+    // Who refused, from the reasons a waiting task shows ("refused by
+    // HOST: ..."), each once.
+    let mut refusals = std::collections::BTreeSet::new();
+    for l in &lines {
+        let host = l["host"].as_str().unwrap_or_default().to_string();
+        if let Some(reason) = l["reason"].as_str() {
+            if let Some((who, why)) = reason
+                .strip_prefix("refused by ")
+                .and_then(|r| r.split_once(": "))
+            {
+                if why.contains("runs no images") {
+                    refusals.insert(who.to_string());
+                }
+            }
+        }
+        let Some(event) = l["event"].as_str() else {
+            continue;
+        };
+        let entry = per_host.entry(host).or_default();
+        if event == format!("inputs ready: {size} bytes fetched, 0 bytes from the host's cache") {
+            entry.0 += 1;
+        } else if event
+            == format!("inputs ready: 0 bytes fetched, {size} bytes from the host's cache")
+        {
+            entry.1 += 1;
+        } else {
+            assert!(!event.starts_with("inputs ready"), "{event}");
+        }
+    }
+    eprintln!("image per host (fetched, from cache): {per_host:?}; refused by: {refusals:?}");
+    assert!(
+        per_host.values().all(|(fetched, _)| *fetched <= 1),
+        "the image crossed to a host more than once: {per_host:?}"
+    );
+    let (fetched, cached) = per_host
+        .values()
+        .fold((0, 0), |(f, c), (a, b)| (f + a, c + b));
+    assert_eq!(
+        (fetched + cached) as usize,
+        TASKS,
+        "every task's host said where its image came from: {per_host:?}"
+    );
+    assert!(fetched >= 1 && cached >= 1, "{per_host:?}");
+    // The hosts' own logs agree: each unpacked the image at most once.
+    for (node, id) in [(&first, &running[0]), (&second, &running[1])] {
+        let unpacked = node
+            .log()
+            .matches("image unpacked into the image cache")
+            .count();
+        let fetched_here = per_host.get(id).map_or(0, |e| e.0) as usize;
+        assert_eq!(unpacked, fetched_here, "host {id}:\n{}", node.log());
+    }
+    // The denying host took no task: it was asked (it is as free and as
+    // reliable as the others) and said why, and the tasks went elsewhere.
+    assert!(
+        !denying.log().contains("remote job accepted"),
+        "{}",
+        denying.log()
+    );
+    assert_eq!(
+        refusals.into_iter().collect::<Vec<_>>(),
+        vec![denier.clone()],
+        "only the denying host refuses, and it does"
+    );
+}
