@@ -107,7 +107,7 @@ fn run_local_with_an_image_prints_the_images_os_release_and_images_lists_and_pru
     );
     if !ran.status.success() && err.contains("narrow view") {
         assert!(
-            !super::containment::view_namespaces_allowed(),
+            !crate::guest_image::view_namespaces_allowed(),
             "the kernel offers the namespaces but the image was refused: {err}\nnode log:\n{}",
             node.log()
         );
