@@ -11,6 +11,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use libp2p::swarm::ConnectionId;
 use libp2p::PeerId;
 
 use crate::consumer::survey::{survey, SurveyQuery, SurveyedHost};
@@ -36,6 +37,9 @@ pub trait JobPool: Send + Sync {
         host: PeerId,
         request: JobRequest,
     ) -> impl Future<Output = Result<JobResponse, NetError>> + Send;
+    /// The connections held to a host now ([`NetHandle::connections`]);
+    /// empty when none (or the network is gone).
+    fn connections(&self, host: PeerId) -> impl Future<Output = Vec<ConnectionId>> + Send;
 }
 
 /// The node's network and its catalog of offered files: the real [`JobPool`].
@@ -65,6 +69,10 @@ impl JobPool for PoolLink {
         request: JobRequest,
     ) -> impl Future<Output = Result<JobResponse, NetError>> + Send {
         self.net.job_request(host, request)
+    }
+    fn connections(&self, host: PeerId) -> impl Future<Output = Vec<ConnectionId>> + Send {
+        let net = self.net.clone();
+        async move { net.connections(host).await.unwrap_or_default() }
     }
 }
 

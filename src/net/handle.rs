@@ -178,6 +178,10 @@ pub(crate) enum Command {
     ConnectedPeers {
         reply: oneshot::Sender<Vec<PeerId>>,
     },
+    Connections {
+        peer: PeerId,
+        reply: oneshot::Sender<Vec<libp2p::swarm::ConnectionId>>,
+    },
 }
 
 /// The cloneable handle to the network task. The task ends when the last handle is dropped.
@@ -353,5 +357,17 @@ impl NetHandle {
     /// Peers we have a connection to.
     pub async fn connected_peers(&self) -> Result<Vec<PeerId>, NetError> {
         self.call(|reply| Command::ConnectedPeers { reply }).await
+    }
+
+    /// The connections we hold to `peer` now, by id. Ids are never reused
+    /// while the node runs, so two looks share no id exactly when every
+    /// connection of the first closed in between: what a consumer asks to
+    /// tell a host that restarted from one that kept running (issue 30).
+    pub async fn connections(
+        &self,
+        peer: PeerId,
+    ) -> Result<Vec<libp2p::swarm::ConnectionId>, NetError> {
+        self.call(|reply| Command::Connections { peer, reply })
+            .await
     }
 }

@@ -9,6 +9,9 @@
 //! is last in `gleaner hosts`, with its offences counted, also after the
 //! consumer restarts. mDNS is off; everything is on loopback.
 
+mod consumer;
+mod restart;
+
 use crate::node_support::{addr, batch_until, peer, pool_of};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -75,10 +78,24 @@ fn rogue_answer() -> ReliabilityResponse {
     })
 }
 
+/// How the rogue lies about the jobs it takes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Lie {
+    /// Says each job finished at once and serves a stdout that does not
+    /// match the hash it reports.
+    Output,
+    /// As `Output`, after endless job events (`Reniced`, `Resumed`, ...)
+    /// for [`FLOOD`].
+    Flood,
+    /// Says it never knew a job it accepted (`NotFound` to every query),
+    /// its connections held: it did not restart.
+    Forget,
+}
+
 /// Starts the rogue, bootstrapped from `boot`, and serves the pool as a
-/// liar until dropped; with `flood`, it also sends endless job events
-/// (`Reniced`, `Resumed`, ...) for [`FLOOD`] before it says a job finished.
-async fn start_rogue(boot: Multiaddr, flood: bool) -> Rogue {
+/// liar until dropped.
+async fn start_rogue(boot: Multiaddr, lie: Lie) -> Rogue {
+    let flood = lie == Lie::Flood;
     let cancel = CancellationToken::new();
     let mut cfg = NetConfig::loopback(&PoolName::default());
     cfg.bootstrap = vec![boot];
@@ -114,6 +131,17 @@ async fn start_rogue(boot: Multiaddr, flood: bool) -> Rogue {
                     request,
                     reply,
                 } => match request {
+                    JobRequest::Submit(_) if lie == Lie::Forget => {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        let _ = reply.send(JobResponse::Accepted);
+                    }
+                    JobRequest::Query { .. }
+                    | JobRequest::Fetch { .. }
+                    | JobRequest::Cancel { .. }
+                        if lie == Lie::Forget =>
+                    {
+                        let _ = reply.send(JobResponse::NotFound);
+                    }
                     JobRequest::Submit(s) => {
                         counted.fetch_add(1, Ordering::SeqCst);
                         let _ = reply.send(JobResponse::Accepted);
@@ -247,7 +275,7 @@ async fn a_rogue_host_costs_the_batch_nothing_and_is_ranked_last_also_after_a_re
     let (hosts, mut consumer) = tokio::task::block_in_place(|| pool_of(1));
     let honest = peer(&hosts[0]);
     let boot: Multiaddr = addr(&hosts[0]).parse().unwrap();
-    let rogue = start_rogue(boot, false).await;
+    let rogue = start_rogue(boot, Lie::Output).await;
     let rogue_id = rogue.handle.peer_id().to_base58();
 
     // The consumer sees the rogue, first by its claimed TR 1, and the
@@ -360,7 +388,7 @@ async fn an_event_flood_is_cut_to_the_budget_and_counted_against_the_flooder() {
     let (hosts, consumer) = tokio::task::block_in_place(|| pool_of(1));
     let honest = peer(&hosts[0]);
     let boot: Multiaddr = addr(&hosts[0]).parse().unwrap();
-    let rogue = start_rogue(boot, true).await;
+    let rogue = start_rogue(boot, Lie::Flood).await;
     let rogue_id = rogue.handle.peer_id().to_base58();
     tokio::task::block_in_place(|| {
         let deadline = Instant::now() + Duration::from_secs(60);

@@ -34,6 +34,11 @@ enum Host {
     Vanish,
     /// Refuses every job for good (the consumer is not on its allowlist).
     NotAllowed,
+    /// Takes the job, then restarts (its connections close and new ones
+    /// open) and no longer knows it.
+    Restarts,
+    /// Takes the job, then says it never knew it, its connection held.
+    Forgets,
 }
 
 #[derive(Clone)]
@@ -43,6 +48,8 @@ struct FakePool {
     hosts: Arc<Vec<(PeerId, f64, Host)>>,
     submits: Arc<Mutex<Vec<PeerId>>>,
     gone: Arc<Mutex<HashSet<PeerId>>>,
+    /// Restarts per host: its connection's id is the count.
+    restarts: Arc<Mutex<std::collections::HashMap<PeerId, usize>>>,
 }
 
 impl FakePool {
@@ -150,6 +157,7 @@ impl JobPool for FakePool {
                     Host::Vanish => {
                         self.gone.lock().unwrap().insert(host);
                     }
+                    Host::Restarts | Host::Forgets => {}
                 }
                 Ok(JobResponse::Accepted)
             }
@@ -178,13 +186,27 @@ impl JobPool for FakePool {
                     hash,
                 })
             }
-            JobRequest::Query { .. } => Ok(JobResponse::JobState(
-                crate::net::protocol::RemoteJobState::Running,
-            )),
+            JobRequest::Query { .. } => match behaviour {
+                Host::Restarts => {
+                    *self.restarts.lock().unwrap().entry(host).or_default() += 1;
+                    Ok(JobResponse::NotFound)
+                }
+                Host::Forgets => Ok(JobResponse::NotFound),
+                _ => Ok(JobResponse::JobState(
+                    crate::net::protocol::RemoteJobState::Running,
+                )),
+            },
             JobRequest::Event { .. } | JobRequest::Cancel { .. } => Ok(JobResponse::NotFound),
             // No scripted host runs images.
             JobRequest::SubmitInImage { .. } => Ok(JobResponse::Rejected(RejectReason::NoImages)),
         }
+    }
+
+    async fn connections(&self, host: PeerId) -> Vec<libp2p::swarm::ConnectionId> {
+        let restarts = self.restarts.lock().unwrap().get(&host).copied();
+        vec![libp2p::swarm::ConnectionId::new_unchecked(
+            restarts.unwrap_or(0),
+        )]
     }
 }
 
@@ -219,6 +241,7 @@ fn fake_pool(hosts: Vec<(PeerId, f64, Host)>) -> FakePool {
         hosts: Arc::new(hosts),
         submits: Arc::default(),
         gone: Arc::default(),
+        restarts: Arc::default(),
     }
 }
 
@@ -331,6 +354,37 @@ async fn a_kill_or_a_vanished_host_sends_the_task_to_the_next_best() {
     assert_eq!(t.avoid, vec![a.to_base58(), b.to_base58()]);
     // The owner's kill and the host's failure are counted apart.
     assert_eq!((t.owner_kills, t.host_failures()), (1, 1));
+}
+
+/// Issue 30: a host that restarted since it took the job (every
+/// connection the job was accepted over closed) has lost it, as an owner's
+/// S5 would: no retry spent, a failure in its record but no offence. A host
+/// that says the same with its connection held forgot the job: an offence.
+#[tokio::test]
+async fn a_host_that_restarted_lost_the_job_and_one_that_did_not_forgot_it() {
+    use crate::model::trust::Standing;
+    let (restarts, forgets, good) = (PeerId::random(), PeerId::random(), PeerId::random());
+    let dir = tempfile::tempdir().unwrap();
+    let pool = fake_pool(vec![
+        (restarts, 0.9, Host::Restarts),
+        (forgets, 0.8, Host::Forgets),
+        (good, 0.1, Host::Finish(0)),
+    ]);
+    let mut queue = open_queue(dir.path(), &pool, 3);
+    let id = queue.0.submit(one_task(&[], None)).unwrap();
+    drive(&mut queue, |q| q.view(id).unwrap().counts.finished()).await;
+    let view = queue.0.view(id).unwrap();
+    assert_eq!(*pool.submits.lock().unwrap(), vec![restarts, forgets, good]);
+    let t = &view.tasks[0];
+    assert_eq!((t.state, t.attempts), (TaskState::Done, 3));
+    assert_eq!((t.owner_kills, t.host_failures()), (1, 1), "{t:?}");
+    let records = queue.0.reputation();
+    let r = records[&restarts];
+    assert_eq!((r.forgotten, r.failed), (0, 1), "{r:?}");
+    assert_eq!(r.standing(), Standing::Clean);
+    let f = records[&forgets];
+    assert_eq!(f.forgotten, 1, "{f:?}");
+    assert_eq!(f.standing(), Standing::Demoted);
 }
 
 #[tokio::test]

@@ -352,6 +352,14 @@ impl EventLoop {
             Command::ConnectedPeers { reply } => {
                 let _ = reply.send(self.swarm.connected_peers().copied().collect());
             }
+            Command::Connections { peer, reply } => {
+                let ids = self
+                    .links
+                    .get(&peer)
+                    .map(|conns| conns.keys().copied().collect())
+                    .unwrap_or_default();
+                let _ = reply.send(ids);
+            }
         }
     }
 

@@ -216,9 +216,14 @@ impl RemoteJobs {
             .collect()
     }
 
+    /// The newest job `consumer` submitted as `job_id`: a consumer that
+    /// used an id again (its data dir reset, or a hostile one) is answered
+    /// for the job it submitted last, never for an older one that happens
+    /// to be first on the list.
     pub fn by_consumer(&self, consumer: PeerId, job_id: &str) -> Option<&RemoteJob> {
         self.jobs
             .iter()
+            .rev()
             .find(|j| j.consumer == consumer && j.consumer_job_id.as_str() == job_id)
     }
 }
@@ -403,6 +408,24 @@ mod tests {
             events: tx,
             usage: None,
         }
+    }
+
+    /// Issue 30: a consumer that submits under an id it used before is
+    /// answered for its newest job of that id, not the oldest.
+    #[test]
+    fn a_reused_job_id_names_the_newest_job() {
+        let mut jobs = RemoteJobs::default();
+        let mut first = job("first", PathBuf::new());
+        let consumer = first.consumer;
+        first.consumer_job_id = JobId::new("again").unwrap();
+        let mut second = job("second", PathBuf::new());
+        second.consumer = consumer;
+        second.consumer_job_id = JobId::new("again").unwrap();
+        assert!(jobs.add(first).is_none());
+        assert!(jobs.add(second).is_none());
+        let found = jobs.by_consumer(consumer, "again").unwrap();
+        assert_eq!(found.local_id.as_str(), "second");
+        assert!(jobs.by_consumer(PeerId::random(), "again").is_none());
     }
 
     #[test]

@@ -2,10 +2,14 @@
 //! events and, between them, by asking how it stands (`JobRequest::Query`),
 //! fetch each checkpoint it announces, and land its results (stdout,
 //! stderr, exit status, declared outputs) in the task's result directory
-//! under a temporary name renamed into place once whole.
+//! under a temporary name renamed into place once whole. A host that no
+//! longer knows the job is judged by the connections the job was accepted
+//! over: closed since, it restarted and lost the job; still open, it forgot
+//! it (issue 30).
 
 use std::time::Duration;
 
+use libp2p::swarm::ConnectionId;
 use tokio_util::sync::CancellationToken;
 
 use super::fetch::{fetch_checkpoint, fetch_to_file, replace_dir, FetchError};
@@ -101,7 +105,11 @@ pub async fn run<P: JobPool>(
         }
     }
     news(AttemptNews::Accepted);
-    follow(pool, plan, registration, cancel, preparing, &news).await
+    // The connections the job was accepted over: if every one of them has
+    // closed when the host says it no longer knows the job, it restarted.
+    let held = pool.connections(plan.host).await;
+    let accepted = Acceptance::Over(held);
+    follow(pool, plan, registration, cancel, preparing, accepted, &news).await
 }
 
 /// Picks up an attempt a restarted node finds running: asks the host, then
@@ -120,11 +128,73 @@ pub async fn reattach<P: JobPool>(
     plan.settings.probes_to_fail = plan.settings.probes_to_fail.max(REATTACH_PROBES);
     // The inputs' sizes are not kept: allow what an empty job gets; a host
     // still preparing answers the probes (`Running`) meanwhile.
-    follow(pool, &plan, registration, cancel, input_allowance(0), &news).await
+    let allowance = input_allowance(0);
+    follow(
+        pool,
+        &plan,
+        registration,
+        cancel,
+        allowance,
+        Acceptance::BeforeOurRestart,
+        &news,
+    )
+    .await
 }
 
 /// Failed probes after which a re-attached job's host counts as gone.
 const REATTACH_PROBES: u32 = 15;
+
+/// What the consumer saw of the host when it accepted the attempt: what
+/// tells a host that restarted (and so lost the job, as an owner's S5
+/// would) from one that kept running and says it never knew the job (an
+/// offence).
+enum Acceptance {
+    /// Accepted over these connections (empty when none was left by the
+    /// time it looked).
+    Over(Vec<ConnectionId>),
+    /// Accepted before this node restarted: its connections then are
+    /// unknown, and so is whether the host restarted too, or dropped the
+    /// job's outputs off its list while we were away.
+    BeforeOurRestart,
+}
+
+/// How an attempt ends when its host answers `NotFound` to a query: lost,
+/// with no retry spent, when the host restarted since it accepted the job
+/// (a restarted node holds none of the connections it had: each closed when
+/// its process ended) or when we cannot tell ([`Acceptance::BeforeOurRestart`]);
+/// an offence when a connection the job was accepted over is still open.
+/// An honest host's old connection may outlive its process by a moment (its
+/// close not yet read), so that look is taken again after one probe period.
+async fn unknown_job<P: JobPool>(
+    pool: &P,
+    plan: &AttemptPlan,
+    accepted: &Acceptance,
+) -> AttemptEnd {
+    let held = match accepted {
+        Acceptance::Over(held) => held,
+        Acceptance::BeforeOurRestart => {
+            return AttemptEnd::OwnerKilled(
+                "the host no longer knows the job, which it took before this node restarted".into(),
+            )
+        }
+    };
+    for look in 0..2 {
+        if look > 0 {
+            tokio::time::sleep(plan.settings.probe_every).await;
+        }
+        let now = pool.connections(plan.host).await;
+        if !held.iter().any(|c| now.contains(c)) {
+            return AttemptEnd::OwnerKilled(
+                "the host restarted (every connection the job was accepted over closed) and lost the job"
+                    .into(),
+            );
+        }
+    }
+    AttemptEnd::Misbehaved {
+        offence: Offence::Forgot,
+        reason: "the host no longer knows the job, and has not restarted since it took it".into(),
+    }
+}
 
 async fn follow<P: JobPool>(
     pool: &P,
@@ -132,6 +202,7 @@ async fn follow<P: JobPool>(
     mut registration: crate::consumer::Registration,
     cancel: &CancellationToken,
     preparing: Duration,
+    accepted: Acceptance,
     news: &(impl Fn(AttemptNews) + Send + Sync),
 ) -> AttemptEnd {
     let started = tokio::time::Instant::now();
@@ -190,10 +261,7 @@ async fn follow<P: JobPool>(
                         break Err(AttemptEnd::HostFailed(format!("the host reports {kind:?} as the end")));
                     }
                     Ok(JobResponse::NotFound) => {
-                        break Err(AttemptEnd::Misbehaved {
-                            offence: Offence::Forgot,
-                            reason: "the host no longer knows the job".into(),
-                        });
+                        break Err(unknown_job(pool, plan, &accepted).await);
                     }
                     Ok(other) => {
                         break Err(AttemptEnd::HostFailed(format!("unexpected answer to a query: {other:?}")));

@@ -35,9 +35,12 @@ pub enum AttemptEnd {
     /// better. Counts against the task's `max_retries`.
     HostFailed(String),
     /// The host's owner took the machine back: the guest was killed in S3,
-    /// S4 or S5 (issue 28, scope 4). Not the task's fault: it is queued
-    /// again (that host avoided for it, as after any failure) without
-    /// counting against its `max_retries`.
+    /// S4 or S5 (issue 28, scope 4), or the host's node restarted and lost
+    /// the job (its own history records the gap as S5; issue 30). Not the
+    /// task's fault, nor a broken word of the host's: it is queued again
+    /// (that host avoided for it, as after any failure) without counting
+    /// against its `max_retries`, and the host's record counts a failure,
+    /// not an offence.
     OwnerKilled(String),
     /// The host broke its word (an output that does not match its hash, a
     /// job it forgot or never ended): handled as [`AttemptEnd::HostFailed`],

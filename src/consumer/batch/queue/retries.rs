@@ -157,7 +157,7 @@ impl QueueCore {
                 }
             }
             AttemptEnd::OwnerKilled(reason) => {
-                tracing::info!(%batch, task, host = %host_text, %reason, "the host's owner took it back; the task is queued again");
+                tracing::info!(%batch, task, host = %host_text, %reason, "the host's owner took it back (or its node restarted); the task is queued again");
                 record_owner_kill(t, &host_text, reason);
             }
         }
