@@ -10,7 +10,7 @@
 //!
 //! Knows files, hashes and peer ids; not the network (see `transfer`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,7 +19,8 @@ use libp2p::PeerId;
 use serde::{Deserialize, Serialize};
 
 use crate::data::hash::{hash_file, ChunkValue, ContentHash};
-use crate::net::protocol::{InputRef, DATA_FILE_MAX};
+use crate::model::budget::{read_grant, ByteAllowance};
+use crate::net::protocol::{InputRef, DATA_FILE_MAX, DATA_MAX_REFUSED};
 
 /// One input of a task as the consumer knows it: where it goes in the job's
 /// work directory, and the local file it comes from.
@@ -60,7 +61,10 @@ struct FileEntry {
 #[derive(Debug)]
 struct OfferEntry {
     hashes: Vec<ContentHash>,
-    peers: HashSet<PeerId>,
+    /// The hosts it was sent to, and the bytes each may still read of it.
+    peers: HashMap<PeerId, ByteAllowance>,
+    /// Its files' sizes in all: what one allowance grants, times the reads.
+    bytes: u64,
 }
 
 /// A file's identity on disk: path, size, modification time and inode.
@@ -112,10 +116,13 @@ impl Offer {
         self.refs.iter().map(|r| r.size).sum()
     }
 
-    /// Lets `host` read these inputs (call before sending it the submission).
+    /// Lets `host` read these inputs (call before sending it the
+    /// submission): each of its files once, and again for each chunk the
+    /// host may refuse ([`DATA_MAX_REFUSED`]); no more (issue 30).
     pub fn allow(&self, host: PeerId) {
         if let Some(o) = self.catalog.lock().offers.get_mut(&self.id) {
-            o.peers.insert(host);
+            let grant = read_grant(o.bytes, DATA_MAX_REFUSED);
+            o.peers.entry(host).or_default().grant(grant);
         }
     }
 }
@@ -190,7 +197,8 @@ impl Catalog {
             id,
             OfferEntry {
                 hashes,
-                peers: HashSet::new(),
+                peers: HashMap::new(),
+                bytes: refs.iter().fold(0u64, |t, r| t.saturating_add(r.size)),
             },
         );
         drop(inner);
@@ -261,16 +269,35 @@ impl Catalog {
         let Some(file) = inner.files.get(hash).filter(|f| f.served.size == size) else {
             return Err(format!("{hash} ({size} bytes) is not offered here"));
         };
-        let allowed = inner
+        let allowances: Vec<u64> = inner
             .offers
             .values()
-            .any(|o| o.peers.contains(peer) && o.hashes.contains(hash));
-        if !allowed {
+            .filter(|o| o.hashes.contains(hash))
+            .filter_map(|o| o.peers.get(peer).map(ByteAllowance::left))
+            .collect();
+        if allowances.is_empty() {
             return Err(format!(
                 "{hash} is offered, but not to {peer}: no job using it was sent there"
             ));
         }
+        if size > 0 && allowances.iter().all(|&left| left == 0) {
+            return Err(format!(
+                "{hash} has been read by {peer} as often as its jobs allow"
+            ));
+        }
         Ok(file.served.clone())
+    }
+
+    /// Spends `bytes` of what `peer` may read of `hash`, from the first
+    /// offer holding it that has that much left; false when none has.
+    pub fn spend(&self, peer: &PeerId, hash: &ContentHash, bytes: u64) -> bool {
+        let mut inner = self.lock();
+        inner
+            .offers
+            .values_mut()
+            .filter(|o| o.hashes.contains(hash))
+            .filter_map(|o| o.peers.get_mut(peer))
+            .any(|allowance| allowance.spend(bytes))
     }
 }
 
@@ -316,6 +343,42 @@ mod tests {
         assert!(catalog.find(&host, &hash, 12).is_ok());
         drop(second);
         assert!(catalog.lock().files.is_empty());
+    }
+
+    /// Issue 30, scope 3: a host reads what it was offered a bounded
+    /// number of times (once, and again for each chunk it may refuse), not
+    /// forever; a new offer to it grants again.
+    #[tokio::test]
+    async fn a_host_reads_an_offered_file_a_bounded_number_of_times() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = dir.path().join("in.bin");
+        std::fs::write(&local, [5u8; 100]).unwrap();
+        let catalog = Catalog::new();
+        let spec = InputSpec {
+            path: "in.bin".into(),
+            local,
+        };
+        let offer = catalog.offer(std::slice::from_ref(&spec)).await.unwrap();
+        let hash = ContentHash(offer.refs()[0].hash);
+        let (host, other) = (PeerId::random(), PeerId::random());
+        assert!(!catalog.spend(&host, &hash, 1), "not offered to it yet");
+        offer.allow(host);
+        offer.allow(other);
+        let reads = 1 + DATA_MAX_REFUSED;
+        for read in 0..reads {
+            assert!(catalog.find(&host, &hash, 100).is_ok(), "read {read}");
+            assert!(catalog.spend(&host, &hash, 100), "read {read}");
+        }
+        assert!(!catalog.spend(&host, &hash, 1), "a byte past the allowance");
+        let refused = catalog.find(&host, &hash, 100).unwrap_err();
+        assert!(refused.contains("as often as"), "{refused}");
+        // Another host's allowance is its own.
+        assert!(catalog.spend(&other, &hash, 100));
+        // A second offer of the file to the host grants again.
+        let again = catalog.offer(std::slice::from_ref(&spec)).await.unwrap();
+        again.allow(host);
+        assert!(catalog.find(&host, &hash, 100).is_ok());
+        assert!(catalog.spend(&host, &hash, 100));
     }
 
     #[tokio::test]

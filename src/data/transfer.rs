@@ -28,7 +28,9 @@ use crate::data::cache::{Cache, Pinned};
 use crate::data::catalog::Catalog;
 use crate::data::hash::{chunk_count, chunk_len, chunk_value, root_of, ContentHash, CHUNK_BYTES};
 use crate::net::codec::{read_frame, write_frame, DATA_CAPS};
-use crate::net::protocol::{DataRequest, DataResponse, InputRef, DATA_FILE_MAX, DATA_PROTOCOL};
+use crate::net::protocol::{
+    DataRequest, DataResponse, InputRef, DATA_FILE_MAX, DATA_MAX_REFUSED, DATA_PROTOCOL,
+};
 use crate::net::NetHandle;
 
 /// Streams a consumer serves at once; more are dropped (the host tries again).
@@ -52,7 +54,7 @@ impl Default for FetchLimits {
         FetchLimits {
             direct_wait: Duration::from_secs(30),
             chunk_timeout: Duration::from_secs(30),
-            max_refused: 8,
+            max_refused: DATA_MAX_REFUSED,
         }
     }
 }
@@ -333,6 +335,12 @@ async fn serve_one(
     let mut buf = vec![0u8; CHUNK_BYTES as usize];
     for index in request.first_chunk..chunks {
         let data = &mut buf[..chunk_len(served.size, index) as usize];
+        // Each offer lets a host read its files a bounded number of times
+        // (issue 30): past it, the stream ends and the host gives up.
+        if !catalog.spend(&peer, &hash, data.len() as u64) {
+            tracing::warn!(%peer, %hash, chunk = index, "a host read past its allowance of this file; stream ended");
+            return Err(std::io::Error::other("read past the host's allowance"));
+        }
         file.read_exact(data).await?;
         if let Some(t) = catalog.tamper() {
             t.tamper(&hash, index, data);

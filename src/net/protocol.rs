@@ -61,6 +61,9 @@ pub const DATA_CHUNK_BYTES: u32 = 1024 * 1024;
 /// Largest file the data protocol moves: bounds the chunk list in a header
 /// (65 536 hashes of 32 bytes).
 pub const DATA_FILE_MAX: u64 = 64 * 1024 * 1024 * 1024;
+/// Chunks of one file a host refuses (each asked again in a new stream,
+/// from that chunk to the end) before it gives up on the file at the next.
+pub const DATA_MAX_REFUSED: u32 = 8;
 /// Largest data response header frame body: the chunk hashes of the largest file.
 pub const DATA_HEADER_CAP: u32 = 4 * 1024 * 1024;
 /// Largest announcement a member publishes on gossipsub.

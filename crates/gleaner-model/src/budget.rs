@@ -1,9 +1,10 @@
 //! Budgets for what peers send: a token bucket that refills at a steady
 //! rate up to a burst, so that a peer may send what an honest one would
-//! and no more; and per-peer budgets of requests with a tolerance for
-//! drops, past which a peer is cut off. Pure: the time is a parameter
-//! (milliseconds from any fixed origin), so the caller's clock and tests'
-//! paused time both work.
+//! and no more; per-peer budgets of requests with a tolerance for drops,
+//! past which a peer is cut off; and the bytes a peer may read of the
+//! files offered to it. Pure: the time is a parameter (milliseconds from
+//! any fixed origin), so the caller's clock and tests' paused time both
+//! work.
 
 /// A token bucket: `capacity` tokens at most, `per_sec` added each second.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -134,9 +135,70 @@ impl<K: std::hash::Hash + Eq + Clone> PeerBudgets<K> {
     }
 }
 
+/// Bytes a peer may still read of what was offered to it: granted with
+/// each offer, spent as chunks are served; a read past it is refused. Data
+/// streams come at the peer's will and each may ask a file again from any
+/// chunk: without a bound, one host could have a consumer send the same
+/// file forever.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ByteAllowance {
+    left: u64,
+}
+
+impl ByteAllowance {
+    /// Adds `bytes` (saturating).
+    pub fn grant(&mut self, bytes: u64) {
+        self.left = self.left.saturating_add(bytes);
+    }
+
+    /// Takes `bytes` if that many are left; nothing otherwise.
+    pub fn spend(&mut self, bytes: u64) -> bool {
+        match self.left.checked_sub(bytes) {
+            Some(left) => {
+                self.left = left;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Bytes left.
+    pub fn left(&self) -> u64 {
+        self.left
+    }
+}
+
+/// What one offer of files of `bytes` in all lets a host read: the files
+/// once, and again for each of the `rereads` a host may ask after refusing
+/// a chunk (each asks from the refused chunk to the end, so at most the
+/// whole file again).
+pub fn read_grant(bytes: u64, rereads: u32) -> u64 {
+    bytes.saturating_mul(1 + u64::from(rereads))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_allowance_serves_the_grant_and_no_byte_more() {
+        let mut a = ByteAllowance::default();
+        assert!(a.spend(0), "an empty file costs nothing");
+        assert!(!a.spend(1), "nothing granted, nothing read");
+        a.grant(read_grant(10, 2));
+        assert_eq!(a.left(), 30);
+        assert!(a.spend(10) && a.spend(10) && a.spend(10));
+        assert!(!a.spend(1));
+        assert_eq!(a.left(), 0);
+        // A second offer grants again; a refused read spends nothing.
+        a.grant(read_grant(10, 0));
+        assert!(!a.spend(11));
+        assert!(a.spend(10));
+        // Absurd sizes saturate instead of wrapping.
+        a.grant(read_grant(u64::MAX, 8));
+        a.grant(1);
+        assert_eq!(a.left(), u64::MAX);
+    }
 
     #[test]
     fn a_flooding_peer_is_served_its_budget_then_dropped_then_cut_off() {
