@@ -22,6 +22,17 @@ fn signal(pid: i32, signal: i32) {
     assert_eq!(rc, 0, "kill({pid}, {signal})");
 }
 
+/// True when nobody holds `lock` (an exclusive `flock` is free).
+fn lock_free(lock: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::File::open(lock) else {
+        return true;
+    };
+    // SAFETY: flock(2) on a descriptor this function owns; closing the
+    // file releases it.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_restarted_mid_job_lost_it_and_a_rogue_that_kept_running_forgot_it() {
     let (mut hosts, consumer) = tokio::task::block_in_place(|| pool_of(1));
@@ -80,6 +91,13 @@ async fn a_host_restarted_mid_job_lost_it_and_a_rogue_that_kept_running_forgot_i
     signal(pid, libc::SIGSTOP);
     tokio::task::block_in_place(|| {
         hosts[0].kill9();
+        // The dead node's guest keeper ends on its parent's death, a moment
+        // later; until then it may still hold the data dir's lock.
+        let lock = hosts[0].data_dir().join("node.lock");
+        assert!(
+            wait_until(Duration::from_secs(30), || lock_free(&lock)),
+            "the killed node's data dir stayed locked"
+        );
         hosts[0].start();
     });
     signal(pid, libc::SIGCONT);
