@@ -12,7 +12,10 @@
 # idle CPU (% of one core) and bytes sent and received per minute over an
 # idle window of IDLE_SECS (libp2p's bandwidth metrics, read from
 # `gleaner status --json`), and RSS at its end, summarised as
-# min/p50/p90/max (KEEP=DIR keeps the per-node table, nodes.tsv, and the logs).
+# min/p50/p90/max (KEEP=DIR keeps the per-node table, nodes.tsv, and the logs;
+# the table also splits each node's RSS into anonymous memory and file pages
+# (the binary's and libraries' pages, shared between the nodes), and gives its
+# threads and the peers it is connected to at the end of the window).
 #
 # Every node listens on 127.0.0.1 only, mDNS is off and every host
 # bootstraps from the consumer (node 0), as a pool's first members would from
@@ -65,6 +68,9 @@ summary() { sort -g | awk '{ v[NR] = $1 } END {
     printf "min %s  p50 %s  p90 %s  max %s\n", v[1], v[i50], v[i90], v[NR] }'; }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+# "anon_kib file_kib threads" of a process.
+mem_split() { awk '/^RssAnon:/ { a = $2 } /^RssFile:/ { f = $2 } /^Threads:/ { t = $2 }
+    END { print a + 0, f + 0, t + 0 }' "/proc/$1/status"; }
 free_mib() { awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo; }
 # "bytes_in bytes_out" from a node's status.
 traffic() {
@@ -72,6 +78,15 @@ traffic() {
     t=$(g "$1" status --json 2>/dev/null | tr -d ' \n' | grep -o '"traffic":{[^}]*}' |
         grep -o '[0-9]\+' | paste -sd' ' || true)
     echo "${t:-0 0}"
+}
+# "bytes_in bytes_out peers" from a node's status: peers is how many peers it
+# is connected to.
+traffic_peers() {
+    local s t p
+    s=$(g "$1" status --json 2>/dev/null | tr -d ' \n' || true)
+    t=$(grep -o '"traffic":{[^}]*}' <<<"$s" | grep -o '[0-9]\+' | paste -sd' ' || true)
+    p=$({ grep -o '"direct":' <<<"$s" || true; } | wc -l)
+    echo "${t:-0 0} $p"
 }
 HZ=$(getconf CLK_TCK)
 
@@ -149,18 +164,23 @@ for n in $(seq 0 "$N"); do
 done > "$DIR/idle0.txt"
 sleep "$IDLE_SECS"
 for n in $(seq 0 "$N"); do
-    echo "$n $(now) $(cpu_ticks "${PIDS[$n]}") $(traffic "$n") $(rss_kib "${PIDS[$n]}")"
+    p=${PIDS[$n]}
+    echo "$n $(now) $(cpu_ticks "$p") $(traffic_peers "$n") $(rss_kib "$p") $(mem_split "$p")"
 done > "$DIR/idle1.txt"
 join <(sort -k1,1 "$DIR/idle0.txt") <(sort -k1,1 "$DIR/idle1.txt") | sort -n | awk -v hz="$HZ" '
-    BEGIN { print "node\tidle_cpu_pct\trss_mib\tbytes_in_per_min\tbytes_out_per_min" }
-    { dt = $6 - $2; printf "%d\t%.3f\t%.1f\t%.0f\t%.0f\n", $1, ($7 - $3) / hz / dt * 100,
-        $10 / 1024, ($8 - $4) / dt * 60, ($9 - $5) / dt * 60 }' > "$DIR/nodes.tsv"
+    BEGIN { print "node\tidle_cpu_pct\trss_mib\tbytes_in_per_min\tbytes_out_per_min\tanon_mib\tfile_mib\tthreads\tpeers" }
+    { dt = $6 - $2; printf "%d\t%.3f\t%.1f\t%.0f\t%.0f\t%.1f\t%.1f\t%d\t%d\n", $1, ($7 - $3) / hz / dt * 100,
+        $11 / 1024, ($8 - $4) / dt * 60, ($9 - $5) / dt * 60, $12 / 1024, $13 / 1024, $14, $10 }' > "$DIR/nodes.tsv"
 col() { awk -v c="$1" -v from="$2" 'NR > 1 && $1 >= from { print $c }' "$DIR/nodes.tsv"; }
 echo "consumer: $(awk 'NR == 2 { printf "idle CPU %s %%, RSS %s MiB, %s B/min in, %s B/min out", $2, $3, $4, $5 }' "$DIR/nodes.tsv")"
 echo "hosts idle CPU, % of a core: $(col 2 1 | summary)"
 echo "hosts RSS, MiB:              $(col 3 1 | summary)"
 echo "hosts bytes in per minute:   $(col 4 1 | summary)"
 echo "hosts bytes out per minute:  $(col 5 1 | summary)"
+echo "hosts anonymous RSS, MiB:    $(col 6 1 | summary)"
+echo "hosts file RSS, MiB:         $(col 7 1 | summary)"
+echo "hosts threads:               $(col 8 1 | summary)"
+echo "hosts connected peers:       $(col 9 1 | summary)"
 
 echo "== $TASKS trivial tasks from the consumer"
 before=$(cpu_ticks "${PIDS[0]}")

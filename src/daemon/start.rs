@@ -84,11 +84,29 @@ pub fn start(
     owner_load_file: Option<&Path>,
     on_ready: impl FnOnce(&Ready),
 ) -> Result<(), NodeError> {
+    one_malloc_arena();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(NodeError::Runtime)?;
     runtime.block_on(start_async(paths, config, owner_load_file, on_ready))
+}
+
+/// glibc gives each thread that allocates its own arena (up to 8 per
+/// core), and memory freed in one is kept for that arena. The node's
+/// threads are the runtime's one, the blocking pool's and sled's, which
+/// allocate in bursts (a forecast, a flush) and then idle, so each burst's
+/// arena stays resident. One arena measured 1.2–1.5 MiB (7 %) less
+/// anonymous memory per host at N = 20 and 50 (docs/scale.md); the threads rarely allocate at
+/// the same moment, so sharing one lock costs nothing measurable. Called
+/// before any thread starts.
+fn one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; no thread of ours
+    // exists yet to race with it.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
 }
 
 async fn start_async(

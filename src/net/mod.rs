@@ -20,6 +20,7 @@ pub mod reachability;
 pub mod summary;
 pub mod swarm;
 pub mod traffic;
+pub mod trim;
 
 pub use event_loop::{start, EventLoop};
 pub use handle::{LocalStatus, Member, NetError, NetEvent, NetHandle, Responder, SummaryBody};

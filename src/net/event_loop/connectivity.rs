@@ -97,12 +97,12 @@ impl EventLoop {
         let Some(conns) = self.links.get(&peer) else {
             return;
         };
-        if !conns.values().any(|relayed| !relayed) {
+        if !conns.values().any(|c| !c.relayed) {
             return;
         }
         let relayed: Vec<ConnectionId> = conns
             .iter()
-            .filter(|(_, relayed)| **relayed)
+            .filter(|(_, c)| c.relayed)
             .map(|(id, _)| *id)
             .collect();
         for id in relayed {
@@ -145,7 +145,7 @@ impl EventLoop {
             .links
             .iter()
             .map(|(peer, conns)| {
-                let relayed = conns.values().filter(|r| **r).count();
+                let relayed = conns.values().filter(|c| c.relayed).count();
                 PeerLink {
                     peer: peer.to_base58(),
                     direct: u32::try_from(conns.len() - relayed).unwrap_or(u32::MAX),

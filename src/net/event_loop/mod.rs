@@ -22,6 +22,7 @@ mod discovery;
 mod membership;
 mod remembered;
 mod requests;
+mod trimming;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -32,7 +33,7 @@ use libp2p::core::transport::ListenerId;
 use libp2p::core::ConnectedPoint;
 use libp2p::gossipsub::{self, IdentTopic};
 use libp2p::identity::Keypair;
-use libp2p::request_response::OutboundRequestId;
+use libp2p::request_response::{self, OutboundRequestId};
 use libp2p::swarm::dial_opts::DialOpts;
 use libp2p::swarm::{ConnectionId, SwarmEvent};
 use libp2p::{identify, mdns, Multiaddr, PeerId, StreamProtocol, Swarm};
@@ -140,6 +141,7 @@ pub fn start(
         retrying: HashSet::new(),
         timers: FuturesUnordered::new(),
         links: HashMap::new(),
+        used: HashMap::new(),
         remembered,
         inbound: requests::inbound_budgets(),
         inbound_origin: tokio::time::Instant::now(),
@@ -224,8 +226,12 @@ pub struct EventLoop {
     retrying: HashSet<PeerId>,
     /// Scheduled attempts and clean-ups.
     timers: FuturesUnordered<futures::future::BoxFuture<'static, Timer>>,
-    /// Open connections per peer, and whether each goes through a relay.
-    links: HashMap<PeerId, HashMap<ConnectionId, bool>>,
+    /// Open connections per peer: whether each goes through a relay, who
+    /// dialed it and when it opened.
+    links: HashMap<PeerId, HashMap<ConnectionId, Conn>>,
+    /// When we last exchanged a job or reliability request with a peer
+    /// (`trimming` keeps those peers connected).
+    used: HashMap<PeerId, std::time::Instant>,
     /// The peer book and its redialer; `None` when `[net] peer_book` is off.
     remembered: Option<Remembered>,
     /// Each peer's budget of inbound requests (`requests::INBOUND_*`).
@@ -273,7 +279,10 @@ impl EventLoop {
                     self.update_listening();
                 }
                 LoopEvent::ExpireTick => self.expire_members(),
-                LoopEvent::RedialTick => self.on_redial_tick(),
+                LoopEvent::RedialTick => {
+                    self.on_redial_tick();
+                    self.trim_connections();
+                }
                 LoopEvent::Timer(Timer::Retry(peer)) => self.retry(peer),
                 LoopEvent::Timer(Timer::DropRelayed(peer)) => self.drop_relayed(peer),
                 LoopEvent::Timer(Timer::Recheck) => self.check_placement(),
@@ -327,6 +336,7 @@ impl EventLoop {
                 self.publish_announcement();
             }
             Command::QueryReliability { peer, query, reply } => {
+                self.use_peer(peer);
                 let id = self
                     .swarm
                     .behaviour_mut()
@@ -339,6 +349,7 @@ impl EventLoop {
                 request,
                 reply,
             } => {
+                self.use_peer(peer);
                 let id = self.swarm.behaviour_mut().job.send_request(&peer, request);
                 self.pending_job.insert(id, reply);
             }
@@ -416,8 +427,17 @@ impl EventLoop {
                 }
                 let relayed = endpoint.is_relayed();
                 let conns = self.links.entry(peer_id).or_default();
-                conns.insert(connection_id, relayed);
-                if conns.values().any(|r| *r) && conns.values().any(|r| !r) {
+                conns.insert(
+                    connection_id,
+                    Conn {
+                        relayed,
+                        link: crate::net::trim::Link {
+                            opened_at: std::time::Instant::now(),
+                            dialer: endpoint.is_dialer(),
+                        },
+                    },
+                );
+                if conns.values().any(|c| c.relayed) && conns.values().any(|c| !c.relayed) {
                     // A grace period lets requests already on the relayed connection end.
                     self.start_timer(RELAYED_GRACE, Timer::DropRelayed(peer_id));
                 }
@@ -528,11 +548,28 @@ impl EventLoop {
                 tracing::debug!(%peer_id, "a peer subscribed to the pool's topic");
                 self.republish();
             }
-            BehaviourEvent::Reliability(event) => self.on_reliability_event(event),
-            BehaviourEvent::Job(event) => self.on_job_event(event),
+            BehaviourEvent::Reliability(event) => {
+                if let request_response::Event::Message { peer, .. } = &event {
+                    self.used.insert(*peer, std::time::Instant::now());
+                }
+                self.on_reliability_event(event);
+            }
+            BehaviourEvent::Job(event) => {
+                if let request_response::Event::Message { peer, .. } = &event {
+                    self.used.insert(*peer, std::time::Instant::now());
+                }
+                self.on_job_event(event);
+            }
             _ => {}
         }
     }
+}
+
+/// One open connection: through a relay or not, and what trimming needs.
+#[derive(Debug, Clone, Copy)]
+struct Conn {
+    relayed: bool,
+    link: crate::net::trim::Link,
 }
 
 /// The peer id at the end of a multiaddr (`.../p2p/<id>`).

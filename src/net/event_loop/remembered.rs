@@ -65,6 +65,15 @@ impl Remembered {
 }
 
 impl Remembered {
+    /// The addresses the book holds for `peer` (the one that last worked
+    /// first); none for a peer it does not know.
+    pub(super) fn addresses_of(&self, peer: &PeerId) -> Vec<Multiaddr> {
+        self.book
+            .get(peer)
+            .map(|e| e.addresses.clone())
+            .unwrap_or_default()
+    }
+
     /// Every remembered member's last summary, as stored.
     pub(super) fn summaries(&self) -> impl Iterator<Item = (PeerId, &HeardSummary)> {
         self.book
