@@ -213,6 +213,9 @@ fn status_text(r: &StatusReport) -> String {
     if let Some(n) = &r.network {
         network_rows(n, &mut rows);
     }
+    if let Some(c) = &r.summary_cache {
+        rows.push(("summary cache".into(), c.text(crate::human::duration)));
+    }
     if let Some(t) = &r.traffic {
         rows.push((
             "traffic".into(),

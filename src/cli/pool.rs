@@ -81,6 +81,9 @@ fn hosts_table(r: &HostsReport) -> String {
         r.pool,
         r.hosts.len(),
     );
+    if let Some(c) = &r.summary_cache {
+        out.push_str(&format!("{}\n", c.text(crate::human::duration)));
+    }
     out.push_str(&crate::cli::output::table(
         &[
             "peer",
@@ -209,6 +212,47 @@ mod tests {
         assert_eq!(compact_duration(59), "59s");
         assert_eq!(compact_duration(7_200), "2h");
         assert_eq!(compact_duration(100_000), "27h");
+    }
+
+    #[test]
+    fn hosts_says_how_many_summaries_it_ranks_from_and_how_old() {
+        let host: HostReport = serde_json::from_value(serde_json::json!({"peer": "p",
+            "found_by": ["gossip"], "addresses": [], "answered": false, "tr": 0.9,
+            "fail_by_cause": {}, "initial_state": null, "days_used": null, "method": null,
+            "power": 0.5, "slot_free": true, "state": "S1", "logical_cpus": null,
+            "memory_mib": null, "version": null, "error": null, "rtt_ms": null,
+            "rtt_p50_ms": null, "rtt_p99_ms": null, "responses": 0}))
+        .unwrap();
+        let mut report = HostsReport {
+            pool: "lab".into(),
+            peer_id: "me".into(),
+            window_start_unix: 0,
+            window_secs: 3600,
+            mem_mib: 0,
+            hosts: vec![host],
+            contact: None,
+            summary_cache: Some(crate::net::SummaryCache {
+                members: 1,
+                summarised: 1,
+                newest_secs: Some(4.0),
+                median_secs: Some(4.0),
+                oldest_secs: Some(4.0),
+            }),
+        };
+        let text = hosts_table(&report);
+        assert!(
+            text.contains("1 member known from summaries, heard 4s to 4s ago (median 4s)"),
+            "{text}"
+        );
+        // And the JSON carries it; an older node's report without it reads.
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["summary_cache"]["summarised"], 1);
+        report.summary_cache = None;
+        let mut json = serde_json::to_value(&report).unwrap();
+        json.as_object_mut().unwrap().remove("summary_cache");
+        let back: HostsReport = serde_json::from_value(json).unwrap();
+        assert_eq!(back.summary_cache, None);
+        assert!(!hosts_table(&back).contains("known from summaries"));
     }
 
     #[test]

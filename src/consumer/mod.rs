@@ -39,6 +39,7 @@ use tokio_util::task::TaskTracker;
 use crate::clock::Clock;
 use crate::net::{NetError, NetHandle};
 use batch::estimate::BatchEstimate;
+pub use batch::queue::MemberNews;
 use batch::{BatchError, BatchQueue, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
 use job_pool::{JobSettings, PoolLink};
 use survey::{SurveyQuery, SurveyedHost};
@@ -82,6 +83,8 @@ pub struct HostsView {
     pub hosts: Vec<SurveyedHost>,
     /// This node's count of each host's checked results.
     pub reputation: HashMap<PeerId, crate::model::trust::HostTrack>,
+    /// What the table of members holds (how many summaries, their ages).
+    pub summary_cache: Option<crate::net::SummaryCache>,
 }
 
 /// A request to the consumer actor.
@@ -272,7 +275,14 @@ pub struct Consumer {
     commands: mpsc::Receiver<ConsumerCommand>,
     queue: BatchQueue<PoolLink>,
     queue_msgs: mpsc::UnboundedReceiver<QueueMsg>,
+    /// Members' announcements as the pool host hears them.
+    member_news: mpsc::Receiver<MemberNews>,
+    news_tx: mpsc::Sender<MemberNews>,
 }
+
+/// Announcements waiting for the consumer's loop; past this the pool host
+/// drops them (the queue's next look at the summaries finds what they said).
+const MEMBER_NEWS_QUEUE: usize = 1024;
 
 impl Consumer {
     pub fn new(
@@ -283,6 +293,7 @@ impl Consumer {
         shutdown: CancellationToken,
     ) -> Result<(Consumer, ConsumerHandle), ConsumerError> {
         let (tx, commands) = mpsc::channel(32);
+        let (news_tx, member_news) = mpsc::channel(MEMBER_NEWS_QUEUE);
         let inbox = Inbox::default();
         let catalog = crate::data::Catalog::new();
         let (mut queue, queue_msgs) = BatchQueue::open(
@@ -313,6 +324,8 @@ impl Consumer {
                 commands,
                 queue,
                 queue_msgs,
+                member_news,
+                news_tx,
             },
             ConsumerHandle { commands: tx },
         ))
@@ -323,6 +336,12 @@ impl Consumer {
     /// waits for it (no hop through this actor's loop).
     pub fn job_events(&self) -> Inbox {
         self.inbox.clone()
+    }
+
+    /// Where the pool host passes members' announcements (without waiting:
+    /// a full queue drops one).
+    pub fn member_news(&self) -> mpsc::Sender<MemberNews> {
+        self.news_tx.clone()
     }
 
     /// Serves commands until shutdown or until every handle is gone.
@@ -345,6 +364,12 @@ impl Consumer {
                 msg = self.queue_msgs.recv() => {
                     if let Some(msg) = msg {
                         self.queue.on_msg(msg);
+                    }
+                    continue;
+                }
+                news = self.member_news.recv() => {
+                    if let Some(news) = news {
+                        self.queue.on_member(news);
                     }
                     continue;
                 }
@@ -419,10 +444,15 @@ impl Consumer {
         let net = self.net.clone();
         let reputation = self.queue.reputation();
         self.tracker.spawn(async move {
+            let members = net.members().await;
+            let summary_cache = members
+                .as_ref()
+                .ok()
+                .map(|m| crate::net::SummaryCache::of(m, net.peer_id(), Instant::now()));
             let found = if probe {
                 survey::survey(&net, survey, &[]).await
             } else {
-                net.members().await.map(|members| {
+                members.map(|members| {
                     survey::from_members(&members, net.peer_id(), &survey, Instant::now())
                 })
             };
@@ -458,6 +488,7 @@ impl Consumer {
                         query: survey,
                         hosts,
                         reputation,
+                        summary_cache,
                     })
                 }
                 Err(e) => Err(e.into()),

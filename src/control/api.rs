@@ -43,6 +43,10 @@ pub struct HostsReport {
     /// from a node without networking (or an older one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contact: Option<crate::net::Contact>,
+    /// What the node's table of members holds: how many are known from
+    /// summaries and how long ago they were heard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_cache: Option<crate::net::SummaryCache>,
 }
 
 /// One host of `hosts`: the JSON copy of a [`SurveyedHost`].
@@ -259,6 +263,10 @@ pub struct StatusReport {
     /// bandwidth metrics); `None` without networking.
     #[serde(default)]
     pub traffic: Option<crate::net::Traffic>,
+    /// The members known from summaries and their ages; `None` without
+    /// networking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_cache: Option<crate::net::SummaryCache>,
     /// Why no guest runs now; `None` while one runs.
     #[serde(default)]
     pub why_idle: Option<crate::model::owner::IdleReason>,
@@ -658,6 +666,11 @@ pub struct BatchReport {
     /// trying (`batch status` says why tasks stay queued).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contact: Option<crate::net::Contact>,
+    /// The members known from summaries and their ages, which the batch's
+    /// placement ranks from (`batch status`). Boxed: a batch's line of
+    /// `wait` would otherwise outgrow a task's by more than clippy allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_cache: Option<Box<crate::net::SummaryCache>>,
 }
 
 /// `POST /v1/batches/estimate`, and a running batch's in `batch status`:

@@ -274,6 +274,7 @@ pub fn batch_report(v: &BatchView, with_tasks: bool) -> BatchReport {
             .as_ref()
             .map(|e| estimate_report(e, v.record.deadline_unix)),
         contact: None,
+        summary_cache: None,
     }
 }
 
@@ -449,6 +450,10 @@ async fn status(State(h): State<ControlHandles>, Path(id): Path<String>) -> Resp
             .as_ref()
             .map(|n| n.reachability().contact)
             .filter(|c| c.alone_since.is_some());
+        report.summary_cache = match &h.net {
+            Some(net) => super::server::summary_cache(net).await.map(Box::new),
+            None => None,
+        };
         Ok::<_, ApiError>(report)
     };
     match run.await {

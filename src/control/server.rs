@@ -123,10 +123,25 @@ async fn status(State(h): State<ControlHandles>) -> Response {
             // Read from the network task's snapshot, not the host loop.
             report.network = h.net.as_ref().map(crate::net::NetHandle::reachability);
             report.traffic = h.net.as_ref().map(crate::net::NetHandle::traffic);
+            report.summary_cache = match &h.net {
+                Some(net) => summary_cache(net).await,
+                None => None,
+            };
             Json(report).into_response()
         }
         Err(e) => ApiError::from(e).into_response(),
     }
+}
+
+/// What the network task's table of members holds now; `None` when the
+/// task has stopped.
+pub(super) async fn summary_cache(net: &crate::net::NetHandle) -> Option<crate::net::SummaryCache> {
+    let members = net.members().await.ok()?;
+    Some(crate::net::SummaryCache::of(
+        &members,
+        net.peer_id(),
+        std::time::Instant::now(),
+    ))
 }
 
 /// The wire form of the host's status.
@@ -184,6 +199,7 @@ fn status_report(s: HostStatus) -> StatusReport {
         containment: s.containment,
         network: None,
         traffic: None,
+        summary_cache: None,
         why_idle: s.why_idle,
         withheld: s.withheld,
         schedule: s.schedule.to_string(),
@@ -553,6 +569,7 @@ async fn hosts(State(h): State<ControlHandles>, ApiJson(query): ApiJson<HostsQue
                 })
                 .collect(),
             contact: h.net.as_ref().map(|n| n.reachability().contact),
+            summary_cache: view.summary_cache,
         })
         .into_response(),
         Err(e) => ApiError::from(e).into_response(),

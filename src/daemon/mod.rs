@@ -218,6 +218,7 @@ pub async fn run(
             shutdown.clone(),
         )?;
         let job_events = consumer.job_events();
+        let member_news = consumer.member_news();
         tracker.spawn(consumer.run());
         let cache_dir = data_dir.join("cache");
         let cache =
@@ -231,6 +232,7 @@ pub async fn run(
             net: handle.clone(),
             host: host_handle.clone(),
             job_events,
+            member_news,
             clock: clock.clone(),
             tracker: tracker.clone(),
             hardware,

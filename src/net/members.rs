@@ -1,12 +1,15 @@
 //! The members this node has heard of, bounded: the table the network task
 //! keeps of each member's addresses, status and checked summary, with the
-//! least recently heard dropped first and the silent expired. It must not know
-//! how a summary is checked (`summary`) nor the Swarm.
+//! least recently heard dropped first and the silent expired, and
+//! [`SummaryCache`], what `status`, `hosts` and `batch status` say of it
+//! (how many members, how long ago they were heard). It must not know how a
+//! summary is checked (`summary`) nor the Swarm.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use libp2p::PeerId;
+use serde::{Deserialize, Serialize};
 
 use crate::net::handle::Member;
 
@@ -90,5 +93,71 @@ impl MemberCache {
 
     pub fn values(&self) -> impl Iterator<Item = &Member> {
         self.members.values()
+    }
+}
+
+/// What this node's table of members holds, as `status`, `hosts` and
+/// `batch status` say it: a consumer ranks from these summaries, so their
+/// number and age are what its placement knows of the pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SummaryCache {
+    /// Members in the table, ourselves left out.
+    pub members: u32,
+    /// Of them, those known from a summary (a member of protocol version 1
+    /// announces without one).
+    pub summarised: u32,
+    /// Seconds since the summaries were heard: the newest, the median and
+    /// the oldest; `None` when there is none.
+    pub newest_secs: Option<f64>,
+    pub median_secs: Option<f64>,
+    pub oldest_secs: Option<f64>,
+}
+
+impl SummaryCache {
+    /// The table `members` (as [`crate::net::NetHandle::members`] lists
+    /// it) at `now`, `me` left out.
+    pub fn of(members: &[Member], me: PeerId, now: Instant) -> SummaryCache {
+        let others = members.iter().filter(|m| m.peer != me);
+        let mut ages: Vec<f64> = others
+            .clone()
+            .filter(|m| m.summary.is_some())
+            .map(|m| now.saturating_duration_since(m.last_seen).as_secs_f64())
+            .collect();
+        ages.sort_by(f64::total_cmp);
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        SummaryCache {
+            members: count(others.count()),
+            summarised: count(ages.len()),
+            newest_secs: ages.first().copied(),
+            // The lower median for an even count: an age some member has.
+            median_secs: ages.get(ages.len().saturating_sub(1) / 2).copied(),
+            oldest_secs: ages.last().copied(),
+        }
+    }
+
+    /// "12 members known from summaries, heard 3 s to 4 min ago (median 1
+    /// min)"; `duration` shows whole seconds to people.
+    pub fn text(&self, duration: impl Fn(u64) -> String) -> String {
+        let known = format!(
+            "{} member{} known from summaries",
+            self.summarised,
+            if self.summarised == 1 { "" } else { "s" }
+        );
+        let without = self.members.saturating_sub(self.summarised);
+        let without = if without > 0 {
+            format!(", {without} from an announcement only")
+        } else {
+            String::new()
+        };
+        let secs = |s: f64| duration(s.max(0.0).round() as u64);
+        match (self.newest_secs, self.median_secs, self.oldest_secs) {
+            (Some(new), Some(mid), Some(old)) => format!(
+                "{known}{without}, heard {} to {} ago (median {})",
+                secs(new),
+                secs(old),
+                secs(mid)
+            ),
+            _ => format!("{known}{without}"),
+        }
     }
 }

@@ -24,6 +24,7 @@ pub mod trim;
 
 pub use event_loop::{start, EventLoop};
 pub use handle::{LocalStatus, Member, NetError, NetEvent, NetHandle, Responder, SummaryBody};
+pub use members::SummaryCache;
 pub use reachability::{Contact, NatStatus, Reachability, SummaryListening};
 pub use swarm::{read_swarm_key, BuildError, NetConfig};
 pub use traffic::Traffic;

@@ -153,6 +153,48 @@ fn the_member_table_is_bounded_and_drops_the_least_recently_heard() {
 }
 
 #[test]
+fn the_cache_report_counts_the_summaries_and_their_ages_without_us() {
+    use crate::net::members::SummaryCache;
+    let t0 = Instant::now();
+    let now = t0 + Duration::from_secs(600);
+    let s = std::sync::Arc::new(
+        check_summary(&summary(vec![ladder(256, vec![900])]), 1_700_000_000).unwrap(),
+    );
+    let me = PeerId::random();
+    let heard = |secs_ago: u64, summary: Option<std::sync::Arc<Summary>>| {
+        member(
+            PeerId::random(),
+            now - Duration::from_secs(secs_ago),
+            summary,
+        )
+    };
+    let mut members = vec![
+        heard(5, Some(s.clone())),
+        heard(300, Some(s.clone())),
+        heard(60, Some(s.clone())),
+        heard(2, None),
+    ];
+    members.push(member(me, now, Some(s.clone())));
+    let c = SummaryCache::of(&members, me, now);
+    assert_eq!((c.members, c.summarised), (4, 3));
+    assert_eq!(c.newest_secs, Some(5.0));
+    assert_eq!(c.median_secs, Some(60.0));
+    assert_eq!(c.oldest_secs, Some(300.0));
+    let text = c.text(|s| format!("{s}s"));
+    assert_eq!(
+        text,
+        "3 members known from summaries, 1 from an announcement only, heard 5s to 300s ago (median 60s)"
+    );
+    // Nobody heard: no ages, and the text says so.
+    let empty = SummaryCache::of(&[], me, now);
+    assert_eq!(empty, SummaryCache::default());
+    assert_eq!(
+        empty.text(|s| format!("{s}s")),
+        "0 members known from summaries"
+    );
+}
+
+#[test]
 fn an_old_nodes_announcement_keeps_the_summary_heard_before() {
     let t0 = Instant::now();
     let p = PeerId::random();

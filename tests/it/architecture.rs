@@ -126,6 +126,7 @@ fn the_batch_queues_core_does_no_io() {
     // a value (a host's identity), the one thing they take from libp2p.
     let core = [
         "state.rs",
+        "rounds.rs",
         "placement.rs",
         "retries.rs",
         "deadlines.rs",

@@ -2,7 +2,9 @@
 //! 127.0.0.1 (mDNS off): a consumer lists every host from the summaries it
 //! heard, at once and with each one's age, without asking any; a batch is
 //! placed while only a few hosts per task are asked directly (counted in
-//! the hosts' own logs), never the whole pool.
+//! the hosts' own logs), never the whole pool; `hosts`, `status` and
+//! `batch status` say how many members are known from summaries and how old
+//! they are.
 
 use crate::node_support;
 
@@ -44,8 +46,27 @@ fn a_consumer_lists_hosts_from_summaries_and_asks_only_a_few_per_task() {
             "{h:#}"
         );
     }
+    // What the listing came from: every host's summary, and how old.
+    assert_eq!(
+        report["summary_cache"]["summarised"], HOSTS as u64,
+        "{report:#}"
+    );
+    let status: Value = serde_json::from_str(&consumer.run_ok(&["--json", "status"])).unwrap();
+    let cache = &status["summary_cache"];
+    assert_eq!(cache["summarised"], HOSTS as u64, "{status:#}");
+    let (newest, oldest) = (
+        cache["newest_secs"].as_f64().unwrap(),
+        cache["oldest_secs"].as_f64().unwrap(),
+    );
+    assert!(0.0 <= newest && newest <= oldest, "{cache:#}");
     let text = consumer.run_ok(&["hosts"]);
     assert!(text.contains("age"), "{text}");
+    assert!(
+        text.contains(&format!("{HOSTS} members known from summaries")),
+        "{text}"
+    );
+    let text = consumer.run_ok(&["status"]);
+    assert!(text.contains("known from summaries"), "{text}");
     let asked_before: usize = hosts.iter().map(|h| queries_from(h, &me)).sum();
     assert_eq!(asked_before, 0, "listing from summaries asks nobody");
 
@@ -70,6 +91,12 @@ fn a_consumer_lists_hosts_from_summaries_and_asks_only_a_few_per_task() {
     batch_until(&consumer, &id, Duration::from_secs(120), |s| {
         s["counts"]["done"] == TASKS as u64
     });
+    let status: Value =
+        serde_json::from_str(&consumer.run_ok(&["--json", "batch", "status", &id])).unwrap();
+    assert_eq!(
+        status["summary_cache"]["summarised"], HOSTS as u64,
+        "{status:#}"
+    );
     let per_host: Vec<usize> = hosts.iter().map(|h| queries_from(h, &me)).collect();
     let asked_hosts = per_host.iter().filter(|n| **n > 0).count();
     let total: usize = per_host.iter().sum();

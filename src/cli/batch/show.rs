@@ -85,6 +85,10 @@ pub(super) fn status_text(r: &BatchReport) -> String {
     {
         text.push_str(&format!("no host reachable: {why}\n"));
     }
+    // What placement ranks from, while tasks wait for a host.
+    if let Some(c) = r.summary_cache.as_ref().filter(|_| r.counts.queued > 0) {
+        text.push_str(&format!("pool: {}\n", c.text(crate::human::duration)));
+    }
     if let Some(eta) = r.eta_unix {
         text.push_str(&format!("expected end at this pace: {}\n", unix_text(eta)));
     }

@@ -9,7 +9,8 @@
 //! host loop's guest events and snapshots, [`PoolHostCommand`]s, and the end
 //! of a job's preparation. Job events hosts send to *us* as a consumer go
 //! straight to the consumer's [`Inbox`], where the attempt that expects them
-//! waits.
+//! waits; members' announcements go on to the consumer's batch queue as
+//! [`MemberNews`] (a slot newly free lets waiting work start).
 //!
 //! A peer's job is accepted at once and then *prepared* in a tracked task:
 //! its inputs come from the cache ([`crate::data::Cache`]) or are fetched
@@ -27,7 +28,7 @@ pub mod publish;
 pub mod remote_jobs;
 
 use crate::clock::Clock;
-use crate::consumer::{Delivery, HostJobEvent, Inbox};
+use crate::consumer::{Delivery, HostJobEvent, Inbox, MemberNews};
 use crate::data::Cache;
 use crate::guest::GuestEvent;
 use crate::model::admit::{admit, GuestAsk, Refusal};
@@ -137,6 +138,9 @@ pub struct PoolHostParts {
     pub host: HostHandle,
     /// Where hosts' events for our own jobs (as a consumer) are delivered.
     pub job_events: Inbox,
+    /// Where members' announcements go for our own batch queue (as a
+    /// consumer): a slot newly free lets waiting work start at once.
+    pub member_news: mpsc::Sender<MemberNews>,
     pub clock: Arc<dyn Clock>,
     pub tracker: TaskTracker,
     pub hardware: Hardware,
@@ -346,6 +350,13 @@ impl PoolHost {
                 }
             },
             NetEvent::MemberAnnounced(member) => {
+                // Never waits: a full queue drops it, and the consumer's
+                // next look at the summaries finds what it said.
+                let _ = self.parts.member_news.try_send(MemberNews {
+                    peer: member.peer,
+                    slot_free: member.status.slot_free,
+                    state: member.status.state,
+                });
                 let known = self.score_claims.contains_key(&member.peer);
                 if known || self.score_claims.len() < MAX_SCORE_CLAIMS {
                     self.score_claims

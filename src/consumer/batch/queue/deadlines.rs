@@ -1,13 +1,17 @@
 //! Deadlines in the queue's core: a running task of a batch with
 //! `--deadline` whose chance of ending in time has fallen gets a second copy
-//! on a better free host; the first copy to land wins (`retries`). Pure: the
-//! time comes with each tick.
+//! on a better free host; the first copy to land wins (`retries`). The host
+//! is chosen from a fresh round's answers; without one, the members'
+//! summaries say whether a copy would help and a round asks to confirm it
+//! (a bounded number of times per task, `rounds`). Pure: the time comes
+//! with each tick.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use libp2p::PeerId;
 
+use super::rounds::free_now;
 use super::state::{Action, Now, QueueCore};
 use crate::consumer::batch::estimate::{running_view, view_or_guess};
 use crate::consumer::batch::record::TaskState;
@@ -45,13 +49,35 @@ impl QueueCore {
             return;
         }
         self.last_deadline_check = Some(self.now.mono);
-        let hosts = self.fresh_hosts().to_vec();
+        if !self
+            .batches
+            .values()
+            .any(|b| b.record.deadline_unix.is_some() && !b.record.cancelled)
+        {
+            return;
+        }
+        // A fresh round's answers place a copy; without them the members'
+        // summaries say whether one would help, and a round asks to confirm.
+        let confirmed = !self.fresh_hosts().is_empty();
+        let hosts: &[crate::consumer::survey::SurveyedHost] = if confirmed {
+            self.fresh_hosts()
+        } else {
+            &self.last_hosts
+        };
         if hosts.is_empty() {
             return;
         }
+        let usable = |h: &crate::consumer::survey::SurveyedHost| {
+            if confirmed {
+                rank::eligible(h)
+            } else {
+                (h.answered || h.summarised) && free_now(h)
+            }
+        };
         let now = self.now.unix_secs;
         let mut taken: HashSet<PeerId> = self.hosts_in_use.clone();
         let mut copies = Vec::new();
+        let mut to_ask = Vec::new();
         for (id, live) in &self.batches {
             let Some(deadline) = live.record.deadline_unix else {
                 continue;
@@ -74,7 +100,7 @@ impl QueueCore {
                 if t.state != TaskState::Running || !t.copies.is_empty() {
                     continue;
                 }
-                let Some((started, view)) = running_view(t, &hosts, window) else {
+                let Some((started, view)) = running_view(t, hosts, window) else {
                     continue;
                 };
                 let p_main = p_running_copy_in_time(
@@ -91,7 +117,7 @@ impl QueueCore {
                 let best = hosts
                     .iter()
                     .filter(|h| {
-                        rank::eligible(h)
+                        usable(h)
                             && !taken.contains(&h.peer)
                             && !t.avoid.contains(&h.peer.to_base58())
                             && !refused.is_some_and(|r| r.contains(&h.peer))
@@ -109,15 +135,22 @@ impl QueueCore {
                     .max_by(|a, b| a.1.total_cmp(&b.1));
                 if let Some((peer, p_copy)) = best {
                     if p_copy >= p_main + COPY_GAIN {
-                        tracing::debug!(batch = %id, task = i, p_main, p_copy, "deadline at risk");
+                        tracing::debug!(batch = %id, task = i, p_main, p_copy, confirmed, "deadline at risk");
                         taken.insert(peer);
-                        copies.push((*id, i as u32, peer));
+                        if confirmed {
+                            copies.push((*id, i as u32, peer));
+                        } else {
+                            to_ask.push((*id, i as u32));
+                        }
                     }
                 }
             }
         }
         for (batch, task, host) in copies {
             self.start_copy(batch, task, host, "deadline at risk");
+        }
+        for (batch, task) in to_ask {
+            self.ask_for_deadline(batch, task);
         }
     }
 

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::files;
+use super::rounds::MemberNews;
 use super::state::{Action, Now, QueueCore};
 use super::trust_store::TrustStore;
 use super::types::{BatchError, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
@@ -266,7 +267,8 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         }
     }
 
-    /// True when a survey should start now.
+    /// True when a round (asking hosts, or only looking at the members'
+    /// summaries) should start now.
     pub fn wants_survey(&self) -> bool {
         !self.shutdown.is_cancelled() && self.core.wants_survey(self.now())
     }
@@ -274,6 +276,13 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     /// Starts a survey for the oldest waiting task's window.
     pub fn start_survey(&mut self) {
         let actions = self.core.start_survey(self.now());
+        self.perform(actions);
+    }
+
+    /// A member's announcement, as the pool host heard it: the core decides
+    /// whether it is news a round should ask about.
+    pub fn on_member(&mut self, news: MemberNews) {
+        let actions = self.core.on_member(self.now(), news);
         self.perform(actions);
     }
 

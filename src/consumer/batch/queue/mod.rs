@@ -1,11 +1,11 @@
 //! The batch queue: every batch this node submitted, its tasks, and which
 //! host runs what, as a pure core and a thin driver.
 //!
-//! - [`QueueCore`] (`state`, with one file per concern: `placement`,
+//! - [`QueueCore`] (`state`, with one file per concern: `rounds`, `placement`,
 //!   `retries`, `deadlines`, `tail` (tail copies), `replicas` and `quorum` with their state in
 //!   `trust`, `outputs`, `checkpoints`, `restore`, `commands`) decides
 //!   everything: it takes one input at a time (a command, a survey's
-//!   answer, an attempt's news or end, a judged copy, a copied result, a
+//!   answer, a member's news, an attempt's news or end, a judged copy, a copied result, a
 //!   timer tick), each with the time, and returns the [`Action`]s to
 //!   perform. No tokio, no sled, no files, no clock: `tests` drives it alone.
 //! - [`BatchQueue`] (`driver`, with `tasks`, `files` and `trust_store`) is
@@ -15,7 +15,9 @@
 //!   events, spawns attempts, surveys, judgments and copies as tracked
 //!   tasks) and feeds what they report ([`QueueMsg`]) back to the core.
 //!
-//! Dispatch: while tasks wait, the queue surveys the pool; the oldest batch
+//! Dispatch: while tasks wait, the queue looks at the pool (`rounds`: it asks
+//! a few hosts directly when something changed, and otherwise reads the
+//! members' summaries, less and less often); the oldest batch
 //! with waiting tasks orders the free hosts by its placement policy
 //! ([`crate::consumer::batch::PolicyName::order`]) and hands them its
 //! waiting tasks that may run there (the batch's `max_running`, hosts that
@@ -34,6 +36,7 @@ mod quorum;
 mod replicas;
 mod restore;
 mod retries;
+mod rounds;
 mod state;
 mod tail;
 mod tasks;
@@ -46,7 +49,7 @@ mod types;
 pub use driver::BatchQueue;
 pub use driver::TICK;
 pub use files::copy_task_results;
-pub use placement::IDLE_SURVEY_EVERY;
+pub use rounds::{MemberNews, IDLE_SURVEY_EVERY, LOOK_EVERY_MAX};
 pub use state::{Action, Launch, Now, QueueCore, TAIL_COPIES_DEFAULT};
 pub use trust::{Judge, Landing, Trust, Verdict};
 pub use types::{

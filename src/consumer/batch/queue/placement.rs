@@ -1,6 +1,7 @@
-//! Placement in the queue's core: when to survey the pool and how many
-//! hosts to ask (a few per task that could be placed now, bounded: the
-//! survey picks them from the members' summaries), and which
+//! Placement in the queue's core: which hosts a round need not ask, how
+//! many tasks could start now (a round asks a few hosts per task, bounded:
+//! the survey picks them from the members' summaries; when rounds happen is
+//! `rounds`), and which
 //! waiting task goes to which free host (batches in order of age, each by
 //! its policy; a verified task's further copies first; the hosts left over
 //! to tail copies, `tail`), each attempt
@@ -11,95 +12,25 @@ use std::time::Duration;
 
 use libp2p::PeerId;
 
-use super::state::{Action, Launch, Now, QueueCore};
-use super::tail::TAIL_SURVEY_EVERY;
+use super::state::{Action, Launch, QueueCore};
 use crate::consumer::batch::attempt::AttemptPlan;
 use crate::consumer::batch::policy::TaskNeeds;
 use crate::consumer::batch::record::{TaskCopy, TaskRecord, TaskState};
 use crate::consumer::batch::runtime::planned_runtime;
-use crate::consumer::survey::{SurveyQuery, SurveyedHost};
+use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::{BatchId, JobId};
 
-/// Least time between two surveys, so a burst of ends makes one survey.
-const SURVEY_GAP: Duration = Duration::from_millis(200);
-/// How often the queue looks again while tasks wait and nothing happens.
-pub const IDLE_SURVEY_EVERY: Duration = Duration::from_secs(2);
-/// How long a survey's ranking may place tasks on hosts that free up.
-const RANKING_FRESH_FOR: Duration = Duration::from_secs(10);
+/// The work a free host could take now ([`QueueCore::open_work`]).
+pub(super) enum OpenWork {
+    /// Any free host would do: a task no host has been tried for, or a
+    /// running task a deadline or tail copy may follow on any host.
+    Any,
+    /// Only a host one of these may go to: `(batch, task, copy)`, a queued
+    /// task (`false`) or a task wanting a further copy (`true`).
+    Only(Vec<(BatchId, u32, bool)>),
+}
 
 impl QueueCore {
-    /// True when a survey should start at `now` (the driver asks only while
-    /// the node is not stopping).
-    pub fn wants_survey(&self, now: Now) -> bool {
-        if self.surveying {
-            return false;
-        }
-        let waiting = || {
-            self.batches.values().any(|b| {
-                !b.record.cancelled
-                    && b.record.max_running.is_none_or(|m| b.running < m)
-                    && b.tasks.iter().any(|t| t.state == TaskState::Queued)
-            })
-        };
-        // A batch with a deadline keeps the view of free hosts fresh while
-        // its tasks run, for second copies.
-        let watching = || {
-            self.batches.values().any(|b| {
-                !b.record.cancelled
-                    && b.record.deadline_unix.is_some()
-                    && b.tasks
-                        .iter()
-                        .any(|t| t.state == TaskState::Running && t.copies.is_empty())
-            })
-        };
-        let waiting = waiting() || watching() || self.any_wants_copy();
-        // Only running tasks that a tail copy could help: a slow look.
-        let tail = !waiting && self.watching_tail();
-        if !waiting && !tail {
-            return false;
-        }
-        let since = self
-            .last_survey
-            .map(|t| now.mono.saturating_duration_since(t));
-        match since {
-            None => true,
-            Some(s) if tail => s >= TAIL_SURVEY_EVERY,
-            Some(s) if self.wanted => s >= SURVEY_GAP,
-            Some(s) => s >= IDLE_SURVEY_EVERY,
-        }
-    }
-
-    /// Starts a survey for the oldest waiting task's window.
-    #[must_use = "the driver performs every action"]
-    pub fn start_survey(&mut self, now: Now) -> Vec<Action> {
-        self.at(now);
-        let Some(first) = self.batches.values().find(|b| {
-            !b.record.cancelled
-                && b.tasks.iter().any(|t| {
-                    t.state == TaskState::Queued
-                        || ((b.record.deadline_unix.is_some()
-                            || self.trust.spec(b.record.id).is_some()
-                            || self.tail_copies)
-                            && t.state == TaskState::Running)
-                })
-        }) else {
-            return self.actions();
-        };
-        let query = SurveyQuery {
-            window_start_unix: now.unix_secs,
-            window_secs: first.record.runtime_secs,
-            mem_mib: first.record.mem_mib,
-            rounds: 1,
-            ask_at_most: Some(crate::consumer::rank::asks_for(self.placeable_now())),
-        };
-        let skip = self.no_use_now();
-        self.surveying = true;
-        self.wanted = false;
-        self.last_survey = Some(now.mono);
-        self.push(Action::Survey { query, skip });
-        self.actions()
-    }
-
     /// Hosts the survey need not ask: those running our work, and those of
     /// the last survey (members listed from their summaries included) that
     /// no waiting task could go to (each avoids, was refused by or already
@@ -109,9 +40,24 @@ impl QueueCore {
     /// copy on any free host: then only busy ones are skipped.
     pub(super) fn no_use_now(&self) -> Vec<PeerId> {
         let mut skip: Vec<PeerId> = self.hosts_in_use.iter().copied().collect();
-        // The work a host could take now: queued tasks of batches with room
-        // (`false`) and tasks wanting a further copy (`true`). A task no
-        // host was tried for, or a deadline's watch, takes any free host.
+        let open = self.open_work();
+        if matches!(open, OpenWork::Any) {
+            return skip;
+        }
+        skip.extend(
+            self.last_hosts
+                .iter()
+                .map(|h| h.peer)
+                .filter(|p| !self.hosts_in_use.contains(p) && !self.could_take(&open, *p)),
+        );
+        skip
+    }
+
+    /// The work a free host could take now.
+    pub(super) fn open_work(&self) -> OpenWork {
+        // Queued tasks of batches with room (`false`) and tasks wanting a
+        // further copy (`true`). A task no host was tried for, or a
+        // deadline's watch, takes any free host.
         let mut open: Vec<(BatchId, u32, bool)> = Vec::new();
         for (id, b) in &self.batches {
             if b.record.cancelled || b.record.max_running.is_some_and(|m| b.running >= m) {
@@ -121,12 +67,12 @@ impl QueueCore {
             if (b.record.deadline_unix.is_some() || self.tail_copies)
                 && b.tasks.iter().any(|t| t.state == TaskState::Running)
             {
-                return skip;
+                return OpenWork::Any;
             }
             for (i, t) in b.tasks.iter().enumerate() {
                 if t.state == TaskState::Queued {
                     if t.avoid.is_empty() && !self.refused_by.contains_key(&(*id, i as u32)) {
-                        return skip;
+                        return OpenWork::Any;
                     }
                     open.push((*id, i as u32, false));
                 }
@@ -139,22 +85,21 @@ impl QueueCore {
                 .filter(|(b, t)| self.wants_copy(*b, *t))
                 .map(|(b, t)| (*b, *t, true)),
         );
-        let could_take = |peer: PeerId| {
-            open.iter().any(|&(batch, task, copy)| {
+        OpenWork::Only(open)
+    }
+
+    /// Whether some of `open` may go to `peer`.
+    pub(super) fn could_take(&self, open: &OpenWork, peer: PeerId) -> bool {
+        match open {
+            OpenWork::Any => true,
+            OpenWork::Only(open) => open.iter().any(|&(batch, task, copy)| {
                 if copy {
                     self.may_copy_on(batch, task, peer)
                 } else {
                     self.may_start_on(batch, task, peer)
                 }
-            })
-        };
-        skip.extend(
-            self.last_hosts
-                .iter()
-                .map(|h| h.peer)
-                .filter(|p| !self.hosts_in_use.contains(p) && !could_take(*p)),
-        );
-        skip
+            }),
+        }
     }
 
     /// Tasks that could start now: each batch's queued tasks within its
@@ -187,36 +132,6 @@ impl QueueCore {
                 queued.min(room).saturating_add(copies)
             })
             .fold(0usize, usize::saturating_add)
-    }
-
-    /// A survey's answer: the hosts it found take the waiting tasks.
-    #[must_use = "the driver performs every action"]
-    pub fn on_survey(&mut self, now: Now, hosts: Result<Vec<SurveyedHost>, String>) -> Vec<Action> {
-        self.at(now);
-        self.surveying = false;
-        match hosts {
-            Ok(hosts) => {
-                self.checkpoints.surveyed(&hosts);
-                self.last_hosts = hosts;
-                self.last_hosts_at = Some(now.mono);
-                let hosts = self.last_hosts.clone();
-                self.place_on(&hosts);
-            }
-            Err(e) => tracing::debug!(error = %e, "batch queue: survey failed"),
-        }
-        self.actions()
-    }
-
-    /// The last survey's hosts while it is fresh; empty after that.
-    pub(super) fn fresh_hosts(&self) -> &[SurveyedHost] {
-        if self
-            .last_hosts_at
-            .is_some_and(|t| self.now.mono.saturating_duration_since(t) < RANKING_FRESH_FOR)
-        {
-            &self.last_hosts
-        } else {
-            &[]
-        }
     }
 
     /// Hands waiting tasks to the free hosts among `hosts`: batches in

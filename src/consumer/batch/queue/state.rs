@@ -1,22 +1,24 @@
 //! The batch queue's pure core: every batch, its tasks, which host runs
 //! what, and every decision about them. Its inputs are the driver's calls
-//! (a command, a survey's answer, an attempt's news or end, a judged copy, a
-//! copied result, a timer tick), each with the time as [`Now`]; its output is
+//! (a command, a survey's answer, a member's news, an attempt's news or end,
+//! a judged copy, a copied result, a timer tick), each with the time as [`Now`]; its output is
 //! the list of [`Action`]s the driver must perform (launch, re-attach, kill,
 //! persist, emit, survey, judge, promote, copy...).
 //!
 //! It knows no tokio, no sled, no files and no clock: the driver reads the
 //! clock, does the I/O and feeds the results back as inputs, so the core is
 //! tested one input at a time (`queue::tests`). It is split by concern:
-//! `placement`, `retries`, `deadlines`, `quorum` (state in `trust`),
-//! `outputs`, `checkpoints`, `restore` and `commands`.
+//! `rounds` (when to look at the pool and whom to ask), `placement`,
+//! `retries`, `deadlines`, `quorum` (state in `trust`), `outputs`,
+//! `checkpoints`, `restore` and `commands`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use libp2p::PeerId;
 
+use super::rounds::{Round, IDLE_SURVEY_EVERY, SURVEY_GAP};
 use super::trust::{Judge, Trust};
 use super::types::TaskEvent;
 use crate::consumer::batch::attempt::AttemptPlan;
@@ -171,8 +173,22 @@ pub struct QueueCore {
     /// driver.
     pub(super) rng: rand_chacha::ChaCha8Rng,
     pub(super) last_deadline_check: Option<Instant>,
-    /// Set when something changed that may let a task start.
+    /// Set when something changed that may let a task start: the next
+    /// round asks a few hosts per placeable task (`rounds`).
     pub(super) wanted: bool,
+    /// What the round in flight does (ask, news, look).
+    pub(super) round: Round,
+    /// How long the queue waits for its next look while nothing changes:
+    /// doubles after each look that finds nothing new.
+    pub(super) look_every: Duration,
+    /// Members whose announcement showed a slot newly free that waiting
+    /// work could take, for the next round to ask (at most `ASKS_MAX`).
+    pub(super) news: HashSet<PeerId>,
+    /// Least time between rounds asked for by news alone: doubles after
+    /// each that started nothing, back to the least when one starts work.
+    pub(super) news_gap: Duration,
+    /// Rounds each running task's deadline risk has asked for (bounded).
+    pub(super) deadline_asks: HashMap<(BatchId, u32), u8>,
     /// Checkpoint intervals: each host's last TR and the measured cost of
     /// each batch's checkpoints (`batch::checkpoint`).
     pub(super) checkpoints: Intervals,
@@ -220,6 +236,11 @@ impl QueueCore {
             rng,
             last_deadline_check: None,
             wanted: true,
+            round: Round::Ask,
+            look_every: IDLE_SURVEY_EVERY,
+            news: HashSet::new(),
+            news_gap: SURVEY_GAP,
+            deadline_asks: HashMap::new(),
             checkpoints: Intervals::default(),
             trust,
             claimed_tr: HashMap::new(),

@@ -9,7 +9,6 @@
 //! (`quorum`). Pure: no tokio, no files, no clock.
 
 use std::collections::HashSet;
-use std::time::Duration;
 
 use super::state::QueueCore;
 use crate::consumer::batch::estimate::{running_view, view_or_guess};
@@ -20,10 +19,6 @@ use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
 use crate::model::sched::tail::{expected_left_secs, tail_copies, TailCandidate, TailRule};
 
-/// How often the pool is surveyed for free hosts while only running tasks
-/// could use them (no task waits): far less often than while tasks wait.
-pub(super) const TAIL_SURVEY_EVERY: Duration = Duration::from_secs(30);
-
 impl QueueCore {
     /// Turns tail copies on or off (for every batch).
     pub fn set_tail_copies(&mut self, on: bool) {
@@ -31,7 +26,8 @@ impl QueueCore {
     }
 
     /// True when a batch has a running task that could get a tail copy
-    /// (the queue then keeps its view of free hosts fresh).
+    /// (the queue then keeps looking at the pool, and a host newly free is
+    /// asked: `rounds`).
     pub(super) fn watching_tail(&self) -> bool {
         self.tail_copies
             && self.batches.iter().any(|(id, b)| {

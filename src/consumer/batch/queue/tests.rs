@@ -835,4 +835,6 @@ fn a_submissions_queries_are_bounded_by_its_tasks_not_by_the_pool() {
 #[cfg(test)]
 mod owner;
 #[cfg(test)]
+mod rounds;
+#[cfg(test)]
 mod tail;

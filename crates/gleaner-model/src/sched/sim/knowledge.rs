@@ -29,8 +29,11 @@ use crate::sched::probe::{asks_for_with, best_share, best_then_random, ASKS_MAX,
 use crate::sched::timeline::Timeline;
 use crate::state::State;
 
-/// How often the node's batch queue asks again while tasks wait and
-/// nothing happens (its `IDLE_SURVEY_EVERY`).
+/// How often the simulated consumer asks again while tasks wait and a host
+/// is free: the node's batch queue did so every 2 s until its rounds became
+/// event-driven (it now asks on a change — a task's end, a member's slot
+/// newly free — and otherwise only looks at the summaries); the simulator
+/// keeps the clocked rule, which asks at least as often.
 pub const ROUND_EVERY_SECS: f64 = 2.0;
 /// A guest's CPU share at or above this is S1 (owner load under Th1 = 20 %).
 const S1_SHARE: f64 = 0.8;
