@@ -78,7 +78,7 @@ async fn with_image(
             path.display()
         )));
     }
-    let img = super::server::unpack_image(h, path.clone()).await?;
+    let img = super::images::unpack_image(h, path.clone()).await?;
     let literal = |s: &String| s.replace('{', "{{").replace('}', "}}");
     let mut argv: Vec<String> = img.config.entrypoint.iter().map(literal).collect();
     if r.argv.is_empty() {

@@ -329,7 +329,7 @@ async fn run_local(
 ) -> Response {
     let (argv, env, image) = match request.image {
         None => (request.argv, Vec::new(), None),
-        Some(path) => match unpack_image(&h, path).await {
+        Some(path) => match super::images::unpack_image(&h, path).await {
             Ok(img) => {
                 let work = img.config.working_dir.as_deref().unwrap_or(IMAGE_WORK_DIR);
                 let image = GuestImage {
@@ -384,29 +384,6 @@ async fn run_local(
         Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
     )
         .into_response()
-}
-
-/// Unpacks (or finds in the cache) the image a `run-local` or a batch
-/// names, off the async threads; a refused image is the request's fault,
-/// named.
-pub(super) async fn unpack_image(
-    h: &ControlHandles,
-    path: PathBuf,
-) -> Result<crate::image::UnpackedImage, ApiError> {
-    let Some(cache) = h.images.clone() else {
-        return Err(ApiError::conflict(
-            "this node runs no images ([guest] images = \"deny\", or its image cache could not be opened)",
-        ));
-    };
-    let unpacked = tokio::task::spawn_blocking(move || cache.unpack(&path)).await;
-    match unpacked {
-        Ok(Ok(img)) => Ok(img),
-        Ok(Err(
-            e @ (crate::image::ImageError::Io { .. } | crate::image::ImageError::CacheFull { .. }),
-        )) => Err(ApiError::conflict(format!("image: {e}"))),
-        Ok(Err(e)) => Err(ApiError::bad_request(format!("image: {e}"))),
-        Err(e) => Err(ApiError::conflict(format!("image unpacking stopped: {e}"))),
-    }
 }
 
 /// How often the job's output files are read for new bytes.
