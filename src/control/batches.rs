@@ -451,7 +451,7 @@ async fn status(State(h): State<ControlHandles>, Path(id): Path<String>) -> Resp
             .map(|n| n.reachability().contact)
             .filter(|c| c.alone_since.is_some());
         report.summary_cache = match &h.net {
-            Some(net) => super::server::summary_cache(net).await.map(Box::new),
+            Some(net) => super::state::summary_cache(net).await.map(Box::new),
             None => None,
         };
         Ok::<_, ApiError>(report)

@@ -124,24 +124,13 @@ async fn status(State(h): State<ControlHandles>) -> Response {
             report.network = h.net.as_ref().map(crate::net::NetHandle::reachability);
             report.traffic = h.net.as_ref().map(crate::net::NetHandle::traffic);
             report.summary_cache = match &h.net {
-                Some(net) => summary_cache(net).await,
+                Some(net) => super::state::summary_cache(net).await,
                 None => None,
             };
             Json(report).into_response()
         }
         Err(e) => ApiError::from(e).into_response(),
     }
-}
-
-/// What the network task's table of members holds now; `None` when the
-/// task has stopped.
-pub(super) async fn summary_cache(net: &crate::net::NetHandle) -> Option<crate::net::SummaryCache> {
-    let members = net.members().await.ok()?;
-    Some(crate::net::SummaryCache::of(
-        &members,
-        net.peer_id(),
-        std::time::Instant::now(),
-    ))
 }
 
 /// The wire form of the host's status.

@@ -132,3 +132,14 @@ pub(crate) fn json_result<T: serde::Serialize, E: Into<ApiError>>(r: Result<T, E
         Err(e) => e.into().into_response(),
     }
 }
+
+/// What the network task's table of members holds now; `None` when the
+/// task has stopped.
+pub(super) async fn summary_cache(net: &crate::net::NetHandle) -> Option<crate::net::SummaryCache> {
+    let members = net.known_members().await.ok()?;
+    Some(crate::net::SummaryCache::of(
+        &members,
+        net.peer_id(),
+        std::time::Instant::now(),
+    ))
+}

@@ -171,6 +171,9 @@ pub(crate) enum Command {
     },
     Members {
         reply: oneshot::Sender<Vec<Member>>,
+        /// The caller wants the pool known (a survey, `hosts`): a node of
+        /// a large pool listens to summaries for a while (`listening`).
+        watch: bool,
     },
     FindHosts {
         reply: Reply<Vec<PeerId>>,
@@ -346,7 +349,18 @@ impl NetHandle {
 
     /// Pool members heard on gossip and not yet expired.
     pub async fn members(&self) -> Result<Vec<Member>, NetError> {
-        self.call(|reply| Command::Members { reply }).await
+        self.call(|reply| Command::Members { reply, watch: true })
+            .await
+    }
+
+    /// The member table as it is, without asking to hear the pool: what
+    /// `status` counts (a status call must not make a quiet host listen).
+    pub async fn known_members(&self) -> Result<Vec<Member>, NetError> {
+        self.call(|reply| Command::Members {
+            reply,
+            watch: false,
+        })
+        .await
     }
 
     /// Peers that provide the pool's DHT key (asks the DHT; excludes ourselves).

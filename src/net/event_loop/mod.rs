@@ -353,10 +353,13 @@ impl EventLoop {
                 let id = self.swarm.behaviour_mut().job.send_request(&peer, request);
                 self.pending_job.insert(id, reply);
             }
-            Command::Members { reply } => {
-                // Whoever asks wants the pool known: listen for a while.
-                self.listening.watch(std::time::Instant::now());
-                self.update_listening();
+            Command::Members { reply, watch } => {
+                // Whoever asks to place or list wants the pool known:
+                // listen for a while.
+                if watch {
+                    self.listening.watch(std::time::Instant::now());
+                    self.update_listening();
+                }
                 let _ = reply.send(self.members.values().cloned().collect());
             }
             Command::FindHosts { reply } => self.start_walk(reply),

@@ -49,9 +49,10 @@ mod types;
 pub use driver::BatchQueue;
 pub use driver::TICK;
 pub use files::copy_task_results;
-pub use rounds::{MemberNews, IDLE_SURVEY_EVERY, LOOK_EVERY_MAX};
+pub use rounds::{MemberNews, LOOK_EVERY_MAX};
 pub use state::{Action, Launch, Now, QueueCore, TAIL_COPIES_DEFAULT};
 pub use trust::{Judge, Landing, Trust, Verdict};
+pub use types::IDLE_SURVEY_EVERY;
 pub use types::{
     BatchError, BatchView, Counts, NewBatch, QueueMsg, TaskEvent, DEFAULT_CHECKPOINT_COST_SECS,
 };

@@ -23,17 +23,13 @@ use std::time::Duration;
 use libp2p::PeerId;
 
 use super::state::{Action, Now, QueueCore};
+use super::types::{Round, IDLE_SURVEY_EVERY, SURVEY_GAP};
 use crate::consumer::batch::record::TaskState;
 use crate::consumer::rank::{asks_for, ASKS_MAX, ASKS_PER_TASK};
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::model::ids::BatchId;
 use crate::model::state::State;
 
-/// Least time between two rounds, so a burst of ends makes one round.
-pub(super) const SURVEY_GAP: Duration = Duration::from_millis(200);
-/// The first wait between two looks while work waits and nothing changes;
-/// each look that finds nothing new doubles it.
-pub const IDLE_SURVEY_EVERY: Duration = Duration::from_secs(2);
 /// The longest wait between two looks (and between two news rounds that
 /// start nothing). Shorter than the time a node in a large pool keeps
 /// listening to summaries after the last look at its members
@@ -46,17 +42,6 @@ pub(super) const RANKING_FRESH_FOR: Duration = Duration::from_secs(10);
 /// Rounds of asks one running task's deadline risk may ask for (each when a
 /// host's summary says a copy there would help).
 pub(super) const DEADLINE_ASKS_MAX: u8 = 2;
-
-/// What a round does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Round {
-    /// Asks a few hosts per placeable task: something changed.
-    Ask,
-    /// Asks a few hosts per member with news.
-    News,
-    /// Asks nobody: the members' summaries only.
-    Look,
-}
 
 /// What a member's announcement (or summary) says that may let waiting
 /// work start: the driver passes each one on as it is heard.

@@ -18,9 +18,8 @@ use std::time::{Duration, Instant};
 
 use libp2p::PeerId;
 
-use super::rounds::{Round, IDLE_SURVEY_EVERY, SURVEY_GAP};
 use super::trust::{Judge, Trust};
-use super::types::TaskEvent;
+use super::types::{Round, TaskEvent, IDLE_SURVEY_EVERY, SURVEY_GAP};
 use crate::consumer::batch::attempt::AttemptPlan;
 use crate::consumer::batch::checkpoint::Intervals;
 use crate::consumer::batch::record::{BatchRecord, TaskRecord, TaskState};

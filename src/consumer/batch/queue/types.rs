@@ -17,6 +17,7 @@ use crate::consumer::batch::record::{BatchRecord, CheckpointSpec, TaskRecord, Ta
 use crate::consumer::batch::spec::{self, Sweep, TaskTemplate};
 use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
+use std::time::Duration;
 
 /// A new batch, as the control API hands it over (paths absolute).
 #[derive(Debug, Clone)]
@@ -171,4 +172,21 @@ pub enum QueueMsg {
         task: u32,
         verdict: Verdict,
     },
+}
+
+/// Least time between two rounds, so a burst of ends makes one round.
+pub(super) const SURVEY_GAP: Duration = Duration::from_millis(200);
+/// The first wait between two looks while work waits and nothing changes;
+/// each look that finds nothing new doubles it.
+pub const IDLE_SURVEY_EVERY: Duration = Duration::from_secs(2);
+
+/// What a round does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Round {
+    /// Asks a few hosts per placeable task: something changed.
+    Ask,
+    /// Asks a few hosts per member with news.
+    News,
+    /// Asks nobody: the members' summaries only.
+    Look,
 }
