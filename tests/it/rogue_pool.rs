@@ -256,6 +256,20 @@ async fn send_flood(
 
 /// `hosts --probe`: the rogue's claimed TR 1 is in its answers (its summary
 /// carries no ladder), which `hosts` shows only when it asks every host.
+/// Submits a batch from `consumer` (`batch submit` with `args`) and
+/// returns its id; off the async threads, as the CLI blocks.
+fn submit_batch(consumer: &crate::node_support::NodeFixture, args: &[&str]) -> String {
+    tokio::task::block_in_place(|| {
+        let mut all = vec!["--json", "batch", "submit"];
+        all.extend_from_slice(args);
+        let answer = consumer.run_ok(&all);
+        serde_json::from_str::<Value>(&answer).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    })
+}
+
 fn hosts_report(consumer: &crate::node_support::NodeFixture) -> Value {
     serde_json::from_str(&consumer.run_ok(&["hosts", "--json", "--window", "1h", "--probe"]))
         .unwrap()
@@ -297,12 +311,10 @@ async fn a_rogue_host_costs_the_batch_nothing_and_is_ranked_last_also_after_a_re
     assert!(power > 0.5, "the honest host's power: {power} ({report:#})");
 
     let out = consumer.dir.join("rogue-out");
-    let id = tokio::task::block_in_place(|| {
-        let range = format!("0..{TASKS}");
-        let answer = consumer.run_ok(&[
-            "--json",
-            "batch",
-            "submit",
+    let range = format!("0..{TASKS}");
+    let id = submit_batch(
+        &consumer,
+        &[
             "--range",
             &range,
             "--runtime",
@@ -313,12 +325,8 @@ async fn a_rogue_host_costs_the_batch_nothing_and_is_ranked_last_also_after_a_re
             "sh",
             "-c",
             "echo $(( {} * 7 ))",
-        ]);
-        serde_json::from_str::<Value>(&answer).unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    });
+        ],
+    );
     let status = tokio::task::block_in_place(|| {
         batch_until(&consumer, &id, Duration::from_secs(240), |s| {
             s["counts"]["queued"] == 0 && s["counts"]["running"] == 0
@@ -406,11 +414,9 @@ async fn an_event_flood_is_cut_to_the_budget_and_counted_against_the_flooder() {
     let quiet = cpu_ticks(pid).unwrap() - quiet_from;
 
     let out = consumer.dir.join("flood-out");
-    let id = tokio::task::block_in_place(|| {
-        let answer = consumer.run_ok(&[
-            "--json",
-            "batch",
-            "submit",
+    let id = submit_batch(
+        &consumer,
+        &[
             "--range",
             "0..2",
             "--runtime",
@@ -421,12 +427,8 @@ async fn an_event_flood_is_cut_to_the_budget_and_counted_against_the_flooder() {
             "sh",
             "-c",
             "echo $(( {} * 7 ))",
-        ]);
-        serde_json::from_str::<Value>(&answer).unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    });
+        ],
+    );
     // The flood's minute: from the rogue's first accepted job to its end.
     let started = tokio::task::block_in_place(|| {
         crate::node_support::wait_until(Duration::from_secs(120), || {

@@ -118,7 +118,6 @@ impl EventLoop {
             self.notify(NetEvent::MemberExpired(evicted));
         }
         self.notify(NetEvent::MemberAnnounced(member));
-        self.listening.heard(self.members.len());
         MessageAcceptance::Accept
     }
 

@@ -13,7 +13,6 @@ use crate::node_support::{addr, batch_status, batch_until, peer, pool_of, wait_u
 use std::time::{Duration, Instant};
 
 use libp2p::Multiaddr;
-use serde_json::Value;
 
 /// Sends `signal` to `pid`.
 fn signal(pid: i32, signal: i32) {
@@ -49,11 +48,9 @@ async fn a_host_restarted_mid_job_lost_it_and_a_rogue_that_kept_running_forgot_i
     });
 
     let out = consumer.dir.join("restart-out");
-    let id = tokio::task::block_in_place(|| {
-        let answer = consumer.run_ok(&[
-            "--json",
-            "batch",
-            "submit",
+    let id = super::submit_batch(
+        &consumer,
+        &[
             "--runtime",
             "2m",
             "--output-dir",
@@ -62,12 +59,8 @@ async fn a_host_restarted_mid_job_lost_it_and_a_rogue_that_kept_running_forgot_i
             "sh",
             "-c",
             "sleep 60; echo done",
-        ]);
-        serde_json::from_str::<Value>(&answer).unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    });
+        ],
+    );
     // The task runs on the honest host (the rogue, if tried first, forgot it).
     tokio::task::block_in_place(|| {
         batch_until(&consumer, &id, Duration::from_secs(120), |s| {
