@@ -97,6 +97,7 @@ fn hosts_table(r: &HostsReport) -> String {
             "week: fails, up/away",
             "valid/invalid/streak",
             "record",
+            "images",
             "note",
         ],
         r.hosts.iter().map(host_row),
@@ -134,6 +135,11 @@ fn host_row(h: &HostReport) -> Vec<String> {
             format!("{}/{}/{}", h.valid, h.invalid, h.streak)
         },
         record_row(h),
+        // How many images it holds (their ids are in --json).
+        match h.images.len() {
+            0 => "-".to_string(),
+            n => n.to_string(),
+        },
         h.error.clone().unwrap_or_default(),
     ]
 }
@@ -244,6 +250,12 @@ mod tests {
             text.contains("1 member known from summaries, heard 4s to 4s ago (median 4s)"),
             "{text}"
         );
+        // An older report has no images; one that holds two shows 2.
+        assert!(report.hosts[0].images.is_empty());
+        assert_eq!(host_row(&report.hosts[0])[11], "-");
+        report.hosts[0].images = vec!["sha256:aa".into(), "sha256:bb".into()];
+        assert_eq!(host_row(&report.hosts[0])[11], "2");
+        assert!(hosts_table(&report).contains("images"), "{text}");
         // And the JSON carries it; an older node's report without it reads.
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["summary_cache"]["summarised"], 1);

@@ -439,6 +439,7 @@ impl Consumer {
             mem_mib: query.mem_mib,
             rounds: query.rounds.clamp(1, 100_000),
             ask_at_most: None,
+            images: Vec::new(),
         };
         let probe = query.probe || query.rounds > 1;
         let net = self.net.clone();
@@ -450,7 +451,7 @@ impl Consumer {
                 .ok()
                 .map(|m| crate::net::SummaryCache::of(m, net.peer_id(), Instant::now()));
             let found = if probe {
-                survey::survey(&net, survey, &[]).await
+                survey::survey(&net, survey.clone(), &[]).await
             } else {
                 members.map(|members| {
                     survey::from_members(&members, net.peer_id(), &survey, Instant::now())
@@ -466,7 +467,7 @@ impl Consumer {
                             .map(|r| r.peer)
                             .collect()
                     } else {
-                        rank::by_summary(&hosts, &HashSet::new())
+                        rank::by_summary(&hosts, &HashSet::new(), &[])
                     };
                     // Hosts by their record's standing (clean, demoted,
                     // excluded); within each part ranked hosts first in

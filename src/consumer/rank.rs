@@ -27,8 +27,14 @@ pub use crate::model::sched::probe::{asks_for, ASKS_MAX, ASKS_PER_TASK};
 /// failure state with a free slot in [`rank`]'s order (a version 1 member,
 /// without a summary's TR, after those with one), then those whose summary
 /// says busy, then those it says failing (a summary may be seconds stale:
-/// the answer decides); never one in `exclude`.
-pub fn by_summary(hosts: &[SurveyedHost], exclude: &HashSet<PeerId>) -> Vec<PeerId> {
+/// the answer decides); within each of the three, those whose summary says
+/// they hold one of `images` first (the model's one locality rule,
+/// [`holders_first`]); never one in `exclude`.
+pub fn by_summary(
+    hosts: &[SurveyedHost],
+    exclude: &HashSet<PeerId>,
+    images: &[[u8; 32]],
+) -> Vec<PeerId> {
     let mut listed: Vec<&SurveyedHost> = hosts
         .iter()
         .filter(|h| !exclude.contains(&h.peer))
@@ -40,8 +46,20 @@ pub fn by_summary(hosts: &[SurveyedHost], exclude: &HashSet<PeerId>) -> Vec<Peer
             u8::from(h.slot_free == Some(false))
         }
     };
-    listed.sort_by(|a, b| tier(a).cmp(&tier(b)).then_with(|| compare(a, b)));
+    listed.sort_by(|a, b| compare(a, b));
+    let mut listed = holders_first(listed, |h| holds_any(h, images));
+    // Stable: the holders stay first within each tier.
+    listed.sort_by_key(|h| tier(h));
     listed.into_iter().map(|h| h.peer).collect()
+}
+
+/// The one locality rule (the model's), which the queue's placement
+/// applies to the hosts that answered too.
+pub use crate::model::sched::holds::holders_first;
+
+/// True when `host` says it holds one of `images`.
+pub fn holds_any(host: &SurveyedHost, images: &[[u8; 32]]) -> bool {
+    host.images.iter().any(|i| images.contains(i))
 }
 
 /// The `most` hosts to ask: the better half (rounded up) of them the best
@@ -53,10 +71,11 @@ pub fn by_summary(hosts: &[SurveyedHost], exclude: &HashSet<PeerId>) -> Vec<Peer
 pub fn candidates<R: rand::Rng + ?Sized>(
     hosts: &[SurveyedHost],
     exclude: &HashSet<PeerId>,
+    images: &[[u8; 32]],
     most: usize,
     rng: &mut R,
 ) -> Vec<PeerId> {
-    crate::model::sched::probe::best_then_random(by_summary(hosts, exclude), most, rng)
+    crate::model::sched::probe::best_then_random(by_summary(hosts, exclude, images), most, rng)
 }
 
 /// True when `host` answered and is not in a failure state (S3, S4, S5),
@@ -187,20 +206,58 @@ mod tests {
             excluded.clone(),
         ]);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
-        let picked = candidates(&hosts, &exclude, 2, &mut rng);
+        let picked = candidates(&hosts, &exclude, &[], 2, &mut rng);
         assert_eq!(picked.len(), 2);
         assert_eq!(picked[0], good.peer, "the best by its summary first");
         assert!(!picked.contains(&excluded.peer) && picked[1] != good.peer);
         // The other half is drawn at random: rounds reach every member.
         let mut reached = HashSet::new();
         for _ in 0..2_000 {
-            reached.extend(candidates(&hosts, &exclude, 2, &mut rng));
+            reached.extend(candidates(&hosts, &exclude, &[], 2, &mut rng));
         }
         assert_eq!(reached.len(), 304, "every member not excluded, in time");
-        let order = by_summary(&hosts, &exclude);
+        let order = by_summary(&hosts, &exclude, &[]);
         assert_eq!(order.len(), 304, "every member not excluded, once");
         // The summaries may be stale: busy, then failing, come last.
         assert_eq!(&order[301..], &[old.peer, busy_peer, s5_peer]);
+    }
+
+    #[test]
+    fn members_that_hold_the_images_are_asked_first_within_their_tier() {
+        let image = [9u8; 32];
+        let mut n = Named(HashMap::new());
+        let summarised = |mut h: SurveyedHost, images: Vec<[u8; 32]>| {
+            h.answered = false;
+            h.summarised = true;
+            h.images = images;
+            h
+        };
+        let best = summarised(n.host("best", Some(0.99), 1.0), vec![]);
+        let holder = summarised(n.host("holder", Some(0.4), 0.2), vec![[1; 32], image]);
+        let other = summarised(n.host("other-image", Some(0.9), 1.0), vec![[1; 32]]);
+        let mut busy = summarised(n.host("busy-holder", Some(0.99), 1.0), vec![image]);
+        busy.slot_free = Some(false);
+        let mut failing = summarised(n.host("s3-holder", Some(0.99), 1.0), vec![image]);
+        failing.state = Some(State::S3);
+        let hosts = vec![failing, busy, other, holder.clone(), best];
+        let names = |order: Vec<PeerId>| -> Vec<&str> { order.iter().map(|p| n.0[p]).collect() };
+        let none = HashSet::new();
+        assert_eq!(
+            names(by_summary(&hosts, &none, &[])),
+            ["best", "other-image", "holder", "busy-holder", "s3-holder"],
+            "without an image: TR within each tier"
+        );
+        assert_eq!(
+            names(by_summary(&hosts, &none, &[image])),
+            ["holder", "best", "other-image", "busy-holder", "s3-holder"],
+            "a free holder first; a busy or failing one stays in its tier"
+        );
+        // One ask: the holder, though the summaries rank it below two others.
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        assert_eq!(
+            candidates(&hosts, &none, &[image], 1, &mut rng),
+            vec![holder.peer]
+        );
     }
 
     #[test]

@@ -29,7 +29,7 @@ use crate::net::{NetError, NetHandle};
 pub use super::surveyed::SurveyedHost;
 
 /// What one survey asks.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SurveyQuery {
     /// Window start, Unix seconds.
     pub window_start_unix: i64,
@@ -44,6 +44,11 @@ pub struct SurveyQuery {
     /// every member and provider.
     #[serde(default)]
     pub ask_at_most: Option<u32>,
+    /// The images the work being placed runs in: among members equally
+    /// free by their summaries, those that say they hold one of them are
+    /// asked first (`rank::by_summary`).
+    #[serde(default)]
+    pub images: Vec<[u8; 32]>,
 }
 
 /// How long a survey waits for the DHT to list the pool's providers.
@@ -93,8 +98,13 @@ pub async fn survey(
         Some(most) => {
             let most = most as usize;
             let exclude: HashSet<PeerId> = skip.iter().copied().collect();
-            let picked: Vec<PeerId> =
-                crate::consumer::rank::candidates(&known, &exclude, most, &mut rand::rng());
+            let picked: Vec<PeerId> = crate::consumer::rank::candidates(
+                &known,
+                &exclude,
+                &query.images,
+                most,
+                &mut rand::rng(),
+            );
             let mut by_peer: BTreeMap<PeerId, SurveyedHost> =
                 known.into_iter().map(|h| (h.peer, h)).collect();
             let mut chosen: Vec<SurveyedHost> =
@@ -134,7 +144,7 @@ pub async fn survey(
     };
     let asks = chosen
         .into_iter()
-        .map(|report| ask_host(net, report.peer, report, query));
+        .map(|report| ask_host(net, report.peer, report, &query));
     let mut hosts = join_all(asks).await;
     hosts.extend(unasked);
     Ok(hosts)
@@ -177,13 +187,14 @@ fn fill_from_summary(h: &mut SurveyedHost, s: &Summary, query: &SurveyQuery) {
     h.availability = s.availability;
     h.spells = s.spells;
     h.spell_lengths.clone_from(&s.spell_lengths);
+    h.images = s.images.clone().unwrap_or_default();
 }
 
 async fn ask_host(
     net: &NetHandle,
     peer: PeerId,
     mut report: SurveyedHost,
-    query: SurveyQuery,
+    query: &SurveyQuery,
 ) -> SurveyedHost {
     let wire = ReliabilityQuery {
         window_start_unix: query.window_start_unix,

@@ -73,6 +73,10 @@ pub struct SurveyedHost {
     pub summarised: bool,
     /// Seconds since we last heard its summary or announcement.
     pub heard_secs_ago: Option<f64>,
+    /// The ids of the images its summary says it holds (a claim: it only
+    /// moves the host ahead for a task in one); empty when its summary
+    /// (format 1, or none) does not say.
+    pub images: Vec<[u8; 32]>,
 }
 
 impl SurveyedHost {
@@ -107,6 +111,7 @@ impl SurveyedHost {
             responses: 0,
             summarised: false,
             heard_secs_ago: None,
+            images: Vec::new(),
         }
     }
 }

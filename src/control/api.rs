@@ -138,6 +138,10 @@ pub struct HostReport {
     /// what `hosts` shows of it.
     #[serde(default)]
     pub heard_secs_ago: Option<f64>,
+    /// The images its summary says it holds (`sha256:<hex>`, the most
+    /// recently used first); empty when its summary does not say.
+    #[serde(default)]
+    pub images: Vec<String>,
 }
 
 impl From<&SurveyedHost> for HostReport {
@@ -204,6 +208,11 @@ impl From<&SurveyedHost> for HostReport {
                 .unwrap_or_default(),
             summarised: h.summarised,
             heard_secs_ago: h.heard_secs_ago,
+            images: h
+                .images
+                .iter()
+                .map(|id| crate::image::ImageId::from_bytes(id).to_string())
+                .collect(),
         }
     }
 }

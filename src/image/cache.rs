@@ -30,6 +30,10 @@ pub struct ImageCache {
     /// and two insertions never count the same free room.
     catalog: Mutex<()>,
     in_use: Arc<InUse>,
+    /// Images gained (unpacked into it) and lost (evicted, pruned) since
+    /// it was opened: a change is news for the host's summary, which says
+    /// which images it holds (read without a scan of the directory).
+    changes: AtomicU64,
 }
 
 /// An image ready to be a guest's root.
@@ -97,7 +101,14 @@ impl ImageCache {
             limits,
             catalog: Mutex::new(()),
             in_use: Arc::new(InUse::default()),
+            changes: AtomicU64::new(0),
         })
+    }
+
+    /// How many times the set of images held has changed since the cache
+    /// was opened (an image unpacked into it, evicted or pruned).
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
     }
 
     /// The cap on all images together, bytes of file contents.
@@ -176,6 +187,7 @@ impl ImageCache {
             let _ = remove_any(&tmp);
             return Err(io_err("cannot move the unpacked image into the cache", e));
         }
+        self.changes.fetch_add(1, Ordering::Relaxed);
         self.record_use(&plan.id, now);
         Ok(UnpackedImage {
             rootfs: dest.join("rootfs"),
@@ -347,6 +359,7 @@ impl ImageCache {
             what: "cannot evict the image".to_string(),
             source,
         })?;
+        self.changes.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = remove_any(&gone) {
             tracing::warn!(image = %id, error = %e, "cannot delete an evicted image (emptied at the next start)");
         }

@@ -191,3 +191,42 @@ fn a_prune_removes_the_least_recently_used_beyond_what_it_keeps() {
     assert!(held(&cache).is_empty());
     nothing_half_done(&cache);
 }
+
+#[test]
+fn the_count_of_changes_moves_when_an_image_comes_or_goes_and_not_on_a_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = capped(dir.path(), 5 * MIB / 2);
+    assert_eq!(cache.changes(), 0);
+    let a = cache
+        .unpack_at(&image(dir.path(), 1, 1), at(1_000))
+        .unwrap();
+    assert_eq!(cache.changes(), 1, "gained one");
+    drop(a);
+    // A task starting in an image held already changes nothing held.
+    drop(
+        cache
+            .unpack_at(&image(dir.path(), 1, 1), at(2_000))
+            .unwrap(),
+    );
+    assert_eq!(cache.changes(), 1);
+    drop(
+        cache
+            .unpack_at(&image(dir.path(), 2, 1), at(3_000))
+            .unwrap(),
+    );
+    assert_eq!(cache.changes(), 2);
+    // A third image evicts the least recently used: one gained, one lost.
+    drop(
+        cache
+            .unpack_at(&image(dir.path(), 3, 1), at(4_000))
+            .unwrap(),
+    );
+    assert_eq!(cache.changes(), 4);
+    // A refused image changes nothing.
+    assert!(cache
+        .unpack_at(&image(dir.path(), 4, 3), at(5_000))
+        .is_err());
+    assert_eq!(cache.changes(), 4);
+    let removed = cache.prune(0).unwrap().len();
+    assert_eq!((removed, cache.changes()), (2, 6), "pruned two");
+}

@@ -294,6 +294,13 @@ fn protocol_md_lists_every_struct_field_in_the_codec_order() {
         "WireLadder",
         prose_fields(region("`WireLadder` (struct):", "A receiver clamps")),
     );
+    assert_struct::<SummaryWithImages>(
+        "SummaryWithImages",
+        table_fields(region(
+            "`SummaryWithImages` (struct), format 2:",
+            "**When.**",
+        )),
+    );
     assert_struct::<Announcement>(
         "Announcement",
         table_fields(region("`Announcement` (struct),", "## Discovery")),

@@ -62,9 +62,10 @@ pub struct LocalStatus {
     pub slot_free: bool,
 }
 
-/// The reliability part of this node's summary, computed by the node; the
-/// network task adds it to the announcement's part and publishes the two
-/// as one `HostSummary`.
+/// The reliability part of this node's summary and the images it holds,
+/// computed by the node; the network task adds the announcement's part and
+/// publishes them as one `SummaryWithImages` (and, while it hears a node
+/// of format 1, as one `HostSummary` too).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SummaryBody {
     /// When it was computed, Unix seconds; the ladders' windows start then.
@@ -80,6 +81,9 @@ pub struct SummaryBody {
     /// The week's spells at the lowest memory level, and their lengths.
     pub spells: Option<WireSpells>,
     pub spell_lengths: Option<WireSpellLengths>,
+    /// The ids of the images the image cache holds, the most recently used
+    /// first, at most `IMAGES_HELD_MAX`.
+    pub images: Vec<[u8; 32]>,
 }
 
 /// A pool member as last announced.

@@ -77,6 +77,15 @@ impl MemberCache {
         evicted
     }
 
+    /// True when some member's last summary came in format 1 (a node
+    /// built before format 2, which hears only that): then ours goes out
+    /// in both formats.
+    pub fn any_of_format_1(&self) -> bool {
+        self.members
+            .values()
+            .any(|m| m.summary.as_ref().is_some_and(|s| s.images.is_none()))
+    }
+
     /// Drops the members not heard within `ttl` of `now`; returns them.
     pub fn expire(&mut self, now: Instant, ttl: Duration) -> Vec<PeerId> {
         let expired: Vec<PeerId> = self

@@ -73,14 +73,29 @@ pub fn announce_topic(pool: &PoolName) -> String {
     format!("gleaner/{pool}/announce/1")
 }
 
-/// Gossipsub topic on which members of `pool` publish their [`HostSummary`].
+/// Gossipsub topic on which members of `pool` publish their summary, in
+/// format 2 ([`SummaryWithImages`]: it says which images the host holds).
 pub fn summary_topic(pool: &PoolName) -> String {
+    format!("gleaner/{pool}/summary/2")
+}
+
+/// Gossipsub topic of format 1 summaries ([`HostSummary`] alone), where
+/// nodes built before format 2 publish and listen: this code listens there
+/// too, and publishes a format 1 copy there only while its member table
+/// holds a member heard in format 1 (a receiver of either format rejects
+/// the other, as bincode refuses trailing bytes).
+pub fn summary_topic_1(pool: &PoolName) -> String {
     format!("gleaner/{pool}/summary/1")
 }
 
-/// The layout of a [`HostSummary`] this code writes; a receiver refuses
-/// another (a later layout comes on a new topic or with a new number).
-pub const SUMMARY_FORMAT: u8 = 1;
+/// The layout of a summary this code writes on [`summary_topic`]
+/// ([`SummaryWithImages`]); a receiver refuses another there.
+pub const SUMMARY_FORMAT: u8 = 2;
+/// The layout of a summary on [`summary_topic_1`]: a [`HostSummary`] alone.
+pub const SUMMARY_FORMAT_1: u8 = 1;
+/// Most image ids a format 2 summary carries (the most recently used
+/// first); a receiver refuses a summary with more.
+pub const IMAGES_HELD_MAX: usize = 16;
 /// Largest summary a member publishes (the gossipsub message cap is the
 /// announcement's): a publisher leaves out the spell lengths, then the
 /// spells, rather than go past it.
@@ -173,7 +188,9 @@ pub struct Announcement {
 /// on a randomised heartbeat of minutes; a host with nothing new is quiet.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HostSummary {
-    /// [`SUMMARY_FORMAT`]; a receiver rejects any other.
+    /// [`SUMMARY_FORMAT_1`] alone on [`summary_topic_1`]; [`SUMMARY_FORMAT`]
+    /// as the first part of a [`SummaryWithImages`]. A receiver rejects any
+    /// other.
     pub format: u8,
     /// The member, as an announcement describes it (same checks).
     pub member: Announcement,
@@ -194,6 +211,22 @@ pub struct HostSummary {
     pub spells: Option<WireSpells>,
     /// Their lengths (as in a reliability answer); `None` when `spells` is.
     pub spell_lengths: Option<WireSpellLengths>,
+}
+
+/// A summary of format 2 ([`SUMMARY_FORMAT`]), on [`summary_topic`]: a
+/// [`HostSummary`] whose `format` is 2, followed by the images the host
+/// holds, so a consumer prefers a holder for a task in one of them. In
+/// bincode a nested struct is its fields in order, so this is format 1's
+/// bytes (with another first byte) and one list more.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryWithImages {
+    /// Fields 1-9, as format 1 has them (`format` 2).
+    pub summary: HostSummary,
+    /// Ids of the images the host's image cache holds whole (the SHA-256
+    /// of each image's config, as [`ImageRef::id`]), the most recently used
+    /// first, at most [`IMAGES_HELD_MAX`]. A claim only: a consumer prefers
+    /// a holder, and the host still reads and checks an archive it lacks.
+    pub images: Vec<[u8; 32]>,
 }
 
 /// TR at [`LADDER_SECS`] for one memory level.

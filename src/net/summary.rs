@@ -15,8 +15,10 @@ use crate::model::sched::curve::TrCurve;
 use crate::model::sched::spells::{
     PastSpells, SpellLengths, LOOKBACK_SECS, MAX_CUT_SPELLS, MAX_SPELL_LENGTHS,
 };
+use crate::net::codec::decode_body;
 use crate::net::protocol::{
-    HostSummary, WireSpellLengths, WireSpells, LADDER_SECS, MEMORY_LEVELS_MIB, SUMMARY_FORMAT,
+    Announcement, HostSummary, SummaryWithImages, WireSpellLengths, WireSpells, IMAGES_HELD_MAX,
+    LADDER_SECS, MEMORY_LEVELS_MIB, SUMMARY_FORMAT, SUMMARY_FORMAT_1,
 };
 
 /// The pacing constants live in the model, shared with `gleaner simulate`.
@@ -48,6 +50,10 @@ pub struct Summary {
     pub spells: Option<PastSpells>,
     /// Their lengths (checked against them).
     pub spell_lengths: Option<SpellLengths>,
+    /// The ids of the images it says it holds (at most
+    /// [`IMAGES_HELD_MAX`]); `None` from a format 1 summary, which cannot
+    /// say. A claim that only moves the host ahead for a task in one.
+    pub images: Option<Vec<[u8; 32]>>,
 }
 
 impl Summary {
@@ -65,21 +71,97 @@ impl Summary {
 /// Why a summary is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SummaryError {
-    #[error("summary format {0}, this node reads {SUMMARY_FORMAT}")]
+    #[error("summary format {0}, this node reads {SUMMARY_FORMAT_1} and {SUMMARY_FORMAT}")]
     Format(u8),
+    #[error("summary does not decode: {0}")]
+    Decode(String),
     #[error("summary ladders: {0}")]
     Ladders(String),
+    #[error("summary images: {count} ids, at most {IMAGES_HELD_MAX}")]
+    Images { count: usize },
 }
 
-/// Checks the reliability part of a summary heard at `heard_unix`: the
-/// format, at most one ladder per memory level with levels increasing and
+/// A summary message as heard, checked: its format (the topic it belongs
+/// on), the member it describes and what it says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedSummary {
+    /// [`SUMMARY_FORMAT_1`] or [`SUMMARY_FORMAT`].
+    pub format: u8,
+    pub member: Announcement,
+    pub summary: Summary,
+}
+
+/// Decodes and checks a summary message heard at `heard_unix` (its bytes
+/// are at most a gossipsub message; the codec's decode limit bounds every
+/// list before it is allocated): the first byte is the format, 1 a
+/// [`HostSummary`] alone, 2 a [`SummaryWithImages`]; anything else, bytes
+/// left over, or a check below failing refuses it, naming why.
+pub fn decode_summary(bytes: &[u8], heard_unix: i64) -> Result<DecodedSummary, SummaryError> {
+    let decode_err = |e: crate::net::codec::CodecError| SummaryError::Decode(e.to_string());
+    match bytes.first().copied() {
+        Some(SUMMARY_FORMAT_1) => {
+            let s: HostSummary = decode_body(bytes).map_err(decode_err)?;
+            let summary = check_summary(&s, heard_unix)?;
+            Ok(DecodedSummary {
+                format: SUMMARY_FORMAT_1,
+                member: s.member,
+                summary,
+            })
+        }
+        Some(SUMMARY_FORMAT) => {
+            let s: SummaryWithImages = decode_body(bytes).map_err(decode_err)?;
+            let summary = check_summary_with_images(&s, heard_unix)?;
+            Ok(DecodedSummary {
+                format: SUMMARY_FORMAT,
+                member: s.summary.member,
+                summary,
+            })
+        }
+        other => Err(SummaryError::Format(other.unwrap_or(0))),
+    }
+}
+
+/// Checks a format 2 summary: its format, at most [`IMAGES_HELD_MAX`]
+/// image ids, and the rest as [`check_summary`] does (duplicate ids are
+/// kept once).
+pub fn check_summary_with_images(
+    s: &SummaryWithImages,
+    heard_unix: i64,
+) -> Result<Summary, SummaryError> {
+    if s.summary.format != SUMMARY_FORMAT {
+        return Err(SummaryError::Format(s.summary.format));
+    }
+    if s.images.len() > IMAGES_HELD_MAX {
+        return Err(SummaryError::Images {
+            count: s.images.len(),
+        });
+    }
+    let mut images: Vec<[u8; 32]> = Vec::with_capacity(s.images.len());
+    for id in &s.images {
+        if !images.contains(id) {
+            images.push(*id);
+        }
+    }
+    let mut summary = check_reliability(&s.summary, heard_unix)?;
+    summary.images = Some(images);
+    Ok(summary)
+}
+
+/// Checks a format 1 summary ([`HostSummary`] alone, format 1) heard at
+/// `heard_unix`: the format and the reliability part ([`check_reliability`]).
+pub fn check_summary(s: &HostSummary, heard_unix: i64) -> Result<Summary, SummaryError> {
+    if s.format != SUMMARY_FORMAT_1 {
+        return Err(SummaryError::Format(s.format));
+    }
+    check_reliability(s, heard_unix)
+}
+
+/// Checks the reliability part of a summary heard at `heard_unix`: at
+/// most one ladder per memory level with levels increasing and
 /// no more rungs than [`LADDER_SECS`]. TRs are clamped to 1000 ‰ and made
 /// non-increasing, a computed-at in the future is taken as `heard_unix`;
 /// spells that cannot be true are dropped (not the summary).
-pub fn check_summary(s: &HostSummary, heard_unix: i64) -> Result<Summary, SummaryError> {
-    if s.format != SUMMARY_FORMAT {
-        return Err(SummaryError::Format(s.format));
-    }
+fn check_reliability(s: &HostSummary, heard_unix: i64) -> Result<Summary, SummaryError> {
     if s.ladders.len() > MEMORY_LEVELS_MIB.len() {
         return Err(SummaryError::Ladders(format!(
             "{} of them, at most {}",
@@ -133,6 +215,7 @@ pub fn check_summary(s: &HostSummary, heard_unix: i64) -> Result<Summary, Summar
         ladders,
         spells,
         spell_lengths,
+        images: None,
     })
 }
 

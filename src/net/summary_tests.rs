@@ -7,7 +7,7 @@ use crate::model::state::State;
 use crate::net::handle::LocalStatus;
 use crate::net::handle::Member;
 use crate::net::members::MemberCache;
-use crate::net::protocol::{Announcement, WireLadder, WireState};
+use crate::net::protocol::{Announcement, SummaryWithImages, WireLadder, WireState};
 use libp2p::PeerId;
 use std::time::Instant;
 
@@ -23,7 +23,7 @@ fn lengths(up_secs: Vec<u32>, up_seen: u32) -> WireSpellLengths {
 
 fn summary(ladders: Vec<WireLadder>) -> HostSummary {
     HostSummary {
-        format: SUMMARY_FORMAT,
+        format: SUMMARY_FORMAT_1,
         member: Announcement {
             peer_id: PeerId::random().to_bytes(),
             addresses: vec![],
@@ -107,6 +107,100 @@ fn a_hostile_summary_is_clamped_or_refused_never_trusted() {
     let mut wrong = summary(vec![]);
     wrong.format = 2;
     assert!(refused(wrong));
+}
+
+/// A format 2 summary holding `images`.
+fn with_images(images: Vec<[u8; 32]>) -> SummaryWithImages {
+    let mut s = summary(vec![ladder(256, vec![990, 950])]);
+    s.format = SUMMARY_FORMAT;
+    SummaryWithImages { summary: s, images }
+}
+
+#[test]
+fn both_formats_decode_by_their_first_byte_and_only_format_2_says_which_images() {
+    use crate::net::codec::encode_body;
+    let heard = 1_700_000_100;
+    let ids: Vec<[u8; 32]> = (1..=3u8).map(|i| [i; 32]).collect();
+    let s2 = with_images(ids.clone());
+    let got = decode_summary(&encode_body(&s2).unwrap(), heard).unwrap();
+    assert_eq!(got.format, SUMMARY_FORMAT);
+    assert_eq!(got.member, s2.summary.member);
+    assert_eq!(got.summary.images.as_deref(), Some(&ids[..]));
+    assert_eq!(got.summary.curve_for(256).unwrap().points().len(), 2);
+    // Format 2's bytes are format 1's with another first byte, then the list.
+    let mut s1 = s2.summary.clone();
+    s1.format = SUMMARY_FORMAT_1;
+    let (b1, b2) = (encode_body(&s1).unwrap(), encode_body(&s2).unwrap());
+    assert_eq!(&b2[1..b1.len()], &b1[1..]);
+    // Format 1 says nothing of images: `None`, not "none held".
+    let got = decode_summary(&b1, heard).unwrap();
+    assert_eq!((got.format, got.summary.images), (SUMMARY_FORMAT_1, None));
+    // A format 2 that holds none says so.
+    let none = decode_summary(&encode_body(&with_images(vec![])).unwrap(), heard).unwrap();
+    assert_eq!(none.summary.images, Some(vec![]));
+    // Another format, bytes left over, or format 1 cut short: refused.
+    let mut other = b2.clone();
+    other[0] = 3;
+    assert_eq!(decode_summary(&other, heard), Err(SummaryError::Format(3)));
+    assert_eq!(decode_summary(&[], heard), Err(SummaryError::Format(0)));
+    let mut trailing = b1.clone();
+    trailing.push(0);
+    assert!(matches!(
+        decode_summary(&trailing, heard),
+        Err(SummaryError::Decode(_))
+    ));
+    // An older node reads format 2's bytes as format 1 with trailing bytes:
+    // it refuses them (so format 2 has a topic of its own).
+    assert!(crate::net::codec::decode_body::<HostSummary>(&b2).is_err());
+    // Duplicate ids are kept once.
+    let dup = with_images(vec![[7; 32], [7; 32], [8; 32]]);
+    let got = decode_summary(&encode_body(&dup).unwrap(), heard).unwrap();
+    assert_eq!(got.summary.images, Some(vec![[7; 32], [8; 32]]));
+}
+
+#[test]
+fn a_summary_claiming_more_images_than_the_bound_is_refused_by_name() {
+    use crate::net::codec::encode_body;
+    use crate::net::protocol::{IMAGES_HELD_MAX, SUMMARY_MAX_BYTES};
+    let heard = 1_700_000_100;
+    let at_most: Vec<[u8; 32]> = (0..IMAGES_HELD_MAX).map(|i| [i as u8; 32]).collect();
+    let ok = decode_summary(&encode_body(&with_images(at_most)).unwrap(), heard).unwrap();
+    assert_eq!(ok.summary.images.unwrap().len(), IMAGES_HELD_MAX);
+    let over: Vec<[u8; 32]> = (0..=IMAGES_HELD_MAX).map(|i| [i as u8; 32]).collect();
+    let bytes = encode_body(&with_images(over)).unwrap();
+    // Within a gossipsub message's bytes, so only the bound refuses it.
+    assert!(bytes.len() <= SUMMARY_MAX_BYTES);
+    let refused = decode_summary(&bytes, heard).unwrap_err();
+    assert_eq!(
+        refused,
+        SummaryError::Images {
+            count: IMAGES_HELD_MAX + 1
+        }
+    );
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "summary images: {} ids, at most {IMAGES_HELD_MAX}",
+            IMAGES_HELD_MAX + 1
+        )
+    );
+    // A list that claims more ids than the message holds stops at the
+    // codec's limit, never allocating what it claims.
+    let mut lying = encode_body(&with_images(vec![])).unwrap();
+    let last = lying.len() - 1;
+    lying[last] = 253; // a u64 count follows
+    lying.extend_from_slice(&u64::MAX.to_le_bytes());
+    assert!(matches!(
+        decode_summary(&lying, heard),
+        Err(SummaryError::Decode(_))
+    ));
+    // The wrong format inside a format 2 summary is refused too.
+    let mut inner = with_images(vec![]);
+    inner.summary.format = SUMMARY_FORMAT_1;
+    assert_eq!(
+        check_summary_with_images(&inner, heard),
+        Err(SummaryError::Format(SUMMARY_FORMAT_1))
+    );
 }
 
 fn member(peer: PeerId, last_seen: Instant, summary: Option<std::sync::Arc<Summary>>) -> Member {

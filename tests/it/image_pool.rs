@@ -6,6 +6,10 @@
 //! counts of bytes read from the consumer, relayed in their "inputs ready"
 //! events, and their logs of what they unpacked); a host whose owner
 //! denies images refuses the tasks with its reason and runs none of them.
+//! Hosts say in their summaries which images they hold (scope 3): after an
+//! image moved from the host the policy prefers to the other one (a prune
+//! there, a `run-local` here), a task in it goes to the holder and reads
+//! nothing, where the policy alone would have sent it back across.
 
 use crate::guest_image::{docker_archive, probe_image, static_probe, view_namespaces_allowed};
 use crate::node_support;
@@ -213,4 +217,161 @@ fn a_batch_in_an_image_sees_its_os_release_on_every_host_and_the_image_crosses_o
         vec![denier.clone()],
         "only the denying host refuses, and it does"
     );
+}
+
+/// The image ids the consumer's table says `host`'s summary holds (`None`
+/// while the host is not listed).
+fn images_listed(consumer: &NodeFixture, host: &str) -> Option<Vec<String>> {
+    let report: Value =
+        serde_json::from_str(&consumer.run_ok(&["hosts", "--json", "--window", "1h"])).unwrap();
+    let listed = report["hosts"].as_array().unwrap();
+    let h = listed.iter().find(|l| l["peer"] == host)?;
+    Some(
+        h["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect(),
+    )
+}
+
+/// Waits until the consumer's table says `host` holds exactly `want`.
+fn until_images(consumer: &NodeFixture, host: &str, want: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = images_listed(consumer, host);
+        if got.as_deref() == Some(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{host}'s summary never said it holds {want:?}: {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Runs a batch of one task in `archive` through `consumer`; returns the
+/// host it ran on and its "inputs ready" event.
+fn one_task(consumer: &NodeFixture, archive: &std::path::Path, name: &str) -> (String, String) {
+    let results = consumer.dir.join("work").join(name);
+    let (code, lines) = consumer
+        .json_stream(
+            "batch",
+            &[
+                "submit",
+                "--wait",
+                "--image",
+                archive.to_str().unwrap(),
+                "--range",
+                "0..1",
+                "--runtime",
+                "1m",
+                "--output",
+                "out.txt",
+                "--output-dir",
+                results.to_str().unwrap(),
+                "--",
+                name,
+            ],
+        )
+        .finish(Duration::from_secs(120));
+    assert_eq!(code, 0, "{lines:#?}\n{}", consumer.log());
+    let out = std::fs::read_to_string(results.join("0").join("stdout")).unwrap();
+    assert!(out.contains("os-release:ID=gleaner-image-test"), "{out}");
+    let p: Value = serde_json::from_str(
+        &std::fs::read_to_string(results.join("0").join("provenance.json")).unwrap(),
+    )
+    .unwrap();
+    let host = p["host"].as_str().unwrap().to_string();
+    let ready: Vec<String> = lines
+        .iter()
+        .filter_map(|l| l["event"].as_str())
+        .filter(|e| e.starts_with("inputs ready"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ready.len(), 1, "one attempt, one start: {lines:#?}");
+    (host, ready[0].clone())
+}
+
+#[test]
+fn a_later_task_in_an_image_goes_to_the_free_host_that_holds_it_and_reads_nothing() {
+    if !view_namespaces_allowed() {
+        eprintln!("SKIP: the kernel refuses user/mount/PID namespaces to an unprivileged user");
+        return;
+    }
+    let first = started(pool_node(Some(&history(0)), &[]));
+    let boot = addr(&first);
+    let second = started(pool_node(Some(&history(0)), &["--bootstrap", &boot]));
+    let consumer = started(pool_node(None, &["--bootstrap", &boot, "--no-guest"]));
+    let hosts = [(&first, peer(&first)), (&second, peer(&second))];
+    until_listed(&consumer, &[hosts[0].1.clone(), hosts[1].1.clone()]);
+    for (_, id) in &hosts {
+        assert_eq!(images_listed(&consumer, id), Some(vec![]), "none held yet");
+    }
+
+    let work = consumer.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let probe = static_probe(&work);
+    let (layer, config) = probe_image(&probe, crate::guest_image::IMAGE_OS);
+    let archive = work.join("probe-image.tar");
+    std::fs::write(&archive, docker_archive(&layer, &config)).unwrap();
+    let size = std::fs::metadata(&archive).unwrap().len();
+    let fetched = format!("inputs ready: {size} bytes fetched, 0 bytes from the host's cache");
+    let cached = format!("inputs ready: 0 bytes fetched, {size} bytes from the host's cache");
+
+    // Nobody holds the image: the host the policy prefers reads it, and
+    // its summary says so once its cache has it.
+    let (preferred, event) = one_task(&consumer, &archive, "first");
+    assert_eq!(event, fetched);
+    let (p_node, other) = if preferred == hosts[0].1 {
+        (hosts[0].0, hosts[1].clone())
+    } else {
+        (hosts[1].0, hosts[0].clone())
+    };
+    let list: Value = serde_json::from_str(&p_node.run_ok(&["images", "list", "--json"])).unwrap();
+    let digest = list["images"][0]["digest"].as_str().unwrap().to_string();
+    until_images(&consumer, &preferred, std::slice::from_ref(&digest));
+
+    // The image moves: the preferred host's owner prunes it (its summary
+    // says it holds none), the other host runs it itself (its summary says
+    // it holds it).
+    p_node.run_ok(&["images", "prune"]);
+    until_images(&consumer, &preferred, &[]);
+    let ran = other
+        .0
+        .gleaner()
+        .arg("run-local")
+        .arg("--image")
+        .arg(&archive)
+        .output()
+        .unwrap();
+    assert!(
+        ran.status.success(),
+        "run-local: {}\n{}",
+        String::from_utf8_lossy(&ran.stderr),
+        other.0.log()
+    );
+    until_images(&consumer, &other.1, std::slice::from_ref(&digest));
+
+    // Both free and equally reliable: the policy alone would choose the
+    // preferred host again (and send the image across); the task goes to
+    // the holder, which reads nothing.
+    let (host, event) = one_task(&consumer, &archive, "second");
+    assert_eq!(
+        host,
+        other.1,
+        "went to the host that no longer holds the image:\n{}",
+        consumer.log()
+    );
+    assert_eq!(event, cached, "the image crossed again");
+    // The preferred host read the image once (the first task), the
+    // holder never from the consumer.
+    let unpacked = |n: &NodeFixture| {
+        n.log()
+            .matches("image unpacked into the image cache")
+            .count()
+    };
+    assert_eq!((unpacked(p_node), unpacked(other.0)), (1, 0));
 }

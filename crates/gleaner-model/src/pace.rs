@@ -1,5 +1,5 @@
 //! When a host publishes its summary (issue 27, scope 2): on a change of
-//! state or slot once a minimum gap has passed, on a change of Γ of
+//! state, slot or the images it holds (issue 31) once a minimum gap has passed, on a change of Γ of
 //! [`POWER_STEPS_AT_ONCE`] steps likewise or of one step once it has held
 //! for [`POWER_HOLD`] (hysteresis: the owner's load jitter moves Γ across a
 //! step boundary and back every few readings), and on a randomised
@@ -48,6 +48,11 @@ pub struct StatusKey {
     pub slot_free: bool,
     /// Γ in steps of [`POWER_STEP_MILLI`].
     pub power_step: u32,
+    /// A count that moves whenever the set of images the host holds
+    /// changes (the node's image cache counts what it gained and lost; 0
+    /// where nothing is held, as in the simulator): the summary says which
+    /// images, so a change is news, paced like a change of slot.
+    pub holdings: u64,
 }
 
 impl StatusKey {
@@ -56,7 +61,14 @@ impl StatusKey {
             state,
             slot_free,
             power_step: power_milli / POWER_STEP_MILLI,
+            holdings: 0,
         }
+    }
+
+    /// The same status for a host whose holdings count is `holdings`.
+    #[must_use]
+    pub fn holding(self, holdings: u64) -> StatusKey {
+        StatusKey { holdings, ..self }
     }
 }
 
@@ -71,6 +83,7 @@ impl Change for StatusKey {
     fn goes_out_at_once(&self, published: &Self) -> bool {
         self.state != published.state
             || self.slot_free != published.slot_free
+            || self.holdings != published.holdings
             || self.power_step.abs_diff(published.power_step) >= POWER_STEPS_AT_ONCE
     }
 }
@@ -232,6 +245,22 @@ mod tests {
         // A change of slot or state never waits for the hold.
         assert!(pacer.due(SimSecs(170.0), StatusKey::new(State::S1, false, 765)));
         assert!(pacer.due(SimSecs(170.0), StatusKey::new(State::S3, true, 765)));
+    }
+
+    #[test]
+    fn a_change_of_the_images_held_goes_out_at_the_gap_without_a_hold() {
+        let mut pacer: Pacer<SimSecs, StatusKey> = Pacer::new(Duration::from_secs(300));
+        let held = |n: u64| power(740).holding(n);
+        pacer.published(SimSecs(0.0), held(1), 0.5);
+        assert!(!pacer.due(SimSecs(5.0), held(1)), "nothing new");
+        assert!(!pacer.due(SimSecs(5.0), held(2)), "the gap holds it");
+        assert_eq!(pacer.next_look(held(2)), Some(SimSecs(10.0)));
+        assert!(pacer.due(SimSecs(10.0), held(2)), "no minute's hold");
+        pacer.published(SimSecs(10.0), held(4), 0.5);
+        // Several changes within a gap go out as one publication.
+        assert!(!pacer.due(SimSecs(12.0), held(5)));
+        assert!(!pacer.due(SimSecs(15.0), held(7)));
+        assert!(pacer.due(SimSecs(20.0), held(7)));
     }
 
     /// Publications in an hour of readings every 5 s of a host whose Γ

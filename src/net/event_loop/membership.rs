@@ -1,5 +1,7 @@
-//! The pool's membership: summaries (and version 1 nodes' announcements)
-//! over gossipsub, each checked (it must come from the peer it describes,
+//! The pool's membership: summaries (format 2 on the summary topic, with
+//! the images a host holds; format 1 from nodes built before it on the old
+//! topic, where ours goes too only while such a node is heard; and version
+//! 1 nodes' announcements) over gossipsub, each checked (it must come from the peer it describes,
 //! within its size and bounds) before its sender is recorded in the bounded
 //! member table, ours published with the addresses a peer could use (when
 //! the node says so; republished only when our addresses change or a peer
@@ -20,9 +22,10 @@ use super::EventLoop;
 use crate::net::codec::{decode_body, encode_body};
 use crate::net::handle::{LocalStatus, Member, NetEvent, SummaryBody};
 use crate::net::protocol::{
-    Announcement, HostSummary, ANNOUNCE_MAX_BYTES, SUMMARY_FORMAT, SUMMARY_MAX_BYTES,
+    Announcement, HostSummary, SummaryWithImages, ANNOUNCE_MAX_BYTES, IMAGES_HELD_MAX,
+    SUMMARY_FORMAT, SUMMARY_FORMAT_1, SUMMARY_MAX_BYTES,
 };
-use crate::net::summary::{check_summary, min_gap, Summary};
+use crate::net::summary::{decode_summary, min_gap, Summary};
 use crate::net::swarm::ANNOUNCED_ADDRESSES_MAX;
 
 impl EventLoop {
@@ -45,9 +48,9 @@ impl EventLoop {
                 if age > self.cfg.member_ttl {
                     return None;
                 }
-                let summary = decode_body::<HostSummary>(&heard.bytes).ok()?;
-                let checked = check_summary(&summary, heard.heard_unix).ok()?;
-                let mut member = member_from(peer, summary.member, Some(Arc::new(checked)))?;
+                // Either format, as it came over the wire.
+                let h = decode_summary(&heard.bytes, heard.heard_unix).ok()?;
+                let mut member = member_from(peer, h.member, Some(Arc::new(h.summary)))?;
                 member.last_seen = now.checked_sub(age)?;
                 Some(member)
             })
@@ -72,19 +75,27 @@ impl EventLoop {
             return MessageAcceptance::Reject;
         };
         let mut summary_bytes = None;
-        let member = if message.topic == self.summary_topic.hash() {
+        // Each summary topic carries its own format and no other.
+        let format = if message.topic == self.summary_topic.hash() {
+            Some(SUMMARY_FORMAT)
+        } else if message.topic == self.summary_topic_1.hash() {
+            Some(SUMMARY_FORMAT_1)
+        } else {
+            None
+        };
+        let member = if let Some(format) = format {
             if message.data.len() > SUMMARY_MAX_BYTES {
                 return MessageAcceptance::Reject;
             }
-            let Ok(summary) = decode_body::<HostSummary>(&message.data) else {
-                return MessageAcceptance::Reject;
-            };
             let heard = jiff::Timestamp::now().as_second();
-            let Ok(checked) = check_summary(&summary, heard) else {
+            let Ok(h) = decode_summary(&message.data, heard) else {
                 return MessageAcceptance::Reject;
             };
+            if h.format != format {
+                return MessageAcceptance::Reject;
+            }
             summary_bytes = Some(message.data.as_slice());
-            member_from(source, summary.member, Some(Arc::new(checked)))
+            member_from(source, h.member, Some(Arc::new(h.summary)))
         } else if message.topic == self.topic.hash() {
             if message.data.len() > ANNOUNCE_MAX_BYTES {
                 return MessageAcceptance::Reject;
@@ -141,7 +152,7 @@ impl EventLoop {
             return;
         }
         let gossipsub = &mut self.swarm.behaviour_mut().gossipsub;
-        for topic in [&self.summary_topic, &self.topic] {
+        for topic in [&self.summary_topic, &self.summary_topic_1, &self.topic] {
             let done = if wanted {
                 gossipsub
                     .subscribe(topic)
@@ -226,7 +237,10 @@ impl EventLoop {
             slot_free: status.slot_free,
             version: env!("CARGO_PKG_VERSION").to_string(),
         };
-        let data = match summary_bytes(announcement, self.body.as_ref()) {
+        // A format 1 copy only while a node that reads nothing else is in
+        // the table: a pool of this version pays for one publication.
+        let both = self.members.any_of_format_1();
+        let data = match summary_bytes(announcement, self.body.as_ref(), both) {
             Ok(d) => d,
             Err(e) => {
                 tracing::warn!("summary does not encode: {e}");
@@ -234,10 +248,17 @@ impl EventLoop {
             }
         };
         self.last_published = Some(Instant::now());
-        let topic = self.summary_topic.clone();
-        if let Err(e) = self.swarm.behaviour_mut().gossipsub.publish(topic, data) {
-            // No subscribed peer yet is normal for the first member of a pool.
-            tracing::debug!("summary not published: {e}");
+        let (data, data_1) = data;
+        let topics = [
+            (self.summary_topic.clone(), Some(data)),
+            (self.summary_topic_1.clone(), data_1),
+        ];
+        for (topic, data) in topics {
+            let Some(data) = data else { continue };
+            if let Err(e) = self.swarm.behaviour_mut().gossipsub.publish(topic, data) {
+                // No subscribed peer yet is normal for the first member of a pool.
+                tracing::debug!("summary not published: {e}");
+            }
         }
         self.provide();
     }
@@ -255,13 +276,16 @@ impl EventLoop {
     }
 }
 
-/// Our summary's bytes: the announcement and the reliability part (none
-/// before the node computed one). Past [`SUMMARY_MAX_BYTES`] the spell
-/// lengths are left out, then the spells, then the ladders.
+/// Our summary's bytes in format 2 (the announcement, the reliability
+/// part, none before the node computed one, and the images held, at most
+/// [`IMAGES_HELD_MAX`]) and, with `format_1`, in format 1 (the same without
+/// the images). Past [`SUMMARY_MAX_BYTES`] the spell lengths are left out,
+/// then the images, then the spells, then the ladders.
 fn summary_bytes(
     member: Announcement,
     body: Option<&SummaryBody>,
-) -> Result<Vec<u8>, crate::net::codec::CodecError> {
+    format_1: bool,
+) -> Result<(Vec<u8>, Option<Vec<u8>>), crate::net::codec::CodecError> {
     let mut summary = HostSummary {
         format: SUMMARY_FORMAT,
         member,
@@ -277,19 +301,32 @@ fn summary_bytes(
         // Nothing computed: said as "now", so no receiver finds it stale.
         summary.computed_at_unix = jiff::Timestamp::now().as_second();
     }
-    let mut data = encode_body(&summary)?;
-    for cut in 0..3 {
-        if data.len() <= SUMMARY_MAX_BYTES {
-            break;
+    let mut images: Vec<[u8; 32]> = body
+        .map(|b| b.images.iter().take(IMAGES_HELD_MAX).copied().collect())
+        .unwrap_or_default();
+    let mut cut = 0;
+    let data = loop {
+        let data = encode_body(&SummaryWithImages {
+            summary: summary.clone(),
+            images: images.clone(),
+        })?;
+        if data.len() <= SUMMARY_MAX_BYTES || cut > 3 {
+            break data;
         }
         match cut {
             0 => summary.spell_lengths = None,
-            1 => summary.spells = None,
+            1 => images.clear(),
+            2 => summary.spells = None,
             _ => summary.ladders.clear(),
         }
-        data = encode_body(&summary)?;
+        cut += 1;
+    };
+    if !format_1 {
+        return Ok((data, None));
     }
-    Ok(data)
+    // Format 1 is format 2 without the images: what fit there fits here.
+    summary.format = SUMMARY_FORMAT_1;
+    Ok((data, Some(encode_body(&summary)?)))
 }
 
 /// Turns a decoded announcement into a member, or `None` if it lies about its sender or
@@ -324,4 +361,73 @@ fn member_from(source: PeerId, a: Announcement, summary: Option<Arc<Summary>>) -
         last_seen: Instant::now(),
         summary,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::protocol::{WireSpellLengths, WireState};
+
+    fn announcement() -> Announcement {
+        Announcement {
+            peer_id: PeerId::random().to_bytes(),
+            addresses: vec![],
+            logical_cpus: 2,
+            memory_mib: 4_096,
+            benchmark_score: 1_000,
+            relative_power_milli: 900,
+            state: WireState::S1,
+            slot_free: true,
+            version: "0.1.0".into(),
+        }
+    }
+
+    fn body(images: Vec<[u8; 32]>) -> SummaryBody {
+        SummaryBody {
+            computed_at_unix: 1_700_000_000,
+            speed_milli: 900,
+            availability_milli: Some(800),
+            days_used: 3,
+            ladders: vec![],
+            spells: None,
+            spell_lengths: None,
+            images,
+        }
+    }
+
+    #[test]
+    fn ours_goes_out_in_format_2_with_at_most_the_bound_of_images_and_in_format_1_on_demand() {
+        let held: Vec<[u8; 32]> = (0..40u8).map(|i| [i; 32]).collect();
+        let (data, data_1) =
+            summary_bytes(announcement(), Some(&body(held.clone())), false).unwrap();
+        assert_eq!(data_1, None, "no older node heard: one publication");
+        let heard = decode_summary(&data, 1_700_000_000).unwrap();
+        assert_eq!(heard.format, SUMMARY_FORMAT);
+        assert_eq!(
+            heard.summary.images.as_deref(),
+            Some(&held[..IMAGES_HELD_MAX])
+        );
+        let (data, data_1) = summary_bytes(announcement(), Some(&body(held)), true).unwrap();
+        let old = decode_summary(&data_1.unwrap(), 1_700_000_000).unwrap();
+        assert_eq!((old.format, old.summary.images), (SUMMARY_FORMAT_1, None));
+        assert_eq!(old.member, decode_summary(&data, 1).unwrap().member);
+    }
+
+    #[test]
+    fn past_the_message_cap_the_spell_lengths_go_before_the_images() {
+        // Spell lengths that alone fill the message.
+        let mut big = body((0..16u8).map(|i| [i; 32]).collect());
+        big.spell_lengths = Some(WireSpellLengths {
+            up_secs: vec![u32::MAX; 1_000],
+            up_seen: 1_000,
+            up_cut_secs: vec![],
+            outage_secs: vec![],
+            outages_seen: 0,
+        });
+        let (data, _) = summary_bytes(announcement(), Some(&big), false).unwrap();
+        assert!(data.len() <= SUMMARY_MAX_BYTES);
+        let heard = decode_summary(&data, 1_700_000_000).unwrap();
+        assert_eq!(heard.summary.images.map(|i| i.len()), Some(16));
+        assert_eq!(heard.summary.spell_lengths, None);
+    }
 }

@@ -45,7 +45,7 @@ use crate::net::handle::{Command, LocalStatus, NetError, NetEvent, NetHandle, Su
 use crate::net::listening::Listening;
 use crate::net::members::{MemberCache, MEMBERS_MAX};
 use crate::net::protocol::{
-    announce_topic, summary_topic, JobResponse, ReliabilityResponse, KAD_PROTOCOL,
+    announce_topic, summary_topic, summary_topic_1, JobResponse, ReliabilityResponse, KAD_PROTOCOL,
 };
 use crate::net::reachability::{AddressScope, Reachability};
 use crate::net::summary::min_gap;
@@ -80,7 +80,10 @@ pub fn start(
     // published on), so a mixed pool lists them.
     let topic = IdentTopic::new(announce_topic(&cfg.pool));
     let summaries = IdentTopic::new(summary_topic(&cfg.pool));
-    for t in [&topic, &summaries] {
+    // Nodes built before summaries of format 2 publish format 1 there:
+    // heard too, so a mixed pool lists them.
+    let summaries_1 = IdentTopic::new(summary_topic_1(&cfg.pool));
+    for t in [&topic, &summaries, &summaries_1] {
         swarm
             .behaviour_mut()
             .gossipsub
@@ -118,6 +121,7 @@ pub fn start(
         cfg,
         topic,
         summary_topic: summaries,
+        summary_topic_1: summaries_1,
         commands,
         events,
         cancel,
@@ -189,8 +193,11 @@ pub struct EventLoop {
     cfg: NetConfig,
     /// Version 1 nodes' announce topic (heard, never published on).
     topic: IdentTopic,
-    /// The topic our summaries go to.
+    /// The topic our summaries go to (format 2).
     summary_topic: IdentTopic,
+    /// Format 1 summaries' topic: heard; ours go there too only while a
+    /// member heard in format 1 is in the table.
+    summary_topic_1: IdentTopic,
     commands: mpsc::Receiver<Command>,
     events: mpsc::Sender<NetEvent>,
     cancel: CancellationToken,
@@ -543,7 +550,7 @@ impl EventLoop {
                     .report_message_validation_result(&message_id, &propagation_source, verdict);
             }
             BehaviourEvent::Gossipsub(gossipsub::Event::Subscribed { peer_id, topic })
-                if topic == self.summary_topic.hash() =>
+                if topic == self.summary_topic.hash() || topic == self.summary_topic_1.hash() =>
             {
                 // A peer that joins the topic has not heard our last summary
                 // (it went out before it was there): tell it soon, not at the

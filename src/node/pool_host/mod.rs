@@ -2,8 +2,8 @@
 //! jobs peers submitted here (their ordered event queues, their directories,
 //! output fetches), answers peers' reliability queries with a typed forecast
 //! from the host loop, and publishes this host's summary when its
-//! [`Pacer`] says (a change of state, slot or Γ step; a heartbeat), its
-//! ladders computed off the loop.
+//! [`Pacer`] says (a change of state, slot, Γ step or images held; a
+//! heartbeat), its ladders computed and its images listed off the loop.
 //!
 //! Inputs, selected into one closed [`Event`]: the network's requests, the
 //! host loop's guest events and snapshots, [`PoolHostCommand`]s, and the end
@@ -108,8 +108,9 @@ enum Event {
     Prepared(Prepared),
     /// The pacer's time to look again.
     PaceTick,
-    /// Our summary's reliability part is computed.
-    Summarised(Box<SummaryBody>),
+    /// Our summary's reliability part is computed (with the image cache's
+    /// count of changes it is as of).
+    Summarised(Box<(SummaryBody, u64)>),
     Shutdown,
 }
 
@@ -178,8 +179,8 @@ pub struct PoolHost {
     pacer: Pacer,
     /// A summary is being computed (one at a time).
     summarising: bool,
-    summary_tx: mpsc::Sender<SummaryBody>,
-    summary_rx: mpsc::Receiver<SummaryBody>,
+    summary_tx: mpsc::Sender<(SummaryBody, u64)>,
+    summary_rx: mpsc::Receiver<(SummaryBody, u64)>,
     /// The job being prepared, if any (one at a time).
     preparing: Option<Preparing>,
     prepared_tx: mpsc::Sender<Prepared>,
@@ -242,7 +243,7 @@ impl PoolHost {
                 Event::Net(n) => self.on_net(n).await,
                 Event::Guest(e) => self.forward_to_consumer(&e),
                 Event::HostChanged | Event::PaceTick => self.pace(),
-                Event::Summarised(body) => self.publish(*body),
+                Event::Summarised(body) => self.publish(body.0, body.1),
                 Event::Command(PoolHostCommand::RemoteJobs { reply }) => {
                     let _ = reply.send(self.remote.summaries());
                 }
@@ -406,6 +407,7 @@ impl PoolHost {
 
     fn status_key(&self, status: &LocalStatus) -> StatusKey {
         StatusKey::new(status.state, status.slot_free, status.relative_power_milli)
+            .holding(publish::holdings(self.parts.images.as_deref()))
     }
 
     /// Starts computing a summary when the pacer says one is due: its
@@ -421,6 +423,7 @@ impl PoolHost {
         let at = self.now();
         let speed = self.speed_milli();
         let done = self.summary_tx.clone();
+        let images = self.parts.images.clone();
         self.parts.tracker.spawn(async move {
             let mut levels = Vec::with_capacity(MEMORY_LEVELS_MIB.len());
             for level in MEMORY_LEVELS_MIB {
@@ -436,16 +439,19 @@ impl PoolHost {
                 }
                 levels.push((level, answers));
             }
-            let _ = done.send(summary_body(at, speed, &levels)).await;
+            let (holdings, held) = publish::images_held(images.as_deref());
+            let _ = done
+                .send((summary_body(at, speed, &levels, &held), holdings))
+                .await;
         });
     }
 
     /// Publishes a computed summary with the status as it is now, and tells
     /// the pacer.
-    fn publish(&mut self, body: SummaryBody) {
+    fn publish(&mut self, body: SummaryBody, holdings: u64) {
         self.summarising = false;
         let status = self.local_status();
-        let key = self.status_key(&status);
+        let key = self.status_key(&status).holding(holdings);
         // A full network queue drops this one; counted as published all the
         // same, so the pacer waits for the next change or heartbeat instead
         // of computing again at once.

@@ -1,9 +1,10 @@
 //! What this host tells the pool about itself, as wire values: its answer
 //! to a reliability query ([`wire_answer`]), its summary's reliability part
 //! ([`summary_body`]: TR ladders at fixed window lengths and memory levels,
-//! its week's spells), and when to publish a summary ([`Pacer`]: on a
-//! change of state, slot or power step, at most once per minimum gap, and
-//! on a randomised heartbeat of minutes; a host with nothing new is quiet).
+//! its week's spells, the images its cache holds: [`images_held`]), and
+//! when to publish a summary ([`Pacer`]: on a change of state, slot, power
+//! step or images held, at most once per minimum gap, and on a randomised
+//! heartbeat of minutes; a host with nothing new is quiet).
 //!
 //! Pure: the pool host computes the answers and reads the clock; this
 //! module turns them into wire values and decisions. It knows nothing of
@@ -14,7 +15,7 @@ use std::time::Instant;
 use crate::model::predict::InitialState;
 use crate::net::protocol::{
     FailureByCause, ReliabilityAnswer, WireLadder, WireSpellLengths, WireSpells, WireState,
-    CURVE_POINTS_MAX, LADDER_SECS,
+    CURVE_POINTS_MAX, IMAGES_HELD_MAX, LADDER_SECS,
 };
 use crate::net::SummaryBody;
 use crate::node::answer::HostAnswer;
@@ -35,10 +36,13 @@ pub type Pacer = crate::model::pace::Pacer<Instant, StatusKey>;
 /// memory level, the answers to [`LADDER_ASKS_SECS`] (in that order, an
 /// answer missing where the host could not predict). The spells,
 /// availability and history days come from the lowest level's first answer.
+/// `images` are the ids the image cache holds, most recently used first:
+/// the first [`IMAGES_HELD_MAX`] go.
 pub fn summary_body(
     computed_at_unix: i64,
     speed_milli: u32,
     levels: &[(u32, Vec<Option<HostAnswer>>)],
+    images: &[[u8; 32]],
 ) -> SummaryBody {
     let first = levels
         .first()
@@ -66,6 +70,7 @@ pub fn summary_body(
         spell_lengths: first
             .and_then(|a| a.spell_lengths.as_ref())
             .map(wire_spell_lengths),
+        images: images.iter().take(IMAGES_HELD_MAX).copied().collect(),
     }
 }
 
@@ -143,6 +148,25 @@ pub fn wire_answer(
         spells: answer.spells.as_ref().map(wire_spells),
         spell_lengths: answer.spell_lengths.as_ref().map(wire_spell_lengths),
     }
+}
+
+/// The image cache's count of changes ([`crate::image::ImageCache::changes`]),
+/// 0 for a host that runs no images: the pacer's `holdings`.
+pub fn holdings(images: Option<&crate::image::ImageCache>) -> u64 {
+    images.map_or(0, crate::image::ImageCache::changes)
+}
+
+/// The count of changes, read first, and the ids of the images the cache
+/// holds, most recently used first (none when it cannot be listed; a few
+/// small reads, one `image.json` per image): a summary that goes out with
+/// this count says at least these.
+pub fn images_held(images: Option<&crate::image::ImageCache>) -> (u64, Vec<[u8; 32]>) {
+    let count = holdings(images);
+    let held = images
+        .and_then(|c| c.list().ok())
+        .map(|list| list.iter().map(|i| i.id.to_bytes()).collect())
+        .unwrap_or_default();
+    (count, held)
 }
 
 /// Seconds as the wire's u32 (a week fits many times over).

@@ -82,6 +82,8 @@ fn the_ladder_is_read_off_the_answers_and_stops_where_history_ends() {
         (14_400, 0.8),
     ]);
     let long = answer(vec![(7_200, 0.9), (14_400, 0.8), (28_800, 0.6)]);
+    // More images than a summary carries: the most recently used go.
+    let held: Vec<[u8; 32]> = (0..40u8).map(|i| [i; 32]).collect();
     let body = summary_body(
         1_700_000_000,
         900,
@@ -90,7 +92,9 @@ fn the_ladder_is_read_off_the_answers_and_stops_where_history_ends() {
             (2_048, vec![Some(short), None]),
             (8_192, vec![None, None]),
         ],
+        &held,
     );
+    assert_eq!(body.images, held[..crate::net::protocol::IMAGES_HELD_MAX]);
     assert_eq!(body.ladders.len(), 2, "a level without answers is left out");
     assert_eq!(body.ladders[0].tr_milli, vec![990, 980, 950, 900, 800, 600]);
     assert_eq!(body.ladders[1].tr_milli, vec![990, 980, 950, 900, 800]);
@@ -120,6 +124,11 @@ fn the_ladder_is_read_off_the_answers_and_stops_where_history_ends() {
         spells: None,
         spell_lengths: None,
     };
-    let checked = crate::net::summary::check_summary(&wire, 1_700_000_000).unwrap();
+    let wire = crate::net::protocol::SummaryWithImages {
+        summary: wire,
+        images: body.images.clone(),
+    };
+    let checked = crate::net::summary::check_summary_with_images(&wire, 1_700_000_000).unwrap();
+    assert_eq!(checked.images.as_deref(), Some(&body.images[..]));
     assert!((checked.curve_for(1_000).unwrap().tr_at(3_600.0) - 0.95).abs() < 1e-9);
 }

@@ -8,8 +8,9 @@
 //! (`deadline`), a host's failure spells over its past (`spells`), and
 //! the windows that come later: hold a task for the best (host, start)
 //! pair, exclusion, bounded kills (`window`), how many hosts
-//! placement asks and which (`probe`), and which running tasks get a
-//! copy in a batch's tail (`tail`).
+//! placement asks and which (`probe`), which running tasks get a
+//! copy in a batch's tail (`tail`), and the one locality rule: hosts that
+//! hold a task's image first (`holds`).
 //!
 //! The consumer describes a host by [`HostView`] (relative power, predicted
 //! availability, TR curve) and a task by its reference runtime; nothing here
@@ -20,6 +21,7 @@ pub mod cisne;
 pub mod curve;
 pub mod deadline;
 pub mod estimate;
+pub mod holds;
 pub mod place;
 pub mod power;
 pub mod probe;

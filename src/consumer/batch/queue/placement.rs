@@ -3,7 +3,8 @@
 //! the survey picks them from the members' summaries; when rounds happen is
 //! `rounds`), and which
 //! waiting task goes to which free host (batches in order of age, each by
-//! its policy; a verified task's further copies first; the hosts left over
+//! its policy, hosts that hold its image first; a verified task's further
+//! copies first; the hosts left over
 //! to tail copies, `tail`), each attempt
 //! recorded as it is handed over and given to the driver to launch. Pure:
 //! no tokio, no files, no clock.
@@ -17,6 +18,7 @@ use crate::consumer::batch::attempt::AttemptPlan;
 use crate::consumer::batch::policy::TaskNeeds;
 use crate::consumer::batch::record::{TaskCopy, TaskRecord, TaskState};
 use crate::consumer::batch::runtime::planned_runtime;
+use crate::consumer::rank::{holders_first, holds_any};
 use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::{BatchId, JobId};
 
@@ -163,13 +165,16 @@ impl QueueCore {
                 runtime_secs: planned_runtime(live.record.runtime_secs, &live.tasks).median,
                 window_secs: live.record.runtime_secs,
             };
-            let ordered: Vec<(PeerId, Option<f64>)> = live
-                .record
-                .policy
-                .order(&free, needs, &mut self.rng)
-                .into_iter()
-                .map(|h| (h.peer, h.power))
-                .collect();
+            let ordered = live.record.policy.order(&free, needs, &mut self.rng);
+            // A host that holds the batch's image starts a task without
+            // reading it: first, in the policy's order (the one locality
+            // rule, also `rank::by_summary`'s). Reputation orders after it.
+            let ordered = match live.record.image.as_ref().map(|i| i.id) {
+                Some(id) => holders_first(ordered, |h| holds_any(h, &[id])),
+                None => ordered,
+            };
+            let ordered: Vec<(PeerId, Option<f64>)> =
+                ordered.into_iter().map(|h| (h.peer, h.power)).collect();
             let ordered = self.trust.order(batch, ordered);
             let verifying = self.trust.spec(batch).is_some();
             // Hosts in an unsettled dispute over a verified task take only

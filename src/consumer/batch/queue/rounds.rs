@@ -29,6 +29,7 @@ use crate::consumer::rank::{asks_for, ASKS_MAX, ASKS_PER_TASK};
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::model::ids::BatchId;
 use crate::model::state::State;
+use crate::net::protocol::IMAGES_HELD_MAX;
 
 /// The longest wait between two looks (and between two news rounds that
 /// start nothing). Shorter than the time a node in a large pool keeps
@@ -145,6 +146,7 @@ impl QueueCore {
             mem_mib: first.record.mem_mib,
             rounds: 1,
             ask_at_most: Some(ask_at_most),
+            images: self.images_waiting(),
         };
         let skip = if round == Round::Look {
             Vec::new()
@@ -163,6 +165,22 @@ impl QueueCore {
         self.last_survey = Some(now.mono);
         self.push(Action::Survey { query, skip });
         self.actions()
+    }
+
+    /// The images of the batches with work waiting, oldest batch first, at
+    /// most as many as a summary names: members that hold one are asked
+    /// first among those equally free.
+    fn images_waiting(&self) -> Vec<[u8; 32]> {
+        let mut images: Vec<[u8; 32]> = Vec::new();
+        let waiting = self.batches.values().filter(|b| {
+            !b.record.cancelled && b.tasks.iter().any(|t| t.state == TaskState::Queued)
+        });
+        for id in waiting.filter_map(|b| b.record.image.as_ref().map(|i| i.id)) {
+            if !images.contains(&id) && images.len() < IMAGES_HELD_MAX {
+                images.push(id);
+            }
+        }
+        images
     }
 
     /// A round's answer. Hosts that answered take the waiting tasks; a round

@@ -212,6 +212,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             // A few hosts per task, the best by their summaries: an
             // estimate costs what placing the batch would, not the pool.
             ask_at_most: Some(crate::consumer::rank::asks_for(tasks)),
+            images: new.image.iter().map(|i| i.id).collect(),
         };
         let pool = self.pool.clone();
         self.tracker.spawn(async move {
