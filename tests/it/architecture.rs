@@ -129,6 +129,7 @@ fn the_batch_queues_core_does_no_io() {
         "rounds.rs",
         "placement.rs",
         "retries.rs",
+        "avoid.rs",
         "deadlines.rs",
         "replicas.rs",
         "quorum.rs",

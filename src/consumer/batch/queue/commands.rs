@@ -215,6 +215,7 @@ impl QueueCore {
         self.batches.remove(&id);
         self.trust.forget(id);
         self.refused_by.retain(|(b, _), _| *b != id);
+        self.forget_avoid(id);
         self.forget_deadline_asks(id);
     }
 }

@@ -29,7 +29,8 @@ const COPY_BELOW: f64 = 0.5;
 const COPY_GAIN: f64 = 0.1;
 
 impl QueueCore {
-    /// A timer tick: looks at the running tasks of batches with a deadline: a task whose
+    /// A timer tick: asks for a round when a waiting task's avoid list has
+    /// lapsed (`avoid`), and looks at the running tasks of batches with a deadline: a task whose
     /// chance of ending in time has fallen below [`COPY_BELOW`] gets a second
     /// copy on the free host where a fresh copy's chance is best, when that
     /// is at least [`COPY_GAIN`] higher. Called on every tick; works at
@@ -37,6 +38,7 @@ impl QueueCore {
     #[must_use = "the driver performs every action"]
     pub fn tick(&mut self, now: Now) -> Vec<Action> {
         self.at(now);
+        self.watch_avoid();
         self.watch_deadlines();
         self.actions()
     }

@@ -2,7 +2,8 @@
 //! host runs what, as a pure core and a thin driver.
 //!
 //! - [`QueueCore`] (`state`, with one file per concern: `rounds`, `placement`,
-//!   `retries`, `deadlines`, `tail` (tail copies), `replicas` and `quorum` with their state in
+//!   `retries`, `avoid` (how long a task keeps off the hosts it failed on),
+//!   `deadlines`, `tail` (tail copies), `replicas` and `quorum` with their state in
 //!   `trust`, `outputs`, `checkpoints`, `restore`, `commands`) decides
 //!   everything: it takes one input at a time (a command, a survey's
 //!   answer, a member's news, an attempt's news or end, a judged copy, a copied result, a
@@ -25,6 +26,7 @@
 //! as a task ([`crate::consumer::batch::attempt`]) and reports its end back
 //! to the actor as a [`QueueMsg`].
 
+mod avoid;
 mod checkpoints;
 mod commands;
 mod deadlines;
@@ -46,6 +48,7 @@ mod trust;
 mod trust_store;
 mod types;
 
+pub use avoid::AVOID_FOR;
 pub use driver::BatchQueue;
 pub use driver::TICK;
 pub use files::copy_task_results;

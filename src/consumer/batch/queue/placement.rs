@@ -73,7 +73,9 @@ impl QueueCore {
             }
             for (i, t) in b.tasks.iter().enumerate() {
                 if t.state == TaskState::Queued {
-                    if t.avoid.is_empty() && !self.refused_by.contains_key(&(*id, i as u32)) {
+                    if self.avoids_none(*id, i as u32, t)
+                        && !self.refused_by.contains_key(&(*id, i as u32))
+                    {
                         return OpenWork::Any;
                     }
                     open.push((*id, i as u32, false));
@@ -215,7 +217,8 @@ impl QueueCore {
     }
 
     /// Whether a queued task may start on `host`: it does not avoid it
-    /// (failed there before) and was not refused by it.
+    /// (failed or was killed there less than [`super::AVOID_FOR`] ago: `avoid`)
+    /// and was not refused by it.
     pub(super) fn may_start_on(&self, batch: BatchId, task: u32, host: PeerId) -> bool {
         self.task(batch, task)
             .is_some_and(|t| self.startable(batch, task, t, host, &host.to_base58()))
@@ -232,7 +235,7 @@ impl QueueCore {
         name: &str,
     ) -> bool {
         t.state == TaskState::Queued
-            && !t.avoid.iter().any(|a| a == name)
+            && !self.avoids(batch, task, t, name)
             && !self
                 .refused_by
                 .get(&(batch, task))

@@ -162,7 +162,7 @@ impl QueueCore {
     }
 
     /// Whether `host` may run a copy of this task: not already one of its
-    /// copies (running or landed), not avoided or tainted.
+    /// copies (running or landed), not avoided (`avoid`) or tainted.
     pub(super) fn may_copy_on(&self, batch: BatchId, task: u32, host: PeerId) -> bool {
         let name = host.to_base58();
         let Some(t) = self.task(batch, task) else {
@@ -170,7 +170,7 @@ impl QueueCore {
         };
         if t.host.as_deref() == Some(name.as_str())
             || t.copies.iter().any(|c| c.host == name)
-            || t.avoid.contains(&name)
+            || self.avoids(batch, task, t, &name)
             || self
                 .refused_by
                 .get(&(batch, task))

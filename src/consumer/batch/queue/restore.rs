@@ -39,6 +39,7 @@ impl QueueCore {
         for task in running {
             self.reattach(id, task);
         }
+        self.restore_avoid(id);
         self.actions()
     }
 

@@ -30,6 +30,7 @@ impl QueueCore {
     ) -> Vec<Action> {
         self.at(now);
         self.ended(batch, task, host, end);
+        self.note_avoid(batch, task);
         self.actions()
     }
 

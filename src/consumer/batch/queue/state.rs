@@ -9,7 +9,7 @@
 //! clock, does the I/O and feeds the results back as inputs, so the core is
 //! tested one input at a time (`queue::tests`). It is split by concern:
 //! `rounds` (when to look at the pool and whom to ask), `placement`,
-//! `retries`, `deadlines`, `quorum` (state in `trust`), `outputs`,
+//! `retries`, `avoid` (how long a task keeps off the hosts it failed on), `deadlines`, `quorum` (state in `trust`), `outputs`,
 //! `checkpoints`, `restore` and `commands`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use libp2p::PeerId;
 
 use super::trust::{Judge, Trust};
-use super::types::{Round, TaskEvent, IDLE_SURVEY_EVERY, SURVEY_GAP};
+use super::types::{AvoidLapses, Round, TaskEvent, IDLE_SURVEY_EVERY, SURVEY_GAP};
 use crate::consumer::batch::attempt::AttemptPlan;
 use crate::consumer::batch::checkpoint::Intervals;
 use crate::consumer::batch::record::{BatchRecord, TaskRecord, TaskState};
@@ -161,6 +161,9 @@ pub struct QueueCore {
     /// Hosts that refused a task for good (not allowed, too big): not
     /// offered that task again while this node runs.
     pub(super) refused_by: HashMap<(BatchId, u32), HashSet<PeerId>>,
+    /// When each entry of a task's avoid list stops applying (`avoid`): a
+    /// task every host has failed or killed does not wait for ever.
+    pub(super) avoid_lapses: HashMap<(BatchId, u32), AvoidLapses>,
     pub(super) surveying: bool,
     pub(super) last_survey: Option<Instant>,
     /// The hosts the last survey found, and when: a host that just
@@ -228,6 +231,7 @@ impl QueueCore {
             running: HashSet::new(),
             hosts_in_use: HashSet::new(),
             refused_by: HashMap::new(),
+            avoid_lapses: HashMap::new(),
             surveying: false,
             last_survey: None,
             last_hosts: Vec::new(),

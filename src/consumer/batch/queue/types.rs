@@ -190,3 +190,14 @@ pub(super) enum Round {
     /// Asks nobody: the members' summaries only.
     Look,
 }
+
+/// When each entry of a task's avoid list stops applying (the same order
+/// as the list, which only grows), and how many of them have lapsed and
+/// been looked at (`tick`). Kept by the core's state, read and written by
+/// `avoid` alone; here so that neither imports the other.
+#[derive(Debug, Clone, Default)]
+pub(super) struct AvoidLapses {
+    pub(super) until: Vec<std::time::Instant>,
+    /// Entries whose lapse has asked for a round already.
+    pub(super) announced: usize,
+}
