@@ -61,6 +61,12 @@ pub struct EvalArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_lead, default_value = "0")]
     pub start_in: u64,
 
+    /// Ask as a young host: each test day's methods see only the record's
+    /// last K local days before it (a host that joined K days earlier).
+    /// The tested windows stay the same, so runs with different K compare.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=3650))]
+    pub record_days: Option<u32>,
+
     /// Local start hours: ranges and lists such as `0-23` or `8,12-14`.
     #[arg(long, value_name = "LIST", value_parser = parse_hours, default_value = "0-23")]
     pub hours: HourList,
@@ -217,6 +223,7 @@ fn protocol_config(args: &EvalArgs) -> anyhow::Result<ProtocolConfig> {
         step_secs: args.step,
         test_from: args.test_from,
         lead_secs: args.start_in,
+        record_days: args.record_days,
     })
 }
 
@@ -450,6 +457,11 @@ fn summary_text(r: &EvalReport) -> String {
         s.method_order.len(),
         s.skill_reference
     );
+    if let Some(k) = r.config.record_days {
+        out.push_str(&format!(
+            "Young host: each test day's methods saw only the record's last {k} day(s) before it.\n"
+        ));
+    }
     if r.config.lead_secs > 0 {
         out.push_str(&format!(
             "Windows forecast {} before they start, from the record cut there; every window tested, one starting in S3/S4/S5 as failed.\n",

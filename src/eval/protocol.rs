@@ -100,6 +100,11 @@ pub struct ProtocolConfig {
     /// the whole record (a window that starts now); more cuts the record
     /// at W − lead and tests every window whatever its start state.
     pub lead_secs: u64,
+    /// A young host (`gleaner eval --record-days K`): each test day's
+    /// methods see only the record from local midnight K days before it, as
+    /// a host that joined then would have; `None` gives the whole record.
+    /// The tested windows and their outcomes do not change with it.
+    pub record_days: Option<u32>,
 }
 
 impl ProtocolConfig {
@@ -114,6 +119,7 @@ impl ProtocolConfig {
             step_secs: None,
             test_from: 0.5,
             lead_secs: 0,
+            record_days: None,
         }
     }
 
@@ -318,21 +324,25 @@ pub fn run_day(
         time: vec![(Duration::ZERO, 0); methods.len()],
         ..DayResult::default()
     };
+    // A young host: the record it would have on this day. Outcomes are
+    // still read off the whole record.
+    let young = cfg.record_days.and_then(|k| young_record(series, date, k));
+    let record = young.as_ref().unwrap_or(series);
     // For a later window, the record cut at the origin (cases come in hour
     // order, so one cut serves an hour's lengths).
     let mut cut: Option<(i64, HostSeries)> = None;
     for case in day_cases(series, trace, date, cfg) {
         let req = request_for(&case, cfg);
         let known = if cfg.lead_secs == 0 {
-            series
+            record
         } else {
             let origin = origin_of(&case, cfg);
             if cut.as_ref().is_none_or(|(o, _)| *o != origin) {
-                cut = Some((origin, known_at(series, origin)));
+                cut = Some((origin, known_at(record, origin)));
             }
             match &cut {
                 Some((_, s)) => s,
-                None => series,
+                None => record,
             }
         };
         let mut tr = Vec::with_capacity(methods.len());
@@ -419,6 +429,28 @@ pub fn known_at(series: &HostSeries, origin: i64) -> HostSeries {
         });
     }
     cut
+}
+
+/// The record a host that joined at local midnight `days` days before
+/// `date` has: the rows from then on. `None` when the record begins later
+/// anyway (the whole record is that young) or the date has no midnight.
+pub fn young_record(series: &HostSeries, date: Date, days: u32) -> Option<HostSeries> {
+    let joined = date
+        .checked_sub(jiff::Span::new().days(i64::from(days)))
+        .ok()?
+        .to_zoned(series.tz.clone())
+        .ok()?
+        .timestamp()
+        .as_second();
+    if series.first_time()? >= joined {
+        return None;
+    }
+    let mut young = HostSeries::new(series.step_secs, series.max_gap_secs, series.tz.clone());
+    for sample in series.samples().skip_while(|s| s.time < joined) {
+        // Rows come from a valid series, so they are in order and in range.
+        let _ = young.push(sample);
+    }
+    Some(young)
 }
 
 /// A copy of `series` with only the rows at or before `at`: what a method
@@ -637,6 +669,67 @@ mod tests {
             .map(|d| day_cases(series, 0, d, &now).len())
             .sum();
         assert_eq!(tested_now, cases.len() - failed_at_start.len());
+    }
+
+    /// `--record-days K`: the tested windows and outcomes are those of the
+    /// whole record, each forecast is the one made on the record from
+    /// local midnight K days before the test day, and that record starts
+    /// there.
+    #[test]
+    fn a_young_host_is_asked_with_its_last_days_only() {
+        let trace = generate(&SynthConfig::new(5, 24, "Europe/Berlin").unwrap());
+        let series = &trace.series;
+        let whole = ProtocolConfig {
+            lengths: vec![3600, 3 * 3600],
+            hours: vec![3, 9, 15, 21],
+            ..ProtocolConfig::new(Thresholds::default())
+        };
+        let young = ProtocolConfig {
+            record_days: Some(2),
+            ..whole.clone()
+        };
+        let methods = methods_from_list("logistic,freq", 1).unwrap();
+        let mut checked = 0;
+        for date in test_days(series, &young).into_iter().step_by(3) {
+            let old = run_day(series, 0, date, &methods, &whole);
+            let new = run_day(series, 0, date, &methods, &young);
+            let cases = |d: &DayResult| d.cases.iter().map(|c| c.case.clone()).collect::<Vec<_>>();
+            // freq needs a same-kind day in the two: some cases drop.
+            assert!(cases(&new).iter().all(|c| cases(&old).contains(c)));
+            let record = young_record(series, date, 2).unwrap();
+            let midnight = date
+                .checked_sub(jiff::Span::new().days(2))
+                .unwrap()
+                .to_zoned(series.tz.clone())
+                .unwrap()
+                .timestamp()
+                .as_second();
+            // Every row from that midnight on, none before it.
+            assert!(record.first_time().unwrap() >= midnight);
+            let since = series.samples().filter(|r| r.time >= midnight).count();
+            assert_eq!(record.len(), since);
+            assert!(series.first_time().unwrap() < midnight);
+            for scored in &new.cases {
+                let req = request_for(&scored.case, &young);
+                for (m, method) in methods.iter().enumerate() {
+                    let tr = method.forecast(&record, &req).unwrap().tr;
+                    assert_eq!(tr, scored.tr[m], "{}", method.name());
+                }
+                checked += 1;
+            }
+            // The young host's logistic differs from the old host's somewhere.
+            let differs = new.cases.iter().any(|n| {
+                old.cases
+                    .iter()
+                    .find(|o| o.case == n.case)
+                    .is_some_and(|o| o.tr[0] != n.tr[0])
+            });
+            assert!(differs || new.cases.is_empty(), "{date}");
+        }
+        assert!(checked >= 10, "only {checked} cases checked");
+        // A record no older than K days is kept whole.
+        let first_date = record_dates(series)[0];
+        assert!(young_record(series, first_date, 2).is_none());
     }
 
     #[test]

@@ -113,6 +113,13 @@ pub fn to_markdown(r: &EvalReport) -> String {
         (1.0 - c.test_from) * 100.0,
         c.days
     );
+    if let Some(k) = c.record_days {
+        let _ = writeln!(
+            md,
+            "**Young host:** on each test day the methods see only the record's last {k} local day(s) \
+             before it, as a host that joined then; the tested windows and outcomes are those of the whole record.\n"
+        );
+    }
     if c.lead_secs > 0 {
         let _ = writeln!(
             md,

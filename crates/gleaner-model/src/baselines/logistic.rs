@@ -48,6 +48,7 @@ use super::grid::{day_start, prefix_fingerprint, GridCache, GridIndex, Present};
 pub use super::grid::{HALF_LIFE_DAYS, MAX_TRAINING_DAYS};
 use super::isotonic::Isotonic;
 use super::later::{self, LaterCache};
+use super::prior::YoungHostPrior;
 use super::ridge::{self, dot, sigmoid, Settings};
 use super::{certain_failure, observed_state, Frequency};
 use crate::predict::{geometry, is_weekend, PredictError, PredictRequest};
@@ -96,6 +97,8 @@ pub struct Logistic {
     /// Fits for windows that start after the record's last sample ([`later`]).
     later: Arc<LaterCache>,
     calibration: Calibration,
+    /// What a young host's forecast leans on ([`YoungHostPrior`]).
+    prior: YoungHostPrior,
 }
 
 /// What a forecast passes through after the fit.
@@ -122,6 +125,7 @@ impl Logistic {
                 .get_or_init(|| Arc::new(LaterCache::default()))
                 .clone(),
             calibration: Calibration::None,
+            prior: YoungHostPrior::DEFAULT,
         }
     }
 
@@ -131,6 +135,7 @@ impl Logistic {
             cache: Arc::new(FitCache::default()),
             later: Arc::new(LaterCache::default()),
             calibration: Calibration::None,
+            prior: YoungHostPrior::DEFAULT,
         }
     }
 
@@ -151,6 +156,12 @@ impl Logistic {
             calibration: Calibration::Isotonic,
             ..self
         }
+    }
+
+    /// The same method with another young host's prior
+    /// (`logistic-noprior`: [`YoungHostPrior::NONE`]).
+    pub fn with_prior(self, prior: YoungHostPrior) -> Self {
+        Logistic { prior, ..self }
     }
 
     /// Drops every cached grid and fit.
@@ -187,6 +198,8 @@ struct Example {
     class: usize,
     bucket: usize,
     weight: f64,
+    /// Whole days between the window's date and W's date (1: the day before).
+    age_days: i64,
     survived: bool,
     /// First failure's cause when it did not survive.
     cause: Option<usize>,
@@ -217,6 +230,9 @@ struct Tables {
     class: [Share; 2],
     /// Failure weight by cause per class.
     causes: [[f64; CAUSES]; 2],
+    /// Effective days of record: the recency weights of the distinct days
+    /// the windows came from (the young host's prior, [`YoungHostPrior`]).
+    days: f64,
 }
 
 fn tod_slot(weekend: bool, hour: u8, class: usize) -> usize {
@@ -234,7 +250,12 @@ impl Tables {
             age: vec![Share::default(); 24],
             class: [Share::default(); 2],
             causes: [[0.0; CAUSES]; 2],
+            days: 0.0,
         };
+        let mut ages: Vec<(i64, f64)> = examples.iter().map(|e| (e.age_days, e.weight)).collect();
+        ages.sort_by_key(|(age, _)| *age);
+        ages.dedup_by_key(|(age, _)| *age);
+        t.days = ages.iter().map(|(_, w)| w).sum();
         for e in examples {
             t.tod[tod_slot(e.weekend, e.hour, e.class)].add(e.weight, e.survived);
             t.age[age_slot(e.class, e.bucket)].add(e.weight, e.survived);
@@ -407,6 +428,43 @@ impl WindowFit {
     }
 }
 
+impl WindowFit {
+    /// `forecast` (this fit's answer for a window whose present is `p`)
+    /// passed through the young host's prior: shrunk by the record's
+    /// effective days towards the share of the start state, itself shrunk
+    /// towards the population's survival ([`YoungHostPrior::apply`]). The
+    /// failure shares keep their proportions. [`YoungHostPrior::NONE`]
+    /// returns `forecast` unchanged.
+    fn with_prior(
+        &self,
+        forecast: ReliabilityForecast,
+        (weekend, hour, p): (bool, u8, &Present),
+        prior: YoungHostPrior,
+        window_secs: u64,
+    ) -> ReliabilityForecast {
+        if prior == YoungHostPrior::NONE {
+            return forecast;
+        }
+        let (_, _, p_class) = self
+            .tables
+            .shares(weekend, hour, p.class(), p.age_bucket(), None);
+        let tr = prior
+            .apply(forecast.tr, p_class, self.tables.days, window_secs)
+            .clamp(EPS, 1.0 - EPS);
+        let before = 1.0 - forecast.tr;
+        let fail_by_cause = forecast.fail_by_cause.map(|fail| {
+            fail.map(|f| {
+                if before > 0.0 {
+                    f * (1.0 - tr) / before
+                } else {
+                    (1.0 - tr) / CAUSES as f64
+                }
+            })
+        });
+        ReliabilityForecast { tr, fail_by_cause }
+    }
+}
+
 /// Fits the model for windows of `m` steps from the record before `midnight`
 /// (W's local date `date` begins there).
 fn fit(grid: &GridIndex, job_mem: u64, m: usize, date: Date, midnight: i64) -> WindowFit {
@@ -456,6 +514,7 @@ fn windows_between(
             class: p.class(),
             bucket: p.age_bucket(),
             weight: 0.5f64.powf(age_days / HALF_LIFE_DAYS),
+            age_days: age_days as i64,
             survived,
             cause,
             tail: p.tail(),
@@ -703,6 +762,9 @@ impl Logistic {
 
 impl ReliabilityPredictor for Logistic {
     fn name(&self) -> String {
+        if self.prior == YoungHostPrior::NONE && self.calibration == Calibration::None {
+            return "logistic-noprior".to_string();
+        }
         match self.calibration {
             Calibration::None => "logistic",
             Calibration::Recal => "logistic+cal",
@@ -778,7 +840,7 @@ impl ReliabilityPredictor for Logistic {
             .present_for(series, th, req.at, state)
             .ok_or(PredictError::BadTime(req.at))?;
         let (weekend, hour) = (is_weekend(date.weekday()), zoned.hour() as u8);
-        Ok(match self.calibration {
+        let answer = match self.calibration {
             Calibration::None => fitted.forecast(weekend, hour, &present, After::Nothing),
             Calibration::Recal => {
                 let recal = self.recal_for(series, day, &fitted);
@@ -788,7 +850,13 @@ impl ReliabilityPredictor for Logistic {
                 let iso = self.iso_for(series, day, &fitted);
                 fitted.forecast(weekend, hour, &present, After::Isotonic(iso))
             }
-        })
+        };
+        Ok(fitted.with_prior(
+            answer,
+            (weekend, hour, &present),
+            self.prior,
+            req.window_secs,
+        ))
     }
 }
 
@@ -803,6 +871,7 @@ mod recal_tests {
             class: 0,
             bucket: 3,
             weight: 1.0,
+            age_days: 1,
             survived,
             cause: (!survived).then_some(0),
             tail: [0.0; 3],

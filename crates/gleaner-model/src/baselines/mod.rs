@@ -13,6 +13,8 @@
 //!   recalibration learned on the last two weeks held out (`logistic+cal`),
 //!   or through a per-host isotonic map learned the same way (`logistic+iso`,
 //!   [`isotonic`]).
+//!   `logistic` leans on a prior while the host's record is days long
+//!   ([`prior`]); `logistic-noprior` is the same without it.
 //! - [`later`]: `logistic`'s model for a window that starts after the
 //!   record's last sample (a forecast made now for a later W).
 //! - [`ridge`]: the weighted ridge logistic regression `logistic` and
@@ -49,6 +51,7 @@ pub mod logistic;
 pub mod markov;
 pub mod nws;
 mod past_days;
+pub mod prior;
 mod recent;
 pub mod ridge;
 pub mod rippp;
@@ -211,6 +214,7 @@ pub fn method_names() -> Vec<&'static str> {
         "stack",
         "stack+markov",
         "logistic",
+        "logistic-noprior",
         "logistic+cal",
         "logistic+iso",
         "hazard",
@@ -243,6 +247,7 @@ pub fn method_by_name(name: &str, seed: u64) -> Option<Box<dyn ReliabilityPredic
         "markov" => Box::new(MarkovChain),
         "rippp" => Box::new(Rippp),
         "logistic" => Box::new(Logistic::shared()),
+        "logistic-noprior" => Box::new(Logistic::shared().with_prior(prior::YoungHostPrior::NONE)),
         "logistic+cal" => Box::new(Logistic::shared().calibrated()),
         "logistic+iso" => Box::new(Logistic::shared().isotonic()),
         "hazard" => Box::new(Hazard::shared()),
