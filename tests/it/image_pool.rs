@@ -9,9 +9,12 @@
 //! Hosts say in their summaries which images they hold (scope 3): after an
 //! image moved from the host the policy prefers to the other one (a prune
 //! there, a `run-local` here), a task in it goes to the holder and reads
-//! nothing, where the policy alone would have sent it back across.
+//! nothing, where the policy alone would have sent it back across; and a
+//! task in the same image packed as an OCI layout (the same id) too.
 
-use crate::guest_image::{docker_archive, probe_image, static_probe, view_namespaces_allowed};
+use crate::guest_image::{
+    docker_archive, oci_archive, probe_image, static_probe, view_namespaces_allowed,
+};
 use crate::node_support;
 
 use std::collections::BTreeMap;
@@ -358,6 +361,11 @@ fn a_later_task_in_an_image_goes_to_the_free_host_that_holds_it_and_reads_nothin
     // Both free and equally reliable: the policy alone would choose the
     // preferred host again (and send the image across); the task goes to
     // the holder, which reads nothing.
+    // A batch submitted within 10 s of the queue's last round is placed at
+    // once on that round's answers, with the images their hosts' summaries
+    // named then (`RANKING_FRESH_FOR`): let round A's answers go stale, so
+    // this batch's round reads the summaries as they are now.
+    std::thread::sleep(Duration::from_secs(11));
     let (host, event) = one_task(&consumer, &archive, "second");
     assert_eq!(
         host,
@@ -366,6 +374,18 @@ fn a_later_task_in_an_image_goes_to_the_free_host_that_holds_it_and_reads_nothin
         consumer.log()
     );
     assert_eq!(event, cached, "the image crossed again");
+    // The same image packed as an OCI layout has the same id: a task in
+    // it goes to the holder too, which reads nothing of that archive either.
+    let oci = work.join("probe-image-oci.tar");
+    std::fs::write(&oci, oci_archive(&layer, &config)).unwrap();
+    let oci_size = std::fs::metadata(&oci).unwrap().len();
+    assert_ne!(oci_size, size, "another archive of the same image");
+    let (host, event) = one_task(&consumer, &oci, "third");
+    assert_eq!(host, other.1, "{}", consumer.log());
+    assert_eq!(
+        event,
+        format!("inputs ready: 0 bytes fetched, {oci_size} bytes from the host's cache")
+    );
     // The preferred host read the image once (the first task), the
     // holder never from the consumer.
     let unpacked = |n: &NodeFixture| {
