@@ -60,6 +60,7 @@ mod pool_nodes;
 mod rogue_pool;
 mod store;
 mod summary_pool;
+mod tail_pool;
 mod throttle;
 mod trust_pool;
 
