@@ -28,6 +28,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::model::budget::Overrun;
 use crate::model::ids::BatchId;
 pub use inbox::{Delivery, HostJobEvent, Inbox, Registration};
 use libp2p::PeerId;
@@ -278,7 +279,15 @@ pub struct Consumer {
     /// Members' announcements as the pool host hears them.
     member_news: mpsc::Receiver<MemberNews>,
     news_tx: mpsc::Sender<MemberNews>,
+    /// Peers that went past a budget of ours (the network's, the data
+    /// server's): each a flood in the peer's record.
+    overruns: mpsc::Receiver<(PeerId, Overrun)>,
+    overruns_tx: mpsc::Sender<(PeerId, Overrun)>,
 }
+
+/// Overruns waiting for the consumer's loop; past this they are dropped (a
+/// peer that goes on is reported again).
+const OVERRUN_QUEUE: usize = 256;
 
 /// Announcements waiting for the consumer's loop; past this the pool host
 /// drops them (the queue's next look at the summaries finds what they said).
@@ -294,6 +303,7 @@ impl Consumer {
     ) -> Result<(Consumer, ConsumerHandle), ConsumerError> {
         let (tx, commands) = mpsc::channel(32);
         let (news_tx, member_news) = mpsc::channel(MEMBER_NEWS_QUEUE);
+        let (overruns_tx, overruns) = mpsc::channel(OVERRUN_QUEUE);
         let inbox = Inbox::default();
         let catalog = crate::data::Catalog::new();
         let (mut queue, queue_msgs) = BatchQueue::open(
@@ -326,6 +336,8 @@ impl Consumer {
                 queue_msgs,
                 member_news,
                 news_tx,
+                overruns,
+                overruns_tx,
             },
             ConsumerHandle { commands: tx },
         ))
@@ -342,6 +354,12 @@ impl Consumer {
     /// a full queue drops one).
     pub fn member_news(&self) -> mpsc::Sender<MemberNews> {
         self.news_tx.clone()
+    }
+
+    /// Where peers' overruns of their budgets are reported (without
+    /// waiting: a full queue drops one).
+    pub fn overruns(&self) -> mpsc::Sender<(PeerId, Overrun)> {
+        self.overruns_tx.clone()
     }
 
     /// Serves commands until shutdown or until every handle is gone.
@@ -370,6 +388,12 @@ impl Consumer {
                 news = self.member_news.recv() => {
                     if let Some(news) = news {
                         self.queue.on_member(news);
+                    }
+                    continue;
+                }
+                overrun = self.overruns.recv() => {
+                    if let Some((peer, what)) = overrun {
+                        self.queue.on_overrun(peer, what);
                     }
                     continue;
                 }

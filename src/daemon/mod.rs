@@ -219,6 +219,7 @@ pub async fn run(
         )?;
         let job_events = consumer.job_events();
         let member_news = consumer.member_news();
+        let overruns = consumer.overruns();
         tracker.spawn(consumer.run());
         let cache_dir = data_dir.join("cache");
         let cache =
@@ -233,6 +234,7 @@ pub async fn run(
             host: host_handle.clone(),
             job_events,
             member_news,
+            overruns,
             clock: clock.clone(),
             tracker: tracker.clone(),
             hardware,

@@ -27,6 +27,7 @@ use tokio_util::task::TaskTracker;
 use crate::data::cache::{Cache, Pinned};
 use crate::data::catalog::Catalog;
 use crate::data::hash::{chunk_count, chunk_len, chunk_value, root_of, ContentHash, CHUNK_BYTES};
+use crate::model::budget::{Admit, Overrun, PeerBudgets};
 use crate::net::codec::{read_frame, write_frame, DATA_CAPS};
 use crate::net::protocol::{
     DataRequest, DataResponse, InputRef, DATA_FILE_MAX, DATA_MAX_REFUSED, DATA_PROTOCOL,
@@ -35,6 +36,17 @@ use crate::net::NetHandle;
 
 /// Streams a consumer serves at once; more are dropped (the host tries again).
 const SERVE_CONCURRENCY: usize = 16;
+/// Data streams one host may open in a burst, and per second after it. An
+/// honest host opens one per input file (a job has at most 256, and an
+/// image) and one more per chunk it refuses, one after another.
+pub const OPEN_BURST: u32 = 300;
+pub const OPENS_PER_SEC: f64 = 16.0;
+/// Opens past the budget forgiven (dropped at once) before the host is cut
+/// off: a burst, and one a second.
+pub const OPEN_DROPS_FORGIVEN: u32 = 256;
+/// Hosts with an open budget at once (the one heard from longest ago makes
+/// room).
+const OPEN_PEERS_MAX: usize = 4096;
 /// How long a host may take to send its request.
 const REQUEST_WAIT: Duration = Duration::from_secs(10);
 
@@ -262,7 +274,11 @@ async fn fetch_pass(
 }
 
 /// Serves the catalog's files to hosts until `shutdown`: one task per
-/// stream (at most [`SERVE_CONCURRENCY`]), each owned by `tracker`.
+/// stream (at most [`SERVE_CONCURRENCY`]), each owned by `tracker`. Each
+/// host's opens are counted against its budget first ([`OPEN_BURST`], then
+/// [`OPENS_PER_SEC`]): past it a stream is dropped unread, and a host that
+/// goes on past [`OPEN_DROPS_FORGIVEN`] more is cut off (a flood in its
+/// record).
 pub async fn serve(
     net: NetHandle,
     catalog: Catalog,
@@ -274,6 +290,12 @@ pub async fn serve(
         return;
     };
     let slots = Arc::new(tokio::sync::Semaphore::new(SERVE_CONCURRENCY));
+    let mut opens = PeerBudgets::new(
+        (OPEN_BURST, OPENS_PER_SEC),
+        (OPEN_DROPS_FORGIVEN, 1.0),
+        OPEN_PEERS_MAX,
+    );
+    let origin = tokio::time::Instant::now();
     loop {
         let (peer, stream) = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -282,6 +304,18 @@ pub async fn serve(
                 None => return,
             },
         };
+        // Before anything is spawned or read: what a flooding host costs
+        // is this count and a reset stream.
+        let now_ms = u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match opens.admit(&peer, now_ms) {
+            Admit::Serve => {}
+            Admit::Drop => continue,
+            Admit::CutOff => {
+                tracing::warn!(%peer, "a host opened data streams past its budget: cut off");
+                net.overrun(peer, Overrun::DataStreams, true);
+                continue;
+            }
+        }
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             tracing::debug!(%peer, "too many data streams: dropping one");
             continue;

@@ -9,6 +9,7 @@ use std::time::Instant;
 use libp2p::{Multiaddr, PeerId};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::model::budget::Overrun;
 use crate::model::state::State;
 use crate::net::protocol::{
     JobRequest, JobResponse, ReliabilityQuery, ReliabilityResponse, WireLadder, WireSpellLengths,
@@ -141,6 +142,14 @@ pub enum NetEvent {
     MemberAnnounced(Member),
     /// A member has not announced for longer than the member TTL.
     MemberExpired(PeerId),
+    /// A peer went past one of its budgets (cut off, or a read past its
+    /// allowance): a flood for its record.
+    Overrun {
+        /// Who.
+        peer: PeerId,
+        /// Which budget.
+        what: Overrun,
+    },
 }
 
 type Reply<T> = oneshot::Sender<Result<T, NetError>>;
@@ -188,6 +197,14 @@ pub(crate) enum Command {
     Connections {
         peer: PeerId,
         reply: oneshot::Sender<Vec<libp2p::swarm::ConnectionId>>,
+    },
+    /// A part of the node outside the loop (the data server) saw `peer` go
+    /// past a budget: told to the node as [`NetEvent::Overrun`], and with
+    /// `cut_off` the peer is disconnected and blocked for a while.
+    Overrun {
+        peer: PeerId,
+        what: Overrun,
+        cut_off: bool,
     },
 }
 
@@ -278,6 +295,18 @@ impl NetHandle {
                 body: Some(body),
             })
             .map_err(|_| NetError::Stopped)
+    }
+
+    /// Tells the network task that `peer` went past a budget `what` (its
+    /// record counts a flood); with `cut_off` the peer is also disconnected
+    /// and blocked for a while. Never waits: a full queue drops the report
+    /// (the peer's next overrun is reported again).
+    pub fn overrun(&self, peer: PeerId, what: Overrun, cut_off: bool) {
+        let _ = self.commands.try_send(Command::Overrun {
+            peer,
+            what,
+            cut_off,
+        });
     }
 
     /// True when we hold a direct (not relayed) connection to `peer` now.

@@ -10,6 +10,8 @@
 //! consumer restarts. mDNS is off; everything is on loopback.
 
 mod consumer;
+mod flood_cost;
+mod floods;
 mod restart;
 
 use crate::node_support::{addr, batch_until, peer, pool_of};

@@ -1,10 +1,39 @@
 //! Budgets for what peers send: a token bucket that refills at a steady
 //! rate up to a burst, so that a peer may send what an honest one would
 //! and no more; per-peer budgets of requests with a tolerance for drops,
-//! past which a peer is cut off; and the bytes a peer may read of the
-//! files offered to it. Pure: the time is a parameter (milliseconds from
-//! any fixed origin), so the caller's clock and tests' paused time both
-//! work.
+//! past which a peer is cut off; streams a peer holds open at once; the
+//! bytes a peer may read of the files offered to it; and the names of the
+//! budgets a peer can go past ([`Overrun`]), which its record counts as a
+//! flood. Pure: the time is a parameter (milliseconds from any fixed
+//! origin), so the caller's clock and tests' paused time both work.
+
+/// Which of its budgets a peer went past: each is a flood in the peer's
+/// record (`trust::Offence::Flood`), whatever role it played.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Overrun {
+    /// Requests on the reliability and job protocols, past the budget and
+    /// the tolerance for drops: the peer was cut off.
+    Requests,
+    /// Summaries (or announcements) it published on the pool's topics, past
+    /// the budget and the tolerance: cut off.
+    Summaries,
+    /// Data streams it opened, past the budget and the tolerance: cut off.
+    DataStreams,
+    /// Bytes of offered files it read past its allowance.
+    Reads,
+}
+
+impl Overrun {
+    /// What the peer flooded, for logs and refusals.
+    pub fn label(self) -> &'static str {
+        match self {
+            Overrun::Requests => "requests",
+            Overrun::Summaries => "summaries",
+            Overrun::DataStreams => "data streams",
+            Overrun::Reads => "reads of offered files",
+        }
+    }
+}
 
 /// A token bucket: `capacity` tokens at most, `per_sec` added each second.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -135,6 +164,55 @@ impl<K: std::hash::Hash + Eq + Clone> PeerBudgets<K> {
     }
 }
 
+/// Streams each peer holds open at once, at most `cap` a peer. A peer has
+/// an entry only while it holds one, so the map is bounded by what the
+/// caller lets be open in all.
+#[derive(Debug, Clone)]
+pub struct PeerSlots<K> {
+    cap: u32,
+    open: std::collections::HashMap<K, u32>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> PeerSlots<K> {
+    /// At most `cap` (at least 1) open streams a peer.
+    pub fn new(cap: u32) -> PeerSlots<K> {
+        PeerSlots {
+            cap: cap.max(1),
+            open: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Takes one of `peer`'s slots: false when it holds `cap` already.
+    pub fn take(&mut self, peer: &K) -> bool {
+        let held = self.open.entry(peer.clone()).or_insert(0);
+        if *held >= self.cap {
+            return false;
+        }
+        *held += 1;
+        true
+    }
+
+    /// Gives one of `peer`'s slots back (nothing when it holds none).
+    pub fn give_back(&mut self, peer: &K) {
+        if let Some(held) = self.open.get_mut(peer) {
+            *held = held.saturating_sub(1);
+            if *held == 0 {
+                self.open.remove(peer);
+            }
+        }
+    }
+
+    /// Slots `peer` holds.
+    pub fn held(&self, peer: &K) -> u32 {
+        self.open.get(peer).copied().unwrap_or(0)
+    }
+
+    /// Peers holding a slot.
+    pub fn peers(&self) -> usize {
+        self.open.len()
+    }
+}
+
 /// Bytes a peer may still read of what was offered to it: granted with
 /// each offer, spent as chunks are served; a read past it is refused. Data
 /// streams come at the peer's will and each may ask a file again from any
@@ -179,6 +257,25 @@ pub fn read_grant(bytes: u64, rereads: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_holds_at_most_its_slots_and_others_are_not_touched() {
+        let mut s: PeerSlots<u32> = PeerSlots::new(2);
+        assert!(s.take(&1) && s.take(&1));
+        assert!(!s.take(&1), "a third stream of one peer");
+        assert_eq!(s.held(&1), 2);
+        assert!(s.take(&2), "another peer has its own slots");
+        s.give_back(&1);
+        assert!(s.take(&1), "a slot given back is free again");
+        s.give_back(&1);
+        s.give_back(&1);
+        s.give_back(&1);
+        assert_eq!(s.held(&1), 0, "giving back more than held saturates");
+        s.give_back(&2);
+        assert_eq!(s.peers(), 0, "no entry without an open stream");
+        let mut one: PeerSlots<u32> = PeerSlots::new(0);
+        assert!(one.take(&1) && !one.take(&1), "a cap of 0 is 1");
+    }
 
     #[test]
     fn a_read_allowance_serves_the_grant_and_no_byte_more() {

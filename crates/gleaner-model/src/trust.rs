@@ -41,8 +41,10 @@ pub struct HostTrack {
     /// Of `failed`, those whose TR it had claimed: the count its claims are
     /// held to.
     pub failed_with_claim: u64,
-    /// Attempts during which it sent more job events than an honest host
-    /// would (the consumer dropped the excess).
+    /// Floods: attempts during which it sent more job events than an
+    /// honest host would (the consumer dropped the excess), and times it went
+    /// past one of the node's budgets per peer in any role (requests,
+    /// summaries, data streams: cut off; reads of offered files).
     pub floods: u64,
     /// Σ (1 − TR) over the attempts whose TR it claimed, in millionths: the
     /// failures its claims said to expect.
@@ -73,7 +75,9 @@ pub enum Offence {
     /// The host said it never knew a job it had accepted, or reported no
     /// end within the job's limit.
     Forgot,
-    /// The host sent job events past the consumer's budget for one attempt.
+    /// The host sent job events past the consumer's budget for one attempt,
+    /// or the peer went past one of the node's budgets per peer
+    /// (`budget::Overrun`).
     Flood,
 }
 

@@ -1,11 +1,14 @@
 //! The pool's membership: summaries (format 2 on the summary topic, with
 //! the images a host holds; format 1 from nodes built before it on the old
 //! topic, where ours goes too only while such a node is heard; and version
-//! 1 nodes' announcements) over gossipsub, each checked (it must come from the peer it describes,
-//! within its size and bounds) before its sender is recorded in the bounded
-//! member table, ours published with the addresses a peer could use (when
-//! the node says so; republished only when our addresses change or a peer
-//! joins, at most once per minimum gap), members expired after
+//! 1 nodes' announcements) over gossipsub, each counted against its
+//! source's budget before anything else (a burst, then a few a second; past
+//! it the message is ignored, not decoded nor forwarded, and a source that
+//! goes on is cut off), then checked (it must come from the peer it
+//! describes, within its size and bounds) before its sender is recorded in
+//! the bounded member table, ours published with the addresses a peer could
+//! use (when the node says so; republished only when our addresses change
+//! or a peer joins, at most once per minimum gap), members expired after
 //! `member_ttl` (the pool's provider records in the DHT are `discovery`'s);
 //! at start, the members whose last summary the peer book kept and that are
 //! younger than `member_ttl` are listed again at their true age.
@@ -19,14 +22,37 @@ use libp2p::gossipsub::{self, MessageAcceptance};
 use libp2p::{Multiaddr, PeerId};
 
 use super::EventLoop;
+use crate::model::budget::{Admit, Overrun, PeerBudgets};
 use crate::net::codec::{decode_body, encode_body};
 use crate::net::handle::{LocalStatus, Member, NetEvent, SummaryBody};
+use crate::net::members::MEMBERS_MAX;
 use crate::net::protocol::{
     Announcement, HostSummary, SummaryWithImages, ANNOUNCE_MAX_BYTES, IMAGES_HELD_MAX,
     SUMMARY_FORMAT, SUMMARY_FORMAT_1, SUMMARY_MAX_BYTES,
 };
 use crate::net::summary::{decode_summary, min_gap, Summary};
 use crate::net::swarm::ANNOUNCED_ADDRESSES_MAX;
+
+/// Summaries (and announcements) one source may publish in a burst, and
+/// per second after it. An honest member publishes at most one per minimum
+/// gap, min(10 s, half its heartbeat), and the heartbeat is at least 1 s: at
+/// most 2 a second, and far fewer at the default heartbeat.
+pub(super) const SUMMARY_BURST: u32 = 32;
+pub(super) const SUMMARY_PER_SEC: f64 = 4.0;
+/// Messages past the budget forgiven before the source is cut off: a burst,
+/// and one a second.
+pub(super) const SUMMARY_DROPS_FORGIVEN: u32 = 128;
+/// Sources with a budget at once (the one heard from longest ago makes
+/// room), as many as the member table holds.
+const SUMMARY_SOURCES_MAX: usize = MEMBERS_MAX;
+
+pub(super) fn summary_budgets() -> PeerBudgets<PeerId> {
+    PeerBudgets::new(
+        (SUMMARY_BURST, SUMMARY_PER_SEC),
+        (SUMMARY_DROPS_FORGIVEN, 1.0),
+        SUMMARY_SOURCES_MAX,
+    )
+}
 
 impl EventLoop {
     /// Lists again the members whose last summary the peer book kept, as
@@ -74,6 +100,15 @@ impl EventLoop {
         let Some(source) = message.source else {
             return MessageAcceptance::Reject;
         };
+        // Before any decoding: what a flooding source costs is this count.
+        match self.summaries.admit(&source, self.budget_ms()) {
+            Admit::Serve => {}
+            Admit::Drop => return MessageAcceptance::Ignore,
+            Admit::CutOff => {
+                self.cut_off(source, Overrun::Summaries);
+                return MessageAcceptance::Ignore;
+            }
+        }
         let mut summary_bytes = None;
         // Each summary topic carries its own format and no other.
         let format = if message.topic == self.summary_topic.hash() {

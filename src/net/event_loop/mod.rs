@@ -148,6 +148,7 @@ pub fn start(
         used: HashMap::new(),
         remembered,
         inbound: requests::inbound_budgets(),
+        summaries: membership::summary_budgets(),
         inbound_origin: tokio::time::Instant::now(),
         held: HashMap::new(),
         listening,
@@ -243,6 +244,9 @@ pub struct EventLoop {
     remembered: Option<Remembered>,
     /// Each peer's budget of inbound requests (`requests::INBOUND_*`).
     inbound: PeerBudgets<PeerId>,
+    /// Each member's budget of summaries (`membership::SUMMARY_*`), by the
+    /// message's source.
+    summaries: PeerBudgets<PeerId>,
     /// The origin of the budgets' clock (tokio's, so paused time works).
     inbound_origin: tokio::time::Instant,
     /// Requests held unanswered per peer (past its budget).
@@ -372,6 +376,17 @@ impl EventLoop {
             Command::FindHosts { reply } => self.start_walk(reply),
             Command::ConnectedPeers { reply } => {
                 let _ = reply.send(self.swarm.connected_peers().copied().collect());
+            }
+            Command::Overrun {
+                peer,
+                what,
+                cut_off,
+            } => {
+                if cut_off {
+                    self.cut_off(peer, what);
+                } else {
+                    self.notify(NetEvent::Overrun { peer, what });
+                }
             }
             Command::Connections { peer, reply } => {
                 let ids = self

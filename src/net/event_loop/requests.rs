@@ -4,12 +4,15 @@
 //! (up to a few per peer; more are dropped): a flooder that waits for its
 //! answers, as request-response peers do, then sends almost nothing, where
 //! an answer or a closed stream would have it send the next at once. A
-//! peer that keeps flooding is disconnected and blocked for a while. So a
-//! flood costs a bounded share of a core whatever it carries. A request
-//! from a peer outside the allowlist is refused here; the rest are handed
-//! to the node without waiting (a full queue drops the request) and
-//! answered when the node answers, or dropped after `serve_timeout`;
-//! outbound answers and failures reach the caller that asked.
+//! peer that keeps flooding is disconnected and blocked for a while, and
+//! the node is told ([`NetEvent::Overrun`]: a flood in the peer's record;
+//! `cut_off` does the same for the summaries' and the data server's
+//! budgets). So a flood costs a bounded share of a core whatever it
+//! carries. A request from a peer outside the allowlist is refused here;
+//! the rest are handed to the node without waiting (a full queue drops the
+//! request) and answered when the node answers, or dropped after
+//! `serve_timeout`; outbound answers and failures reach the caller that
+//! asked.
 //!
 //! It must not know how reliability is computed or how jobs run.
 
@@ -20,7 +23,7 @@ use tokio::sync::oneshot;
 
 use super::connectivity::Timer;
 use super::EventLoop;
-use crate::model::budget::{Admit, PeerBudgets};
+use crate::model::budget::{Admit, Overrun, PeerBudgets};
 use crate::net::handle::{NetError, NetEvent, Responder};
 use crate::net::protocol::{JobRequest, JobResponse, RejectReason, ReliabilityResponse};
 
@@ -48,9 +51,14 @@ pub(super) const INBOUND_PER_SEC: f64 = 64.0;
 /// and one a second.
 pub(super) const INBOUND_DROPS_FORGIVEN: u32 = 1_024;
 /// How long a request past its peer's budget is held unanswered, and how
-/// many are held per peer and in all (past either, they are dropped).
+/// many are held per peer and in all (past either, they are dropped). Few
+/// per peer: libp2p serves at most 100 streams of a protocol per connection
+/// at once, so a flooder with more held than that would be throttled by its
+/// own held streams without ever spending its tolerance for drops, and
+/// never be cut off; with a few held, the rest of its flood is dropped and
+/// counted, and it is cut off within a second or two.
 const HELD_FOR: std::time::Duration = std::time::Duration::from_secs(30);
-const HELD_PER_PEER: usize = 128;
+const HELD_PER_PEER: usize = 16;
 const HELD_MAX: usize = 8_192;
 /// How long a peer that flooded stays blocked.
 pub(super) const FLOODER_BLOCKED_FOR: std::time::Duration = std::time::Duration::from_secs(600);
@@ -75,7 +83,7 @@ impl EventLoop {
     /// and its tolerance is disconnected and blocked for
     /// [`FLOODER_BLOCKED_FOR`].
     fn admit_inbound<T: Send + 'static>(&mut self, peer: PeerId, channel: T) -> Option<T> {
-        let now_ms = u64::try_from(self.inbound_origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let now_ms = self.budget_ms();
         match self.inbound.admit(&peer, now_ms) {
             Admit::Serve => Some(channel),
             Admit::Drop => {
@@ -94,14 +102,29 @@ impl EventLoop {
                 None
             }
             Admit::CutOff => {
-                let blocked = self.swarm.behaviour().blocked.blocked_peers().len();
-                if blocked < BLOCKED_MAX && self.swarm.behaviour_mut().blocked.block_peer(peer) {
-                    tracing::warn!(%peer, "a peer flooded us with requests; blocked for {}s", FLOODER_BLOCKED_FOR.as_secs());
-                    self.start_timer(FLOODER_BLOCKED_FOR, Timer::Unblock(peer));
-                }
+                self.cut_off(peer, Overrun::Requests);
                 None
             }
         }
+    }
+
+    /// The budgets' clock: milliseconds since the loop started.
+    pub(super) fn budget_ms(&self) -> u64 {
+        u64::try_from(self.inbound_origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// `peer` went past a budget: the node is told (its record counts a
+    /// flood), and it is disconnected and blocked for
+    /// [`FLOODER_BLOCKED_FOR`] (unless [`BLOCKED_MAX`] peers already are:
+    /// then fresh peer ids cannot grow the list, and the budgets alone
+    /// bound what it costs).
+    pub(super) fn cut_off(&mut self, peer: PeerId, what: Overrun) {
+        let blocked = self.swarm.behaviour().blocked.blocked_peers().len();
+        if blocked < BLOCKED_MAX && self.swarm.behaviour_mut().blocked.block_peer(peer) {
+            tracing::warn!(%peer, what = what.label(), "a peer flooded us; blocked for {}s", FLOODER_BLOCKED_FOR.as_secs());
+            self.start_timer(FLOODER_BLOCKED_FOR, Timer::Unblock(peer));
+        }
+        self.notify(NetEvent::Overrun { peer, what });
     }
 
     /// Lifts a flooder's block.

@@ -10,7 +10,8 @@
 //! of a job's preparation. Job events hosts send to *us* as a consumer go
 //! straight to the consumer's [`Inbox`], where the attempt that expects them
 //! waits; members' announcements go on to the consumer's batch queue as
-//! [`MemberNews`] (a slot newly free lets waiting work start).
+//! [`MemberNews`] (a slot newly free lets waiting work start), and peers'
+//! overruns of their budgets to the consumer, which keeps their records.
 //!
 //! A peer's job is accepted at once and then *prepared* in a tracked task:
 //! its inputs come from the cache ([`crate::data::Cache`]) or are fetched
@@ -32,6 +33,7 @@ use crate::consumer::{Delivery, HostJobEvent, Inbox, MemberNews};
 use crate::data::Cache;
 use crate::guest::GuestEvent;
 use crate::model::admit::{admit, GuestAsk, Refusal};
+use crate::model::budget::Overrun;
 use crate::model::ids::JobId;
 use crate::model::state::State;
 use crate::net::protocol::{
@@ -45,7 +47,7 @@ use crate::node::host_loop::{GuestJob, GuestOrigin, GuestStart, HostHandle, Host
 use crate::node::Hardware;
 use events::{spawn_event_sender, wire_event};
 use libp2p::PeerId;
-use outputs::{hash_output, output_path, read_chunk, read_chunk_or_empty};
+use outputs::{output_path, read_chunk, read_chunk_or_empty};
 use prepare::{prepare_inputs, ImageOrder, PreparedInputs};
 use publish::{summary_body, wire_answer, Pacer, PowerMilli, StatusKey, LADDER_ASKS_SECS};
 use remote_jobs::{
@@ -142,6 +144,9 @@ pub struct PoolHostParts {
     /// Where members' announcements go for our own batch queue (as a
     /// consumer): a slot newly free lets waiting work start at once.
     pub member_news: mpsc::Sender<MemberNews>,
+    /// Where peers' overruns of their budgets go, for our records of them
+    /// (the consumer keeps them), never waited on: a full queue drops one.
+    pub overruns: mpsc::Sender<(PeerId, Overrun)>,
     pub clock: Arc<dyn Clock>,
     pub tracker: TaskTracker,
     pub hardware: Hardware,
@@ -174,6 +179,8 @@ pub struct PoolHost {
     /// ([`crate::model::sched::power::reference_score`]), so no one member's
     /// claim sets the scale.
     score_claims: HashMap<PeerId, u64>,
+    /// Outputs' hashes while unchanged (a fetch at offset 0 asks for one).
+    output_hashes: Arc<outputs::HashMemo>,
     /// When to publish our summary (power included, so peers never rank
     /// us by a stale Γ).
     pacer: Pacer,
@@ -204,6 +211,7 @@ impl PoolHost {
                 remote: RemoteJobs::default(),
                 jobs_started: 0,
                 score_claims: HashMap::new(),
+                output_hashes: Arc::default(),
                 pacer,
                 summarising: false,
                 summary_tx,
@@ -368,6 +376,9 @@ impl PoolHost {
             NetEvent::MemberExpired(peer) => {
                 self.score_claims.remove(&peer);
                 self.pace();
+            }
+            NetEvent::Overrun { peer, what } => {
+                let _ = self.parts.overruns.try_send((peer, what));
             }
         }
     }
@@ -750,6 +761,7 @@ impl PoolHost {
             return;
         };
         let captured = matches!(name, OutputName::Stdout | OutputName::Stderr);
+        let memo = self.output_hashes.clone();
         self.parts.tracker.spawn_blocking(move || {
             let read = if captured {
                 read_chunk_or_empty(&path, offset, len)
@@ -759,7 +771,7 @@ impl PoolHost {
             // The first real read carries the hash of the whole output, so
             // the consumer can check what it assembles.
             let hash = if offset == 0 && len > 0 {
-                hash_output(&path).ok()
+                memo.hash(&path).ok()
             } else {
                 None
             };

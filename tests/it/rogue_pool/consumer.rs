@@ -28,10 +28,10 @@ use tokio_util::sync::CancellationToken;
 const HOST_GUEST: &str = "\n[guest]\nmax_input_mib = 1\nmax_job_input_mib = 2\nmax_runtime_secs = 3600\nmax_mem_mib = 4096\n";
 
 /// The rogue consumer's swarm, and the job events hosts send it.
-struct RogueConsumer {
-    handle: NetHandle,
+pub(super) struct RogueConsumer {
+    pub(super) handle: NetHandle,
     events: mpsc::UnboundedReceiver<(String, JobEventKind)>,
-    host: PeerId,
+    pub(super) host: PeerId,
     cancel: CancellationToken,
 }
 
@@ -44,7 +44,7 @@ impl Drop for RogueConsumer {
 impl RogueConsumer {
     /// Starts the rogue, connected to `host`; every job event it is sent is
     /// acknowledged and kept.
-    async fn start(host: &NodeFixture) -> RogueConsumer {
+    pub(super) async fn start(host: &NodeFixture) -> RogueConsumer {
         let cancel = CancellationToken::new();
         let target: Multiaddr = addr(host).parse().unwrap();
         let mut cfg = NetConfig::loopback(&PoolName::default());
@@ -75,7 +75,7 @@ impl RogueConsumer {
         }
     }
 
-    async fn ask(&self, request: JobRequest) -> JobResponse {
+    pub(super) async fn ask(&self, request: JobRequest) -> JobResponse {
         self.handle
             .job_request(self.host, request)
             .await
@@ -84,7 +84,7 @@ impl RogueConsumer {
 
     /// Submits until the host takes the job (it may be busy, or not yet in
     /// S1 right after its start); panics on any other answer or after 60 s.
-    async fn submit_accepted(&self, job: JobSubmit) {
+    pub(super) async fn submit_accepted(&self, job: JobSubmit) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             match self.ask(JobRequest::Submit(job.clone())).await {
@@ -101,7 +101,7 @@ impl RogueConsumer {
 
     /// Waits for the event that ends `job_id` (skipping progress and other
     /// jobs' events); panics after 60 s.
-    async fn end_of(&mut self, job_id: &str) -> JobEventKind {
+    pub(super) async fn end_of(&mut self, job_id: &str) -> JobEventKind {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
             let next = tokio::time::timeout_at(deadline, self.events.recv()).await;
@@ -150,7 +150,7 @@ impl RogueConsumer {
 }
 
 /// A job the host takes: `sh -c SCRIPT`, small, a minute at most.
-fn job(job_id: &str, script: &str) -> JobSubmit {
+pub(super) fn job(job_id: &str, script: &str) -> JobSubmit {
     JobSubmit {
         job_id: job_id.into(),
         argv: vec!["sh".into(), "-c".into(), script.into()],
@@ -173,7 +173,7 @@ fn input(path: &str, size: u64) -> InputRef {
 }
 
 /// A host of the pool with small input caps, started.
-fn hostile_target() -> NodeFixture {
+pub(super) fn hostile_target() -> NodeFixture {
     let mut host = pool_node(Some(&history(0)), &[]);
     let config = host.dir.join("config.toml");
     let mut text = std::fs::read_to_string(&config).unwrap();
@@ -184,7 +184,7 @@ fn hostile_target() -> NodeFixture {
 }
 
 /// `gleaner status` answers, and how long it took.
-fn status_time(host: &NodeFixture) -> Duration {
+pub(super) fn status_time(host: &NodeFixture) -> Duration {
     let t = Instant::now();
     let status = host.status();
     assert_eq!(status["pid"], host.pid(), "{status:#}");

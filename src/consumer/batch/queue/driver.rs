@@ -286,6 +286,13 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         self.perform(actions);
     }
 
+    /// A peer went past one of this node's budgets: a flood in its record.
+    pub fn on_overrun(&mut self, peer: PeerId, what: crate::model::budget::Overrun) {
+        tracing::warn!(%peer, what = what.label(), "a peer went past its budget: a flood in its record");
+        let actions = self.core.on_overrun(self.now(), peer);
+        self.perform(actions);
+    }
+
     /// The consumer's timer: second copies for deadlines at risk (the core
     /// looks at most once a second).
     pub fn watch_deadlines(&mut self) {

@@ -382,4 +382,17 @@ impl QueueCore {
         self.emit(batch, task, Some(text));
         self.actions()
     }
+
+    /// A peer went past one of this node's budgets (the network cut it off,
+    /// or it read past its allowance of our files): an offence in its
+    /// record, whatever role it played, so that as a host it is demoted and
+    /// then excluded like any other offender.
+    #[must_use = "the driver performs every action"]
+    pub fn on_overrun(&mut self, now: Now, peer: PeerId) -> Vec<Action> {
+        self.at(now);
+        let outcome = Outcome::Offence(crate::model::trust::Offence::Flood);
+        self.trust.conduct(peer, outcome);
+        self.push(Action::Conduct { peer, outcome });
+        self.actions()
+    }
 }

@@ -657,6 +657,37 @@ fn a_flood_of_events_counts_against_the_host() {
     assert_eq!(core.reputation()[&flooder.peer].floods, 1);
 }
 
+/// Issue 30, scope 3: a peer the network or the data server cut off for
+/// going past a budget (whatever role it played) has a flood in its record
+/// each time; as a host it is placed behind a clean one at once and given
+/// nothing after the third.
+#[test]
+fn a_peer_cut_off_for_its_floods_is_demoted_then_excluded_as_a_host() {
+    use crate::model::trust::{Offence, Outcome, Standing};
+    let mut core = core(3);
+    let now = start();
+    let (flooder, honest) = (host(0.9), host(0.5));
+    for n in 1..=3u64 {
+        let actions = core.on_overrun(now, flooder.peer);
+        assert!(
+            matches!(
+                actions.as_slice(),
+                [Action::Conduct { peer, outcome: Outcome::Offence(Offence::Flood) }] if *peer == flooder.peer
+            ),
+            "{actions:?}"
+        );
+        assert_eq!(core.reputation()[&flooder.peer].floods, n);
+    }
+    assert_eq!(
+        core.reputation()[&flooder.peer].standing(),
+        Standing::Excluded
+    );
+    let _ = admit(&mut core, now, batch(2));
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![flooder.clone(), honest.clone()]));
+    assert_eq!(launches(&actions), vec![(0, honest.peer)]);
+}
+
 /// The hosts a survey action asks at most.
 fn asks(actions: &[Action]) -> Option<u32> {
     actions.iter().find_map(|a| match a {
