@@ -288,6 +288,27 @@ impl Catalog {
         Ok(file.served.clone())
     }
 
+    /// `peer` asked `wanted` bytes of `hash` and none of its offers of it
+    /// has that much left: true the first time for each such offer, so that
+    /// each exhausted allowance is one flood in the peer's record however
+    /// often it asks again. False for a file never offered to the peer (a
+    /// refusal, not an overdraw) and for one with enough left.
+    pub fn overdrawn(&self, peer: &PeerId, hash: &ContentHash, wanted: u64) -> bool {
+        let mut inner = self.lock();
+        let mut first = false;
+        for allowance in inner
+            .offers
+            .values_mut()
+            .filter(|o| o.hashes.contains(hash))
+            .filter_map(|o| o.peers.get_mut(peer))
+        {
+            if allowance.left() < wanted {
+                first |= allowance.overdraw();
+            }
+        }
+        first
+    }
+
     /// Spends `bytes` of what `peer` may read of `hash`, from the first
     /// offer holding it that has that much left; false when none has.
     pub fn spend(&self, peer: &PeerId, hash: &ContentHash, bytes: u64) -> bool {
@@ -372,6 +393,15 @@ mod tests {
         assert!(!catalog.spend(&host, &hash, 1), "a byte past the allowance");
         let refused = catalog.find(&host, &hash, 100).unwrap_err();
         assert!(refused.contains("as often as"), "{refused}");
+        // Asking past it is an overdraw, noted once however often it asks;
+        // not for a host with enough left, nor for one never offered it.
+        assert!(catalog.overdrawn(&host, &hash, 1), "the first ask past it");
+        assert!(!catalog.overdrawn(&host, &hash, 1), "noted once");
+        assert!(!catalog.overdrawn(&other, &hash, 100), "it has enough left");
+        assert!(
+            !catalog.overdrawn(&PeerId::random(), &hash, 1),
+            "never offered"
+        );
         // Another host's allowance is its own.
         assert!(catalog.spend(&other, &hash, 100));
         // A second offer of the file to the host grants again.

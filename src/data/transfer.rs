@@ -14,7 +14,7 @@
 //! host waits a bounded time for hole punching, then gives up with a reason.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::io::{AsyncReadExt, AsyncWriteExt};
@@ -27,7 +27,7 @@ use tokio_util::task::TaskTracker;
 use crate::data::cache::{Cache, Pinned};
 use crate::data::catalog::Catalog;
 use crate::data::hash::{chunk_count, chunk_len, chunk_value, root_of, ContentHash, CHUNK_BYTES};
-use crate::model::budget::{Admit, Overrun, PeerBudgets};
+use crate::model::budget::{Admit, Overrun, PeerBudgets, PeerSlots};
 use crate::net::codec::{read_frame, write_frame, DATA_CAPS};
 use crate::net::protocol::{
     DataRequest, DataResponse, InputRef, DATA_FILE_MAX, DATA_MAX_REFUSED, DATA_PROTOCOL,
@@ -47,6 +47,12 @@ pub const OPEN_DROPS_FORGIVEN: u32 = 256;
 /// Hosts with an open budget at once (the one heard from longest ago makes
 /// room).
 const OPEN_PEERS_MAX: usize = 4096;
+/// Data streams one host may hold open at a consumer at once: an honest
+/// host reads one file at a time. Past it a stream is refused with a reason,
+/// so one host cannot take every one of the [`SERVE_CONCURRENCY`] slots.
+pub const STREAMS_PER_HOST: u32 = 4;
+/// How long a refusal may take to write before the stream is dropped.
+const REFUSAL_WAIT: Duration = Duration::from_secs(2);
 /// How long a host may take to send its request.
 const REQUEST_WAIT: Duration = Duration::from_secs(10);
 
@@ -278,7 +284,9 @@ async fn fetch_pass(
 /// host's opens are counted against its budget first ([`OPEN_BURST`], then
 /// [`OPENS_PER_SEC`]): past it a stream is dropped unread, and a host that
 /// goes on past [`OPEN_DROPS_FORGIVEN`] more is cut off (a flood in its
-/// record).
+/// record). A host holds at most [`STREAMS_PER_HOST`] at once (more are
+/// refused with a reason), and one that reads an offered file past its
+/// allowance has that in its record once per allowance.
 pub async fn serve(
     net: NetHandle,
     catalog: Catalog,
@@ -296,6 +304,7 @@ pub async fn serve(
         OPEN_PEERS_MAX,
     );
     let origin = tokio::time::Instant::now();
+    let held = Arc::new(Mutex::new(PeerSlots::new(STREAMS_PER_HOST)));
     loop {
         let (peer, stream) = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -316,15 +325,24 @@ pub async fn serve(
                 continue;
             }
         }
+        let Some(own) = HeldStream::take(&held, peer) else {
+            // Within its budget of opens, so these small tasks are bounded too.
+            let reason = format!(
+                "{peer} holds {STREAMS_PER_HOST} data streams here already; one file at a time"
+            );
+            tracing::debug!(%peer, "{reason}: refused");
+            tracker.spawn(refuse(stream, reason));
+            continue;
+        };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             tracing::debug!(%peer, "too many data streams: dropping one");
             continue;
         };
-        let catalog = catalog.clone();
+        let (catalog, net) = (catalog.clone(), net.clone());
         let shutdown = shutdown.clone();
         tracker.spawn(async move {
             tokio::select! {
-                r = serve_one(peer, stream, &catalog) => {
+                r = serve_one(peer, stream, &catalog, &net) => {
                     if let Err(e) = r {
                         tracing::debug!(%peer, error = %e, "data stream ended early");
                     }
@@ -332,14 +350,52 @@ pub async fn serve(
                 _ = shutdown.cancelled() => {}
             }
             drop(slot);
+            drop(own);
         });
     }
+}
+
+/// One of a host's [`STREAMS_PER_HOST`] slots, given back when dropped
+/// (the stream served, or the server shutting down).
+struct HeldStream {
+    held: Arc<Mutex<PeerSlots<PeerId>>>,
+    peer: PeerId,
+}
+
+impl HeldStream {
+    fn take(held: &Arc<Mutex<PeerSlots<PeerId>>>, peer: PeerId) -> Option<HeldStream> {
+        let took = held.lock().unwrap_or_else(|p| p.into_inner()).take(&peer);
+        took.then(|| HeldStream {
+            held: held.clone(),
+            peer,
+        })
+    }
+}
+
+impl Drop for HeldStream {
+    fn drop(&mut self) {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .give_back(&self.peer);
+    }
+}
+
+/// Refuses a stream with `reason` without reading its request.
+async fn refuse(mut stream: libp2p::Stream, reason: String) {
+    let header = DataResponse::Refused { reason };
+    let _ = tokio::time::timeout(REFUSAL_WAIT, async {
+        write_frame(&mut stream, &header, DATA_CAPS.response).await?;
+        stream.close().await
+    })
+    .await;
 }
 
 async fn serve_one(
     peer: PeerId,
     mut stream: libp2p::Stream,
     catalog: &Catalog,
+    net: &NetHandle,
 ) -> std::io::Result<()> {
     let timeout = |what: &str| std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_string());
     let request: DataRequest =
@@ -351,6 +407,9 @@ async fn serve_one(
         Ok(s) => s,
         Err(reason) => {
             tracing::info!(%peer, %hash, %reason, "data request refused");
+            if request.size > 0 && catalog.overdrawn(&peer, &hash, 1) {
+                net.overrun(peer, Overrun::Reads, false);
+            }
             let header = DataResponse::Refused { reason };
             write_frame(&mut stream, &header, DATA_CAPS.response).await?;
             return stream.close().await;
@@ -373,6 +432,9 @@ async fn serve_one(
         // (issue 30): past it, the stream ends and the host gives up.
         if !catalog.spend(&peer, &hash, data.len() as u64) {
             tracing::warn!(%peer, %hash, chunk = index, "a host read past its allowance of this file; stream ended");
+            if catalog.overdrawn(&peer, &hash, data.len() as u64) {
+                net.overrun(peer, Overrun::Reads, false);
+            }
             return Err(std::io::Error::other("read past the host's allowance"));
         }
         file.read_exact(data).await?;

@@ -2,7 +2,9 @@
 //! consumer offers files by hash from its catalog and serves them over
 //! `/gleaner/data/1`; a host obtains them into its cache, verified chunk by
 //! chunk. A shared input crosses once; a corrupted chunk is refused and read
-//! again, never used; a file not offered to this host is refused with a reason.
+//! again, never used; a file not offered to this host is refused with a reason;
+//! a host holds a few streams at once, and a read past its allowance is
+//! reported against it once.
 
 use std::io::Write;
 use std::path::Path;
@@ -14,7 +16,7 @@ use gleaner::data::hash::hash_file;
 use gleaner::data::{
     obtain_input, serve, Cache, Catalog, ChunkTamper, ContentHash, FetchLimits, InputSpec, Obtained,
 };
-use gleaner::net::{start, NetConfig, NetHandle};
+use gleaner::net::{start, NetConfig, NetEvent, NetHandle};
 use libp2p::identity::Keypair;
 use libp2p::multiaddr::Protocol;
 use libp2p::Multiaddr;
@@ -36,15 +38,21 @@ impl Drop for Peer {
 }
 
 async fn peer() -> Peer {
+    let (peer, mut events) = peer_with_events().await;
+    tokio::spawn(async move { while events.recv().await.is_some() {} });
+    peer
+}
+
+/// A swarm on 127.0.0.1, with its node-side events.
+async fn peer_with_events() -> (Peer, tokio::sync::mpsc::Receiver<NetEvent>) {
     let cancel = CancellationToken::new();
-    let (net, mut events, event_loop) = start(
+    let (net, events, event_loop) = start(
         Keypair::generate_ed25519(),
         NetConfig::loopback(&gleaner::model::ids::PoolName::new("data-test").unwrap()),
         cancel.clone(),
     )
     .unwrap();
     tokio::spawn(event_loop.run());
-    tokio::spawn(async move { while events.recv().await.is_some() {} });
     let mut addr = None;
     for _ in 0..50 {
         if let Some(a) = net.listen_addrs().await.unwrap().into_iter().next() {
@@ -54,7 +62,7 @@ async fn peer() -> Peer {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let addr = addr.expect("listens").with(Protocol::P2p(net.peer_id()));
-    Peer { net, addr, cancel }
+    (Peer { net, addr, cancel }, events)
 }
 
 /// A consumer serving `catalog`, and a host connected to it.
@@ -272,4 +280,108 @@ async fn files_not_offered_to_this_host_are_refused_with_a_reason() {
     .unwrap_err();
     assert!(err.contains("not offered here"), "{err}");
     assert_eq!(cache.stats().files, 0);
+}
+
+/// Issue 30, scope 3: a host holds at most `STREAMS_PER_HOST` data streams
+/// at a consumer (one more is refused with the reason, unread), and a host
+/// that reads an offered file past its allowance is reported against, once
+/// for the allowance however often it asks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_holds_a_few_streams_and_a_read_past_its_allowance_is_reported_once() {
+    use gleaner::data::transfer::STREAMS_PER_HOST;
+    use gleaner::model::budget::Overrun;
+    use gleaner::net::codec::{read_frame, write_frame, DATA_CAPS};
+    use gleaner::net::protocol::{DataRequest, DataResponse, DATA_MAX_REFUSED, DATA_PROTOCOL};
+
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.bin");
+    std::fs::write(&input, [3u8; 100]).unwrap();
+    let catalog = Catalog::new();
+    let (consumer, mut events) = peer_with_events().await;
+    let host = peer().await;
+    let tracker = TaskTracker::new();
+    tracker.spawn(serve(
+        consumer.net.clone(),
+        catalog.clone(),
+        tracker.clone(),
+        consumer.cancel.clone(),
+    ));
+    host.net.dial(consumer.addr.clone()).await.unwrap();
+    let offer = catalog
+        .offer(&[InputSpec {
+            path: "in.bin".into(),
+            local: input,
+        }])
+        .await
+        .unwrap();
+    offer.allow(host.net.peer_id());
+    let from = consumer.net.peer_id();
+    let input_ref = offer.refs()[0].clone();
+    let request = DataRequest {
+        hash: input_ref.hash,
+        size: input_ref.size,
+        first_chunk: 0,
+    };
+
+    // Streams held open without a request: the next one is refused unread.
+    let mut held = Vec::new();
+    for _ in 0..STREAMS_PER_HOST {
+        held.push(host.net.open_stream(from, DATA_PROTOCOL).await.unwrap());
+    }
+    let mut one_more = host.net.open_stream(from, DATA_PROTOCOL).await.unwrap();
+    write_frame(&mut one_more, &request, DATA_CAPS.request)
+        .await
+        .unwrap();
+    match read_frame::<DataResponse, _>(&mut one_more, DATA_CAPS.response).await {
+        Ok(DataResponse::Refused { reason }) => {
+            assert!(reason.contains("data streams here already"), "{reason}")
+        }
+        other => panic!("a stream past the host's share: {other:?}"),
+    }
+    drop(held);
+    drop(one_more);
+
+    // Its allowance: the file once and again for each chunk it may refuse.
+    let fetch = |n: u32| {
+        let (net, dest) = (host.net.clone(), dir.path().join(format!("got{n}")));
+        async move {
+            gleaner::data::fetch_input(
+                &net,
+                from,
+                ContentHash(input_ref.hash),
+                input_ref.size,
+                &dest,
+                limits(),
+            )
+            .await
+        }
+    };
+    // (A slot given back when its stream is done: a moment.)
+    let mut reads = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while reads < 1 + DATA_MAX_REFUSED {
+        match fetch(reads).await {
+            Ok(_) => reads += 1,
+            Err(e) if std::time::Instant::now() < deadline => {
+                assert!(format!("{:?}", e).contains("already"), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("read {reads}: {e:?}"),
+        }
+    }
+    for n in 0..3 {
+        let err = fetch(100 + n).await.unwrap_err();
+        assert!(format!("{:?}", err).contains("as often as"), "{err:?}");
+    }
+    let mut overruns = Vec::new();
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::from_secs(2), events.recv()).await {
+        if let NetEvent::Overrun { peer, what } = event {
+            overruns.push((peer, what));
+        }
+    }
+    assert_eq!(
+        overruns,
+        vec![(host.net.peer_id(), Overrun::Reads)],
+        "one report for three asks past the allowance"
+    );
 }

@@ -221,6 +221,8 @@ impl<K: std::hash::Hash + Eq + Clone> PeerSlots<K> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ByteAllowance {
     left: u64,
+    /// The peer asked more than was left, at least once.
+    overdrawn: bool,
 }
 
 impl ByteAllowance {
@@ -243,6 +245,13 @@ impl ByteAllowance {
     /// Bytes left.
     pub fn left(&self) -> u64 {
         self.left
+    }
+
+    /// Notes that the peer asked more than is left: true the first time
+    /// only, so one allowance is one flood in the peer's record however
+    /// often it asks again.
+    pub fn overdraw(&mut self) -> bool {
+        !std::mem::replace(&mut self.overdrawn, true)
     }
 }
 
@@ -291,6 +300,9 @@ mod tests {
         a.grant(read_grant(10, 0));
         assert!(!a.spend(11));
         assert!(a.spend(10));
+        // Asking past it is noted once per allowance.
+        assert!(a.overdraw(), "the first overdraw");
+        assert!(!a.overdraw(), "and no other");
         // Absurd sizes saturate instead of wrapping.
         a.grant(read_grant(u64::MAX, 8));
         a.grant(1);
