@@ -32,7 +32,7 @@ use crate::clock::Clock;
 use crate::consumer::{Delivery, HostJobEvent, Inbox, MemberNews};
 use crate::data::Cache;
 use crate::guest::GuestEvent;
-use crate::model::admit::{admit, GuestAsk, Refusal};
+use crate::model::admit::{admit, GuestAsk};
 use crate::model::budget::Overrun;
 use crate::model::ids::JobId;
 use crate::model::state::State;
@@ -786,21 +786,5 @@ impl PoolHost {
             };
             let _ = reply.send(answer);
         });
-    }
-}
-
-impl From<Refusal> for RejectReason {
-    /// The one place the admission rule's refusal becomes the reason a
-    /// consumer reads: the owner's pause or withholding is S5 to a peer, a
-    /// pending `pause --after-job` a busy slot, the node's memory limit the
-    /// job being too big.
-    fn from(r: Refusal) -> Self {
-        match r {
-            Refusal::NoGuests => RejectReason::Invalid(r.to_string()),
-            Refusal::Paused | Refusal::Withheld(_) => RejectReason::HostState(WireState::S5),
-            Refusal::Finishing | Refusal::Busy { .. } => RejectReason::Busy,
-            Refusal::TooMuchMemory { .. } => RejectReason::TooBig,
-            Refusal::HostState(state) => RejectReason::HostState(state.into()),
-        }
     }
 }

@@ -1,8 +1,9 @@
 //! The jobs peers submitted to this host: a submission checked against the
 //! owner's limits before anything is written, the bounded record of recent
 //! jobs, and their directories (removed even when a guest took write
-//! permission off, and swept at start). It must not know the Swarm nor how a
-//! guest is run.
+//! permission off, and swept at start); and the one mapping of the
+//! admission rule's refusal into the reason a consumer reads. It must not
+//! know the Swarm nor how a guest is run.
 
 use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -10,10 +11,11 @@ use std::path::{Path, PathBuf};
 use libp2p::PeerId;
 use tokio::sync::mpsc;
 
+use crate::model::admit::Refusal;
 use crate::model::ids::JobId;
 use crate::model::relpath::RelPath;
 use crate::net::protocol::{
-    GuestUsage, ImageRef, JobEventKind, JobRequest, JobSubmit, RejectReason,
+    GuestUsage, ImageRef, JobEventKind, JobRequest, JobSubmit, RejectReason, WireState,
 };
 use crate::node::config::GuestSection;
 
@@ -291,6 +293,22 @@ pub fn remove_stale_remote_dirs(jobs_dir: &Path) -> usize {
         }
     }
     removed
+}
+
+impl From<Refusal> for RejectReason {
+    /// The one place the admission rule's refusal becomes the reason a
+    /// consumer reads: the owner's pause or withholding is S5 to a peer, a
+    /// pending `pause --after-job` a busy slot, the node's memory limit the
+    /// job being too big.
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::NoGuests => RejectReason::Invalid(r.to_string()),
+            Refusal::Paused | Refusal::Withheld(_) => RejectReason::HostState(WireState::S5),
+            Refusal::Finishing | Refusal::Busy { .. } => RejectReason::Busy,
+            Refusal::TooMuchMemory { .. } => RejectReason::TooBig,
+            Refusal::HostState(state) => RejectReason::HostState(state.into()),
+        }
+    }
 }
 
 #[cfg(test)]
