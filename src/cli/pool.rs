@@ -98,6 +98,7 @@ fn hosts_table(r: &HostsReport) -> String {
             "valid/invalid/streak",
             "record",
             "images",
+            "claims: n, Brier",
             "note",
         ],
         r.hosts.iter().map(host_row),
@@ -140,6 +141,7 @@ fn host_row(h: &HostReport) -> Vec<String> {
             0 => "-".to_string(),
             n => n.to_string(),
         },
+        claims_row(h),
         h.error.clone().unwrap_or_default(),
     ]
 }
@@ -156,6 +158,19 @@ fn record_row(h: &HostReport) -> String {
     );
     if h.offences > 0 {
         text.push_str(&format!(": {}", h.standing));
+    }
+    text
+}
+
+/// A host's scored TR claims: how many and their Brier score, and the
+/// discount placement applies when there is one ("12, 0.180 ×0.62").
+fn claims_row(h: &HostReport) -> String {
+    let Some(brier) = h.brier.filter(|_| h.claims > 0) else {
+        return "-".to_string();
+    };
+    let mut text = format!("{}, {brier:.3}", h.claims);
+    if h.claim_discount < 0.995 {
+        text.push_str(&format!(" ×{:.2}", h.claim_discount));
     }
     text
 }

@@ -2,7 +2,8 @@
 //! the results other hosts confirmed (valid), those they contradicted or
 //! whose hash did not match (invalid), the current run of valid ones, and
 //! how its attempts ended (landed, failed, forgotten, and the failures its
-//! TR claims led us to expect). Kept in a sled tree of the batch store, so
+//! TR claims led us to expect, and those claims' Brier and log scores).
+//! Kept in a sled tree of the batch store, so
 //! it survives restarts; read by placement (by its
 //! [`crate::model::trust::Standing`]: demoted behind clean hosts, then
 //! excluded), by `--verify adaptive` (`gleaner_model::trust`) and by
@@ -14,15 +15,18 @@ use libp2p::PeerId;
 
 use crate::model::trust::{HostTrack, Outcome};
 
-/// Record layout, version 3: version byte, then valid (u64), invalid
+/// Record layout, version 4: version byte, then valid (u64), invalid
 /// (u64), streak (u32), landed, failed, failed_with_claim, forgotten,
-/// expected_failures_micro, variance_micro, floods (u64 each),
-/// little-endian. Version 1 was the first three fields alone, version 2
-/// all but `floods`; both are read with the missing fields 0.
-const VERSION: u8 = 3;
-const LEN: usize = 1 + 8 + 8 + 4 + 7 * 8;
+/// expected_failures_micro, variance_micro, floods, claims, brier_micro,
+/// log_loss_micro (u64 each), little-endian: a fixed size per host,
+/// however many attempts it scored. Version 1 was the first three fields
+/// alone, version 2 those to `variance_micro`, version 3 those to
+/// `floods`; each is read with the missing fields 0.
+const VERSION: u8 = 4;
+const LEN: usize = V1_LEN + 10 * 8;
 const V1_LEN: usize = 1 + 8 + 8 + 4;
 const V2_LEN: usize = V1_LEN + 6 * 8;
+const V3_LEN: usize = V1_LEN + 7 * 8;
 
 pub fn encode(t: &HostTrack) -> [u8; LEN] {
     let mut out = [0u8; LEN];
@@ -38,6 +42,9 @@ pub fn encode(t: &HostTrack) -> [u8; LEN] {
         t.expected_failures_micro,
         t.variance_micro,
         t.floods,
+        t.claims,
+        t.brier_micro,
+        t.log_loss_micro,
     ];
     for (i, v) in rest.iter().enumerate() {
         out[V1_LEN + 8 * i..V1_LEN + 8 * (i + 1)].copy_from_slice(&v.to_le_bytes());
@@ -48,11 +55,11 @@ pub fn encode(t: &HostTrack) -> [u8; LEN] {
 pub fn decode(bytes: &[u8]) -> Result<HostTrack, String> {
     let fits = matches!(
         (bytes.first(), bytes.len()),
-        (Some(1), V1_LEN) | (Some(2), V2_LEN) | (Some(3), LEN)
+        (Some(1), V1_LEN) | (Some(2), V2_LEN) | (Some(3), V3_LEN) | (Some(4), LEN)
     );
     if !fits {
         return Err(format!(
-            "reputation record: {} bytes, version {:?} (want {V1_LEN} for 1, {V2_LEN} for 2 or {LEN} for {VERSION})",
+            "reputation record: {} bytes, version {:?} (want {V1_LEN} for 1, {V2_LEN} for 2, {V3_LEN} for 3 or {LEN} for {VERSION})",
             bytes.len(),
             bytes.first()
         ));
@@ -75,6 +82,9 @@ pub fn decode(bytes: &[u8]) -> Result<HostTrack, String> {
         expected_failures_micro: rest(4),
         variance_micro: rest(5),
         floods: rest(6),
+        claims: rest(7),
+        brier_micro: rest(8),
+        log_loss_micro: rest(9),
     })
 }
 
@@ -164,6 +174,9 @@ mod tests {
             expected_failures_micro: 1_500_000,
             variance_micro: 8,
             floods: 9,
+            claims: 10,
+            brier_micro: 11,
+            log_loss_micro: 12,
         };
         assert_eq!(decode(&encode(&t)).unwrap(), t);
         assert!(decode(&encode(&t)[..5]).is_err());
@@ -180,7 +193,7 @@ mod tests {
         );
         assert!(
             decode(&encode(&t)[..V1_LEN]).is_err(),
-            "a v3 tag on v1 bytes"
+            "a v4 tag on v1 bytes"
         );
         // A version 2 record (no floods) is read with floods 0.
         let mut v2 = encode(&t)[..V2_LEN].to_vec();
@@ -189,7 +202,16 @@ mod tests {
         assert_eq!((old.forgotten, old.floods), (6, 0));
         assert!(
             decode(&encode(&t)[..V2_LEN]).is_err(),
-            "a v3 tag on v2 bytes"
+            "a v4 tag on v2 bytes"
+        );
+        // A version 3 record (no scores) is read with them 0.
+        let mut v3 = encode(&t)[..V3_LEN].to_vec();
+        v3[0] = 3;
+        let old = decode(&v3).unwrap();
+        assert_eq!((old.floods, old.claims, old.brier_micro), (9, 0, 0));
+        assert!(
+            decode(&encode(&t)[..V3_LEN]).is_err(),
+            "a v4 tag on v3 bytes"
         );
         let dir = tempfile::tempdir().unwrap();
         let peer = PeerId::random();
@@ -200,6 +222,12 @@ mod tests {
             r.record(peer, false);
             r.apply(peer, Outcome::Offence(Offence::Forgot));
             r.apply(peer, Outcome::Offence(Offence::WrongOutput));
+            r.apply(
+                peer,
+                Outcome::Failed {
+                    claimed_tr: Some(0.9),
+                },
+            );
             db.flush().unwrap();
         }
         let db = crate::sled_open::open_dir(dir.path()).unwrap();
@@ -207,5 +235,9 @@ mod tests {
         let got = r.get(&peer);
         assert_eq!((got.valid, got.invalid, got.streak), (1, 2, 0));
         assert_eq!((got.forgotten, got.standing()), (1, Standing::Excluded));
+        // The claim's score survives the reopen: (0 − 0.9)² and −ln 0.1.
+        assert_eq!(got.claims, 1);
+        assert!((got.brier().unwrap() - 0.81).abs() < 1e-6);
+        assert!((got.log_score().unwrap() + 0.1f64.ln()).abs() < 1e-6);
     }
 }

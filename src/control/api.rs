@@ -117,6 +117,19 @@ pub struct HostReport {
     pub offences: u64,
     #[serde(default)]
     pub standing: String,
+    /// Its TR claims scored against what happened to the attempts placed
+    /// on them (landed, or ended by the host: killed, gone, not started):
+    /// how many, their mean Brier and log score, and the factor placement
+    /// multiplies its claimed TR by (its landed attempts over those its
+    /// claims promised, at most 1; docs/trust.md).
+    #[serde(default)]
+    pub claims: u64,
+    #[serde(default)]
+    pub brier: Option<f64>,
+    #[serde(default)]
+    pub log_score: Option<f64>,
+    #[serde(default = "one")]
+    pub claim_discount: f64,
     /// Its past week, as it answered: failure episodes begun, mean seconds
     /// up between them and mean seconds away per episode.
     #[serde(default)]
@@ -142,6 +155,12 @@ pub struct HostReport {
     /// recently used first); empty when its summary does not say.
     #[serde(default)]
     pub images: Vec<String>,
+}
+
+/// A claim discount's default: none (a report from a node before scored
+/// claims).
+fn one() -> f64 {
+    1.0
 }
 
 impl From<&SurveyedHost> for HostReport {
@@ -193,6 +212,10 @@ impl From<&SurveyedHost> for HostReport {
             floods: 0,
             offences: 0,
             standing: crate::model::trust::Standing::Clean.label().to_string(),
+            claims: 0,
+            brier: None,
+            log_score: None,
+            claim_discount: 1.0,
             failures_past_week: h.spells.map(|s| s.episodes),
             mean_uptime_secs: h.spells.and_then(|s| s.mean_uptime_secs()),
             mean_outage_secs: h.spells.and_then(|s| s.mean_outage_secs()),

@@ -530,6 +530,10 @@ async fn hosts(State(h): State<ControlHandles>, ApiJson(query): ApiJson<HostsQue
                         floods: track.floods,
                         offences: track.offences(),
                         standing: track.standing().label().to_string(),
+                        claims: track.claims,
+                        brier: track.brier(),
+                        log_score: track.log_score(),
+                        claim_discount: track.claim_discount(),
                         ..HostReport::from(host)
                     }
                 })

@@ -52,7 +52,26 @@ pub struct HostTrack {
     /// Σ TR·(1 − TR) over the same attempts, millionths: the variance of
     /// that count.
     pub variance_micro: u64,
+    /// Attempts whose TR it claimed (landed or failed): the forecasts its
+    /// scores below are over.
+    pub claims: u64,
+    /// Σ (y − TR)² over those attempts, millionths, y = 1 when the attempt
+    /// landed: its forecasts' Brier score times `claims`.
+    pub brier_micro: u64,
+    /// Σ −ln(TR if it landed, else 1 − TR) over the same attempts,
+    /// millionths, each forecast held inside [[`LOG_FLOOR`], 1 −
+    /// [`LOG_FLOOR`]] first: its log score times `claims`.
+    pub log_loss_micro: u64,
 }
+
+/// The log score holds a claimed TR this far from 0 and 1, so one
+/// confident miss costs at most ln(1000) ≈ 6.9 rather than infinity.
+pub const LOG_FLOOR: f64 = 1e-3;
+
+/// Attempts the placement discount assumes at the claimed rate before any
+/// are seen: a host's first failures move its discount little, twenty
+/// attempts at half its claim bring it most of the way down.
+pub const DISCOUNT_PSEUDO_ATTEMPTS: f64 = 5.0;
 
 /// How one attempt on a host ended, as its record counts it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -128,14 +147,14 @@ impl HostTrack {
         match outcome {
             Outcome::Landed { claimed_tr } => {
                 self.landed = self.landed.saturating_add(1);
-                self.expect(claimed_tr);
+                self.expect(claimed_tr, true);
             }
             Outcome::Failed { claimed_tr } => {
                 self.failed = self.failed.saturating_add(1);
                 if claimed_tr.is_some() {
                     self.failed_with_claim = self.failed_with_claim.saturating_add(1);
                 }
-                self.expect(claimed_tr);
+                self.expect(claimed_tr, false);
             }
             Outcome::Offence(Offence::WrongOutput) => self.record(false),
             Outcome::Offence(Offence::Forgot) => self.forgotten = self.forgotten.saturating_add(1),
@@ -143,15 +162,49 @@ impl HostTrack {
         }
     }
 
-    /// Adds one claimed TR to the failures to expect. A claim outside
-    /// [0, 1] or not a number counts as the boldest one, TR 1: a host that
-    /// sends nonsense is held to the strictest reading of it.
-    fn expect(&mut self, claimed_tr: Option<f64>) {
+    /// Adds one claimed TR to the failures to expect and scores it against
+    /// what happened (`landed`). A claim outside [0, 1] or not a number
+    /// counts as the boldest one, TR 1: a host that sends nonsense is held
+    /// to the strictest reading of it.
+    fn expect(&mut self, claimed_tr: Option<f64>, landed: bool) {
         let Some(tr) = claimed_tr else { return };
         let tr = if (0.0..=1.0).contains(&tr) { tr } else { 1.0 };
         let micro = |x: f64| (x * 1e6).round() as u64;
         self.expected_failures_micro = self.expected_failures_micro.saturating_add(micro(1.0 - tr));
         self.variance_micro = self.variance_micro.saturating_add(micro(tr * (1.0 - tr)));
+        let y = if landed { 1.0 } else { 0.0 };
+        let held = tr.clamp(LOG_FLOOR, 1.0 - LOG_FLOOR);
+        let said = if landed { held } else { 1.0 - held };
+        self.claims = self.claims.saturating_add(1);
+        self.brier_micro = self.brier_micro.saturating_add(micro((y - tr) * (y - tr)));
+        self.log_loss_micro = self.log_loss_micro.saturating_add(micro(-said.ln()));
+    }
+
+    /// Mean Brier score of its claimed TRs (0 best, 1 worst); `None`
+    /// before its first claimed attempt.
+    pub fn brier(&self) -> Option<f64> {
+        (self.claims > 0).then(|| self.brier_micro as f64 / 1e6 / self.claims as f64)
+    }
+
+    /// Mean log score (negative log likelihood, nats) of its claimed TRs.
+    pub fn log_score(&self) -> Option<f64> {
+        (self.claims > 0).then(|| self.log_loss_micro as f64 / 1e6 / self.claims as f64)
+    }
+
+    /// What placement multiplies its claimed TR by: the attempts it landed
+    /// over those its claims promised, each side given
+    /// [`DISCOUNT_PSEUDO_ATTEMPTS`] at the claimed rate, at most 1. A host
+    /// that claims 1.0 and lands half ranks, after a few dozen attempts,
+    /// as the 0.5 it is; a host whose claims hold keeps 1; claiming less
+    /// than it lands gains nothing (the discount never rises above 1, so a
+    /// modest claim is never a trick to climb).
+    pub fn claim_discount(&self) -> f64 {
+        if self.claims == 0 {
+            return 1.0;
+        }
+        let landed = self.claims.saturating_sub(self.failed_with_claim) as f64;
+        let promised = (self.claims as f64 - self.expected_failures_micro as f64 / 1e6).max(0.0);
+        ((landed + DISCOUNT_PSEUDO_ATTEMPTS) / (promised + DISCOUNT_PSEUDO_ATTEMPTS)).min(1.0)
     }
 
     /// Failures of attempts whose TR it claimed beyond what the claims
@@ -326,6 +379,67 @@ mod tests {
             unknown.apply(Outcome::Failed { claimed_tr: None });
         }
         assert_eq!(unknown.standing(), Standing::Clean);
+    }
+
+    /// Brier and log scores worked by hand: claims 0.8 and lands, claims
+    /// 0.8 and fails, claims 1.0 and fails (held at 1 − 10⁻³ for the log).
+    #[test]
+    fn claimed_trs_are_scored_against_what_happened() {
+        let mut t = HostTrack::default();
+        assert_eq!((t.brier(), t.log_score()), (None, None));
+        t.apply(Outcome::Landed {
+            claimed_tr: Some(0.8),
+        });
+        t.apply(Outcome::Failed {
+            claimed_tr: Some(0.8),
+        });
+        t.apply(Outcome::Failed {
+            claimed_tr: Some(1.0),
+        });
+        // Attempts without a claim are not scored.
+        t.apply(Outcome::Landed { claimed_tr: None });
+        assert_eq!(t.claims, 3);
+        let brier = (0.04 + 0.64 + 1.0) / 3.0;
+        assert!((t.brier().unwrap() - brier).abs() < 1e-6, "{:?}", t.brier());
+        let log = (-(0.8f64.ln()) - (0.2f64.ln()) - (1e-3f64.ln())) / 3.0;
+        assert!(
+            (t.log_score().unwrap() - log).abs() < 1e-6,
+            "{:?}",
+            t.log_score()
+        );
+    }
+
+    /// The discount of a host that claims 1.0 and lands every other attempt
+    /// falls towards 0.5; one whose claims hold, or that claims less than
+    /// it lands, keeps 1.
+    #[test]
+    fn an_overclaiming_host_is_discounted_to_what_it_lands() {
+        let attempts = |claim: f64, lands: fn(u32) -> bool, n: u32| {
+            let mut t = HostTrack::default();
+            for i in 0..n {
+                let claimed_tr = Some(claim);
+                t.apply(if lands(i) {
+                    Outcome::Landed { claimed_tr }
+                } else {
+                    Outcome::Failed { claimed_tr }
+                });
+            }
+            t
+        };
+        let half = |i: u32| i % 2 == 0;
+        assert_eq!(HostTrack::default().claim_discount(), 1.0);
+        let early = attempts(1.0, half, 4).claim_discount();
+        let later = attempts(1.0, half, 40).claim_discount();
+        let long = attempts(1.0, half, 400).claim_discount();
+        assert!(early > later && later > long, "{early} {later} {long}");
+        // (20 + 5) / (40 + 5) and (200 + 5) / (400 + 5).
+        assert!((later - 25.0 / 45.0).abs() < 1e-9 && (long - 205.0 / 405.0).abs() < 1e-9);
+        // Honest at 0.5: lands half, as it said.
+        assert_eq!(attempts(0.5, half, 40).claim_discount(), 1.0);
+        // Modest: claims 0.5 and lands every time.
+        assert_eq!(attempts(0.5, |_| true, 40).claim_discount(), 1.0);
+        // The liar's rank: 1.0 × discount falls below an honest 0.6.
+        assert!(1.0 * later < 0.6);
     }
 
     #[test]

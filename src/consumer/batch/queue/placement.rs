@@ -141,10 +141,12 @@ impl QueueCore {
     /// Hands waiting tasks to the free hosts among `hosts`: batches in
     /// order of age, each taking the hosts its policy puts first.
     pub(super) fn place_on(&mut self, hosts: &[SurveyedHost]) {
+        // Each host's claims as its record discounts them; the claim it
+        // is held to (`launch`) stays the one it made.
         let mut free: Vec<SurveyedHost> = hosts
             .iter()
             .filter(|h| !self.hosts_in_use.contains(&h.peer))
-            .cloned()
+            .map(|h| self.trust.discounted(h))
             .collect();
         let waiting: Vec<BatchId> = self
             .batches

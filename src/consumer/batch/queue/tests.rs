@@ -541,6 +541,63 @@ fn a_landed_result_is_copied_out_and_waiters_are_answered_when_the_copy_ends() {
     assert!(!core.copying_out(id));
 }
 
+/// Issue 29, scored forecasts: a host whose claims of TR 0.95 landed 17
+/// of 20 attempts stays clean (three failures are within its claims'
+/// allowance) but is placed as the 0.87 its record makes of its claim,
+/// behind an honest host that claims 0.9; the claim it is held to for the
+/// attempt is still the 0.95 it made. Without a record it goes first.
+#[test]
+fn a_host_that_overclaims_is_placed_by_what_its_claims_landed() {
+    use crate::model::trust::{HostTrack, Outcome, Standing};
+    use std::collections::HashMap;
+    let (boaster, honest) = (host(0.95), host(0.9));
+    let mut track = HostTrack::default();
+    for i in 0..20 {
+        let claimed_tr = Some(0.95);
+        track.apply(if i % 7 == 3 {
+            Outcome::Failed { claimed_tr }
+        } else {
+            Outcome::Landed { claimed_tr }
+        });
+    }
+    assert_eq!(
+        (track.failed_with_claim, track.standing()),
+        (3, Standing::Clean)
+    );
+    let discounted = 0.95 * track.claim_discount();
+    assert!(discounted < 0.9, "{discounted}");
+    let now = start();
+    let placed = |record: HashMap<PeerId, HostTrack>| {
+        let mut core = QueueCore::new(
+            Path::new("/queue"),
+            JobSettings::default(),
+            rand_chacha::ChaCha8Rng::seed_from_u64(7),
+            Trust::new(Default::default(), Default::default(), record),
+            now,
+        );
+        let (id, _) = admit(&mut core, now, batch(1));
+        let _ = core.start_survey(now);
+        let first = launches(&core.on_survey(now, Ok(vec![boaster.clone(), honest.clone()])));
+        (core, id, first)
+    };
+    let (_, _, first) = placed(HashMap::new());
+    assert_eq!(first, vec![(0, boaster.peer)]);
+    let (_, _, first) = placed(HashMap::from([(boaster.peer, track)]));
+    assert_eq!(first, vec![(0, honest.peer)]);
+    // Its own attempt is held to the claim it made, not the discounted one.
+    let (mut core, id, _) = placed(HashMap::new());
+    let actions = core.on_ended(
+        now,
+        id,
+        0,
+        boaster.peer,
+        AttemptEnd::HostFailed("gone".into()),
+    );
+    assert!(actions.iter().any(|a| matches!(a,
+        Action::Conduct { peer, outcome: Outcome::Failed { claimed_tr: Some(tr) } }
+            if *peer == boaster.peer && *tr == 0.95)));
+}
+
 /// Issue 30, finding 2: under the default `--verify none`, a host that
 /// claims TR 1 and returns outputs whose hash does not match (or forgets
 /// its job) is counted in its record, placed behind the honest host at its

@@ -11,7 +11,9 @@ use std::path::PathBuf;
 use libp2p::PeerId;
 
 use crate::consumer::batch::verify::{LandedCopy, VerifySpec};
+use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
+use crate::model::sched::curve::TrCurve;
 use crate::model::trust::{AdaptiveRule, HostTrack, Outcome, Standing};
 
 /// A landed copy waiting for its digest.
@@ -157,6 +159,27 @@ impl Trust {
             if j.landed.iter().any(|(_, g)| Some(*g) != first) {
                 out.extend(j.landed.iter().map(|(c, _)| c.host.clone()));
             }
+        }
+        out
+    }
+
+    /// `host` as placement weighs it: its claimed TR, and each point of its
+    /// TR curve, times its record's claim discount
+    /// ([`HostTrack::claim_discount`]: what it landed over what its claims
+    /// promised, at most 1). A host without a record, or whose claims
+    /// held, is returned as it is.
+    pub(super) fn discounted(&self, host: &SurveyedHost) -> SurveyedHost {
+        let factor = self
+            .reputation
+            .get(&host.peer)
+            .map_or(1.0, HostTrack::claim_discount);
+        let mut out = host.clone();
+        if factor < 1.0 {
+            out.tr = host.tr.map(|tr| tr * factor);
+            out.curve = host
+                .curve
+                .as_ref()
+                .map(|c| TrCurve::new(c.points().iter().map(|&(secs, tr)| (secs, tr * factor))));
         }
         out
     }
