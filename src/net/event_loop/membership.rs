@@ -25,6 +25,7 @@ use super::EventLoop;
 use crate::model::budget::{Admit, Overrun, PeerBudgets};
 use crate::net::codec::{decode_body, encode_body};
 use crate::net::handle::{LocalStatus, Member, NetEvent, SummaryBody};
+use crate::net::listening::{republish_for, Subscriber, HELLO_WITHIN};
 use crate::net::members::MEMBERS_MAX;
 use crate::net::protocol::{
     Announcement, HostSummary, SummaryWithImages, ANNOUNCE_MAX_BYTES, IMAGES_HELD_MAX,
@@ -165,6 +166,29 @@ impl EventLoop {
         }
         self.notify(NetEvent::MemberAnnounced(member));
         MessageAcceptance::Accept
+    }
+
+    /// A peer subscribed to a summary topic. One that joins the topic has
+    /// not heard our last summary (it went out before it was there): it is
+    /// told soon, not at the next heartbeat, and many joining at once share
+    /// one publication. Not a member we hear saying hello on a new
+    /// connection (`listening::republish_for`).
+    pub(super) fn on_subscribed(&mut self, peer: PeerId) {
+        let now = Instant::now();
+        let just_connected = self.links.get(&peer).is_some_and(|conns| {
+            conns
+                .values()
+                .any(|c| now.saturating_duration_since(c.link.opened_at) < HELLO_WITHIN)
+        });
+        let subscriber = Subscriber {
+            we_listen: self.on_summary_topics,
+            known_member: self.members.contains_key(&peer),
+            just_connected,
+        };
+        tracing::debug!(%peer, ?subscriber, "a peer subscribed to the pool's topic");
+        if republish_for(subscriber) {
+            self.republish();
+        }
     }
 
     /// Joins or leaves the summary and announce topics as

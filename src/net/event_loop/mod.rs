@@ -567,27 +567,7 @@ impl EventLoop {
             BehaviourEvent::Gossipsub(gossipsub::Event::Subscribed { peer_id, topic })
                 if topic == self.summary_topic.hash() || topic == self.summary_topic_1.hash() =>
             {
-                // A peer that joins the topic has not heard our last summary
-                // (it went out before it was there): tell it soon, not at the
-                // next heartbeat; many joining at once share one publication.
-                // Not a member we hear saying hello on a new connection
-                // (`listening::republish_for`).
-                let now = std::time::Instant::now();
-                let just_connected = self.links.get(&peer_id).is_some_and(|conns| {
-                    conns.values().any(|c| {
-                        now.saturating_duration_since(c.link.opened_at)
-                            < crate::net::listening::HELLO_WITHIN
-                    })
-                });
-                let subscriber = crate::net::listening::Subscriber {
-                    we_listen: self.on_summary_topics,
-                    known_member: self.members.contains_key(&peer_id),
-                    just_connected,
-                };
-                tracing::debug!(%peer_id, ?subscriber, "a peer subscribed to the pool's topic");
-                if crate::net::listening::republish_for(subscriber) {
-                    self.republish();
-                }
+                self.on_subscribed(peer_id);
             }
             BehaviourEvent::Reliability(event) => {
                 if let request_response::Event::Message { peer, .. } = &event {
