@@ -788,6 +788,15 @@ fn skipped(actions: &[Action]) -> Vec<PeerId> {
         .unwrap_or_default()
 }
 
+/// The round `actions` start: at most how many hosts it asks and whom it
+/// skips; `None` when they start none.
+fn round_of(actions: &[Action]) -> Option<(Option<u32>, Vec<PeerId>)> {
+    actions.iter().find_map(|a| match a {
+        Action::Survey { query, skip } => Some((query.ask_at_most, skip.clone())),
+        _ => None,
+    })
+}
+
 /// A member listed from its summary, not asked.
 fn listed(tr: f64) -> SurveyedHost {
     SurveyedHost {
@@ -876,11 +885,7 @@ fn queries_for_a_batch(pool: usize, tasks: i64, fail_first: bool) -> (usize, usi
         if !core.wants_survey(now) {
             continue;
         }
-        let actions = core.start_survey(now);
-        let Some((most, skip)) = actions.iter().find_map(|a| match a {
-            Action::Survey { query, skip } => Some((query.ask_at_most, skip.clone())),
-            _ => None,
-        }) else {
+        let Some((most, skip)) = round_of(&core.start_survey(now)) else {
             continue;
         };
         let most = most.expect("placement always bounds its asks") as usize;

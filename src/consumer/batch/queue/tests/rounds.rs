@@ -86,11 +86,7 @@ fn run(core: &mut QueueCore, pool: &Pool, mut now: Now, secs: u64, beat: u64) ->
         if !core.wants_survey(now) {
             continue;
         }
-        let actions = core.start_survey(now);
-        let Some((most, skip)) = actions.iter().find_map(|a| match a {
-            Action::Survey { query, skip } => Some((query.ask_at_most, skip.clone())),
-            _ => None,
-        }) else {
+        let Some((most, skip)) = round_of(&core.start_survey(now)) else {
             continue;
         };
         let most = most.expect("a round always bounds its asks");
