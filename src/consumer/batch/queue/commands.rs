@@ -1,9 +1,10 @@
 //! The consumer's commands in the queue's core: a new batch made into
 //! records and admitted (after the driver has checked its inputs and stored
-//! it), views and the inputs of an estimate, cancel (the record first, then
-//! the tasks) and forgetting a removed batch. Pure: the driver does the
-//! store and file work around each step.
+//! it), views and the inputs of an estimate (the hosts as last heard),
+//! cancel (the record first, then the tasks) and forgetting a removed
+//! batch. Pure: the driver does the store and file work around each step.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 
 use libp2p::PeerId;
@@ -113,17 +114,21 @@ impl QueueCore {
         })
     }
 
-    /// What a running batch's estimate is made from: the last survey's
-    /// hosts and the batch's shape now. `None` when the batch has ended or
-    /// was cancelled, or no survey has been made.
+    /// What a running batch's estimate is made from: the hosts as last
+    /// heard ([`QueueCore::estimate_hosts`]) and the batch's shape now.
+    /// `None` when the batch has ended or was cancelled, or no host has been
+    /// heard of.
     pub fn estimate_inputs(
         &self,
         now: Now,
         id: BatchId,
     ) -> Option<(Vec<SurveyedHost>, BatchShape)> {
         let live = self.batches.get(&id)?;
-        if Counts::of(&live.tasks).finished() || live.record.cancelled || self.last_hosts.is_empty()
-        {
+        if Counts::of(&live.tasks).finished() || live.record.cancelled {
+            return None;
+        }
+        let hosts = self.estimate_hosts();
+        if hosts.is_empty() {
             return None;
         }
         let now = now.unix_secs;
@@ -153,7 +158,38 @@ impl QueueCore {
             checkpoint_cost_secs: live.record.checkpoint.as_ref().map(|c| c.cost_secs as f64),
             runtime_sigma_log: Some(planned.spread),
         };
-        Some((self.last_hosts.clone(), shape))
+        Some((hosts, shape))
+    }
+
+    /// The hosts an estimate weighs: the queue's view of the pool, where
+    /// each host the last round did not ask is taken at its last answer
+    /// (with the state and slot the view has heard since), and the hosts
+    /// with a last answer the view does not list. The estimate weighs
+    /// answers only, and with event-driven rounds the last one often asks
+    /// nobody (every host runs our tasks, or it only read summaries) or
+    /// finds no host: `batch status` keeps an estimate, and a task running
+    /// on a host not asked since counts as running, not as waiting again.
+    pub(super) fn estimate_hosts(&self) -> Vec<SurveyedHost> {
+        let mut hosts: Vec<SurveyedHost> = self
+            .last_hosts
+            .iter()
+            .map(|h| match self.answers.get(&h.peer) {
+                Some(answer) if !h.answered => SurveyedHost {
+                    state: h.state.or(answer.state),
+                    slot_free: h.slot_free.or(answer.slot_free),
+                    ..answer.clone()
+                },
+                _ => h.clone(),
+            })
+            .collect();
+        let listed: HashSet<PeerId> = hosts.iter().map(|h| h.peer).collect();
+        hosts.extend(
+            self.answers
+                .values()
+                .filter(|a| !listed.contains(&a.peer))
+                .cloned(),
+        );
+        hosts
     }
 
     /// Marks a batch cancelled: nothing more of it starts. Returns its

@@ -194,9 +194,9 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         self.spawn_estimate_new(new, tasks.len(), self.now().unix_secs, reply);
     }
 
-    /// A running batch's view with its estimate from the last survey's
-    /// hosts, computed off the loop; without one when the batch has ended
-    /// or no survey has been made.
+    /// A running batch's view with its estimate from the hosts as last
+    /// heard, computed off the loop; without one when the batch has ended
+    /// or no host has been heard of.
     pub fn view_with_estimate(
         &self,
         id: BatchId,

@@ -17,7 +17,7 @@
 //! announcement into [`MemberNews`] and hands it over; the decision whether
 //! it is news is taken here.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use libp2p::PeerId;
@@ -211,7 +211,7 @@ impl QueueCore {
         }
         let before = self.running.len();
         self.checkpoints.surveyed(&hosts);
-        self.last_hosts = hosts;
+        self.set_view(hosts);
         self.last_hosts_at = Some(now.mono);
         let hosts = self.last_hosts.clone();
         self.place_on(&hosts);
@@ -329,6 +329,23 @@ impl QueueCore {
                 }
             }
             hosts.extend(answered.into_values());
+        }
+        self.set_view(hosts);
+    }
+
+    /// Takes `hosts` as the queue's view of the pool. Each answer among them
+    /// becomes its host's last (`answers`); the last answers kept are those
+    /// of hosts the view lists or that run our work, and a round that found
+    /// no host at all forgets none of them.
+    fn set_view(&mut self, hosts: Vec<SurveyedHost>) {
+        for h in hosts.iter().filter(|h| h.answered) {
+            self.answers.insert(h.peer, h.clone());
+        }
+        if !hosts.is_empty() {
+            let listed: HashSet<PeerId> = hosts.iter().map(|h| h.peer).collect();
+            let in_use = &self.hosts_in_use;
+            self.answers
+                .retain(|peer, _| listed.contains(peer) || in_use.contains(peer));
         }
         self.last_hosts = hosts;
     }

@@ -171,6 +171,13 @@ pub struct QueueCore {
     /// while this is fresh.
     pub(super) last_hosts: Vec<SurveyedHost>,
     pub(super) last_hosts_at: Option<Instant>,
+    /// Each host's last answer, while the host is in the pool's view or
+    /// runs our work: what a running batch's estimate weighs a host by when
+    /// the rounds since have not asked it (it runs one of our tasks, or
+    /// they only read summaries) or found no host at all. Without it a
+    /// batch's estimate vanished after its first round as soon as every
+    /// host was busy with it (`estimate_hosts`).
+    pub(super) answers: BTreeMap<PeerId, SurveyedHost>,
     /// Draws for the `random` policy and the adaptive check, seeded by the
     /// driver.
     pub(super) rng: rand_chacha::ChaCha8Rng,
@@ -236,6 +243,7 @@ impl QueueCore {
             last_survey: None,
             last_hosts: Vec::new(),
             last_hosts_at: None,
+            answers: BTreeMap::new(),
             rng,
             last_deadline_check: None,
             wanted: true,

@@ -224,7 +224,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         });
     }
 
-    /// Estimates a running batch's end from the last survey's hosts.
+    /// Estimates a running batch's end from the hosts as last heard.
     pub(super) fn spawn_estimate(
         &self,
         mut view: BatchView,

@@ -196,3 +196,69 @@ fn a_look_at_the_summaries_that_shows_a_slot_newly_free_asks_it() {
     assert_eq!(cost.launched, vec![(0, freed)], "{cost:?}");
     assert!(cost.asks <= 2, "{cost:?}");
 }
+
+/// `batch status` keeps a running batch's estimate. Once every host runs
+/// one of its tasks the next round asks none of them, and a later round may
+/// find no host at all (no member heard of for a while); each host is still
+/// weighed by its last answer, and the tasks running on them count as
+/// running (each ends before any waiting task), not as waiting again.
+#[test]
+fn a_running_batchs_estimate_outlives_rounds_that_ask_no_host() {
+    use crate::consumer::batch::estimate::estimate_batch;
+    const TASKS: i64 = 8;
+    let mut pool = Pool::new(3);
+    pool.free = pool.peers.iter().copied().collect();
+    let mut core = core(3);
+    let mut now = start();
+    let (id, _) = admit(&mut core, now, batch(TASKS));
+    // The running tasks' ends and the waiting ones', as `batch status` shows them.
+    let ends = |core: &QueueCore, now: Now| -> (Vec<f64>, Vec<f64>) {
+        let (hosts, shape) = core
+            .estimate_inputs(now, id)
+            .expect("the batch runs: its estimate has inputs");
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        let estimate = estimate_batch(&hosts, &shape, now.unix_secs, &mut rng)
+            .unwrap_or_else(|e| panic!("no estimate: {e}"));
+        assert_eq!(estimate.tasks.len(), TASKS as usize);
+        let state = |t: u32| core.task(id, t).unwrap().state;
+        let of = |s: TaskState| {
+            estimate
+                .tasks
+                .iter()
+                .filter(|t| state(t.task) == s)
+                .map(|t| t.end.p50)
+                .collect::<Vec<f64>>()
+        };
+        (of(TaskState::Running), of(TaskState::Queued))
+    };
+    let check = |(running, waiting): (Vec<f64>, Vec<f64>), when: &str| {
+        assert_eq!((running.len(), waiting.len()), (3, 5), "{when}");
+        let latest = running.iter().copied().fold(0.0, f64::max);
+        assert!(
+            waiting.iter().all(|w| *w > latest),
+            "{when}: a waiting task ends before a running one: {running:?} {waiting:?}"
+        );
+    };
+
+    // The first round: every host answers and takes a task.
+    let (most, skip) = round_of(&core.start_survey(now)).expect("work waits");
+    let placed = launches(&core.on_survey(now, Ok(pool.answer(most.unwrap_or(0), &skip))));
+    assert_eq!(placed.len(), 3);
+    check(ends(&core, now), "after the round that placed them");
+
+    // Work still waits, so another round comes: it skips the three hosts
+    // (they run our tasks) and lists them from their summaries, asking none.
+    now = after(now, 1);
+    let (most, skip) = round_of(&core.start_survey(now)).expect("work still waits");
+    assert!(pool.peers.iter().all(|p| skip.contains(p)), "{skip:?}");
+    let hosts = pool.answer(most.unwrap_or(0), &skip);
+    assert!(hosts.iter().all(|h| !h.answered));
+    assert!(launches(&core.on_survey(now, Ok(hosts))).is_empty());
+    check(ends(&core, now), "after a round that asked nobody");
+
+    // Later a round finds no host at all.
+    now = after(now, 30);
+    assert!(round_of(&core.start_survey(now)).is_some());
+    assert!(launches(&core.on_survey(now, Ok(Vec::new()))).is_empty());
+    check(ends(&core, now), "after a round that found no host");
+}
