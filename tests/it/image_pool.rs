@@ -1,8 +1,9 @@
 //! Jobs that bring their image (issue 31) on a pool of real `gleaner node`
 //! processes on 127.0.0.1: a batch whose every task runs in an image the
 //! test builds itself (`tests/shared/guest_image.rs`, the probe the sandbox
-//! tests run) sees the image's `/etc/os-release`, never its host's; the
-//! image's archive crosses to each host at most once (the hosts' own
+//! tests run) sees the image's `/etc/os-release`, never its host's, for an
+//! image packed as a docker-archive and for another packed as an OCI
+//! layout; each image crosses to each host at most once (the hosts' own
 //! counts of bytes read from the consumer, relayed in their "inputs ready"
 //! events, and their logs of what they unpacked); a host whose owner
 //! denies images refuses the tasks with its reason and runs none of them.
@@ -13,7 +14,8 @@
 //! task in the same image packed as an OCI layout (the same id) too.
 
 use crate::guest_image::{
-    docker_archive, oci_archive, probe_image, static_probe, view_namespaces_allowed,
+    docker_archive, docker_archive_of, layered_probe_image, oci_archive, oci_archive_of,
+    probe_image, static_probe, view_namespaces_allowed,
 };
 use crate::node_support;
 
@@ -60,34 +62,15 @@ fn until_listed(consumer: &NodeFixture, hosts: &[String]) {
     }
 }
 
-#[test]
-fn a_batch_in_an_image_sees_its_os_release_on_every_host_and_the_image_crosses_once() {
-    // Without user and mount namespaces a guest gets no narrow view, so no
-    // image (a host refuses to run one on its own root): proven, then skipped.
-    if !view_namespaces_allowed() {
-        eprintln!("SKIP: the kernel refuses user/mount/PID namespaces to an unprivileged user");
-        return;
-    }
-    let first = started(pool_node(Some(&history(0)), &[]));
-    let boot = addr(&first);
-    let second = started(pool_node(Some(&history(0)), &["--bootstrap", &boot]));
-    let denying = denying_host(&boot);
-    let consumer = started(pool_node(None, &["--bootstrap", &boot, "--no-guest"]));
-    let running = [peer(&first), peer(&second)];
-    let denier = peer(&denying);
-    until_listed(
-        &consumer,
-        &[running[0].clone(), running[1].clone(), denier.clone()],
-    );
+/// The os-release of the second image: the first's with a line of its
+/// own, so a task shows which of the two it ran in.
+const OCI_OS: &str =
+    "ID=gleaner-image-test\nVERSION_ID=oci\nPRETTY_NAME=\"Gleaner test image (OCI)\"\n";
 
-    let work = consumer.dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let probe = static_probe(&work);
-    let (layer, config) = probe_image(&probe, crate::guest_image::IMAGE_OS);
-    let archive = work.join("probe-image.tar");
-    std::fs::write(&archive, docker_archive(&layer, &config)).unwrap();
-    let size = std::fs::metadata(&archive).unwrap().len();
-    let results = work.join("results");
+/// Runs a batch of [`TASKS`] tasks in `archive` through `consumer`, its
+/// results under `work/results-NAME`; returns its JSON lines.
+fn batch_in(consumer: &NodeFixture, archive: &std::path::Path, name: &str) -> Vec<Value> {
+    let results = consumer.dir.join("work").join(format!("results-{name}"));
     let (code, lines) = consumer
         .json_stream(
             "batch",
@@ -112,9 +95,15 @@ fn a_batch_in_an_image_sees_its_os_release_on_every_host_and_the_image_crosses_o
         )
         .finish(Duration::from_secs(300));
     assert_eq!(code, 0, "{lines:#?}\n{}", consumer.log());
+    lines
+}
 
-    // Every task ran in the image: its os-release, its WorkingDir and Env,
-    // its Entrypoint with the task's argument, and its output came back.
+/// Checks that every task of the batch `name` ran in the image whose
+/// os-release is `os` on one of `running`: its os-release (never its
+/// host's), its WorkingDir and Env, its Entrypoint with the task's
+/// argument, and its output came back.
+fn ran_in_image(consumer: &NodeFixture, name: &str, os: &str, running: &[String]) {
+    let results = consumer.dir.join("work").join(format!("results-{name}"));
     let host_os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
     let host_id = host_os
         .lines()
@@ -124,20 +113,20 @@ fn a_batch_in_an_image_sees_its_os_release_on_every_host_and_the_image_crosses_o
         let dir = results.join(i.to_string());
         let out = std::fs::read_to_string(dir.join("stdout")).unwrap();
         assert!(
-            out.contains("os-release:ID=gleaner-image-test"),
-            "task {i}: {out}"
+            out.contains(&format!("os-release:{os}")),
+            "{name} task {i}: {out}"
         );
         assert!(
             !out.contains(&format!("os-release:{host_id}\n")),
-            "task {i} saw its host's: {out}"
+            "{name} task {i} saw its host's: {out}"
         );
-        assert!(out.contains("cwd:/srv\n"), "task {i}: {out}");
-        assert!(out.contains("env:from-image\n"), "task {i}: {out}");
+        assert!(out.contains("cwd:/srv\n"), "{name} task {i}: {out}");
+        assert!(out.contains("env:from-image\n"), "{name} task {i}: {out}");
         assert!(
             out.contains(&format!("args:[\"task-{i}\"]")),
-            "task {i}: {out}"
+            "{name} task {i}: {out}"
         );
-        assert!(out.contains("write-image:false"), "task {i}: {out}");
+        assert!(out.contains("write-image:false"), "{name} task {i}: {out}");
         assert_eq!(
             std::fs::read_to_string(dir.join("out.txt")).unwrap(),
             "from the image"
@@ -147,19 +136,24 @@ fn a_batch_in_an_image_sees_its_os_release_on_every_host_and_the_image_crosses_o
                 .unwrap();
         assert!(
             running.iter().any(|h| p["host"] == h.as_str()),
-            "task {i} ran on {} (the denying host is {denier})",
+            "{name} task {i} ran on {}, not a host that runs images",
             p["host"]
         );
     }
+}
 
-    // The archive crossed to each host at most once: each host says, as
-    // its tasks start, how many bytes it read from the consumer and how
-    // many its caches held (for an image: the image cache).
+/// Per host, how many of the batch's tasks read their image from the
+/// consumer (`size` bytes fetched) and how many found it in the host's
+/// cache, from the "inputs ready" events the hosts send as their tasks
+/// start; adds to `refusals` who refused a task for running no images
+/// (from the reasons a waiting task shows, "refused by HOST: ...").
+fn crossings(
+    lines: &[Value],
+    size: u64,
+    refusals: &mut std::collections::BTreeSet<String>,
+) -> BTreeMap<String, (u32, u32)> {
     let mut per_host: BTreeMap<String, (u32, u32)> = BTreeMap::new();
-    // Who refused, from the reasons a waiting task shows ("refused by
-    // HOST: ..."), each once.
-    let mut refusals = std::collections::BTreeSet::new();
-    for l in &lines {
+    for l in lines {
         let host = l["host"].as_str().unwrap_or_default().to_string();
         if let Some(reason) = l["reason"].as_str() {
             if let Some((who, why)) = reason
@@ -185,27 +179,83 @@ fn a_batch_in_an_image_sees_its_os_release_on_every_host_and_the_image_crosses_o
             assert!(!event.starts_with("inputs ready"), "{event}");
         }
     }
-    eprintln!("image per host (fetched, from cache): {per_host:?}; refused by: {refusals:?}");
-    assert!(
-        per_host.values().all(|(fetched, _)| *fetched <= 1),
-        "the image crossed to a host more than once: {per_host:?}"
+    per_host
+}
+
+#[test]
+fn a_batch_in_an_image_sees_its_os_release_on_every_host_and_the_image_crosses_once() {
+    // Without user and mount namespaces a guest gets no narrow view, so no
+    // image (a host refuses to run one on its own root): proven, then skipped.
+    if !view_namespaces_allowed() {
+        eprintln!("SKIP: the kernel refuses user/mount/PID namespaces to an unprivileged user");
+        return;
+    }
+    let first = started(pool_node(Some(&history(0)), &[]));
+    let boot = addr(&first);
+    let second = started(pool_node(Some(&history(0)), &["--bootstrap", &boot]));
+    let denying = denying_host(&boot);
+    let consumer = started(pool_node(None, &["--bootstrap", &boot, "--no-guest"]));
+    let running = [peer(&first), peer(&second)];
+    let denier = peer(&denying);
+    until_listed(
+        &consumer,
+        &[running[0].clone(), running[1].clone(), denier.clone()],
     );
-    let (fetched, cached) = per_host
-        .values()
-        .fold((0, 0), |(f, c), (a, b)| (f + a, c + b));
-    assert_eq!(
-        (fetched + cached) as usize,
-        TASKS,
-        "every task's host said where its image came from: {per_host:?}"
-    );
-    assert!(fetched >= 1 && cached >= 1, "{per_host:?}");
-    // The hosts' own logs agree: each unpacked the image at most once.
+
+    // Two images the test builds: the probe in a base layer with an
+    // os-release on top, packed as a docker-archive; and the same base
+    // with another os-release, packed as an OCI layout.
+    let work = consumer.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let probe = static_probe(&work);
+    let (docker_layers, docker_config) = layered_probe_image(&probe, crate::guest_image::IMAGE_OS);
+    let (oci_layers, oci_config) = layered_probe_image(&probe, OCI_OS);
+    assert_eq!(docker_layers[0], oci_layers[0], "one base layer");
+    let docker = work.join("probe-image.tar");
+    std::fs::write(&docker, docker_archive_of(&docker_layers, &docker_config)).unwrap();
+    let oci = work.join("probe-image-oci.tar");
+    std::fs::write(&oci, oci_archive_of(&oci_layers, &oci_config)).unwrap();
+
+    // Who refused, from both batches.
+    let mut refusals = std::collections::BTreeSet::new();
+    let mut unpacked_here: BTreeMap<String, usize> = BTreeMap::new();
+    for (name, archive, os) in [
+        ("docker", &docker, crate::guest_image::IMAGE_OS),
+        ("oci", &oci, OCI_OS),
+    ] {
+        let size = std::fs::metadata(archive).unwrap().len();
+        let lines = batch_in(&consumer, archive, name);
+        ran_in_image(&consumer, name, os, &running);
+        // The archive crossed to each host at most once: each host says,
+        // as its tasks start, how many bytes it read from the consumer and
+        // how many its caches held (for an image: the image cache).
+        let per_host = crossings(&lines, size, &mut refusals);
+        eprintln!("{name} image per host (fetched, from cache): {per_host:?}");
+        assert!(
+            per_host.values().all(|(fetched, _)| *fetched <= 1),
+            "the {name} image crossed to a host more than once: {per_host:?}"
+        );
+        let (fetched, cached) = per_host
+            .values()
+            .fold((0, 0), |(f, c), (a, b)| (f + a, c + b));
+        assert_eq!(
+            (fetched + cached) as usize,
+            TASKS,
+            "every {name} task's host said where its image came from: {per_host:?}"
+        );
+        assert!(fetched >= 1 && cached >= 1, "{name}: {per_host:?}");
+        for (host, (fetched, _)) in per_host {
+            *unpacked_here.entry(host).or_default() += fetched as usize;
+        }
+    }
+    eprintln!("refused by: {refusals:?}");
+    // The hosts' own logs agree: each unpacked each image at most once.
     for (node, id) in [(&first, &running[0]), (&second, &running[1])] {
         let unpacked = node
             .log()
             .matches("image unpacked into the image cache")
             .count();
-        let fetched_here = per_host.get(id).map_or(0, |e| e.0) as usize;
+        let fetched_here = unpacked_here.get(id).copied().unwrap_or(0);
         assert_eq!(unpacked, fetched_here, "host {id}:\n{}", node.log());
     }
     // The denying host took no task: it was asked (it is as free and as

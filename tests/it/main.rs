@@ -64,8 +64,8 @@ mod tail_pool;
 mod throttle;
 mod trust_pool;
 
-// The probe image the sandbox tests build too; this binary packs it as a
-// docker-archive only, so the OCI layout builder is unused here.
+// The probe image the sandbox tests build too; not every builder is used
+// by both binaries.
 #[allow(dead_code)]
 #[path = "../shared/guest_image.rs"]
 mod guest_image;

@@ -15,6 +15,9 @@ mod image_cli;
 #[allow(dead_code)]
 mod node_support;
 
+// The probe image the pool tests build too; the layered builders (an image
+// in two layers, for layers shared between images) are the pool's only.
+#[allow(dead_code)]
 #[path = "../shared/guest_image.rs"]
 mod guest_image;
 #[path = "../shared/test_name.rs"]

@@ -80,7 +80,34 @@ pub fn probe_image(probe: &Path, os_release: &str) -> (Vec<u8>, Vec<u8>) {
         ("etc/os-release", os_release.as_bytes().to_vec(), 0o644),
         ("srv/", Vec::new(), 0o755),
     ]);
-    let config = serde_json::to_vec(&serde_json::json!({
+    let config = probe_config(&[&layer]);
+    (layer, config)
+}
+
+/// The probe image in two layers, bottom first, and its config: a base
+/// layer (the probe and the directories: the same bytes for every image
+/// made from one probe) and a top layer holding only `/etc/os-release`. Two
+/// such images with different os-release files share their base layer.
+pub fn layered_probe_image(probe: &Path, os_release: &str) -> (Vec<Vec<u8>>, Vec<u8>) {
+    let base = tar_of(&[
+        ("bin/", Vec::new(), 0o755),
+        ("bin/probe", std::fs::read(probe).unwrap(), 0o755),
+        ("etc/", Vec::new(), 0o755),
+        ("srv/", Vec::new(), 0o755),
+    ]);
+    let top = tar_of(&[("etc/os-release", os_release.as_bytes().to_vec(), 0o644)]);
+    let config = probe_config(&[&base, &top]);
+    (vec![base, top], config)
+}
+
+/// The probe's config over `layers` (bottom first): its Env, Entrypoint,
+/// Cmd, WorkingDir and User, and each layer's diff id.
+fn probe_config(layers: &[&[u8]]) -> Vec<u8> {
+    let diff_ids: Vec<String> = layers
+        .iter()
+        .map(|l| format!("sha256:{}", sha(l)))
+        .collect();
+    serde_json::to_vec(&serde_json::json!({
         "architecture": "amd64", "os": "linux",
         "config": {
             "Env": ["PATH=/bin", "IMAGE_VAR=from-image"],
@@ -89,61 +116,73 @@ pub fn probe_image(probe: &Path, os_release: &str) -> (Vec<u8>, Vec<u8>) {
             "WorkingDir": "/srv",
             "User": "1000",
         },
-        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{}", sha(&layer))]},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
     }))
-    .unwrap();
-    (layer, config)
+    .unwrap()
 }
 
 pub fn docker_archive(layer: &[u8], config: &[u8]) -> Vec<u8> {
+    docker_archive_of(&[layer.to_vec()], config)
+}
+
+/// A docker-archive of `layers` (bottom first) and `config`.
+pub fn docker_archive_of(layers: &[Vec<u8>], config: &[u8]) -> Vec<u8> {
+    let names: Vec<String> = (1..=layers.len())
+        .map(|i| format!("l{i}/layer.tar"))
+        .collect();
     let manifest = serde_json::json!([{
         "Config": format!("{}.json", sha(config)),
         "RepoTags": ["probe:1"],
-        "Layers": ["l1/layer.tar"],
+        "Layers": names,
     }]);
-    tar_of(&[
-        (&format!("{}.json", sha(config)), config.to_vec(), 0o644),
-        ("l1/layer.tar", layer.to_vec(), 0o644),
-        (
-            "manifest.json",
-            serde_json::to_vec(&manifest).unwrap(),
-            0o644,
-        ),
-    ])
+    let config_name = format!("{}.json", sha(config));
+    let manifest = serde_json::to_vec(&manifest).unwrap();
+    let mut members: Vec<(&str, Vec<u8>, u32)> = vec![(&config_name, config.to_vec(), 0o644)];
+    for (name, layer) in names.iter().zip(layers) {
+        members.push((name, layer.clone(), 0o644));
+    }
+    members.push(("manifest.json", manifest, 0o644));
+    tar_of(&members)
 }
 
 pub fn oci_archive(layer: &[u8], config: &[u8]) -> Vec<u8> {
+    oci_archive_of(&[layer.to_vec()], config)
+}
+
+/// An OCI image layout tarball of `layers` (bottom first) and `config`.
+pub fn oci_archive_of(layers: &[Vec<u8>], config: &[u8]) -> Vec<u8> {
     let desc = |b: &[u8], t: &str| serde_json::json!({"mediaType": t, "digest": format!("sha256:{}", sha(b)), "size": b.len()});
+    let layer_descs: Vec<_> = layers
+        .iter()
+        .map(|l| desc(l, "application/vnd.oci.image.layer.v1.tar"))
+        .collect();
     let manifest = serde_json::to_vec(&serde_json::json!({
         "schemaVersion": 2,
         "config": desc(config, "application/vnd.oci.image.config.v1+json"),
-        "layers": [desc(layer, "application/vnd.oci.image.layer.v1.tar")],
+        "layers": layer_descs,
     }))
     .unwrap();
     let index = serde_json::json!({"schemaVersion": 2, "manifests": [desc(&manifest, "application/vnd.oci.image.manifest.v1+json")]});
-    tar_of(&[
+    let blob = |b: &[u8]| format!("blobs/sha256/{}", sha(b));
+    let names: Vec<String> = [&manifest[..], config]
+        .into_iter()
+        .chain(layers.iter().map(|l| &l[..]))
+        .map(blob)
+        .collect();
+    let mut members: Vec<(&str, Vec<u8>, u32)> = vec![
         (
             "oci-layout",
             br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec(),
             0o644,
         ),
         ("index.json", serde_json::to_vec(&index).unwrap(), 0o644),
-        (
-            &format!("blobs/sha256/{}", sha(&manifest)),
-            manifest.clone(),
-            0o644,
-        ),
-        (
-            &format!("blobs/sha256/{}", sha(config)),
-            config.to_vec(),
-            0o644,
-        ),
-        (
-            &format!("blobs/sha256/{}", sha(layer)),
-            layer.to_vec(),
-            0o644,
-        ),
-    ])
+        (&names[0], manifest.clone(), 0o644),
+        (&names[1], config.to_vec(), 0o644),
+    ];
+    for (name, layer) in names[2..].iter().zip(layers) {
+        members.push((name, layer.clone(), 0o644));
+    }
+    tar_of(&members)
 }
 
 /// The proof a namespace layer is absent: `unshare` refuses an unprivileged
