@@ -277,7 +277,17 @@ fn cancel_kills_running_copies_and_marks_the_rest_then_remove_forgets_it() {
     assert!(ends.iter().all(|e| e.1 <= last + 1e-6), "{estimate:#}");
     let text = consumer.run_ok(&[&["batch", "estimate"][..], &work].concat());
     assert!(text.contains("ends in"), "{text}");
-    let out = consumer.run_ok(&[&["--json", "batch", "submit"][..], &work].concat());
+    // Its output directory in the node's temp dir: the default is under
+    // the working directory, which for a test is the checkout.
+    let results = consumer.dir.join("results");
+    let submit = [
+        "--json",
+        "batch",
+        "submit",
+        "--output-dir",
+        results.to_str().unwrap(),
+    ];
+    let out = consumer.run_ok(&[&submit[..], &work].concat());
     let id = serde_json::from_str::<Value>(&out).unwrap()["id"]
         .as_str()
         .unwrap()

@@ -193,12 +193,17 @@ fn a_node_that_reaches_no_member_says_so_in_status_hosts_and_batch_status() {
         hosts.contains("no host found: no member reachable since") && hosts.contains(trying),
         "{hosts}"
     );
+    // Its output directory in the node's temp dir: the default is under
+    // the working directory, which for a test is the checkout.
+    let results = node.dir.join("results");
     let created: Value = serde_json::from_str(&node.run_ok(&[
         "--json",
         "batch",
         "submit",
         "--runtime",
         "1m",
+        "--output-dir",
+        results.to_str().unwrap(),
         "--",
         "true",
     ]))
