@@ -33,7 +33,7 @@ use libp2p::core::transport::ListenerId;
 use libp2p::core::ConnectedPoint;
 use libp2p::gossipsub::{self, IdentTopic};
 use libp2p::identity::Keypair;
-use libp2p::request_response::{self, OutboundRequestId};
+use libp2p::request_response::OutboundRequestId;
 use libp2p::swarm::dial_opts::DialOpts;
 use libp2p::swarm::{ConnectionId, SwarmEvent};
 use libp2p::{identify, mdns, Multiaddr, PeerId, StreamProtocol, Swarm};
@@ -570,15 +570,11 @@ impl EventLoop {
                 self.on_subscribed(peer_id);
             }
             BehaviourEvent::Reliability(event) => {
-                if let request_response::Event::Message { peer, .. } = &event {
-                    self.used.insert(*peer, std::time::Instant::now());
-                }
+                self.mark_used(&event);
                 self.on_reliability_event(event);
             }
             BehaviourEvent::Job(event) => {
-                if let request_response::Event::Message { peer, .. } = &event {
-                    self.used.insert(*peer, std::time::Instant::now());
-                }
+                self.mark_used(&event);
                 self.on_job_event(event);
             }
             _ => {}

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use libp2p::request_response;
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::{Multiaddr, PeerId};
 
@@ -51,6 +52,15 @@ impl EventLoop {
             .build();
         if let Err(e) = self.swarm.dial(opts) {
             tracing::debug!(%peer, "dial before a request not started: {e}");
+        }
+    }
+
+    /// A request (or a response) came from a peer on one of the request
+    /// protocols: it is kept connected for a while, as a peer we send
+    /// requests to is ([`EventLoop::use_peer`]).
+    pub(super) fn mark_used<Req, Resp>(&mut self, event: &request_response::Event<Req, Resp>) {
+        if let request_response::Event::Message { peer, .. } = event {
+            self.used.insert(*peer, Instant::now());
         }
     }
 
