@@ -256,14 +256,26 @@ async fn send_flood(
     last.saturating_add(1)
 }
 
-/// `hosts --probe`: the rogue's claimed TR 1 is in its answers (its summary
-/// carries no ladder), which `hosts` shows only when it asks every host.
-/// Submits a batch from `consumer` (`batch submit` with `args`) and
-/// returns its id; off the async threads, as the CLI blocks.
-fn submit_batch(consumer: &crate::node_support::NodeFixture, args: &[&str]) -> String {
+/// Submits a batch from `consumer` (`batch submit` with `flags`, its
+/// results in `out`, each task `sh -c script`) and returns its id; off the
+/// async threads, as the CLI blocks.
+fn submit_batch(
+    consumer: &crate::node_support::NodeFixture,
+    flags: &[&str],
+    out: &std::path::Path,
+    script: &str,
+) -> String {
     tokio::task::block_in_place(|| {
         let mut all = vec!["--json", "batch", "submit"];
-        all.extend_from_slice(args);
+        all.extend_from_slice(flags);
+        all.extend([
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]);
         let answer = consumer.run_ok(&all);
         serde_json::from_str::<Value>(&answer).unwrap()["id"]
             .as_str()
@@ -272,6 +284,8 @@ fn submit_batch(consumer: &crate::node_support::NodeFixture, args: &[&str]) -> S
     })
 }
 
+/// `hosts --probe`: the rogue's claimed TR 1 is in its answers (its summary
+/// carries no ladder), which `hosts` shows only when it asks every host.
 fn hosts_report(consumer: &crate::node_support::NodeFixture) -> Value {
     serde_json::from_str(&consumer.run_ok(&["hosts", "--json", "--window", "1h", "--probe"]))
         .unwrap()
@@ -316,18 +330,9 @@ async fn a_rogue_host_costs_the_batch_nothing_and_is_ranked_last_also_after_a_re
     let range = format!("0..{TASKS}");
     let id = submit_batch(
         &consumer,
-        &[
-            "--range",
-            &range,
-            "--runtime",
-            "1m",
-            "--output-dir",
-            out.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            "echo $(( {} * 7 ))",
-        ],
+        &["--range", &range, "--runtime", "1m"],
+        &out,
+        "echo $(( {} * 7 ))",
     );
     let status = tokio::task::block_in_place(|| {
         batch_until(&consumer, &id, Duration::from_secs(240), |s| {
@@ -418,18 +423,9 @@ async fn an_event_flood_is_cut_to_the_budget_and_counted_against_the_flooder() {
     let out = consumer.dir.join("flood-out");
     let id = submit_batch(
         &consumer,
-        &[
-            "--range",
-            "0..2",
-            "--runtime",
-            "2m",
-            "--output-dir",
-            out.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            "echo $(( {} * 7 ))",
-        ],
+        &["--range", "0..2", "--runtime", "2m"],
+        &out,
+        "echo $(( {} * 7 ))",
     );
     // The flood's minute: from the rogue's first accepted job to its end.
     let started = tokio::task::block_in_place(|| {

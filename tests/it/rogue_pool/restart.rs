@@ -48,19 +48,7 @@ async fn a_host_restarted_mid_job_lost_it_and_a_rogue_that_kept_running_forgot_i
     });
 
     let out = consumer.dir.join("restart-out");
-    let id = super::submit_batch(
-        &consumer,
-        &[
-            "--runtime",
-            "2m",
-            "--output-dir",
-            out.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            "sleep 60; echo done",
-        ],
-    );
+    let id = super::submit_batch(&consumer, &["--runtime", "2m"], &out, "sleep 60; echo done");
     // The task runs on the honest host (the rogue, if tried first, forgot it).
     tokio::task::block_in_place(|| {
         batch_until(&consumer, &id, Duration::from_secs(120), |s| {
