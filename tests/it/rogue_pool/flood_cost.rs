@@ -26,7 +26,8 @@ use gleaner::net::codec::{read_frame, write_frame, DATA_CAPS};
 use gleaner::net::protocol::{
     DataRequest, DataResponse, JobRequest, JobResponse, OutputName, ReliabilityQuery, DATA_PROTOCOL,
 };
-use gleaner::net::LocalStatus;
+use gleaner::net::{LocalStatus, NetHandle};
+use libp2p::PeerId;
 
 /// Requests (or streams) a rogue keeps in flight.
 const IN_FLIGHT: usize = 64;
@@ -87,6 +88,29 @@ where
     }
 }
 
+/// [`flood`] from `rogue` on its own connection: `one(net, target, i)`
+/// sends the i-th request with the rogue's handle to the host. The rogue is
+/// dropped after it (so one cut off does not spoil the next path), and the
+/// host rests for `pause`.
+async fn flood_from<F, Fut>(
+    host: &NodeFixture,
+    rogue: RogueConsumer,
+    path: &'static str,
+    length: Duration,
+    pause: Duration,
+    one: F,
+) -> Spell
+where
+    F: Fn(NetHandle, PeerId, u64) -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let (net, target) = (rogue.handle.clone(), rogue.host);
+    let spell = flood(host, path, length, |i| one(net.clone(), target, i)).await;
+    drop(rogue);
+    tokio::time::sleep(pause).await;
+    spell
+}
+
 fn report(spells: &[Spell], quiet: u64, length: Duration) {
     let core = length.as_secs_f64() * ticks_per_sec() as f64;
     eprintln!(
@@ -132,41 +156,44 @@ async fn what_a_flood_costs_a_node_path_by_path() {
 
     // Reliability queries: each a forecast from the host's history.
     let rogue = RogueConsumer::start(&host).await;
-    let (net, target) = (rogue.handle.clone(), rogue.host);
+    let path = "reliability queries";
     spells.push(
-        flood(&host, "reliability queries", length, |i| {
-            let net = net.clone();
-            async move {
+        flood_from(
+            &host,
+            rogue,
+            path,
+            length,
+            pause,
+            |net, target, i| async move {
                 let query = ReliabilityQuery {
                     window_start_unix: jiff::Timestamp::now().as_second() + (i % 600) as i64,
                     length_secs: 3_600,
                     memory_mib: 256,
                 };
                 net.query_reliability(target, query).await.is_ok()
-            }
-        })
+            },
+        )
         .await,
     );
-    drop(rogue);
-    tokio::time::sleep(pause).await;
 
     // Job queries about a job it never submitted: the request path alone.
     let rogue = RogueConsumer::start(&host).await;
-    let (net, target) = (rogue.handle.clone(), rogue.host);
     spells.push(
-        flood(&host, "job queries", length, |_| {
-            let net = net.clone();
-            async move {
+        flood_from(
+            &host,
+            rogue,
+            "job queries",
+            length,
+            pause,
+            |net, target, _| async move {
                 let query = JobRequest::Query {
                     job_id: "never".into(),
                 };
                 net.job_request(target, query).await.is_ok()
-            }
-        })
+            },
+        )
         .await,
     );
-    drop(rogue);
-    tokio::time::sleep(pause).await;
 
     // Fetches at offset 0 of a large output of its own job: each asks for
     // the output's hash.
@@ -175,11 +202,15 @@ async fn what_a_flood_costs_a_node_path_by_path() {
         .submit_accepted(job("big", &format!("head -c {BIG_OUTPUT} /dev/zero")))
         .await;
     rogue.end_of("big").await;
-    let (net, target) = (rogue.handle.clone(), rogue.host);
+    let path = "fetches at offset 0 (16 MB output)";
     spells.push(
-        flood(&host, "fetches at offset 0 (16 MB output)", length, |_| {
-            let net = net.clone();
-            async move {
+        flood_from(
+            &host,
+            rogue,
+            path,
+            length,
+            pause,
+            |net, target, _| async move {
                 let fetch = JobRequest::Fetch {
                     job_id: "big".into(),
                     name: OutputName::Stdout,
@@ -190,20 +221,21 @@ async fn what_a_flood_costs_a_node_path_by_path() {
                     net.job_request(target, fetch).await,
                     Ok(JobResponse::Chunk { .. })
                 )
-            }
-        })
+            },
+        )
         .await,
     );
-    drop(rogue);
-    tokio::time::sleep(pause).await;
 
     // Data streams asking for a file nobody offered.
     let rogue = RogueConsumer::start(&host).await;
-    let (net, target) = (rogue.handle.clone(), rogue.host);
     spells.push(
-        flood(&host, "data streams", length, |i| {
-            let net = net.clone();
-            async move {
+        flood_from(
+            &host,
+            rogue,
+            "data streams",
+            length,
+            pause,
+            |net, target, i| async move {
                 let Ok(mut stream) = net.open_stream(target, DATA_PROTOCOL).await else {
                     return false;
                 };
@@ -222,22 +254,25 @@ async fn what_a_flood_costs_a_node_path_by_path() {
                     tokio::time::timeout(Duration::from_secs(10), answered).await,
                     Ok(Ok(DataResponse::Refused { .. }))
                 )
-            }
-        })
+            },
+        )
         .await,
     );
-    drop(rogue);
-    tokio::time::sleep(pause).await;
 
     // Summaries: the rogue publishes its own as fast as its swarm signs them.
     let rogue = RogueConsumer::start(&host).await;
     // Time for gossipsub to learn the host's subscription (a heartbeat).
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let net = rogue.handle.clone();
+    // The last path: nothing to rest for after it.
+    let rest = Duration::ZERO;
     spells.push(
-        flood(&host, "summaries", length, |i| {
-            let net = net.clone();
-            async move {
+        flood_from(
+            &host,
+            rogue,
+            "summaries",
+            length,
+            rest,
+            |net, _, i| async move {
                 let status = LocalStatus {
                     logical_cpus: 8,
                     memory_mib: 8_192,
@@ -248,11 +283,10 @@ async fn what_a_flood_costs_a_node_path_by_path() {
                     slot_free: i % 2 == 0,
                 };
                 net.announce(status).await.is_ok()
-            }
-        })
+            },
+        )
         .await,
     );
-    drop(rogue);
 
     report(&spells, quiet, length);
     let took = tokio::task::block_in_place(|| status_time(&host));
