@@ -39,6 +39,14 @@ enum Host {
     Restarts,
     /// Takes the job, then says it never knew it, its connection held.
     Forgets,
+    /// Takes the job and runs it for as long as it is asked.
+    Runs,
+    /// Says the job has finished (status 0) and serves `stdout`, each
+    /// chunk after `fetch_delay_ms`.
+    Ended {
+        stdout: &'static [u8],
+        fetch_delay_ms: u64,
+    },
 }
 
 #[derive(Clone)]
@@ -50,6 +58,8 @@ struct FakePool {
     gone: Arc<Mutex<HashSet<PeerId>>>,
     /// Restarts per host: its connection's id is the count.
     restarts: Arc<Mutex<std::collections::HashMap<PeerId, usize>>>,
+    /// The hosts of the fetches answered, in order.
+    fetched: Arc<Mutex<Vec<PeerId>>>,
 }
 
 impl FakePool {
@@ -157,15 +167,25 @@ impl JobPool for FakePool {
                     Host::Vanish => {
                         self.gone.lock().unwrap().insert(host);
                     }
-                    Host::Restarts | Host::Forgets => {}
+                    Host::Restarts | Host::Forgets | Host::Runs | Host::Ended { .. } => {}
                 }
                 Ok(JobResponse::Accepted)
             }
             JobRequest::Fetch {
                 name, offset, len, ..
             } => {
+                let stdout: &[u8] = match behaviour {
+                    Host::Ended {
+                        stdout,
+                        fetch_delay_ms,
+                    } => {
+                        tokio::time::sleep(Duration::from_millis(fetch_delay_ms)).await;
+                        stdout
+                    }
+                    _ => b"hello\n",
+                };
                 let data: &[u8] = match name {
-                    OutputName::Stdout => b"hello\n",
+                    OutputName::Stdout => stdout,
                     OutputName::Stderr => b"",
                     OutputName::File(_) | OutputName::Checkpoint => {
                         return Ok(JobResponse::NotFound)
@@ -180,6 +200,7 @@ impl JobPool for FakePool {
                     sent[0] ^= 0x20;
                     hash = hash.or(Some([0; 32]));
                 }
+                self.fetched.lock().unwrap().push(host);
                 Ok(JobResponse::Chunk {
                     data: sent,
                     total_len: data.len() as u64,
@@ -192,6 +213,12 @@ impl JobPool for FakePool {
                     Ok(JobResponse::NotFound)
                 }
                 Host::Forgets => Ok(JobResponse::NotFound),
+                Host::Ended { .. } => Ok(JobResponse::JobState(
+                    crate::net::protocol::RemoteJobState::Ended(JobEventKind::Finished {
+                        exit_status: 0,
+                        usage: None,
+                    }),
+                )),
                 _ => Ok(JobResponse::JobState(
                     crate::net::protocol::RemoteJobState::Running,
                 )),
@@ -242,6 +269,7 @@ fn fake_pool(hosts: Vec<(PeerId, f64, Host)>) -> FakePool {
         submits: Arc::default(),
         gone: Arc::default(),
         restarts: Arc::default(),
+        fetched: Arc::default(),
     }
 }
 
@@ -497,4 +525,100 @@ async fn the_output_directory_is_whole_when_the_batch_is_answered_and_after_a_re
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(names, ["0"], "nothing half-made beside it");
+}
+
+/// Tail and deadline copies (issues 28, 30): a copy of a task still
+/// fetching its outputs when another copy of the task has landed never
+/// replaces the landed result: the task's directory holds the files of the
+/// attempt its record names, the later copy's are thrown away, and the
+/// staging a killed node left behind is gone at the next start. Set up as
+/// a restart finds it (a main attempt and a copy, both ended on their
+/// hosts) so that the two land in a known order: the fast host's first,
+/// the slow host's while it is still fetching.
+#[tokio::test]
+async fn a_copy_still_fetching_when_another_landed_never_replaces_the_landed_result() {
+    use super::store::BatchStore;
+    use super::TaskCopy;
+    let dir = tempfile::tempdir().unwrap();
+    let (fast, slow) = (PeerId::random(), PeerId::random());
+    // First run: the task goes to `fast`, which keeps running it.
+    let pool = fake_pool(vec![(fast, 0.9, Host::Runs)]);
+    let mut queue = open_queue(dir.path(), &pool, 3);
+    let id = queue.0.submit(one_task(&[], None)).unwrap();
+    drive(&mut queue, |_| !pool.submits.lock().unwrap().is_empty()).await;
+    let results = queue.0.view(id).unwrap().results_dir;
+    drop(queue);
+
+    // While the node is down: a copy of the task on `slow` (as a tail or
+    // deadline copy is recorded), and a staging directory a killed node
+    // left behind.
+    let store = BatchStore::open(&dir.path().join("store")).unwrap();
+    let (loaded, _) = store.load().unwrap();
+    let mut t = loaded[0].1[0].clone();
+    assert_eq!(t.state, TaskState::Running);
+    t.copies.push(TaskCopy {
+        host: slow.to_base58(),
+        job_id: id.job_id(0, t.attempts),
+        started_unix: t.started_unix.unwrap(),
+    });
+    t.attempts += 1;
+    store.put_task(id, 0, &t).unwrap();
+    store.flush().unwrap();
+    drop(store);
+    let stale = results.join(".landing").join("stale");
+    std::fs::create_dir_all(&stale).unwrap();
+
+    // Both hosts say the job finished; the slow one's outputs take a while.
+    let pool = fake_pool(vec![
+        (
+            fast,
+            0.9,
+            Host::Ended {
+                stdout: b"fast\n",
+                fetch_delay_ms: 0,
+            },
+        ),
+        (
+            slow,
+            0.8,
+            Host::Ended {
+                stdout: b"slow\n",
+                fetch_delay_ms: 300,
+            },
+        ),
+    ]);
+    let mut queue = open_queue(dir.path(), &pool, 3);
+    drive(&mut queue, |q| q.view(id).unwrap().counts.finished()).await;
+    // Until the slow copy has fetched its stdout and stderr and nothing is
+    // left half-made or staged beside the task's directory.
+    let only = |dir: &std::path::Path, names: &[&str]| {
+        std::fs::read_dir(dir).map_or(true, |d| {
+            d.map(|e| e.unwrap().file_name())
+                .all(|n| names.iter().any(|k| n == *k))
+        })
+    };
+    let settled = |results: &std::path::Path| {
+        only(results, &["0", ".landing"]) && only(&results.join(".landing"), &["stale"])
+    };
+    drive(&mut queue, |_| {
+        pool.fetched
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|h| **h == slow)
+            .count()
+            >= 2
+            && settled(&results)
+    })
+    .await;
+    let view = queue.0.view(id).unwrap();
+    let t = &view.tasks[0];
+    assert_eq!((t.state, t.exit_status), (TaskState::Done, Some(0)));
+    assert_eq!(t.host.as_deref(), Some(fast.to_base58().as_str()));
+    assert_eq!(
+        std::fs::read_to_string(results.join("0/stdout")).unwrap(),
+        "fast\n",
+        "the landed result stays the one the record names"
+    );
+    assert!(!stale.exists(), "a restart cleans stale staging");
 }

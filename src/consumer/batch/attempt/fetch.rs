@@ -1,7 +1,7 @@
 //! Bringing a host's files here: one output (or the job's latest
 //! checkpoint) fetched in chunks and checked against the hash its host
 //! reports, a checkpoint kept only when it is the one announced, and a
-//! landed directory renamed over the one it replaces.
+//! landed directory renamed into the attempt's own place.
 
 use std::path::Path;
 
@@ -65,7 +65,10 @@ pub async fn fetch_checkpoint<P: JobPool>(
     result.map(|()| started.elapsed().as_secs_f64())
 }
 
-/// Renames `from` onto `to`, replacing what an earlier landing left there.
+/// Renames `from` onto `to`, replacing what an earlier landing of the same
+/// attempt left there. `to` is the attempt's own directory (its staging, a
+/// verified copy's directory), never a task's results: those are the
+/// queue's to fill, once (`queue::files::land`).
 pub async fn replace_dir(from: &Path, to: &Path) -> Result<(), String> {
     if tokio::fs::metadata(to).await.is_ok() {
         tokio::fs::remove_dir_all(to)

@@ -1,8 +1,9 @@
 //! Following one attempt: hand the job to its host, follow it by the host's
 //! events and, between them, by asking how it stands (`JobRequest::Query`),
 //! fetch each checkpoint it announces, and land its results (stdout,
-//! stderr, exit status, declared outputs) in the task's result directory
-//! under a temporary name renamed into place once whole. A host that no
+//! stderr, exit status, declared outputs) in the attempt's own directory
+//! (the plan's `result_dir`) under a temporary name renamed into place once
+//! whole. A host that no
 //! longer knows the job is judged by the connections the job was accepted
 //! over: closed since, it restarted and lost the job; still open, it forgot
 //! it (issue 30).
@@ -338,8 +339,9 @@ fn ending(kind: &JobEventKind) -> Option<Result<(i32, Option<GuestUsage>), Attem
     }
 }
 
-/// Fetches every result into a temporary directory beside the task's, then
-/// renames it into place. Returns the declared outputs the job did not write.
+/// Fetches every result into a temporary directory beside the attempt's
+/// own, then renames it into place. Returns the declared outputs the job
+/// did not write.
 async fn land<P: JobPool>(
     pool: &P,
     plan: &AttemptPlan,

@@ -2,10 +2,14 @@
 //! results (stdout, stderr, exit status, declared outputs) in the task's
 //! result directory, whole or not at all.
 //!
-//! Results are written under a temporary name and renamed into place once
-//! every file is complete, so a reader (or a restart) never sees half a
-//! result, and landing the same task again replaces it: a task's results are
-//! in its directory exactly once.
+//! Results are written under a temporary name and renamed into the
+//! attempt's own directory once every file is complete, so a reader (or a
+//! restart) never sees half a result. That directory is the attempt's, never
+//! the task's: a staging directory named by its job id for a task taken as
+//! it comes, a copy directory for a verified one. Which attempt's files
+//! become the task's results is the queue's decision (the first to land;
+//! a quorum), so two attempts of one task never write the same place and a
+//! landed result is never replaced.
 //!
 //! An attempt follows its job by the host's events and, between them, by
 //! asking the host how the job stands (`JobRequest::Query`): a consumer that

@@ -15,8 +15,8 @@ use crate::net::protocol::{GuestUsage, JobEventKind};
 /// How an attempt ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AttemptEnd {
-    /// The job ran to its end and its results landed in the task's
-    /// directory; `missing` names the declared outputs it did not write
+    /// The job ran to its end and its results landed, whole and checked,
+    /// in the attempt's own directory (the plan's `result_dir`); `missing` names the declared outputs it did not write
     /// (the task's fault, not the host's: another host would do the same).
     Landed {
         exit_status: i32,
@@ -59,7 +59,10 @@ pub struct AttemptPlan {
     pub host: PeerId,
     pub job_id: JobId,
     pub outputs: Vec<String>,
-    /// The task's result directory (`…/results/<task>`); it is replaced.
+    /// Where this attempt lands its results, its own: a staging directory
+    /// named by its job id (`…/results/.landing/<job id>`) that the queue
+    /// moves into `…/results/<task>` if this attempt wins, or a verified
+    /// task's copy directory (`…/copies/<task>/<host>`).
     pub result_dir: PathBuf,
     /// The job's wall-time limit on the host.
     pub limit: Duration,

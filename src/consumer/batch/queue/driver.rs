@@ -108,6 +108,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         };
         for (record, tasks) in loaded {
             let id = record.id;
+            queue.clean_staging(id);
             let actions = queue.core.restore_batch(queue.now(), record, tasks);
             queue.perform(actions);
             queue.restore_copies(id);
@@ -333,6 +334,9 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 verdict,
             } => self.core.on_verdict(now, batch, task, verdict),
             QueueMsg::Copied { batch, task, error } => self.core.on_copied(now, batch, task, error),
+            QueueMsg::LandFailed { batch, task, error } => {
+                self.core.on_land_failed(now, batch, task, error)
+            }
         };
         self.perform(actions);
     }
@@ -367,6 +371,15 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                         let _ = store.flush();
                     });
                 }
+                Action::Land {
+                    batch,
+                    task,
+                    from,
+                    to,
+                } => self.land(batch, task, &from, &to),
+                Action::Discard { dir } => {
+                    self.tracker.spawn_blocking(move || files::discard(&dir));
+                }
                 Action::Judge(judge) => self.spawn_judge(*judge),
                 Action::Promote {
                     batch,
@@ -390,6 +403,41 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 Action::Reputation { peer, valid } => self.trust_store.record(peer, valid),
                 Action::Conduct { peer, outcome } => self.trust_store.conduct(peer, outcome),
             }
+        }
+    }
+
+    /// Moves the winning attempt's staging directory into the task's
+    /// results, on the loop (one rename, before the record that says so is
+    /// written: the next actions). A result already there is kept, never
+    /// replaced; a failure comes back as a message, after those actions.
+    fn land(&mut self, batch: BatchId, task: u32, from: &Path, to: &Path) {
+        match files::land(from, to) {
+            Ok(files::Landed::Moved) => {}
+            Ok(files::Landed::KeptEarlier) => {
+                // Only a node killed between the move and its record gets
+                // here: the result it moved stays.
+                tracing::warn!(%batch, task, dir = %to.display(), "a result was already there: kept, this landing discarded");
+                let dir = from.to_path_buf();
+                self.tracker.spawn_blocking(move || files::discard(&dir));
+            }
+            Err(error) => {
+                tracing::error!(%batch, task, %error, "cannot move a landed result into place");
+                let _ = self
+                    .to_self
+                    .send(QueueMsg::LandFailed { batch, task, error });
+            }
+        }
+    }
+
+    /// At start: the staging directories an earlier run left in each
+    /// batch's results (a landing cut off, a copy's fetch never discarded)
+    /// are removed before anything is re-attached: each attempt in flight
+    /// fetches its results again.
+    fn clean_staging(&self, batch: BatchId) {
+        let root = self.core.landing_root(batch);
+        if root.exists() {
+            tracing::info!(%batch, dir = %root.display(), "removing staging left by an earlier run");
+            files::discard(&root);
         }
     }
 

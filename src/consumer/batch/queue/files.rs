@@ -1,7 +1,8 @@
 //! The batch queue driver's file work: a new batch's inputs checked, a
-//! task's results copied to an output directory whole or not at all, an
-//! accepted copy promoted into the results, and a restart's landed copies
-//! read back. The core never touches files; these run on the actor's loop
+//! task's results copied to an output directory whole or not at all, the
+//! winning attempt's staging moved into the results (never over a result
+//! already there) and a losing one's removed, an accepted copy promoted
+//! into the results, and a restart's landed copies read back. The core never touches files; these run on the actor's loop
 //! (the checks, the scan at start) or on the blocking pool (the copies).
 
 use std::collections::HashSet;
@@ -74,6 +75,63 @@ pub(super) fn landed_copies(dir: &Path, outputs: &[String]) -> Option<Vec<Landin
     Some(pending)
 }
 
+/// How a winning attempt's staging directory met the task's results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Landed {
+    /// Renamed into place.
+    Moved,
+    /// A result was there already (moved by a run of the node killed
+    /// before its record said so): it stays, and the staging is left for
+    /// the caller to discard.
+    KeptEarlier,
+}
+
+/// Renames the staging directory `from` to the task's results `to`, never
+/// over a result already there: one `renameat2(RENAME_NOREPLACE)` where
+/// the system has it, else a look then a rename (the queue's core is the
+/// one writer of `to`, so nothing lands between the two).
+pub(super) fn land(from: &Path, to: &Path) -> Result<Landed, String> {
+    let failed = |e: std::io::Error| format!("cannot rename into {}: {e}", to.display());
+    match rename_noreplace(from, to) {
+        Ok(()) => Ok(Landed::Moved),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(Landed::KeptEarlier),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            // The filesystem does not know the flag.
+            if to.exists() {
+                return Ok(Landed::KeptEarlier);
+            }
+            std::fs::rename(from, to)
+                .map(|()| Landed::Moved)
+                .map_err(failed)
+        }
+        Err(e) => Err(failed(e)),
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
+    renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE)
+        .map_err(std::io::Error::from)
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn rename_noreplace(_from: &Path, _to: &Path) -> std::io::Result<()> {
+    Err(std::io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// Removes a staging directory whose files are not wanted (a copy that
+/// lost, or what an earlier run left); a failure is logged, never fatal.
+pub(super) fn discard(dir: &Path) {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a staging directory")
+        }
+    }
+}
+
 /// Writes `provenance.json` into the accepted copy and renames the copy
 /// into the task's results (replacing what was there).
 pub(super) fn promote(copy: &Path, to: &Path, provenance: &Provenance) -> Result<(), String> {
@@ -115,4 +173,40 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(dir: &Path, stdout: &str) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("stdout"), stdout).unwrap();
+        std::fs::write(dir.join("exit_status"), "0\n").unwrap();
+    }
+
+    /// A landed result is never replaced: a second landing of the task
+    /// leaves the first one's files and reports so; the first one moves in.
+    #[test]
+    fn a_later_landing_cannot_replace_a_landed_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, second) = (
+            dir.path().join(".landing/b-t0-a0"),
+            dir.path().join(".landing/b-t0-a1"),
+        );
+        let to = dir.path().join("0");
+        result(&first, "first\n");
+        result(&second, "second\n");
+        assert_eq!(land(&first, &to), Ok(Landed::Moved));
+        assert!(!first.exists());
+        assert_eq!(land(&second, &to), Ok(Landed::KeptEarlier));
+        assert_eq!(
+            std::fs::read_to_string(to.join("stdout")).unwrap(),
+            "first\n"
+        );
+        discard(&second);
+        assert!(!second.exists());
+        // Discarding what is gone already is no error.
+        discard(&second);
+    }
 }

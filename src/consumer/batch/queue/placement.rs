@@ -298,12 +298,15 @@ impl QueueCore {
     ) -> Option<AttemptPlan> {
         let live = self.batches.get(&batch)?;
         let copy_dir = self.copy_result_dir(batch, task, host);
+        let landing = self.landing_dir(batch, &job_id);
         Some(AttemptPlan {
             host,
             job_id,
             outputs: live.record.outputs.clone(),
             provenance_task: copy_dir.is_none().then_some(task),
-            result_dir: copy_dir.unwrap_or_else(|| self.results_dir(batch).join(task.to_string())),
+            // Its own staging, moved into the task's results only if it
+            // wins (`retries`): a copy landing late never touches them.
+            result_dir: copy_dir.unwrap_or(landing),
             limit: Duration::from_secs(live.record.limit_secs),
             settings: self.settings,
             checkpoint_dest: live.record.checkpoint.as_ref().map(|_| {
@@ -313,6 +316,19 @@ impl QueueCore {
                 )
             }),
         })
+    }
+
+    /// Counts an attempt in flight: its host in use and, for a task taken
+    /// as it comes (a verified copy lands in its own copy directory), its
+    /// staging directory.
+    pub(super) fn track(&mut self, batch: BatchId, task: u32, plan: &AttemptPlan) {
+        let host = plan.host;
+        self.running.insert((batch, task, host));
+        self.hosts_in_use.insert(host);
+        if self.trust.spec(batch).is_none() {
+            self.staging
+                .insert((batch, task, host), plan.result_dir.clone());
+        }
     }
 
     /// Hands one attempt (the main one or a copy) of a task to the driver
@@ -333,8 +349,7 @@ impl QueueCore {
         let Some(plan) = self.plan(batch, task, host, job_id) else {
             return;
         };
-        self.running.insert((batch, task, host));
-        self.hosts_in_use.insert(host);
+        self.track(batch, task, &plan);
         if let Some(tr) = self
             .last_hosts
             .iter()

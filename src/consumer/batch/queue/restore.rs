@@ -80,8 +80,7 @@ impl QueueCore {
             if let Some(b) = self.batches.get_mut(&batch) {
                 b.running += 1;
             }
-            self.running.insert((batch, task, host));
-            self.hosts_in_use.insert(host);
+            self.track(batch, task, &plan);
             self.push(Action::Reattach {
                 batch,
                 task,

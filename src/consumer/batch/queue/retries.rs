@@ -1,5 +1,6 @@
 //! An attempt's end in the queue's core: a landed result (the first copy
-//! to land wins, the others are killed), a refusal (the task waits for
+//! to land wins: its staging directory is moved into the task's results;
+//! the others are killed, and one that lands anyway is discarded), a refusal (the task waits for
 //! another host; a lasting one skips this host), a failure on the host (the
 //! task queued again for another host, up to `max_retries`), the host's
 //! owner taking it back (queued again, no retry spent: issue 28), the
@@ -38,6 +39,7 @@ impl QueueCore {
         self.running.remove(&(batch, task, host));
         self.hosts_in_use.remove(&host);
         let claimed_tr = self.claimed_tr.remove(&(batch, task, host));
+        let staged = self.staging.remove(&(batch, task, host));
         self.wanted = true;
         let now = self.now.unix_secs;
         let max_retries = self.settings.max_retries;
@@ -45,12 +47,18 @@ impl QueueCore {
             return;
         };
         live.running = live.running.saturating_sub(1);
-        // A copy that lost (another landed first) ends with nothing to say.
+        // A copy that lost (another landed first) ends with nothing to say,
+        // and what it fetched is thrown away: a landed result is never
+        // replaced.
         if live
             .tasks
             .get(task as usize)
             .is_some_and(|t| t.state.is_final())
         {
+            if let (AttemptEnd::Landed { .. }, Some(dir)) = (&end, staged) {
+                tracing::info!(%batch, task, %host, "a copy landed after the task's result: discarded");
+                self.push(Action::Discard { dir });
+            }
             return;
         }
         // What the host did counts in its record whatever `--verify` says
@@ -99,6 +107,9 @@ impl QueueCore {
         };
         let host_text = host.to_base58();
         let mut landed = false;
+        // The winner's staging, moved into the task's results before its
+        // record says it landed.
+        let mut promote = None;
         match end {
             AttemptEnd::Landed {
                 exit_status,
@@ -114,6 +125,10 @@ impl QueueCore {
                 };
                 record_landing(t, &host_text, end, power, now);
                 landed = true;
+                if staged.is_none() {
+                    tracing::warn!(%batch, task, host = %host_text, "a landing with no staging directory known");
+                }
+                promote = staged;
             }
             AttemptEnd::Cancelled if cancelled => {
                 t.state = TaskState::Cancelled;
@@ -162,6 +177,15 @@ impl QueueCore {
                 record_owner_kill(t, &host_text, reason);
             }
         }
+        if let Some(from) = promote {
+            let to = self.results_dir(batch).join(task.to_string());
+            self.push(Action::Land {
+                batch,
+                task,
+                from,
+                to,
+            });
+        }
         self.persist(batch, task);
         if self
             .task(batch, task)
@@ -184,6 +208,32 @@ impl QueueCore {
         if landed {
             self.copy_out(batch, task);
         }
+    }
+
+    /// The winner's staging directory could not be moved into the task's
+    /// results: the task ends failed with why (its record had said it
+    /// landed), as a verified task whose accepted copy cannot be kept does.
+    #[must_use = "the driver performs every action"]
+    pub fn on_land_failed(
+        &mut self,
+        now: Now,
+        batch: BatchId,
+        task: u32,
+        error: String,
+    ) -> Vec<Action> {
+        self.at(now);
+        let Some(t) = self
+            .batches
+            .get_mut(&batch)
+            .and_then(|b| b.tasks.get_mut(task as usize))
+        else {
+            return self.actions();
+        };
+        t.state = TaskState::Failed;
+        t.reason = Some(format!("cannot keep the landed result: {error}"));
+        self.persist(batch, task);
+        self.push(Action::Flush);
+        self.actions()
     }
 
     /// Takes one ended attempt of a task that has others still running (a

@@ -26,7 +26,7 @@ use crate::consumer::batch::record::{BatchRecord, TaskRecord, TaskState};
 use crate::consumer::batch::verify::Provenance;
 use crate::consumer::job_pool::JobSettings;
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
-use crate::model::ids::BatchId;
+use crate::model::ids::{BatchId, JobId};
 use crate::model::trust::Outcome;
 use crate::net::protocol::CheckpointOrder;
 
@@ -96,6 +96,20 @@ pub enum Action {
     Flush,
     /// Digest a landed copy of a verified task, off the loop.
     Judge(Box<Judge>),
+    /// Move the staging directory of the attempt that won a task (the
+    /// first to land) into the task's results, by one rename that never
+    /// replaces a result already there; done before the task's record says
+    /// so. A failure comes back as [`super::QueueMsg::LandFailed`].
+    Land {
+        batch: BatchId,
+        task: u32,
+        from: PathBuf,
+        to: PathBuf,
+    },
+    /// Remove the staging directory of an attempt that landed after
+    /// another attempt of its task had won: its files never reach the
+    /// task's results.
+    Discard { dir: PathBuf },
     /// Rename an accepted copy into the task's results with its provenance.
     Promote {
         batch: BatchId,
@@ -141,6 +155,10 @@ impl LiveBatch {
             .collect()
     }
 }
+
+/// The staging directory's name inside a batch's results directory: a dot
+/// name, so no task's directory (named by its number) is ever called so.
+pub const LANDING_DIR: &str = ".landing";
 
 /// Whether tail copies are on when the queue is not told otherwise: off,
 /// as they help two of the six pools in docs/scheduling.md and change
@@ -208,6 +226,12 @@ pub struct QueueCore {
     /// the host to it when the attempt ends. Not kept across restarts: a
     /// re-attached attempt is counted without a claim.
     pub(super) claimed_tr: HashMap<(BatchId, u32, PeerId), f64>,
+    /// Where each attempt in flight of a task taken as it comes (no
+    /// verification) lands: its own staging directory
+    /// ([`QueueCore::landing_dir`]), so that two attempts of a task never
+    /// write the same place and only the one `retries` picks is moved into
+    /// the task's results.
+    pub(super) staging: HashMap<(BatchId, u32, PeerId), PathBuf>,
     /// Per batch, copies to its output directory in flight (never 0: the
     /// entry goes).
     pub(super) copies_out: HashMap<BatchId, u32>,
@@ -255,6 +279,7 @@ impl QueueCore {
             checkpoints: Intervals::default(),
             trust,
             claimed_tr: HashMap::new(),
+            staging: HashMap::new(),
             copies_out: HashMap::new(),
             tail_copies: TAIL_COPIES_DEFAULT,
             now,
@@ -283,6 +308,20 @@ impl QueueCore {
 
     pub fn results_dir(&self, batch: BatchId) -> PathBuf {
         self.batch_dir(batch).join("results")
+    }
+
+    /// Where the attempts of `batch`'s tasks taken as they come land, one
+    /// directory per job id, before one of them is moved into the task's
+    /// results: inside the results directory, so that the move is a rename
+    /// on one filesystem. Whatever is there when the node starts is stale
+    /// (every attempt re-attached fetches again): the driver removes it.
+    pub fn landing_root(&self, batch: BatchId) -> PathBuf {
+        self.results_dir(batch).join(LANDING_DIR)
+    }
+
+    /// The staging directory of the attempt `job_id`.
+    pub(super) fn landing_dir(&self, batch: BatchId, job_id: &JobId) -> PathBuf {
+        self.landing_root(batch).join(job_id.as_str())
     }
 
     pub fn task(&self, batch: BatchId, task: u32) -> Option<&TaskRecord> {

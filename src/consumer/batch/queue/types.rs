@@ -166,6 +166,13 @@ pub enum QueueMsg {
         task: u32,
         error: Option<String>,
     },
+    /// The winning attempt's staging directory could not be moved into
+    /// the task's results.
+    LandFailed {
+        batch: BatchId,
+        task: u32,
+        error: String,
+    },
     /// A copy of a verified task was judged, or its accepted copy kept.
     Verdict {
         batch: BatchId,

@@ -1,7 +1,8 @@
 //! Tail copies in the queue's core: a free host left over once no task
 //! waits runs a copy of the running task most at risk; the first result
-//! wins and the other copy is killed; a verified task's tail copy is one
-//! more replica judged with the others.
+//! wins and the other copy is killed (its results discarded if it landed
+//! anyway, never moved in); a verified task's tail copy is one more replica
+//! judged with the others.
 
 use super::*;
 
@@ -177,4 +178,84 @@ fn a_verified_tasks_tail_copy_is_one_more_replica_and_a_quorum_kills_the_last() 
     );
     assert_eq!(kills(&actions), vec![(0, b.peer)]);
     assert!(actions.iter().any(|a| matches!(a, Action::Promote { .. })));
+}
+
+/// The staging directories the actions move into a task's results, with
+/// where to.
+fn lands(actions: &[Action]) -> Vec<(PathBuf, PathBuf)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Land { from, to, .. } => Some((from.clone(), to.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn discards(actions: &[Action]) -> Vec<PathBuf> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Discard { dir } => Some(dir.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Two attempts of one task never land in the same place, and the queue
+/// alone decides whose files become the task's result: the first to land
+/// is moved into `results/<task>` before its record says so; one that
+/// lands after it (it was still fetching when the winner landed, so its
+/// kill came too late) is discarded, never moved in.
+#[test]
+fn a_copy_that_lands_after_the_winner_is_discarded_never_moved_in() {
+    let mut core = core(3);
+    core.set_tail_copies(true);
+    let (risky, steady) = (host(0.3), host(0.99));
+    let now = start();
+    let (id, _) = admit(&mut core, now, long_batch());
+    let _ = core.start_survey(now);
+    let first = core.on_survey(now, Ok(vec![risky.clone()]));
+    let now = after(now, 60);
+    let _ = core.start_survey(now);
+    let second = core.on_survey(now, Ok(vec![risky.clone(), steady.clone()]));
+    let dirs: Vec<PathBuf> = first
+        .iter()
+        .chain(&second)
+        .filter_map(|a| match a {
+            Action::Launch(l) => Some(l.plan.result_dir.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dirs.len(), 2, "the task and its tail copy");
+    assert_ne!(dirs[0], dirs[1], "each attempt lands in its own place");
+    for dir in &dirs {
+        assert!(dir.starts_with(core.landing_root(id)), "{}", dir.display());
+    }
+
+    // The copy lands first: its staging is moved in, then recorded.
+    let now = after(start(), 3 * 3600);
+    let actions = core.on_ended(now, id, 0, steady.peer, landed(0));
+    let to = core.results_dir(id).join("0");
+    assert_eq!(lands(&actions), vec![(dirs[1].clone(), to)]);
+    let moved = actions
+        .iter()
+        .position(|a| matches!(a, Action::Land { .. }));
+    let recorded = actions
+        .iter()
+        .position(|a| matches!(a, Action::Persist { .. }));
+    assert!(moved < recorded, "moved in before the record says so");
+    assert!(discards(&actions).is_empty());
+
+    // The first attempt had fetched its results before its kill reached it.
+    let actions = core.on_ended(now, id, 0, risky.peer, landed(0));
+    assert!(
+        lands(&actions).is_empty(),
+        "a landed result is never replaced"
+    );
+    assert_eq!(discards(&actions), vec![dirs[0].clone()]);
+    assert!(persisted(&actions).is_empty());
+    let t = core.task(id, 0).unwrap();
+    assert_eq!(t.state, TaskState::Done);
+    assert_eq!(t.host.as_deref(), Some(steady.peer.to_base58().as_str()));
 }
