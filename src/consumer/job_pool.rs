@@ -16,7 +16,7 @@ use libp2p::PeerId;
 
 use crate::consumer::survey::{survey, SurveyQuery, SurveyedHost};
 use crate::data::{Catalog, InputSpec, Offer};
-use crate::net::protocol::{JobRequest, JobResponse};
+use crate::net::protocol::{JobRequest, JobResponse, ReliabilityQuery, ReliabilityResponse};
 use crate::net::{NetError, NetHandle};
 
 /// The network as a job needs it.
@@ -31,6 +31,13 @@ pub trait JobPool: Send + Sync {
         query: SurveyQuery,
         skip: Vec<PeerId>,
     ) -> impl Future<Output = Result<Vec<SurveyedHost>, NetError>> + Send;
+    /// Asks one host its reliability for one window (a window that starts
+    /// later, for a task the queue may hold: `queue::later`).
+    fn reliability(
+        &self,
+        host: PeerId,
+        query: ReliabilityQuery,
+    ) -> impl Future<Output = Result<ReliabilityResponse, NetError>> + Send;
     /// Sends a job request to a host.
     fn request(
         &self,
@@ -62,6 +69,14 @@ impl JobPool for PoolLink {
     ) -> impl Future<Output = Result<Vec<SurveyedHost>, NetError>> + Send {
         let net = self.net.clone();
         async move { survey(&net, query, &skip).await }
+    }
+    fn reliability(
+        &self,
+        host: PeerId,
+        query: ReliabilityQuery,
+    ) -> impl Future<Output = Result<ReliabilityResponse, NetError>> + Send {
+        let net = self.net.clone();
+        async move { net.query_reliability(host, query).await }
     }
     fn request(
         &self,

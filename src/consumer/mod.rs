@@ -262,6 +262,9 @@ pub struct ConsumerSettings {
     pub batch_dir: PathBuf,
     /// Tail copies for every batch (`[batch] tail_copies`, issue 28).
     pub tail_copies: bool,
+    /// Holds for later windows for every batch (`[batch] later_windows`,
+    /// issue 28).
+    pub later_windows: bool,
 }
 
 /// The consumer actor.
@@ -323,6 +326,7 @@ impl Consumer {
             shutdown.clone(),
         )?;
         queue.set_tail_copies(settings.tail_copies);
+        queue.set_later_windows(settings.later_windows);
         Ok((
             Consumer {
                 net,

@@ -626,6 +626,21 @@ pub struct TaskReport {
     /// bad output): counted against `max_retries`.
     #[serde(default)]
     pub host_failures: u32,
+    /// A queued task held for a host's later window (`batch status` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<HoldReport>,
+}
+
+/// The later window a queued task waits for: no free host is likely to
+/// finish it now, and this host's forecast says it will then.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HoldReport {
+    /// The host, base58.
+    pub host: String,
+    /// When the window opens, Unix seconds.
+    pub start_unix: i64,
+    /// The host's TR for a run in that window.
+    pub p: f64,
 }
 
 /// One copy of a verified task.

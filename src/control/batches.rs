@@ -23,8 +23,8 @@ use crate::consumer::batch::{
 };
 use crate::control::api::{
     ApiError, BatchCreated, BatchLine, BatchReport, BatchResultsCopied, BatchResultsRequest,
-    BatchSubmitRequest, CopyReport, EstimateReport, TaskCounts, TaskEtaReport, TaskReport,
-    VerificationReport, PREFIX,
+    BatchSubmitRequest, CopyReport, EstimateReport, HoldReport, TaskCounts, TaskEtaReport,
+    TaskReport, VerificationReport, PREFIX,
 };
 use crate::control::state::{consumer_of, ApiJson, ControlHandles};
 use crate::model::ids::BatchId;
@@ -207,6 +207,7 @@ fn task_report(task: u32, t: &TaskRecord) -> TaskReport {
         copies: Vec::new(),
         owner_kills: t.owner_kills,
         host_failures: t.host_failures(),
+        waiting_for: None,
     }
 }
 
@@ -226,6 +227,7 @@ fn event_report(e: &TaskEvent) -> TaskReport {
         copies: Vec::new(),
         owner_kills: 0,
         host_failures: 0,
+        waiting_for: None,
     }
 }
 
@@ -247,6 +249,11 @@ pub fn batch_report(v: &BatchView, with_tasks: bool) -> BatchReport {
                         .get(&(i as u32))
                         .map(|copies| copies.iter().map(live_copy_report).collect())
                         .unwrap_or_default();
+                    report.waiting_for = v.holds.get(&(i as u32)).map(|h| HoldReport {
+                        host: h.host.clone(),
+                        start_unix: h.start_unix,
+                        p: h.p,
+                    });
                     report
                 })
                 .collect()

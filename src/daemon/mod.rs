@@ -213,6 +213,7 @@ pub async fn run(
                 max_output_bytes: config.guest.max_output_mib.saturating_mul(1 << 20),
                 batch_dir: data_dir.join("batches"),
                 tail_copies: config.batch.tail_copies,
+                later_windows: config.batch.later_windows,
             },
             tracker.clone(),
             shutdown.clone(),

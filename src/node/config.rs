@@ -45,12 +45,16 @@ pub struct BatchSection {
     /// Extra copies of the running tasks most at risk in a batch's tail
     /// (issue 28).
     pub tail_copies: bool,
+    /// A task no free host is likely to finish waits for a host's later
+    /// window (issue 28).
+    pub later_windows: bool,
 }
 
 impl Default for BatchSection {
     fn default() -> Self {
         BatchSection {
             tail_copies: crate::consumer::batch::queue::TAIL_COPIES_DEFAULT,
+            later_windows: crate::consumer::batch::queue::LATER_WINDOWS_DEFAULT,
         }
     }
 }
@@ -387,6 +391,7 @@ pub const KEY_DOCS: &[(&str, &str, &str)] = &[
     ("net", "max_retries", "How many times `gleaner submit` resubmits a job elsewhere after its host killed it, left or revoked it."),
     ("net", "peer_book", "Remember the pool members this node meets (peer id, addresses that worked, last seen; at most 10,000, in the data dir's peers/) and redial the most recently seen at start and whenever it has fewer than 4 connections, so it finds its pool again when its bootstrap peers are gone."),
     ("batch", "tail_copies", "Tail copies for this node's batches (issue 28): once the free hosts outnumber a batch's waiting tasks, each running task most at risk of finishing late (by its host's predicted TR and its expected finish) gets one extra copy on a free host; the first result wins and the other copy is cancelled. Off by default: docs/scheduling.md measures that they help two of six desktop pools and change nothing on the rest, for extra CPU on the pool."),
+    ("batch", "later_windows", "Later windows for this node's batches (issue 28): a task that no free host is likely to finish now (TR below 0.3 for its length) waits for the later window of a host whose forecast says it will (the hosts are asked their TR for windows starting 1 to 24 h on), and starts there when the window opens, or earlier where a host free by then is about as good; `batch status` shows 'waiting for host X's window at HH:MM (P 0.83)'. A hold ends when its host leaves, when its host is not free as the window comes, or when the window would end after the batch's deadline. Off by default: the same rule in `gleaner simulate --policy windows` cuts kills but lengthens the mean makespan on most desktop pools measured (docs/desktop-pools.md)."),
     ("ui", "listen", "Address (loopback IP:PORT) of the web dashboard; the node prints its URL with the access token at start. A busy port falls back to a free one. Empty turns the dashboard off."),
 ];
 
@@ -817,6 +822,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("image_setuid"), "{e}");
+    }
+
+    #[test]
+    fn later_windows_are_off_by_default_and_turned_on_by_the_batch_section() {
+        let path = Path::new("config.toml");
+        assert_eq!(
+            Config::default().batch.later_windows,
+            crate::consumer::batch::queue::LATER_WINDOWS_DEFAULT
+        );
+        assert!(!Config::default().batch.later_windows);
+        let on = Config::parse("[batch]\nlater_windows = true\n", path).unwrap();
+        assert!(on.batch.later_windows);
+        assert!(!on.batch.tail_copies);
     }
 
     #[test]

@@ -117,7 +117,10 @@ pub(super) fn status_text(r: &BatchReport) -> String {
                 etas.get(&t.task).map_or("-".into(), |secs| {
                     format!("in {}", human::duration(secs.max(0.0).round() as u64))
                 }),
-                t.reason.clone().unwrap_or_default(),
+                match &t.waiting_for {
+                    Some(w) => hold_text(w),
+                    None => t.reason.clone().unwrap_or_default(),
+                },
             ]
         });
         text.push_str(&table(
@@ -233,6 +236,16 @@ pub(super) fn unix_text(secs: i64) -> String {
 }
 
 /// The last characters of a peer id: enough to tell hosts apart.
+/// A held task's note: "waiting for host X's window at 19:00:00 (P 0.83)".
+pub(super) fn hold_text(w: &crate::control::api::HoldReport) -> String {
+    format!(
+        "waiting for host {}'s window at {} (P {:.2})",
+        short(&w.host),
+        crate::cli::control::clock_time(w.start_unix),
+        w.p
+    )
+}
+
 pub fn short(peer: &str) -> &str {
     let start = peer.len().saturating_sub(8);
     peer.get(start..).unwrap_or(peer)

@@ -93,6 +93,15 @@ impl JobPool for FakePool {
             .collect())
     }
 
+    async fn reliability(
+        &self,
+        _host: PeerId,
+        _query: crate::net::protocol::ReliabilityQuery,
+    ) -> Result<crate::net::protocol::ReliabilityResponse, NetError> {
+        // These hosts say nothing of later windows.
+        Err(NetError::UnsupportedProtocol)
+    }
+
     async fn request(&self, host: PeerId, request: JobRequest) -> Result<JobResponse, NetError> {
         let behaviour = self.behaviour(host);
         if self.gone.lock().unwrap().contains(&host) {

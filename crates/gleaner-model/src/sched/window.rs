@@ -17,6 +17,14 @@
 //! until it modelled such windows, `baselines::later`;
 //! shared/findings/future-windows.md). The simulator still counts.
 //!
+//! A held task's plan is bounded ([`Plan::lapse`]): it ends when its host
+//! leaves, when its window comes and the host is not free, or when a run in
+//! it would end after the task's deadline; the task then goes back to
+//! normal placement. The simulator's `windows` policy and the node's batch
+//! queue (`consumer::batch::queue::later`) both decide through
+//! [`WindowRule::choose`] and [`follow_plan`], and both leave out the
+//! windows other held tasks keep ([`kept_elsewhere`]).
+//!
 //! Pure code: the caller passes the time, the windows and the host's past;
 //! nothing here knows the queue, the network or the clock.
 
@@ -253,21 +261,81 @@ impl Plan {
             p: w.p,
         }
     }
+
+    /// Why the plan no longer stands at `now`, if it does not: its host
+    /// left the pool, its window came while its host was not free, or a
+    /// run in it would end after `deadline` (the caller's clock). A lapsed
+    /// plan is dropped and its task weighed like any other.
+    pub fn lapse(&self, now: f64, host: HostNow, deadline: Option<f64>) -> Option<Lapse> {
+        if host == HostNow::Gone {
+            return Some(Lapse::HostGone);
+        }
+        if deadline.is_some_and(|d| self.start_at.max(now) + self.wall_secs > d) {
+            return Some(Lapse::Deadline);
+        }
+        (now >= self.start_at && host != HostNow::Free).then_some(Lapse::Missed)
+    }
+}
+
+/// How a held task's host stands when its plan is weighed again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostNow {
+    /// No longer in the pool as the caller knows it.
+    Gone,
+    /// There, but not free for the task (running something, or failing).
+    Busy,
+    /// Free for the task now.
+    Free,
+}
+
+/// Why a held task's plan ended before it started there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lapse {
+    /// Its host left the pool.
+    HostGone,
+    /// Its window came and its host was not free.
+    Missed,
+    /// A run in its window would end after the task's deadline.
+    Deadline,
+}
+
+impl Lapse {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lapse::HostGone => "its host left",
+            Lapse::Missed => "its host was not free when the window came",
+            Lapse::Deadline => "the window would end after the deadline",
+        }
+    }
+}
+
+/// Whether window `w` (weighed at `now`) overlaps a window that another
+/// held task keeps on the same host, given as `(start, end)` on the
+/// caller's clock: such a window is not offered (one task per host at a
+/// time, so tasks weighed later plan around the held ones).
+pub fn kept_elsewhere(w: &Window, now: f64, kept: impl IntoIterator<Item = (f64, f64)>) -> bool {
+    let (a, b) = (now + w.start_in, now + w.start_in + w.wall_secs);
+    kept.into_iter().any(|(s, e)| a < e && s < b)
 }
 
 /// A held task weighed again at `now` keeps its word: once its window has
-/// come and its host is free (`host_free`), it starts there unless the
+/// come and its host is free (`host`), it starts there unless the
 /// fresh `choice` starts it now elsewhere; before then, a fresh choice to
 /// hold for a window that opens later than the plan's is not taken (else
 /// a task whose present always looks worse than its future would be put
-/// off for ever). A plan whose host is not free when it comes is dropped
+/// off for ever). A plan that lapsed ([`Plan::lapse`]: its host gone, not
+/// free when the window came, or the window past `deadline`) is dropped
 /// for the fresh choice.
 pub fn follow_plan(
     plan: &Plan,
     now: f64,
-    host_free: bool,
+    host: HostNow,
+    deadline: Option<f64>,
     choice: Option<Choice>,
 ) -> Option<Choice> {
+    if plan.lapse(now, host, deadline).is_some() {
+        return choice;
+    }
     let keep = Choice::Hold(Window {
         host: plan.host,
         start_in: (plan.start_at - now).max(0.0),
@@ -275,13 +343,13 @@ pub fn follow_plan(
         p: plan.p,
     });
     if now >= plan.start_at {
+        // Not lapsed: the host is free.
         return match choice {
             Some(c @ Choice::Start { .. }) => Some(c),
-            _ if host_free => Some(Choice::Start {
+            _ => Some(Choice::Start {
                 host: plan.host,
                 p: plan.p,
             }),
-            _ => choice,
         };
     }
     match choice {
@@ -423,18 +491,61 @@ mod tests {
         let sooner = Some(Choice::Hold(w(2, 5.0, 9.0, 0.9)));
         let elsewhere = Some(Choice::Start { host: 1, p: 0.8 });
         let h = 3600.0;
+        let (busy, free) = (HostNow::Busy, HostNow::Free);
         // Before the window: a later one is not taken, a sooner one is.
-        let kept = follow_plan(&plan, 2.0 * h, false, later);
+        let kept = follow_plan(&plan, 2.0 * h, busy, None, later);
         assert_eq!(kept, Some(Choice::Hold(w(4, 8.0, 9.0, 0.85))));
-        assert_eq!(follow_plan(&plan, 2.0 * h, false, sooner), sooner);
-        assert_eq!(follow_plan(&plan, 2.0 * h, false, elsewhere), elsewhere);
+        assert_eq!(follow_plan(&plan, 2.0 * h, busy, None, sooner), sooner);
+        assert_eq!(
+            follow_plan(&plan, 2.0 * h, busy, None, elsewhere),
+            elsewhere
+        );
         // The window has come: the task starts on its host if it is free.
         let start = Some(Choice::Start { host: 4, p: 0.85 });
-        assert_eq!(follow_plan(&plan, 10.0 * h, true, later), start);
-        assert_eq!(follow_plan(&plan, 10.0 * h, true, None), start);
-        assert_eq!(follow_plan(&plan, 10.0 * h, true, elsewhere), elsewhere);
+        assert_eq!(follow_plan(&plan, 10.0 * h, free, None, later), start);
+        assert_eq!(follow_plan(&plan, 10.0 * h, free, None, None), start);
+        assert_eq!(
+            follow_plan(&plan, 10.0 * h, free, None, elsewhere),
+            elsewhere
+        );
         // Its host is busy: the plan is dropped for the fresh choice.
-        assert_eq!(follow_plan(&plan, 10.0 * h, false, later), later);
+        assert_eq!(follow_plan(&plan, 10.0 * h, busy, None, later), later);
+    }
+
+    #[test]
+    fn a_hold_lapses_when_its_host_leaves_its_window_is_missed_or_the_deadline_passes() {
+        let h = 3600.0;
+        let plan = Plan::of(&w(4, 10.0, 9.0, 0.85), 0.0);
+        let (gone, busy, free) = (HostNow::Gone, HostNow::Busy, HostNow::Free);
+        assert_eq!(plan.lapse(2.0 * h, busy, None), None);
+        assert_eq!(plan.lapse(2.0 * h, free, Some(19.0 * h)), None);
+        assert_eq!(plan.lapse(2.0 * h, gone, None), Some(Lapse::HostGone));
+        assert_eq!(plan.lapse(10.0 * h, busy, None), Some(Lapse::Missed));
+        assert_eq!(plan.lapse(10.0 * h, free, None), None);
+        // The run would end at 19 h: a deadline before that ends the hold.
+        assert_eq!(
+            plan.lapse(2.0 * h, busy, Some(18.0 * h)),
+            Some(Lapse::Deadline)
+        );
+        // A lapsed plan gives way to the fresh choice, even none.
+        assert_eq!(follow_plan(&plan, 2.0 * h, gone, None, None), None);
+        let later = Some(Choice::Hold(w(2, 12.0, 9.0, 0.9)));
+        assert_eq!(
+            follow_plan(&plan, 2.0 * h, busy, Some(18.0 * h), later),
+            later
+        );
+    }
+
+    #[test]
+    fn a_window_another_task_keeps_is_not_offered() {
+        let evening = w(1, 10.0, 9.0, 0.85);
+        let h = 3600.0;
+        assert!(kept_elsewhere(&evening, 0.0, [(12.0 * h, 14.0 * h)]));
+        assert!(!kept_elsewhere(&evening, 0.0, [(19.0 * h, 20.0 * h)]));
+        assert!(!kept_elsewhere(&evening, 0.0, []));
+        // Seen an hour later, the same window starts an hour sooner.
+        let sooner = w(1, 9.0, 9.0, 0.85);
+        assert!(kept_elsewhere(&sooner, h, [(18.5 * h, 20.0 * h)]));
     }
 
     #[test]

@@ -111,6 +111,7 @@ impl QueueCore {
             estimate: None,
             verify: self.verify_spec(id),
             copies: self.live_copies(id),
+            holds: self.hold_views(id),
         })
     }
 

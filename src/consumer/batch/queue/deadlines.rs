@@ -39,6 +39,7 @@ impl QueueCore {
     pub fn tick(&mut self, now: Now) -> Vec<Action> {
         self.at(now);
         self.watch_avoid();
+        self.watch_holds();
         self.watch_deadlines();
         self.actions()
     }

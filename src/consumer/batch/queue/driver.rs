@@ -127,6 +127,12 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         self.core.set_tail_copies(on);
     }
 
+    /// Turns holds for later windows on or off for every batch (`[batch]
+    /// later_windows`).
+    pub fn set_later_windows(&mut self, on: bool) {
+        self.core.set_later_windows(on);
+    }
+
     pub fn subscribe(&self) -> broadcast::Receiver<TaskEvent> {
         self.events.subscribe()
     }
@@ -337,6 +343,10 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             QueueMsg::LandFailed { batch, task, error } => {
                 self.core.on_land_failed(now, batch, task, error)
             }
+            QueueMsg::Later {
+                length_secs,
+                answers,
+            } => self.core.on_later(now, length_secs, answers),
         };
         self.perform(actions);
     }
@@ -402,6 +412,12 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
                 Action::Taint { batch, peer } => self.trust_store.taint(batch, peer),
                 Action::Reputation { peer, valid } => self.trust_store.record(peer, valid),
                 Action::Conduct { peer, outcome } => self.trust_store.conduct(peer, outcome),
+                Action::AskLater {
+                    peers,
+                    starts_unix,
+                    length_secs,
+                    mem_mib,
+                } => self.spawn_ask_later(peers, starts_unix, length_secs, mem_mib),
             }
         }
     }

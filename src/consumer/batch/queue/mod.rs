@@ -6,7 +6,8 @@
 //!   `deadlines`, `tail` (tail copies), `replicas` and `quorum` with their state in
 //!   `trust`, `outputs`, `checkpoints`, `restore`, `commands`) decides
 //!   everything: it takes one input at a time (a command, a survey's
-//!   answer, a member's news, an attempt's news or end, a judged copy, a copied result, a
+//!   answer, hosts' answers about later windows (`later`: a task no free
+//!   host is likely to finish waits for a host's later window), a member's news, an attempt's news or end, a judged copy, a copied result, a
 //!   timer tick), each with the time, and returns the [`Action`]s to
 //!   perform. No tokio, no sled, no files, no clock: `tests` drives it alone.
 //! - [`BatchQueue`] (`driver`, with `tasks`, `files` and `trust_store`) is
@@ -32,6 +33,7 @@ mod commands;
 mod deadlines;
 mod driver;
 mod files;
+mod later;
 mod outputs;
 mod placement;
 mod quorum;
@@ -53,9 +55,10 @@ pub use driver::BatchQueue;
 pub use driver::TICK;
 pub use files::copy_task_results;
 pub use rounds::{MemberNews, LOOK_EVERY_MAX};
-pub use state::{Action, Launch, Now, QueueCore, TAIL_COPIES_DEFAULT};
+pub use state::{Action, Launch, Now, QueueCore, LATER_WINDOWS_DEFAULT, TAIL_COPIES_DEFAULT};
 pub use trust::{Judge, Landing, Trust, Verdict};
 pub use types::IDLE_SURVEY_EVERY;
 pub use types::{
-    BatchError, BatchView, Counts, NewBatch, QueueMsg, TaskEvent, DEFAULT_CHECKPOINT_COST_SECS,
+    BatchError, BatchView, Counts, HoldView, NewBatch, QueueMsg, TaskEvent,
+    DEFAULT_CHECKPOINT_COST_SECS,
 };

@@ -4,7 +4,8 @@
 //! `rounds`), and which
 //! waiting task goes to which free host (batches in order of age, each by
 //! its policy, hosts that hold its image first; a verified task's further
-//! copies first; the hosts left over
+//! copies first; a task held for a later window only on its host once the
+//! window is open, `later`; the hosts left over
 //! to tail copies, `tail`), each attempt
 //! recorded as it is handed over and given to the driver to launch. Pure:
 //! no tokio, no files, no clock.
@@ -148,6 +149,9 @@ impl QueueCore {
             .filter(|h| !self.hosts_in_use.contains(&h.peer))
             .map(|h| self.trust.discounted(h))
             .collect();
+        // Tasks no free host is likely to finish may be held for a later
+        // window (`later`).
+        self.weigh_holds(&free);
         let waiting: Vec<BatchId> = self
             .batches
             .iter()
@@ -201,6 +205,7 @@ impl QueueCore {
                 free.retain(|h| h.peer != peer);
             }
         }
+        self.deferred.clear();
         self.start_tail_copies(hosts);
     }
 
@@ -209,6 +214,10 @@ impl QueueCore {
         let b = self.batches.get(&batch)?;
         if b.record.cancelled || b.record.max_running.is_some_and(|m| b.running >= m) {
             return None;
+        }
+        // A task whose held window on this host is open goes first.
+        if let Some(task) = self.opened_on(batch, host) {
+            return Some(task);
         }
         let name = host.to_base58();
         b.tasks
@@ -219,8 +228,8 @@ impl QueueCore {
     }
 
     /// Whether a queued task may start on `host`: it does not avoid it
-    /// (failed or was killed there less than [`super::AVOID_FOR`] ago: `avoid`)
-    /// and was not refused by it.
+    /// (failed or was killed there less than [`super::AVOID_FOR`] ago: `avoid`),
+    /// was not refused by it, and is not held off it (`later`).
     pub(super) fn may_start_on(&self, batch: BatchId, task: u32, host: PeerId) -> bool {
         self.task(batch, task)
             .is_some_and(|t| self.startable(batch, task, t, host, &host.to_base58()))
@@ -242,6 +251,7 @@ impl QueueCore {
                 .refused_by
                 .get(&(batch, task))
                 .is_some_and(|r| r.contains(&host))
+            && !self.held_off(batch, task, host)
     }
 
     /// Hands a waiting task to `host`: its main attempt.
@@ -261,6 +271,7 @@ impl QueueCore {
         t.started_unix = Some(now);
         t.host_gamma = gamma;
         live.running += 1;
+        self.holds.remove(&(batch, task));
         self.persist(batch, task);
         self.launch(batch, task, host, job_id);
     }

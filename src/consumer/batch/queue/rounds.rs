@@ -6,7 +6,8 @@
 //! per placeable task), or a member whose announcement shows a slot newly
 //! free that waiting work could take — a host that joined, one that
 //! finished another consumer's job (a *news* round: a few hosts per such
-//! member). Otherwise the queue *looks*: it reads the members' summaries
+//! member). When a task's held window comes (`later`), the next round asks
+//! that window's host and nobody else. Otherwise the queue *looks*: it reads the members' summaries
 //! the network task holds, asking nobody, less and less often while nothing
 //! changes ([`IDLE_SURVEY_EVERY`] doubling up to [`LOOK_EVERY_MAX`]). So a
 //! batch waiting an hour on a full pool costs its rounds of asks when it is
@@ -135,11 +136,21 @@ impl QueueCore {
         };
         let placeable = asks_for(self.placeable_now());
         let news = u32::try_from(self.news.len()).unwrap_or(u32::MAX);
-        let ask_at_most = match round {
+        let mut ask_at_most = match round {
             Round::Ask => placeable,
             Round::News => placeable.min(news.saturating_mul(ASKS_PER_TASK)),
             Round::Look => 0,
         };
+        // A held window has come (`later`): this round asks its hosts and
+        // nobody else, so that the answer says whether the task starts there.
+        let due: Vec<PeerId> = if round == Round::Ask {
+            self.due.drain().collect()
+        } else {
+            Vec::new()
+        };
+        if !due.is_empty() {
+            ask_at_most = u32::try_from(due.len()).unwrap_or(u32::MAX);
+        }
         let query = SurveyQuery {
             window_start_unix: now.unix_secs,
             window_secs: first.record.runtime_secs,
@@ -150,6 +161,13 @@ impl QueueCore {
         };
         let skip = if round == Round::Look {
             Vec::new()
+        } else if !due.is_empty() {
+            self.last_hosts
+                .iter()
+                .map(|h| h.peer)
+                .chain(self.hosts_in_use.iter().copied())
+                .filter(|p| !due.contains(p))
+                .collect()
         } else {
             self.no_use_now()
         };

@@ -9,7 +9,7 @@
 //! clock, does the I/O and feeds the results back as inputs, so the core is
 //! tested one input at a time (`queue::tests`). It is split by concern:
 //! `rounds` (when to look at the pool and whom to ask), `placement`,
-//! `retries`, `avoid` (how long a task keeps off the hosts it failed on), `deadlines`, `quorum` (state in `trust`), `outputs`,
+//! `later` (a task held for a host's later window), `retries`, `avoid` (how long a task keeps off the hosts it failed on), `deadlines`, `quorum` (state in `trust`), `outputs`,
 //! `checkpoints`, `restore` and `commands`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use libp2p::PeerId;
 
 use super::trust::{Judge, Trust};
-use super::types::{AvoidLapses, Round, TaskEvent, IDLE_SURVEY_EVERY, SURVEY_GAP};
+use super::types::{AvoidLapses, Held, LaterTr, Round, TaskEvent, IDLE_SURVEY_EVERY, SURVEY_GAP};
 use crate::consumer::batch::attempt::AttemptPlan;
 use crate::consumer::batch::checkpoint::Intervals;
 use crate::consumer::batch::record::{BatchRecord, TaskRecord, TaskState};
@@ -27,6 +27,7 @@ use crate::consumer::batch::verify::Provenance;
 use crate::consumer::job_pool::JobSettings;
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::model::ids::{BatchId, JobId};
+use crate::model::sched::window::WindowRule;
 use crate::model::trust::Outcome;
 use crate::net::protocol::CheckpointOrder;
 
@@ -135,6 +136,15 @@ pub enum Action {
     /// Count how one attempt on `peer` ended (durably), in every verify
     /// mode: what demotes and excludes a host that lies.
     Conduct { peer: PeerId, outcome: Outcome },
+    /// Ask each of `peers` its TR for a window of `length_secs` starting at
+    /// each of `starts_unix` (`later`), and answer with
+    /// [`super::QueueMsg::Later`].
+    AskLater {
+        peers: Vec<PeerId>,
+        starts_unix: Vec<i64>,
+        length_secs: u64,
+        mem_mib: u64,
+    },
 }
 
 pub(super) struct LiveBatch {
@@ -165,6 +175,12 @@ pub const LANDING_DIR: &str = ".landing";
 /// nothing on the rest (issue 28). Here, not in `tail.rs`, so that the
 /// rule's module depends on the queue's state and not the other way.
 pub const TAIL_COPIES_DEFAULT: bool = false;
+
+/// Whether a task no free host is likely to finish waits for a host's
+/// later window when the queue is not told otherwise (`later`): off, as the
+/// same rule in the simulator (`windows`) cuts kills but lengthens the mean
+/// makespan on most desktop pools measured (docs/desktop-pools.md).
+pub const LATER_WINDOWS_DEFAULT: bool = false;
 
 /// The queue's state and decisions. Owned by the driver.
 pub struct QueueCore {
@@ -238,6 +254,19 @@ pub struct QueueCore {
     /// Free hosts left over in a batch's tail run extra copies of the
     /// running tasks most at risk (`tail`).
     pub(super) tail_copies: bool,
+    /// Queued tasks held for a host's later window (`later`).
+    pub(super) holds: HashMap<(BatchId, u32), Held>,
+    /// Hosts' TR for windows that start later, by run length (`later`).
+    pub(super) later: HashMap<u64, LaterTr>,
+    /// Tasks the placement under way leaves waiting for those answers
+    /// (`later`); empty between placements.
+    pub(super) deferred: HashSet<(BatchId, u32)>,
+    /// Hosts whose held window has come, for the next round to ask
+    /// (`later`).
+    pub(super) due: HashSet<PeerId>,
+    /// How windows are weighed (the model's rule, the simulator's default);
+    /// `None` while holds are off.
+    pub(super) window_rule: Option<WindowRule>,
     /// The time of the input being handled.
     pub(super) now: Now,
     /// The actions decided while handling it.
@@ -282,6 +311,11 @@ impl QueueCore {
             staging: HashMap::new(),
             copies_out: HashMap::new(),
             tail_copies: TAIL_COPIES_DEFAULT,
+            holds: HashMap::new(),
+            later: HashMap::new(),
+            deferred: HashSet::new(),
+            due: HashSet::new(),
+            window_rule: LATER_WINDOWS_DEFAULT.then(WindowRule::default),
             now,
             out: Vec::new(),
         }

@@ -1,5 +1,5 @@
 //! The tasks the batch queue's driver spawns to perform the core's actions:
-//! surveys, attempts (new or re-attached), judgments of landed copies,
+//! surveys, hosts' answers about later windows, attempts (new or re-attached), judgments of landed copies,
 //! promotions of accepted ones, copies to output directories and estimates.
 //! Each is tracked and reports back on the queue's own channel as a
 //! [`QueueMsg`] (or answers its caller's `reply`); none decides anything.
@@ -25,7 +25,10 @@ use crate::consumer::job_pool::JobPool;
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::data::{InputSpec, Offer};
 use crate::model::ids::BatchId;
-use crate::net::protocol::{CheckpointOrder, ImageRef, JobEventKind, JobSubmit};
+use crate::net::protocol::{
+    CheckpointOrder, ImageRef, JobEventKind, JobSubmit, ReliabilityQuery, ReliabilityResponse,
+};
+use crate::net::NetError;
 
 impl<P: JobPool + Clone + 'static> BatchQueue<P> {
     pub(super) fn spawn_survey(&mut self, query: SurveyQuery, skip: Vec<libp2p::PeerId>) {
@@ -34,6 +37,54 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         self.tracker.spawn(async move {
             let hosts = pool.survey(query, skip).await.map_err(|e| e.to_string());
             let _ = tx.send(QueueMsg::Surveyed(hosts));
+        });
+    }
+
+    /// Asks each of `peers` its TR for windows of `length_secs` starting at
+    /// each of `starts_unix` (one host after another in parallel, its starts
+    /// in turn; a host that times out or cannot be dialled is asked no
+    /// more), and reports what came back as [`QueueMsg::Later`].
+    pub(super) fn spawn_ask_later(
+        &mut self,
+        peers: Vec<libp2p::PeerId>,
+        starts_unix: Vec<i64>,
+        length_secs: u64,
+        mem_mib: u64,
+    ) {
+        let pool = self.pool.clone();
+        let tx = self.to_self.clone();
+        let shutdown = self.shutdown.clone();
+        self.tracker.spawn(async move {
+            let asks = peers.into_iter().map(|peer| {
+                let (pool, starts) = (pool.clone(), starts_unix.clone());
+                async move {
+                    let mut points = Vec::with_capacity(starts.len());
+                    for start in starts {
+                        let query = ReliabilityQuery {
+                            window_start_unix: start,
+                            length_secs,
+                            memory_mib: mem_mib,
+                        };
+                        match pool.reliability(peer, query).await {
+                            Ok(ReliabilityResponse::Answer(a))
+                                if a.tr.is_finite() && (0.0..=1.0).contains(&a.tr) =>
+                            {
+                                points.push((start, a.tr));
+                            }
+                            Ok(_) => {}
+                            Err(NetError::Timeout | NetError::Dial(_)) => break,
+                            Err(_) => {}
+                        }
+                    }
+                    (peer, points)
+                }
+            });
+            tokio::select! {
+                answers = futures::future::join_all(asks) => {
+                    let _ = tx.send(QueueMsg::Later { length_secs, answers });
+                }
+                () = shutdown.cancelled() => {}
+            }
         });
     }
 

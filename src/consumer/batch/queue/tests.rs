@@ -928,6 +928,8 @@ fn a_submissions_queries_are_bounded_by_its_tasks_not_by_the_pool() {
 #[cfg(test)]
 mod images;
 #[cfg(test)]
+mod later;
+#[cfg(test)]
 mod owner;
 #[cfg(test)]
 mod rounds;

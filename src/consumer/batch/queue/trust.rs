@@ -169,10 +169,7 @@ impl Trust {
     /// promised, at most 1). A host without a record, or whose claims
     /// held, is returned as it is.
     pub(super) fn discounted(&self, host: &SurveyedHost) -> SurveyedHost {
-        let factor = self
-            .reputation
-            .get(&host.peer)
-            .map_or(1.0, HostTrack::claim_discount);
+        let factor = self.claim_factor(&host.peer);
         let mut out = host.clone();
         if factor < 1.0 {
             out.tr = host.tr.map(|tr| tr * factor);
@@ -182,6 +179,14 @@ impl Trust {
                 .map(|c| TrCurve::new(c.points().iter().map(|&(secs, tr)| (secs, tr * factor))));
         }
         out
+    }
+
+    /// What `peer`'s record discounts its TR claims by (1 without one):
+    /// [`HostTrack::claim_discount`].
+    pub(super) fn claim_factor(&self, peer: &PeerId) -> f64 {
+        self.reputation
+            .get(peer)
+            .map_or(1.0, HostTrack::claim_discount)
     }
 
     /// Hosts in the policy's order with every host whose record holds an

@@ -94,6 +94,20 @@ pub struct BatchView {
     pub verify: Option<crate::consumer::batch::verify::VerifySpec>,
     /// The copies of each verified task still being decided.
     pub copies: BTreeMap<u32, Vec<crate::consumer::batch::verify::CopyView>>,
+    /// The queued tasks held for a host's later window (`later`).
+    pub holds: BTreeMap<u32, HoldView>,
+}
+
+/// A queued task held for a host's later window, as `batch status` shows
+/// it: "waiting for host X's window at 19:00 (P 0.83)".
+#[derive(Debug, Clone, PartialEq)]
+pub struct HoldView {
+    /// The host, base58.
+    pub host: String,
+    /// When the window opens, Unix seconds.
+    pub start_unix: i64,
+    /// The host's TR for a run in that window (as its record discounts it).
+    pub p: f64,
 }
 
 /// Tasks by state.
@@ -179,6 +193,13 @@ pub enum QueueMsg {
         task: u32,
         verdict: Verdict,
     },
+    /// Hosts' TR for windows of `length_secs` that start later
+    /// ([`super::state::Action::AskLater`]): per host, `(start, TR)` for
+    /// the starts it answered (checked: TR within 0..=1).
+    Later {
+        length_secs: u64,
+        answers: Vec<(PeerId, Vec<(i64, f64)>)>,
+    },
 }
 
 /// Least time between two rounds, so a burst of ends makes one round.
@@ -207,4 +228,35 @@ pub(super) struct AvoidLapses {
     pub(super) until: Vec<std::time::Instant>,
     /// Entries whose lapse has asked for a round already.
     pub(super) announced: usize,
+}
+
+/// A queued task held for one host's later window (`later`). Kept by the
+/// core's state, read and written by `later` (and `placement`, which starts
+/// a held task only on its host once the window is open).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Held {
+    pub(super) peer: PeerId,
+    /// When the window opens, Unix seconds.
+    pub(super) start_unix: i64,
+    /// The run's expected wall seconds there.
+    pub(super) wall_secs: f64,
+    /// The host's TR for the window, as its record discounts it.
+    pub(super) p: f64,
+    /// The window has come with its host free: the task starts there, and
+    /// only there, in this round.
+    pub(super) open: bool,
+    /// A round has asked the host since the window came.
+    pub(super) due_asked: bool,
+}
+
+/// Hosts' TR for windows of one length that start later (`later`), asked
+/// at most every `LATER_FRESH` (`later`).
+#[derive(Debug, Clone, Default)]
+pub(super) struct LaterTr {
+    /// When they were last asked.
+    pub(super) asked: Option<std::time::Instant>,
+    /// The answers to that ask are in.
+    pub(super) answered: bool,
+    /// Per host, `(start, TR)`, starts in Unix seconds.
+    pub(super) by_peer: std::collections::HashMap<PeerId, Vec<(i64, f64)>>,
 }

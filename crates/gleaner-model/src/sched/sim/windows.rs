@@ -10,7 +10,8 @@
 
 use super::{Ev, Forecaster, Sim, Slot};
 use crate::sched::window::{
-    anchored, counted_tr, follow_plan, later_windows, Choice, Plan, Window, HISTORY_DAYS,
+    anchored, counted_tr, follow_plan, kept_elsewhere, later_windows, Choice, HostNow, Plan,
+    Window, HISTORY_DAYS,
 };
 
 /// Longest a held task waits before it is weighed again (hosts free up
@@ -86,15 +87,20 @@ impl Sim<'_> {
             );
             // A window another held task keeps is not offered.
             let kept = &self.reserved[g];
-            windows.extend(mine.iter().filter(|w| {
-                let (a, b) = (now + w.start_in, now + w.start_in + w.wall_secs);
-                !kept.iter().any(|&(_, s, e)| a < e && s < b)
-            }));
+            windows.extend(
+                mine.iter()
+                    .filter(|w| !kept_elsewhere(w, now, kept.iter().map(|&(_, s, e)| (s, e)))),
+            );
         }
         let mut c = rule.choose(&windows, Some(picked), self.task_kills[task]);
         if let Some(plan) = self.plans[task] {
-            let free = matches!(self.slots.get(plan.host), Some(Slot::Free));
-            c = follow_plan(&plan, now, free, c);
+            // Simulated hosts never leave, and tasks have no deadline.
+            let host = match self.slots.get(plan.host) {
+                Some(Slot::Free) => HostNow::Free,
+                Some(_) => HostNow::Busy,
+                None => HostNow::Gone,
+            };
+            c = follow_plan(&plan, now, host, None, c);
         }
         c
     }

@@ -1,0 +1,237 @@
+//! Holds in the queue's core (issue 28, scope 1): a task that no free host
+//! is likely to finish now waits for a host's later window, asks its host
+//! when the window comes and starts there; a hold lapses when its host
+//! leaves, and a task is never held past its deadline.
+
+use super::*;
+
+const H: i64 = 3600;
+
+/// A queue with holds for later windows on (`[batch] later_windows`).
+fn holding() -> QueueCore {
+    let mut core = core(3);
+    core.set_later_windows(true);
+    core
+}
+
+/// A 9 h task, by its declared runtime.
+fn long_batch() -> NewBatch {
+    NewBatch {
+        runtime_secs: 9 * H as u64,
+        limit_secs: 12 * H as u64,
+        ..batch(1)
+    }
+}
+
+/// A host that answered the survey busy (running another consumer's job).
+fn busy(tr: f64) -> SurveyedHost {
+    SurveyedHost {
+        slot_free: Some(false),
+        ..host(tr)
+    }
+}
+
+fn free(h: &SurveyedHost) -> SurveyedHost {
+    SurveyedHost {
+        slot_free: Some(true),
+        ..h.clone()
+    }
+}
+
+/// The later-window asks among the actions: `(peers, starts, length)`.
+fn asks_later(actions: &[Action]) -> Vec<(Vec<PeerId>, Vec<i64>, u64)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::AskLater {
+                peers,
+                starts_unix,
+                length_secs,
+                ..
+            } => Some((peers.clone(), starts_unix.clone(), *length_secs)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The job events the actions tell watchers of.
+fn events(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Emit(e) => e.event.clone(),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Each start asked, with the same TR except `good` from `from` on.
+fn forecast(starts: &[i64], from: i64, bad: f64, good: f64) -> Vec<(i64, f64)> {
+    starts
+        .iter()
+        .map(|&s| (s, if s >= from { good } else { bad }))
+        .collect()
+}
+
+/// Admits a 9 h task while `a` (free, 0.15 for 9 h: its owner comes back
+/// soon) and `b` (busy now; quiet from two hours on, as it answers) are the
+/// pool, and hands the queue their answers about later windows. Returns
+/// the batch, the time and the actions of the round after the answers.
+fn held_for_b(
+    core: &mut QueueCore,
+    a: &SurveyedHost,
+    b: &SurveyedHost,
+) -> (BatchId, Now, Vec<Action>) {
+    let now = start();
+    let (id, _) = admit(core, now, long_batch());
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    // Not started on the host that will be taken back: the hosts are asked
+    // about later windows first.
+    assert!(launches(&actions).is_empty(), "{actions:#?}");
+    let asked = asks_later(&actions);
+    assert_eq!(asked.len(), 1, "{actions:#?}");
+    let (peers, starts, length) = asked[0].clone();
+    assert_eq!(length, 9 * H as u64);
+    assert!(peers.contains(&a.peer) && peers.contains(&b.peer));
+    assert!(starts.iter().all(|&s| s > now.unix_secs));
+
+    let from = now.unix_secs + 2 * H;
+    let now = after(now, 1);
+    let answers = vec![
+        (a.peer, forecast(&starts, from, 0.15, 0.15)),
+        (b.peer, forecast(&starts, from, 0.2, 0.85)),
+    ];
+    let _ = core.on_later(now, length, answers);
+    assert!(core.wants_survey(now), "the answers make a round");
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    (id, now, actions)
+}
+
+#[test]
+fn a_task_no_free_host_can_finish_waits_for_a_later_window_and_starts_there() {
+    let mut core = holding();
+    let (a, b) = (host(0.15), busy(0.9));
+    let (id, now, actions) = held_for_b(&mut core, &a, &b);
+    // Held for b's window two hours on, not started on a.
+    assert!(launches(&actions).is_empty(), "{actions:#?}");
+    let view = core.view(now, id).unwrap();
+    let hold = &view.holds[&0];
+    assert_eq!(hold.host, b.peer.to_base58());
+    assert_eq!(hold.start_unix, start().unix_secs + 2 * H);
+    assert!((hold.p - 0.85).abs() < 1e-9, "{hold:?}");
+    assert_eq!(view.tasks[0].state, TaskState::Queued);
+    let told = events(&actions);
+    assert!(
+        told.iter()
+            .any(|e| e.starts_with("waiting for host") && e.contains("(P 0.85)")),
+        "{told:?}"
+    );
+
+    // An hour on, a is free again and b still busy: the task keeps waiting.
+    let now = after(start(), H as u64);
+    let _ = core.tick(now);
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    assert!(launches(&actions).is_empty(), "{actions:#?}");
+    assert!(events(&actions).is_empty(), "the same hold: {actions:#?}");
+
+    // The window comes: the next round asks b, and nobody else.
+    let now = after(start(), 2 * H as u64);
+    let _ = core.tick(now);
+    assert!(core.wants_survey(now));
+    let survey = core.start_survey(now);
+    let skip = survey
+        .iter()
+        .find_map(|a| match a {
+            Action::Survey { skip, .. } => Some(skip.clone()),
+            _ => None,
+        })
+        .expect("a round");
+    assert!(
+        skip.contains(&a.peer) && !skip.contains(&b.peer),
+        "{skip:?}"
+    );
+    // b is free: the task starts there.
+    let actions = core.on_survey(now, Ok(vec![a.clone(), free(&b)]));
+    assert_eq!(launches(&actions), vec![(0, b.peer)]);
+    let view = core.view(now, id).unwrap();
+    assert!(view.holds.is_empty());
+    assert_eq!(view.tasks[0].state, TaskState::Running);
+}
+
+#[test]
+fn a_held_task_starts_at_once_where_a_better_host_frees() {
+    let mut core = holding();
+    let (a, b) = (host(0.15), busy(0.9));
+    let (id, now, _) = held_for_b(&mut core, &a, &b);
+    assert!(core.view(now, id).unwrap().holds.contains_key(&0));
+    // A steady host joins half an hour on: no reason to wait for b.
+    let c = host(0.95);
+    let now = after(now, 1800);
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone(), c.clone()]));
+    assert_eq!(launches(&actions), vec![(0, c.peer)]);
+    assert!(core.view(now, id).unwrap().holds.is_empty());
+}
+
+#[test]
+fn a_hold_lapses_when_its_host_leaves_and_the_task_is_placed_as_usual() {
+    let mut core = holding();
+    let (a, b) = (host(0.15), busy(0.9));
+    let (id, now, _) = held_for_b(&mut core, &a, &b);
+    assert!(core.view(now, id).unwrap().holds.contains_key(&0));
+    // b leaves the pool: the hold ends, and a is all there is.
+    let now = after(now, 1800);
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone()]));
+    assert_eq!(launches(&actions), vec![(0, a.peer)]);
+    let told = events(&actions);
+    assert!(
+        told.iter().any(|e| e == "hold ended: its host left"),
+        "{told:?}"
+    );
+}
+
+#[test]
+fn no_task_is_held_for_a_window_past_its_deadline() {
+    let mut core = holding();
+    let (a, b) = (host(0.15), busy(0.9));
+    let now = start();
+    // Nine hours of work, nine and a half to the deadline: nothing later
+    // fits (the first later start asked is an hour on).
+    let new = NewBatch {
+        deadline_unix: Some(now.unix_secs + 9 * H + H / 2),
+        ..long_batch()
+    };
+    let (_, _) = admit(&mut core, now, new);
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    assert!(asks_later(&actions).is_empty());
+    assert_eq!(launches(&actions), vec![(0, a.peer)]);
+}
+
+#[test]
+fn a_task_a_free_host_is_likely_to_finish_is_never_held() {
+    let mut core = holding();
+    let (a, b) = (host(0.8), busy(0.9));
+    let now = start();
+    let (_, _) = admit(&mut core, now, long_batch());
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    assert!(asks_later(&actions).is_empty(), "nobody asked about later");
+    assert_eq!(launches(&actions), vec![(0, a.peer)]);
+}
+
+#[test]
+fn with_later_windows_off_the_task_starts_where_it_will_be_killed() {
+    let mut core = core(3);
+    let (a, b) = (host(0.15), busy(0.9));
+    let now = start();
+    let (_, _) = admit(&mut core, now, long_batch());
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    assert!(asks_later(&actions).is_empty());
+    assert_eq!(launches(&actions), vec![(0, a.peer)]);
+}
