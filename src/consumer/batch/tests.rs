@@ -60,6 +60,10 @@ struct FakePool {
     restarts: Arc<Mutex<std::collections::HashMap<PeerId, usize>>>,
     /// The hosts of the fetches answered, in order.
     fetched: Arc<Mutex<Vec<PeerId>>>,
+    /// Hosts that answer about windows that start later: whether the host
+    /// is busy now, and its TR for every later window. The others cannot
+    /// answer such a query.
+    later: Arc<Mutex<std::collections::HashMap<PeerId, (bool, f64)>>>,
 }
 
 impl FakePool {
@@ -81,13 +85,14 @@ impl JobPool for FakePool {
         _q: SurveyQuery,
         _skip: Vec<PeerId>,
     ) -> Result<Vec<SurveyedHost>, NetError> {
+        let later = self.later.lock().unwrap().clone();
         Ok(self
             .hosts
             .iter()
             .map(|(peer, tr, _)| SurveyedHost {
                 answered: true,
                 tr: Some(*tr),
-                slot_free: Some(true),
+                slot_free: Some(!later.get(peer).is_some_and(|(busy, _)| *busy)),
                 ..SurveyedHost::new(*peer)
             })
             .collect())
@@ -95,11 +100,31 @@ impl JobPool for FakePool {
 
     async fn reliability(
         &self,
-        _host: PeerId,
-        _query: crate::net::protocol::ReliabilityQuery,
+        host: PeerId,
+        query: crate::net::protocol::ReliabilityQuery,
     ) -> Result<crate::net::protocol::ReliabilityResponse, NetError> {
-        // These hosts say nothing of later windows.
-        Err(NetError::UnsupportedProtocol)
+        use crate::net::protocol::{FailureByCause, ReliabilityAnswer, ReliabilityResponse};
+        let Some((busy, tr)) = self.later.lock().unwrap().get(&host).copied() else {
+            return Err(NetError::UnsupportedProtocol);
+        };
+        Ok(ReliabilityResponse::Answer(ReliabilityAnswer {
+            tr,
+            failure: FailureByCause {
+                s3: 1.0 - tr,
+                s4: 0.0,
+                s5: 0.0,
+            },
+            initial_state: WireState::S1,
+            days_used: 10,
+            method: "freq".into(),
+            relative_power_milli: 1000,
+            slot_free: !busy,
+            curve: vec![(query.length_secs, tr)],
+            availability_milli: None,
+            speed_milli: 1000,
+            spells: None,
+            spell_lengths: None,
+        }))
     }
 
     async fn request(&self, host: PeerId, request: JobRequest) -> Result<JobResponse, NetError> {
@@ -279,6 +304,7 @@ fn fake_pool(hosts: Vec<(PeerId, f64, Host)>) -> FakePool {
         gone: Arc::default(),
         restarts: Arc::default(),
         fetched: Arc::default(),
+        later: Arc::default(),
     }
 }
 
@@ -630,4 +656,55 @@ async fn a_copy_still_fetching_when_another_landed_never_replaces_the_landed_res
         "the landed result stays the one the record names"
     );
     assert!(!stale.exists(), "a restart cleans stale staging");
+}
+
+/// A 9 h task: no host free now with 0.15 is likely to finish it.
+fn nine_hours() -> NewBatch {
+    NewBatch {
+        runtime_secs: 9 * 3600,
+        limit_secs: 12 * 3600,
+        ..one_task(&[], None)
+    }
+}
+
+#[tokio::test]
+async fn the_queue_asks_the_hosts_about_later_windows_and_holds_the_task_for_the_best() {
+    let (shaky, evening) = (PeerId::random(), PeerId::random());
+    let pool = fake_pool(vec![
+        (shaky, 0.15, Host::Finish(0)),
+        (evening, 0.9, Host::Finish(0)),
+    ]);
+    pool.later
+        .lock()
+        .unwrap()
+        .extend([(shaky, (false, 0.15)), (evening, (true, 0.9))]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut queue = open_queue(dir.path(), &pool, 3);
+    queue.0.set_later_windows(true);
+    let id = queue.0.submit(nine_hours()).unwrap();
+    drive(&mut queue, |q| !q.view(id).unwrap().holds.is_empty()).await;
+    let view = queue.0.view(id).unwrap();
+    let hold = &view.holds[&0];
+    assert_eq!(hold.host, evening.to_base58());
+    // The first later start asked: an hour on.
+    let in_secs = hold.start_unix - crate::clock::unix_secs(std::time::SystemTime::now());
+    assert!((3500..=3600).contains(&in_secs), "{in_secs}");
+    assert_eq!(view.tasks[0].state, TaskState::Queued);
+    assert!(
+        pool.submits.lock().unwrap().is_empty(),
+        "not started where it would be killed"
+    );
+}
+
+#[tokio::test]
+async fn hosts_that_cannot_answer_about_later_windows_do_not_keep_a_task_waiting() {
+    let shaky = PeerId::random();
+    let pool = fake_pool(vec![(shaky, 0.15, Host::Finish(0))]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut queue = open_queue(dir.path(), &pool, 3);
+    queue.0.set_later_windows(true);
+    let id = queue.0.submit(nine_hours()).unwrap();
+    drive(&mut queue, |q| q.view(id).unwrap().counts.finished()).await;
+    assert_eq!(*pool.submits.lock().unwrap(), vec![shaky]);
+    assert_eq!(queue.0.view(id).unwrap().tasks[0].state, TaskState::Done);
 }
