@@ -7,7 +7,8 @@
 #
 # Prints, for the consumer: seconds from the last host's start until
 # `gleaner hosts` lists every host (and until every host answers with a TR),
-# `hosts` latency p50/p90 over HOSTS_ROUNDS calls, and the consumer's CPU per
+# `hosts` latency p50/p90 over HOSTS_ROUNDS calls (just after the listing,
+# while the last hosts are still starting, and again after the idle window), and the consumer's CPU per
 # placed task for a batch of 2N trivial tasks (`-- true`); for every node:
 # idle CPU (% of one core) and bytes sent and received per minute over an
 # idle window of IDLE_SECS (libp2p's bandwidth metrics, read from
@@ -148,11 +149,15 @@ echo "every host listed by gleaner hosts: $(since "$t_listed") (last seen: $list
 echo "every host answering with a TR:     $(since "$t_answered") (last seen: $answered of $N)"
 if [ -z "$t_answered" ] && [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP"; echo "$out" > "$KEEP/hosts.json"; fi
 
-for _ in $(seq "$HOSTS_ROUNDS"); do
-    a=$(now); g 0 hosts --json >/dev/null 2>&1 || true; b=$(now)
-    awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f\n", (b - a) * 1000 }'
-done > "$DIR/hosts-ms.txt"
-echo "gleaner hosts latency over $HOSTS_ROUNDS calls, ms: $(summary < "$DIR/hosts-ms.txt")"
+# hosts_latency LABEL: times HOSTS_ROUNDS `gleaner hosts --json` calls.
+hosts_latency() {
+    for _ in $(seq "$HOSTS_ROUNDS"); do
+        a=$(now); g 0 hosts --json >/dev/null 2>&1 || true; b=$(now)
+        awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f\n", (b - a) * 1000 }'
+    done > "$DIR/hosts-ms.txt"
+    echo "gleaner hosts latency over $HOSTS_ROUNDS calls $1, ms: $(summary < "$DIR/hosts-ms.txt")"
+}
+hosts_latency "(just after the listing)"
 
 if [ "$SETTLE_SECS" -gt 0 ]; then
     echo "== letting the pool settle for $SETTLE_SECS s"
@@ -181,6 +186,7 @@ echo "hosts anonymous RSS, MiB:    $(col 6 1 | summary)"
 echo "hosts file RSS, MiB:         $(col 7 1 | summary)"
 echo "hosts threads:               $(col 8 1 | summary)"
 echo "hosts connected peers:       $(col 9 1 | summary)"
+hosts_latency "(after the idle window)"
 
 echo "== $TASKS trivial tasks from the consumer"
 before=$(cpu_ticks "${PIDS[0]}")
