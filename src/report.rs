@@ -114,6 +114,54 @@ pub struct Forecast {
     /// Same-kind history days the forecast learned from.
     pub days_used: usize,
     pub method: MethodId,
+    /// What the TR stands on: the host's record, or the prior of a host
+    /// with no day of record yet.
+    pub basis: Basis,
+}
+
+/// What a [`Forecast`] stands on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Basis {
+    /// The host's own record, read by the request's method.
+    Record,
+    /// No day of the host's record covers the window yet (a new volunteer's
+    /// first day): the population prior
+    /// ([`crate::model::baselines::prior::no_record_tr`]). `days_used` is 0.
+    Prior,
+}
+
+/// [`forecast`], or the prior when the host has no history day for the
+/// window yet: what a host answers its pool and `status` with, so a new
+/// volunteer is not "unknown" for its first day and a half. Every other
+/// error stays an error.
+pub fn forecast_or_prior(
+    series: &HostSeries,
+    request: &ReportRequest,
+) -> Result<Forecast, ReportError> {
+    match forecast(series, request) {
+        Err(ReportError::Predict(PredictError::NoHistory { .. })) => {
+            Ok(prior_forecast(series, request))
+        }
+        other => other,
+    }
+}
+
+/// The prior's forecast of the request's window: the start state when the
+/// record covers it.
+fn prior_forecast(series: &HostSeries, request: &ReportRequest) -> Forecast {
+    let window = &request.window;
+    let start = series
+        .covers(window.at, window.at)
+        .then(|| series.state_at(window.thresholds, window.at))
+        .flatten();
+    Forecast {
+        tr: crate::model::baselines::prior::no_record_tr(window.window_secs, start),
+        fail_by_cause: None,
+        initial: start.map(InitialState::Observed),
+        days_used: 0,
+        method: request.method,
+        basis: Basis::Prior,
+    }
 }
 
 /// Forecasts the request's window: the typed answer the node gives peers and
@@ -127,6 +175,7 @@ pub fn forecast(series: &HostSeries, request: &ReportRequest) -> Result<Forecast
             initial: answer.init,
             days_used: answer.history_days.len(),
             method: request.method,
+            basis: Basis::Record,
         });
     }
     let predictor = registry_predictor(request.method)?;
@@ -138,6 +187,7 @@ pub fn forecast(series: &HostSeries, request: &ReportRequest) -> Result<Forecast
         initial,
         days_used,
         method: request.method,
+        basis: Basis::Record,
     })
 }
 
@@ -448,6 +498,7 @@ mod tests {
                         initial: a.init,
                         days_used: a.history_days.len(),
                         method: request.method,
+                        basis: Basis::Record,
                     });
                     let new = forecast(series, &request);
                     assert_eq!(new, old, "{name} at {at}, {window_secs} s");

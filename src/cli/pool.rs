@@ -124,7 +124,11 @@ fn host_row(h: &HostReport) -> Vec<String> {
         opt(h.initial_state.clone().or_else(|| h.state.clone())),
         opt(h.power.map(|p| format!("{p:.2}"))),
         slot.to_string(),
-        opt(h.days_used.map(|d| d.to_string())),
+        // A host with no day of record answers with the population prior.
+        opt(h.days_used.map(|d| match d {
+            0 => "0 (prior)".to_string(),
+            d => d.to_string(),
+        })),
         rtt,
         opt(h
             .heard_secs_ago

@@ -339,6 +339,10 @@ pub struct TrReport {
     pub window_secs: u64,
     /// Probability that no failure hits a job in the window.
     pub tr: Option<f64>,
+    /// `tr` is the population prior of a host with no day of its own
+    /// record yet, not a forecast from its history.
+    #[serde(default)]
+    pub prior: bool,
     /// Why there is no prediction (e.g. too little history).
     pub error: Option<String>,
 }

@@ -18,6 +18,7 @@ use super::state::{consumer_of, json_result, ApiJson, ApiQuery};
 use crate::guest::{GuestEvent, GuestEventKind, GuestImage, GuestPhase, IMAGE_WORK_DIR};
 use crate::model::baselines::MethodId;
 use crate::node::host_loop::{GuestJob, GuestOrigin, GuestStart, HostStatus, PauseOutcome};
+use crate::report::Basis;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::header;
@@ -171,14 +172,16 @@ fn status_report(s: HostStatus) -> StatusReport {
             .predictions
             .into_iter()
             .map(|(window_secs, tr)| match tr {
-                Ok(tr) => TrReport {
+                Ok((tr, basis)) => TrReport {
                     window_secs,
                     tr: Some(tr),
+                    prior: basis == Basis::Prior,
                     error: None,
                 },
                 Err(e) => TrReport {
                     window_secs,
                     tr: None,
+                    prior: false,
                     error: Some(e),
                 },
             })

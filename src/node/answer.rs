@@ -2,18 +2,20 @@
 //! of the asked window: TR for other window lengths from the same start (a
 //! small curve, so one query serves every runtime) and the CPU share a
 //! guest is predicted to get over the window, both from the host's own
-//! history, and its failure spells over the past week (how long it stays
+//! history (the population prior while it has no day of record: the
+//! forecast says so), and its failure spells over the past week (how long it stays
 //! up between failures, how long a failure keeps it away). Computed on the blocking pool; answers are reused for a minute
 //! (a queue asks the same question every few seconds while tasks wait).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::model::predict::{history_days, PredictRequest};
+use crate::model::baselines::prior::no_record_tr;
+use crate::model::predict::{history_days, InitialState, PredictRequest};
 use crate::model::sched::spells::{spells_of_series, PastSpells, SpellLengths, LOOKBACK_SECS};
 use crate::model::series::HostSeries;
 use crate::model::state::State;
-use crate::report::{curve, forecast, Forecast, ReportError, ReportRequest};
+use crate::report::{curve, forecast_or_prior, Basis, Forecast, ReportError, ReportRequest};
 
 /// The window lengths the curve answers, as multiples of the asked one: a
 /// task runs longer than declared on a slow or loaded host (SDPN's SP),
@@ -78,7 +80,7 @@ fn answer_with_spells(
     request: &ReportRequest,
     spells: impl FnOnce(i64) -> WeekSpells,
 ) -> Result<HostAnswer, ReportError> {
-    let main = forecast(series, request)?;
+    let main = forecast_or_prior(series, request)?;
     let asked = request.window.window_secs;
     let mut lengths: Vec<u64> = Vec::with_capacity(CURVE_MULTIPLES.len());
     for multiple in CURVE_MULTIPLES {
@@ -89,10 +91,24 @@ fn answer_with_spells(
     }
     // Every other length in one call: one pass for a method that can.
     let others: Vec<u64> = lengths.iter().copied().filter(|&s| s != asked).collect();
+    let other_trs = match main.basis {
+        Basis::Record => curve(series, request, &others),
+        // No day of record: every length from the prior, from the same start.
+        Basis::Prior => {
+            let start = match main.initial {
+                Some(InitialState::Observed(state)) => Some(state),
+                _ => None,
+            };
+            others
+                .iter()
+                .map(|&secs| Some(no_record_tr(secs, start)))
+                .collect()
+        }
+    };
     let mut tr_of = others
         .iter()
         .copied()
-        .zip(curve(series, request, &others))
+        .zip(other_trs)
         .collect::<HashMap<u64, Option<f64>>>();
     let curve = lengths
         .into_iter()
@@ -364,6 +380,7 @@ mod tests {
                 initial: None,
                 days_used: 3,
                 method: Default::default(),
+                basis: crate::report::Basis::Record,
             },
             curve: vec![(60, 0.9)],
             availability: Some(0.5),

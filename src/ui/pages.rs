@@ -128,7 +128,10 @@ pub fn now_live(s: &HostStatus) -> String {
     }
     for (window, tr) in &s.predictions {
         let value = match tr {
-            Ok(tr) => format!("{tr:.3}"),
+            Ok((tr, crate::report::Basis::Record)) => format!("{tr:.3}"),
+            Ok((tr, crate::report::Basis::Prior)) => format!(
+                "{tr:.3} <span class=\"note\">(a prior: no day of this host's record yet)</span>"
+            ),
             Err(e) => format!("<span class=\"note\">{}</span>", escape(e)),
         };
         let _ = write!(

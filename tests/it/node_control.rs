@@ -154,6 +154,48 @@ fn read_store<T>(data: &Path, f: impl FnOnce(&HistoryStore) -> T) -> T {
     f(&store)
 }
 
+/// Issue 29: a new volunteer's node is not "unknown" for its first day. In
+/// its first minutes `status` gives every window the population prior,
+/// marked as a prior; once a record of past days is in its history (here
+/// imported), the same windows come from the record and the mark is gone.
+#[test]
+fn a_fresh_node_answers_with_a_marked_prior_then_from_its_record() {
+    let mut node = NodeFixture::new(&test_config(3, ""), Some(QUIET_HOST));
+    node.start();
+    let s = node.wait_status(Duration::from_secs(20), "a TR from the prior", |s| {
+        s["state"] == "S1" && s["predictions"][0]["tr"].is_number()
+    });
+    let predictions = s["predictions"].as_array().unwrap();
+    assert_eq!(predictions.len(), 3, "{s}");
+    for p in predictions {
+        assert_eq!(p["prior"], true, "{p}");
+        let window = p["window_secs"].as_u64().unwrap();
+        let want = gleaner::model::baselines::prior::population_survival(window);
+        assert_eq!(p["tr"].as_f64(), Some(want), "{p}");
+    }
+    let text = node.run_ok(&["status"]);
+    assert!(
+        text.contains("(a prior: no day of this host's record yet)"),
+        "{text}"
+    );
+
+    let path = node.dir.join("history.csv");
+    std::fs::write(&path, history(0)).unwrap();
+    node.run_ok(&["history", "import", path.to_str().unwrap()]);
+    let s = node.wait_status(Duration::from_secs(120), "TRs from the record", |s| {
+        s["predictions"].as_array().is_some_and(|ps| {
+            ps.iter()
+                .all(|p| p["tr"].is_number() && p["prior"] == false)
+        })
+    });
+    // A quiet record: its own TR, not the population's.
+    let hour = &s["predictions"][0];
+    let p0 = gleaner::model::baselines::prior::population_survival(
+        hour["window_secs"].as_u64().unwrap(),
+    );
+    assert!(hour["tr"].as_f64().unwrap() > p0, "{s}");
+}
+
 #[test]
 fn predict_through_the_node_and_from_the_stopped_database_agree() {
     // A history step matching the imported trace's periods (300 s rows, 900 s gaps).

@@ -16,9 +16,15 @@ use crate::model::state::State;
 use crate::monitor::MonitorReading;
 use crate::node::config::Config;
 use crate::node::OwnerLoad;
+use crate::report::Basis;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+
+
+/// One of `status`'s predictions: TR and what it stands on (a new host's
+/// prior, or its record), or why there is none.
+pub type StatusTr = Result<(f64, Basis), String>;
 
 /// The node's history as its predictors read it.
 #[derive(Debug, Clone)]
@@ -114,8 +120,9 @@ pub struct HostStatus {
     pub last: Option<MonitorReading>,
     pub samples: u64,
     pub guest: Option<(GuestStatus, u64)>,
-    /// TR for each of [`super::STATUS_WINDOWS_SECS`], or why there is none.
-    pub predictions: Vec<(u64, Result<f64, String>)>,
+    /// TR for each of [`super::STATUS_WINDOWS_SECS`] and what it stands
+    /// on (a new host's prior, or its record), or why there is none.
+    pub predictions: Vec<(u64, StatusTr)>,
     pub method: MethodId,
     pub owner_load: OwnerLoad,
     /// The containment layers a guest gets on this machine.

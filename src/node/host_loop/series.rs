@@ -11,7 +11,7 @@
 use super::{HostError, STATUS_WINDOWS_SECS};
 use crate::history::store::BulkHistory;
 use crate::model::series::HostSeries;
-use crate::report::{forecast, ReportRequest};
+use crate::report::{forecast_or_prior, ReportRequest};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -19,8 +19,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// from whole past days, so a minute of missing samples changes nothing.
 const SERIES_CACHE_SECS: i64 = 60;
 
-/// TR for each of [`STATUS_WINDOWS_SECS`], or why there is none.
-pub(super) type StatusPredictions = Vec<(u64, Result<f64, String>)>;
+/// TR for each of [`STATUS_WINDOWS_SECS`] and what it stands on, or why
+/// there is none.
+pub(super) type StatusPredictions = Vec<(u64, super::messages::StatusTr)>;
 
 pub(super) struct SeriesCache {
     bulk: BulkHistory,
@@ -106,8 +107,8 @@ impl SeriesCache {
             Ok(series) => requests
                 .iter()
                 .map(|r| {
-                    let tr = forecast(&series, r)
-                        .map(|f| f.tr)
+                    let tr = forecast_or_prior(&series, r)
+                        .map(|f| (f.tr, f.basis))
                         .map_err(|e| e.to_string());
                     (r.window.window_secs, tr)
                 })

@@ -5,7 +5,7 @@
 use super::*;
 use crate::model::baselines::MethodId;
 use crate::model::state::State;
-use crate::report::Forecast;
+use crate::report::{Basis, Forecast};
 use std::time::Duration;
 
 fn key(state: State, slot_free: bool) -> StatusKey {
@@ -64,6 +64,7 @@ fn answer(curve: Vec<(u64, f64)>) -> HostAnswer {
             initial: None,
             days_used: 6,
             method: MethodId::default(),
+            basis: Basis::Record,
         },
         curve,
         availability: Some(0.75),

@@ -25,6 +25,8 @@
 //! [`BASE_DAYS`]). On a long record both weights are a few per cent.
 //! Pure code: no clock, no I/O. It must not know how the evaluation scores it.
 
+use crate::state::State;
+
 /// Days of its own record a host's base rate is worth against the fitted
 /// forecast.
 pub const BASE_DAYS: f64 = 1.0;
@@ -116,9 +118,44 @@ pub fn population_survival(window_secs: u64) -> f64 {
     (p2.ln() + slope * (hours - h2)).exp()
 }
 
+/// TR for a host with no day of its own record yet (a new volunteer's first
+/// hours): the population survival p0(T) when the window starts in S1 or S2,
+/// or when its start state is not known; 0 when it starts in a failure
+/// state (S3, S4, S5: a guest placed now is already suspended past its
+/// limit, short of memory or revoked). What `logistic` answers at zero days
+/// ([`YoungHostPrior::apply`] with no days and no fit), so the answer does
+/// not jump when the first day arrives.
+pub fn no_record_tr(window_secs: u64, start: Option<State>) -> f64 {
+    match start {
+        Some(state) if state.is_failure() => 0.0,
+        _ => population_survival(window_secs),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_with_no_record_answers_the_population_unless_it_is_failing_now() {
+        for secs in [600, 3600, 3 * 3600, 10 * 3600] {
+            let p0 = population_survival(secs);
+            for start in [None, Some(State::S1), Some(State::S2)] {
+                assert_eq!(no_record_tr(secs, start), p0, "{secs} s from {start:?}");
+            }
+            for start in [State::S3, State::S4, State::S5] {
+                assert_eq!(
+                    no_record_tr(secs, Some(start)),
+                    0.0,
+                    "{secs} s from {start:?}"
+                );
+            }
+            // The same as the young-host prior at zero days: no jump when
+            // the first day of record arrives.
+            let at_zero = YoungHostPrior::DEFAULT.apply(f64::NAN, f64::NAN, 0.0, secs);
+            assert!((no_record_tr(secs, None) - at_zero).abs() < 1e-12);
+        }
+    }
 
     #[test]
     fn population_survival_meets_its_table_and_falls_with_length() {
