@@ -8,6 +8,7 @@
 pub mod codec;
 #[cfg(test)]
 mod contract;
+pub mod deaf_links;
 pub mod event_loop;
 pub mod handle;
 pub mod identity;

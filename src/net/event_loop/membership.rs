@@ -227,6 +227,7 @@ impl EventLoop {
             }
         }
         self.on_summary_topics = wanted;
+        self.deaf_listening(wanted);
         self.reach.send_modify(|r| r.summaries.listening = wanted);
         if wanted {
             tracing::info!(

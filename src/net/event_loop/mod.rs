@@ -18,6 +18,7 @@
 //! protocols and the allowlist).
 
 mod connectivity;
+mod deaf;
 mod discovery;
 mod membership;
 mod remembered;
@@ -45,7 +46,8 @@ use crate::net::handle::{Command, LocalStatus, NetError, NetEvent, NetHandle, Su
 use crate::net::listening::Listening;
 use crate::net::members::{MemberCache, MEMBERS_MAX};
 use crate::net::protocol::{
-    announce_topic, summary_topic, summary_topic_1, JobResponse, ReliabilityResponse, KAD_PROTOCOL,
+    announce_topic, summary_topic, summary_topic_1, JobResponse, ReliabilityResponse, JOB_PROTOCOL,
+    KAD_PROTOCOL,
 };
 use crate::net::reachability::{AddressScope, Reachability};
 use crate::net::summary::min_gap;
@@ -54,6 +56,7 @@ use crate::net::swarm::{
 };
 
 use connectivity::{Timer, RELAYED_GRACE};
+use deaf::DeafLinks;
 use discovery::Discovery;
 use remembered::{Remembered, REDIAL_TICK};
 use requests::{Served, ServingFuture};
@@ -153,8 +156,10 @@ pub fn start(
         held: HashMap::new(),
         listening,
         on_summary_topics: true,
+        deaf: DeafLinks::default(),
     };
     event_loop.seed_members();
+    event_loop.deaf_listening(true);
     event_loop.update_listening();
     event_loop.dial_bootstrap();
     Ok((
@@ -255,6 +260,8 @@ pub struct EventLoop {
     listening: Listening,
     /// Whether we are subscribed to the summary and announce topics.
     on_summary_topics: bool,
+    /// Connections on which the pool's topics went deaf (`deaf`).
+    deaf: DeafLinks,
 }
 
 impl EventLoop {
@@ -293,6 +300,7 @@ impl EventLoop {
                 LoopEvent::RedialTick => {
                     self.on_redial_tick();
                     self.trim_connections();
+                    self.check_deaf_links();
                 }
                 LoopEvent::Timer(Timer::Retry(peer)) => self.retry(peer),
                 LoopEvent::Timer(Timer::DropRelayed(peer)) => self.drop_relayed(peer),
@@ -480,7 +488,7 @@ impl EventLoop {
                 } else {
                     self.remember_connection(peer_id, None);
                 }
-                self.refresh_reach();
+                self.refresh_link(peer_id);
             }
             SwarmEvent::ConnectionClosed {
                 peer_id,
@@ -497,8 +505,9 @@ impl EventLoop {
                 if num_established == 0 {
                     self.remember_closed(peer_id);
                     self.schedule_retry(peer_id);
+                    self.deaf_closed(peer_id);
                 }
-                self.refresh_reach();
+                self.refresh_link(peer_id);
             }
             SwarmEvent::OutgoingConnectionError {
                 connection_id,
@@ -525,6 +534,10 @@ impl EventLoop {
             // when it speaks our DHT protocol.
             BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
                 let protocols = &info.protocols;
+                self.deaf_identified(
+                    peer_id,
+                    protocols.contains(&StreamProtocol::new(JOB_PROTOCOL)),
+                );
                 if protocols.contains(&StreamProtocol::new(RELAY_HOP_PROTOCOL)) {
                     self.relay_capable.insert(peer_id);
                     self.reserve_relay(peer_id);
