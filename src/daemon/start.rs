@@ -15,6 +15,7 @@ use crate::node::{hardware, OwnerLoadSource};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// What the node prints once it is ready.
@@ -109,6 +110,31 @@ fn one_malloc_arena() {
     }
 }
 
+/// How often the heap's free pages go back to the system.
+const TRIM_EVERY: Duration = Duration::from_secs(60);
+
+/// Gives the heap's free pages back to the system every `every` (glibc's
+/// `malloc_trim`). With one arena, memory freed between live allocations
+/// stays resident: a burst of connections (a DHT re-check opens ~40) or a
+/// forecast leaves holes the allocator keeps but no longer uses. Measured
+/// on a host of a 300-node pool: anonymous RSS 35.5 -> 25.9 MiB after one
+/// trim (`gdb -p PID -ex 'call (int)malloc_trim(0)'`); the heap's in-use
+/// bytes were 23 of 37 MB (`malloc_stats`). A trim walks the free chunks:
+/// about a millisecond a minute.
+async fn trim_heap_every(every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim takes the allocator's locks itself and only
+        // releases pages no allocation uses.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+}
+
 async fn start_async(
     paths: &Paths,
     config: &Config,
@@ -154,6 +180,7 @@ async fn start_async(
         None => None,
     };
     let signal_task = tokio::spawn(cancel_on_signal(signals, shutdown.clone()));
+    let trim_task = tokio::spawn(trim_heap_every(TRIM_EVERY));
     let resources = NodeResources {
         config: config.clone(),
         data_dir: paths.data_dir.clone(),
@@ -189,6 +216,7 @@ async fn start_async(
     })
     .await;
     signal_task.abort();
+    trim_task.abort();
     drop(lock);
     result
 }
