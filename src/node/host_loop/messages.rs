@@ -21,7 +21,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-
 /// One of `status`'s predictions: TR and what it stands on (a new host's
 /// prior, or its record), or why there is none.
 pub type StatusTr = Result<(f64, Basis), String>;

@@ -12,8 +12,9 @@
 //! use them, [`Action::AskLater`], at most every [`LATER_FRESH`]), the
 //! windows other held tasks keep and the hosts our tasks run on. A hold is
 //! bounded: it lapses when its host leaves, when its window comes and the
-//! host is not free, or when a run in it would end after the batch's
-//! deadline, and the task goes back to normal placement. When a held
+//! host is not free (or is not heard free within [`WINDOW_GRACE`]), or when
+//! a run in it would end after the batch's deadline, and the task goes back
+//! to normal placement. When a held
 //! window comes, the next round asks its host (`rounds`).
 //!
 //! Pure: no tokio, no files, no clock.
@@ -32,7 +33,7 @@ use crate::consumer::rank;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
 use crate::model::sched::window::{
-    follow_plan, kept_elsewhere, Choice, HostNow, Plan, Window, WindowRule,
+    follow_plan, kept_elsewhere, Choice, HostNow, Lapse, Plan, Window, WindowRule,
 };
 
 /// The later starts a host is asked about, hours from now: hourly over the
@@ -47,6 +48,13 @@ pub(super) const LATER_FRESH: Duration = Duration::from_secs(15 * 60);
 /// How long a task that may be held waits for those answers before it is
 /// placed without them.
 pub(super) const LATER_WAIT: Duration = Duration::from_secs(10);
+/// How long after its window came a hold stands without its task having
+/// started there. The round that asks the host when the window comes
+/// (`due`) takes seconds; a host that did not answer it free by then (its
+/// ask timed out, no round came, the batch had no room) is taken as not
+/// free, and the hold lapses ([`Plan::lapse`]) rather than keep the task
+/// off every other host until some round happens to ask that one.
+pub(super) const WINDOW_GRACE: Duration = Duration::from_secs(5 * 60);
 /// Queued tasks weighed per placement, at most (the oldest batches' first).
 const WEIGHED_MAX: usize = 256;
 
@@ -469,7 +477,8 @@ impl QueueCore {
     }
 
     /// The timer: a held window that has come makes the next round ask its
-    /// host; hosts' answers about later windows not in within
+    /// host, and a hold still there [`WINDOW_GRACE`] after its window came
+    /// lapses; hosts' answers about later windows not in within
     /// [`LATER_WAIT`] are waited for no longer (the next round places the
     /// tasks without them).
     pub(super) fn watch_holds(&mut self) {
@@ -484,12 +493,40 @@ impl QueueCore {
             }
         }
         let now = self.now.unix_secs;
-        for h in self.holds.values_mut() {
+        let grace = i64::try_from(WINDOW_GRACE.as_secs()).unwrap_or(i64::MAX);
+        let mut missed = Vec::new();
+        for (key, h) in &mut self.holds {
             if now >= h.start_unix && !h.due_asked {
                 h.due_asked = true;
                 self.due.insert(h.peer);
                 self.wanted = true;
             }
+            if now >= h.start_unix.saturating_add(grace) {
+                missed.push((*key, *h));
+            }
+        }
+        // Still held a grace after the window came: its host was not heard
+        // free there, so the plan lapses as for a host that answered busy.
+        for ((batch, task), h) in missed {
+            // `lapse` reads no host index.
+            let plan = Plan {
+                host: 0,
+                start_at: h.start_unix as f64,
+                wall_secs: h.wall_secs,
+                p: h.p,
+            };
+            let deadline = self
+                .batches
+                .get(&batch)
+                .and_then(|b| b.record.deadline_unix)
+                .map(|d| d as f64);
+            let why = plan
+                .lapse(now as f64, HostNow::Busy, deadline)
+                .unwrap_or(Lapse::Missed);
+            tracing::info!(%batch, task, host = %h.peer, why = why.as_str(), "a hold lapsed unheard");
+            self.holds.remove(&(batch, task));
+            self.wanted = true;
+            self.emit(batch, task, Some(format!("hold ended: {}", why.as_str())));
         }
     }
 

@@ -235,3 +235,42 @@ fn with_later_windows_off_the_task_starts_where_it_will_be_killed() {
     assert!(asks_later(&actions).is_empty());
     assert_eq!(launches(&actions), vec![(0, a.peer)]);
 }
+
+/// A hold is bounded in time too: when its window comes and the round that
+/// asks its host hears nothing from it (the ask timed out; no later round
+/// happens to ask it), the hold lapses a little after the window came
+/// instead of keeping the task off every other host for good.
+#[test]
+fn a_hold_whose_host_is_not_heard_when_its_window_comes_lapses() {
+    let mut core = holding();
+    let (a, b) = (host(0.15), busy(0.9));
+    let (id, _, _) = held_for_b(&mut core, &a, &b);
+    // The window comes; the round asks b, whose ask times out.
+    let now = after(start(), 2 * H as u64);
+    let _ = core.tick(now);
+    let _ = core.start_survey(now);
+    let silent = SurveyedHost {
+        answered: false,
+        error: Some("timed out".into()),
+        ..b.clone()
+    };
+    let actions = core.on_survey(now, Ok(vec![a.clone(), silent.clone()]));
+    assert!(launches(&actions).is_empty(), "{actions:#?}");
+    // A while later, nothing has been heard from b: the hold for its
+    // window is gone, and watchers are told why.
+    let later = after(now, 15 * 60);
+    let actions = core.tick(later);
+    let view = core.view(later, id).unwrap();
+    assert!(
+        view.holds
+            .get(&0)
+            .is_none_or(|h| h.start_unix != start().unix_secs + 2 * H),
+        "still held for the window that came unheard: {:?}",
+        view.holds
+    );
+    let told = events(&actions);
+    assert!(
+        told.iter().any(|e| e.starts_with("hold ended:")),
+        "{told:?}"
+    );
+}
