@@ -230,6 +230,10 @@ impl QueueCore {
             return self.actions();
         };
         t.state = TaskState::Failed;
+        // Its results are not there: nothing may take it as landed (a
+        // restart's copies to the output directory, `batch results`), as a
+        // verified task whose accepted copy was not kept has no exit status.
+        t.exit_status = None;
         t.reason = Some(format!("cannot keep the landed result: {error}"));
         self.persist(batch, task);
         self.push(Action::Flush);

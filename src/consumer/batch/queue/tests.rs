@@ -541,6 +541,40 @@ fn a_landed_result_is_copied_out_and_waiters_are_answered_when_the_copy_ends() {
     assert!(!core.copying_out(id));
 }
 
+/// A winner's files that cannot be moved into the task's results fail the
+/// task with why, and nothing counts it as landed any more: a restart copies
+/// no results that are not there to the output directory (nor does `batch
+/// results`, which copies the tasks with an exit status).
+#[test]
+fn a_result_that_cannot_be_moved_in_fails_its_task_and_is_not_landed() {
+    let mut core = core(3);
+    let now = start();
+    let mut new = batch(1);
+    new.output_dir = Some(PathBuf::from("/out/{batch}"));
+    let (id, _) = admit(&mut core, now, new);
+    let solid = host(1.0);
+    let _ = core.start_survey(now);
+    let _ = core.on_survey(now, Ok(vec![solid.clone()]));
+    let _ = core.on_ended(now, id, 0, solid.peer, landed(0));
+    let landed_tasks = |core: &QueueCore| core.landed_results(id).map(|(_, _, l)| l);
+    assert_eq!(landed_tasks(&core), Some(vec![0]));
+    let _ = core.on_land_failed(now, id, 0, "permission denied".into());
+    let t = core.task(id, 0).unwrap();
+    assert_eq!(t.state, TaskState::Failed);
+    assert!(
+        t.reason
+            .as_deref()
+            .is_some_and(|r| r.contains("permission denied")),
+        "{:?}",
+        t.reason
+    );
+    assert_eq!(
+        landed_tasks(&core),
+        Some(vec![]),
+        "its results are not there"
+    );
+}
+
 /// Issue 29, scored forecasts: a host whose claims of TR 0.95 landed 17
 /// of 20 attempts stays clean (three failures are within its claims'
 /// allowance) but is placed as the 0.87 its record makes of its claim,
