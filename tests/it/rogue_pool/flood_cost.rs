@@ -157,43 +157,25 @@ async fn what_a_flood_costs_a_node_path_by_path() {
     // Reliability queries: each a forecast from the host's history.
     let rogue = RogueConsumer::start(&host).await;
     let path = "reliability queries";
-    spells.push(
-        flood_from(
-            &host,
-            rogue,
-            path,
-            length,
-            pause,
-            |net, target, i| async move {
-                let query = ReliabilityQuery {
-                    window_start_unix: jiff::Timestamp::now().as_second() + (i % 600) as i64,
-                    length_secs: 3_600,
-                    memory_mib: 256,
-                };
-                net.query_reliability(target, query).await.is_ok()
-            },
-        )
-        .await,
-    );
+    let one = |net: NetHandle, target: PeerId, i: u64| async move {
+        let query = ReliabilityQuery {
+            window_start_unix: jiff::Timestamp::now().as_second() + (i % 600) as i64,
+            length_secs: 3_600,
+            memory_mib: 256,
+        };
+        net.query_reliability(target, query).await.is_ok()
+    };
+    spells.push(flood_from(&host, rogue, path, length, pause, one).await);
 
     // Job queries about a job it never submitted: the request path alone.
     let rogue = RogueConsumer::start(&host).await;
-    spells.push(
-        flood_from(
-            &host,
-            rogue,
-            "job queries",
-            length,
-            pause,
-            |net, target, _| async move {
-                let query = JobRequest::Query {
-                    job_id: "never".into(),
-                };
-                net.job_request(target, query).await.is_ok()
-            },
-        )
-        .await,
-    );
+    let one = |net: NetHandle, target: PeerId, _: u64| async move {
+        let query = JobRequest::Query {
+            job_id: "never".into(),
+        };
+        net.job_request(target, query).await.is_ok()
+    };
+    spells.push(flood_from(&host, rogue, "job queries", length, pause, one).await);
 
     // Fetches at offset 0 of a large output of its own job: each asks for
     // the output's hash.
@@ -203,61 +185,43 @@ async fn what_a_flood_costs_a_node_path_by_path() {
         .await;
     rogue.end_of("big").await;
     let path = "fetches at offset 0 (16 MB output)";
-    spells.push(
-        flood_from(
-            &host,
-            rogue,
-            path,
-            length,
-            pause,
-            |net, target, _| async move {
-                let fetch = JobRequest::Fetch {
-                    job_id: "big".into(),
-                    name: OutputName::Stdout,
-                    offset: 0,
-                    len: 1,
-                };
-                matches!(
-                    net.job_request(target, fetch).await,
-                    Ok(JobResponse::Chunk { .. })
-                )
-            },
+    let one = |net: NetHandle, target: PeerId, _: u64| async move {
+        let fetch = JobRequest::Fetch {
+            job_id: "big".into(),
+            name: OutputName::Stdout,
+            offset: 0,
+            len: 1,
+        };
+        matches!(
+            net.job_request(target, fetch).await,
+            Ok(JobResponse::Chunk { .. })
         )
-        .await,
-    );
+    };
+    spells.push(flood_from(&host, rogue, path, length, pause, one).await);
 
     // Data streams asking for a file nobody offered.
     let rogue = RogueConsumer::start(&host).await;
-    spells.push(
-        flood_from(
-            &host,
-            rogue,
-            "data streams",
-            length,
-            pause,
-            |net, target, i| async move {
-                let Ok(mut stream) = net.open_stream(target, DATA_PROTOCOL).await else {
-                    return false;
-                };
-                let mut hash = [0u8; 32];
-                hash[..8].copy_from_slice(&i.to_le_bytes());
-                let request = DataRequest {
-                    hash,
-                    size: 1,
-                    first_chunk: 0,
-                };
-                let answered = async {
-                    write_frame(&mut stream, &request, DATA_CAPS.request).await?;
-                    read_frame::<DataResponse, _>(&mut stream, DATA_CAPS.response).await
-                };
-                matches!(
-                    tokio::time::timeout(Duration::from_secs(10), answered).await,
-                    Ok(Ok(DataResponse::Refused { .. }))
-                )
-            },
+    let one = |net: NetHandle, target: PeerId, i: u64| async move {
+        let Ok(mut stream) = net.open_stream(target, DATA_PROTOCOL).await else {
+            return false;
+        };
+        let mut hash = [0u8; 32];
+        hash[..8].copy_from_slice(&i.to_le_bytes());
+        let request = DataRequest {
+            hash,
+            size: 1,
+            first_chunk: 0,
+        };
+        let answered = async {
+            write_frame(&mut stream, &request, DATA_CAPS.request).await?;
+            read_frame::<DataResponse, _>(&mut stream, DATA_CAPS.response).await
+        };
+        matches!(
+            tokio::time::timeout(Duration::from_secs(10), answered).await,
+            Ok(Ok(DataResponse::Refused { .. }))
         )
-        .await,
-    );
+    };
+    spells.push(flood_from(&host, rogue, "data streams", length, pause, one).await);
 
     // Summaries: the rogue publishes its own as fast as its swarm signs them.
     let rogue = RogueConsumer::start(&host).await;
@@ -265,28 +229,19 @@ async fn what_a_flood_costs_a_node_path_by_path() {
     tokio::time::sleep(Duration::from_secs(6)).await;
     // The last path: nothing to rest for after it.
     let rest = Duration::ZERO;
-    spells.push(
-        flood_from(
-            &host,
-            rogue,
-            "summaries",
-            length,
-            rest,
-            |net, _, i| async move {
-                let status = LocalStatus {
-                    logical_cpus: 8,
-                    memory_mib: 8_192,
-                    benchmark_score: 1_000 + i,
-                    relative_power_milli: 500,
-                    state: State::S1,
-                    // A slot that comes and goes: news for a consumer.
-                    slot_free: i % 2 == 0,
-                };
-                net.announce(status).await.is_ok()
-            },
-        )
-        .await,
-    );
+    let one = |net: NetHandle, _: PeerId, i: u64| async move {
+        let status = LocalStatus {
+            logical_cpus: 8,
+            memory_mib: 8_192,
+            benchmark_score: 1_000 + i,
+            relative_power_milli: 500,
+            state: State::S1,
+            // A slot that comes and goes: news for a consumer.
+            slot_free: i % 2 == 0,
+        };
+        net.announce(status).await.is_ok()
+    };
+    spells.push(flood_from(&host, rogue, "summaries", length, rest, one).await);
 
     report(&spells, quiet, length);
     let took = tokio::task::block_in_place(|| status_time(&host));
