@@ -39,6 +39,22 @@ fn denying_host(bootstrap: &str) -> NodeFixture {
     started(node)
 }
 
+/// Two hosts with a history, the second bootstrapped from the first, and
+/// the first's address to bootstrap more from. `None` where the kernel
+/// refuses user and mount namespaces: without them a guest gets no narrow
+/// view, so no image (a host refuses to run one on its own root): proven,
+/// then skipped.
+fn image_hosts() -> Option<(NodeFixture, NodeFixture, String)> {
+    if !view_namespaces_allowed() {
+        eprintln!("SKIP: the kernel refuses user/mount/PID namespaces to an unprivileged user");
+        return None;
+    }
+    let first = started(pool_node(Some(&history(0)), &[]));
+    let boot = addr(&first);
+    let second = started(pool_node(Some(&history(0)), &["--bootstrap", &boot]));
+    Some((first, second, boot))
+}
+
 /// Waits until `consumer` lists every one of `hosts` with a TR.
 fn until_listed(consumer: &NodeFixture, hosts: &[String]) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -184,15 +200,9 @@ fn crossings(
 
 #[test]
 fn a_batch_in_an_image_sees_its_os_release_on_every_host_and_the_image_crosses_once() {
-    // Without user and mount namespaces a guest gets no narrow view, so no
-    // image (a host refuses to run one on its own root): proven, then skipped.
-    if !view_namespaces_allowed() {
-        eprintln!("SKIP: the kernel refuses user/mount/PID namespaces to an unprivileged user");
+    let Some((first, second, boot)) = image_hosts() else {
         return;
-    }
-    let first = started(pool_node(Some(&history(0)), &[]));
-    let boot = addr(&first);
-    let second = started(pool_node(Some(&history(0)), &["--bootstrap", &boot]));
+    };
     let denying = denying_host(&boot);
     let consumer = started(pool_node(None, &["--bootstrap", &boot, "--no-guest"]));
     let running = [peer(&first), peer(&second)];
@@ -350,13 +360,9 @@ fn one_task(consumer: &NodeFixture, archive: &std::path::Path, name: &str) -> (S
 
 #[test]
 fn a_later_task_in_an_image_goes_to_the_free_host_that_holds_it_and_reads_nothing() {
-    if !view_namespaces_allowed() {
-        eprintln!("SKIP: the kernel refuses user/mount/PID namespaces to an unprivileged user");
+    let Some((first, second, boot)) = image_hosts() else {
         return;
-    }
-    let first = started(pool_node(Some(&history(0)), &[]));
-    let boot = addr(&first);
-    let second = started(pool_node(Some(&history(0)), &["--bootstrap", &boot]));
+    };
     let consumer = started(pool_node(None, &["--bootstrap", &boot, "--no-guest"]));
     let hosts = [(&first, peer(&first)), (&second, peer(&second))];
     until_listed(&consumer, &[hosts[0].1.clone(), hosts[1].1.clone()]);
