@@ -144,6 +144,7 @@ fn main() -> anyhow::Result<()> {
             .offer(&[InputSpec {
                 path: "input.bin".into(),
                 local: input.clone(),
+                part: None,
             }])
             .await
             .map_err(anyhow::Error::msg)?;

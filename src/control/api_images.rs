@@ -15,7 +15,9 @@ pub struct ImageEntry {
     pub bytes: u64,
     pub files: u64,
     pub layers: usize,
-    /// The archive format it came in.
+    /// The archive format it came in (`docker-archive`, `oci-layout`,
+    /// `rootfs`), or `layers` when a host assembled it from the parts a
+    /// consumer sent (issue 31).
     pub format: String,
     /// When a task last started in it, Unix seconds.
     pub last_used: i64,

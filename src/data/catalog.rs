@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use libp2p::PeerId;
 use serde::{Deserialize, Serialize};
 
-use crate::data::hash::{hash_file, ChunkValue, ContentHash};
+use crate::data::hash::{hash_file, hash_part, ChunkValue, ContentHash};
 use crate::model::budget::{read_grant, ByteAllowance};
 use crate::net::protocol::{InputRef, DATA_FILE_MAX, DATA_MAX_REFUSED};
 
@@ -30,6 +30,19 @@ pub struct InputSpec {
     pub path: String,
     /// Absolute path of the file on the consumer's machine (read by the node).
     pub local: PathBuf,
+    /// Only these bytes of `local` are the input, named and served as a
+    /// file of their own (an image's layer inside its archive, which thus
+    /// crosses once to a host however many images hold it); the whole
+    /// file when `None`.
+    #[serde(default)]
+    pub part: Option<FilePart>,
+}
+
+/// Bytes of a file: `size` from `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FilePart {
+    pub offset: u64,
+    pub size: u64,
 }
 
 /// A seam for tests: changes the bytes of a chunk as it is served, to prove
@@ -45,7 +58,9 @@ pub trait ChunkTamper: Send + Sync {
 pub struct Served {
     /// The file on disk.
     pub path: PathBuf,
-    /// Its size when it was hashed.
+    /// Where the served bytes start in it (0 but for a part of a file).
+    pub offset: u64,
+    /// Bytes served (the file's size when it was hashed, or the part's).
     pub size: u64,
     /// Its chunk values.
     pub values: Arc<Vec<ChunkValue>>,
@@ -67,8 +82,9 @@ struct OfferEntry {
     bytes: u64,
 }
 
-/// A file's identity on disk: path, size, modification time and inode.
-type FileKey = (PathBuf, u64, i64, i64, u64);
+/// A file's identity on disk: path, size, modification time and inode, and
+/// the part of it hashed (the whole file: `None`).
+type FileKey = (PathBuf, u64, i64, i64, u64, Option<FilePart>);
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -223,33 +239,55 @@ impl Catalog {
                 meta.len()
             ));
         }
+        if let Some(part) = input.part {
+            if part
+                .offset
+                .checked_add(part.size)
+                .is_none_or(|end| end > meta.len())
+            {
+                return Err(format!(
+                    "{}: bytes {}..+{} lie past its end ({} bytes)",
+                    name(),
+                    part.offset,
+                    part.size,
+                    meta.len()
+                ));
+            }
+        }
+        let (offset, wanted) = input.part.map_or((0, meta.len()), |p| (p.offset, p.size));
         let key: FileKey = (
             local.clone(),
             meta.len(),
             meta.mtime(),
             meta.mtime_nsec(),
             meta.ino(),
+            input.part,
         );
         if let Some((hash, values)) = self.lock().known.get(&key).cloned() {
             let served = Served {
                 path: local,
-                size: meta.len(),
+                offset,
+                size: wanted,
                 values,
             };
             return Ok((hash, served));
         }
         let path = local.clone();
-        let (hash, size, values) = tokio::task::spawn_blocking(move || hash_file(&path))
-            .await
-            .map_err(|e| format!("{}: hashing stopped: {e}", name()))?
-            .map_err(|e| format!("{}: {e}", name()))?;
+        let part = input.part;
+        let (hash, size, values) = tokio::task::spawn_blocking(move || match part {
+            None => hash_file(&path),
+            Some(p) => hash_part(&path, p.offset, p.size).map(|(h, v)| (h, p.size, v)),
+        })
+        .await
+        .map_err(|e| format!("{}: hashing stopped: {e}", name()))?
+        .map_err(|e| format!("{}: {e}", name()))?;
         let values = Arc::new(values);
         {
             let mut inner = self.lock();
             if inner.known.len() >= KNOWN_MAX {
                 inner.known.clear();
             }
-            if size == meta.len() {
+            if size == wanted {
                 inner.known.insert(key, (hash, values.clone()));
             }
         }
@@ -257,6 +295,7 @@ impl Catalog {
             hash,
             Served {
                 path: local,
+                offset,
                 size,
                 values,
             },
@@ -335,6 +374,7 @@ mod tests {
         let spec = InputSpec {
             path: "data/in.txt".into(),
             local: local.clone(),
+            part: None,
         };
         let first = catalog.offer(std::slice::from_ref(&spec)).await.unwrap();
         let second = catalog.offer(std::slice::from_ref(&spec)).await.unwrap();
@@ -378,6 +418,7 @@ mod tests {
         let spec = InputSpec {
             path: "in.bin".into(),
             local,
+            part: None,
         };
         let offer = catalog.offer(std::slice::from_ref(&spec)).await.unwrap();
         let hash = ContentHash(offer.refs()[0].hash);
@@ -418,9 +459,48 @@ mod tests {
             .offer(&[InputSpec {
                 path: "x".into(),
                 local: "/nonexistent/file.bin".into(),
+                part: None,
             }])
             .await
             .unwrap_err();
         assert!(err.contains("input x (/nonexistent/file.bin)"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_part_of_a_file_is_offered_and_served_as_a_file_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = dir.path().join("archive.tar");
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&local, &data).unwrap();
+        let catalog = Catalog::new();
+        let part = |offset, size| InputSpec {
+            path: "archive.tar layer 1".into(),
+            local: local.clone(),
+            part: Some(FilePart { offset, size }),
+        };
+        let offer = catalog.offer(&[part(1000, 3000)]).await.unwrap();
+        let r = &offer.refs()[0];
+        assert_eq!(r.hash, *blake3::hash(&data[1000..4000]).as_bytes());
+        assert_eq!(r.size, 3000);
+        let host = PeerId::random();
+        offer.allow(host);
+        let served = catalog.find(&host, &ContentHash(r.hash), 3000).unwrap();
+        assert_eq!(
+            (served.path, served.offset, served.size),
+            (local.clone(), 1000, 3000)
+        );
+        // Remembered as hashed, apart from the whole file and other parts.
+        let again = catalog.offer(&[part(1000, 3000)]).await.unwrap();
+        assert_eq!(again.refs()[0].hash, r.hash);
+        let whole = catalog
+            .offer(&[InputSpec {
+                part: None,
+                ..part(0, 0)
+            }])
+            .await
+            .unwrap();
+        assert_eq!(whole.refs()[0].hash, *blake3::hash(&data).as_bytes());
+        let err = catalog.offer(&[part(4000, 1001)]).await.unwrap_err();
+        assert!(err.contains("past its end"), "{err}");
     }
 }

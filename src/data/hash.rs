@@ -8,7 +8,7 @@
 //! Pure functions on bytes and files; no network, no async.
 
 use std::fmt;
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::path::Path;
 
 use blake3::hazmat::{left_subtree_len, merge_subtrees_non_root, merge_subtrees_root, HasherExt};
@@ -103,20 +103,43 @@ pub fn hash_file(path: &Path) -> std::io::Result<(ContentHash, u64, Vec<ChunkVal
     let mut file =
         crate::fsutil::open_regular(path).map_err(|e| std::io::Error::other(e.to_string()))?;
     let size = file.metadata()?.len();
+    let (root, values) = hash_reader(&mut file, size)?;
+    // The file must not have grown while we read it: its size is part of its name.
+    if file.read(&mut [0u8; 1])? != 0 {
+        return Err(std::io::Error::other("the file grew while it was hashed"));
+    }
+    Ok((root, size, values))
+}
+
+/// Hash and chunk values of the `size` bytes of a file from `offset` (a
+/// part of it named as a file of its own: an image's layer inside its
+/// archive), read once in chunks. A file too short to hold them is an error.
+pub fn hash_part(
+    path: &Path,
+    offset: u64,
+    size: u64,
+) -> std::io::Result<(ContentHash, Vec<ChunkValue>)> {
+    let mut file =
+        crate::fsutil::open_regular(path).map_err(|e| std::io::Error::other(e.to_string()))?;
+    file.seek(std::io::SeekFrom::Start(offset))?;
+    hash_reader(&mut file, size)
+}
+
+/// Hash and chunk values of the next `size` bytes of `reader`.
+fn hash_reader(
+    reader: &mut impl Read,
+    size: u64,
+) -> std::io::Result<(ContentHash, Vec<ChunkValue>)> {
     let chunks = chunk_count(size);
     let mut values = Vec::with_capacity(usize::try_from(chunks).unwrap_or(0).min(1 << 16));
     let mut buf = vec![0u8; CHUNK_BYTES as usize];
     for index in 0..chunks {
         let want = chunk_len(size, index) as usize;
-        file.read_exact(&mut buf[..want])?;
+        reader.read_exact(&mut buf[..want])?;
         values.push(chunk_value(index, &buf[..want], chunks));
     }
-    // The file must not have grown while we read it: its size is part of its name.
-    if file.read(&mut buf[..1])? != 0 {
-        return Err(std::io::Error::other("the file grew while it was hashed"));
-    }
     let root = root_of(size, &values).ok_or_else(|| std::io::Error::other("chunk count"))?;
-    Ok((root, size, values))
+    Ok((root, values))
 }
 
 #[cfg(test)]
@@ -198,5 +221,22 @@ mod tests {
         assert_eq!(values, values_of(&data));
         assert!(hash_file(dir.path()).is_err());
         assert_eq!(hash.to_string().len(), 64);
+    }
+
+    #[test]
+    fn a_part_of_a_file_hashes_like_its_bytes_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data = bytes(3 * CHUNK_BYTES as usize + 17);
+        std::fs::write(&path, &data).unwrap();
+        let (offset, size) = (1000u64, 2 * CHUNK_BYTES + 5);
+        let part = &data[offset as usize..(offset + size) as usize];
+        let (hash, values) = hash_part(&path, offset, size).unwrap();
+        assert_eq!(hash, ContentHash::from(blake3::hash(part)));
+        assert_eq!(values, values_of(part));
+        assert!(
+            hash_part(&path, offset, data.len() as u64).is_err(),
+            "past the end of the file"
+        );
     }
 }

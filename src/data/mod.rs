@@ -16,6 +16,6 @@ pub mod hash;
 pub mod transfer;
 
 pub use cache::{Cache, CacheStats, Pinned};
-pub use catalog::{Catalog, ChunkTamper, InputSpec, Offer};
+pub use catalog::{Catalog, ChunkTamper, FilePart, InputSpec, Offer};
 pub use hash::ContentHash;
 pub use transfer::{fetch_input, obtain_input, serve, DataError, FetchLimits, Fetched, Obtained};

@@ -421,8 +421,11 @@ async fn serve_one(
         chunk_hashes: served.values.as_ref().clone(),
     };
     write_frame(&mut stream, &header, DATA_CAPS.response).await?;
+    // A part of a file (an image's layer in its archive) starts at its offset.
     file.seek(std::io::SeekFrom::Start(
-        request.first_chunk.saturating_mul(CHUNK_BYTES),
+        served
+            .offset
+            .saturating_add(request.first_chunk.saturating_mul(CHUNK_BYTES)),
     ))
     .await?;
     let mut buf = vec![0u8; CHUNK_BYTES as usize];

@@ -82,6 +82,9 @@ pub struct Plan {
     pub id: ImageId,
     pub format: &'static str,
     pub config: ImageConfig,
+    /// Where the config's bytes lie in the archive (its SHA-256 is `id`);
+    /// `None` for a plain root-filesystem tar, which has no config.
+    pub config_blob: Option<Member>,
     pub layers: Vec<LayerRef>,
 }
 
@@ -113,20 +116,36 @@ pub fn plan(path: &Path, file: &File, limits: &ImageLimits) -> Result<Plan, Imag
             source,
         })?
         .len();
-    let whole = Member {
-        offset: 0,
-        size: len,
-    };
-    let index = match index(path, file, limits, len)? {
-        Some(index) => index,
-        None => return rootfs_plan(path, file, whole, limits),
+    match image_plan(path, file, limits, len)? {
+        Some(plan) => Ok(plan),
+        None => {
+            let whole = Member {
+                offset: 0,
+                size: len,
+            };
+            rootfs_plan(path, file, whole, limits)
+        }
+    }
+}
+
+/// The plan of a docker-archive or an OCI layout open as `file` (of `len`
+/// bytes), or `None` when it is neither: a plain root-filesystem tar, not
+/// read any further here (its id is the whole file's digest).
+pub fn image_plan(
+    path: &Path,
+    file: &File,
+    limits: &ImageLimits,
+    len: u64,
+) -> Result<Option<Plan>, ImageError> {
+    let Some(index) = index(path, file, limits, len)? else {
+        return Ok(None);
     };
     if index.members.contains_key("manifest.json") {
-        docker_plan(&index)
+        docker_plan(&index).map(Some)
     } else if index.members.contains_key("index.json") {
-        oci_plan(&index)
+        oci_plan(&index).map(Some)
     } else {
-        rootfs_plan(path, file, whole, limits)
+        Ok(None)
     }
 }
 
@@ -222,6 +241,27 @@ fn join_inside(dir: &str, target: &str) -> Option<String> {
     Some(parts.join("/"))
 }
 
+/// An image config's run settings and its layers' diff ids (hex), bottom
+/// first; errors name `name` in the archive at `path`.
+pub fn parse_config(
+    path: &Path,
+    bytes: &[u8],
+    name: &str,
+) -> Result<(ImageConfig, Vec<String>), ImageError> {
+    let err = |why: String| archive_err(path, format!("{name}: {why}"));
+    let blob: ConfigBlob = serde_json::from_slice(bytes).map_err(|e| err(e.to_string()))?;
+    let config = blob.config.unwrap_or_default().to_config().map_err(err)?;
+    let diff_ids = blob
+        .rootfs
+        .map(|r| r.diff_ids)
+        .unwrap_or_default()
+        .iter()
+        .map(|d| spec::sha256_hex(d).map(str::to_string))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err(format!("rootfs.diff_ids: {e}")))?;
+    Ok((config, diff_ids))
+}
+
 impl Index<'_> {
     fn err(&self, why: impl Into<String>) -> ImageError {
         archive_err(self.path, why)
@@ -292,21 +332,7 @@ impl Index<'_> {
     }
 
     fn config(&self, bytes: &[u8], name: &str) -> Result<(ImageConfig, Vec<String>), ImageError> {
-        let blob: ConfigBlob = self.parse(name, bytes)?;
-        let config = blob
-            .config
-            .unwrap_or_default()
-            .to_config()
-            .map_err(|e| self.err(format!("{name}: {e}")))?;
-        let diff_ids = blob
-            .rootfs
-            .map(|r| r.diff_ids)
-            .unwrap_or_default()
-            .iter()
-            .map(|d| spec::sha256_hex(d).map(str::to_string))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.err(format!("{name}: rootfs.diff_ids: {e}")))?;
-        Ok((config, diff_ids))
+        parse_config(self.path, bytes, name)
     }
 
     fn check_layer_count(&self, n: usize) -> Result<(), ImageError> {
@@ -328,6 +354,7 @@ fn docker_plan(ix: &Index<'_>) -> Result<Plan, ImageError> {
     }
     let image = images.remove(0);
     ix.check_layer_count(image.layers.len())?;
+    let config_blob = ix.member(&image.config)?;
     let (bytes, sha) = ix.read_json(&image.config)?;
     if let Some(named) = hex_in_name(&image.config) {
         if named != sha {
@@ -356,6 +383,7 @@ fn docker_plan(ix: &Index<'_>) -> Result<Plan, ImageError> {
         id: image_id(ix.path, &sha)?,
         format: "docker-archive",
         config,
+        config_blob: Some(config_blob),
         layers,
     })
 }
@@ -430,6 +458,7 @@ fn oci_plan(ix: &Index<'_>) -> Result<Plan, ImageError> {
     let config_hex = spec::sha256_hex(&manifest.config.digest)
         .map_err(|e| ix.err(format!("config: {e}")))?
         .to_string();
+    let config_blob = ix.member(&format!("blobs/sha256/{config_hex}"))?;
     let (config, diff_ids) = ix.config(&config_bytes, "config")?;
     if diff_ids.len() != manifest.layers.len() {
         return Err(ix.err(format!(
@@ -463,6 +492,7 @@ fn oci_plan(ix: &Index<'_>) -> Result<Plan, ImageError> {
         id: image_id(ix.path, &config_hex)?,
         format: "oci-layout",
         config,
+        config_blob: Some(config_blob),
         layers,
     })
 }
@@ -496,6 +526,7 @@ fn rootfs_plan(
         id: image_id(path, &sha)?,
         format: "rootfs",
         config: ImageConfig::default(),
+        config_blob: None,
         layers: vec![LayerRef {
             name: "1 (root filesystem)".into(),
             member: whole,

@@ -12,6 +12,7 @@ use super::archive::{self, Plan};
 use super::layer::{self, remove_any, Budget};
 use super::lease::InUse;
 use super::lru::{self, Entry};
+use super::parts;
 use super::{ImageConfig, ImageError, ImageId, ImageLease, ImageLimits};
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -58,7 +59,8 @@ pub struct CachedImage {
     pub bytes: u64,
     pub files: u64,
     pub layers: usize,
-    /// The archive format it came in.
+    /// The archive format it came in, or `layers` when it was assembled
+    /// from loose parts ([`ImageCache::assemble`]).
     pub format: String,
     /// When a task last started in it, Unix milliseconds (the time it was
     /// unpacked when no use was recorded).
@@ -146,16 +148,86 @@ impl ImageCache {
         archive: &Path,
         now: jiff::Timestamp,
     ) -> Result<UnpackedImage, ImageError> {
-        let io_err = |what: &str, source| ImageError::Io {
-            archive: archive.to_path_buf(),
-            what: what.to_string(),
-            source,
-        };
         let file = crate::fsutil::open_regular(archive).map_err(|e| ImageError::Archive {
             archive: archive.to_path_buf(),
             why: e.to_string(),
         })?;
         let plan = archive::plan(archive, &file, &self.limits)?;
+        let files = vec![&file; plan.layers.len()];
+        self.install(archive, plan, &files, now)
+    }
+
+    /// [`ImageCache::assemble_at`] now: the image `id` from its config and
+    /// layer blobs as loose files, for a task about to start in it.
+    pub fn assemble(
+        &self,
+        name: &Path,
+        id: &ImageId,
+        config: &Path,
+        layers: &[PathBuf],
+    ) -> Result<UnpackedImage, ImageError> {
+        self.assemble_at(name, id, config, layers, jiff::Timestamp::now())
+    }
+
+    /// The image `id` assembled from its parts as loose files (what a host
+    /// read from a consumer, layer by layer): its `config` (whose SHA-256
+    /// must be `id`) and its layer blobs bottom first, each checked entry
+    /// by entry as an archive's are and against the config's diff id;
+    /// errors name the image by `name` and each layer by its position and
+    /// diff id. Found in the cache by its id if it is there already; its
+    /// use is recorded at `now` and it comes leased, as from
+    /// [`ImageCache::unpack_at`].
+    pub fn assemble_at(
+        &self,
+        name: &Path,
+        id: &ImageId,
+        config: &Path,
+        layers: &[PathBuf],
+        now: jiff::Timestamp,
+    ) -> Result<UnpackedImage, ImageError> {
+        if let Some(found) = self.cached_at(id, now) {
+            return Ok(found);
+        }
+        let unreadable = |what: String, e: crate::fsutil::FileReadError| ImageError::Archive {
+            archive: name.to_path_buf(),
+            why: format!("{what}: {e}"),
+        };
+        let config = crate::fsutil::read_bounded(config, self.limits.max_json_bytes)
+            .map_err(|e| unreadable("the config".into(), e))?;
+        let mut files = Vec::with_capacity(layers.len());
+        let mut sizes = Vec::with_capacity(layers.len());
+        for (i, path) in layers.iter().enumerate() {
+            let file = crate::fsutil::open_regular(path)
+                .map_err(|e| unreadable(format!("layer {}", i + 1), e))?;
+            let size = file.metadata().map_err(|source| ImageError::Io {
+                archive: name.to_path_buf(),
+                what: format!("cannot stat layer {}", i + 1),
+                source,
+            })?;
+            sizes.push(size.len());
+            files.push(file);
+        }
+        let plan = parts::loose_plan(name, id, &config, &sizes, &self.limits)?;
+        let files: Vec<&fs::File> = files.iter().collect();
+        self.install(name, plan, &files, now)
+    }
+
+    /// Unpacks `plan` (layer `i` read from `files[i]`) into a temporary
+    /// directory in the cache and renames it into place whole, making room
+    /// first; or finds the image there (another unpacking of it came
+    /// first). Its use is recorded at `now` and it comes leased.
+    fn install(
+        &self,
+        archive: &Path,
+        plan: Plan,
+        files: &[&fs::File],
+        now: jiff::Timestamp,
+    ) -> Result<UnpackedImage, ImageError> {
+        let io_err = |what: &str, source| ImageError::Io {
+            archive: archive.to_path_buf(),
+            what: what.to_string(),
+            source,
+        };
         let dest = self.image_dir(&plan.id);
         if let Some(found) = self.cached_at(&plan.id, now) {
             return Ok(found);
@@ -165,7 +237,7 @@ impl ImageCache {
             self.dir
                 .join(".tmp")
                 .join(format!("{}-{}-{n}", plan.id.hex(), std::process::id()));
-        let bytes = match self.build(archive, &file, &plan, &tmp) {
+        let bytes = match self.build(archive, files, &plan, &tmp) {
             Ok(bytes) => bytes,
             Err(e) => {
                 let _ = remove_any(&tmp);
@@ -370,7 +442,7 @@ impl ImageCache {
     fn build(
         &self,
         archive: &Path,
-        file: &fs::File,
+        files: &[&fs::File],
         plan: &Plan,
         tmp: &Path,
     ) -> Result<u64, ImageError> {
@@ -383,7 +455,7 @@ impl ImageCache {
         fs::create_dir_all(&root)
             .map_err(|e| io_err("cannot make a temporary root in the cache", e))?;
         let mut budget = Budget::default();
-        for l in &plan.layers {
+        for (l, file) in plan.layers.iter().zip(files) {
             layer::apply(&root, archive, file, l, &self.limits, &mut budget)?;
         }
         let stored = Stored {

@@ -19,6 +19,9 @@
 //!   never removes one under a running guest.
 //! - `lru`: which images leave a full cache (least recently used first,
 //!   never one in use), a pure decision over sizes and times.
+//! - `parts`: an image by its parts, as it crosses to a host layer by
+//!   layer: where an archive holds its config and layer blobs, and the
+//!   plan for an image assembled from them as loose files.
 //!
 //! Hostile input is refused with an [`ImageError`] naming the archive, the
 //! layer and the entry; nothing is written outside the cache, and nothing is
@@ -30,11 +33,14 @@ mod cache;
 mod layer;
 mod lease;
 mod lru;
+mod parts;
 mod spec;
 mod stream;
 
+pub use archive::Member;
 pub use cache::{CachedImage, ImageCache, UnpackedImage};
 pub use lease::ImageLease;
+pub use parts::{archive_parts, ArchiveParts};
 pub use spec::ImageConfig;
 
 use std::fmt;

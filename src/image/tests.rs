@@ -193,7 +193,8 @@ impl Place {
     }
 }
 
-fn two_layers() -> Vec<Vec<u8>> {
+/// Two layers with whiteouts, links and a file the upper one replaces.
+pub fn two_layers() -> Vec<Vec<u8>> {
     vec![
         layer(&[
             E::Dir("etc/"),
@@ -214,7 +215,8 @@ fn two_layers() -> Vec<Vec<u8>> {
     ]
 }
 
-fn check_two_layers(img: &UnpackedImage) {
+/// What [`two_layers`] with the config `A=1`, `/bin/tool` unpack to.
+pub fn check_two_layers(img: &UnpackedImage) {
     let r = &img.rootfs;
     assert_eq!(
         std::fs::read(r.join("etc/os-release")).unwrap(),

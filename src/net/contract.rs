@@ -315,8 +315,12 @@ fn protocol_md_lists_every_struct_field_in_the_codec_order() {
     );
     assert_struct::<ImageRef>(
         "ImageRef",
+        prose_fields(region("`ImageRef` (struct):", "- `6 SubmitInLayers")),
+    );
+    assert_struct::<LayeredImageRef>(
+        "LayeredImageRef",
         prose_fields(region(
-            "`ImageRef` (struct):",
+            "`LayeredImageRef` (struct):",
             "`Query` and `Cancel` were added",
         )),
     );

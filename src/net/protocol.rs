@@ -27,7 +27,9 @@ pub const RELIABILITY_PROTOCOL: &str = "/gleaner/reliability/4";
 /// Later, under the same id (as `Query` and `Cancel` were):
 /// `JobRequest::SubmitInImage` and `RejectReason::NoImages` (issue 31); a
 /// host built before them cannot decode the request and drops the stream,
-/// so a job with an image never runs without it.
+/// so a job with an image never runs without it. Then
+/// `JobRequest::SubmitInLayers` (an image by its config and layers, each an
+/// input), which a host built before it drops the same way.
 pub const JOB_PROTOCOL: &str = "/gleaner/job/3";
 /// Protocol id of content-addressed data streams: a host reads a job's input
 /// from the consumer that offered it (one libp2p stream per file).
@@ -372,6 +374,26 @@ pub struct ImageRef {
     pub archive: InputRef,
 }
 
+/// The image a job runs in, by its parts (issue 31): its config and its
+/// layer blobs, each read by the host like an input (content-addressed,
+/// checked per chunk, kept in its input cache) unless its image cache holds
+/// the image already; so a layer that several images share crosses to a
+/// host once while the host keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayeredImageRef {
+    /// SHA-256 of the image's config, as [`ImageRef::id`]: the config read
+    /// must hash to it, and it names every layer by its uncompressed
+    /// digest (`rootfs.diff_ids`), which each layer is checked against.
+    pub id: [u8; 32],
+    /// The archive's file name on the consumer, for messages only.
+    pub name: String,
+    /// The config blob by content (`path` names it in messages).
+    pub config: InputRef,
+    /// The layer blobs by content, bottom first, as the archive stores
+    /// them (gzip allowed); `path` names each in messages.
+    pub layers: Vec<InputRef>,
+}
+
 /// `/gleaner/data/1` request, host → consumer: send this file from this chunk on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DataRequest {
@@ -638,6 +660,15 @@ pub enum JobRequest {
         job: Box<JobSubmit>,
         /// Its image.
         image: ImageRef,
+    },
+    /// Run this job with the image `image` names by its parts as its root
+    /// (issue 31): answered as `SubmitInImage`. A variant of its own, so a
+    /// host built before it cannot decode it and drops the stream.
+    SubmitInLayers {
+        /// The job, as `SubmitInImage` carries it.
+        job: Box<JobSubmit>,
+        /// Its image: the config and the layers, each an input.
+        image: LayeredImageRef,
     },
 }
 

@@ -132,6 +132,7 @@ async fn a_64_mib_input_shared_by_two_jobs_crosses_to_the_host_once() {
     let spec = InputSpec {
         path: "data/shared.bin".into(),
         local: input.clone(),
+        part: None,
     };
     let (want, _, _) = hash_file(&input).unwrap();
     for job in 0..2 {
@@ -180,6 +181,7 @@ async fn a_corrupted_chunk_is_refused_and_fetched_again_never_used() {
         .offer(&[InputSpec {
             path: "in.bin".into(),
             local: input.clone(),
+            part: None,
         }])
         .await
         .unwrap();
@@ -237,6 +239,55 @@ async fn a_corrupted_chunk_is_refused_and_fetched_again_never_used() {
     );
 }
 
+/// A part of a file (an image's layer inside its archive) is named,
+/// served and verified as a file of its own: the host receives exactly its
+/// bytes, and a refused chunk is read again from the part's own offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_of_a_file_crosses_as_a_file_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("archive.tar");
+    write_input(&input, 8);
+    let tamper = Arc::new(FlipChunk {
+        chunk: 2,
+        times: AtomicU32::new(1),
+    });
+    let catalog = Catalog::with_tamper(tamper);
+    let (consumer, host, _tracker) = consumer_and_host(catalog.clone()).await;
+    let cache = Cache::open(&dir.path().join("cache"), 256 << 20).unwrap();
+    // Not on a chunk boundary, and not a whole number of chunks.
+    let (offset, size) = ((3 << 19) + 512, (5 << 20) + 3);
+    let offer = catalog
+        .offer(&[InputSpec {
+            path: "archive.tar layer 1".into(),
+            local: input.clone(),
+            part: Some(gleaner::data::FilePart { offset, size }),
+        }])
+        .await
+        .unwrap();
+    offer.allow(host.net.peer_id());
+    let (pinned, how) = obtain_input(
+        &host.net,
+        &cache,
+        consumer.net.peer_id(),
+        &offer.refs()[0],
+        limits(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        how,
+        Obtained::Fetched(gleaner::data::Fetched {
+            bytes: size,
+            refused_chunks: 1
+        })
+    );
+    let whole = std::fs::read(&input).unwrap();
+    assert!(
+        std::fs::read(pinned.path()).unwrap() == whole[offset as usize..(offset + size) as usize],
+        "the host holds the part's bytes, the refused chunk read again from its place"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_not_offered_to_this_host_are_refused_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
@@ -249,6 +300,7 @@ async fn files_not_offered_to_this_host_are_refused_with_a_reason() {
         .offer(&[InputSpec {
             path: "secret.bin".into(),
             local: input,
+            part: None,
         }])
         .await
         .unwrap();
@@ -311,6 +363,7 @@ async fn a_host_holds_a_few_streams_and_a_read_past_its_allowance_is_reported_on
         .offer(&[InputSpec {
             path: "in.bin".into(),
             local: input,
+            part: None,
         }])
         .await
         .unwrap();

@@ -3,10 +3,13 @@
 //! test builds itself (`tests/shared/guest_image.rs`, the probe the sandbox
 //! tests run) sees the image's `/etc/os-release`, never its host's, for an
 //! image packed as a docker-archive and for another packed as an OCI
-//! layout; each image crosses to each host at most once (the hosts' own
-//! counts of bytes read from the consumer, relayed in their "inputs ready"
-//! events, and their logs of what they unpacked); a host whose owner
-//! denies images refuses the tasks with its reason and runs none of them.
+//! layout on the same base layer; each image crosses to each host at most
+//! once, layer by layer, and the base layer the two share crosses to each
+//! host once (the hosts' own counts of bytes read from the consumer,
+//! relayed in their "inputs ready" events, and their logs of each part
+//! they read, by its content hash, and of what they unpacked); a host
+//! whose owner denies images refuses the tasks with its reason and runs
+//! none of them.
 //! Hosts say in their summaries which images they hold (scope 3): after an
 //! image moved from the host the policy prefers to the other one (a prune
 //! there, a `run-local` here), a task in it goes to the holder and reads
@@ -158,17 +161,15 @@ fn ran_in_image(consumer: &NodeFixture, name: &str, os: &str, running: &[String]
     }
 }
 
-/// Per host, how many of the batch's tasks read their image from the
-/// consumer (`size` bytes fetched) and how many found it in the host's
-/// cache, from the "inputs ready" events the hosts send as their tasks
-/// start; adds to `refusals` who refused a task for running no images
-/// (from the reasons a waiting task shows, "refused by HOST: ...").
-fn crossings(
+/// Per host, the (bytes fetched, bytes from the host's caches) its tasks'
+/// "inputs ready" events said as they started, in order; adds to
+/// `refusals` who refused a task for running no images (from the reasons
+/// a waiting task shows, "refused by HOST: ...").
+fn inputs_ready(
     lines: &[Value],
-    size: u64,
     refusals: &mut std::collections::BTreeSet<String>,
-) -> BTreeMap<String, (u32, u32)> {
-    let mut per_host: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+) -> BTreeMap<String, Vec<(u64, u64)>> {
+    let mut per_host: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
     for l in lines {
         let host = l["host"].as_str().unwrap_or_default().to_string();
         if let Some(reason) = l["reason"].as_str() {
@@ -184,18 +185,34 @@ fn crossings(
         let Some(event) = l["event"].as_str() else {
             continue;
         };
-        let entry = per_host.entry(host).or_default();
-        if event == format!("inputs ready: {size} bytes fetched, 0 bytes from the host's cache") {
-            entry.0 += 1;
-        } else if event
-            == format!("inputs ready: 0 bytes fetched, {size} bytes from the host's cache")
-        {
-            entry.1 += 1;
-        } else {
-            assert!(!event.starts_with("inputs ready"), "{event}");
-        }
+        let Some(rest) = event.strip_prefix("inputs ready: ") else {
+            continue;
+        };
+        let (fetched, cached) = rest
+            .strip_suffix(" bytes from the host's cache")
+            .and_then(|r| r.split_once(" bytes fetched, "))
+            .unwrap_or_else(|| panic!("{event}"));
+        per_host
+            .entry(host)
+            .or_default()
+            .push((fetched.parse().unwrap(), cached.parse().unwrap()));
     }
     per_host
+}
+
+/// How many times `node`'s log says it read the image part whose content
+/// (BLAKE3) is `hex` from the consumer, and found it in its input cache.
+fn part_log(node: &NodeFixture, hex: &str) -> (usize, usize) {
+    let log = node.log();
+    let count = |what: &str| {
+        log.lines()
+            .filter(|l| l.contains(what) && l.contains(hex))
+            .count()
+    };
+    (
+        count("image part read from the consumer"),
+        count("image part found in the input cache"),
+    )
 }
 
 #[test]
@@ -226,48 +243,143 @@ fn a_batch_in_an_image_sees_its_os_release_on_every_host_and_the_image_crosses_o
     let oci = work.join("probe-image-oci.tar");
     std::fs::write(&oci, oci_archive_of(&oci_layers, &oci_config)).unwrap();
 
-    // Who refused, from both batches.
+    // Each image's parts, as they cross: its config and its layers, each
+    // named by its content (BLAKE3, the data layer's name).
+    let blake = |b: &[u8]| blake3::hash(b).to_hex().to_string();
+    let base = (blake(&docker_layers[0]), docker_layers[0].len() as u64);
+    let own = |config: &[u8], top: &[u8]| {
+        [
+            (blake(config), config.len() as u64),
+            (blake(top), top.len() as u64),
+        ]
+    };
+    let docker_own = own(&docker_config, &docker_layers[1]);
+    let oci_own = own(&oci_config, &oci_layers[1]);
+
+    // Who refused, from both batches; which hosts ran each image.
     let mut refusals = std::collections::BTreeSet::new();
-    let mut unpacked_here: BTreeMap<String, usize> = BTreeMap::new();
-    for (name, archive, os) in [
-        ("docker", &docker, crate::guest_image::IMAGE_OS),
-        ("oci", &oci, OCI_OS),
+    let mut ran: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    let mut events: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+    for (name, archive, os, mine) in [
+        ("docker", &docker, crate::guest_image::IMAGE_OS, &docker_own),
+        ("oci", &oci, OCI_OS, &oci_own),
     ] {
-        let size = std::fs::metadata(archive).unwrap().len();
         let lines = batch_in(&consumer, archive, name);
         ran_in_image(&consumer, name, os, &running);
-        // The archive crossed to each host at most once: each host says,
-        // as its tasks start, how many bytes it read from the consumer and
-        // how many its caches held (for an image: the image cache).
-        let per_host = crossings(&lines, size, &mut refusals);
-        eprintln!("{name} image per host (fetched, from cache): {per_host:?}");
-        assert!(
-            per_host.values().all(|(fetched, _)| *fetched <= 1),
-            "the {name} image crossed to a host more than once: {per_host:?}"
-        );
-        let (fetched, cached) = per_host
-            .values()
-            .fold((0, 0), |(f, c), (a, b)| (f + a, c + b));
+        // Each host says, as each task starts, how many bytes it read from
+        // the consumer and how many its caches held: all the image's parts
+        // either way, read at one start per host at most.
+        let whole = base.1 + mine[0].1 + mine[1].1;
+        let per_host = inputs_ready(&lines, &mut refusals);
+        eprintln!("{name} image per host, (fetched, from its caches) at each start: {per_host:?}");
         assert_eq!(
-            (fetched + cached) as usize,
+            per_host.values().map(Vec::len).sum::<usize>(),
             TASKS,
             "every {name} task's host said where its image came from: {per_host:?}"
         );
-        assert!(fetched >= 1 && cached >= 1, "{name}: {per_host:?}");
-        for (host, (fetched, _)) in per_host {
-            *unpacked_here.entry(host).or_default() += fetched as usize;
+        for (host, starts) in &per_host {
+            assert!(
+                starts.iter().all(|(f, c)| f + c == whole),
+                "{name} on {host}: {starts:?}, the image's parts are {whole} bytes"
+            );
+            assert!(
+                starts.iter().filter(|(f, _)| *f > 0).count() <= 1,
+                "the {name} image crossed to {host} more than once: {starts:?}"
+            );
+            ran.entry(host.clone()).or_default().push(name);
+            events
+                .entry(host.clone())
+                .or_default()
+                .extend(starts.iter().copied());
         }
     }
     eprintln!("refused by: {refusals:?}");
-    // The hosts' own logs agree: each unpacked each image at most once.
+    // The hosts' own logs of each part they read: each part crossed to a
+    // host at most once, the shared base layer once to every host that
+    // ran either image, and a host that ran both found the base in its
+    // input cache for the second; its bytes fetched in all are the bytes
+    // of the parts it read, the base counted once.
+    let mut both = 0;
     for (node, id) in [(&first, &running[0]), (&second, &running[1])] {
+        let images = ran.get(id).cloned().unwrap_or_default();
+        let counts: Vec<(&str, (usize, usize))> = [("base", &base.0)]
+            .into_iter()
+            .chain([
+                ("docker config", &docker_own[0].0),
+                ("docker top", &docker_own[1].0),
+            ])
+            .chain([("oci config", &oci_own[0].0), ("oci top", &oci_own[1].0)])
+            .map(|(what, hex)| (what, part_log(node, hex)))
+            .collect();
+        eprintln!("host {id} ran {images:?}; parts (read from the consumer, found in its input cache): {counts:?}");
+        let read = |what: &str| counts.iter().find(|c| c.0 == what).unwrap().1 .0;
+        let ran_docker = usize::from(images.contains(&"docker"));
+        let ran_oci = usize::from(images.contains(&"oci"));
+        assert_eq!(
+            read("base"),
+            usize::from(!images.is_empty()),
+            "{id}: {counts:?}"
+        );
+        assert_eq!(read("docker config"), ran_docker, "{id}: {counts:?}");
+        assert_eq!(read("docker top"), ran_docker, "{id}: {counts:?}");
+        assert_eq!(read("oci config"), ran_oci, "{id}: {counts:?}");
+        assert_eq!(read("oci top"), ran_oci, "{id}: {counts:?}");
+        let mut bytes = 0;
+        if !images.is_empty() {
+            bytes += base.1;
+        }
+        if ran_docker == 1 {
+            bytes += docker_own[0].1 + docker_own[1].1;
+        }
+        if ran_oci == 1 {
+            bytes += oci_own[0].1 + oci_own[1].1;
+        }
+        // The starts' counts add up to the parts it read, or to less when an
+        // attempt ended before its start after reading some (what it read
+        // stays in the input cache, and a later start finds it there).
+        let fetched: u64 = events.get(id).map_or(0, |e| e.iter().map(|(f, _)| f).sum());
+        if fetched != bytes {
+            let log = node.log();
+            let told: Vec<&str> = log
+                .lines()
+                .filter(|l| {
+                    [
+                        "image part",
+                        "remote job",
+                        "WARN",
+                        "ERROR",
+                        "failed",
+                        "refused",
+                    ]
+                    .iter()
+                    .any(|w| l.contains(w))
+                })
+                .collect();
+            eprintln!(
+                "{id} fetched {fetched} bytes over its starts, read {bytes}:\n{}",
+                told.join("\n")
+            );
+        }
+        assert!(
+            fetched <= bytes,
+            "{id}: {fetched} bytes fetched over its starts, parts of {bytes}"
+        );
+        if ran_docker + ran_oci == 2 {
+            both += 1;
+            let found_base = counts[0].1 .1;
+            assert!(found_base >= 1, "{id} read the base again: {counts:?}");
+        }
+        // Each image it read, it unpacked once.
         let unpacked = node
             .log()
             .matches("image unpacked into the image cache")
             .count();
-        let fetched_here = unpacked_here.get(id).copied().unwrap_or(0);
-        assert_eq!(unpacked, fetched_here, "host {id}:\n{}", node.log());
+        assert_eq!(unpacked, ran_docker + ran_oci, "host {id}:\n{}", node.log());
     }
+    assert!(
+        both >= 1,
+        "no host ran both images, so no base layer was shared: {ran:?}"
+    );
     // The denying host took no task: it was asked (it is as free and as
     // reliable as the others) and said why, and the tasks went elsewhere.
     assert!(
@@ -377,8 +489,11 @@ fn a_later_task_in_an_image_goes_to_the_free_host_that_holds_it_and_reads_nothin
     let archive = work.join("probe-image.tar");
     std::fs::write(&archive, docker_archive(&layer, &config)).unwrap();
     let size = std::fs::metadata(&archive).unwrap().len();
-    let fetched = format!("inputs ready: {size} bytes fetched, 0 bytes from the host's cache");
-    let cached = format!("inputs ready: 0 bytes fetched, {size} bytes from the host's cache");
+    // What crosses is the image's parts (its config and its layer), not the
+    // archive that holds them.
+    let parts = (config.len() + layer.len()) as u64;
+    let fetched = format!("inputs ready: {parts} bytes fetched, 0 bytes from the host's cache");
+    let cached = format!("inputs ready: 0 bytes fetched, {parts} bytes from the host's cache");
 
     // Nobody holds the image: the host the policy prefers reads it, and
     // its summary says so once its cache has it.
@@ -431,17 +546,15 @@ fn a_later_task_in_an_image_goes_to_the_free_host_that_holds_it_and_reads_nothin
     );
     assert_eq!(event, cached, "the image crossed again");
     // The same image packed as an OCI layout has the same id: a task in
-    // it goes to the holder too, which reads nothing of that archive either.
+    // it goes to the holder too, which reads nothing of that archive either
+    // (its parts are the same bytes).
     let oci = work.join("probe-image-oci.tar");
     std::fs::write(&oci, oci_archive(&layer, &config)).unwrap();
     let oci_size = std::fs::metadata(&oci).unwrap().len();
     assert_ne!(oci_size, size, "another archive of the same image");
     let (host, event) = one_task(&consumer, &oci, "third");
     assert_eq!(host, other.1, "{}", consumer.log());
-    assert_eq!(
-        event,
-        format!("inputs ready: 0 bytes fetched, {oci_size} bytes from the host's cache")
-    );
+    assert_eq!(event, cached);
     // The preferred host read the image once (the first task), the
     // holder never from the consumer.
     let unpacked = |n: &NodeFixture| {

@@ -198,7 +198,7 @@ async fn start_rogue(boot: Multiaddr, lie: Lie) -> Rogue {
                         let _ = reply.send(JobResponse::NotFound);
                     }
                     // The rogue lies about results, not about images: it runs none.
-                    JobRequest::SubmitInImage { .. } => {
+                    JobRequest::SubmitInImage { .. } | JobRequest::SubmitInLayers { .. } => {
                         let _ = reply.send(JobResponse::Rejected(RejectReason::NoImages));
                     }
                 },

@@ -371,6 +371,7 @@ async fn over_loopback(archive: &Path, host_dir: &Path) -> (Duration, PathBuf) {
         .offer(&[InputSpec {
             path: "big.tar".into(),
             local: archive.to_path_buf(),
+            part: None,
         }])
         .await
         .unwrap();

@@ -259,7 +259,9 @@ impl JobPool for FakePool {
             },
             JobRequest::Event { .. } | JobRequest::Cancel { .. } => Ok(JobResponse::NotFound),
             // No scripted host runs images.
-            JobRequest::SubmitInImage { .. } => Ok(JobResponse::Rejected(RejectReason::NoImages)),
+            JobRequest::SubmitInImage { .. } | JobRequest::SubmitInLayers { .. } => {
+                Ok(JobResponse::Rejected(RejectReason::NoImages))
+            }
         }
     }
 

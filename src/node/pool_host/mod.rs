@@ -37,9 +37,9 @@ use crate::model::budget::Overrun;
 use crate::model::ids::JobId;
 use crate::model::state::State;
 use crate::net::protocol::{
-    FailureByCause, ImageRef, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName,
-    RejectReason, ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, RemoteJobState,
-    WireState, MEMORY_LEVELS_MIB,
+    FailureByCause, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
+    ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, RemoteJobState, WireState,
+    MEMORY_LEVELS_MIB,
 };
 use crate::net::{LocalStatus, NetEvent, NetHandle, Responder, SummaryBody};
 use crate::node::config::Config;
@@ -48,11 +48,10 @@ use crate::node::Hardware;
 use events::{spawn_event_sender, wire_event};
 use libp2p::PeerId;
 use outputs::{output_path, read_chunk, read_chunk_or_empty};
-use prepare::{prepare_inputs, ImageOrder, PreparedInputs};
+use prepare::{prepare_inputs, ImageAsked, ImageOrder, PreparedInputs};
 use publish::{summary_body, wire_answer, Pacer, PowerMilli, StatusKey, LADDER_ASKS_SECS};
 use remote_jobs::{
-    check_image, check_submit, remove_job_dir, RemoteJob, RemoteJobSummary, RemoteJobs,
-    REMOTE_PREFIX,
+    check_submit, remove_job_dir, RemoteJob, RemoteJobSummary, RemoteJobs, REMOTE_PREFIX,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -286,7 +285,16 @@ impl PoolHost {
                     let _ = reply.send(answer);
                 }
                 JobRequest::SubmitInImage { job, image } => {
-                    let answer = match self.accept_remote(peer, *job, Some(image)).await {
+                    let image = Some(ImageAsked::Whole(image));
+                    let answer = match self.accept_remote(peer, *job, image).await {
+                        Ok(()) => JobResponse::Accepted,
+                        Err(reason) => JobResponse::Rejected(reason),
+                    };
+                    let _ = reply.send(answer);
+                }
+                JobRequest::SubmitInLayers { job, image } => {
+                    let image = Some(ImageAsked::Layers(image));
+                    let answer = match self.accept_remote(peer, *job, image).await {
                         Ok(()) => JobResponse::Accepted,
                         Err(reason) => JobResponse::Rejected(reason),
                     };
@@ -538,20 +546,11 @@ impl PoolHost {
         &mut self,
         consumer: PeerId,
         submit: JobSubmit,
-        image: Option<ImageRef>,
+        image: Option<ImageAsked>,
     ) -> Result<(), RejectReason> {
         let guest_cfg = &self.parts.config.guest;
         let consumer_job_id = check_submit(&submit, guest_cfg)?;
-        let image = match image {
-            None => None,
-            Some(image) => {
-                let Some(cache) = self.parts.images.clone() else {
-                    return Err(RejectReason::NoImages);
-                };
-                check_image(&image)?;
-                Some(ImageOrder { image, cache })
-            }
-        };
+        let image = ImageOrder::checked(image, self.parts.images.as_ref())?;
         if self.preparing.is_some() {
             return Err(RejectReason::Busy);
         }

@@ -15,7 +15,8 @@ use crate::model::admit::Refusal;
 use crate::model::ids::JobId;
 use crate::model::relpath::RelPath;
 use crate::net::protocol::{
-    GuestUsage, ImageRef, JobEventKind, JobRequest, JobSubmit, RejectReason, WireState,
+    GuestUsage, ImageRef, InputRef, JobEventKind, JobRequest, JobSubmit, LayeredImageRef,
+    RejectReason, WireState,
 };
 use crate::node::config::GuestSection;
 
@@ -97,18 +98,58 @@ pub fn check_submit(s: &JobSubmit, guest: &GuestSection) -> Result<JobId, Reject
 /// headers and documents. What it unpacks to is bounded again, counted
 /// while it is read.
 pub const IMAGE_ARCHIVE_MAX: u64 = 5 << 30;
-/// Longest name of an image archive (it only names the image in messages).
+/// Longest name of an image archive, or of one of its parts (they only
+/// name the image in messages).
 const IMAGE_NAME_MAX: usize = 255;
 
-/// Checks a job's image reference before anything is fetched: a name that
-/// fits a message, an archive the host would read.
-pub fn check_image(image: &ImageRef) -> Result<(), RejectReason> {
-    let name = &image.archive.path;
+/// A name that fits a message: 1 to [`IMAGE_NAME_MAX`] bytes without NUL.
+fn check_image_name(name: &str) -> Result<(), RejectReason> {
     if name.is_empty() || name.len() > IMAGE_NAME_MAX || name.contains('\0') {
         return Err(RejectReason::Invalid(format!(
             "the image's name must be 1 to {IMAGE_NAME_MAX} bytes without NUL"
         )));
     }
+    Ok(())
+}
+
+/// Checks a job's image by its parts before anything is fetched: names
+/// that fit a message, a config no larger than an image's config may be,
+/// no more layers than an image may have, and no more bytes in all than
+/// an archive the host would read.
+pub fn check_layers(image: &LayeredImageRef) -> Result<(), RejectReason> {
+    check_image_name(&image.name)?;
+    let parts = || std::iter::once(&image.config).chain(&image.layers);
+    parts().try_for_each(|p: &InputRef| check_image_name(&p.path))?;
+    let limits = crate::image::ImageLimits::default();
+    if image.config.size > limits.max_json_bytes {
+        return Err(RejectReason::Invalid(format!(
+            "the image's config is {} bytes (at most {})",
+            image.config.size, limits.max_json_bytes
+        )));
+    }
+    if image.layers.len() > limits.max_layers {
+        return Err(RejectReason::Invalid(format!(
+            "the image has {} layers (at most {})",
+            image.layers.len(),
+            limits.max_layers
+        )));
+    }
+    let total = parts().fold(0u64, |t, p| t.saturating_add(p.size));
+    if total > IMAGE_ARCHIVE_MAX {
+        return Err(RejectReason::InputTooBig {
+            path: image.name.clone(),
+            size: total,
+            cap: IMAGE_ARCHIVE_MAX,
+        });
+    }
+    Ok(())
+}
+
+/// Checks a job's image reference before anything is fetched: a name that
+/// fits a message, an archive the host would read.
+pub fn check_image(image: &ImageRef) -> Result<(), RejectReason> {
+    let name = &image.archive.path;
+    check_image_name(name)?;
     if image.archive.size > IMAGE_ARCHIVE_MAX {
         return Err(RejectReason::InputTooBig {
             path: name.clone(),
@@ -314,7 +355,6 @@ impl From<Refusal> for RejectReason {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::protocol::InputRef;
 
     fn submit() -> JobSubmit {
         JobSubmit {
@@ -532,5 +572,41 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn an_image_by_its_layers_is_checked_before_anything_is_fetched() {
+        let part = |path: &str, size: u64| InputRef {
+            path: path.into(),
+            hash: [2; 32],
+            size,
+        };
+        let image = |layers: Vec<InputRef>| LayeredImageRef {
+            id: [1; 32],
+            name: "probe.tar".into(),
+            config: part("probe.tar config", 900),
+            layers,
+        };
+        let good = image(vec![part("probe.tar layer 1", 10 << 20)]);
+        assert_eq!(check_layers(&good), Ok(()));
+        let mut big_config = good.clone();
+        big_config.config.size = (1 << 20) + 1;
+        let too_many = image(vec![part("l", 1); 128]);
+        let unnamed = image(vec![part("", 1)]);
+        for bad in [big_config, too_many, unnamed] {
+            assert!(
+                matches!(check_layers(&bad), Err(RejectReason::Invalid(_))),
+                "{bad:?}"
+            );
+        }
+        let huge = image(vec![part("a", IMAGE_ARCHIVE_MAX), part("b", 1)]);
+        assert_eq!(
+            check_layers(&huge),
+            Err(RejectReason::InputTooBig {
+                path: "probe.tar".into(),
+                size: IMAGE_ARCHIVE_MAX + 901,
+                cap: IMAGE_ARCHIVE_MAX,
+            })
+        );
     }
 }

@@ -14,13 +14,13 @@ use libp2p::swarm::ConnectionId;
 use tokio_util::sync::CancellationToken;
 
 use super::fetch::{fetch_checkpoint, fetch_to_file, replace_dir, FetchError};
-use super::types::{event_text, AttemptEnd, AttemptNews, AttemptPlan};
+use super::types::{event_text, AttemptEnd, AttemptNews, AttemptPlan, JobImage};
 use crate::consumer::job_pool::{input_allowance, JobPool};
 use crate::consumer::Inbox;
 use crate::model::trust::Offence;
 use crate::net::protocol::{
-    GuestUsage, ImageRef, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName,
-    RejectReason, RemoteJobState, WireState,
+    GuestUsage, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
+    RemoteJobState, WireState,
 };
 
 /// Fetches the checkpoint a `Checkpointed` event announces, when the task
@@ -54,22 +54,19 @@ pub async fn run<P: JobPool>(
     pool: &P,
     inbox: &Inbox,
     plan: &AttemptPlan,
-    (submit, image): (JobSubmit, Option<ImageRef>),
+    (submit, image): (JobSubmit, Option<JobImage>),
     cancel: &CancellationToken,
     news: impl Fn(AttemptNews) + Send + Sync,
 ) -> AttemptEnd {
     let registration = inbox.register(plan.host, &plan.job_id);
     // Until the guest starts the host fetches the inputs (and the image) it lacks.
     let bytes = submit.inputs.iter().map(|i| i.size).sum::<u64>()
-        + image.as_ref().map_or(0, |i| i.archive.size);
+        + image.as_ref().map_or(0, JobImage::bytes);
     let preparing = input_allowance(bytes);
     let in_image = image.is_some();
     let request = match image {
         None => JobRequest::Submit(submit),
-        Some(image) => JobRequest::SubmitInImage {
-            job: Box::new(submit),
-            image,
-        },
+        Some(image) => image.submit(submit),
     };
     let answer = tokio::select! {
         a = pool.request(plan.host, request) => a,
@@ -96,8 +93,9 @@ pub async fn run<P: JobPool>(
                 lasting: true,
             }
         }
-        // A host built before images cannot decode `SubmitInImage` and
-        // drops the stream: it will not take this task later either.
+        // A host built before images (or before images by their layers)
+        // cannot decode `SubmitInImage` (`SubmitInLayers`) and drops the
+        // stream: it will not take this task later either.
         Err(e) => {
             return AttemptEnd::Refused {
                 reason: e.to_string(),

@@ -25,4 +25,4 @@ mod types;
 
 pub use fetch::{fetch_checkpoint, replace_dir};
 pub use follow::{reattach, run};
-pub use types::{event_text, AttemptEnd, AttemptNews, AttemptPlan};
+pub use types::{event_text, AttemptEnd, AttemptNews, AttemptPlan, JobImage};

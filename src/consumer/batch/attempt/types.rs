@@ -10,7 +10,41 @@ use libp2p::PeerId;
 use crate::consumer::job_pool::JobSettings;
 use crate::model::ids::JobId;
 use crate::model::trust::Offence;
-use crate::net::protocol::{GuestUsage, JobEventKind};
+use crate::net::protocol::{
+    GuestUsage, ImageRef, JobEventKind, JobRequest, JobSubmit, LayeredImageRef,
+};
+
+/// The image an attempt's job runs in, as its host is told (issue 31): by
+/// its config and its layers, each an input (a docker-archive or an OCI
+/// layout), or as the whole archive (a plain root-filesystem tar, which is
+/// its own one layer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobImage {
+    Whole(ImageRef),
+    Layers(LayeredImageRef),
+}
+
+impl JobImage {
+    /// Bytes a host that lacks the image and all its layers reads.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            JobImage::Whole(image) => image.archive.size,
+            JobImage::Layers(image) => image
+                .layers
+                .iter()
+                .fold(image.config.size, |t, l| t.saturating_add(l.size)),
+        }
+    }
+
+    /// The request that hands `job` to its host in this image.
+    pub fn submit(self, job: JobSubmit) -> JobRequest {
+        let job = Box::new(job);
+        match self {
+            JobImage::Whole(image) => JobRequest::SubmitInImage { job, image },
+            JobImage::Layers(image) => JobRequest::SubmitInLayers { job, image },
+        }
+    }
+}
 
 /// How an attempt ended.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,8 +10,9 @@
 //!   host is likely to finish waits for a host's later window), a member's news, an attempt's news or end, a judged copy, a copied result, a
 //!   timer tick), each with the time, and returns the [`Action`]s to
 //!   perform. No tokio, no sled, no files, no clock: `tests` drives it alone.
-//! - [`BatchQueue`] (`driver`, with `tasks`, `files` and `trust_store`) is
-//!   the thin async half the consumer actor owns: it reads the clock,
+//! - [`BatchQueue`] (`driver`, with `tasks`, `image_offer`, `files` and
+//!   `trust_store`) is the thin async half the consumer actor owns: it
+//!   reads the clock,
 //!   performs the actions (writes through [`crate::consumer::batch::store`]
 //!   before acting on a change that must survive a restart, sends task
 //!   events, spawns attempts, surveys, judgments and copies as tracked
@@ -33,6 +34,7 @@ mod commands;
 mod deadlines;
 mod driver;
 mod files;
+mod image_offer;
 mod later;
 mod outputs;
 mod placement;

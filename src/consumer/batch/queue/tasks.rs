@@ -11,11 +11,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::driver::BatchQueue;
 use super::files;
+use super::image_offer::{image_parts, image_specs, job_image};
 use super::state::Launch;
 use super::state::TaskParts;
 use super::trust::{Judge, Verdict};
 use super::types::{BatchError, BatchView, NewBatch, QueueMsg};
-use crate::consumer::batch::attempt::{self, AttemptEnd, AttemptNews, AttemptPlan};
+use crate::consumer::batch::attempt::{self, AttemptEnd, AttemptNews, AttemptPlan, JobImage};
 use crate::consumer::batch::checkpoint::{self, CheckpointNews};
 use crate::consumer::batch::estimate::{estimate_batch, BatchEstimate, BatchShape};
 use crate::consumer::batch::record::BatchRecord;
@@ -26,7 +27,7 @@ use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::data::{InputSpec, Offer};
 use crate::model::ids::BatchId;
 use crate::net::protocol::{
-    CheckpointOrder, ImageRef, JobEventKind, JobSubmit, ReliabilityQuery, ReliabilityResponse,
+    CheckpointOrder, JobEventKind, JobSubmit, ReliabilityQuery, ReliabilityResponse,
 };
 use crate::net::NetError;
 
@@ -343,39 +344,41 @@ fn checkpoint_news(news: &AttemptNews) -> Option<CheckpointNews> {
     }
 }
 
-/// The job a task's attempt hands to its host, its image (the archive
-/// offered like an input), and the offer of its inputs by hash (kept for
-/// the attempt; the host reads what it lacks over `/gleaner/data/1`). A
-/// file shared by every task, the image's archive too, is hashed once.
+/// The job a task's attempt hands to its host, its image (its config and
+/// layers offered like inputs, or a root-filesystem tar whole), and the
+/// offer of its inputs by hash (kept for the attempt; the host reads what
+/// it lacks over `/gleaner/data/1`). A file shared by every task, and each
+/// part of the image, is hashed once.
 async fn job_submit<P: JobPool>(
     pool: &P,
     plan: &AttemptPlan,
     record: &BatchRecord,
     (argv, env, inputs): TaskParts,
     checkpoint: Option<CheckpointOrder>,
-) -> Result<(JobSubmit, Option<ImageRef>, Offer), String> {
+) -> Result<(JobSubmit, Option<JobImage>, Offer), String> {
     let mut specs: Vec<InputSpec> = inputs
         .into_iter()
-        .map(|(local, path)| InputSpec { path, local })
+        .map(|(local, path)| InputSpec {
+            path,
+            local,
+            part: None,
+        })
         .collect();
+    let own = specs.len();
+    let mut layered = false;
     if let Some(image) = &record.image {
-        specs.push(InputSpec {
-            path: image_name(&image.local),
-            local: image.local.clone(),
-        });
+        let parts = image_parts(image).await?;
+        layered = parts.is_some();
+        specs.extend(image_specs(image, parts.as_ref()));
     }
     let offer = pool.offer(&specs).await?;
     offer.allow(plan.host);
     let mut refs = offer.refs().to_vec();
+    // The image's parts were offered after the task's own inputs.
+    let image_refs = refs.split_off(own.min(refs.len()));
     let image = match &record.image {
         None => None,
-        Some(image) => Some(ImageRef {
-            id: image.id,
-            // Offered last, after the inputs.
-            archive: refs
-                .pop()
-                .ok_or_else(|| "the image was not offered".to_string())?,
-        }),
+        Some(image) => Some(job_image(image, layered, image_refs)?),
     };
     let submit = JobSubmit {
         job_id: plan.job_id.to_string(),
@@ -389,17 +392,6 @@ async fn job_submit<P: JobPool>(
         checkpoint,
     };
     Ok((submit, image, offer))
-}
-
-/// What an image's archive is called in a submission (and so in a host's
-/// messages): its file name, cut to what a host takes.
-fn image_name(local: &std::path::Path) -> String {
-    let name = local
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| "image".to_string());
-    name.chars().take(128).collect()
 }
 
 /// Runs [`estimate_batch`] on the blocking pool.
