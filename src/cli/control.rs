@@ -196,7 +196,7 @@ fn status_text(r: &StatusReport) -> String {
     for p in &r.predictions {
         let value = match (p.tr, &p.error) {
             (Some(tr), _) if p.prior => format!(
-                "{:.1} % (a prior: no day of this host's record yet)",
+                "{:.1} % (a prior: no past day of this kind in the record yet)",
                 tr * 100.0
             ),
             (Some(tr), _) => format!("{:.1} %", tr * 100.0),

@@ -130,7 +130,7 @@ pub fn now_live(s: &HostStatus) -> String {
         let value = match tr {
             Ok((tr, crate::report::Basis::Record)) => format!("{tr:.3}"),
             Ok((tr, crate::report::Basis::Prior)) => format!(
-                "{tr:.3} <span class=\"note\">(a prior: no day of this host's record yet)</span>"
+                "{tr:.3} <span class=\"note\">(a prior: no past day of this kind in the record yet)</span>"
             ),
             Err(e) => format!("<span class=\"note\">{}</span>", escape(e)),
         };

@@ -175,7 +175,7 @@ fn a_fresh_node_answers_with_a_marked_prior_then_from_its_record() {
     }
     let text = node.run_ok(&["status"]);
     assert!(
-        text.contains("(a prior: no day of this host's record yet)"),
+        text.contains("(a prior: no past day of this kind in the record yet)"),
         "{text}"
     );
 
