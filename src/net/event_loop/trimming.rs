@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use libp2p::request_response;
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
+use libp2p::swarm::ConnectionId;
 use libp2p::{Multiaddr, PeerId};
 
 use super::EventLoop;
@@ -116,8 +117,24 @@ impl EventLoop {
             closing = close.len(),
             "closing connections to peers we do not need"
         );
+        // Only the connections we dialed: one the peer dialed is its own
+        // to close (we may be its bootstrap peer, which it would dial again
+        // at once).
         for peer in close {
-            let _ = self.swarm.disconnect_peer_id(peer);
+            let ours: Vec<ConnectionId> = self
+                .links
+                .get(&peer)
+                .map(|conns| {
+                    conns
+                        .iter()
+                        .filter(|(_, c)| c.link.dialer)
+                        .map(|(id, _)| *id)
+                        .collect()
+                })
+                .unwrap_or_default();
+            for id in ours {
+                self.swarm.close_connection(id);
+            }
         }
     }
 }
