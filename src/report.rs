@@ -150,10 +150,7 @@ pub fn forecast_or_prior(
 /// record covers it.
 fn prior_forecast(series: &HostSeries, request: &ReportRequest) -> Forecast {
     let window = &request.window;
-    let start = series
-        .covers(window.at, window.at)
-        .then(|| series.state_at(window.thresholds, window.at))
-        .flatten();
+    let start = observed_start(series, window);
     Forecast {
         tr: crate::model::baselines::prior::no_record_tr(window.window_secs, start),
         fail_by_cause: None,
@@ -191,6 +188,15 @@ pub fn forecast(series: &HostSeries, request: &ReportRequest) -> Result<Forecast
     })
 }
 
+/// The state at the window's start when the record covers it; `None`
+/// when it does not.
+fn observed_start(series: &HostSeries, window: &PredictRequest) -> Option<State> {
+    series
+        .covers(window.at, window.at)
+        .then(|| series.state_at(window.thresholds, window.at))
+        .flatten()
+}
+
 /// What a [`Forecast`] carries of [`window_context`]: the start state and
 /// the number of history days. When the state at W is observed that needs
 /// no kernel estimate (the history days alone, the list
@@ -203,11 +209,7 @@ fn forecast_context(
     window: &PredictRequest,
 ) -> Result<(Option<InitialState>, usize), PredictError> {
     let (step, steps) = crate::model::predict::geometry(series, window)?;
-    let observed = series
-        .covers(window.at, window.at)
-        .then(|| series.state_at(window.thresholds, window.at))
-        .flatten();
-    match observed {
+    match observed_start(series, window) {
         Some(state) => {
             let span = i64::from(step) * steps as i64;
             let days = history_days(series, window.at, span, window.days)?;

@@ -6,6 +6,7 @@
 //!
 //! It must not know about the pool's members or the request protocols.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -13,7 +14,7 @@ use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::ConnectionId;
 use libp2p::{autonat, dcutr, relay, PeerId};
 
-use super::{peer_of, EventLoop};
+use super::{peer_of, Conn, EventLoop};
 use crate::net::reachability::PeerLink;
 
 /// First wait before re-dialing a lost bootstrap peer or re-reserving a lost relay
@@ -143,8 +144,8 @@ impl EventLoop {
             .collect();
         let mut peers: Vec<PeerLink> = self
             .links
-            .keys()
-            .filter_map(|peer| self.peer_link(*peer))
+            .iter()
+            .filter_map(|(peer, conns)| peer_link(*peer, conns))
             .collect();
         peers.sort_by(|a, b| a.peer.cmp(&b.peer));
         let relay_server = self.cfg.relay_server;
@@ -164,7 +165,10 @@ impl EventLoop {
     /// events was the largest single item of the pool's CPU while it
     /// settled: `bs58` encoding, 4 % of the machine.)
     pub(super) fn refresh_link(&mut self, peer: PeerId) {
-        let link = self.peer_link(peer);
+        let link = self
+            .links
+            .get(&peer)
+            .and_then(|conns| peer_link(peer, conns));
         let name = peer.to_base58();
         self.reach.send_modify(|r| {
             match (
@@ -180,17 +184,6 @@ impl EventLoop {
             }
         });
         self.refresh_contact();
-    }
-
-    /// `peer`'s links as the snapshot lists them; `None` when it has none.
-    fn peer_link(&self, peer: PeerId) -> Option<PeerLink> {
-        let conns = self.links.get(&peer).filter(|c| !c.is_empty())?;
-        let relayed = conns.values().filter(|c| c.relayed).count();
-        Some(PeerLink {
-            peer: peer.to_base58(),
-            direct: u32::try_from(conns.len() - relayed).unwrap_or(u32::MAX),
-            relayed: u32::try_from(relayed).unwrap_or(u32::MAX),
-        })
     }
 
     pub(super) fn dial_bootstrap(&mut self) {
@@ -268,4 +261,17 @@ impl EventLoop {
             }
         }
     }
+}
+
+/// `peer`'s connections as the snapshot lists them; `None` when it has none.
+fn peer_link(peer: PeerId, conns: &HashMap<ConnectionId, Conn>) -> Option<PeerLink> {
+    if conns.is_empty() {
+        return None;
+    }
+    let relayed = conns.values().filter(|c| c.relayed).count();
+    Some(PeerLink {
+        peer: peer.to_base58(),
+        direct: u32::try_from(conns.len() - relayed).unwrap_or(u32::MAX),
+        relayed: u32::try_from(relayed).unwrap_or(u32::MAX),
+    })
 }
