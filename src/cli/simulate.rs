@@ -15,8 +15,8 @@ use crate::model::sched::backtest::{calibrate, widen, Backtests, Calibration, MA
 use crate::model::sched::estimate::Quantiles;
 use crate::model::sched::sim::verify::{replay, VerifyOutcome, VerifyPlan};
 use crate::model::sched::sim::{
-    simulate, submission_estimate, summaries_apply, Knowledge, Policy, SeriesForecaster, SimConfig,
-    SimHost, SimResult,
+    simulate, submission_estimate, summaries_apply, ClaimPlan, Knowledge, Policy, Scoring,
+    SeriesForecaster, SimConfig, SimHost, SimResult,
 };
 use crate::model::sched::timeline::Timeline;
 use crate::model::series::HostSeries;
@@ -137,6 +137,9 @@ pub struct SimulateArgs {
 
     #[command(flatten)]
     pub knowledge: KnowledgeArgs,
+
+    #[command(flatten)]
+    pub claims: ClaimArgs,
 }
 
 /// How task runtimes are drawn.
@@ -219,6 +222,8 @@ pub struct SimulateReport {
     pub verify: String,
     pub verify_warmup: u64,
     pub liars: usize,
+    /// `--overclaim`: the share of hosts that claim TR 1 at every window.
+    pub overclaim: f64,
     pub policies: Vec<PolicyReport>,
     /// TR curves computed (cache misses) and forecasts that had too little history.
     pub curves_computed: usize,
@@ -326,6 +331,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
     let th = Thresholds::default();
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let (hosts, timelines) = build_pool(&series, n_hosts, th, &mut rng)?;
+    let overclaims = args.claims.overclaimers(n_hosts, args.seed)?;
     let runtimes: Vec<f64> = (0..args.tasks)
         .map(|_| args.runtime.draw(&mut rng))
         .collect();
@@ -359,36 +365,45 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         }
     }
     // Each policy once per kind of knowledge (the oracle and `windows`
-    // only with full knowledge).
+    // only with full knowledge) and per claim scoring.
     let kinds_of_knowledge = args.knowledge.kinds(n_hosts)?;
-    let mut runs: Vec<(usize, Knowledge)> = Vec::new();
+    let scorings = args.claims.scorings();
+    let mut runs: Vec<(usize, Knowledge, Scoring)> = Vec::new();
     for (i, &policy) in args.policy.iter().enumerate() {
         for &k in &kinds_of_knowledge {
             let k = match k {
                 Knowledge::Summaries(_) if !summaries_apply(policy) => Knowledge::Full,
                 k => k,
             };
-            if !runs.contains(&(i, k)) {
-                runs.push((i, k));
+            for &scoring in &scorings {
+                if !runs.contains(&(i, k, scoring)) {
+                    runs.push((i, k, scoring));
+                }
             }
         }
     }
     let labels: Vec<String> = runs
         .iter()
-        .map(|&(i, k)| run_label(args.policy[i], k))
+        .map(|&(i, k, scoring)| run_label(args.policy[i], k, scoring))
         .collect();
-    let config = |policy: Policy, estimate_runs: usize, knowledge: Knowledge| SimConfig {
-        knowledge,
-        policy,
-        runtimes: runtimes.clone(),
-        checkpoint_cost_secs: args.checkpoint_cost as f64,
-        horizon_secs: args.horizon as f64,
-        estimate_runs,
-        recheck_secs: 600.0,
-        windows: crate::model::sched::window::WindowRule::default(),
-        tail_copies: args.tail_copies,
-        tail: tail_rule_from_env(),
+    let claims = |scoring: Scoring| ClaimPlan {
+        overclaims: overclaims.clone(),
+        scoring,
     };
+    let config =
+        |policy: Policy, estimate_runs: usize, knowledge: Knowledge, scoring: Scoring| SimConfig {
+            knowledge,
+            policy,
+            runtimes: runtimes.clone(),
+            checkpoint_cost_secs: args.checkpoint_cost as f64,
+            horizon_secs: args.horizon as f64,
+            estimate_runs,
+            recheck_secs: 600.0,
+            windows: crate::model::sched::window::WindowRule::default(),
+            tail_copies: args.tail_copies,
+            tail: tail_rule_from_env(),
+            claims: claims(scoring),
+        };
     let bars = ProgressBars::new(&labels, json_stdout);
     // Jobs: the estimates, then the simulations, the costliest first so
     // the threads end together; each job's result depends only on the job.
@@ -404,8 +419,9 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
             let ((freq, checkpoint), policy) = kinds[k];
             let tag = 1 + u64::from(freq) + 2 * u64::from(checkpoint);
             let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ (tag << 48));
+            // Made before any attempt: no record to score yet.
             let estimate = submission_estimate(
-                &config(policy, args.estimate_runs, Knowledge::Full),
+                &config(policy, args.estimate_runs, Knowledge::Full, Scoring::Off),
                 &hosts,
                 &timelines,
                 &mut forecaster(policy),
@@ -414,7 +430,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
             // Calibrated against the pool's own past: back-test b draws
             // from a generator of its own, so the results depend on the job only.
             let calibration = estimate.filter(|_| args.backtests > 0).map(|(now, _)| {
-                let config = config(policy, args.estimate_runs, Knowledge::Full);
+                let config = config(policy, args.estimate_runs, Knowledge::Full, Scoring::Off);
                 let what = Backtests {
                     config: &config,
                     hosts: &hosts,
@@ -436,13 +452,13 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
             JobOutput::Estimate(estimate, calibration)
         }
         Job::Simulate(r) => {
-            let (i, knowledge) = runs[r];
+            let (i, knowledge, scoring) = runs[r];
             let policy = args.policy[i];
             let bar = bars.start(r);
             let mut policy_rng = ChaCha8Rng::seed_from_u64(args.seed ^ ((i as u64 + 1) << 32));
             let t0 = Instant::now();
             let result = simulate(
-                &config(policy, 0, knowledge),
+                &config(policy, 0, knowledge, scoring),
                 &hosts,
                 &timelines,
                 &mut forecaster(policy),
@@ -470,7 +486,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         }
     }
     let mut policies = Vec::with_capacity(runs.len());
-    for (r, &(i, _)) in runs.iter().enumerate() {
+    for (r, &(i, _, _)) in runs.iter().enumerate() {
         let policy = args.policy[i];
         let Some((mut result, wall_secs)) = results[r].take() else {
             bail!("policy {} was not simulated", labels[r]);
@@ -523,6 +539,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         verify: args.verify.clone(),
         verify_warmup,
         liars: args.liars,
+        overclaim: args.claims.overclaim,
         policies,
         curves_computed: default_fc.computed() + freq_fc.computed(),
         forecasts_failed: default_fc.failed() + freq_fc.failed(),
@@ -558,13 +575,17 @@ enum JobOutput {
     ),
 }
 
-/// A run's name in the report: the policy's, and how it knew the pool
-/// when not fully.
-fn run_label(policy: Policy, knowledge: Knowledge) -> String {
-    match knowledge {
-        Knowledge::Full => policy.name().to_string(),
-        Knowledge::Summaries(_) => format!("{} [summaries]", policy.name()),
+/// A run's name in the report: the policy's, how it knew the pool when
+/// not fully, and what it did with claims when it scored them.
+fn run_label(policy: Policy, knowledge: Knowledge, scoring: Scoring) -> String {
+    let mut label = policy.name().to_string();
+    if let Knowledge::Summaries(_) = knowledge {
+        label.push_str(" [summaries]");
     }
+    if scoring != Scoring::Off {
+        label.push_str(&format!(" [{scoring}]"));
+    }
+    label
 }
 
 /// A rough rank of a policy's simulation cost (which jobs to start first).
@@ -652,8 +673,10 @@ fn parse_on_off(s: &str) -> Result<bool, String> {
     }
 }
 
+mod claims;
 mod knowledge;
 mod svg;
+pub use claims::ClaimArgs;
 pub use knowledge::KnowledgeArgs;
 use svg::write_svgs;
 

@@ -1,7 +1,7 @@
 //! The text report of `gleaner simulate`: one line per policy, then the
-//! verification, tail-copy, back-test, summary and run-time lines. It
-//! formats a finished [`SimulateReport`] and knows nothing of how it was
-//! made.
+//! verification, tail-copy, claim (issue 29), back-test, summary and
+//! run-time lines. It formats a finished [`SimulateReport`] and knows
+//! nothing of how it was made.
 
 use super::SimulateReport;
 
@@ -98,6 +98,29 @@ pub(super) fn table(r: &SimulateReport) -> String {
             res.tail_wins,
             res.tail_cpu_secs / 3600.0,
             100.0 * res.tail_cpu_secs / res.useful_cpu_secs.max(f64::MIN_POSITIVE)
+        ));
+    }
+    for p in &r.policies {
+        let Some(c) = &p.result.claims else { continue };
+        let pct = |x: f64| format!("{:.1} %", 100.0 * x);
+        let discount = |d: Option<f64>| d.map_or_else(|| "-".to_string(), |d| format!("{d:.2}"));
+        out.push_str(&format!(
+            "{:<w$} over-claimers {} of {}: CPU {}, tasks {}, attempts {}; kills on them {} of {} ({}); attempts killed {} (honest {}); discount {} (honest {}); excluded by record {} (honest {})\n",
+            p.label,
+            c.overclaimers,
+            c.hosts,
+            pct(c.cpu_share()),
+            pct(c.task_share()),
+            pct(c.attempt_share()),
+            c.kills_over,
+            c.kills,
+            pct(c.kill_share()),
+            pct(c.over_kill_rate()),
+            pct(c.honest_kill_rate()),
+            discount(c.discount_over),
+            discount(c.discount_honest),
+            c.excluded_over,
+            c.excluded_honest
         ));
     }
     let widened: Vec<String> = r

@@ -289,6 +289,7 @@ mod tests {
             knowledge: crate::sched::sim::Knowledge::Full,
             tail_copies: false,
             tail: Default::default(),
+            claims: Default::default(),
         }
     }
 

@@ -66,6 +66,15 @@ impl TrCurve {
         &self.points
     }
 
+    /// This curve with the TR of every point multiplied by `factor`: a
+    /// host's claims as its record discounts them
+    /// ([`crate::trust::HostTrack::claim_discount`]), the one way the
+    /// node's placement and the simulator's both apply it. TR(0) = 1 stays
+    /// implied, so a curve without points is returned as it is.
+    pub fn scaled(&self, factor: f64) -> TrCurve {
+        TrCurve::new(self.points.iter().map(|&(secs, tr)| (secs, tr * factor)))
+    }
+
     /// Segments `(t0, s0, t1, hazard)` with the implied start (0, 1).
     fn segments(&self) -> impl Iterator<Item = (f64, f64, f64, f64)> + '_ {
         let mut prev = (0.0f64, 1.0f64);

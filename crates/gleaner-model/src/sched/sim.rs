@@ -20,9 +20,11 @@
 //! submission), `events.rs` (the event loop), `dispatch.rs` (placement),
 //! `windows.rs` (`windows`' holds), `knowledge.rs` (placing from the
 //! members' summaries and a few asks), `tail.rs` (tail copies),
-//! `verify.rs` (`--verify`). This file
+//! `verify.rs` (`--verify`), `claims.rs` (over-claiming hosts and the
+//! record that discounts their claims). This file
 //! holds the simulation's state and its entry point.
 
+mod claims;
 mod config;
 mod dispatch;
 mod events;
@@ -38,6 +40,7 @@ pub mod verify;
 mod view;
 mod windows;
 
+pub use claims::{overclaimed_curve, ClaimPlan, ClaimStats, Scoring};
 pub use config::{SimConfig, SimError, SimHost};
 pub use forecast::{Forecaster, SeriesForecaster};
 pub use knowledge::{summaries_apply, Knowledge, ProbeStats, SummaryPlan};
@@ -125,6 +128,9 @@ struct Attempt {
     expected_end: f64,
     /// Started as a tail copy of a task that was running already.
     copy: bool,
+    /// The TR the host claimed for this attempt's expected run (before any
+    /// discount: the claim it is held to, as in the node).
+    claimed_tr: Option<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -198,8 +204,13 @@ struct Sim<'a> {
     now: f64,
     queue: VecDeque<usize>,
     slots: Vec<Slot>,
-    /// The view each host was last seen with (for the rule's comparisons).
+    /// The view each host was last seen with (for the rule's comparisons),
+    /// as the consumer weighs it.
     views: Vec<HostView>,
+    /// The same views as each host claimed them (before any discount).
+    claimed_views: Vec<HostView>,
+    /// Each host's record of claims and what it ran (`claims.rs`).
+    claim_book: claims::ClaimBook,
     view_bucket: Vec<i64>,
     left: Vec<f64>,
     end: Vec<Option<f64>>,
@@ -286,7 +297,9 @@ impl<'a> Sim<'a> {
             now: 0.0,
             queue: order.into(),
             slots: vec![Slot::Down { expected_up: 0.0 }; hosts.len()],
-            views: vec![blank; hosts.len()],
+            views: vec![blank.clone(); hosts.len()],
+            claimed_views: vec![blank; hosts.len()],
+            claim_book: claims::ClaimBook::new(hosts.len()),
             view_bucket: vec![i64::MIN; hosts.len()],
             left: config.runtimes.clone(),
             end: vec![None; n],

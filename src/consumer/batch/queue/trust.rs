@@ -13,7 +13,6 @@ use libp2p::PeerId;
 use crate::consumer::batch::verify::{LandedCopy, VerifySpec};
 use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
-use crate::model::sched::curve::TrCurve;
 use crate::model::trust::{AdaptiveRule, HostTrack, Outcome, Standing};
 
 /// A landed copy waiting for its digest.
@@ -173,10 +172,7 @@ impl Trust {
         let mut out = host.clone();
         if factor < 1.0 {
             out.tr = host.tr.map(|tr| tr * factor);
-            out.curve = host
-                .curve
-                .as_ref()
-                .map(|c| TrCurve::new(c.points().iter().map(|&(secs, tr)| (secs, tr * factor))));
+            out.curve = host.curve.as_ref().map(|c| c.scaled(factor));
         }
         out
     }

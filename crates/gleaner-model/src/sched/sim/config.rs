@@ -43,6 +43,10 @@ pub struct SimConfig {
     pub tail_copies: bool,
     /// How tail copies are chosen.
     pub tail: TailRule,
+    /// Hosts that over-claim their TR, and whether the consumer scores
+    /// claims (issue 29; `sim/claims.rs`). The default: every host honest,
+    /// no scoring.
+    pub claims: super::ClaimPlan,
 }
 
 /// Why a simulation could not run.

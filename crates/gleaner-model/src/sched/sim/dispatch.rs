@@ -23,10 +23,13 @@ impl Sim<'_> {
                         let Some(&task) = self.queue.front() else {
                             break;
                         };
-                        let free = std::mem::take(&mut self.free);
+                        // Every free host, but those a record passes over.
+                        let free = self.placeable();
+                        if free.is_empty() {
+                            break;
+                        }
                         let i = self.choose_fifo(task, &free, forecaster, rng);
-                        self.free = free;
-                        let host = self.free[i];
+                        let host = free[i];
                         self.take(host);
                         self.queue.pop_front();
                         self.start(task, host, forecaster);
@@ -98,6 +101,10 @@ impl Sim<'_> {
             if eligible.is_empty() {
                 return;
             }
+            // Free hosts a record passes over are, to the rule, unusable
+            // (empty outside `--claim-scoring record`).
+            let passed = self.passed_over_all();
+            let passed_over = |g: usize| passed.get(g).copied().unwrap_or(false);
             let (slots, views, left) = (&self.slots, &self.views, &self.left);
             let queue: Vec<usize> = eligible.iter().map(|&i| self.queue[i]).collect();
             let queue = &queue;
@@ -109,6 +116,7 @@ impl Sim<'_> {
                     None => f64::INFINITY,
                 },
                 free_in: |g: usize| match &slots[g] {
+                    Slot::Free if passed_over(g) => f64::INFINITY,
                     Slot::Free => 0.0,
                     Slot::Down { expected_up } => (expected_up - now).max(f64::MIN_POSITIVE),
                     Slot::Busy(a) => (a.expected_end - now).max(f64::MIN_POSITIVE),
@@ -124,7 +132,7 @@ impl Sim<'_> {
             } else {
                 let mut placed = None;
                 while let Some(host) = fresh.pop() {
-                    if !matches!(slots[host], Slot::Free) {
+                    if !matches!(slots[host], Slot::Free) || passed_over(host) {
                         continue;
                     }
                     if let Some(j) = rule.pick_for_host(host, &mut Scan(turnaround)) {

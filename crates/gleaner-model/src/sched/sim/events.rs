@@ -3,6 +3,7 @@
 //! killed (work since its last checkpoint lost, the task requeued); a host
 //! goes down and comes back. Which task goes where is `dispatch.rs`'s.
 
+use super::claims::AttemptEnd;
 use super::{checkpoints_in, Attempt, Ev, Forecaster, Policy, Sim, Slot};
 use crate::sched::curve::young_daly_interval;
 use crate::sched::estimate::checkpoint_mttf;
@@ -84,6 +85,7 @@ impl Sim<'_> {
         self.slot_changed(host, true);
         self.host_up(host);
         let overhead = a.cost * checkpoints_in(a.work, a.interval) as f64;
+        self.attempt_ended(host, a.work + overhead, AttemptEnd::Landed, a.claimed_tr);
         self.wasted += overhead;
         self.checkpoints += checkpoints_in(a.work, a.interval);
         self.left[a.task] = 0.0;
@@ -113,11 +115,13 @@ impl Sim<'_> {
             if a.task != task {
                 continue;
             }
+            let (start, claimed_tr) = (a.start, a.claimed_tr);
             let h = self.hosts[host];
             let done_units = self.timelines[h.timeline].work_between(
-                self.trace_time(host, a.start),
+                self.trace_time(host, start),
                 self.trace_time(host, self.now),
             ) * h.power;
+            self.attempt_ended(host, done_units, AttemptEnd::Cancelled, claimed_tr);
             self.wasted += done_units;
             self.tail_cpu += done_units;
             self.running[task] = self.running[task].saturating_sub(1);
@@ -154,10 +158,14 @@ impl Sim<'_> {
         // The task resumes from the best checkpoint either copy wrote
         // (without tail copies, `left` is this attempt's work).
         self.left[a.task] = self.left[a.task].min((a.work - saved).max(0.0));
-        if let Some(i) = cause.failure_index() {
+        let end = if let Some(i) = cause.failure_index() {
             self.kills[i] += 1;
             self.task_kills[a.task] += 1;
-        }
+            AttemptEnd::Killed
+        } else {
+            AttemptEnd::Ended
+        };
+        self.attempt_ended(host, done_units, end, a.claimed_tr);
         self.running[a.task] = self.running[a.task].saturating_sub(1);
         if a.copy {
             self.tail_cpu += lost;
@@ -243,6 +251,9 @@ impl Sim<'_> {
         let end = tl.finish_time(tt, units / h.power);
         let fail = tl.next_failure(tt);
         let expected_end = self.now + view.expected_run_secs(work);
+        // The claim the host is held to: its own, before any discount.
+        let claimed_tr = Some(self.claimed_views[host].p_success(work));
+        self.claim_book.attempts[host] += 1;
         match (end, fail) {
             (Some(e), Some((f, _))) if e <= f => {
                 self.push(e - h.offset as f64, Ev::Finish { host, attempt: id })
@@ -269,6 +280,7 @@ impl Sim<'_> {
             cost,
             expected_end,
             copy: false,
+            claimed_tr,
         });
         self.running[task] += 1;
     }

@@ -617,6 +617,7 @@ mod tests {
             knowledge,
             tail_copies: false,
             tail: Default::default(),
+            claims: Default::default(),
         };
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         simulate(
@@ -710,6 +711,7 @@ mod tests {
             knowledge: Knowledge::Full,
             tail_copies: false,
             tail: Default::default(),
+            claims: Default::default(),
         };
         let mut sim = Sim::new(&config, &hosts, &timelines);
         let mut rng = ChaCha8Rng::seed_from_u64(1);

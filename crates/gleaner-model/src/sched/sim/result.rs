@@ -62,10 +62,15 @@ pub struct SimResult {
     /// counted in `wasted_cpu_secs`.
     #[serde(default)]
     pub tail_cpu_secs: f64,
+    /// What went to the over-claiming hosts, when the run had any or
+    /// scored claims (issue 29; `claims.rs`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub claims: Option<super::ClaimStats>,
 }
 
 impl Sim<'_> {
     pub(super) fn result(self) -> SimResult {
+        let claims = self.claim_stats();
         let n = self.config.runtimes.len();
         let mut ends: Vec<f64> = self.end.iter().flatten().copied().collect();
         ends.sort_by(f64::total_cmp);
@@ -121,6 +126,7 @@ impl Sim<'_> {
             tail_copies: self.tail_copies,
             tail_wins: self.tail_wins,
             tail_cpu_secs: self.tail_cpu,
+            claims,
         }
     }
 }

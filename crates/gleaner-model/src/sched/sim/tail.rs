@@ -41,7 +41,7 @@ impl Sim<'_> {
         if candidates.is_empty() {
             return;
         }
-        let mut free = self.free.clone();
+        let mut free = self.placeable();
         // A stable order, whatever order hosts were freed in.
         free.sort_unstable();
         let views: Vec<_> = free

@@ -26,6 +26,7 @@ fn config(policy: Policy, runtimes: Vec<f64>) -> SimConfig {
         knowledge: Knowledge::Full,
         tail_copies: false,
         tail: Default::default(),
+        claims: Default::default(),
     }
 }
 

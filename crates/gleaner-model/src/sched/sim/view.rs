@@ -1,5 +1,6 @@
 //! What the simulated consumer knows of a host: trace time, the view the
-//! rules weigh (from the host's past only, refreshed every 15 minutes),
+//! rules weigh (from the host's past only, refreshed every 15 minutes; what
+//! the host claims, weighed by its record of claims when they are scored),
 //! its usual outage and its past week's failures. Nothing here reads a
 //! trace's future.
 
@@ -31,26 +32,45 @@ impl Sim<'_> {
     pub(super) fn view(&mut self, host: usize, forecaster: &mut dyn Forecaster) -> &HostView {
         let bucket = view_bucket(self.now);
         if self.view_bucket[host] != bucket {
-            self.views[host] = self.view_at(host, self.now, forecaster);
+            let claimed = self.claimed_view_at(host, self.now, forecaster);
+            self.views[host] = self.weighed(host, &claimed);
+            self.claimed_views[host] = claimed;
             self.view_bucket[host] = bucket;
             self.order_stale = true;
         }
         &self.views[host]
     }
 
-    /// What `host` would say of itself at time `t`, from its past only.
+    /// `host` at time `t` as the consumer weighs it: what it says of
+    /// itself, discounted by its record when claims are scored
+    /// (`claims.rs`).
     pub(super) fn view_at(&self, host: usize, t: f64, forecaster: &mut dyn Forecaster) -> HostView {
+        let claimed = self.claimed_view_at(host, t, forecaster);
+        self.weighed(host, &claimed)
+    }
+
+    /// What `host` would say of itself at time `t`, from its past only (an
+    /// over-claimer's curve is TR 1 at every window, `claims.rs`).
+    pub(super) fn claimed_view_at(
+        &self,
+        host: usize,
+        t: f64,
+        forecaster: &mut dyn Forecaster,
+    ) -> HostView {
         let h = self.hosts[host];
         let tl = &self.timelines[h.timeline];
         let tt = self.trace_time(host, t);
         let (share, _) = tl.past(tt, PAST_LOOKBACK_SECS);
         let availability = share.unwrap_or_else(|| tl.rate_at(tt));
         let curve = forecaster.curve(h.timeline, self.lap_time(host, t));
-        HostView {
-            power: h.power,
-            availability,
-            curve,
-        }
+        self.claimed(
+            host,
+            HostView {
+                power: h.power,
+                availability,
+                curve,
+            },
+        )
     }
 
     pub(super) fn outage_guess(&self, host: usize) -> f64 {

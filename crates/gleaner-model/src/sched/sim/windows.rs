@@ -40,6 +40,10 @@ impl Sim<'_> {
         let mut windows: Vec<Window> = Vec::new();
         let mut mine: Vec<Window> = Vec::new();
         for g in 0..self.hosts.len() {
+            // A host its record passes over is no window for anyone.
+            if self.passed_over(g) {
+                continue;
+            }
             // Free hosts are seen as they are now; busy and down ones as
             // they were last seen (what the consumer knows of them).
             let free_in = match &self.slots[g] {
