@@ -30,7 +30,9 @@
 # minutes), HOSTS_ROUNDS (10), TASKS (2N),
 # LIST_LIMIT (300 s to wait for the full listing), DAYS (8: a weekend day is needed), KEEP (unset),
 # NICE (10), GLEANER_BIN (the release build), MIN_FREE_MIB (2048: stop
-# starting nodes when the machine has less memory available).
+# starting nodes when the machine has less memory available), START_GAP (0:
+# seconds to wait between two starts; on one machine the nodes' own starts
+# are each other's load, which a pool of separate machines does not have).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:?usage: examples/many-nodes.sh N}
@@ -42,6 +44,7 @@ LIST_LIMIT=${LIST_LIMIT:-300}
 DAYS=${DAYS:-8}
 NICE=${NICE:-10}
 MIN_FREE_MIB=${MIN_FREE_MIB:-2048}
+START_GAP=${START_GAP:-0}
 if [ -z "${GLEANER_BIN:-}" ]; then
     cargo build --release --quiet
 fi
@@ -91,7 +94,7 @@ traffic_peers() {
 }
 HZ=$(getconf CLK_TCK)
 
-echo "== $N hosts and a consumer on 127.0.0.1 ($(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "== $N hosts and a consumer on 127.0.0.1 ($(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), ${START_GAP} s between starts)"
 echo "0 5 8000" > "$DIR/quiet-owner.txt"
 mkdir -p "$DIR/n0"
 "$B" --data-dir "$DIR/n0/data" trace synth --seed 1 --days "$DAYS" --step 60 --end now \
@@ -127,6 +130,7 @@ for n in $(seq 1 "$N"); do
         exit 1
     fi
     start "$n" --bootstrap "$BOOT"
+    if [ "$n" -lt "$N" ]; then sleep "$START_GAP"; fi
 done
 T_LAST=$(now)
 awk -v a="$T_FIRST" -v b="$T_LAST" -v n="$N" 'BEGIN { printf "started %d nodes in %.1f s\n", n + 1, b - a }'

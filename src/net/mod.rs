@@ -18,6 +18,7 @@ pub mod peer_book;
 pub mod pool_shards;
 pub mod protocol;
 pub mod reachability;
+pub mod routing_table;
 pub mod summary;
 pub mod swarm;
 pub mod traffic;

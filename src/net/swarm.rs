@@ -271,6 +271,23 @@ pub(crate) const PROVIDER_RECORD_TTL: Duration = Duration::from_secs(60 * 60);
 /// node may spend idle. Peers that contact us enter the table anyway.
 const KAD_BOOTSTRAP_EVERY: Duration = Duration::from_secs(30 * 60);
 
+/// Kademlia's replication factor (default 20): how many of the peers closest
+/// to a key hold its provider records, and how many closest peers a lookup
+/// waits for before it ends, so about how many connections each lookup opens.
+/// A member's re-check of its place in the pool's keys is three lookups
+/// (its parent key, its own, and providing it), so at 20 each re-check
+/// dialed some 60 peers, and every member's re-checks landed on the few
+/// dozen peers closest to the upper keys of the trie: in a pool of 300 such
+/// a peer took a new connection every few seconds, and each new connection
+/// costs a handshake, identify and the per-connection state for minutes
+/// (docs/scale.md). Ten holders are still far more than a key needs: every
+/// holder is refreshed by each provider's re-check every 10 to 20 minutes,
+/// and a record lives an hour ([`PROVIDER_RECORD_TTL`]).
+const KAD_REPLICATION: NonZeroUsize = match NonZeroUsize::new(10) {
+    Some(n) => n,
+    None => NonZeroUsize::MIN,
+};
+
 /// How often each connection is pinged (default 15 s): the cost of a ping
 /// is per connection, and a node every member bootstraps from has hundreds.
 const PING_EVERY: Duration = Duration::from_secs(60);
@@ -297,6 +314,10 @@ fn build_behaviour(
 
     let mut kad_cfg = kad::Config::new(StreamProtocol::new(KAD_PROTOCOL));
     kad_cfg.set_query_timeout(Duration::from_secs(30));
+    kad_cfg.set_replication_factor(KAD_REPLICATION);
+    // Peers enter the routing table through `net::routing_table` only, which
+    // never fills a full bucket (the automatic insert dials for it).
+    kad_cfg.set_kbucket_inserts(kad::BucketInserts::Manual);
     // Our records are refreshed by the discovery's re-checks, not by
     // Kademlia's 12-hourly republication.
     kad_cfg.set_provider_record_ttl(Some(PROVIDER_RECORD_TTL));

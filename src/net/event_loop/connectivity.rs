@@ -16,6 +16,7 @@ use libp2p::{autonat, dcutr, relay, PeerId};
 
 use super::{peer_of, Conn, EventLoop};
 use crate::net::reachability::PeerLink;
+use crate::net::routing_table;
 
 /// First wait before re-dialing a lost bootstrap peer or re-reserving a lost relay
 /// slot; doubled after each failure up to `RETRY_MAX`.
@@ -189,10 +190,8 @@ impl EventLoop {
     pub(super) fn dial_bootstrap(&mut self) {
         for addr in self.cfg.bootstrap.clone() {
             if let Some(peer) = peer_of(&addr) {
-                self.swarm
-                    .behaviour_mut()
-                    .kad
-                    .add_address(&peer, addr.clone());
+                let _ =
+                    routing_table::learn(&mut self.swarm.behaviour_mut().kad, &peer, addr.clone());
             }
             if let Err(e) = self.swarm.dial(addr.clone()) {
                 tracing::warn!(%addr, "bootstrap dial failed: {e}");

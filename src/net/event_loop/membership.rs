@@ -31,6 +31,7 @@ use crate::net::protocol::{
     Announcement, HostSummary, SummaryWithImages, ANNOUNCE_MAX_BYTES, IMAGES_HELD_MAX,
     SUMMARY_FORMAT, SUMMARY_FORMAT_1, SUMMARY_MAX_BYTES,
 };
+use crate::net::routing_table;
 use crate::net::summary::{decode_summary, min_gap, Summary};
 use crate::net::swarm::ANNOUNCED_ADDRESSES_MAX;
 
@@ -149,10 +150,8 @@ impl EventLoop {
         // Only addresses we could reach: another home's loopback or LAN address
         // would send the dial to ourselves or nowhere.
         for addr in member.addresses.iter().filter(|a| self.scope.usable(a)) {
-            self.swarm
-                .behaviour_mut()
-                .kad
-                .add_address(&source, addr.clone());
+            let _ =
+                routing_table::learn(&mut self.swarm.behaviour_mut().kad, &source, addr.clone());
         }
         let usable: Vec<Multiaddr> = member
             .addresses

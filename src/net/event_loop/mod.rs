@@ -50,6 +50,7 @@ use crate::net::protocol::{
     KAD_PROTOCOL,
 };
 use crate::net::reachability::{AddressScope, Reachability};
+use crate::net::routing_table;
 use crate::net::summary::min_gap;
 use crate::net::swarm::{
     build_swarm, is_quic, Behaviour, BehaviourEvent, BuildError, NetConfig, EVENT_QUEUE,
@@ -332,10 +333,8 @@ impl EventLoop {
                     let _ = reply.send(Err(NetError::Dial(format!("{addr} has no /p2p/ part"))));
                     return;
                 };
-                self.swarm
-                    .behaviour_mut()
-                    .kad
-                    .add_address(&peer, addr.clone());
+                let _ =
+                    routing_table::learn(&mut self.swarm.behaviour_mut().kad, &peer, addr.clone());
                 let opts = DialOpts::from(addr);
                 let id = opts.connection_id();
                 match self.swarm.dial(opts) {
@@ -480,10 +479,11 @@ impl EventLoop {
                 if let ConnectedPoint::Dialer { address, .. } = endpoint {
                     self.remember_connection(peer_id, Some(&address));
                     if self.scope.usable(&address) {
-                        self.swarm
-                            .behaviour_mut()
-                            .kad
-                            .add_address(&peer_id, address);
+                        let _ = routing_table::learn(
+                            &mut self.swarm.behaviour_mut().kad,
+                            &peer_id,
+                            address,
+                        );
                     }
                 } else {
                     self.remember_connection(peer_id, None);
@@ -545,7 +545,11 @@ impl EventLoop {
                 if protocols.contains(&StreamProtocol::new(KAD_PROTOCOL)) {
                     for addr in info.listen_addrs {
                         if self.scope.usable(&addr) {
-                            self.swarm.behaviour_mut().kad.add_address(&peer_id, addr);
+                            let _ = routing_table::learn(
+                                &mut self.swarm.behaviour_mut().kad,
+                                &peer_id,
+                                addr,
+                            );
                         }
                     }
                 }
@@ -555,10 +559,11 @@ impl EventLoop {
             BehaviourEvent::Dcutr(event) => self.on_dcutr_event(event),
             BehaviourEvent::Mdns(mdns::Event::Discovered(found)) => {
                 for (peer, addr) in found {
-                    self.swarm
-                        .behaviour_mut()
-                        .kad
-                        .add_address(&peer, addr.clone());
+                    let _ = routing_table::learn(
+                        &mut self.swarm.behaviour_mut().kad,
+                        &peer,
+                        addr.clone(),
+                    );
                     if !self.swarm.is_connected(&peer) {
                         let _ = self.swarm.dial(addr);
                     }

@@ -19,6 +19,7 @@ use libp2p::{Multiaddr, PeerId};
 use super::EventLoop;
 use crate::net::peer_book::{BookStore, HeardSummary, PeerBook, Redialer, BOOK_MAX};
 use crate::net::reachability::AddressScope;
+use crate::net::routing_table;
 
 /// How often the redialer looks at the connections.
 pub(super) const REDIAL_TICK: Duration = Duration::from_secs(2);
@@ -157,10 +158,11 @@ impl EventLoop {
         for dial in dials {
             tracing::debug!(peer = %dial.peer, addresses = ?dial.addresses, "redialing a remembered member");
             for addr in &dial.addresses {
-                self.swarm
-                    .behaviour_mut()
-                    .kad
-                    .add_address(&dial.peer, addr.clone());
+                let _ = routing_table::learn(
+                    &mut self.swarm.behaviour_mut().kad,
+                    &dial.peer,
+                    addr.clone(),
+                );
             }
             let opts = DialOpts::peer_id(dial.peer)
                 .addresses(dial.addresses)
