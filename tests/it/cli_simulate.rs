@@ -356,3 +356,68 @@ fn summaries_place_from_a_few_asks_a_round_and_the_report_says_so() {
             .stderr(predicate::str::contains(flag.trim_start_matches("--")));
     }
 }
+
+#[test]
+fn overclaimers_are_reported_with_and_without_scoring_and_only_when_asked() {
+    let base = [
+        "--hosts",
+        "24",
+        "--tasks",
+        "60",
+        "--runtime",
+        "lognormal:2h,0.5",
+        "--seed",
+        "3",
+        "--policy",
+        "proactive",
+        "--estimate-runs",
+        "0",
+    ];
+    // Nothing asked: the report is as before issue 29, no claims.
+    let plain = simulate(&base);
+    assert!(plain["policies"][0].get("claims").is_none());
+    let mut asked = base.to_vec();
+    asked.extend([
+        "--overclaim",
+        "0.25",
+        "--claim-scoring",
+        "off,discount,record",
+    ]);
+    let r = simulate(&asked);
+    let policies = r["policies"].as_array().unwrap();
+    let labels: Vec<&str> = policies
+        .iter()
+        .map(|p| p["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        labels,
+        ["proactive", "proactive [discount]", "proactive [record]"]
+    );
+    for p in policies {
+        let c = &p["claims"];
+        assert_eq!(c["overclaimers"], 6, "{p}");
+        assert_eq!(c["hosts"], 24, "{p}");
+        assert_eq!(p["finished"], 60, "{p}");
+        assert!(c["attempts_over"].as_u64().unwrap() <= c["attempts"].as_u64().unwrap());
+        assert!(c["kills_over"].as_u64().unwrap() <= c["kills"].as_u64().unwrap());
+    }
+    assert_eq!(policies[0]["claims"]["scoring"], "off");
+    assert_eq!(policies[1]["claims"]["scoring"], "discount");
+    assert_eq!(policies[2]["claims"]["scoring"], "record");
+    // A host that claims TR 1 and is killed lands less than it promised:
+    // its record discounts it (kept in both runs, used in the scored one).
+    for p in policies {
+        let c = &p["claims"];
+        if c["kills_over"].as_u64().unwrap() > 0 {
+            assert!(c["discount_over"].as_f64().unwrap() < 1.0, "{p}");
+        }
+    }
+    gleaner()
+        .arg("simulate")
+        .arg("--trace")
+        .arg(shared(TRACES[2]))
+        .args(["--tasks", "1", "--runtime", "1h", "--overclaim", "1.5"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("--overclaim"));
+}
