@@ -265,11 +265,19 @@ const GOSSIP_HEARTBEAT: Duration = Duration::from_secs(5);
 /// gone from the pool's keys within the hour instead of the 48 h default.
 pub(crate) const PROVIDER_RECORD_TTL: Duration = Duration::from_secs(60 * 60);
 
-/// How often Kademlia refreshes its routing table (default 5 min): a
-/// refresh is several queries of about 20 peers each, some 100 KB a node in a
-/// pool of 20, so every 5 min it alone would be a third of the 1 KB/s a
-/// node may spend idle. Peers that contact us enter the table anyway.
-const KAD_BOOTSTRAP_EVERY: Duration = Duration::from_secs(30 * 60);
+/// How often Kademlia refreshes its routing table (default 5 min). A refresh
+/// is a lookup of our own id and one in every bucket farther out, each
+/// dialing peers it is not connected to, and every new connection costs
+/// both ends a handshake, identify and the lookup's answers: in the
+/// 300-node harness the members whose 30-minute refresh fell into the idle
+/// window received 2.4-2.8 KB/s there against 0.3-0.7 KB/s for those whose
+/// refresh came after it (docs/scale.md), so at 30 min the refresh alone
+/// was about half of a member's idle traffic. The table does not need it
+/// to stay useful: peers that contact us enter it where there is room
+/// (`net::routing_table`), a dead entry leaves when a lookup fails to
+/// reach it, and Kademlia refreshes by itself while the table holds fewer
+/// than 20 peers.
+const KAD_BOOTSTRAP_EVERY: Duration = Duration::from_secs(4 * 60 * 60);
 
 /// Kademlia's replication factor (default 20): how many of the peers closest
 /// to a key hold its provider records, and how many closest peers a lookup
