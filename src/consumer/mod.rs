@@ -265,6 +265,9 @@ pub struct ConsumerSettings {
     /// Holds for later windows for every batch (`[batch] later_windows`,
     /// issue 28).
     pub later_windows: bool,
+    /// The unit of the later starts the hosts are asked about, seconds
+    /// (`[batch] later_unit_secs`: an hour but in tests and demos).
+    pub later_unit_secs: u64,
 }
 
 /// The consumer actor.
@@ -327,6 +330,7 @@ impl Consumer {
         )?;
         queue.set_tail_copies(settings.tail_copies);
         queue.set_later_windows(settings.later_windows);
+        queue.set_later_unit(settings.later_unit_secs);
         Ok((
             Consumer {
                 net,

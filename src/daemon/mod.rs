@@ -214,6 +214,7 @@ pub async fn run(
                 batch_dir: data_dir.join("batches"),
                 tail_copies: config.batch.tail_copies,
                 later_windows: config.batch.later_windows,
+                later_unit_secs: config.batch.later_unit_secs,
             },
             tracker.clone(),
             shutdown.clone(),

@@ -45,6 +45,7 @@ mod cli_simulate;
 mod control_fuzz;
 mod dashboard_browser;
 mod data_transfer;
+mod hold_pool;
 mod image_pool;
 mod model_properties;
 mod monitor_guest_exclusion;

@@ -26,6 +26,10 @@ pub struct BatchSection {
     /// A task no free host is likely to finish waits for a host's later
     /// window (issue 28).
     pub later_windows: bool,
+    /// The unit of the later starts hosts are asked about, seconds: an
+    /// hour, or down to a minute for tests and demos whose owners' loads
+    /// are scripted in minutes.
+    pub later_unit_secs: u64,
 }
 
 impl Default for BatchSection {
@@ -33,6 +37,7 @@ impl Default for BatchSection {
         BatchSection {
             tail_copies: crate::consumer::batch::queue::TAIL_COPIES_DEFAULT,
             later_windows: crate::consumer::batch::queue::LATER_WINDOWS_DEFAULT,
+            later_unit_secs: crate::consumer::batch::queue::LATER_UNIT_SECS,
         }
     }
 }

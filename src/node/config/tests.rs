@@ -61,6 +61,25 @@ fn later_windows_are_off_by_default_and_turned_on_by_the_batch_section() {
 }
 
 #[test]
+fn the_later_unit_is_an_hour_by_default_and_bounded_to_a_minute_to_an_hour() {
+    let path = Path::new("config.toml");
+    assert_eq!(Config::default().batch.later_unit_secs, 3600);
+    let minute = Config::parse("[batch]\nlater_unit_secs = 60\n", path).unwrap();
+    assert_eq!(minute.batch.later_unit_secs, 60);
+    assert!(!minute.batch.later_windows, "the unit turns nothing on");
+    for bad in ["0", "59", "3601", "9223372036854775807"] {
+        let e = Config::parse(&format!("[batch]\nlater_unit_secs = {bad}\n"), path)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[batch] later_unit_secs"), "{e}");
+    }
+    let e = Config::parse("[batch]\nlater_unit_secs = -1\n", path)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("later_unit_secs"), "{e}");
+}
+
+#[test]
 fn tail_copies_are_off_by_default_and_turned_on_by_the_batch_section() {
     let path = Path::new("config.toml");
     assert_eq!(

@@ -58,11 +58,17 @@ pub const RANGES: &[(&str, &str, u64, u64)] = &[
     ("net", "request_timeout_secs", 1, 600),
     ("net", "announce_secs", 1, 3_600),
     ("net", "max_retries", 0, 100),
+    (
+        "batch",
+        "later_unit_secs",
+        crate::consumer::batch::queue::LATER_UNIT_MIN_SECS,
+        crate::consumer::batch::queue::LATER_UNIT_SECS,
+    ),
 ];
 
 impl Config {
     /// Every integer key's value, as named in the file (for [`RANGES`]).
-    fn integer_values(&self) -> [(&'static str, &'static str, u64); 21] {
+    fn integer_values(&self) -> [(&'static str, &'static str, u64); 22] {
         let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
         [
             (
@@ -114,6 +120,7 @@ impl Config {
             ),
             ("net", "announce_secs", self.net.announce_interval.as_secs()),
             ("net", "max_retries", u64::from(self.net.max_retries)),
+            ("batch", "later_unit_secs", self.batch.later_unit_secs),
         ]
     }
 

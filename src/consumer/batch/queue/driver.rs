@@ -133,6 +133,12 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         self.core.set_later_windows(on);
     }
 
+    /// Sets the unit of the later-start grid, seconds (`[batch]
+    /// later_unit_secs`).
+    pub fn set_later_unit(&mut self, secs: u64) {
+        self.core.set_later_unit(secs);
+    }
+
     pub fn subscribe(&self) -> broadcast::Receiver<TaskEvent> {
         self.events.subscribe()
     }

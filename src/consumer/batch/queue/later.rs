@@ -17,6 +17,13 @@
 //! to normal placement. When a held
 //! window comes, the next round asks its host (`rounds`).
 //!
+//! The later starts asked about are counted in a unit, an hour unless the
+//! node's config sets a smaller one (`[batch] later_unit_secs`, down to a
+//! minute) so that a test or a demo pool whose owners' loads are scripted
+//! in minutes sees its holds come within minutes. Only the grid scales:
+//! the rule's weights, how long answers are used, and the grace stay as
+//! they are.
+//!
 //! Pure: no tokio, no files, no clock.
 
 use std::collections::HashMap;
@@ -36,10 +43,21 @@ use crate::model::sched::window::{
     follow_plan, kept_elsewhere, Choice, HostNow, Lapse, Plan, Window, WindowRule,
 };
 
-/// The later starts a host is asked about, hours from now: hourly over the
-/// first hours, sparser after (forecasts for windows that start later are
+/// The later starts a host is asked about, in units of the queue's later
+/// unit from now (an hour: [`LATER_UNIT_SECS`]): hourly over the first
+/// hours, sparser after (forecasts for windows that start later are
 /// coarse: shared/findings/future-windows.md).
-pub(super) const LATER_STARTS_H: [i64; 11] = [1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24];
+pub(super) const LATER_STARTS: [i64; 11] = [1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24];
+/// The unit of [`LATER_STARTS`] unless the node's config scales it
+/// (`[batch] later_unit_secs`): an hour, the grain of owners' habits and
+/// of the forecasts for windows that start later.
+pub const LATER_UNIT_SECS: u64 = 3600;
+/// The smallest unit a config may set: a minute, for tests and demos whose
+/// owners' loads are scripted in minutes. The grid then reaches 24 minutes
+/// on; a host answers a window within ten minutes of its last reading from
+/// its present state (`baselines::later::NOW_SECS`), later ones from its
+/// habit, so such a pool still sees both kinds of answer.
+pub const LATER_UNIT_MIN_SECS: u64 = 60;
 /// Hosts asked about later windows at most, per run length.
 pub(super) const LATER_HOSTS_MAX: usize = 16;
 /// How long the hosts' answers for later windows are used before they are
@@ -78,6 +96,16 @@ impl QueueCore {
         if !on {
             self.holds.clear();
         }
+    }
+
+    /// Sets the unit of the later-start grid ([`LATER_STARTS`]), seconds,
+    /// kept within [`LATER_UNIT_MIN_SECS`]..=[`LATER_UNIT_SECS`] (the
+    /// config refuses others with its key named). Answers asked on another
+    /// grid are dropped.
+    pub fn set_later_unit(&mut self, secs: u64) {
+        // At most an hour after the clamp: no wrap.
+        self.later_unit_secs = secs.clamp(LATER_UNIT_MIN_SECS, LATER_UNIT_SECS) as i64;
+        self.later.clear();
     }
 
     /// Before placement on `free` (a round's free hosts, discounted by their
@@ -180,7 +208,7 @@ impl QueueCore {
             // as usual.
             return;
         }
-        let first_later = (now + LATER_STARTS_H[0] * 3600) as f64;
+        let first_later = (now + LATER_STARTS[0] * self.later_unit_secs) as f64;
         if held.is_none() && b.deadline.is_some_and(|d| first_later + b.runtime > d) {
             // No later window ends before the deadline.
             return;
@@ -290,7 +318,10 @@ impl QueueCore {
         entry.answered = false;
         self.push(Action::AskLater {
             peers,
-            starts_unix: LATER_STARTS_H.iter().map(|h| now + h * 3600).collect(),
+            starts_unix: LATER_STARTS
+                .iter()
+                .map(|k| now + k * self.later_unit_secs)
+                .collect(),
             length_secs: window,
             mem_mib,
         });
@@ -466,7 +497,7 @@ impl QueueCore {
                 let points = points
                     .into_iter()
                     .filter(|(_, p)| p.is_finite() && (0.0..=1.0).contains(p))
-                    .take(LATER_STARTS_H.len())
+                    .take(LATER_STARTS.len())
                     .collect();
                 (peer, points)
             })

@@ -267,6 +267,9 @@ pub struct QueueCore {
     /// How windows are weighed (the model's rule, the simulator's default);
     /// `None` while holds are off.
     pub(super) window_rule: Option<WindowRule>,
+    /// The unit of the later-start grid, seconds (`later`: an hour unless
+    /// `[batch] later_unit_secs` scales it for a test or a demo).
+    pub(super) later_unit_secs: i64,
     /// The time of the input being handled.
     pub(super) now: Now,
     /// The actions decided while handling it.
@@ -316,6 +319,7 @@ impl QueueCore {
             deferred: HashSet::new(),
             due: HashSet::new(),
             window_rule: LATER_WINDOWS_DEFAULT.then(WindowRule::default),
+            later_unit_secs: super::later::LATER_UNIT_SECS as i64,
             now,
             out: Vec::new(),
         }

@@ -274,3 +274,64 @@ fn a_hold_whose_host_is_not_heard_when_its_window_comes_lapses() {
         "{told:?}"
     );
 }
+
+/// `[batch] later_unit_secs = 60`: the hosts are asked about windows 1 to
+/// 24 minutes on instead of hours, and a hold waits minutes; the rest of
+/// the rule is the same. Units outside a minute to an hour are clamped.
+#[test]
+fn a_minute_unit_asks_about_windows_minutes_on_and_the_task_waits_minutes() {
+    let mut core = holding();
+    core.set_later_unit(60);
+    let (a, b) = (host(0.15), busy(0.9));
+    let now = start();
+    let (id, _) = admit(&mut core, now, long_batch());
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    assert!(launches(&actions).is_empty(), "{actions:#?}");
+    let (_, starts, length) = asks_later(&actions)[0].clone();
+    let minutes: Vec<i64> = starts.iter().map(|s| (s - now.unix_secs) / 60).collect();
+    assert_eq!(minutes, vec![1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24]);
+    assert!(starts.iter().all(|s| (s - now.unix_secs) % 60 == 0));
+
+    // b is busy now, and a window within ten minutes of its last reading
+    // is answered from that (0); from twelve minutes on, from its habit.
+    let from = now.unix_secs + 12 * 60;
+    let now = after(now, 1);
+    let answers = vec![
+        (a.peer, forecast(&starts, from, 0.15, 0.15)),
+        (b.peer, forecast(&starts, from, 0.0, 0.9)),
+    ];
+    let _ = core.on_later(now, length, answers);
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    assert!(launches(&actions).is_empty(), "{actions:#?}");
+    let hold = core.view(now, id).unwrap().holds[&0].clone();
+    assert_eq!(hold.host, b.peer.to_base58());
+    assert_eq!(hold.start_unix, from);
+    assert!(
+        events(&actions)
+            .iter()
+            .any(|e| e.contains("window in 0h12")),
+        "{actions:#?}"
+    );
+
+    // Twelve minutes on the window comes: b is asked, free, and runs it.
+    let now = after(start(), 12 * 60);
+    let _ = core.tick(now);
+    assert!(core.wants_survey(now));
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), free(&b)]));
+    assert_eq!(launches(&actions), vec![(0, b.peer)]);
+
+    // A unit below a minute is taken as a minute, above an hour as an hour.
+    for (unit, first) in [(1, 60), (86_400, 3600)] {
+        let mut core = holding();
+        core.set_later_unit(unit);
+        let now = start();
+        let _ = admit(&mut core, now, long_batch());
+        let _ = core.start_survey(now);
+        let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+        let (_, starts, _) = asks_later(&actions)[0].clone();
+        assert_eq!(starts[0] - now.unix_secs, first, "unit {unit}");
+    }
+}
