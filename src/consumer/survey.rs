@@ -262,14 +262,16 @@ fn apply_answer(report: &mut SurveyedHost, a: ReliabilityAnswer) {
     report.availability = a
         .availability_milli
         .map(|m| f64::from(m.min(1000)) / 1000.0);
-    report.curve = (!a.curve.is_empty()).then(|| {
-        TrCurve::new(
-            a.curve
-                .iter()
-                .take(CURVE_POINTS_MAX)
-                .map(|&(secs, tr)| (secs as f64, tr)),
-        )
-    });
+    // A curve none of whose points survives the checks (every length 0) is
+    // no curve: an empty one would read as a host that never fails, which
+    // no claim discount can lower.
+    report.curve = Some(TrCurve::new(
+        a.curve
+            .iter()
+            .take(CURVE_POINTS_MAX)
+            .map(|&(secs, tr)| (secs as f64, tr)),
+    ))
+    .filter(|c| !c.points().is_empty());
     report.spells = a.spells.and_then(checked_spells);
     report.spell_lengths = match (&report.spells, a.spell_lengths) {
         (Some(spells), Some(lengths)) => checked_spell_lengths(lengths, spells),
@@ -340,6 +342,33 @@ mod tests {
         assert!(curve.points().len() <= CURVE_POINTS_MAX);
         assert!(curve.points().iter().all(|p| (0.0..=1.0).contains(&p.1)));
         assert_eq!(r.method.unwrap().len(), 32);
+    }
+
+    #[test]
+    fn a_curve_with_no_usable_point_is_no_curve_not_a_host_that_never_fails() {
+        let answer = |curve: Vec<(u64, f64)>| ReliabilityAnswer {
+            tr: 0.5,
+            failure: FailureByCause {
+                s3: 0.0,
+                s4: 0.0,
+                s5: 0.0,
+            },
+            initial_state: WireState::S1,
+            days_used: 3,
+            method: "x".into(),
+            relative_power_milli: 500,
+            slot_free: true,
+            curve,
+            availability_milli: None,
+            speed_milli: 500,
+            spells: None,
+            spell_lengths: None,
+        };
+        let mut r = SurveyedHost::new(PeerId::random());
+        apply_answer(&mut r, answer(vec![(0, 1.0), (0, 1.0)]));
+        assert!(r.curve.is_none(), "every length 0: {:?}", r.curve);
+        apply_answer(&mut r, answer(vec![(0, 1.0), (3600, 0.4)]));
+        assert_eq!(r.curve.map(|c| c.points().len()), Some(1));
     }
 
     fn lengths(up_secs: Vec<u32>, up_seen: u32) -> WireSpellLengths {
