@@ -133,18 +133,59 @@ pub(super) fn discard(dir: &Path) {
 }
 
 /// Writes `provenance.json` into the accepted copy and renames the copy
-/// into the task's results (replacing what was there).
+/// into the task's results. A result already there (promoted by a run of
+/// the node stopped before its record said so) is never deleted: it is
+/// first renamed aside into the task's copies directory, as
+/// `.replaced-N` (a dot name, so a restart does not judge it as a copy),
+/// and each rename is one that never replaces (see [`land`]).
 pub(super) fn promote(copy: &Path, to: &Path, provenance: &Provenance) -> Result<(), String> {
     let json = provenance.to_json()?;
     std::fs::write(copy.join(verify::PROVENANCE_FILE), json)
         .map_err(|e| format!("{}: {e}", copy.display()))?;
-    if to.exists() {
-        std::fs::remove_dir_all(to).map_err(|e| format!("cannot replace {}: {e}", to.display()))?;
-    }
     if let Some(parent) = to.parent() {
         std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
     }
-    std::fs::rename(copy, to).map_err(|e| format!("cannot rename into {}: {e}", to.display()))
+    // Beside the copy: `<batch>/copies/<task>/`.
+    let aside_in = copy
+        .parent()
+        .ok_or_else(|| format!("{}: no parent", copy.display()))?;
+    for _ in 0..PROMOTE_TRIES {
+        match land(copy, to)? {
+            Landed::Moved => return Ok(()),
+            Landed::KeptEarlier => set_aside(to, aside_in)?,
+        }
+    }
+    Err(format!(
+        "cannot rename into {}: a result came back {PROMOTE_TRIES} times",
+        to.display()
+    ))
+}
+
+/// Renames tried by [`promote`]: the queue's core is the one writer of a
+/// task's results, so the second always lands; the bound is against a loop.
+const PROMOTE_TRIES: usize = 3;
+
+/// Names tried for a result set aside before giving up.
+const ASIDE_NAMES_MAX: usize = 1_000;
+
+/// Renames `result` into `dir` under the first free `.replaced-N`.
+fn set_aside(result: &Path, dir: &Path) -> Result<(), String> {
+    for n in 0..ASIDE_NAMES_MAX {
+        let aside = dir.join(format!(".replaced-{n}"));
+        if land(result, &aside)? == Landed::Moved {
+            tracing::warn!(
+                result = %result.display(),
+                aside = %aside.display(),
+                "a result was already in place: set aside, not deleted"
+            );
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "cannot set {} aside: {ASIDE_NAMES_MAX} names taken in {}",
+        result.display(),
+        dir.display()
+    ))
 }
 
 pub fn copy_task_results(from: &Path, to: &Path) -> Result<(), String> {
@@ -208,5 +249,45 @@ mod tests {
         assert!(!second.exists());
         // Discarding what is gone already is no error.
         discard(&second);
+    }
+
+    fn provenance() -> Provenance {
+        Provenance::single(
+            0,
+            verify::VerifyMode::Replicate,
+            "12D3KooWNew".into(),
+            &[0; 32],
+            0,
+        )
+    }
+
+    /// Promoting an accepted copy over a result already in place (a run
+    /// stopped between the rename and its record) keeps the earlier result,
+    /// set aside beside the copies, and puts the accepted copy in place.
+    #[test]
+    fn a_promotion_never_deletes_a_result_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let copies = dir.path().join("copies/0");
+        let (copy, to) = (copies.join("12D3KooWNew"), dir.path().join("results/0"));
+        result(&copy, "accepted\n");
+        result(&to, "earlier\n");
+        promote(&copy, &to, &provenance()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(to.join("stdout")).unwrap(),
+            "accepted\n"
+        );
+        assert!(to.join(verify::PROVENANCE_FILE).exists());
+        assert!(!copy.exists());
+        let aside = copies.join(".replaced-0");
+        assert_eq!(
+            std::fs::read_to_string(aside.join("stdout")).unwrap(),
+            "earlier\n",
+            "the earlier result is kept"
+        );
+        // Again, over the result just promoted: a second name.
+        result(&copy, "again\n");
+        promote(&copy, &to, &provenance()).unwrap();
+        let second = std::fs::read_to_string(copies.join(".replaced-1/stdout")).unwrap();
+        assert_eq!(second, "accepted\n");
     }
 }
