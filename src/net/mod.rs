@@ -17,6 +17,7 @@ pub mod members;
 pub mod peer_book;
 pub mod pool_shards;
 pub mod protocol;
+mod quarantine;
 pub mod reachability;
 pub mod routing_table;
 pub mod summary;

@@ -22,7 +22,7 @@ use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::swarm::NetworkBehaviour;
 use libp2p::{
     allow_block_list, autonat, connection_limits, dcutr, gossipsub, identify, kad, mdns, noise,
-    ping, relay, tcp, yamux, Multiaddr, PeerId, StreamProtocol, Swarm, SwarmBuilder,
+    ping, quic, relay, tcp, yamux, Multiaddr, PeerId, StreamProtocol, Swarm, SwarmBuilder,
 };
 
 use crate::model::ids::PoolName;
@@ -30,6 +30,7 @@ use crate::net::codec::{JobCodec, ReliabilityCodec, JOB_CAPS, RELIABILITY_CAPS};
 use crate::net::protocol::{
     ANNOUNCE_MAX_BYTES, IDENTIFY_PROTOCOL_VERSION, JOB_PROTOCOL, KAD_PROTOCOL, RELIABILITY_PROTOCOL,
 };
+use crate::net::quarantine::{hold_inbound, Quarantine};
 use crate::net::reachability::AddressScope;
 use crate::net::traffic::TrafficMeter;
 
@@ -412,25 +413,40 @@ fn build_behaviour(
 
 /// Builds the Swarm: TCP+Noise+Yamux, QUIC, DNS and the relay client; with a swarm key,
 /// TCP wrapped in pnet and no QUIC. Every transport counts its bytes into the
-/// returned meter (libp2p's bandwidth metrics).
+/// returned meter (libp2p's bandwidth metrics), and holds the inbound
+/// connections of the peers `quarantine` names (relayed ones excepted: the
+/// relay pays for those).
 pub(crate) fn build_swarm(
     key: Keypair,
     cfg: &NetConfig,
     scope: AddressScope,
+    quarantine: &Quarantine,
 ) -> Result<(Swarm<Behaviour>, TrafficMeter), BuildError> {
     let err = |e: &dyn std::fmt::Display| BuildError::Swarm(e.to_string());
     let idle = cfg.idle_timeout;
     let mut registry = libp2p::metrics::Registry::default();
     let swarm = match cfg.swarm_key {
+        // TCP and QUIC built here rather than by the builder's `with_tcp`
+        // and `with_quic`, the same way, each with a blocked peer's inbound
+        // connections held after the handshake (`quarantine`).
         None => SwarmBuilder::with_existing_identity(key)
             .with_tokio()
-            .with_tcp(
-                tcp::Config::default().nodelay(true),
-                noise::Config::new,
-                yamux::Config::default,
-            )
+            .with_other_transport(|key| {
+                let noise = noise::Config::new(key)?;
+                Ok::<_, BoxError>(
+                    tcp::tokio::Transport::new(tcp::Config::default().nodelay(true))
+                        .upgrade(Version::V1Lazy)
+                        .authenticate(noise)
+                        .multiplex(yamux::Config::default())
+                        .and_then(hold_inbound(quarantine.clone())),
+                )
+            })
             .map_err(|e| err(&e))?
-            .with_quic()
+            .with_other_transport(|key| {
+                quic::tokio::Transport::new(quic::Config::new(key))
+                    .and_then(hold_inbound(quarantine.clone()))
+            })
+            .map_err(|e| err(&e))?
             .with_dns()
             .map_err(|e| err(&e))?
             .with_relay_client(noise::Config::new, yamux::Config::default)
@@ -450,7 +466,8 @@ pub(crate) fn build_swarm(
                         .upgrade(Version::V1Lazy)
                         .authenticate(noise)
                         .multiplex(yamux::Config::default())
-                        .timeout(Duration::from_secs(20)),
+                        .timeout(Duration::from_secs(20))
+                        .and_then(hold_inbound(quarantine.clone())),
                 )
             })
             .map_err(|e| err(&e))?

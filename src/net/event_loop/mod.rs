@@ -49,6 +49,7 @@ use crate::net::protocol::{
     announce_topic, summary_topic, summary_topic_1, JobResponse, ReliabilityResponse, JOB_PROTOCOL,
     KAD_PROTOCOL,
 };
+use crate::net::quarantine::Quarantine;
 use crate::net::reachability::{AddressScope, Reachability};
 use crate::net::routing_table;
 use crate::net::summary::min_gap;
@@ -79,7 +80,8 @@ pub fn start(
 ) -> Result<(NetHandle, mpsc::Receiver<NetEvent>, EventLoop), BuildError> {
     let peer_id = key.public().to_peer_id();
     let scope = AddressScope::of(&cfg.listen, cfg.autonat || cfg.relay_server);
-    let (mut swarm, traffic) = build_swarm(key, &cfg, scope)?;
+    let quarantine = Quarantine::default();
+    let (mut swarm, traffic) = build_swarm(key, &cfg, scope, &quarantine)?;
     // Version 1 nodes announce on the old topic: still heard (never
     // published on), so a mixed pool lists them.
     let topic = IdentTopic::new(announce_topic(&cfg.pool));
@@ -158,6 +160,7 @@ pub fn start(
         listening,
         on_summary_topics: true,
         deaf: DeafLinks::default(),
+        quarantine,
     };
     event_loop.seed_members();
     event_loop.deaf_listening(true);
@@ -263,6 +266,9 @@ pub struct EventLoop {
     on_summary_topics: bool,
     /// Connections on which the pool's topics went deaf (`deaf`).
     deaf: DeafLinks,
+    /// The blocked peers whose inbound connections the transport holds
+    /// (kept in step with the block list by `requests`).
+    quarantine: Quarantine,
 }
 
 impl EventLoop {

@@ -121,6 +121,9 @@ impl EventLoop {
     pub(super) fn cut_off(&mut self, peer: PeerId, what: Overrun) {
         let blocked = self.swarm.behaviour().blocked.blocked_peers().len();
         if blocked < BLOCKED_MAX && self.swarm.behaviour_mut().blocked.block_peer(peer) {
+            // Its redials are held before the block list refuses them
+            // (`net::quarantine`): a refusal at once is redialed at once.
+            self.quarantine.block(peer);
             tracing::warn!(%peer, what = what.label(), "a peer flooded us; blocked for {}s", FLOODER_BLOCKED_FOR.as_secs());
             self.start_timer(FLOODER_BLOCKED_FOR, Timer::Unblock(peer));
         }
@@ -130,6 +133,7 @@ impl EventLoop {
     /// Lifts a flooder's block.
     pub(super) fn unblock(&mut self, peer: PeerId) {
         self.swarm.behaviour_mut().blocked.unblock_peer(peer);
+        self.quarantine.unblock(&peer);
     }
 
     /// Hands an event to the node without waiting: a node that does not keep up loses

@@ -112,3 +112,53 @@ async fn a_flood_of_streams_or_requests_is_cut_off_and_recorded_against_the_floo
         gleaner::net::protocol::JobResponse::NotFound
     );
 }
+
+/// What the node logs when it holds a blocked peer's new connection.
+const HELD: &str = "holding a blocked peer's connection";
+
+/// Issue 30, scope 3: a flooder cut off and dialing again as fast as its
+/// requests fail is not handshaken with at its pace. Its new connections are
+/// held (unanswered, for a minute) before the block list refuses them, so
+/// over 10 s of its redialing flood the node sees one or two of them, where
+/// it used to accept and close one every few milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_flooders_redials_are_held_not_handshaken_at_its_pace() {
+    let host = tokio::task::block_in_place(hostile_target);
+    let rogue = RogueConsumer::start(&host).await;
+    let peer = rogue.handle.peer_id().to_base58();
+    let (net, target) = (rogue.handle.clone(), rogue.host);
+    let one = |_| {
+        let net = net.clone();
+        async move {
+            let query = JobRequest::Query {
+                job_id: "never".into(),
+            };
+            let _ = net.job_request(target, query).await;
+        }
+    };
+    let (sent, cut) = flood_until_recorded(&host, &rogue, "requests", 256, one).await;
+    assert!(cut, "a flood of {sent} requests was not recorded");
+
+    // It goes on, blocked: every request it sends dials again when the
+    // last connection failed.
+    let until = Instant::now() + Duration::from_secs(10);
+    let after = futures::stream::iter(0u64..)
+        .take_while(|_| futures::future::ready(Instant::now() < until))
+        .map(one)
+        .buffer_unordered(256)
+        .count();
+    // Requests held past the 10 s end by their own timeout.
+    let _ = tokio::time::timeout(Duration::from_secs(15), after).await;
+    let held = tokio::task::block_in_place(|| {
+        host.log()
+            .lines()
+            .filter(|l| l.contains(HELD) && l.contains(&peer))
+            .count()
+    });
+    assert!(
+        (1..=3).contains(&held),
+        "{held} connections of the blocked flooder held in 10 s of redialing"
+    );
+    let took = tokio::task::block_in_place(|| status_time(&host));
+    assert!(took < Duration::from_secs(5), "status took {took:?}");
+}
