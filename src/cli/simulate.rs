@@ -399,7 +399,8 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
             horizon_secs: args.horizon as f64,
             estimate_runs,
             recheck_secs: 600.0,
-            windows: crate::model::sched::window::WindowRule::default(),
+            windows: window_rule_from_env(),
+            hold_gives_way: gives_way_from_env(),
             tail_copies: args.tail_copies,
             tail: tail_rule_from_env(),
             claims: claims(scoring),
@@ -662,6 +663,53 @@ fn tail_rule_from_env() -> crate::model::sched::tail::TailRule {
         }
     }
     rule
+}
+
+/// The later-window rule: the default, or for sweeps `GLEANER_WINDOW_RULE`
+/// as comma-separated `KEY=VALUE` over the rule's fields (`hold_below`,
+/// `min_gain`, `slack`, `retry_secs`, `retry_share`, `hopeless`,
+/// `present_weight`, `kill_limit`, `typical_below` (`none` or a share),
+/// `keep_pick`, `free_now_kept` (0|1)). An experiment's knob, not a setting: a malformed
+/// pair is ignored.
+fn window_rule_from_env() -> crate::model::sched::window::WindowRule {
+    let mut rule = crate::model::sched::window::WindowRule::default();
+    let Ok(v) = std::env::var("GLEANER_WINDOW_RULE") else {
+        return rule;
+    };
+    for pair in v.split(',') {
+        let Some((key, value)) = pair.split_once('=') else {
+            continue;
+        };
+        let (key, value) = (key.trim(), value.trim());
+        let num = value.parse::<f64>().ok().filter(|x| x.is_finite());
+        match (key, num) {
+            ("hold_below", Some(x)) => rule.hold_below = x,
+            ("min_gain", Some(x)) => rule.min_gain = x,
+            ("slack", Some(x)) => rule.slack = x,
+            ("retry_secs", Some(x)) => rule.retry_secs = x,
+            ("retry_share", Some(x)) => rule.retry_share = x,
+            ("hopeless", Some(x)) => rule.hopeless = x,
+            ("present_weight", Some(x)) => rule.present_weight = x,
+            ("kill_limit", Some(x)) if x >= 0.0 => {
+                rule.kill_limit = x.min(f64::from(u32::MAX)) as u32
+            }
+            ("typical_below", Some(x)) => rule.typical_below = Some(x),
+            ("typical_below", None) if value == "none" => rule.typical_below = None,
+            ("keep_pick", Some(x)) => rule.keep_pick = x != 0.0,
+            ("free_now_kept", Some(x)) => rule.free_now_kept = x != 0.0,
+            _ => {}
+        }
+    }
+    rule
+}
+
+/// Whether a held task is weighed again whenever a host frees
+/// (`GLEANER_WINDOW_RULE` with `give_way=1`; the same experiment's knob).
+fn gives_way_from_env() -> bool {
+    std::env::var("GLEANER_WINDOW_RULE").is_ok_and(|v| {
+        v.split(',')
+            .any(|pair| pair.trim().replace(' ', "") == "give_way=1")
+    })
 }
 
 /// `on` or `off`.

@@ -288,6 +288,7 @@ mod tests {
             windows: crate::sched::window::WindowRule::default(),
             knowledge: crate::sched::sim::Knowledge::Full,
             tail_copies: false,
+            hold_gives_way: false,
             tail: Default::default(),
             claims: Default::default(),
         }

@@ -45,7 +45,7 @@ pub use config::{SimConfig, SimError, SimHost};
 pub use forecast::{Forecaster, SeriesForecaster};
 pub use knowledge::{summaries_apply, Knowledge, ProbeStats, SummaryPlan};
 pub use policy::{Policy, UnknownPolicy};
-pub use result::{Kills, SimResult};
+pub use result::{HoldNote, Kills, SimResult};
 pub use submission::submission_estimate;
 
 use super::curve::TrCurve;
@@ -255,6 +255,13 @@ struct Sim<'a> {
     /// Per task: the window it is held for.
     plans: Vec<Option<super::window::Plan>>,
     holds: u64,
+    /// Every hold, and what the last weighing saw (best chance now,
+    /// median chance) for the hold that may follow it.
+    hold_log: Vec<result::HoldNote>,
+    last_weigh: (f64, f64),
+    /// Per task: its last hold's note, until the task starts, then until
+    /// that attempt ends (to note a kill).
+    hold_note: Vec<Option<usize>>,
     /// The summaries the consumer places from, when it does not know all.
     summaries: Option<Box<Summaries>>,
     /// Per task: its attempts running now (2 while it has a tail copy).
@@ -327,6 +334,9 @@ impl<'a> Sim<'a> {
             reserved: vec![Vec::new(); hosts.len()],
             plans: vec![None; n],
             holds: 0,
+            hold_log: Vec::new(),
+            last_weigh: (0.0, 0.0),
+            hold_note: vec![None; n],
             summaries: None,
             running: vec![0; n],
             tail_copies: 0,

@@ -23,7 +23,8 @@
 //! normal placement. The simulator's `windows` policy and the node's batch
 //! queue (`consumer::batch::queue::later`) both decide through
 //! [`WindowRule::choose`] and [`follow_plan`], and both leave out the
-//! windows other held tasks keep ([`kept_elsewhere`]).
+//! later windows other held tasks keep ([`WindowRule::kept`]; a start
+//! now on a free host is always offered).
 //!
 //! Pure code: the caller passes the time, the windows and the host's past;
 //! nothing here knows the queue, the network or the clock.
@@ -159,6 +160,25 @@ pub struct WindowRule {
     /// anchored to the predictor's level ([`anchored`]), the rest on the
     /// raw count over past days (1: anchored only).
     pub present_weight: f64,
+    /// Kills after which a task is weighed by its likeliest window rather
+    /// than its soonest expected finish, and starts now only about as
+    /// likely ([`KILL_LIMIT`]; `u32::MAX`: never).
+    pub kill_limit: u32,
+    /// A task is held only while the median chance of the windows weighed
+    /// for it (every host, every start) is below this: the task is longer
+    /// than the pool's typical free spell, so a start now is likely to be
+    /// killed wherever it goes. A shorter task that merely meets a bad hour
+    /// runs now and, if killed, again soon (`None`: no such bound).
+    pub typical_below: Option<f64>,
+    /// A task that starts now starts on the placement rule's pick (when
+    /// it is among the windows and not left out), not on the free host the
+    /// window's expected finish prefers: placement weighs the whole batch,
+    /// a window one task.
+    pub keep_pick: bool,
+    /// Whether a window another held task keeps also keeps a free host
+    /// from a start now ([`WindowRule::kept`]; off: a free host is
+    /// certain and a held window a forecast).
+    pub free_now_kept: bool,
 }
 
 impl Default for WindowRule {
@@ -171,11 +191,33 @@ impl Default for WindowRule {
             present_weight: 1.0,
             hold_below: 0.3,
             min_gain: 0.35,
+            kill_limit: KILL_LIMIT,
+            typical_below: None,
+            keep_pick: false,
+            free_now_kept: false,
         }
     }
 }
 
 impl WindowRule {
+    /// Whether window `w` (weighed at `now`) is not offered to a task
+    /// because it overlaps a window another held task keeps on its host
+    /// (`kept`, as for [`kept_elsewhere`]). A start now on a free host is
+    /// always offered: keeping free hosts idle for the windows of held
+    /// tasks made holds breed holds in the simulator (a task whose free
+    /// host was kept for a later window had no start now, so it was held
+    /// in turn and kept another host; 90 % of the `windows` policy's holds
+    /// on the desktop pools were of tasks with no start now left, and
+    /// every task was held about once, waiting 2–3 h: docs/desktop-pools.md).
+    /// If the start now runs into the held window, that hold lapses when
+    /// its window comes ([`Plan::lapse`]).
+    pub fn kept(&self, w: &Window, now: f64, kept: impl IntoIterator<Item = (f64, f64)>) -> bool {
+        if w.start_in <= 0.0 && !self.free_now_kept {
+            return false;
+        }
+        kept_elsewhere(w, now, kept)
+    }
+
     /// Whether `w` is left out for a task, given the best chance any
     /// window offers it.
     fn excluded(&self, w: &Window, best_p: f64) -> bool {
@@ -198,7 +240,7 @@ impl WindowRule {
         // Past the kill limit, the likeliest window; before, the soonest
         // expected finish.
         let best = usable().min_by(|a, b| {
-            let by_p = if kills >= KILL_LIMIT {
+            let by_p = if kills >= self.kill_limit {
                 b.p.total_cmp(&a.p)
             } else {
                 std::cmp::Ordering::Equal
@@ -207,7 +249,11 @@ impl WindowRule {
                 .then(a.start_in.total_cmp(&b.start_in))
                 .then(a.host.cmp(&b.host))
         })?;
-        let slack = if kills >= KILL_LIMIT { 0.0 } else { self.slack };
+        let slack = if kills >= self.kill_limit {
+            0.0
+        } else {
+            self.slack
+        };
         let bound = cost(best) * (1.0 + slack);
         let start = |w: &Window| Choice::Start {
             host: w.host,
@@ -215,7 +261,7 @@ impl WindowRule {
         };
         let now = usable()
             .filter(|w| w.start_in <= 0.0 && cost(w) <= bound)
-            .filter(|w| kills < KILL_LIMIT || w.p + self.min_gain > best.p)
+            .filter(|w| kills < self.kill_limit || w.p + self.min_gain > best.p)
             .min_by(|a, b| {
                 // The placement rule's host first, then the soonest finish.
                 (Some(b.host) == picked)
@@ -223,8 +269,11 @@ impl WindowRule {
                     .then(cost(a).total_cmp(&cost(b)))
                     .then(a.host.cmp(&b.host))
             });
+        // The placement rule's pick, when a start now goes to it anyway.
+        let pick =
+            || usable().find(|w| w.start_in <= 0.0 && Some(w.host) == picked && self.keep_pick);
         if let Some(w) = now {
-            return Some(start(w));
+            return Some(start(pick().unwrap_or(w)));
         }
         // A later window is better; it is waited for only when starting
         // now is unlikely to pass and the window is clearly likelier (on
@@ -234,10 +283,37 @@ impl WindowRule {
         let soonest_now = usable()
             .filter(|w| w.start_in <= 0.0)
             .min_by(|a, b| cost(a).total_cmp(&cost(b)).then(a.host.cmp(&b.host)));
+        let short = || {
+            self.typical_below
+                .is_some_and(|below| typical_p(windows) >= below)
+        };
         Some(match soonest_now {
-            Some(w) if w.p >= self.hold_below || best.p < w.p + self.min_gain => start(w),
+            Some(w) if w.p >= self.hold_below || best.p < w.p + self.min_gain || short() => {
+                start(pick().unwrap_or(w))
+            }
             _ => Choice::Hold(*best),
         })
+    }
+}
+
+/// The median chance of `windows` (every host, every start weighed): how
+/// a task's length compares with the pool's typical free spell (below one
+/// half: longer than most). 0 when there is none.
+pub fn typical_p(windows: &[Window]) -> f64 {
+    let mut ps: Vec<f64> = windows
+        .iter()
+        .map(|w| w.p)
+        .filter(|p| p.is_finite())
+        .collect();
+    if ps.is_empty() {
+        return 0.0;
+    }
+    ps.sort_by(f64::total_cmp);
+    let mid = ps.len() / 2;
+    if ps.len() % 2 == 1 {
+        ps[mid]
+    } else {
+        (ps[mid - 1] + ps[mid]) / 2.0
     }
 }
 
@@ -485,6 +561,67 @@ mod tests {
     }
 
     #[test]
+    fn a_task_shorter_than_the_pools_typical_free_spell_is_not_held() {
+        let bounded = WindowRule {
+            typical_below: Some(0.5),
+            ..WindowRule::default()
+        };
+        // Five hours at 08:00 on a host taken back at noon: 0.1 now,
+        // 0.95 from 13:00 on, and most windows of the coming day pass.
+        let mut windows = vec![w(0, 0.0, 5.0, 0.1)];
+        windows.extend((1..=36).map(|h| {
+            let hour = (8 + h) % 24;
+            let p = if (8..12).contains(&hour) { 0.1 } else { 0.95 };
+            w(0, f64::from(h), 5.0, p)
+        }));
+        assert!(matches!(
+            WindowRule::default().choose(&windows, Some(0), 0),
+            Some(Choice::Hold(_))
+        ));
+        assert_eq!(
+            bounded.choose(&windows, Some(0), 0),
+            Some(Choice::Start { host: 0, p: 0.1 })
+        );
+        // Eleven hours on an office host: only evening starts pass, the
+        // typical window does not, and the task waits for the evening.
+        let mut windows = vec![w(0, 0.0, 11.0, 0.12)];
+        windows.extend((1..=36).map(|h| {
+            let hour = (8 + h) % 24;
+            let p = if (17..21).contains(&hour) { 0.9 } else { 0.12 };
+            w(0, f64::from(h), 11.0, p)
+        }));
+        assert!(matches!(
+            bounded.choose(&windows, Some(0), 0),
+            Some(Choice::Hold(Window { start_in, .. })) if start_in == 9.0 * 3600.0
+        ));
+    }
+
+    #[test]
+    fn a_start_now_keeps_the_placement_rules_pick() {
+        let keep = WindowRule {
+            keep_pick: true,
+            ..WindowRule::default()
+        };
+        // Host 1 finishes sooner by its window's reckoning; placement
+        // picked host 0, which is far worse but not hopeless.
+        let windows = [w(0, 0.0, 4.0, 0.4), w(1, 0.0, 4.0, 0.95)];
+        assert_eq!(
+            WindowRule::default().choose(&windows, Some(0), 0),
+            Some(Choice::Start { host: 1, p: 0.95 })
+        );
+        assert_eq!(
+            keep.choose(&windows, Some(0), 0),
+            Some(Choice::Start { host: 0, p: 0.4 })
+        );
+        // A hopeless pick is still left out.
+        let windows = [w(0, 0.0, 4.0, 0.05), w(1, 0.0, 4.0, 0.95)];
+        assert_eq!(
+            keep.choose(&windows, Some(0), 0),
+            Some(Choice::Start { host: 1, p: 0.95 })
+        );
+    }
+
+    #[test]
     fn a_held_task_starts_when_its_window_comes_and_never_drifts_later() {
         let plan = Plan::of(&w(4, 10.0, 9.0, 0.85), 0.0);
         let later = Some(Choice::Hold(w(2, 12.0, 9.0, 0.9)));
@@ -546,6 +683,21 @@ mod tests {
         // Seen an hour later, the same window starts an hour sooner.
         let sooner = w(1, 9.0, 9.0, 0.85);
         assert!(kept_elsewhere(&sooner, h, [(18.5 * h, 20.0 * h)]));
+    }
+
+    #[test]
+    fn a_free_host_is_never_kept_from_a_start_now_by_a_held_window() {
+        let h = 3600.0;
+        let held = [(2.0 * h, 11.0 * h)];
+        let (now, later) = (w(1, 0.0, 3.0, 0.9), w(1, 4.0, 3.0, 0.9));
+        let rule = WindowRule::default();
+        assert!(!rule.kept(&now, 0.0, held));
+        assert!(rule.kept(&later, 0.0, held));
+        let old = WindowRule {
+            free_now_kept: true,
+            ..rule
+        };
+        assert!(old.kept(&now, 0.0, held));
     }
 
     #[test]

@@ -39,9 +39,7 @@ use crate::consumer::batch::runtime::planned_runtime;
 use crate::consumer::rank;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
-use crate::model::sched::window::{
-    follow_plan, kept_elsewhere, Choice, HostNow, Lapse, Plan, Window, WindowRule,
-};
+use crate::model::sched::window::{follow_plan, Choice, HostNow, Lapse, Plan, Window, WindowRule};
 
 /// The later starts a host is asked about, in units of the queue's later
 /// unit from now (an hour: [`LATER_UNIT_SECS`]): hourly over the first
@@ -225,7 +223,7 @@ impl QueueCore {
         let kept = self.kept_windows(key);
         let now_f = now as f64;
         windows.retain(|w| {
-            !kept_elsewhere(
+            !rule.kept(
                 w,
                 now_f,
                 kept.get(&peers[w.host]).into_iter().flatten().copied(),

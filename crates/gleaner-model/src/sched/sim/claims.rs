@@ -423,6 +423,7 @@ mod tests {
             windows: Default::default(),
             knowledge: Knowledge::Full,
             tail_copies: false,
+            hold_gives_way: false,
             tail: Default::default(),
             claims: ClaimPlan {
                 overclaims: (0..6).map(|i| i >= 3).collect(),
@@ -462,6 +463,7 @@ mod tests {
                 windows: Default::default(),
                 knowledge: Knowledge::Full,
                 tail_copies: false,
+                hold_gives_way: false,
                 tail: Default::default(),
                 claims: ClaimPlan {
                     overclaims: vec![true],

@@ -33,6 +33,11 @@ pub struct SimConfig {
     pub recheck_secs: f64,
     /// How `windows` weighs later windows.
     pub windows: WindowRule,
+    /// Under `windows`, a held task is weighed again whenever a host frees
+    /// (as the batch queue weighs its held tasks every round), not only
+    /// when its window opens or its hour is up: its hold gives way to a
+    /// free host about as good.
+    pub hold_gives_way: bool,
     /// What the consumer knows when it places (`knowledge.rs`).
     pub knowledge: super::Knowledge,
     /// Tail copies (issue 28; `sim/tail.rs`): under the proactive

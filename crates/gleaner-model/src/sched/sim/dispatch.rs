@@ -86,6 +86,9 @@ impl Sim<'_> {
             self.order = by_slowdown(&slowdowns);
             self.order_stale = false;
         }
+        // A host freed: held tasks may be weighed again (each once here).
+        let give_way = self.config.hold_gives_way && !self.fresh.is_empty();
+        let mut weighed: Vec<usize> = Vec::new();
         let mut fresh = asked;
         let windows = self.config.policy == Policy::Windows;
         loop {
@@ -96,7 +99,12 @@ impl Sim<'_> {
             // The queue as the rule sees it: without the tasks held for a
             // later window (all of it under the other policies).
             let eligible: Vec<usize> = (0..self.queue.len())
-                .filter(|&i| !windows || self.held_until[self.queue[i]] <= now)
+                .filter(|&i| {
+                    let task = self.queue[i];
+                    !windows
+                        || self.held_until[task] <= now
+                        || (give_way && self.plans[task].is_some() && !weighed.contains(&task))
+                })
                 .collect();
             if eligible.is_empty() {
                 return;
@@ -149,6 +157,7 @@ impl Sim<'_> {
                 return;
             };
             let host = if windows {
+                weighed.push(self.queue[at]);
                 match self.window_choice(self.queue[at], host, forecaster) {
                     Some(Choice::Hold(w)) => {
                         self.hold(self.queue[at], w);
@@ -171,7 +180,7 @@ impl Sim<'_> {
                 return;
             };
             if windows {
-                self.release(task);
+                self.release(task, host);
             }
             self.take(host);
             self.start(task, host, forecaster);

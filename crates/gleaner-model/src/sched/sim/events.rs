@@ -161,10 +161,14 @@ impl Sim<'_> {
         let end = if let Some(i) = cause.failure_index() {
             self.kills[i] += 1;
             self.task_kills[a.task] += 1;
+            if let Some(n) = self.hold_note[a.task].and_then(|i| self.hold_log.get_mut(i)) {
+                n.killed_after = true;
+            }
             AttemptEnd::Killed
         } else {
             AttemptEnd::Ended
         };
+        self.hold_note[a.task] = None;
         self.attempt_ended(host, done_units, end, a.claimed_tr);
         self.running[a.task] = self.running[a.task].saturating_sub(1);
         if a.copy {

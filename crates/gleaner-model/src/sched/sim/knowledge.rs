@@ -616,6 +616,7 @@ mod tests {
             windows: WindowRule::default(),
             knowledge,
             tail_copies: false,
+            hold_gives_way: false,
             tail: Default::default(),
             claims: Default::default(),
         };
@@ -710,6 +711,7 @@ mod tests {
             windows: WindowRule::default(),
             knowledge: Knowledge::Full,
             tail_copies: false,
+            hold_gives_way: false,
             tail: Default::default(),
             claims: Default::default(),
         };

@@ -66,6 +66,37 @@ pub struct SimResult {
     /// scored claims (issue 29; `claims.rs`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub claims: Option<super::ClaimStats>,
+    /// Every hold `windows` made (what the task and the pool looked like
+    /// then), for reading why holds paid or not.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub hold_log: Vec<HoldNote>,
+}
+
+/// One hold for a later window, as it was decided.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HoldNote {
+    pub task: usize,
+    /// The task's reference runtime, seconds.
+    pub runtime_secs: f64,
+    /// When it was held (simulation seconds).
+    pub at_secs: f64,
+    /// The host and start of the window held for, and its chance.
+    pub host: usize,
+    pub start_in_secs: f64,
+    pub p_window: f64,
+    /// The best chance a free host gave it then.
+    pub p_now: f64,
+    /// The median chance of every window weighed for it.
+    pub typical_p: f64,
+    /// Kills it had taken.
+    pub kills: u32,
+    /// Tasks waiting then (held ones included).
+    pub queued: usize,
+    /// When the task started next, on which host, and whether that
+    /// attempt was killed.
+    pub started_secs: Option<f64>,
+    pub started_on: Option<usize>,
+    pub killed_after: bool,
 }
 
 impl Sim<'_> {
@@ -127,6 +158,7 @@ impl Sim<'_> {
             tail_wins: self.tail_wins,
             tail_cpu_secs: self.tail_cpu,
             claims,
+            hold_log: self.hold_log,
         }
     }
 }

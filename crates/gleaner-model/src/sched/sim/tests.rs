@@ -25,6 +25,7 @@ fn config(policy: Policy, runtimes: Vec<f64>) -> SimConfig {
         windows: crate::sched::window::WindowRule::default(),
         knowledge: Knowledge::Full,
         tail_copies: false,
+        hold_gives_way: false,
         tail: Default::default(),
         claims: Default::default(),
     }

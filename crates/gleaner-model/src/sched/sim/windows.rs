@@ -8,10 +8,11 @@
 //! lives in `sched::window`; this file only gathers its inputs from the
 //! simulated pool.
 
+use super::result::HoldNote;
 use super::{Ev, Forecaster, Sim, Slot};
 use crate::sched::window::{
-    anchored, counted_tr, follow_plan, kept_elsewhere, later_windows, Choice, HostNow, Plan,
-    Window, HISTORY_DAYS,
+    anchored, counted_tr, follow_plan, later_windows, typical_p, Choice, HostNow, Plan, Window,
+    HISTORY_DAYS,
 };
 
 /// Longest a held task waits before it is weighed again (hosts free up
@@ -93,9 +94,15 @@ impl Sim<'_> {
             let kept = &self.reserved[g];
             windows.extend(
                 mine.iter()
-                    .filter(|w| !kept_elsewhere(w, now, kept.iter().map(|&(_, s, e)| (s, e)))),
+                    .filter(|w| !rule.kept(w, now, kept.iter().map(|&(_, s, e)| (s, e)))),
             );
         }
+        let p_now = windows
+            .iter()
+            .filter(|w| w.start_in <= 0.0)
+            .map(|w| w.p)
+            .fold(0.0, f64::max);
+        self.last_weigh = (p_now, typical_p(&windows));
         let mut c = rule.choose(&windows, Some(picked), self.task_kills[task]);
         if let Some(plan) = self.plans[task] {
             // Simulated hosts never leave, and tasks have no deadline.
@@ -114,8 +121,30 @@ impl Sim<'_> {
     pub(super) fn hold(&mut self, task: usize, w: Window) {
         let wait = w.start_in.clamp(REWEIGH_MIN_SECS, REWEIGH_MAX_SECS);
         self.held_until[task] = self.now + wait;
-        self.holds += 1;
-        self.plans[task] = Some(Plan::of(&w, self.now));
+        let plan = Plan::of(&w, self.now);
+        let kept = self.plans[task]
+            .is_some_and(|p| p.host == plan.host && (p.start_at - plan.start_at).abs() < 1.0);
+        // The same hold weighed again is not a new one.
+        if !kept {
+            self.holds += 1;
+            self.hold_log.push(HoldNote {
+                task,
+                runtime_secs: self.config.runtimes[task],
+                at_secs: self.now,
+                host: w.host,
+                start_in_secs: w.start_in,
+                p_window: w.p,
+                p_now: self.last_weigh.0,
+                typical_p: self.last_weigh.1,
+                kills: self.task_kills[task],
+                queued: self.queue.len(),
+                started_secs: None,
+                started_on: None,
+                killed_after: false,
+            });
+            self.hold_note[task] = Some(self.hold_log.len() - 1);
+        }
+        self.plans[task] = Some(plan);
         if let Some(r) = self.reserved.get_mut(w.host) {
             let start = self.now + w.start_in;
             r.push((task, start, start + w.wall_secs));
@@ -123,8 +152,16 @@ impl Sim<'_> {
         self.push(self.now + wait, Ev::Recheck);
     }
 
-    /// `task` starts: whatever window it kept is free again.
-    pub(super) fn release(&mut self, task: usize) {
+    /// `task` starts on `host`: whatever window it kept is free again.
+    pub(super) fn release(&mut self, task: usize, host: usize) {
+        if self.plans[task].is_some() {
+            if let Some(n) = self.hold_note[task].and_then(|i| self.hold_log.get_mut(i)) {
+                n.started_secs = Some(self.now);
+                n.started_on = Some(host);
+            }
+        } else {
+            self.hold_note[task] = None;
+        }
         self.plans[task] = None;
         for r in &mut self.reserved {
             r.retain(|&(t, _, _)| t != task);
