@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use libp2p::PeerId;
 
-use super::state::{Action, Now, QueueCore};
+use super::state::{Action, Now, QueueCore, LATER_UNIT_MIN_SECS, LATER_UNIT_SECS};
 use super::types::{Held, HoldView, LaterTr};
 use crate::consumer::batch::estimate::view_or_guess;
 use crate::consumer::batch::record::TaskState;
@@ -46,16 +46,6 @@ use crate::model::sched::window::{follow_plan, Choice, HostNow, Lapse, Plan, Win
 /// hours, sparser after (forecasts for windows that start later are
 /// coarse: shared/findings/future-windows.md).
 pub(super) const LATER_STARTS: [i64; 11] = [1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24];
-/// The unit of [`LATER_STARTS`] unless the node's config scales it
-/// (`[batch] later_unit_secs`): an hour, the grain of owners' habits and
-/// of the forecasts for windows that start later.
-pub const LATER_UNIT_SECS: u64 = 3600;
-/// The smallest unit a config may set: a minute, for tests and demos whose
-/// owners' loads are scripted in minutes. The grid then reaches 24 minutes
-/// on; a host answers a window within ten minutes of its last reading from
-/// its present state (`baselines::later::NOW_SECS`), later ones from its
-/// habit, so such a pool still sees both kinds of answer.
-pub const LATER_UNIT_MIN_SECS: u64 = 60;
 /// Hosts asked about later windows at most, per run length.
 pub(super) const LATER_HOSTS_MAX: usize = 16;
 /// How long the hosts' answers for later windows are used before they are

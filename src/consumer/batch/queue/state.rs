@@ -181,6 +181,16 @@ pub const TAIL_COPIES_DEFAULT: bool = false;
 /// same rule in the simulator (`windows`) cuts kills but lengthens the mean
 /// makespan on most desktop pools measured (docs/desktop-pools.md).
 pub const LATER_WINDOWS_DEFAULT: bool = false;
+/// The unit of `later::LATER_STARTS` unless the node's config scales it
+/// (`[batch] later_unit_secs`): an hour, the grain of owners' habits and
+/// of the forecasts for windows that start later.
+pub const LATER_UNIT_SECS: u64 = 3600;
+/// The smallest unit a config may set: a minute, for tests and demos whose
+/// owners' loads are scripted in minutes. The grid then reaches 24 minutes
+/// on; a host answers a window within ten minutes of its last reading from
+/// its present state (`baselines::later::NOW_SECS`), later ones from its
+/// habit, so such a pool still sees both kinds of answer.
+pub const LATER_UNIT_MIN_SECS: u64 = 60;
 
 /// The queue's state and decisions. Owned by the driver.
 pub struct QueueCore {
@@ -319,7 +329,7 @@ impl QueueCore {
             deferred: HashSet::new(),
             due: HashSet::new(),
             window_rule: LATER_WINDOWS_DEFAULT.then(WindowRule::default),
-            later_unit_secs: super::later::LATER_UNIT_SECS as i64,
+            later_unit_secs: LATER_UNIT_SECS as i64,
             now,
             out: Vec::new(),
         }
