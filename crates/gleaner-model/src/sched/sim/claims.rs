@@ -402,6 +402,34 @@ mod tests {
         Timeline::from_cells(0, 60, fail, vec![1.0; n])
     }
 
+    /// `tasks` 1 h tasks under `policy` over `horizon_secs`, hosts
+    /// over-claiming where `overclaims` says, scored by `scoring`.
+    fn config(
+        policy: Policy,
+        tasks: usize,
+        horizon_secs: f64,
+        overclaims: Vec<bool>,
+        scoring: Scoring,
+    ) -> SimConfig {
+        SimConfig {
+            policy,
+            runtimes: vec![3600.0; tasks],
+            checkpoint_cost_secs: 60.0,
+            horizon_secs,
+            estimate_runs: 0,
+            recheck_secs: 600.0,
+            windows: Default::default(),
+            knowledge: Knowledge::Full,
+            tail_copies: false,
+            hold_gives_way: false,
+            tail: Default::default(),
+            claims: ClaimPlan {
+                overclaims,
+                scoring,
+            },
+        }
+    }
+
     /// Three steady honest hosts and three flaky ones that claim TR 1;
     /// `tasks` 1 h tasks under `policy`.
     fn pool_run(policy: Policy, tasks: usize, scoring: Scoring) -> ClaimStats {
@@ -413,23 +441,13 @@ mod tests {
                 power: 1.0,
             })
             .collect();
-        let config = SimConfig {
+        let config = config(
             policy,
-            runtimes: vec![3600.0; tasks],
-            checkpoint_cost_secs: 60.0,
-            horizon_secs: 12.0 * 86_400.0,
-            estimate_runs: 0,
-            recheck_secs: 600.0,
-            windows: Default::default(),
-            knowledge: Knowledge::Full,
-            tail_copies: false,
-            hold_gives_way: false,
-            tail: Default::default(),
-            claims: ClaimPlan {
-                overclaims: (0..6).map(|i| i >= 3).collect(),
-                scoring,
-            },
-        };
+            tasks,
+            12.0 * 86_400.0,
+            (0..6).map(|i| i >= 3).collect(),
+            scoring,
+        );
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         let r = simulate(
             &config,
@@ -453,23 +471,7 @@ mod tests {
             power: 1.0,
         }];
         for scoring in Scoring::ALL {
-            let config = SimConfig {
-                policy: Policy::Tr,
-                runtimes: vec![3600.0],
-                checkpoint_cost_secs: 60.0,
-                horizon_secs: 86_400.0,
-                estimate_runs: 0,
-                recheck_secs: 600.0,
-                windows: Default::default(),
-                knowledge: Knowledge::Full,
-                tail_copies: false,
-                hold_gives_way: false,
-                tail: Default::default(),
-                claims: ClaimPlan {
-                    overclaims: vec![true],
-                    scoring,
-                },
-            };
+            let config = config(Policy::Tr, 1, 86_400.0, vec![true], scoring);
             let mut sim = Sim::new(&config, &hosts, &timelines);
             assert_eq!(sim.view(0, &mut NeverFails).p_success(3600.0), 1.0);
             // Ten attempts it claimed TR 1 for, each killed.
