@@ -511,8 +511,9 @@ fn a_disagreement_asks_for_a_third_copy_and_the_liar_gets_no_more_of_the_batch()
     assert_eq!(order, vec![a.peer, c.peer], "the liar is left out");
 }
 
-#[test]
-fn a_landed_result_is_copied_out_and_waiters_are_answered_when_the_copy_ends() {
+/// A queue with one batch of one task whose results are copied out to
+/// `/out/{batch}`, and one solid host the survey found.
+fn one_task_copied_out_to_a_dir() -> (QueueCore, Now, BatchId, SurveyedHost) {
     let mut core = core(3);
     let now = start();
     let mut new = batch(1);
@@ -521,6 +522,12 @@ fn a_landed_result_is_copied_out_and_waiters_are_answered_when_the_copy_ends() {
     let solid = host(1.0);
     let _ = core.start_survey(now);
     let _ = core.on_survey(now, Ok(vec![solid.clone()]));
+    (core, now, id, solid)
+}
+
+#[test]
+fn a_landed_result_is_copied_out_and_waiters_are_answered_when_the_copy_ends() {
+    let (mut core, now, id, solid) = one_task_copied_out_to_a_dir();
     assert!(!core.copying_out(id));
     let actions = core.on_ended(now, id, 0, solid.peer, landed(0));
     let copy = actions.iter().find_map(|a| match a {
@@ -547,14 +554,7 @@ fn a_landed_result_is_copied_out_and_waiters_are_answered_when_the_copy_ends() {
 /// results`, which copies the tasks with an exit status).
 #[test]
 fn a_result_that_cannot_be_moved_in_fails_its_task_and_is_not_landed() {
-    let mut core = core(3);
-    let now = start();
-    let mut new = batch(1);
-    new.output_dir = Some(PathBuf::from("/out/{batch}"));
-    let (id, _) = admit(&mut core, now, new);
-    let solid = host(1.0);
-    let _ = core.start_survey(now);
-    let _ = core.on_survey(now, Ok(vec![solid.clone()]));
+    let (mut core, now, id, solid) = one_task_copied_out_to_a_dir();
     let _ = core.on_ended(now, id, 0, solid.peer, landed(0));
     let landed_tasks = |core: &QueueCore| core.landed_results(id).map(|(_, _, l)| l);
     assert_eq!(landed_tasks(&core), Some(vec![0]));
