@@ -7,7 +7,9 @@
 //! restarts of the node and verified results are the batch's. What this
 //! module adds is the waiting: it gives up (exit 75, the batch cancelled)
 //! when no host has taken the task within `--queue-limit`, as the old
-//! single-job path failed when no host could take the job.
+//! single-job path failed when no host could take the job; time the task
+//! spends held for a host's later window is not counted (the queue chose
+//! that host and time).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -36,6 +38,9 @@ pub struct SubmitArgs {
     pub output_dir: PathBuf,
     /// Give up (exit 75, nothing left queued) when no host has taken the task
     /// within this time of it waiting: every host busy, refusing or gone.
+    /// While the task is held for a host's later window (`[batch]
+    /// later_windows`), it is not waiting for a host: submit waits for the
+    /// window, and the limit counts again from zero if the hold ends.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
     pub queue_limit: u64,
     #[command(flatten)]
@@ -129,14 +134,14 @@ async fn follow(
     };
     let waiting_since = tokio::time::sleep(queue_limit);
     tokio::pin!(waiting_since);
-    let mut queued = true;
+    let mut wait = QueueWait::new();
     let mut last_reason: Option<String> = None;
     let mut last_state: Option<String> = None;
     let mut gave_up = false;
     loop {
         let line = tokio::select! {
             line = lines.next::<BatchLine>() => line?,
-            _ = &mut waiting_since, if queued && !gave_up => {
+            _ = &mut waiting_since, if wait.counts() && !gave_up => {
                 gave_up = true;
                 say(format!(
                     "no host took the task within {}; giving up{}",
@@ -157,15 +162,11 @@ async fn follow(
         }
         match line {
             BatchLine::Task { task, .. } => {
-                let now_queued = task.state == "queued";
-                if now_queued && !queued {
-                    // Back in the queue (its host failed or refused): the
-                    // wait for a host starts again.
+                if wait.on_task(&task) {
                     waiting_since
                         .as_mut()
                         .reset(tokio::time::Instant::now() + queue_limit);
                 }
-                queued = now_queued;
                 // The same state again (the host took the job) is no news.
                 let news = task.event.is_some()
                     || last_state.as_deref() != Some(task.state.as_str())
@@ -200,12 +201,53 @@ async fn follow(
     }
 }
 
+/// What `--queue-limit` counts: time the task spends queued with no host
+/// taking it. A task held for a host's later window has a host and a time
+/// (the queue chose them over every host free now), so the limit does not
+/// run while it is held; before, `submit` cancelled the batch 30 s into
+/// the hold and the window was lost.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct QueueWait {
+    queued: bool,
+    held: bool,
+}
+
+impl QueueWait {
+    /// A task just submitted: queued, not held.
+    fn new() -> Self {
+        QueueWait {
+            queued: true,
+            held: false,
+        }
+    }
+
+    /// Whether the limit runs now.
+    fn counts(&self) -> bool {
+        self.queued && !self.held
+    }
+
+    /// Takes a line of the task's; true when the limit starts counting
+    /// again from zero: the task is back in the queue (its host failed or
+    /// refused it) or its hold ended with it still queued.
+    fn on_task(&mut self, t: &TaskReport) -> bool {
+        let counted = self.counts();
+        self.queued = t.state == "queued";
+        self.held = self.queued && t.waiting_for.is_some();
+        !counted && self.counts()
+    }
+}
+
 fn progress(t: &TaskReport, say: &impl Fn(String)) {
-    let host = t.host.as_deref().map(short).unwrap_or("-");
+    let host = t.host.as_deref().map(short);
     if let Some(event) = &t.event {
-        say(format!("{host}: {event}"));
+        // A queue's news (a hold) has no host; a host's job event has.
+        say(match host {
+            Some(host) => format!("{host}: {event}"),
+            None => event.clone(),
+        });
         return;
     }
+    let host = host.unwrap_or("-");
     match t.state.as_str() {
         "running" => say(format!("attempt {} on host {host}", t.attempts)),
         "queued" => {
@@ -340,4 +382,66 @@ fn read_text(path: &Path) -> anyhow::Result<(String, bool)> {
         String::from_utf8_lossy(&bytes).into_owned(),
         len > JSON_TEXT_MAX,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::api::HoldReport;
+
+    fn line(state: &str, held: bool) -> TaskReport {
+        TaskReport {
+            task: 0,
+            state: state.into(),
+            host: None,
+            attempts: 0,
+            exit_status: None,
+            started_unix: None,
+            ended_unix: None,
+            reason: None,
+            event: None,
+            cpu_secs: None,
+            checkpoint_bytes: None,
+            copies: Vec::new(),
+            owner_kills: 0,
+            host_failures: 0,
+            waiting_for: held.then(|| HoldReport {
+                host: "12D3KooWHeldHostB".into(),
+                start_unix: 1_700_007_200,
+                p: 0.75,
+            }),
+        }
+    }
+
+    #[test]
+    fn the_queue_limit_does_not_run_while_the_task_is_held_for_a_window() {
+        let mut wait = QueueWait::new();
+        assert!(wait.counts(), "a task just queued waits for a host");
+        // Held for a host's later window: nothing to give up on.
+        assert!(!wait.on_task(&line("queued", true)));
+        assert!(!wait.counts(), "the limit ran through a hold");
+        // Another line of the same hold changes nothing.
+        assert!(!wait.on_task(&line("queued", true)));
+        assert!(!wait.counts());
+        // The hold ends with the task still queued: counted from zero.
+        assert!(wait.on_task(&line("queued", false)));
+        assert!(wait.counts());
+        // Held again, then started at its window: no limit while it runs.
+        assert!(!wait.on_task(&line("queued", true)));
+        assert!(!wait.on_task(&line("running", false)));
+        assert!(!wait.counts());
+    }
+
+    #[test]
+    fn the_queue_limit_starts_again_when_the_task_is_back_in_the_queue() {
+        let mut wait = QueueWait::new();
+        // Queued news (a refusal) keeps the running count.
+        assert!(!wait.on_task(&line("queued", false)));
+        assert!(wait.counts());
+        assert!(!wait.on_task(&line("running", false)));
+        assert!(!wait.counts());
+        // Its host failed it: back in the queue, counted from zero.
+        assert!(wait.on_task(&line("queued", false)));
+        assert!(wait.counts());
+    }
 }

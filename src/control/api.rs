@@ -732,29 +732,38 @@ pub struct EstimateReport {
     /// When it was made, Unix seconds.
     pub at_unix: i64,
     /// Seconds from then until the last task ends: 10th, 50th and 90th
-    /// percentile and the mean over the runs.
-    pub makespan_p10_secs: f64,
-    pub makespan_p50_secs: f64,
-    pub makespan_p90_secs: f64,
-    pub makespan_mean_secs: f64,
+    /// percentile and the mean over the runs. `None` (JSON `null`) where
+    /// that share of the runs never ended: runs that gave up on a task no
+    /// host of the survey is likely to finish (one held for a later
+    /// window, say) have no end, so the quantiles past them, and the mean,
+    /// have none either. A number is always finite.
+    pub makespan_p10_secs: Option<f64>,
+    pub makespan_p50_secs: Option<f64>,
+    pub makespan_p90_secs: Option<f64>,
+    pub makespan_mean_secs: Option<f64>,
     /// The chance of ending by the deadline, when there is one.
     pub p_deadline: Option<f64>,
     pub deadline_unix: Option<i64>,
     /// Hosts the tasks were spread over, and Monte Carlo runs.
     pub hosts: usize,
     pub runs: usize,
+    /// Runs that gave up on a task (it was killed on host after host): the
+    /// runs with no end.
+    #[serde(default)]
+    pub unfinished_runs: usize,
     /// Each task not yet ended, by number: when it is expected to end.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<TaskEtaReport>,
 }
 
-/// When one task is expected to end, seconds from the estimate's `at_unix`.
+/// When one task is expected to end, seconds from the estimate's `at_unix`;
+/// `None` where that share of the runs never ended it (as the makespan's).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskEtaReport {
     pub task: u32,
-    pub end_p10_secs: f64,
-    pub end_p50_secs: f64,
-    pub end_p90_secs: f64,
+    pub end_p10_secs: Option<f64>,
+    pub end_p50_secs: Option<f64>,
+    pub end_p90_secs: Option<f64>,
 }
 
 /// One line of `POST /v1/batches/{id}/wait`: task events, then the batch.

@@ -19,7 +19,7 @@ use crate::consumer::batch::record::BatchImage;
 use crate::consumer::batch::spec::{check_checkpoint, InputTemplate, Params, Sweep, TaskTemplate};
 use crate::consumer::batch::verify::{CopyView, Provenance};
 use crate::consumer::batch::{
-    BatchView, CheckpointSpec, Counts, NewBatch, PolicyName, TaskEvent, TaskRecord,
+    BatchView, CheckpointSpec, Counts, HoldView, NewBatch, PolicyName, TaskEvent, TaskRecord,
 };
 use crate::control::api::{
     ApiError, BatchCreated, BatchLine, BatchReport, BatchResultsCopied, BatchResultsRequest,
@@ -227,7 +227,15 @@ fn event_report(e: &TaskEvent) -> TaskReport {
         copies: Vec::new(),
         owner_kills: 0,
         host_failures: 0,
-        waiting_for: None,
+        waiting_for: e.hold.as_ref().map(hold_report),
+    }
+}
+
+fn hold_report(h: &HoldView) -> HoldReport {
+    HoldReport {
+        host: h.host.clone(),
+        start_unix: h.start_unix,
+        p: h.p,
     }
 }
 
@@ -249,11 +257,7 @@ pub fn batch_report(v: &BatchView, with_tasks: bool) -> BatchReport {
                         .get(&(i as u32))
                         .map(|copies| copies.iter().map(live_copy_report).collect())
                         .unwrap_or_default();
-                    report.waiting_for = v.holds.get(&(i as u32)).map(|h| HoldReport {
-                        host: h.host.clone(),
-                        start_unix: h.start_unix,
-                        p: h.p,
-                    });
+                    report.waiting_for = v.holds.get(&(i as u32)).map(hold_report);
                     report
                 })
                 .collect()
@@ -354,28 +358,38 @@ async fn decided_copies(report: &mut BatchReport) {
     }
 }
 
+/// The estimate as the API reports it. A quantile past the runs that gave
+/// up on a task is infinite, which JSON cannot carry (serde_json writes it
+/// as `null`, and then no client could read the report back: `batch status`
+/// failed while a task was held for a later window); it is `None`.
 pub fn estimate_report(e: &BatchEstimate, deadline_unix: Option<i64>) -> EstimateReport {
     EstimateReport {
         at_unix: e.at_unix,
-        makespan_p10_secs: e.makespan.p10,
-        makespan_p50_secs: e.makespan.p50,
-        makespan_p90_secs: e.makespan.p90,
-        makespan_mean_secs: e.makespan.mean,
-        p_deadline: e.p_deadline,
+        makespan_p10_secs: finite(e.makespan.p10),
+        makespan_p50_secs: finite(e.makespan.p50),
+        makespan_p90_secs: finite(e.makespan.p90),
+        makespan_mean_secs: finite(e.makespan.mean),
+        p_deadline: e.p_deadline.and_then(finite),
         deadline_unix,
         hosts: e.hosts,
         runs: e.runs,
+        unfinished_runs: e.unfinished_runs,
         tasks: e
             .tasks
             .iter()
             .map(|t| TaskEtaReport {
                 task: t.task,
-                end_p10_secs: t.end.p10,
-                end_p50_secs: t.end.p50,
-                end_p90_secs: t.end.p90,
+                end_p10_secs: finite(t.end.p10),
+                end_p50_secs: finite(t.end.p50),
+                end_p90_secs: finite(t.end.p90),
             })
             .collect(),
     }
+}
+
+/// `x` when it is a number JSON can carry.
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
 }
 
 /// `POST /v1/batches/estimate`: the submit body, nothing queued or sent
@@ -625,4 +639,134 @@ fn stream(
         Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consumer::batch::estimate::TaskEta;
+    use crate::consumer::batch::{BatchRecord, TaskState};
+    use crate::model::sched::estimate::Quantiles;
+
+    /// A batch of one task, queued and held for a host's later window; its
+    /// estimate, made from the hosts as they are now, has runs that never
+    /// end it (the model gives those an infinite makespan).
+    fn held_batch() -> BatchView {
+        let record = BatchRecord {
+            id: BatchId::new(3),
+            name: None,
+            created_unix: 1_700_000_000,
+            command: vec!["sleep".into(), "1".into()],
+            mem_mib: 64,
+            runtime_secs: 9 * 3600,
+            limit_secs: 18 * 3600,
+            outputs: Vec::new(),
+            output_dir: None,
+            max_running: None,
+            task_count: 1,
+            cancelled: false,
+            policy: PolicyName::default(),
+            deadline_unix: None,
+            checkpoint: None,
+            image: None,
+        };
+        let tasks = vec![TaskRecord::queued(
+            vec!["sleep".into()],
+            Vec::new(),
+            Vec::new(),
+        )];
+        let no_end = Quantiles {
+            p10: 40_000.0,
+            p50: f64::INFINITY,
+            p90: f64::INFINITY,
+            mean: f64::INFINITY,
+        };
+        BatchView {
+            counts: Counts::of(&tasks),
+            record,
+            tasks,
+            eta_unix: None,
+            results_dir: "/r/3".into(),
+            estimate: Some(BatchEstimate {
+                at_unix: 1_700_000_100,
+                makespan: no_end,
+                p_deadline: None,
+                hosts: 2,
+                runs: 200,
+                unfinished_runs: 150,
+                tasks: vec![TaskEta {
+                    task: 0,
+                    end: no_end,
+                }],
+            }),
+            verify: None,
+            copies: Default::default(),
+            holds: [(
+                0,
+                HoldView {
+                    host: "12D3KooWHeldHostB".into(),
+                    start_unix: 1_700_007_200,
+                    p: 0.75,
+                },
+            )]
+            .into(),
+        }
+    }
+
+    #[test]
+    fn a_status_while_a_task_is_held_reads_back_and_says_what_it_waits_for() {
+        let view = held_batch();
+        assert_eq!(view.tasks[0].state, TaskState::Queued);
+        let report = batch_report(&view, true);
+        let json = serde_json::to_string(&report).unwrap();
+        // What `batch status --json` and the text status read: before, the
+        // infinite quantiles went out as `null` where a number was due.
+        let back: BatchReport = serde_json::from_str(&json)
+            .unwrap_or_else(|e| panic!("the status does not read back: {e}\n{json}"));
+        assert_eq!(back, report);
+        let e = back.estimate.as_ref().unwrap();
+        assert_eq!(e.makespan_p10_secs, Some(40_000.0));
+        assert_eq!(e.makespan_p50_secs, None);
+        assert_eq!(e.makespan_p90_secs, None);
+        assert_eq!(e.makespan_mean_secs, None);
+        assert_eq!(e.unfinished_runs, 150);
+        assert_eq!(e.tasks[0].end_p50_secs, None);
+        assert_eq!(
+            back.tasks[0].waiting_for,
+            Some(HoldReport {
+                host: "12D3KooWHeldHostB".into(),
+                start_unix: 1_700_007_200,
+                p: 0.75,
+            })
+        );
+    }
+
+    #[test]
+    fn a_task_event_while_held_carries_the_window() {
+        let hold = HoldView {
+            host: "12D3KooWHeldHostB".into(),
+            start_unix: 1_700_007_200,
+            p: 0.75,
+        };
+        let event = TaskEvent {
+            batch: BatchId::new(3),
+            task: 0,
+            state: TaskState::Queued,
+            host: None,
+            attempts: 0,
+            exit_status: None,
+            reason: None,
+            event: Some("waiting for host B's window in 2h00 (P 0.75)".into()),
+            at_unix: 1_700_000_000,
+            hold: Some(hold.clone()),
+        };
+        let r = event_report(&event);
+        assert_eq!(r.waiting_for, Some(hold_report(&hold)));
+        let ended = TaskEvent {
+            hold: None,
+            event: Some("hold ended: its host left".into()),
+            ..event
+        };
+        assert_eq!(event_report(&ended).waiting_for, None);
+    }
 }

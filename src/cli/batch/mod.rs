@@ -26,7 +26,6 @@ use crate::control::api::{
     BatchSubmitRequest, EstimateReport, ParamsTable, TaskCounts, PREFIX,
 };
 use crate::control::client::ControlClient;
-use crate::human;
 use crate::model::ids::BatchId;
 
 mod follow;
@@ -490,9 +489,9 @@ pub async fn warn_if_deadline_at_risk(
         Ok(e) => {
             if let Some(p) = e.p_deadline.filter(|p| *p < 0.5) {
                 eprintln!(
-                    "warning: the estimate gives this work a {:.0} % chance of ending by the deadline (expected end in {}); queued all the same",
+                    "warning: the estimate gives this work a {:.0} % chance of ending by the deadline (expected end {}); queued all the same",
                     p * 100.0,
-                    human::duration(e.makespan_p50_secs.max(0.0).round() as u64)
+                    show::in_d(e.makespan_p50_secs)
                 );
             }
         }

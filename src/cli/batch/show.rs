@@ -16,17 +16,50 @@ pub(super) fn counts_text(c: &TaskCounts) -> String {
     )
 }
 
+/// What the text says where the estimate has no number: that share of its
+/// runs never ended (a task killed on host after host).
+const NOT_FORESEEN: &str = "not foreseen";
+
+/// A duration of the estimate's, or [`NOT_FORESEEN`].
+fn d(secs: Option<f64>) -> String {
+    secs.map_or_else(
+        || NOT_FORESEEN.to_string(),
+        |s| human::duration(s.max(0.0).round() as u64),
+    )
+}
+
+/// "in 3h 10m", or [`NOT_FORESEEN`].
+pub(super) fn in_d(secs: Option<f64>) -> String {
+    match secs {
+        Some(_) => format!("in {}", d(secs)),
+        None => d(secs),
+    }
+}
+
+/// "by 3h 10m", or [`NOT_FORESEEN`].
+fn by_d(secs: Option<f64>) -> String {
+    match secs {
+        Some(_) => format!("by {}", d(secs)),
+        None => d(secs),
+    }
+}
+
 /// The estimate as `batch estimate` and `batch status` print it.
 pub(super) fn estimate_text(e: &EstimateReport) -> String {
-    let d = |secs: f64| human::duration(secs.max(0.0).round() as u64);
     let mut text = format!(
-        "estimated end: in {} (10 % chance by {}, 90 % by {}), over {} host(s), {} runs\n",
-        d(e.makespan_p50_secs),
-        d(e.makespan_p10_secs),
-        d(e.makespan_p90_secs),
+        "estimated end: {} (10 % chance {}, 90 % {}), over {} host(s), {} runs\n",
+        in_d(e.makespan_p50_secs),
+        by_d(e.makespan_p10_secs),
+        by_d(e.makespan_p90_secs),
         e.hosts,
         e.runs
     );
+    if e.unfinished_runs > 0 {
+        text.push_str(&format!(
+            "{} of {} runs never ended: a task was killed on host after host (no host is likely to finish it as things stand now; the estimate does not weigh holds for later windows)\n",
+            e.unfinished_runs, e.runs
+        ));
+    }
     if let (Some(p), Some(at)) = (e.p_deadline, e.deadline_unix) {
         text.push_str(&format!(
             "chance of ending by the deadline ({}): {:.0} %\n",
@@ -43,19 +76,20 @@ pub(super) const ETA_ROWS_MAX: usize = 20;
 /// Each task's expected end, for `batch estimate` (`batch status` puts it
 /// in its task table instead).
 pub(super) fn task_etas_text(e: &EstimateReport) -> String {
-    let d = |secs: f64| human::duration(secs.max(0.0).round() as u64);
     if e.tasks.len() > ETA_ROWS_MAX {
-        let first = e
+        // A median of none (never) is later than every number.
+        let medians = e
             .tasks
             .iter()
-            .map(|t| t.end_p50_secs)
-            .fold(f64::INFINITY, f64::min);
-        let last = e.tasks.iter().map(|t| t.end_p50_secs).fold(0.0, f64::max);
+            .map(|t| t.end_p50_secs.unwrap_or(f64::INFINITY));
+        let first = medians.clone().fold(f64::INFINITY, f64::min);
+        let last = medians.fold(0.0, f64::max);
+        let finite = |x: f64| x.is_finite().then_some(x);
         return format!(
-            "{} tasks end from in {} to in {} (medians); --json lists each task\n",
+            "{} tasks end from {} to {} (medians); --json lists each task\n",
             e.tasks.len(),
-            d(first),
-            d(last)
+            in_d(finite(first)),
+            in_d(finite(last))
         );
     }
     let rows = e.tasks.iter().map(|t| {
@@ -101,7 +135,7 @@ pub(super) fn status_text(r: &BatchReport) -> String {
     text.push_str(&verification_text(&r.verification));
     if !r.tasks.is_empty() {
         // Each task's expected end, from the estimate, for tasks not ended.
-        let etas: std::collections::HashMap<u32, f64> = r
+        let etas: std::collections::HashMap<u32, Option<f64>> = r
             .estimate
             .iter()
             .flat_map(|e| e.tasks.iter().map(|t| (t.task, t.end_p50_secs)))
@@ -114,9 +148,7 @@ pub(super) fn status_text(r: &BatchReport) -> String {
                 t.attempts.to_string(),
                 format!("{}/{}", t.owner_kills, t.host_failures),
                 t.exit_status.map_or("-".into(), |s| s.to_string()),
-                etas.get(&t.task).map_or("-".into(), |secs| {
-                    format!("in {}", human::duration(secs.max(0.0).round() as u64))
-                }),
+                etas.get(&t.task).map_or("-".into(), |secs| in_d(*secs)),
                 match &t.waiting_for {
                     Some(w) => hold_text(w),
                     None => t.reason.clone().unwrap_or_default(),

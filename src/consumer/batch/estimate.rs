@@ -35,6 +35,9 @@ pub struct BatchEstimate {
     /// Hosts the estimate spread the tasks over.
     pub hosts: usize,
     pub runs: usize,
+    /// Runs that gave up on a task (killed on host after host): their
+    /// makespan, and that task's end, are infinite.
+    pub unfinished_runs: usize,
     /// Each task's end, seconds from `at_unix`, by task number: the running
     /// tasks and the waiting ones (tasks that have ended are not in it).
     pub tasks: Vec<TaskEta>,
@@ -195,6 +198,7 @@ pub fn estimate_batch<R: Rng + ?Sized>(
         p_deadline,
         hosts: est_hosts.len(),
         runs: ESTIMATE_RUNS,
+        unfinished_runs: result.unfinished_runs,
         tasks,
     })
 }

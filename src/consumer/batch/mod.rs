@@ -36,5 +36,7 @@ mod tests;
 pub mod verify;
 
 pub use policy::PolicyName;
-pub use queue::{BatchError, BatchQueue, BatchView, Counts, NewBatch, QueueMsg, TaskEvent};
+pub use queue::{
+    BatchError, BatchQueue, BatchView, Counts, HoldView, NewBatch, QueueMsg, TaskEvent,
+};
 pub use record::{BatchRecord, CheckpointRef, CheckpointSpec, TaskCopy, TaskRecord, TaskState};

@@ -554,17 +554,13 @@ impl QueueCore {
         self.holds
             .iter()
             .filter(|((b, _), _)| *b == batch)
-            .map(|((_, t), h)| {
-                (
-                    *t,
-                    HoldView {
-                        host: h.peer.to_base58(),
-                        start_unix: h.start_unix,
-                        p: h.p,
-                    },
-                )
-            })
+            .map(|((_, t), h)| (*t, hold_view(h)))
             .collect()
+    }
+
+    /// The later window `task` of `batch` is held for, if it is.
+    pub(super) fn hold_view(&self, batch: BatchId, task: u32) -> Option<HoldView> {
+        self.holds.get(&(batch, task)).map(hold_view)
     }
 }
 
@@ -576,6 +572,14 @@ fn index(peers: &mut Vec<PeerId>, peer: PeerId) -> usize {
             peers.push(peer);
             peers.len() - 1
         }
+    }
+}
+
+fn hold_view(h: &Held) -> HoldView {
+    HoldView {
+        host: h.peer.to_base58(),
+        start_unix: h.start_unix,
+        p: h.p,
     }
 }
 

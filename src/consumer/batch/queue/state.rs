@@ -416,6 +416,7 @@ impl QueueCore {
             reason: t.reason.clone(),
             event,
             at_unix: self.now.unix_secs,
+            hold: self.hold_view(batch, task),
         };
         self.push(Action::Emit(Box::new(event)));
     }

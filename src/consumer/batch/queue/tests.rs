@@ -10,7 +10,7 @@ use rand::SeedableRng;
 
 use super::state::{Action, Now, QueueCore};
 use super::trust::{Trust, Verdict};
-use super::types::NewBatch;
+use super::types::{HoldView, NewBatch};
 use crate::consumer::batch::attempt::AttemptEnd;
 use crate::consumer::batch::policy::PolicyName;
 use crate::consumer::batch::record::{TaskCopy, TaskState};

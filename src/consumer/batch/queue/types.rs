@@ -75,6 +75,10 @@ pub struct TaskEvent {
     /// A host's job event, when that is what happened.
     pub event: Option<String>,
     pub at_unix: i64,
+    /// The later window the task is held for, while it is: watchers (`gleaner
+    /// submit`'s queue limit) tell a task waiting for a host's window from
+    /// one no host takes.
+    pub hold: Option<HoldView>,
 }
 
 /// A batch as `batch status` shows it.

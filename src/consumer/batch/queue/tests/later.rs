@@ -194,6 +194,45 @@ fn a_hold_lapses_when_its_host_leaves_and_the_task_is_placed_as_usual() {
     );
 }
 
+/// The events the actions tell watchers of, with the hold each carries.
+fn events_with_holds(actions: &[Action]) -> Vec<(String, Option<HoldView>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Emit(e) => e.event.clone().map(|text| (text, e.hold.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn watchers_are_told_the_window_a_task_is_held_for_and_when_the_hold_ends() {
+    let mut core = holding();
+    let (a, b) = (host(0.15), busy(0.9));
+    let (_, now, actions) = held_for_b(&mut core, &a, &b);
+    // The hold's news carries the window itself (what `submit` reads to
+    // stop its queue limit), not only its words.
+    let told = events_with_holds(&actions);
+    let (_, hold) = told
+        .iter()
+        .find(|(e, _)| e.starts_with("waiting for host"))
+        .unwrap_or_else(|| panic!("{told:?}"));
+    let hold = hold.as_ref().unwrap_or_else(|| panic!("{told:?}"));
+    assert_eq!(hold.host, b.peer.to_base58());
+    assert_eq!(hold.start_unix, start().unix_secs + 2 * H);
+    assert!((hold.p - 0.85).abs() < 1e-9, "{hold:?}");
+    // b leaves: the news of the lapse carries no hold.
+    let now = after(now, 1800);
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone()]));
+    let told = events_with_holds(&actions);
+    assert!(
+        told.iter()
+            .any(|(e, h)| e == "hold ended: its host left" && h.is_none()),
+        "{told:?}"
+    );
+}
+
 #[test]
 fn no_task_is_held_for_a_window_past_its_deadline() {
     let mut core = holding();
