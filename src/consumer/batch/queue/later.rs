@@ -436,7 +436,10 @@ impl QueueCore {
                 match self.holds.get_mut(&key) {
                     Some(h) if Some(h.peer) == peer && now >= h.start_unix => h.open = true,
                     Some(_) => {
+                        // Watchers learn that the hold went (`submit`'s
+                        // queue limit stops only while a task is held).
                         self.holds.remove(&key);
+                        self.emit(key.0, key.1, Some(GAVE_WAY.to_string()));
                     }
                     None => {}
                 }
@@ -582,6 +585,10 @@ fn hold_view(h: &Held) -> HoldView {
         p: h.p,
     }
 }
+
+/// What watchers are told when a held task starts now instead, on a free
+/// host about as good as its window.
+const GAVE_WAY: &str = "hold ended: a host free now is about as good";
 
 /// What watchers are told when a task is held.
 fn hold_text(host: &str, start_in: f64, p: f64) -> String {

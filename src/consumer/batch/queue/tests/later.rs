@@ -234,6 +234,25 @@ fn watchers_are_told_the_window_a_task_is_held_for_and_when_the_hold_ends() {
 }
 
 #[test]
+fn watchers_are_told_when_a_held_task_starts_now_on_a_host_about_as_good() {
+    let mut core = holding();
+    let (a, b) = (host(0.15), busy(0.9));
+    let (_, now, _) = held_for_b(&mut core, &a, &b);
+    let c = host(0.95);
+    let now = after(now, 1800);
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone(), c.clone()]));
+    assert_eq!(launches(&actions), vec![(0, c.peer)]);
+    // The hold's end is news of its own, carrying no hold, before the start.
+    let told = events_with_holds(&actions);
+    assert!(
+        told.iter()
+            .any(|(e, h)| e.starts_with("hold ended") && h.is_none()),
+        "{told:?}"
+    );
+}
+
+#[test]
 fn no_task_is_held_for_a_window_past_its_deadline() {
     let mut core = holding();
     let (a, b) = (host(0.15), busy(0.9));
