@@ -77,6 +77,30 @@ fn samples_round_trip() {
 }
 
 #[test]
+fn a_series_brought_up_to_date_equals_the_history_read_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), T0);
+    record_run(&store, T0, 200);
+    let bulk = store.bulk();
+    let mut series = bulk.series().unwrap();
+    let rows = |s: &gleaner::model::series::HostSeries| s.samples().collect::<Vec<_>>();
+    // The series' last row rewritten, and fifty rows after it.
+    store.record_sample(&sample(T0 + 6 * 199, 99.0, 5)).unwrap();
+    record_run(&store, T0 + 6 * 200, 50);
+    assert_eq!(bulk.extend_series(&mut series).unwrap(), 50);
+    assert_eq!(rows(&series), rows(&bulk.series().unwrap()));
+    assert_eq!(series.get(199).unwrap().cpu, 99.0);
+    // Held for as long as the node runs: no room beyond the rows (and the
+    // one a rewritten row reserved).
+    assert!(series.heap_bytes() <= (series.len() + 1) * (8 + 8 + 4 + 1));
+    // A row before the series' last one (a clock stepped back) is not lost.
+    store.record_sample(&sample(T0 + 3, 50.0, 7)).unwrap();
+    bulk.extend_series(&mut series).unwrap();
+    assert_eq!(rows(&series), rows(&bulk.series().unwrap()));
+    assert_eq!(series.len(), 251);
+}
+
+#[test]
 fn bad_samples_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path(), T0);

@@ -33,7 +33,9 @@ pub struct HostSeries {
     /// Unix seconds, strictly increasing.
     time: Vec<i64>,
     cpu: Vec<f64>,
-    free_mib: Vec<u64>,
+    /// MiB, saturated at `u32::MAX` (4 PiB, more than any job asks): half
+    /// the bytes of a `u64` over the months of rows a node holds.
+    free_mib: Vec<u32>,
     up: Vec<bool>,
     /// Nominal sampling period: a long gap counts as down from `step` after the earlier row.
     pub step_secs: u32,
@@ -132,6 +134,11 @@ impl GapRules {
     }
 }
 
+/// A row's free memory as the series keeps it.
+fn stored_mib(mib: u64) -> u32 {
+    u32::try_from(mib).unwrap_or(u32::MAX)
+}
+
 impl HostSeries {
     /// An empty series with the given sampling facts.
     pub fn new(step_secs: u32, max_gap_secs: u64, tz: TimeZone) -> Self {
@@ -161,7 +168,7 @@ impl HostSeries {
         }
         self.time.push(s.time);
         self.cpu.push(s.cpu);
-        self.free_mib.push(s.free_mib);
+        self.free_mib.push(stored_mib(s.free_mib));
         self.up.push(s.up);
         Ok(())
     }
@@ -180,7 +187,7 @@ impl HostSeries {
             return Err(SeriesError::BadCpu(s.cpu));
         }
         self.cpu[last] = s.cpu;
-        self.free_mib[last] = s.free_mib;
+        self.free_mib[last] = stored_mib(s.free_mib);
         self.up[last] = s.up;
         Ok(true)
     }
@@ -191,6 +198,34 @@ impl HostSeries {
         self.cpu.reserve(n);
         self.free_mib.reserve(n);
         self.up.reserve(n);
+    }
+
+    /// Reserves room for exactly `n` more rows: for a series that grows a
+    /// few rows at a time and is held for long, where doubling the columns
+    /// for one row would cost as much as the rows held.
+    pub fn reserve_exact(&mut self, n: usize) {
+        self.time.reserve_exact(n);
+        self.cpu.reserve_exact(n);
+        self.free_mib.reserve_exact(n);
+        self.up.reserve_exact(n);
+    }
+
+    /// Gives back the room reserved beyond the rows held: a node keeps its
+    /// series for as long as it runs, and a reservation that was short by a
+    /// row (a sample recorded while the store was read) doubled every column.
+    pub fn shrink_to_fit(&mut self) {
+        self.time.shrink_to_fit();
+        self.cpu.shrink_to_fit();
+        self.free_mib.shrink_to_fit();
+        self.up.shrink_to_fit();
+    }
+
+    /// Bytes the rows' columns hold (reserved room included).
+    pub fn heap_bytes(&self) -> usize {
+        self.time.capacity() * std::mem::size_of::<i64>()
+            + self.cpu.capacity() * std::mem::size_of::<f64>()
+            + self.free_mib.capacity() * std::mem::size_of::<u32>()
+            + self.up.capacity()
     }
 
     pub fn len(&self) -> usize {
@@ -206,7 +241,7 @@ impl HostSeries {
         Some(Sample {
             time: *self.time.get(i)?,
             cpu: self.cpu[i],
-            free_mib: self.free_mib[i],
+            free_mib: u64::from(self.free_mib[i]),
             up: self.up[i],
         })
     }
@@ -278,7 +313,7 @@ impl HostSeries {
     fn push_unchecked(&mut self, s: Sample) {
         self.time.push(s.time);
         self.cpu.push(s.cpu);
-        self.free_mib.push(s.free_mib);
+        self.free_mib.push(stored_mib(s.free_mib));
         self.up.push(s.up);
     }
 
@@ -403,7 +438,7 @@ impl HostSeries {
             } else if code & CODE_HOT != 0 {
                 match tracker.excursion_start() {
                     Some(begun) => (
-                        tracker.state_at(&th, begun, self.cpu[row], self.free_mib[row]),
+                        tracker.state_at(&th, begun, self.cpu[row], u64::from(self.free_mib[row])),
                         begun.saturating_add(sustain),
                     ),
                     None => (State::S2, i64::MAX),
@@ -474,7 +509,7 @@ impl HostSeries {
             .map(|((&cpu, &free), &up)| {
                 (u8::from(cpu >= th.th1) * CODE_HEAVY)
                     | (u8::from(cpu > th.th2) * CODE_HOT)
-                    | (u8::from(free < th.job_mem_mib) * CODE_LACKS_MEMORY)
+                    | (u8::from(u64::from(free) < th.job_mem_mib) * CODE_LACKS_MEMORY)
                     | (u8::from(!up) * CODE_DOWN)
             })
             .collect();
@@ -586,7 +621,7 @@ impl StateCursor<'_> {
             }
         }
         self.tracker
-            .state_at(&self.th, t, s.cpu[row], s.free_mib[row])
+            .state_at(&self.th, t, s.cpu[row], u64::from(s.free_mib[row]))
     }
 }
 
@@ -738,6 +773,38 @@ mod tests {
                 proptest::prop_assert_eq!(moved.state_at(th, at), s.state_at(th, at), "t = {}", at);
             }
         }
+    }
+
+    #[test]
+    fn a_series_reserved_one_row_short_gives_the_doubled_room_back() {
+        let mut s = HostSeries::new(6, 120, TimeZone::UTC);
+        s.reserve(1000);
+        for i in 0..1001 {
+            s.push(Sample {
+                time: i * 6,
+                cpu: 1.0,
+                free_mib: 100,
+                up: true,
+            })
+            .unwrap();
+        }
+        let row = 8 + 8 + 4 + 1;
+        assert!(s.heap_bytes() >= 1500 * row, "{}", s.heap_bytes());
+        s.shrink_to_fit();
+        assert_eq!(s.heap_bytes(), 1001 * row);
+    }
+
+    #[test]
+    fn free_memory_past_four_pib_reads_as_plenty_not_as_short() {
+        let s = series(&[(0, 1.0, u64::MAX, true), (6, 1.0, 5, true)]);
+        assert_eq!(s.get(0).unwrap().free_mib, u64::from(u32::MAX));
+        assert_eq!(s.get(1).unwrap().free_mib, 5);
+        let th = Thresholds {
+            job_mem_mib: 1 << 20,
+            ..Thresholds::default()
+        };
+        assert_eq!(s.state_at(th, 0), Some(State::S1));
+        assert_eq!(s.state_at(th, 6), Some(State::S4));
     }
 
     #[test]

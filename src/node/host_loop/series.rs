@@ -9,7 +9,7 @@
 //! shared by the loop (`status`, invalidation) and the [`super::HostReader`].
 
 use super::{HostError, STATUS_WINDOWS_SECS};
-use crate::history::store::BulkHistory;
+use crate::history::store::{BulkHistory, StoreError};
 use crate::model::series::HostSeries;
 use crate::report::{forecast_or_prior, ReportRequest};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -135,11 +135,18 @@ impl SeriesCache {
                 return Ok(series.clone());
             }
         }
-        let series = Arc::new(
-            self.bulk
-                .series()
-                .map_err(|e| HostError::Internal(e.to_string()))?,
-        );
+        let internal = |e: StoreError| HostError::Internal(e.to_string());
+        let series = match slot.take() {
+            // Same history, only older: the rows recorded since are added to
+            // it (copied first if a reader still holds it), not the whole
+            // history decoded again every minute.
+            Some((built_gen, _, series)) if built_gen == generation => {
+                let mut series = Arc::unwrap_or_clone(series);
+                self.bulk.extend_series(&mut series).map_err(internal)?;
+                Arc::new(series)
+            }
+            _ => Arc::new(self.bulk.series().map_err(internal)?),
+        };
         *slot = Some((generation, now, series.clone()));
         Ok(series)
     }
