@@ -30,7 +30,7 @@ use crate::net::codec::{JobCodec, ReliabilityCodec, JOB_CAPS, RELIABILITY_CAPS};
 use crate::net::protocol::{
     ANNOUNCE_MAX_BYTES, IDENTIFY_PROTOCOL_VERSION, JOB_PROTOCOL, KAD_PROTOCOL, RELIABILITY_PROTOCOL,
 };
-use crate::net::quarantine::{hold_inbound, Quarantine};
+use crate::net::quarantine::{gate_socket, hold_inbound, Quarantine};
 use crate::net::reachability::AddressScope;
 use crate::net::traffic::TrafficMeter;
 
@@ -414,8 +414,9 @@ fn build_behaviour(
 /// Builds the Swarm: TCP+Noise+Yamux, QUIC, DNS and the relay client; with a swarm key,
 /// TCP wrapped in pnet and no QUIC. Every transport counts its bytes into the
 /// returned meter (libp2p's bandwidth metrics), and holds the inbound
-/// connections of the peers `quarantine` names (relayed ones excepted: the
-/// relay pays for those).
+/// connections of the peers `quarantine` names and rations those of the
+/// sources it suspects, TCP's before the handshake (relayed ones excepted:
+/// the relay pays for those).
 pub(crate) fn build_swarm(
     key: Keypair,
     cfg: &NetConfig,
@@ -435,16 +436,17 @@ pub(crate) fn build_swarm(
                 let noise = noise::Config::new(key)?;
                 Ok::<_, BoxError>(
                     tcp::tokio::Transport::new(tcp::Config::default().nodelay(true))
+                        .and_then(gate_socket(quarantine.clone()))
                         .upgrade(Version::V1Lazy)
                         .authenticate(noise)
                         .multiplex(yamux::Config::default())
-                        .and_then(hold_inbound(quarantine.clone())),
+                        .and_then(hold_inbound(quarantine.clone(), true)),
                 )
             })
             .map_err(|e| err(&e))?
             .with_other_transport(|key| {
                 quic::tokio::Transport::new(quic::Config::new(key))
-                    .and_then(hold_inbound(quarantine.clone()))
+                    .and_then(hold_inbound(quarantine.clone(), false))
             })
             .map_err(|e| err(&e))?
             .with_dns()
@@ -462,12 +464,13 @@ pub(crate) fn build_swarm(
                 let noise = noise::Config::new(key)?;
                 Ok::<_, BoxError>(
                     tcp::tokio::Transport::new(tcp::Config::default().nodelay(true))
+                        .and_then(gate_socket(quarantine.clone()))
                         .and_then(move |socket, _| PnetConfig::new(psk).handshake(socket))
                         .upgrade(Version::V1Lazy)
                         .authenticate(noise)
                         .multiplex(yamux::Config::default())
                         .timeout(Duration::from_secs(20))
-                        .and_then(hold_inbound(quarantine.clone())),
+                        .and_then(hold_inbound(quarantine.clone(), true)),
                 )
             })
             .map_err(|e| err(&e))?

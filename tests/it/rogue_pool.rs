@@ -13,6 +13,7 @@ mod consumer;
 mod flood_cost;
 mod floods;
 mod restart;
+mod strangers;
 
 use crate::node_support::{addr, batch_until, peer, pool_of};
 

@@ -24,6 +24,7 @@ pub mod relpath;
 pub mod sched;
 pub mod series;
 pub mod solver;
+pub mod sources;
 pub mod state;
 pub mod timeseries;
 pub mod trust;

@@ -154,6 +154,7 @@ pub fn start(
         used: HashMap::new(),
         remembered,
         inbound: requests::inbound_budgets(),
+        probation: requests::probation_budgets(),
         summaries: membership::summary_budgets(),
         inbound_origin: tokio::time::Instant::now(),
         held: HashMap::new(),
@@ -253,6 +254,8 @@ pub struct EventLoop {
     remembered: Option<Remembered>,
     /// Each peer's budget of inbound requests (`requests::INBOUND_*`).
     inbound: PeerBudgets<PeerId>,
+    /// The same for strangers on probation (`requests::PROBATION_*`).
+    probation: PeerBudgets<PeerId>,
     /// Each member's budget of summaries (`membership::SUMMARY_*`), by the
     /// message's source.
     summaries: PeerBudgets<PeerId>,
@@ -267,7 +270,8 @@ pub struct EventLoop {
     /// Connections on which the pool's topics went deaf (`deaf`).
     deaf: DeafLinks,
     /// The blocked peers whose inbound connections the transport holds
-    /// (kept in step with the block list by `requests`).
+    /// (kept in step with the block list by `requests`), and the sources
+    /// whose new connections it rations.
     quarantine: Quarantine,
 }
 

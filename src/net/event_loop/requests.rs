@@ -4,7 +4,8 @@
 //! (up to a few per peer; more are dropped): a flooder that waits for its
 //! answers, as request-response peers do, then sends almost nothing, where
 //! an answer or a closed stream would have it send the next at once. A
-//! peer that keeps flooding is disconnected and blocked for a while, and
+//! peer that keeps flooding is disconnected and blocked for a while (a
+//! stranger on probation, `net::quarantine`, has a smaller budget), and
 //! the node is told ([`NetEvent::Overrun`]: a flood in the peer's record;
 //! `cut_off` does the same for the summaries' and the data server's
 //! budgets). So a flood costs a bounded share of a core whatever it
@@ -76,6 +77,23 @@ pub(super) fn inbound_budgets() -> PeerBudgets<PeerId> {
     )
 }
 
+/// The budget of a stranger on probation (new to the node through a source
+/// whose peers flooded, `net::quarantine`): a burst of 32 requests, then 8
+/// a second, and 32 drops forgiven. Enough for a consumer's survey and its
+/// first fetches; a flooder with a fresh peer id per connection is cut off
+/// after a few dozen requests instead of some 1,500.
+const PROBATION_BURST: u32 = 32;
+const PROBATION_PER_SEC: f64 = 8.0;
+const PROBATION_DROPS_FORGIVEN: u32 = 32;
+
+pub(super) fn probation_budgets() -> PeerBudgets<PeerId> {
+    PeerBudgets::new(
+        (PROBATION_BURST, PROBATION_PER_SEC),
+        (PROBATION_DROPS_FORGIVEN, 1.0),
+        INBOUND_PEERS_MAX,
+    )
+}
+
 impl EventLoop {
     /// Counts an inbound request against `peer`'s budget: `Some(channel)`
     /// to serve it; past the budget the channel is held for [`HELD_FOR`]
@@ -84,9 +102,18 @@ impl EventLoop {
     /// [`FLOODER_BLOCKED_FOR`].
     fn admit_inbound<T: Send + 'static>(&mut self, peer: PeerId, channel: T) -> Option<T> {
         let now_ms = self.budget_ms();
-        match self.inbound.admit(&peer, now_ms) {
+        let budgets = if self.quarantine.on_probation(&peer) {
+            &mut self.probation
+        } else {
+            &mut self.inbound
+        };
+        match budgets.admit(&peer, now_ms) {
             Admit::Serve => Some(channel),
             Admit::Drop => {
+                // Past its budget: a strike against its source (once per
+                // peer), so that fresh peer ids that each take a burst and
+                // leave make the source suspect (`net::quarantine`).
+                self.quarantine.strike(&peer);
                 let held = self.held.entry(peer).or_insert(0);
                 if *held < HELD_PER_PEER && self.serving.len() < HELD_MAX {
                     *held += 1;
@@ -117,8 +144,11 @@ impl EventLoop {
     /// flood), and it is disconnected and blocked for
     /// [`FLOODER_BLOCKED_FOR`] (unless [`BLOCKED_MAX`] peers already are:
     /// then fresh peer ids cannot grow the list, and the budgets alone
-    /// bound what it costs).
+    /// bound what it costs). Either way it is a strike against the source
+    /// it came from (`net::quarantine`): a flooder with a fresh peer id per
+    /// connection has its source's new connections rationed.
     pub(super) fn cut_off(&mut self, peer: PeerId, what: Overrun) {
+        self.quarantine.strike(&peer);
         let blocked = self.swarm.behaviour().blocked.blocked_peers().len();
         if blocked < BLOCKED_MAX && self.swarm.behaviour_mut().blocked.block_peer(peer) {
             // Its redials are held before the block list refuses them

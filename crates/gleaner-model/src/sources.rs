@@ -1,0 +1,309 @@
+//! What strangers from one source may cost (issue 30): a source is the
+//! block of addresses one party is likely to hold ([`source_block`]), and
+//! each source has a tolerance for strikes (its peers going past their
+//! budgets, connections of a blocked peer the node had to handshake and
+//! refuse): past it the source is *suspect* for a while, and while suspect
+//! its new connections are admitted at a steady rate only ([`Gate`]), and
+//! the peers that come through are strangers on probation (smaller
+//! budgets, the caller's). A flooder that takes a fresh peer id for every
+//! connection is never blocked by peer id; by its source it is.
+//!
+//! Nothing changes for a source none of whose peers ever went past a
+//! budget: every node of a test pool on 127.0.0.1, or of a LAN behind one
+//! address, shares a source, and an honest pool never spends the
+//! tolerance. While a source
+//! is suspect, its peers already known keep their connections and budgets;
+//! only new connections are rationed.
+//!
+//! Pure: the time is a parameter (milliseconds from any fixed origin). It
+//! must not know what a peer sent or how a connection is held or refused.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::budget::TokenBucket;
+
+/// The block of addresses `ip` counts in: a public IPv4 address's /24 and a
+/// public IPv6 address's /48 (what one party can take new addresses from at
+/// will: a hosting provider's range, a site's IPv6 prefix); any other
+/// address as it is (loopback, private, link-local, unique local: those
+/// are one machine each on a LAN, and an attacker on the LAN is not who
+/// rotates addresses). An IPv4-mapped IPv6 address counts as its IPv4.
+pub fn source_block(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4_block(v4)),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4_block(v4)),
+            None => IpAddr::V6(v6_block(v6)),
+        },
+    }
+}
+
+fn v4_block(ip: Ipv4Addr) -> Ipv4Addr {
+    let [a, b, c, _] = ip.octets();
+    // 100.64.0.0/10: carrier-grade NAT, shared like a private range.
+    let shared = a == 100 && (b & 0xc0) == 64;
+    if ip.is_loopback() || ip.is_private() || ip.is_link_local() || ip.is_unspecified() || shared {
+        ip
+    } else {
+        Ipv4Addr::new(a, b, c, 0)
+    }
+}
+
+fn v6_block(ip: Ipv6Addr) -> Ipv6Addr {
+    let s = ip.segments();
+    let unique_local = (s[0] & 0xfe00) == 0xfc00;
+    let link_local = (s[0] & 0xffc0) == 0xfe80;
+    if ip.is_loopback() || ip.is_unspecified() || unique_local || link_local {
+        ip
+    } else {
+        Ipv6Addr::new(s[0], s[1], s[2], 0, 0, 0, 0, 0)
+    }
+}
+
+/// What to do with a new connection from a source, by [`SourceBudgets::admit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// The source is not suspect: as any connection.
+    Open,
+    /// The source is suspect and this connection is within its ration: let
+    /// it in, its peer a stranger on probation.
+    Stranger,
+    /// The source is suspect and past its ration: not before its ration
+    /// allows another (the caller holds or refuses it, before any
+    /// handshake where it can).
+    Shut,
+}
+
+/// The tolerances of [`SourceBudgets`]; each pair is (burst, per second).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SourceLimits {
+    /// Strikes (peers past a budget, blocked peers' connections refused)
+    /// a source is forgiven before it is suspect.
+    pub strikes: (u32, f64),
+    /// New connections a suspect source gets.
+    pub connections: (u32, f64),
+    /// How long a source stays suspect after its last strike past the
+    /// tolerance.
+    pub suspect_for_ms: u64,
+    /// Sources with an entry at once (the one heard from longest ago makes
+    /// room).
+    pub max_sources: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Source {
+    strikes: TokenBucket,
+    connections: TokenBucket,
+    /// Suspect until then (milliseconds), if it ever was.
+    suspect_until_ms: Option<u64>,
+    last_ms: u64,
+}
+
+/// Per source: its tolerance for strikes and, while suspect, its ration of
+/// new connections. Bounded by [`SourceLimits::max_sources`].
+#[derive(Debug, Clone)]
+pub struct SourceBudgets<K> {
+    limits: SourceLimits,
+    sources: HashMap<K, Source>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> SourceBudgets<K> {
+    pub fn new(limits: SourceLimits) -> SourceBudgets<K> {
+        SourceBudgets {
+            limits: SourceLimits {
+                max_sources: limits.max_sources.max(1),
+                ..limits
+            },
+            sources: HashMap::new(),
+        }
+    }
+
+    fn entry(&mut self, source: &K, now_ms: u64) -> &mut Source {
+        if !self.sources.contains_key(source) && self.sources.len() >= self.limits.max_sources {
+            // Make room: a source heard from longest ago, and never a
+            // suspect one while another is not (forgetting a suspect
+            // source forgives it).
+            let oldest = self
+                .sources
+                .iter()
+                .min_by_key(|(_, s)| (s.suspect_until_ms.is_some_and(|u| u > now_ms), s.last_ms))
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                self.sources.remove(&oldest);
+            }
+        }
+        let limits = self.limits;
+        let entry = self
+            .sources
+            .entry(source.clone())
+            .or_insert_with(|| Source {
+                strikes: TokenBucket::new(limits.strikes.0, limits.strikes.1),
+                connections: TokenBucket::new(limits.connections.0, limits.connections.1),
+                suspect_until_ms: None,
+                last_ms: now_ms,
+            });
+        entry.last_ms = entry.last_ms.max(now_ms);
+        entry
+    }
+
+    /// One strike against `source` at `now_ms`: true when it made the
+    /// source suspect or kept it so (a strike while suspect extends the
+    /// suspicion, whatever the tolerance has refilled), false while it is
+    /// within its tolerance.
+    pub fn strike(&mut self, source: &K, now_ms: u64) -> bool {
+        let suspect_for = self.limits.suspect_for_ms;
+        let s = self.entry(source, now_ms);
+        let suspect = s.suspect_until_ms.is_some_and(|until| until > now_ms);
+        if s.strikes.take(now_ms) && !suspect {
+            return false;
+        }
+        s.suspect_until_ms = Some(now_ms.saturating_add(suspect_for));
+        true
+    }
+
+    /// Whether `source` is suspect at `now_ms`.
+    pub fn is_suspect(&self, source: &K, now_ms: u64) -> bool {
+        self.sources
+            .get(source)
+            .and_then(|s| s.suspect_until_ms)
+            .is_some_and(|until| until > now_ms)
+    }
+
+    /// A new connection from `source` at `now_ms`.
+    pub fn admit(&mut self, source: &K, now_ms: u64) -> Gate {
+        if !self.is_suspect(source, now_ms) {
+            return Gate::Open;
+        }
+        if self.entry(source, now_ms).connections.take(now_ms) {
+            Gate::Stranger
+        } else {
+            Gate::Shut
+        }
+    }
+
+    /// Sources with an entry.
+    pub fn len(&self) -> usize {
+        self.sources.len()
+    }
+
+    /// True when no source has an entry.
+    pub fn is_empty(&self) -> bool {
+        self.sources.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn public_addresses_count_by_their_block_and_local_ones_as_they_are() {
+        assert_eq!(source_block(ip("203.0.113.77")), ip("203.0.113.0"));
+        assert_eq!(source_block(ip("203.0.113.5")), ip("203.0.113.0"));
+        assert_ne!(source_block(ip("203.0.114.5")), ip("203.0.113.0"));
+        assert_eq!(
+            source_block(ip("2001:db8:1:2:3::9")),
+            ip("2001:db8:1::"),
+            "a /48"
+        );
+        assert_eq!(source_block(ip("::ffff:203.0.113.9")), ip("203.0.113.0"));
+        for local in [
+            "127.0.0.1",
+            "127.0.0.2",
+            "10.1.2.3",
+            "192.168.1.20",
+            "172.16.5.4",
+            "169.254.1.1",
+            "100.64.3.2",
+            "::1",
+            "fd00::1:2",
+            "fe80::1",
+        ] {
+            assert_eq!(source_block(ip(local)), ip(local), "{local}");
+        }
+    }
+
+    fn limits() -> SourceLimits {
+        SourceLimits {
+            strikes: (4, 1.0 / 60.0),
+            connections: (8, 1.0),
+            suspect_for_ms: 600_000,
+            max_sources: 16,
+        }
+    }
+
+    #[test]
+    fn a_source_is_suspect_past_its_strikes_and_then_rationed() {
+        let mut b: SourceBudgets<u32> = SourceBudgets::new(limits());
+        // An honest source's connections are never counted.
+        assert!((0..10_000).all(|_| b.admit(&1, 0) == Gate::Open));
+        for _ in 0..4 {
+            assert!(!b.strike(&1, 1_000), "within the tolerance");
+        }
+        assert_eq!(b.admit(&1, 1_000), Gate::Open);
+        assert!(b.strike(&1, 1_000), "the fifth strike at once");
+        assert!(b.is_suspect(&1, 1_000));
+        // Rationed: the burst, then one a second.
+        let said: Vec<Gate> = (0..20).map(|_| b.admit(&1, 2_000)).collect();
+        assert_eq!(said.iter().filter(|g| **g == Gate::Stranger).count(), 8);
+        assert_eq!(said[8..], [Gate::Shut; 12]);
+        let later: usize = (3..=12u64)
+            .map(|s| {
+                (0..100)
+                    .filter(|_| b.admit(&1, s * 1_000) == Gate::Stranger)
+                    .count()
+            })
+            .sum();
+        assert_eq!(later, 10, "one a second for ten seconds");
+        // Another source is not touched.
+        assert_eq!(b.admit(&2, 2_000), Gate::Open);
+        assert!(!b.is_suspect(&2, 2_000));
+        // Ten minutes after the last strike it is forgiven.
+        assert!(b.is_suspect(&1, 600_999));
+        assert!(!b.is_suspect(&1, 601_000));
+        assert_eq!(b.admit(&1, 601_000), Gate::Open);
+    }
+
+    #[test]
+    fn strikes_spread_at_the_refill_rate_never_make_a_source_suspect() {
+        let mut b: SourceBudgets<u32> = SourceBudgets::new(limits());
+        // One peer cut off a minute, for a day.
+        for minute in 0..1_440u64 {
+            assert!(!b.strike(&1, minute * 60_000), "minute {minute}");
+        }
+        assert!(!b.is_suspect(&1, 1_440 * 60_000));
+    }
+
+    #[test]
+    fn a_suspect_source_that_goes_on_stays_suspect() {
+        let mut b: SourceBudgets<u32> = SourceBudgets::new(limits());
+        for _ in 0..5 {
+            let _ = b.strike(&1, 0);
+        }
+        // A strike every five minutes keeps it suspect past the first ten,
+        // though its tolerance refills meanwhile.
+        for k in 1..=6u64 {
+            assert!(b.strike(&1, k * 300_000), "{k}");
+            assert!(b.is_suspect(&1, k * 300_000 + 599_999), "{k}");
+        }
+    }
+
+    #[test]
+    fn fresh_sources_cost_a_bounded_map_and_do_not_push_a_suspect_one_out() {
+        let mut b: SourceBudgets<u32> = SourceBudgets::new(limits());
+        for _ in 0..5 {
+            let _ = b.strike(&0, 0);
+        }
+        assert!(b.is_suspect(&0, 0));
+        for source in 1..1_000u32 {
+            let _ = b.strike(&source, u64::from(source));
+        }
+        assert_eq!(b.len(), 16);
+        assert!(b.is_suspect(&0, 1_000), "the suspect source is kept");
+    }
+}

@@ -1,0 +1,238 @@
+//! Issue 30, scope 3: a stranger that takes a fresh peer id for every
+//! connection. Each identity is a bare libp2p swarm of its own in this test
+//! process (TCP, Noise, yamux, raw streams of `/gleaner/job/3` framed as
+//! PROTOCOL.md says): it dials one real `gleaner node` on 127.0.0.1, asks
+//! about a job it never submitted, `IN_FLIGHT` at a time, until a request
+//! fails (its peer's budget is spent), and leaves for a fresh identity. No
+//! identity is ever cut off, so no block by peer id stops it: its source
+//! does (`net::quarantine`).
+
+use super::consumer::{hostile_target, status_time, RogueConsumer};
+use crate::node_support::{addr, cpu_ticks, ticks_per_sec, NodeFixture};
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use gleaner::net::codec::{read_frame, write_frame, JOB_CAPS};
+use gleaner::net::protocol::{JobRequest, JobResponse, JOB_PROTOCOL};
+use libp2p::swarm::SwarmEvent;
+use libp2p::{Multiaddr, PeerId, StreamProtocol};
+
+/// Requests an identity keeps in flight, and identities dialing at once.
+const IN_FLIGHT: usize = 32;
+const WORKERS: usize = 8;
+
+/// What the node logs when a source becomes suspect.
+const SUSPECT: &str = "a source of flooders";
+
+/// One identity's connection: whether it was made within 10 s, and how
+/// many of its requests were answered before the first failed.
+async fn one_identity(target: Multiaddr, host: PeerId, until: Instant) -> (bool, u64) {
+    let mut swarm = libp2p::SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_tcp(
+            libp2p::tcp::Config::default().nodelay(true),
+            libp2p::noise::Config::new,
+            libp2p::yamux::Config::default,
+        )
+        .unwrap()
+        .with_behaviour(|_| libp2p_stream::Behaviour::new())
+        .unwrap()
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
+        .build();
+    let control = swarm.behaviour().new_control();
+    swarm.dial(target).unwrap();
+    let connected = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match swarm.select_next_some().await {
+                SwarmEvent::ConnectionEstablished { .. } => return true,
+                SwarmEvent::OutgoingConnectionError { .. } => return false,
+                _ => {}
+            }
+        }
+    })
+    .await
+    .unwrap_or(false);
+    if !connected {
+        return (false, 0);
+    }
+    let driver = tokio::spawn(async move {
+        loop {
+            swarm.select_next_some().await;
+        }
+    });
+    let protocol = StreamProtocol::new(JOB_PROTOCOL);
+    let answered = futures::stream::iter(0u64..)
+        .take_while(|_| futures::future::ready(Instant::now() < until))
+        .map(|_| {
+            let (mut control, protocol) = (control.clone(), protocol.clone());
+            async move {
+                let ask = async {
+                    let mut stream = control.open_stream(host, protocol).await.ok()?;
+                    let query = JobRequest::Query {
+                        job_id: "never".into(),
+                    };
+                    write_frame(&mut stream, &query, JOB_CAPS.request)
+                        .await
+                        .ok()?;
+                    read_frame::<JobResponse, _>(&mut stream, JOB_CAPS.response)
+                        .await
+                        .ok()
+                };
+                matches!(
+                    tokio::time::timeout(Duration::from_secs(10), ask).await,
+                    Ok(Some(JobResponse::NotFound))
+                )
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .take_while(|ok| futures::future::ready(*ok))
+        .count()
+        .await;
+    driver.abort();
+    (true, answered as u64)
+}
+
+/// What a flood of fresh identities did: over all of it, and from `late`
+/// on (identities that started then).
+#[derive(Debug, Default)]
+struct Flood {
+    identities: AtomicU64,
+    connected: AtomicU64,
+    answered: AtomicU64,
+    late_connected: AtomicU64,
+    late_answered: AtomicU64,
+}
+
+/// [`WORKERS`] identities at a time, each followed by a fresh one, for
+/// `length`; `status` is asked every 2 s meanwhile and must answer within
+/// 5 s. Returns the counts and the node's CPU ticks over the flood.
+async fn flood(host: &NodeFixture, length: Duration, late: Duration) -> (Arc<Flood>, u64) {
+    let target: Multiaddr = addr(host).parse().unwrap();
+    let Some(libp2p::multiaddr::Protocol::P2p(host_id)) = target.iter().last() else {
+        panic!("{target} names no peer");
+    };
+    let counts = Arc::new(Flood::default());
+    let start = Instant::now();
+    let until = start + length;
+    let from = cpu_ticks(host.pid()).unwrap();
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let (counts, target) = (counts.clone(), target.clone());
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let is_late = start.elapsed() >= late;
+                    let (connected, answered) = one_identity(target.clone(), host_id, until).await;
+                    counts.identities.fetch_add(1, Ordering::Relaxed);
+                    counts
+                        .connected
+                        .fetch_add(u64::from(connected), Ordering::Relaxed);
+                    counts.answered.fetch_add(answered, Ordering::Relaxed);
+                    if is_late {
+                        counts
+                            .late_connected
+                            .fetch_add(u64::from(connected), Ordering::Relaxed);
+                        counts.late_answered.fetch_add(answered, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let took = tokio::task::block_in_place(|| status_time(host));
+        assert!(took < Duration::from_secs(5), "status took {took:?}");
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    let ticks = cpu_ticks(host.pid()).unwrap() - from;
+    (counts, ticks)
+}
+
+fn share_of_a_core(ticks: u64, length: Duration) -> f64 {
+    100.0 * ticks as f64 / (length.as_secs_f64() * ticks_per_sec() as f64)
+}
+
+/// Before `net::quarantine` rationed sources, every fresh identity was
+/// handshaken and served its peer's burst of 512 requests: some hundred
+/// identities and tens of thousands of answers in 20 s. Now the fifth
+/// identity past its budget makes 127.0.0.1 suspect: after that the source
+/// gets eight new connections and then one a second, each a stranger on
+/// probation served 32 requests, while a peer met before the flood is
+/// still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_with_a_fresh_peer_id_per_connection_is_rationed_by_its_source() {
+    let host = tokio::task::block_in_place(hostile_target);
+    let honest = RogueConsumer::start(&host).await;
+    let never = || JobRequest::Query {
+        job_id: "never".into(),
+    };
+    assert_eq!(honest.ask(never()).await, JobResponse::NotFound);
+
+    let (length, late) = (Duration::from_secs(30), Duration::from_secs(10));
+    let (counts, ticks) = flood(&host, length, late).await;
+    let late_connected = counts.late_connected.load(Ordering::Relaxed);
+    let late_answered = counts.late_answered.load(Ordering::Relaxed);
+    eprintln!(
+        "fresh identities: {} dialed, {} connected, {} answers; from {late:?} on: {late_connected} connected, {late_answered} answers; node CPU {:.1} % of a core",
+        counts.identities.load(Ordering::Relaxed),
+        counts.connected.load(Ordering::Relaxed),
+        counts.answered.load(Ordering::Relaxed),
+        share_of_a_core(ticks, length),
+    );
+    let suspect = tokio::task::block_in_place(|| host.log().contains(SUSPECT));
+    assert!(suspect, "127.0.0.1 was never suspect");
+    // 20 s of the ration: at most its burst and one a second, with room
+    // for the timing of the flood's start.
+    assert!(
+        late_connected <= 40,
+        "{late_connected} fresh identities connected in the last 20 s"
+    );
+    // Each a stranger on probation: 32 answers, and 8 a second.
+    assert!(
+        late_answered <= 40 * 64,
+        "{late_answered} requests of fresh identities answered in the last 20 s"
+    );
+    // A peer met before the flood is served as before.
+    assert_eq!(honest.ask(never()).await, JobResponse::NotFound);
+}
+
+/// What a fresh-identity flood costs the node: its CPU over a quiet spell
+/// (one peer connected) and over a flood of the same length
+/// (`GLEANER_FLOOD_SECS`, default 60). A measurement, not a test:
+/// `cargo test --test it rogue_pool::strangers -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement of two minutes; prints figures for the note"]
+async fn what_a_fresh_identity_flood_costs_a_node() {
+    let length = Duration::from_secs(
+        std::env::var("GLEANER_FLOOD_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(60),
+    );
+    let host = tokio::task::block_in_place(hostile_target);
+    let idle = RogueConsumer::start(&host).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let from = cpu_ticks(host.pid()).unwrap();
+    tokio::time::sleep(length).await;
+    let quiet = cpu_ticks(host.pid()).unwrap() - from;
+    let (counts, ticks) = flood(&host, length, length / 2).await;
+    eprintln!(
+        "quiet: node CPU {:.2} % of a core over {length:?}",
+        share_of_a_core(quiet, length)
+    );
+    eprintln!(
+        "fresh identity flood: {} dialed, {} connected, {} answers (second half: {} connected, {} answers); node CPU {:.2} % of a core (x{:.1} quiet)",
+        counts.identities.load(Ordering::Relaxed),
+        counts.connected.load(Ordering::Relaxed),
+        counts.answered.load(Ordering::Relaxed),
+        counts.late_connected.load(Ordering::Relaxed),
+        counts.late_answered.load(Ordering::Relaxed),
+        share_of_a_core(ticks, length),
+        ticks as f64 / quiet.max(1) as f64,
+    );
+    drop(idle);
+}
