@@ -751,9 +751,17 @@ impl PoolHost {
         len: u32,
         reply: Responder<JobResponse>,
     ) {
+        // An output is read once its job has ended (its capture written
+        // out): else a late end of an earlier job of the id would read the
+        // newest's stdout so far (issue 30, finding 6). Liveness reads
+        // (zero-length) and checkpoints pass.
+        let readable = |job: &&RemoteJob| {
+            job.ended.is_some() || len == 0 || matches!(name, OutputName::Checkpoint)
+        };
         let path: Option<PathBuf> = self
             .remote
             .by_consumer(peer, job_id)
+            .filter(readable)
             .and_then(|job| output_path(job, &name));
         let Some(path) = path else {
             let _ = reply.send(JobResponse::NotFound);

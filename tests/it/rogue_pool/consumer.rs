@@ -512,6 +512,46 @@ async fn a_cancel_ends_cancelled_a_reused_id_names_the_newest_job_and_the_list_i
     ));
 }
 
+/// Issue 30, finding 6: an output is read only once its job has ended. A
+/// consumer that reuses a job id (its record of an attempt lost in a
+/// crash) can hear the end of the earlier job while the newest of the id
+/// runs; its fetch of stdout then met the newest job's stdout so far (empty,
+/// under the hash of empty) and landed it. Now such a read is `NotFound`
+/// (the attempt fails and is tried again); a zero-length read (liveness)
+/// still answers, and the newest job's stdout is read whole once it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_is_read_only_once_its_job_has_ended() {
+    let host = tokio::task::block_in_place(hostile_target);
+    let mut rogue = RogueConsumer::start(&host).await;
+    rogue.submit_accepted(job("again", "echo 8")).await;
+    assert!(matches!(
+        rogue.end_of("again").await,
+        JobEventKind::Finished { .. }
+    ));
+    rogue.submit_accepted(job("again", "sleep 3; echo 9")).await;
+    let read = |len| JobRequest::Fetch {
+        job_id: "again".into(),
+        name: OutputName::Stdout,
+        offset: 0,
+        len,
+    };
+    assert_eq!(
+        rogue.ask(read(1 << 20)).await,
+        JobResponse::NotFound,
+        "the stdout of a job still running was read"
+    );
+    assert!(
+        matches!(rogue.ask(read(0)).await, JobResponse::Chunk { .. }),
+        "a zero-length read still says the host has the job"
+    );
+    assert!(matches!(
+        rogue.end_of("again").await,
+        JobEventKind::Finished { .. }
+    ));
+    let stdout = rogue.fetch_all("again", OutputName::Stdout).await;
+    assert_eq!(stdout.as_deref(), Some(&b"9\n"[..]));
+}
+
 /// A flood of submissions and cancels: the host answers its owner's
 /// `status` quickly all along, keeps at most its list of jobs, and still
 /// serves another peer afterwards (the requests past the flooder's budget

@@ -188,17 +188,66 @@ fn set_aside(result: &Path, dir: &Path) -> Result<(), String> {
     ))
 }
 
+/// Copies a landed task's results `from` to `to` (its entry in an output
+/// directory), whole or not at all: into `.<name>.partial` beside `to`,
+/// renamed over it. Files are hard-linked where the filesystem allows,
+/// else copied into new files.
+///
+/// Two copies to one place never run at once in this process (the queue's
+/// copy at a landing, a restart's, `batch results`, a second batch with the
+/// same output directory): they would share the temporary directory. They
+/// did (issue 30, finding 6): one removed the other's temporary directory
+/// and linked its files anew, and the other's `fs::copy` of a file it then
+/// found there opened that link, a link to the landed result itself, with
+/// `O_TRUNC` and copied the now empty file onto itself, so the task's
+/// landed stdout (and its copy in the output directory) became empty. And
+/// a copy never writes into a file already there, so nothing else sharing
+/// the place can make it truncate a result either.
 pub fn copy_task_results(from: &Path, to: &Path) -> Result<(), String> {
     let parent = to.parent().ok_or("no parent directory")?;
     std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
     let name = to.file_name().and_then(|n| n.to_str()).ok_or("no name")?;
     let tmp: PathBuf = parent.join(format!(".{name}.partial"));
+    let _alone = CopyingTo::take(&tmp);
     let _ = std::fs::remove_dir_all(&tmp);
     copy_tree(from, &tmp).map_err(|e| format!("{}: {e}", from.display()))?;
     if to.exists() {
         std::fs::remove_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
     }
     std::fs::rename(&tmp, to).map_err(|e| format!("{}: {e}", to.display()))
+}
+
+/// The temporary directories copies are being made into, in this process.
+static COPYING: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+static COPIED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// One copy's hold on its temporary directory: taken when no other copy
+/// holds it (waiting for the one that does), given back when dropped.
+struct CopyingTo(PathBuf);
+
+impl CopyingTo {
+    fn take(tmp: &Path) -> CopyingTo {
+        // One key per place however it is spelled: the parent exists.
+        let key = match (tmp.parent().map(Path::canonicalize), tmp.file_name()) {
+            (Some(Ok(parent)), Some(name)) => parent.join(name),
+            _ => tmp.to_path_buf(),
+        };
+        // A panic while held leaves a list that is still whole.
+        let mut copying = COPYING.lock().unwrap_or_else(|e| e.into_inner());
+        while copying.contains(&key) {
+            copying = COPIED.wait(copying).unwrap_or_else(|e| e.into_inner());
+        }
+        copying.push(key.clone());
+        CopyingTo(key)
+    }
+}
+
+impl Drop for CopyingTo {
+    fn drop(&mut self) {
+        let mut copying = COPYING.lock().unwrap_or_else(|e| e.into_inner());
+        copying.retain(|k| k != &self.0);
+        COPIED.notify_all();
+    }
 }
 
 fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
@@ -209,11 +258,28 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
         let kind = entry.file_type()?;
         if kind.is_dir() {
             copy_tree(&entry.path(), &target)?;
-        } else if kind.is_file() && std::fs::hard_link(entry.path(), &target).is_err() {
-            std::fs::copy(entry.path(), &target)?;
+        } else if kind.is_file() {
+            match std::fs::hard_link(entry.path(), &target) {
+                Ok(()) => {}
+                // Whatever is there may be a link to the result itself.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(e),
+                Err(_) => copy_into_new(&entry.path(), &target)?,
+            }
         }
     }
     Ok(())
+}
+
+/// Copies the file `from` into `to`, which must not exist (never opened
+/// with `O_TRUNC`, unlike `fs::copy`), with `from`'s permissions.
+fn copy_into_new(from: &Path, to: &Path) -> std::io::Result<()> {
+    let mut source = std::fs::File::open(from)?;
+    let mut target = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(to)?;
+    std::io::copy(&mut source, &mut target)?;
+    target.set_permissions(source.metadata()?.permissions())
 }
 
 #[cfg(test)]
@@ -249,6 +315,70 @@ mod tests {
         assert!(!second.exists());
         // Discarding what is gone already is no error.
         discard(&second);
+    }
+
+    /// What a second copy to the same place found mid-way: its own
+    /// temporary directory holding a link to the result. The copy refuses
+    /// to write into it; before, `fs::copy` truncated the result through
+    /// the link and copied nothing onto it (finding 6).
+    #[test]
+    fn a_copy_out_never_writes_into_a_file_already_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let (from, tmp) = (
+            dir.path().join("results/0"),
+            dir.path().join("out/.0.partial"),
+        );
+        result(&from, "8\n");
+        std::fs::create_dir_all(&tmp).unwrap();
+        std::fs::hard_link(from.join("stdout"), tmp.join("stdout")).unwrap();
+        let copied = copy_tree(&from, &tmp);
+        assert!(copied.is_err(), "{copied:?}");
+        assert_eq!(
+            std::fs::read_to_string(from.join("stdout")).unwrap(),
+            "8\n",
+            "the landed result is untouched"
+        );
+    }
+
+    /// Copies of one task's results to one output directory at once (the
+    /// queue's, `batch results`', another batch's into the same directory)
+    /// leave the result and the copy whole. Before, they shared a temporary
+    /// directory and emptied the landed result within a few rounds.
+    #[test]
+    fn copies_out_of_one_task_at_once_never_empty_its_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let (from, to) = (dir.path().join("results/0"), dir.path().join("out/0"));
+        result(&from, "8\n");
+        for i in 0..32 {
+            std::fs::write(from.join(format!("output-{i}")), "8\n").unwrap();
+        }
+        let copiers: Vec<_> = (0..3)
+            .map(|_| {
+                let (from, to) = (from.clone(), to.clone());
+                std::thread::spawn(move || {
+                    (0..100)
+                        .filter_map(|_| copy_task_results(&from, &to).err())
+                        .collect::<Vec<String>>()
+                })
+            })
+            .collect();
+        let errors: Vec<String> = copiers
+            .into_iter()
+            .flat_map(|c| c.join().unwrap())
+            .collect();
+        for entry in std::fs::read_dir(&from).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let want = if path.ends_with("exit_status") {
+                "0\n"
+            } else {
+                "8\n"
+            };
+            assert_eq!(text, want, "{}", path.display());
+            let copy = to.join(path.file_name().unwrap());
+            assert_eq!(std::fs::read_to_string(&copy).unwrap(), want);
+        }
+        assert!(errors.is_empty(), "{errors:?}");
     }
 
     fn provenance() -> Provenance {
