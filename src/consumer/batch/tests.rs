@@ -660,6 +660,79 @@ async fn a_copy_still_fetching_when_another_landed_never_replaces_the_landed_res
     assert!(!stale.exists(), "a restart cleans stale staging");
 }
 
+/// A node killed between moving a landed result into a task's place and
+/// writing the record that says so (issue 30): at the next start another
+/// attempt of the task lands and finds the place taken. The result in
+/// place is kept, and the record names its host and exit status (from its
+/// `provenance.json` and `exit_status`), not the attempt that found it
+/// there; before, `batch status` named one host and the result's
+/// provenance another.
+#[tokio::test]
+async fn a_kept_earlier_result_is_recorded_as_its_own_hosts() {
+    use super::store::BatchStore;
+    use super::verify::{Provenance, VerifyMode, PROVENANCE_FILE};
+    use super::TaskCopy;
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (PeerId::random(), PeerId::random());
+    let pool = fake_pool(vec![(first, 0.9, Host::Runs)]);
+    let mut queue = open_queue(dir.path(), &pool, 3);
+    let id = queue.0.submit(one_task(&[], None)).unwrap();
+    drive(&mut queue, |_| !pool.submits.lock().unwrap().is_empty()).await;
+    let results = queue.0.view(id).unwrap().results_dir;
+    drop(queue);
+
+    // While the node is down: `first`'s result in the task's place (the
+    // run that moved it in was killed before its record said so), and a
+    // copy of the task on `second` in the record.
+    let kept = results.join("0");
+    std::fs::create_dir_all(&kept).unwrap();
+    std::fs::write(kept.join("stdout"), "first\n").unwrap();
+    std::fs::write(kept.join("exit_status"), "3\n").unwrap();
+    let provenance = Provenance::single(0, VerifyMode::None, first.to_base58(), &[0; 32], 3);
+    std::fs::write(kept.join(PROVENANCE_FILE), provenance.to_json().unwrap()).unwrap();
+    let store = BatchStore::open(&dir.path().join("store")).unwrap();
+    let (loaded, _) = store.load().unwrap();
+    let mut t = loaded[0].1[0].clone();
+    t.copies.push(TaskCopy {
+        host: second.to_base58(),
+        job_id: id.job_id(0, t.attempts),
+        started_unix: t.started_unix.unwrap(),
+    });
+    t.attempts += 1;
+    store.put_task(id, 0, &t).unwrap();
+    store.flush().unwrap();
+    drop(store);
+
+    // `second` lands; `first` still runs.
+    let pool = fake_pool(vec![
+        (first, 0.9, Host::Runs),
+        (
+            second,
+            0.8,
+            Host::Ended {
+                stdout: b"second\n",
+                fetch_delay_ms: 0,
+            },
+        ),
+    ]);
+    let mut queue = open_queue(dir.path(), &pool, 3);
+    let named = first.to_base58();
+    drive(&mut queue, |q| {
+        let view = q.view(id).unwrap();
+        view.counts.finished() && view.tasks[0].host.as_deref() == Some(named.as_str())
+    })
+    .await;
+    let view = queue.0.view(id).unwrap();
+    let t = &view.tasks[0];
+    assert_eq!((t.state, t.exit_status), (TaskState::Failed, Some(3)));
+    assert_eq!(t.reason.as_deref(), Some("exit status 3"));
+    assert_eq!(
+        std::fs::read_to_string(kept.join("stdout")).unwrap(),
+        "first\n",
+        "the result in place is kept"
+    );
+}
+
 /// A 9 h task: no host free now with 0.15 is likely to finish it.
 fn nine_hours() -> NewBatch {
     NewBatch {

@@ -349,6 +349,14 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             QueueMsg::LandFailed { batch, task, error } => {
                 self.core.on_land_failed(now, batch, task, error)
             }
+            QueueMsg::KeptEarlier {
+                batch,
+                task,
+                host,
+                exit_status,
+            } => self
+                .core
+                .on_kept_earlier(now, batch, task, host, exit_status),
             QueueMsg::Later {
                 length_secs,
                 answers,
@@ -437,8 +445,17 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             Ok(files::Landed::Moved) => {}
             Ok(files::Landed::KeptEarlier) => {
                 // Only a node killed between the move and its record gets
-                // here: the result it moved stays.
+                // here: the result it moved stays, and the record (which
+                // the next actions write for this landing) is made to say
+                // whose it is, after them.
                 tracing::warn!(%batch, task, dir = %to.display(), "a result was already there: kept, this landing discarded");
+                let (host, exit_status) = files::kept_result(to);
+                let _ = self.to_self.send(QueueMsg::KeptEarlier {
+                    batch,
+                    task,
+                    host,
+                    exit_status,
+                });
                 let dir = from.to_path_buf();
                 self.tracker.spawn_blocking(move || files::discard(&dir));
             }

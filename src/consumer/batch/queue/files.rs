@@ -120,6 +120,20 @@ fn rename_noreplace(_from: &Path, _to: &Path) -> std::io::Result<()> {
     Err(std::io::Error::from_raw_os_error(libc::EINVAL))
 }
 
+/// What a result in a task's place says of itself: the host its
+/// provenance names and its exit status, each as far as it can be read
+/// (two small files).
+pub(super) fn kept_result(dir: &Path) -> (Option<String>, Option<i32>) {
+    let host = std::fs::read(dir.join(verify::PROVENANCE_FILE))
+        .ok()
+        .and_then(|json| serde_json::from_slice::<Provenance>(&json).ok())
+        .map(|p| p.host);
+    let exit_status = std::fs::read_to_string(dir.join("exit_status"))
+        .ok()
+        .and_then(|text| text.trim().parse().ok());
+    (host, exit_status)
+}
+
 /// Removes a staging directory whose files are not wanted (a copy that
 /// lost, or what an earlier run left); a failure is logged, never fatal.
 pub(super) fn discard(dir: &Path) {

@@ -240,6 +240,49 @@ impl QueueCore {
         self.actions()
     }
 
+    /// A landing kept the result already in the task's place (a run of
+    /// the node killed between moving it in and its record): the record,
+    /// written for the attempt that just landed, is made to name what is
+    /// kept, its host and exit status, so that `batch status` and the
+    /// result's `provenance.json` name one host. What is not known of the
+    /// kept result (its job id, its time) is cleared.
+    #[must_use = "the driver performs every action"]
+    pub fn on_kept_earlier(
+        &mut self,
+        now: Now,
+        batch: BatchId,
+        task: u32,
+        host: Option<String>,
+        exit_status: Option<i32>,
+    ) -> Vec<Action> {
+        self.at(now);
+        let Some(t) = self
+            .batches
+            .get_mut(&batch)
+            .and_then(|b| b.tasks.get_mut(task as usize))
+        else {
+            return self.actions();
+        };
+        if let Some(host) = host.filter(|h| t.host.as_deref() != Some(h.as_str())) {
+            tracing::warn!(%batch, task, %host, "the kept result is another host's: recorded as its");
+            t.host = Some(host);
+            t.job_id = None;
+            t.wall_secs = None;
+            t.host_gamma = None;
+        }
+        if let Some(code) = exit_status.filter(|c| t.exit_status != Some(*c)) {
+            t.exit_status = Some(code);
+            (t.state, t.reason) = if code == 0 {
+                (TaskState::Done, None)
+            } else {
+                (TaskState::Failed, Some(format!("exit status {code}")))
+            };
+        }
+        self.persist(batch, task);
+        self.push(Action::Flush);
+        self.actions()
+    }
+
     /// Takes one ended attempt of a task that has others still running (a
     /// copy): the task goes on with them. A copy that landed wins instead
     /// (`ended` handles that). Returns true when this handled the end.

@@ -191,6 +191,17 @@ pub enum QueueMsg {
         task: u32,
         error: String,
     },
+    /// A landing found a result already in the task's place (moved in by a
+    /// run of the node killed before its record said so) and kept it: what
+    /// that result says of itself, for the record.
+    KeptEarlier {
+        batch: BatchId,
+        task: u32,
+        /// The host its provenance names.
+        host: Option<String>,
+        /// Its exit status.
+        exit_status: Option<i32>,
+    },
     /// A copy of a verified task was judged, or its accepted copy kept.
     Verdict {
         batch: BatchId,
