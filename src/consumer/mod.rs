@@ -472,6 +472,7 @@ impl Consumer {
             rounds: query.rounds.clamp(1, 100_000),
             ask_at_most: None,
             images: Vec::new(),
+            sample_hosts: None,
         };
         let probe = query.probe || query.rounds > 1;
         let net = self.net.clone();

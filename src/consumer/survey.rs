@@ -49,6 +49,13 @@ pub struct SurveyQuery {
     /// asked first (`rank::by_summary`).
     #[serde(default)]
     pub images: Vec<[u8; 32]>,
+    /// Hosts the summaries should name for this work: twice the tasks it
+    /// wants running at once. In a large pool the survey ranks from a
+    /// sample of the pool's DHT leaves of about that size
+    /// ([`NetHandle::sample`]), so what placing costs follows the work, not
+    /// the pool; `None` reads the whole member table (`hosts`).
+    #[serde(default)]
+    pub sample_hosts: Option<u32>,
 }
 
 /// How long a survey waits for the DHT to list the pool's providers.
@@ -90,7 +97,10 @@ pub async fn survey(
     query: SurveyQuery,
     skip: &[PeerId],
 ) -> Result<Vec<SurveyedHost>, NetError> {
-    let members = net.members().await?;
+    let members = match query.sample_hosts {
+        Some(hosts) => net.sample(hosts as usize).await?,
+        None => net.members().await?,
+    };
     let me = net.peer_id();
     let known = from_members(&members, me, &query, Instant::now());
     let mut unasked = Vec::new();

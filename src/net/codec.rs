@@ -21,9 +21,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::net::protocol::{
-    JobRequest, JobResponse, ReliabilityQuery, ReliabilityResponse, DATA_HEADER_CAP,
-    DATA_REQUEST_CAP, JOB_REQUEST_CAP, JOB_RESPONSE_CAP, RELIABILITY_REQUEST_CAP,
-    RELIABILITY_RESPONSE_CAP,
+    DigestRequest, DigestResponse, JobRequest, JobResponse, ReliabilityQuery, ReliabilityResponse,
+    DATA_HEADER_CAP, DATA_REQUEST_CAP, DIGEST_REQUEST_CAP, DIGEST_RESPONSE_CAP, JOB_REQUEST_CAP,
+    JOB_RESPONSE_CAP, RELIABILITY_REQUEST_CAP, RELIABILITY_RESPONSE_CAP,
 };
 
 /// Bytes of the length prefix.
@@ -36,6 +36,7 @@ const DECODE_LIMIT: usize = max_cap(&[
     JOB_RESPONSE_CAP,
     DATA_HEADER_CAP,
     RELIABILITY_RESPONSE_CAP,
+    DIGEST_RESPONSE_CAP,
 ]) as usize;
 
 const fn max_cap(caps: &[u32]) -> u32 {
@@ -185,6 +186,12 @@ pub const JOB_CAPS: FrameCaps = FrameCaps {
     response: JOB_RESPONSE_CAP,
 };
 
+/// Caps of `/gleaner/digest/1`.
+pub const DIGEST_CAPS: FrameCaps = FrameCaps {
+    request: DIGEST_REQUEST_CAP,
+    response: DIGEST_RESPONSE_CAP,
+};
+
 /// A libp2p request/response codec for one request type and one response type.
 pub struct FrameCodec<Req, Resp> {
     caps: FrameCaps,
@@ -211,6 +218,8 @@ impl<Req, Resp> Clone for FrameCodec<Req, Resp> {
 pub type ReliabilityCodec = FrameCodec<ReliabilityQuery, ReliabilityResponse>;
 /// The codec of `/gleaner/job/3`.
 pub type JobCodec = FrameCodec<JobRequest, JobResponse>;
+/// The codec of `/gleaner/digest/1`.
+pub type DigestCodec = FrameCodec<DigestRequest, DigestResponse>;
 
 impl<Req, Resp> request_response::Codec for FrameCodec<Req, Resp>
 where

@@ -328,6 +328,27 @@ fn protocol_md_lists_every_struct_field_in_the_codec_order() {
         "GuestUsage",
         prose_fields(region("`GuestUsage` (struct):", "Version 3 added")),
     );
+    assert_struct::<DigestRequest>(
+        "DigestRequest",
+        prose_fields(region(
+            "`DigestRequest` (struct):",
+            "`DigestResponse` (struct)",
+        )),
+    );
+    assert_struct::<DigestResponse>(
+        "DigestResponse",
+        prose_fields(region(
+            "`DigestResponse` (struct):",
+            "`DigestEntry` (struct)",
+        )),
+    );
+    assert_struct::<DigestEntry>(
+        "DigestEntry",
+        prose_fields(region(
+            "`DigestEntry` (struct):",
+            "A receiver refuses an answer",
+        )),
+    );
 }
 
 #[test]

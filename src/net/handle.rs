@@ -188,6 +188,12 @@ pub(crate) enum Command {
         /// a large pool listens to summaries for a while (`listening`).
         watch: bool,
     },
+    /// A survey wants about `hosts` hosts named: in a large pool the
+    /// sample of its DHT leaves (`leaf_digest`), else the member table.
+    Sample {
+        hosts: usize,
+        reply: oneshot::Sender<Vec<Member>>,
+    },
     FindHosts {
         reply: Reply<Vec<PeerId>>,
     },
@@ -394,6 +400,16 @@ impl NetHandle {
             watch: false,
         })
         .await
+    }
+
+    /// Members to place about `hosts` hosts' worth of work on: in a large
+    /// pool, the members named by the digests of a sample of the pool's DHT
+    /// leaves sized to `hosts` (fetched now if need be, waiting a few
+    /// seconds at most; kept fresh while asked for, forgotten a few minutes
+    /// after the last ask), without hearing the whole pool; in a small
+    /// pool, the member table as [`NetHandle::members`] gives it.
+    pub async fn sample(&self, hosts: usize) -> Result<Vec<Member>, NetError> {
+        self.call(|reply| Command::Sample { hosts, reply }).await
     }
 
     /// Peers that provide the pool's DHT key (asks the DHT; excludes ourselves).

@@ -12,6 +12,7 @@ pub mod deaf_links;
 pub mod event_loop;
 pub mod handle;
 pub mod identity;
+pub mod leaf_digest;
 pub mod listening;
 pub mod members;
 pub mod peer_book;

@@ -44,7 +44,7 @@ pub const SHARD_DEPTH_MAX: u8 = 16;
 pub const WALK_KEYS_MAX: usize = 2048;
 
 /// One key of the trie: the first `depth` bits of `bits` (high bits first).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Shard {
     bits: u32,
     depth: u8,
@@ -57,6 +57,33 @@ impl Shard {
     /// How deep this key is (0 for the root).
     pub fn depth(self) -> u8 {
         self.depth
+    }
+
+    /// Its bits, high bits first, the rest zero (as on the wire).
+    pub fn bits(self) -> u32 {
+        self.bits
+    }
+
+    /// The key a peer names on the wire, or `None` when it cannot be one:
+    /// deeper than [`SHARD_DEPTH_MAX`] or with bits set past its depth.
+    pub fn from_wire(depth: u8, bits: u32) -> Option<Shard> {
+        (depth <= SHARD_DEPTH_MAX && prefix(bits, depth) == bits).then_some(Shard { bits, depth })
+    }
+
+    /// Its bits as 0 and 1 (`root` for the root): the leaf's topic name.
+    pub fn label(self) -> String {
+        if self.depth == 0 {
+            return "root".into();
+        }
+        (0..self.depth)
+            .map(|i| {
+                if (self.bits >> (31 - u32::from(i))) & 1 == 1 {
+                    '1'
+                } else {
+                    '0'
+                }
+            })
+            .collect()
     }
 
     /// The shard of `member`'s path at `depth` (at most [`SHARD_DEPTH_MAX`]).

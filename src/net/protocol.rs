@@ -110,6 +110,59 @@ pub const LADDER_SECS: [u32; 8] = [900, 1_800, 3_600, 7_200, 14_400, 28_800, 57_
 /// above its task's memory.
 pub const MEMORY_LEVELS_MIB: [u32; 3] = [256, 2_048, 8_192];
 
+/// Protocol id of leaf digests (request/response): a consumer of a large
+/// pool asks one member of a leaf of the pool's DHT trie for the summaries
+/// it holds of that leaf's members (heard on [`leaf_topic`]), instead of
+/// hearing every member on [`summary_topic`].
+pub const DIGEST_PROTOCOL: &str = "/gleaner/digest/1";
+/// Largest digest request body: a leaf's depth and bits.
+pub const DIGEST_REQUEST_CAP: u32 = 64;
+/// Largest digest answer body: an answerer puts in summaries while they
+/// fit (its own first), so a leaf's worth of typical summaries (~0.5 KB
+/// each) always fits and a hostile answer costs at most this.
+pub const DIGEST_RESPONSE_CAP: u32 = 32 * 1024;
+/// Most summaries in one digest: a DHT key keeps at most 20 providers.
+pub const DIGEST_ENTRIES_MAX: usize = 20;
+
+/// Gossipsub topic of one leaf of the pool's DHT trie (`label` is the
+/// leaf's bits as 0 and 1, `root` for the root): in a large pool a member
+/// publishes its summary there too and listens there only, so what it
+/// hears is bounded by a leaf (at most ~16 members), not by the pool.
+pub fn leaf_topic(pool: &PoolName, label: &str) -> String {
+    format!("gleaner/{pool}/leaf/{label}")
+}
+
+/// A digest request: the summaries the answerer holds of this leaf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DigestRequest {
+    /// The leaf's depth in the trie (0 for the root).
+    pub depth: u8,
+    /// Its bits, high bits first, the rest zero.
+    pub bits: u32,
+}
+
+/// A digest answer: the leaf the answerer is on now (it may have moved
+/// since it was listed) and what it heard there, its own summary first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DigestResponse {
+    /// The answerer's leaf.
+    pub depth: u8,
+    pub bits: u32,
+    /// At most [`DIGEST_ENTRIES_MAX`].
+    pub entries: Vec<DigestEntry>,
+}
+
+/// One summary in a digest, as heard on the leaf's topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DigestEntry {
+    /// Seconds since the answerer heard it.
+    pub heard_secs_ago: u32,
+    /// The summary's bytes as published (format 2, [`SummaryWithImages`]):
+    /// a receiver checks it as one heard on the topic, and takes it as the
+    /// answerer's word (it carries no signature of its member's own).
+    pub summary: Vec<u8>,
+}
+
 /// Kademlia key that every member of `pool` provides, so a consumer finds hosts without
 /// waiting for gossip.
 pub fn pool_dht_key(pool: &PoolName) -> Vec<u8> {

@@ -180,6 +180,19 @@ pub struct SummaryListening {
     /// The pool was seen large: the node listens only while something asks
     /// for its members (a survey, `hosts`).
     pub large_pool: bool,
+    /// In a large pool, the depth of the leaf of the pool's DHT trie whose
+    /// summary topic we are on; `None` off every leaf topic.
+    #[serde(default)]
+    pub leaf_depth: Option<u8>,
+    /// Leaf mates' summaries we keep for our digest.
+    #[serde(default)]
+    pub leaf_heard: u32,
+    /// Hosts the consumer's sample of a large pool names now.
+    #[serde(default)]
+    pub sampled: u32,
+    /// Leaf digests fetched since the start.
+    #[serde(default)]
+    pub digests: u32,
 }
 
 impl Default for SummaryListening {
@@ -187,6 +200,10 @@ impl Default for SummaryListening {
         SummaryListening {
             listening: true,
             large_pool: false,
+            leaf_depth: None,
+            leaf_heard: 0,
+            sampled: 0,
+            digests: 0,
         }
     }
 }

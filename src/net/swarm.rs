@@ -26,9 +26,12 @@ use libp2p::{
 };
 
 use crate::model::ids::PoolName;
-use crate::net::codec::{JobCodec, ReliabilityCodec, JOB_CAPS, RELIABILITY_CAPS};
+use crate::net::codec::{
+    DigestCodec, JobCodec, ReliabilityCodec, DIGEST_CAPS, JOB_CAPS, RELIABILITY_CAPS,
+};
 use crate::net::protocol::{
-    ANNOUNCE_MAX_BYTES, IDENTIFY_PROTOCOL_VERSION, JOB_PROTOCOL, KAD_PROTOCOL, RELIABILITY_PROTOCOL,
+    ANNOUNCE_MAX_BYTES, DIGEST_PROTOCOL, IDENTIFY_PROTOCOL_VERSION, JOB_PROTOCOL, KAD_PROTOCOL,
+    RELIABILITY_PROTOCOL,
 };
 use crate::net::quarantine::{gate_socket, hold_inbound, Quarantine};
 use crate::net::reachability::AddressScope;
@@ -222,6 +225,8 @@ pub(crate) struct Behaviour {
     pub(crate) mdns: Toggle<mdns::tokio::Behaviour>,
     pub(crate) reliability: request_response::Behaviour<ReliabilityCodec>,
     pub(crate) job: request_response::Behaviour<JobCodec>,
+    /// A large pool's leaf digests (`event_loop::digests`).
+    pub(crate) digest: request_response::Behaviour<DigestCodec>,
     /// Raw streams for `/gleaner/data/1`: the data layer opens and accepts them
     /// through a `libp2p_stream::Control`, outside this loop, so a file's bytes
     /// never pass through the task that owns the Swarm.
@@ -375,6 +380,11 @@ fn build_behaviour(
     let job = request_response::Behaviour::with_codec(
         JobCodec::new(JOB_CAPS),
         [(StreamProtocol::new(JOB_PROTOCOL), ProtocolSupport::Full)],
+        rr_cfg.clone(),
+    );
+    let digest = request_response::Behaviour::with_codec(
+        DigestCodec::new(DIGEST_CAPS),
+        [(StreamProtocol::new(DIGEST_PROTOCOL), ProtocolSupport::Full)],
         rr_cfg,
     );
 
@@ -407,6 +417,7 @@ fn build_behaviour(
         mdns: mdns.into(),
         reliability,
         job,
+        digest,
         stream: libp2p_stream::Behaviour::new(),
     })
 }

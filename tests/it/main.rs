@@ -47,6 +47,7 @@ mod dashboard_browser;
 mod data_transfer;
 mod hold_pool;
 mod image_pool;
+mod leaf_pool;
 mod model_properties;
 mod monitor_guest_exclusion;
 mod nat_topology;

@@ -38,6 +38,8 @@ pub(super) enum Timer {
     WalkDeadline(u64),
     /// A peer cut off for flooding may connect again.
     Unblock(PeerId),
+    /// The surveys waiting for the pool's sample get what it names now.
+    SampleDeadline,
 }
 
 impl EventLoop {

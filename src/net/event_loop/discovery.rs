@@ -55,6 +55,9 @@ pub(super) struct Discovery {
     walk_queries: HashMap<QueryId, (u64, Shard, HashSet<PeerId>)>,
     /// Providers at which a member goes one level down (`SHARD_FULL`).
     full: usize,
+    /// The other providers of the key we provide, as its last probe found
+    /// them: our leaf mates (`digests`).
+    mates: HashSet<PeerId>,
 }
 
 impl Discovery {
@@ -68,7 +71,18 @@ impl Discovery {
             next_walk: 0,
             walk_queries: HashMap::new(),
             full,
+            mates: HashSet::new(),
         }
+    }
+
+    /// The key we provide, once placed: our leaf.
+    pub(super) fn at(&self) -> Option<Shard> {
+        self.placement.at()
+    }
+
+    /// Our leaf's other providers, as last probed.
+    pub(super) fn mates(&self) -> &HashSet<PeerId> {
+        &self.mates
     }
 }
 
@@ -139,12 +153,16 @@ impl EventLoop {
                 if let Err(e) = self.swarm.behaviour_mut().kad.start_providing(key) {
                     tracing::warn!("cannot provide the pool key: {e}");
                 }
+                self.join_leaf(true);
             }
         }
     }
 
     /// Providers a query found; `last` when the query is over.
     fn on_providers(&mut self, id: QueryId, found: HashSet<PeerId>, last: bool) {
+        if self.on_sample_providers(id, &found, last) {
+            return;
+        }
         if let Some((probe, shard, acc)) = &mut self.discovery.probe {
             if *probe == id {
                 acc.extend(found);
@@ -152,6 +170,9 @@ impl EventLoop {
                     let (shard, acc) = (*shard, std::mem::take(acc));
                     self.discovery.probe = None;
                     if let Some(step) = self.discovery.placement.probed(shard, &acc) {
+                        if matches!(step, PlaceStep::Provide { at, .. } if at == shard) {
+                            self.discovery.mates = acc;
+                        }
                         self.place(step);
                     }
                 }

@@ -111,6 +111,13 @@ impl EventLoop {
                 return MessageAcceptance::Ignore;
             }
         }
+        if self
+            .leaves
+            .topic()
+            .is_some_and(|t| message.topic == t.hash())
+        {
+            return self.on_leaf_summary(source, &message.data);
+        }
         let mut summary_bytes = None;
         // Each summary topic carries its own format and no other.
         let format = if message.topic == self.summary_topic.hash() {
@@ -206,6 +213,8 @@ impl EventLoop {
             r.summaries.large_pool = large_pool;
             changed
         });
+        // A large pool: our leaf's topic too (a no-op once on it).
+        self.join_leaf(false);
         if wanted == self.on_summary_topics {
             return;
         }
@@ -308,10 +317,20 @@ impl EventLoop {
         };
         self.last_published = Some(Instant::now());
         let (data, data_1) = data;
+        // In a large pool our leaf mates hear it on our leaf's topic, and
+        // our digest carries it.
+        self.leaves.published(&data);
+        let leaf = self
+            .leaves
+            .topic()
+            .cloned()
+            .map(|t| (t, Some(data.clone())));
         let topics = [
             (self.summary_topic.clone(), Some(data)),
             (self.summary_topic_1.clone(), data_1),
-        ];
+        ]
+        .into_iter()
+        .chain(leaf);
         for (topic, data) in topics {
             let Some(data) = data else { continue };
             if let Err(e) = self.swarm.behaviour_mut().gossipsub.publish(topic, data) {
@@ -390,7 +409,11 @@ fn summary_bytes(
 
 /// Turns a decoded announcement into a member, or `None` if it lies about its sender or
 /// carries addresses that do not parse.
-fn member_from(source: PeerId, a: Announcement, summary: Option<Arc<Summary>>) -> Option<Member> {
+pub(super) fn member_from(
+    source: PeerId,
+    a: Announcement,
+    summary: Option<Arc<Summary>>,
+) -> Option<Member> {
     if PeerId::from_bytes(&a.peer_id).ok()? != source
         || a.addresses.len() > ANNOUNCED_ADDRESSES_MAX
         || a.version.is_empty()

@@ -12,13 +12,15 @@
 //! This file holds the loop itself (start, the select, the commands, the
 //! Swarm's and the behaviours' events dispatched); its children hold the
 //! handling by concern: `connectivity` (bootstrap, relays, NAT), `discovery`
-//! (our place among the pool's DHT keys, listings of the pool), `membership`
-//! (announcements, members), `remembered` (the peer book:
+//! (our place among the pool's DHT keys, listings of the pool), `digests`
+//! (a large pool's leaf topics, digests and a consumer's sample of
+//! leaves), `membership` (announcements, members), `remembered` (the peer book:
 //! members recorded, written and redialed) and `requests` (the request
 //! protocols and the allowlist).
 
 mod connectivity;
 mod deaf;
+mod digests;
 mod discovery;
 mod membership;
 mod remembered;
@@ -59,6 +61,7 @@ use crate::net::swarm::{
 
 use connectivity::{Timer, RELAYED_GRACE};
 use deaf::DeafLinks;
+use digests::Leaves;
 use discovery::Discovery;
 use remembered::{Remembered, REDIAL_TICK};
 use requests::{Served, ServingFuture};
@@ -122,6 +125,7 @@ pub fn start(
         .map(|store| Remembered::open(store, scope));
     let cfg_shard_full = cfg.shard_full;
     let listening = Listening::new(cfg.large_pool);
+    let leaves = Leaves::new(cfg.shard_full, cfg.announce_interval);
     let mut event_loop = EventLoop {
         swarm,
         cfg,
@@ -159,6 +163,7 @@ pub fn start(
         inbound_origin: tokio::time::Instant::now(),
         held: HashMap::new(),
         listening,
+        leaves,
         on_summary_topics: true,
         deaf: DeafLinks::default(),
         quarantine,
@@ -265,6 +270,8 @@ pub struct EventLoop {
     held: HashMap<PeerId, usize>,
     /// Whether we should hear the pool's summaries (`listening`).
     listening: Listening,
+    /// Our leaf's topic and digest, and a consumer's sample (`digests`).
+    leaves: Leaves,
     /// Whether we are subscribed to the summary and announce topics.
     on_summary_topics: bool,
     /// Connections on which the pool's topics went deaf (`deaf`).
@@ -306,6 +313,7 @@ impl EventLoop {
                 LoopEvent::AnnounceTick => {
                     self.republish_if_pending();
                     self.update_listening();
+                    self.sample_tick();
                 }
                 LoopEvent::ExpireTick => self.expire_members(),
                 LoopEvent::RedialTick => {
@@ -318,6 +326,7 @@ impl EventLoop {
                 LoopEvent::Timer(Timer::Recheck) => self.check_placement(),
                 LoopEvent::Timer(Timer::WalkDeadline(walk)) => self.end_walk(walk),
                 LoopEvent::Timer(Timer::Unblock(peer)) => self.unblock(peer),
+                LoopEvent::Timer(Timer::SampleDeadline) => self.answer_sample_waiters(),
             }
         }
         // What the book learnt since its last write is not lost to a clean stop.
@@ -391,6 +400,7 @@ impl EventLoop {
                 let _ = reply.send(self.members.values().cloned().collect());
             }
             Command::FindHosts { reply } => self.start_walk(reply),
+            Command::Sample { hosts, reply } => self.want_sample(hosts, reply),
             Command::ConnectedPeers { reply } => {
                 let _ = reply.send(self.swarm.connected_peers().copied().collect());
             }
@@ -597,6 +607,12 @@ impl EventLoop {
             {
                 self.on_subscribed(peer_id);
             }
+            // A leaf mate joined our leaf's topic: it has not heard us there.
+            BehaviourEvent::Gossipsub(gossipsub::Event::Subscribed { topic, .. })
+                if self.leaves.topic().is_some_and(|t| topic == t.hash()) =>
+            {
+                self.republish();
+            }
             BehaviourEvent::Reliability(event) => {
                 self.mark_used(&event);
                 self.on_reliability_event(event);
@@ -605,6 +621,7 @@ impl EventLoop {
                 self.mark_used(&event);
                 self.on_job_event(event);
             }
+            BehaviourEvent::Digest(event) => self.on_digest_event(event),
             _ => {}
         }
     }

@@ -100,7 +100,11 @@ impl EventLoop {
     /// (or dropped when too many are held). A peer that empties its budget
     /// and its tolerance is disconnected and blocked for
     /// [`FLOODER_BLOCKED_FOR`].
-    fn admit_inbound<T: Send + 'static>(&mut self, peer: PeerId, channel: T) -> Option<T> {
+    pub(super) fn admit_inbound<T: Send + 'static>(
+        &mut self,
+        peer: PeerId,
+        channel: T,
+    ) -> Option<T> {
         let now_ms = self.budget_ms();
         let budgets = if self.quarantine.on_probation(&peer) {
             &mut self.probation

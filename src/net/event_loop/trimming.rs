@@ -25,6 +25,15 @@ impl EventLoop {
     /// not connected now.
     pub(super) fn use_peer(&mut self, peer: PeerId) {
         self.used.insert(peer, Instant::now());
+        // Without an address known here, the request's own dial asks the
+        // behaviours (Kademlia).
+        self.dial_peer(peer, false);
+    }
+
+    /// Dials `peer` unless connected or being dialed, at the addresses its
+    /// summary (heard, or from a digest) or the peer book gave, and those
+    /// Kademlia knows; with none of ours, only when `or_kademlia`.
+    pub(super) fn dial_peer(&mut self, peer: PeerId, or_kademlia: bool) {
         if self.swarm.is_connected(&peer) {
             return;
         }
@@ -32,6 +41,7 @@ impl EventLoop {
             .members
             .get(&peer)
             .map(|m| m.addresses.clone())
+            .or_else(|| self.leaves.addresses_of(&peer).map(<[Multiaddr]>::to_vec))
             .unwrap_or_default();
         if let Some(r) = &self.remembered {
             for a in r.addresses_of(&peer) {
@@ -41,9 +51,7 @@ impl EventLoop {
             }
         }
         addresses.retain(|a| self.scope.usable(a));
-        if addresses.is_empty() {
-            // The request's own dial asks the behaviours (Kademlia) for
-            // addresses.
+        if addresses.is_empty() && !or_kademlia {
             return;
         }
         let opts = DialOpts::peer_id(peer)
@@ -52,7 +60,7 @@ impl EventLoop {
             .condition(PeerCondition::DisconnectedAndNotDialing)
             .build();
         if let Err(e) = self.swarm.dial(opts) {
-            tracing::debug!(%peer, "dial before a request not started: {e}");
+            tracing::debug!(%peer, "dial not started: {e}");
         }
     }
 

@@ -158,6 +158,9 @@ impl QueueCore {
             rounds: 1,
             ask_at_most: Some(ask_at_most),
             images: self.images_waiting(),
+            // Summaries naming twice the hosts the work can use at once: a
+            // large pool's sample follows the batches' width, not the pool.
+            sample_hosts: Some(u32::try_from(self.width().saturating_mul(2)).unwrap_or(u32::MAX)),
         };
         let skip = if round == Round::Look {
             Vec::new()
@@ -183,6 +186,23 @@ impl QueueCore {
         self.last_survey = Some(now.mono);
         self.push(Action::Survey { query, skip });
         self.actions()
+    }
+
+    /// Tasks the batches want running at once: each live batch's queued and
+    /// running tasks, at most its `max_running`.
+    fn width(&self) -> usize {
+        self.batches
+            .values()
+            .filter(|b| !b.record.cancelled)
+            .map(|b| {
+                let live = b
+                    .tasks
+                    .iter()
+                    .filter(|t| matches!(t.state, TaskState::Queued | TaskState::Running))
+                    .count();
+                b.record.max_running.map_or(live, |m| live.min(m as usize))
+            })
+            .sum()
     }
 
     /// The images of the batches with work waiting, oldest batch first, at
