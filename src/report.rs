@@ -5,6 +5,7 @@
 //! (`model::baselines::method_by_name`) can answer; unless told otherwise it
 //! is the registry's default ([`MethodId::default`]). Not in `model/` because it times the forecast.
 
+use crate::model::baselines::pool_prior::{prior_tr, PoolPrior, PriorSource};
 use crate::model::baselines::MethodId;
 use crate::model::kernel::Method;
 use crate::model::predict::{
@@ -125,9 +126,10 @@ pub enum Basis {
     /// The host's own record, read by the request's method.
     Record,
     /// No day of the host's record covers the window yet (a new volunteer's
-    /// first day): the population prior
-    /// ([`crate::model::baselines::prior::no_record_tr`]). `days_used` is 0.
-    Prior,
+    /// first day): a prior, the pool's typical curve or the built-in
+    /// population's ([`crate::model::baselines::pool_prior::prior_tr`]).
+    /// `days_used` is 0.
+    Prior(PriorSource),
 }
 
 /// [`forecast`], or the prior when the host has no history day for the
@@ -138,9 +140,19 @@ pub fn forecast_or_prior(
     series: &HostSeries,
     request: &ReportRequest,
 ) -> Result<Forecast, ReportError> {
+    forecast_or_pool_prior(series, request, None)
+}
+
+/// [`forecast_or_prior`] with the pool's prior when the node has one (it
+/// heard enough members), else the built-in one.
+pub fn forecast_or_pool_prior(
+    series: &HostSeries,
+    request: &ReportRequest,
+    pool: Option<&PoolPrior>,
+) -> Result<Forecast, ReportError> {
     match forecast(series, request) {
         Err(ReportError::Predict(PredictError::NoHistory { .. })) => {
-            Ok(prior_forecast(series, request))
+            Ok(prior_forecast(series, request, pool))
         }
         other => other,
     }
@@ -148,16 +160,21 @@ pub fn forecast_or_prior(
 
 /// The prior's forecast of the request's window: the start state when the
 /// record covers it.
-fn prior_forecast(series: &HostSeries, request: &ReportRequest) -> Forecast {
+fn prior_forecast(
+    series: &HostSeries,
+    request: &ReportRequest,
+    pool: Option<&PoolPrior>,
+) -> Forecast {
     let window = &request.window;
     let start = observed_start(series, window);
+    let (tr, source) = prior_tr(pool, window.window_secs, start);
     Forecast {
-        tr: crate::model::baselines::prior::no_record_tr(window.window_secs, start),
+        tr,
         fail_by_cause: None,
         initial: start.map(InitialState::Observed),
         days_used: 0,
         method: request.method,
-        basis: Basis::Prior,
+        basis: Basis::Prior(source),
     }
 }
 
@@ -509,5 +526,52 @@ mod tests {
             }
         }
         assert!(compared >= 40, "only {compared} answers compared");
+    }
+
+    #[test]
+    fn a_host_with_no_record_answers_the_pool_prior_when_it_has_one() {
+        use crate::model::baselines::pool_prior::HeardCurve;
+        use crate::model::sched::curve::TrCurve;
+        let trace = generate(&SynthConfig::new(11, 17, "UTC").unwrap());
+        let series = &trace.series;
+        let first = series.first_time().unwrap();
+        // Five members of a server pool, all at TR 0.95 over 3 h.
+        let curve = TrCurve::new([(3600.0, 0.99), (3.0 * 3600.0, 0.95), (8.0 * 3600.0, 0.9)]);
+        let heard = (0..5).map(|_| HeardCurve {
+            days_used: 30,
+            usable: true,
+            computed_at_unix: first,
+            curve: &curve,
+        });
+        let pool = PoolPrior::from_heard(heard, first, &[3600.0, 3.0 * 3600.0, 8.0 * 3600.0]);
+        // Every hour of the first day: no past day, so a prior.
+        let mut usable = 0;
+        for hour in 1..23 {
+            let at = first + hour * 3600;
+            let request =
+                ReportRequest::new(PredictRequest::new(at, 3 * 3600, Thresholds::default()));
+            let built_in = forecast_or_prior(series, &request).unwrap();
+            assert_eq!(built_in.basis, Basis::Prior(PriorSource::BuiltIn));
+            let pooled = forecast_or_pool_prior(series, &request, pool.as_ref()).unwrap();
+            assert_eq!(pooled.basis, Basis::Prior(PriorSource::Pool { members: 5 }));
+            assert_eq!(pooled.days_used, 0);
+            match pooled.initial {
+                Some(InitialState::Observed(s)) if s.is_failure() => assert_eq!(pooled.tr, 0.0),
+                _ => {
+                    assert!((pooled.tr - 0.95).abs() < 1e-12, "{pooled:?}");
+                    assert!(pooled.tr > built_in.tr + 0.1, "{pooled:?} {built_in:?}");
+                    usable += 1;
+                }
+            }
+        }
+        assert!(usable > 0);
+        // A host with a record answers from it, pool or not.
+        let later = ReportRequest::new(PredictRequest::new(
+            series.last_time().unwrap() - 4 * 3600,
+            3 * 3600,
+            Thresholds::default(),
+        ));
+        let own = forecast_or_pool_prior(series, &later, pool.as_ref()).unwrap();
+        assert_eq!(own.basis, Basis::Record);
     }
 }

@@ -196,8 +196,9 @@ fn status_text(r: &StatusReport) -> String {
     for p in &r.predictions {
         let value = match (p.tr, &p.error) {
             (Some(tr), _) if p.prior => format!(
-                "{:.1} % (a prior: no past day of this kind in the record yet)",
-                tr * 100.0
+                "{:.1} % (a prior: no past day of this kind in the record yet), {}",
+                tr * 100.0,
+                p.prior_source.as_deref().unwrap_or("built-in prior")
             ),
             (Some(tr), _) => format!("{:.1} %", tr * 100.0),
             (None, Some(e)) => format!("unknown ({e})"),

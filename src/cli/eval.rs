@@ -137,6 +137,12 @@ pub struct EvalArgs {
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub noise_trials: usize,
 
+    /// The round's challenger (issue 29, goal 5): a method of --methods,
+    /// named before the run, whose paired Brier difference against the
+    /// default the goals show beside the rivals' test.
+    #[arg(long, value_name = "METHOD")]
+    pub challenger: Option<String>,
+
     /// Worker threads [default: up to 2].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
@@ -290,6 +296,15 @@ pub fn run(args: &EvalArgs, global_json: bool) -> anyhow::Result<()> {
     let cfg = protocol_config(args)?;
     let methods = methods_from_list(&args.methods, args.seed)?;
     let names: Vec<String> = methods.iter().map(|m| m.name()).collect();
+    let challenger = args
+        .challenger
+        .as_deref()
+        .map(|c| c.trim().to_ascii_lowercase());
+    if let Some(c) = &challenger {
+        if !names.contains(c) || c == DEFAULT_METHOD {
+            bail!("--challenger {c:?} must be one of --methods other than the default {DEFAULT_METHOD:?}");
+        }
+    }
     let mut phases = BTreeMap::new();
     let mut phase = Instant::now();
     let mut lap = |name: &str, phases: &mut BTreeMap<String, f64>| {
@@ -331,7 +346,14 @@ pub fn run(args: &EvalArgs, global_json: bool) -> anyhow::Result<()> {
         args.seed,
         threads,
     );
-    let goals = goals::goals(&days, &names, &cfg.lengths, args.resamples, args.seed);
+    let goals = goals::goals(
+        &days,
+        &names,
+        &cfg.lengths,
+        args.resamples,
+        args.seed,
+        challenger.as_deref(),
+    );
     lap("scoring", &mut phases);
     let training_size = sizes.map(|sizes| {
         bar.set_message("training sizes");

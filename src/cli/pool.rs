@@ -126,6 +126,7 @@ fn host_row(h: &HostReport) -> Vec<String> {
         slot.to_string(),
         // A host with no day of record answers with the population prior.
         opt(h.days_used.map(|d| match d {
+            0 if h.method.as_deref() == Some("pool-prior") => "0 (pool prior)".to_string(),
             0 => "0 (prior)".to_string(),
             d => d.to_string(),
         })),

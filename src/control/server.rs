@@ -175,13 +175,18 @@ fn status_report(s: HostStatus) -> StatusReport {
                 Ok((tr, basis)) => TrReport {
                     window_secs,
                     tr: Some(tr),
-                    prior: basis == Basis::Prior,
+                    prior: matches!(basis, Basis::Prior(_)),
+                    prior_source: match basis {
+                        Basis::Prior(source) => Some(source.label().to_string()),
+                        Basis::Record => None,
+                    },
                     error: None,
                 },
                 Err(e) => TrReport {
                     window_secs,
                     tr: None,
                     prior: false,
+                    prior_source: None,
                     error: Some(e),
                 },
             })

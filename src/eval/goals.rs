@@ -1,8 +1,10 @@
 //! The prediction goals of issue 29, computed from the tested windows of a
 //! run for the default method: no harm against the host's base rate, skill
-//! over `freq`, discrimination, and calibration (bias, Cox slope, ECE
-//! against its simulated floor). The maths lives in `model::forecast_stats`; this
-//! module picks the windows, the clusters and the base rate.
+//! over `freq`, discrimination, calibration (bias, Cox slope, ECE against
+//! its simulated floor) and rivals (no other method of the run better by
+//! more than a margin, by Hansen's SPA per length and Holm across lengths).
+//! The maths lives in `model::forecast_stats`; this module picks the
+//! windows, the clusters, the base rate and the rivals.
 //!
 //! **One run, one host kind.** The goals are per host kind and never pooled
 //! across kinds, so a run's traces are taken as one kind: run desktops, VMs
@@ -20,14 +22,22 @@
 //! test day have no base rate and are left out of the no-harm comparison
 //! only (`no_harm.n` counts the rest).
 //!
+//! **Rivals.** Every other method of the run is a rival (run `--methods
+//! all`, or a list, to choose the field; the report names them). In each
+//! cell, the margin is max([`RIVAL_MARGIN_MIN`], [`RIVAL_MARGIN_SHARE`] ×
+//! the default's Brier); the SPA p-values of the cells are adjusted by
+//! Holm's method over the run's lengths, and the goal is met in a cell
+//! whose adjusted p-value is at least [`RIVAL_ALPHA`]. A challenger named
+//! with the run (`--challenger`) gets its paired Brier difference beside.
+//!
 //! It knows nothing about files or the command line.
 
 use crate::eval::protocol::DayResult;
 use crate::eval::summary::SKILL_REFERENCE;
 use crate::model::baselines::DEFAULT_METHOD;
 use crate::model::forecast_stats::{
-    auc_with_bounds, block_counts, cox_calibration, ece, ece_floor, mean_bias, paired_brier,
-    Bounds, CoxFit, EceFloor, PairedBrier,
+    auc_with_bounds, block_counts, cox_calibration, ece, ece_floor, holm, mean_bias, paired_brier,
+    spa_rivals, Bounds, CoxFit, EceFloor, PairedBrier, RivalTest,
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -42,6 +52,28 @@ pub const MAX_BIAS: f64 = 0.03;
 pub const MIN_SLOPE_LO: f64 = 0.8;
 /// Discrimination (desktops and VMs): the AUC's lower bound above this.
 pub const MIN_AUC_LO: f64 = 0.55;
+/// Rivals: a rival counts as better only by more than the larger of this
+/// and [`RIVAL_MARGIN_SHARE`] of the default's Brier.
+pub const RIVAL_MARGIN_MIN: f64 = 0.002;
+pub const RIVAL_MARGIN_SHARE: f64 = 0.02;
+/// Rivals: a Holm-adjusted SPA p-value below this finds a better rival.
+pub const RIVAL_ALPHA: f64 = 0.05;
+
+/// The rivals' margin in a cell whose default scores `brier`.
+pub fn rival_margin(brier: f64) -> f64 {
+    RIVAL_MARGIN_MIN.max(RIVAL_MARGIN_SHARE * brier)
+}
+
+/// The rivals goal in one cell.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RivalsCell {
+    pub test: RivalTest,
+    /// The rival with the lowest Brier, and the one that sets the statistic.
+    pub best: Option<String>,
+    pub leader: Option<String>,
+    /// The SPA p-value adjusted by Holm's method over the run's lengths.
+    pub holm_p: f64,
+}
 
 /// The goals at one window length.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -58,6 +90,10 @@ pub struct GoalCell {
     pub cox: Option<CoxFit>,
     pub ece: Option<f64>,
     pub ece_floor: Option<EceFloor>,
+    /// Every other method of the run against the default, when there is one.
+    pub rivals: Option<RivalsCell>,
+    /// The default against the named challenger (A = default, B = challenger).
+    pub challenger: Option<PairedBrier>,
     /// Kind-independent verdicts: no harm, discrimination (as for desktops
     /// and VMs), calibration (bias, slope, ECE). `None` when not computable.
     pub met_no_harm: Option<bool>,
@@ -65,6 +101,7 @@ pub struct GoalCell {
     pub met_bias: Option<bool>,
     pub met_slope: Option<bool>,
     pub met_ece: Option<bool>,
+    pub met_rivals: Option<bool>,
 }
 
 /// The goals of a run.
@@ -77,6 +114,10 @@ pub struct Goals {
     pub days: usize,
     pub resamples: usize,
     pub ece_sims: usize,
+    /// The methods the default was tested against (goal 5), in run order.
+    pub rivals: Vec<String>,
+    /// The round's challenger, named before the run.
+    pub challenger: Option<String>,
     pub cells: Vec<GoalCell>,
 }
 
@@ -87,15 +128,19 @@ fn week_of(date: jiff::civil::Date) -> i64 {
 }
 
 /// The goals for the default method, or `None` when it did not run.
+/// `challenger`, when given, must be one of `names`.
 pub fn goals(
     days: &[DayResult],
     names: &[String],
     lengths: &[u64],
     resamples: usize,
     seed: u64,
+    challenger: Option<&str>,
 ) -> Option<Goals> {
     let m = names.iter().position(|n| n == DEFAULT_METHOD)?;
     let reference = names.iter().position(|n| n == SKILL_REFERENCE);
+    let challenger = challenger.and_then(|c| names.iter().position(|n| n == c));
+    let rivals: Vec<usize> = (0..names.len()).filter(|&j| j != m).collect();
     let mut week_ids: BTreeMap<(usize, i64), usize> = BTreeMap::new();
     let mut day_ids: BTreeMap<(usize, jiff::civil::Date), usize> = BTreeMap::new();
     for d in days.iter().filter(|d| !d.cases.is_empty()) {
@@ -115,7 +160,8 @@ pub fn goals(
         let mut y = Vec::new();
         let mut week = Vec::new();
         let mut day = Vec::new();
-        let mut freq = Vec::new();
+        // Every method's forecasts, in run order.
+        let mut all: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
         // (p, base rate, y, week) where a base rate exists.
         let mut with_rate = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         // Per trace: (survived, tested) on earlier test days.
@@ -133,8 +179,8 @@ pub fn goals(
                 y.push(c.survived);
                 week.push(w);
                 day.push(day_ids.get(&(c.trace, c.date)).copied()?);
-                if let Some(r) = reference {
-                    freq.push(s.tr[r]);
+                for (j, forecasts) in all.iter_mut().enumerate() {
+                    forecasts.push(s.tr.get(j).copied()?);
                 }
                 if let Some(&(survived, tested)) = past.get(&c.trace).filter(|t| t.1 > 0) {
                     with_rate.0.push(s.tr[m]);
@@ -155,7 +201,26 @@ pub fn goals(
             &with_rate.3,
             &counts,
         );
-        let over_freq = reference.and_then(|_| paired_brier(&p, &freq, &y, &week, &counts));
+        let over_freq = reference.and_then(|r| paired_brier(&p, &all[r], &y, &week, &counts));
+        let challenged = challenger.and_then(|c| paired_brier(&p, &all[c], &y, &week, &counts));
+        let rival_test = if rivals.is_empty() || p.is_empty() {
+            None
+        } else {
+            let brier = p
+                .iter()
+                .zip(&y)
+                .map(|(&p, &y)| (p - f64::from(u8::from(y))).powi(2))
+                .sum::<f64>()
+                / p.len() as f64;
+            let forecasts: Vec<&[f64]> = rivals.iter().map(|&j| all[j].as_slice()).collect();
+            spa_rivals(&p, &forecasts, &y, &week, &counts, rival_margin(brier))
+        }
+        .map(|test| RivalsCell {
+            best: test.best.map(|k| names[rivals[k]].clone()),
+            leader: test.leader.map(|k| names[rivals[k]].clone()),
+            holm_p: test.p_value,
+            test,
+        });
         let (auc, auc_ci) =
             auc_with_bounds(&p, &y, &week, &counts).map_or((None, None), |(a, ci)| (Some(a), ci));
         let bias = mean_bias(&p, &y);
@@ -172,6 +237,9 @@ pub fn goals(
             met_bias: bias.map(|b| b.abs() <= MAX_BIAS),
             met_slope: cox.map(|c| c.slope_ci.contains(1.0) && c.slope_ci.lo >= MIN_SLOPE_LO),
             met_ece: e.zip(floor).map(|(e, f)| e <= f.p95),
+            met_rivals: None,
+            rivals: rival_test,
+            challenger: challenged,
             no_harm,
             over_freq,
             auc,
@@ -182,6 +250,20 @@ pub fn goals(
             ece_floor: floor,
         });
     }
+    // Holm across the run's lengths.
+    let tested: Vec<usize> = (0..cells.len())
+        .filter(|&i| cells[i].rivals.is_some())
+        .collect();
+    let raw: Vec<f64> = tested
+        .iter()
+        .filter_map(|&i| cells[i].rivals.as_ref().map(|r| r.test.p_value))
+        .collect();
+    for (&i, adjusted) in tested.iter().zip(holm(&raw)) {
+        if let Some(r) = cells[i].rivals.as_mut() {
+            r.holm_p = adjusted;
+        }
+        cells[i].met_rivals = Some(adjusted >= RIVAL_ALPHA);
+    }
     Some(Goals {
         method: DEFAULT_METHOD.to_string(),
         skill_reference: reference.map(|_| SKILL_REFERENCE.to_string()),
@@ -189,6 +271,8 @@ pub fn goals(
         days: day_ids.len(),
         resamples,
         ece_sims: ECE_SIMS,
+        rivals: rivals.iter().map(|&j| names[j].clone()).collect(),
+        challenger: challenger.map(|c| names[c].clone()),
         cells,
     })
 }
@@ -213,11 +297,14 @@ pub fn to_table(g: &Goals) -> String {
         "Goals (issue 29) for `{}`; the run's traces are one host kind. 95 % bounds: bootstrap over {} \
          weekly blocks ({} resamples); Cox slope clustered by {} test days; ECE floor: 95th percentile of \
          {} simulated calibrated forecasters with the data's overlap. ✓/✗: no harm ≤ +{}, AUC lower bound \
-         > {} (desktops, VMs), |bias| ≤ {}, slope interval ∋ 1 with lower bound ≥ {}, ECE ≤ floor.\n\n",
-        g.method, g.weeks, g.resamples, g.days, g.ece_sims, NO_HARM_MARGIN, MIN_AUC_LO, MAX_BIAS, MIN_SLOPE_LO
+         > {} (desktops, VMs), |bias| ≤ {}, slope interval ∋ 1 with lower bound ≥ {}, ECE ≤ floor, \
+         no rival better by more than max({}, {} % of the Brier) at Holm-adjusted SPA p < {} ({} rivals: {}).\n\n",
+        g.method, g.weeks, g.resamples, g.days, g.ece_sims, NO_HARM_MARGIN, MIN_AUC_LO, MAX_BIAS, MIN_SLOPE_LO,
+        RIVAL_MARGIN_MIN, RIVAL_MARGIN_SHARE * 100.0, RIVAL_ALPHA, g.rivals.len(),
+        if g.rivals.is_empty() { "none run".to_string() } else { g.rivals.join(", ") }
     );
     out.push_str(&format!(
-        "| T | n | Brier − base rate | skill over {} | AUC | mean(p − y) | Cox slope | ECE / floor |\n|---|---|---|---|---|---|---|---|\n",
+        "| T | n | Brier − base rate | skill over {} | AUC | mean(p − y) | Cox slope | ECE / floor | best rival: Brier(default) − Brier(it), SPA p / Holm p |\n|---|---|---|---|---|---|---|---|---|\n",
         g.skill_reference.as_deref().unwrap_or("(not run)")
     ));
     for c in &g.cells {
@@ -257,11 +344,34 @@ pub fn to_table(g: &Goals) -> String {
                 mark(c.met_ece)
             )
         });
+        let rivals = c.rivals.as_ref().map_or("–".to_string(), |r| {
+            format!(
+                "{} {:+.4}, {:.3} / {:.3}{}",
+                r.best.as_deref().unwrap_or("–"),
+                r.test.best_advantage,
+                r.test.p_value,
+                r.holm_p,
+                mark(c.met_rivals)
+            )
+        });
         out.push_str(&format!(
-            "| {} | {} | {no_harm} | {skill} | {auc} | {bias} | {cox} | {ece} |\n",
+            "| {} | {} | {no_harm} | {skill} | {auc} | {bias} | {cox} | {ece} | {rivals} |\n",
             crate::human::length_label(c.length_s),
             c.n
         ));
+    }
+    if let Some(name) = &g.challenger {
+        out.push_str(&format!(
+            "\nChallenger `{name}`, Brier({}) − Brier({name}) [95 % bounds]:",
+            g.method
+        ));
+        for c in &g.cells {
+            let d = c.challenger.map_or("–".to_string(), |d| {
+                format!("{:+.4}{}", d.difference, bounds(d.difference_ci, 1.0, 4))
+            });
+            out.push_str(&format!(" {} {d};", crate::human::length_label(c.length_s)));
+        }
+        out.push('\n');
     }
     out
 }
@@ -275,6 +385,14 @@ mod tests {
     /// Two traces, `n` days each from Monday 2025-09-01, 24 hourly windows of 1 h;
     /// the outcome is a fixed pattern and the methods are (default, freq).
     fn run(n: i64, forecast: impl Fn(bool, u8) -> (f64, f64)) -> Vec<DayResult> {
+        run_methods(n, |y, hour| {
+            let (a, b) = forecast(y, hour);
+            vec![a, b]
+        })
+    }
+
+    /// [`run`] with any number of methods.
+    fn run_methods(n: i64, forecast: impl Fn(bool, u8) -> Vec<f64>) -> Vec<DayResult> {
         let mut days = Vec::new();
         for trace in 0..2 {
             for k in 0..n {
@@ -285,7 +403,7 @@ mod tests {
                     .map(|hour| {
                         // Survives at night, fails on most afternoons.
                         let y = hour < 12 || (k + i64::from(hour) + trace as i64) % 5 == 0;
-                        let (a, b) = forecast(y, hour);
+                        let tr = forecast(y, hour);
                         ScoredCase {
                             case: TestCase {
                                 trace,
@@ -297,7 +415,7 @@ mod tests {
                                 start: State::S1,
                                 survived: y,
                             },
-                            tr: vec![a, b],
+                            tr,
                         }
                     })
                     .collect();
@@ -320,7 +438,7 @@ mod tests {
     fn an_hour_aware_forecaster_meets_the_goals_a_constant_does_not() {
         // The hour-aware forecast is the pattern's true rate (1 before noon, 0.2 after).
         let days = run(60, |_, h| (if h < 12 { 0.98 } else { 0.2 }, 0.6));
-        let g = goals(&days, &names(), &[3600], 500, 1).unwrap();
+        let g = goals(&days, &names(), &[3600], 500, 1, None).unwrap();
         let c = &g.cells[0];
         assert_eq!(c.n, 2 * 60 * 24);
         assert_eq!(g.days, 120);
@@ -333,17 +451,18 @@ mod tests {
         assert_eq!(c.met_bias, Some(true), "{c:?}");
         // The constant (no information): AUC 0.5, not met; it is the base rate, so no harm holds.
         let days = run(60, |_, _| (0.6, 0.6));
-        let c = goals(&days, &names(), &[3600], 500, 1).unwrap().cells[0].clone();
+        let c = goals(&days, &names(), &[3600], 500, 1, None).unwrap().cells[0].clone();
         assert_eq!(c.auc, Some(0.5));
         assert_eq!(c.met_auc, Some(false));
         assert_eq!(c.over_freq.unwrap().difference, 0.0);
         // Too optimistic by 0.3 in the afternoon: harm, bias and ECE fail.
         let days = run(60, |_, h| (if h < 12 { 0.98 } else { 0.5 }, 0.6));
-        let c = goals(&days, &names(), &[3600], 500, 1).unwrap().cells[0].clone();
+        let c = goals(&days, &names(), &[3600], 500, 1, None).unwrap().cells[0].clone();
         assert_eq!(c.met_bias, Some(false), "{c:?}");
         assert_eq!(c.met_ece, Some(false), "{c:?}");
         assert!(
-            to_table(&goals(&days, &names(), &[3600], 500, 1).unwrap()).contains("| 1h | 2880 |")
+            to_table(&goals(&days, &names(), &[3600], 500, 1, None).unwrap())
+                .contains("| 1h | 2880 |")
         );
     }
 
@@ -355,8 +474,45 @@ mod tests {
             &["freq".to_string(), "km".to_string()],
             &[3600],
             500,
-            1
+            1,
+            None
         )
         .is_none());
+    }
+
+    #[test]
+    fn a_rival_better_by_more_than_the_margin_is_found_and_equal_ones_are_not() {
+        let names = vec![
+            DEFAULT_METHOD.to_string(),
+            SKILL_REFERENCE.to_string(),
+            "logistic+cal".to_string(),
+        ];
+        let knows = |h: u8| if h < 12 { 0.98 } else { 0.2 };
+        // A constant default against a rival that knows the hour.
+        let days = run_methods(60, |_, h| vec![0.6, 0.6, knows(h)]);
+        let g = goals(&days, &names, &[3600], 500, 1, Some("logistic+cal")).unwrap();
+        assert_eq!(g.rivals, vec!["freq", "logistic+cal"]);
+        let c = &g.cells[0];
+        let r = c.rivals.as_ref().unwrap();
+        assert_eq!(r.best.as_deref(), Some("logistic+cal"), "{r:?}");
+        // freq forecasts what the default does on every window: not tested.
+        assert_eq!(r.test.rivals, 1);
+        assert!(r.test.best_advantage > 0.05, "{r:?}");
+        assert!(r.holm_p < RIVAL_ALPHA, "{r:?}");
+        assert_eq!(c.met_rivals, Some(false));
+        assert!(c.challenger.unwrap().difference_ci.unwrap().lo > 0.0);
+        let table = to_table(&g);
+        assert!(table.contains("logistic+cal +0."), "{table}");
+        assert!(table.contains("Challenger `logistic+cal`"), "{table}");
+        // The default that knows the hour, a rival equal to it and a
+        // worse constant: nothing better is found.
+        let days = run_methods(60, |_, h| vec![knows(h), 0.6, knows(h)]);
+        let g = goals(&days, &names, &[3600], 500, 1, None).unwrap();
+        let c = &g.cells[0];
+        let r = c.rivals.as_ref().unwrap();
+        assert_eq!(r.test.rivals, 1);
+        assert!(r.test.best_advantage < 0.0, "{r:?}");
+        assert_eq!(c.met_rivals, Some(true), "{r:?}");
+        assert!(c.challenger.is_none() && g.challenger.is_none());
     }
 }

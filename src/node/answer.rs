@@ -2,20 +2,20 @@
 //! of the asked window: TR for other window lengths from the same start (a
 //! small curve, so one query serves every runtime) and the CPU share a
 //! guest is predicted to get over the window, both from the host's own
-//! history (the population prior while it has no day of record: the
-//! forecast says so), and its failure spells over the past week (how long it stays
+//! history (a prior while it has no day of record, the pool's typical
+//! curve or the built-in population's: the forecast says which), and its failure spells over the past week (how long it stays
 //! up between failures, how long a failure keeps it away). Computed on the blocking pool; answers are reused for a minute
 //! (a queue asks the same question every few seconds while tasks wait).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::model::baselines::prior::no_record_tr;
+use crate::model::baselines::pool_prior::{prior_tr, PoolPrior};
 use crate::model::predict::{history_days, InitialState, PredictRequest};
 use crate::model::sched::spells::{spells_of_series, PastSpells, SpellLengths, LOOKBACK_SECS};
 use crate::model::series::HostSeries;
 use crate::model::state::State;
-use crate::report::{curve, forecast_or_prior, Basis, Forecast, ReportError, ReportRequest};
+use crate::report::{curve, forecast_or_pool_prior, Basis, Forecast, ReportError, ReportRequest};
 
 /// The window lengths the curve answers, as multiples of the asked one: a
 /// task runs longer than declared on a slow or loaded host (SDPN's SP),
@@ -60,7 +60,9 @@ pub fn host_answer(
     series: &HostSeries,
     request: &ReportRequest,
 ) -> Result<HostAnswer, ReportError> {
-    answer_with_spells(series, request, |at| spells_before(series, request, at))
+    answer_with_spells(series, request, None, |at| {
+        spells_before(series, request, at)
+    })
 }
 
 /// The host's spells over the week before `at`, read with the request's
@@ -78,9 +80,10 @@ fn spells_until(series: &HostSeries, request: &ReportRequest) -> Option<i64> {
 fn answer_with_spells(
     series: &HostSeries,
     request: &ReportRequest,
+    pool: Option<&PoolPrior>,
     spells: impl FnOnce(i64) -> WeekSpells,
 ) -> Result<HostAnswer, ReportError> {
-    let main = forecast_or_prior(series, request)?;
+    let main = forecast_or_pool_prior(series, request, pool)?;
     let asked = request.window.window_secs;
     let mut lengths: Vec<u64> = Vec::with_capacity(CURVE_MULTIPLES.len());
     for multiple in CURVE_MULTIPLES {
@@ -93,15 +96,15 @@ fn answer_with_spells(
     let others: Vec<u64> = lengths.iter().copied().filter(|&s| s != asked).collect();
     let other_trs = match main.basis {
         Basis::Record => curve(series, request, &others),
-        // No day of record: every length from the prior, from the same start.
-        Basis::Prior => {
+        // No day of record: every length from the same prior, from the same start.
+        Basis::Prior(_) => {
             let start = match main.initial {
                 Some(InitialState::Observed(state)) => Some(state),
                 _ => None,
             };
             others
                 .iter()
-                .map(|&secs| Some(no_record_tr(secs, start)))
+                .map(|&secs| Some(prior_tr(pool, secs, start).0))
                 .collect()
         }
     };
@@ -188,7 +191,18 @@ impl AnswerCache {
         series: &HostSeries,
         request: &ReportRequest,
     ) -> Result<HostAnswer, ReportError> {
-        answer_with_spells(series, request, |at| {
+        self.answer_with_prior(series, request, None)
+    }
+
+    /// [`Self::answer`] with the pool's prior for a host with no day of
+    /// record, when the node has one.
+    pub fn answer_with_prior(
+        &self,
+        series: &HostSeries,
+        request: &ReportRequest,
+        pool: Option<&PoolPrior>,
+    ) -> Result<HostAnswer, ReportError> {
+        answer_with_spells(series, request, pool, |at| {
             let key = (
                 at.div_euclid(SPELLS_REUSE_SECS),
                 request.window.thresholds.job_mem_mib,

@@ -129,8 +129,9 @@ pub fn now_live(s: &HostStatus) -> String {
     for (window, tr) in &s.predictions {
         let value = match tr {
             Ok((tr, crate::report::Basis::Record)) => format!("{tr:.3}"),
-            Ok((tr, crate::report::Basis::Prior)) => format!(
-                "{tr:.3} <span class=\"note\">(a prior: no past day of this kind in the record yet)</span>"
+            Ok((tr, crate::report::Basis::Prior(source))) => format!(
+                "{tr:.3} <span class=\"note\">(a prior: no past day of this kind in the record yet), {}</span>",
+                source.label()
             ),
             Err(e) => format!("<span class=\"note\">{}</span>", escape(e)),
         };

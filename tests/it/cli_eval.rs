@@ -324,3 +324,49 @@ fn the_windows_file_recomputes_the_report_and_the_goals_are_printed() {
         report["methods"]["logistic"]["by_length"]["3600"]["n"].as_u64()
     );
 }
+
+#[test]
+fn the_rivals_goal_tests_every_other_method_and_a_challenger_must_be_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = synth(dir.path(), 8, 22, "UTC");
+    let run = |challenger: &str| {
+        gleaner()
+            .current_dir(dir.path())
+            .arg("eval")
+            .arg("--trace")
+            .arg(&a)
+            .args(["--lengths", "1h,3h", "--hours", "0,6,12,18"])
+            .args(["--methods", "logistic,freq,markov", "--resamples", "500"])
+            .args(["--json", "e.json", "--challenger", challenger])
+            .output()
+            .expect("gleaner runs")
+    };
+    let out = run("bogus");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--challenger \"bogus\""),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run("Markov");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Challenger `markov`"), "{text}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("e.json")).unwrap()).unwrap();
+    let goals = &report["goals"];
+    assert_eq!(goals["rivals"], serde_json::json!(["freq", "markov"]));
+    assert_eq!(goals["challenger"], "markov");
+    for cell in goals["cells"].as_array().unwrap() {
+        let rivals = &cell["rivals"];
+        let p = rivals["test"]["p_value"].as_f64().unwrap();
+        let holm = rivals["holm_p"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&p) && holm >= p, "{rivals}");
+        assert!(cell["met_rivals"].is_boolean(), "{cell}");
+        assert!(cell["challenger"]["difference"].is_number(), "{cell}");
+    }
+}

@@ -169,6 +169,8 @@ fn a_fresh_node_answers_with_a_marked_prior_then_from_its_record() {
     assert_eq!(predictions.len(), 3, "{s}");
     for p in predictions {
         assert_eq!(p["prior"], true, "{p}");
+        // A lone node has heard no pool: the built-in prior, and it says so.
+        assert_eq!(p["prior_source"], "built-in prior", "{p}");
         let window = p["window_secs"].as_u64().unwrap();
         let want = gleaner::model::baselines::prior::population_survival(window);
         assert_eq!(p["tr"].as_f64(), Some(want), "{p}");
@@ -178,6 +180,7 @@ fn a_fresh_node_answers_with_a_marked_prior_then_from_its_record() {
         text.contains("(a prior: no past day of this kind in the record yet)"),
         "{text}"
     );
+    assert!(text.contains("yet), built-in prior"), "{text}");
 
     let path = node.dir.join("history.csv");
     std::fs::write(&path, history(0)).unwrap();

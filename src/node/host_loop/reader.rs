@@ -14,6 +14,7 @@ use super::messages::{HistoryView, PredictQuery};
 use super::series::SeriesCache;
 use super::HostError;
 use crate::clock::Clock;
+use crate::model::baselines::pool_prior::PoolPrior;
 use crate::model::predict::PredictRequest;
 use crate::node::answer::{AnswerCache, HostAnswer};
 use crate::node::config::Config;
@@ -105,8 +106,9 @@ impl HostReader {
         let request = ReportRequest::new(self.predict_request(at, window_secs, mem_mib));
         self.blocking(move || {
             let series = cache.get(now)?;
+            let pool = cache.pool_prior();
             let answer = answers
-                .answer(&series, &request)
+                .answer_with_prior(&series, &request, pool.as_deref())
                 .map_err(|e| HostError::Invalid(e.to_string()))?;
             answers.put(key, answer.clone());
             Ok(answer)
@@ -141,6 +143,15 @@ impl HostReader {
         let mut request = PredictRequest::new(at, window_secs, self.config.thresholds(mem_mib));
         request.days = self.config.history.days;
         request
+    }
+
+    /// Sets the pool's prior (`None`: the built-in one): what the host
+    /// answers, in `status` and to peers, while it has no day of record.
+    /// The pool host keeps it fresh from the members it heard.
+    pub fn set_pool_prior(&self, prior: Option<PoolPrior>) {
+        if let Some(series) = self.series.upgrade() {
+            series.set_pool_prior(prior);
+        }
     }
 
     /// Drops what was computed from the history: it changed in bulk.

@@ -3,15 +3,17 @@
 //! it and share the result), and the loop only bumps a generation to drop
 //! it, never waiting for the lock. Decoding half a million rows takes a
 //! good part of a second; on the loop it stalled every request. `status`'s
-//! predictions are kept beside it the same way.
+//! predictions are kept beside it the same way, and the pool's prior the
+//! pool host last set (what a host with no day of record answers).
 //!
 //! This module must not know the loop, its commands nor who asks: it is
 //! shared by the loop (`status`, invalidation) and the [`super::HostReader`].
 
 use super::{HostError, STATUS_WINDOWS_SECS};
 use crate::history::store::{BulkHistory, StoreError};
+use crate::model::baselines::pool_prior::PoolPrior;
 use crate::model::series::HostSeries;
-use crate::report::{forecast_or_prior, ReportRequest};
+use crate::report::{forecast_or_pool_prior, ReportRequest};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -34,6 +36,8 @@ pub(super) struct SeriesCache {
     status_slot: Mutex<Option<(u64, i64, StatusPredictions)>>,
     /// A background refresh of `status_slot` is under way.
     refreshing: AtomicBool,
+    /// The pool's typical curve, when the node has heard enough members.
+    pool_prior: Mutex<Option<Arc<PoolPrior>>>,
 }
 
 /// Whether something made at `made` (Unix seconds) from history generation
@@ -51,7 +55,24 @@ impl SeriesCache {
             slot: Mutex::new(None),
             status_slot: Mutex::new(None),
             refreshing: AtomicBool::new(false),
+            pool_prior: Mutex::new(None),
         }
+    }
+
+    /// The pool's prior as last set.
+    pub(super) fn pool_prior(&self) -> Option<Arc<PoolPrior>> {
+        self.pool_prior
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the pool's prior (`None`: the built-in one stands).
+    pub(super) fn set_pool_prior(&self, prior: Option<PoolPrior>) {
+        *self
+            .pool_prior
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = prior.map(Arc::new);
     }
 
     /// The host's name in the store, for reports.
@@ -103,11 +124,12 @@ impl SeriesCache {
         requests: &[ReportRequest],
     ) -> StatusPredictions {
         let generation = self.generation.load(Ordering::Relaxed);
+        let pool = self.pool_prior();
         let predictions: StatusPredictions = match self.get(now) {
             Ok(series) => requests
                 .iter()
                 .map(|r| {
-                    let tr = forecast_or_prior(&series, r)
+                    let tr = forecast_or_pool_prior(&series, r, pool.as_deref())
                         .map(|f| (f.tr, f.basis))
                         .map_err(|e| e.to_string());
                     (r.window.window_secs, tr)

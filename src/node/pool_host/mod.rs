@@ -3,7 +3,8 @@
 //! output fetches), answers peers' reliability queries with a typed forecast
 //! from the host loop, and publishes this host's summary when its
 //! [`Pacer`] says (a change of state, slot, Γ step or images held; a
-//! heartbeat), its ladders computed and its images listed off the loop.
+//! heartbeat), its ladders computed and its images listed off the loop,
+//! and keeps the pool's prior fresh for its answers ([`pool_prior`]).
 //!
 //! Inputs, selected into one closed [`Event`]: the network's requests, the
 //! host loop's guest events and snapshots, [`PoolHostCommand`]s, and the end
@@ -24,6 +25,7 @@
 
 pub mod events;
 pub mod outputs;
+pub mod pool_prior;
 mod prepare;
 pub mod publish;
 pub mod remote_jobs;
@@ -226,6 +228,7 @@ impl PoolHost {
 
     pub async fn run(mut self, mut inputs: PoolHostInputs) {
         self.shutdown = inputs.shutdown.clone();
+        pool_prior::spawn(&self.parts, inputs.shutdown.clone());
         self.pace();
         loop {
             // No look while a summary is computed: its end looks again.

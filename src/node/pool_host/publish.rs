@@ -12,6 +12,7 @@
 
 use std::time::Instant;
 
+use crate::model::baselines::pool_prior::PriorSource;
 use crate::model::predict::InitialState;
 use crate::net::protocol::{
     FailureByCause, ReliabilityAnswer, WireLadder, WireSpellLengths, WireSpells, WireState,
@@ -19,6 +20,7 @@ use crate::net::protocol::{
 };
 use crate::net::SummaryBody;
 use crate::node::answer::HostAnswer;
+use crate::report::{Basis, Forecast};
 
 /// The window lengths asked of the host's own predictor to fill a ladder:
 /// each answer's curve covers ¼ to 4 times the asked length, so these two
@@ -132,7 +134,7 @@ pub fn wire_answer(
             _ => fallback_state,
         },
         days_used: u32::try_from(f.days_used).unwrap_or(u32::MAX),
-        method: f.method.to_string(),
+        method: wire_method(f),
         relative_power_milli: power.effective,
         slot_free,
         curve: answer
@@ -149,6 +151,21 @@ pub fn wire_answer(
         spell_lengths: answer.spell_lengths.as_ref().map(wire_spell_lengths),
     }
 }
+
+/// The wire's `method`: the method's name for a forecast from the record;
+/// for a host with no day of record, which prior it answered with
+/// ([`PRIOR_METHODS`]).
+fn wire_method(f: &Forecast) -> String {
+    match f.basis {
+        Basis::Record => f.method.to_string(),
+        Basis::Prior(PriorSource::Pool { .. }) => PRIOR_METHODS[0].to_string(),
+        Basis::Prior(PriorSource::BuiltIn) => PRIOR_METHODS[1].to_string(),
+    }
+}
+
+/// The wire `method` of a prior answer: the pool's typical curve, or the
+/// built-in population's.
+pub const PRIOR_METHODS: [&str; 2] = ["pool-prior", "built-in-prior"];
 
 /// The image cache's count of changes ([`crate::image::ImageCache::changes`]),
 /// 0 for a host that runs no images: the pacer's `holdings`.

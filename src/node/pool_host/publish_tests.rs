@@ -133,3 +133,21 @@ fn the_ladder_is_read_off_the_answers_and_stops_where_history_ends() {
     assert_eq!(checked.images.as_deref(), Some(&body.images[..]));
     assert!((checked.curve_for(1_000).unwrap().tr_at(3_600.0) - 0.95).abs() < 1e-9);
 }
+
+#[test]
+fn a_prior_answer_says_on_the_wire_which_prior_it_is() {
+    use crate::model::baselines::pool_prior::PriorSource;
+    let power = PowerMilli {
+        effective: 500,
+        speed: 600,
+    };
+    let mut a = answer(vec![(3_600, 0.9)]);
+    let method = |a: &HostAnswer| wire_answer(a, WireState::S1, power, true).method;
+    assert_eq!(method(&a), MethodId::default().to_string());
+    a.forecast.days_used = 0;
+    a.forecast.basis = Basis::Prior(PriorSource::Pool { members: 7 });
+    assert_eq!(method(&a), "pool-prior");
+    a.forecast.basis = Basis::Prior(PriorSource::BuiltIn);
+    assert_eq!(method(&a), "built-in-prior");
+    assert_eq!(wire_answer(&a, WireState::S1, power, true).days_used, 0);
+}

@@ -15,6 +15,9 @@
 //!   [`isotonic`]).
 //!   `logistic` leans on a prior while the host's record is days long
 //!   ([`prior`]); `logistic-noprior` is the same without it.
+//!   A host with no day of record answers with a prior curve: the pool's
+//!   typical one once it has heard enough members ([`pool_prior`]), else
+//!   the built-in population's ([`prior::no_record_tr`]).
 //! - [`later`]: `logistic`'s model for a window that starts after the
 //!   record's last sample (a forecast made now for a later W).
 //! - [`ridge`]: the weighted ridge logistic regression `logistic` and
@@ -51,6 +54,7 @@ pub mod logistic;
 pub mod markov;
 pub mod nws;
 mod past_days;
+pub mod pool_prior;
 pub mod prior;
 mod recent;
 pub mod ridge;
