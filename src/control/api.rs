@@ -343,10 +343,7 @@ pub struct TrReport {
     /// record yet, not a forecast from its history.
     #[serde(default)]
     pub prior: bool,
-    /// Which prior `tr` is: "pool prior" (the pool's typical curve, from
-    /// the members' summaries this node heard) or "built-in prior" (the
-    /// desktop population's); `None` when `tr` is not a prior.
-    #[serde(default)]
+    /// "pool prior" or "built-in prior" when `tr` is a prior (missing: none).
     pub prior_source: Option<String>,
     /// Why there is no prediction (e.g. too little history).
     pub error: Option<String>,
