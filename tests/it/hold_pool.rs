@@ -237,25 +237,7 @@ fn a_task_no_free_host_can_finish_waits_for_a_later_window_on_another_host_and_f
     let ended = unix_now();
     let (code, lines) = job.finish(Duration::from_secs(10));
     assert_eq!(code, 0, "{lines:#?}\n{}", log());
-    let running: Vec<&Value> = lines
-        .iter()
-        .filter(|l| l["type"] == "task" && l["state"] == "running")
-        .collect();
-    assert!(
-        running.iter().all(|l| l["host"] == b_id.as_str()),
-        "started elsewhere than B: {lines:#?}"
-    );
-    assert!(
-        !lines.iter().any(|l| l["host"] == a_id.as_str()),
-        "A took part: {lines:#?}"
-    );
-    let result = lines
-        .iter()
-        .find(|l| l["type"] == "result")
-        .unwrap_or_else(|| panic!("no result line: {lines:#?}"));
-    assert_eq!(result["host"], b_id.as_str(), "{result:#}");
-    assert_eq!(result["attempts"], 1, "{result:#}");
-    assert_eq!(result["stdout"], "done\n", "{result:#}");
+    let running = ran_on_b_alone(&lines, &a_id, &b_id);
     // B ran it, and it ended by itself.
     let g = b.status()["guest"].clone();
     assert!(g["kill_cause"].is_null(), "{g:#}");
@@ -362,24 +344,7 @@ fn a_task_no_free_host_can_finish_waits_for_a_busy_hosts_window_and_finishes_the
     }
     let (code, lines) = job.finish(Duration::from_secs(10));
     assert_eq!(code, 0, "{lines:#?}\n{}", log());
-    assert!(
-        lines
-            .iter()
-            .filter(|l| l["type"] == "task" && l["state"] == "running")
-            .all(|l| l["host"] == b_id.as_str()),
-        "started elsewhere than B: {lines:#?}"
-    );
-    assert!(
-        !lines.iter().any(|l| l["host"] == a_id.as_str()),
-        "A took part: {lines:#?}"
-    );
-    let result = lines
-        .iter()
-        .find(|l| l["type"] == "result")
-        .unwrap_or_else(|| panic!("no result line: {lines:#?}"));
-    assert_eq!(result["host"], b_id.as_str(), "{result:#}");
-    assert_eq!(result["attempts"], 1, "{result:#}");
-    assert_eq!(result["stdout"], "done\n", "{result:#}");
+    ran_on_b_alone(&lines, &a_id, &b_id);
     let (own_code, _) = own.finish(Duration::from_secs(10));
     assert_eq!(own_code, 0, "B's owner's job was cut short");
     let waited = running_at.map(|t| t - held_at);
@@ -388,4 +353,30 @@ fn a_task_no_free_host_can_finish_waits_for_a_busy_hosts_window_and_finishes_the
         waited.is_some_and(|w| w > Duration::from_secs(30)),
         "the hold did not outlast submit's queue limit: {waited:?}"
     );
+}
+
+/// Asserts that the batch's one task started only on B, that A took no part,
+/// and that its result came from B in one attempt with the expected stdout;
+/// returns the task's `running` lines.
+fn ran_on_b_alone<'a>(lines: &'a [Value], a_id: &str, b_id: &str) -> Vec<&'a Value> {
+    let running: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "task" && l["state"] == "running")
+        .collect();
+    assert!(
+        running.iter().all(|l| l["host"] == b_id),
+        "started elsewhere than B: {lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l["host"] == a_id),
+        "A took part: {lines:#?}"
+    );
+    let result = lines
+        .iter()
+        .find(|l| l["type"] == "result")
+        .unwrap_or_else(|| panic!("no result line: {lines:#?}"));
+    assert_eq!(result["host"], b_id, "{result:#}");
+    assert_eq!(result["attempts"], 1, "{result:#}");
+    assert_eq!(result["stdout"], "done\n", "{result:#}");
+    running
 }
