@@ -13,14 +13,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::prelude::*;
+use crate::net_pool::{dialable_addr, wait_for};
 use gleaner::consumer::survey::{survey, SurveyQuery};
 use gleaner::model::ids::PoolName;
 use gleaner::model::state::State;
 use gleaner::net::protocol::*;
 use gleaner::net::{start, LocalStatus, NetConfig, NetEvent, NetHandle};
 use libp2p::identity::Keypair;
-use libp2p::multiaddr::Protocol;
 use libp2p::{Multiaddr, PeerId};
 use tokio_util::sync::CancellationToken;
 
@@ -92,35 +91,13 @@ async fn spawn_node(cfg: NetConfig) -> Node {
             }
         }
     });
-    let addr = wait_for(Duration::from_secs(5), || {
-        let h = handle.clone();
-        async move { h.listen_addrs().await.ok()?.into_iter().next() }
-    })
-    .await
-    .expect("node listens");
-    let addr = addr.with(Protocol::P2p(handle.peer_id()));
+    let addr = dialable_addr(&handle).await;
     Node {
         handle,
         addr,
         submits,
         cancel,
     }
-}
-
-/// Polls `probe` every 200 ms until it yields a value or `limit` passes.
-async fn wait_for<T, F, Fut>(limit: Duration, mut probe: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if let Some(v) = probe().await {
-            return Some(v);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    None
 }
 
 fn status() -> LocalStatus {

@@ -117,13 +117,7 @@ async fn spawn_node(cfg: NetConfig, serve: Serve) -> Node {
             }
         }
     });
-    let addr = wait_for(Duration::from_secs(5), || {
-        let h = handle.clone();
-        async move { h.listen_addrs().await.ok()?.into_iter().next() }
-    })
-    .await
-    .expect("node listens");
-    let addr = addr.with(Protocol::P2p(handle.peer_id()));
+    let addr = dialable_addr(&handle).await;
     Node {
         handle,
         addr,
@@ -133,8 +127,20 @@ async fn spawn_node(cfg: NetConfig, serve: Serve) -> Node {
     }
 }
 
+/// The node's first listen address with its peer id, once it listens
+/// (within 5 s): what another node dials.
+pub(crate) async fn dialable_addr(handle: &NetHandle) -> Multiaddr {
+    let addr = wait_for(Duration::from_secs(5), || {
+        let h = handle.clone();
+        async move { h.listen_addrs().await.ok()?.into_iter().next() }
+    })
+    .await
+    .expect("node listens");
+    addr.with(Protocol::P2p(handle.peer_id()))
+}
+
 /// Polls `probe` every 100 ms until it yields a value or `limit` passes.
-async fn wait_for<T, F, Fut>(limit: Duration, mut probe: F) -> Option<T>
+pub(crate) async fn wait_for<T, F, Fut>(limit: Duration, mut probe: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
