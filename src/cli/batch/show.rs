@@ -56,7 +56,7 @@ pub(super) fn estimate_text(e: &EstimateReport) -> String {
     );
     if e.unfinished_runs > 0 {
         text.push_str(&format!(
-            "{} of {} runs never ended: a task was killed on host after host (no host is likely to finish it as things stand now; the estimate does not weigh holds for later windows)\n",
+            "{} of {} runs never ended: a task was killed on host after host (no host is likely to finish it as things stand now, nor in a window it is held for)\n",
             e.unfinished_runs, e.runs
         ));
     }

@@ -13,7 +13,7 @@ use crate::consumer::rank;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::sched::curve::{young_daly_interval, TrCurve};
 use crate::model::sched::estimate::{
-    checkpoint_mttf, EstimateHost, EstimateInput, PastFailures, Quantiles, RunningTask,
+    checkpoint_mttf, EstimateHost, EstimateInput, HeldWindow, PastFailures, Quantiles, RunningTask,
 };
 use crate::model::sched::place::HostView;
 
@@ -78,6 +78,21 @@ pub struct BatchShape {
     /// The runtime's spread (log scale), once tasks of the batch have
     /// landed; `None` takes the runtime as exact.
     pub runtime_sigma_log: Option<f64>,
+    /// Waiting tasks the queue holds for a host's later window.
+    pub holds: Vec<HeldShape>,
+}
+
+/// A waiting task held for a host's later window (issue 28): the estimate
+/// has it wait for the window, start there and finish with the window's
+/// chance, else fall back to the queue (`model::sched::estimate`'s holds).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldShape {
+    pub task: u32,
+    pub host: PeerId,
+    /// Seconds from the estimate's time until the window opens (0: open).
+    pub start_in_secs: f64,
+    /// The host's TR for the window, as the hold was made with.
+    pub p: f64,
 }
 
 /// Why there is no estimate.
@@ -91,14 +106,27 @@ pub enum BatchEstimateError {
 
 /// The estimate of `shape` on `hosts` (the ones that answered and are not
 /// failing; a host busy with someone else's job is taken to be free after
-/// one task's run time).
+/// one task's run time). A host that answered and holds a task's window is
+/// weighed even while failing: its owner's load now is what the hold waits
+/// out, and it is taken to be away until its first window.
 pub fn estimate_batch<R: Rng + ?Sized>(
     hosts: &[SurveyedHost],
     shape: &BatchShape,
     at_unix: i64,
     rng: &mut R,
 ) -> Result<BatchEstimate, BatchEstimateError> {
-    let usable: Vec<&SurveyedHost> = hosts.iter().filter(|h| rank::healthy(h)).collect();
+    let window_of = |peer: &PeerId| {
+        shape
+            .holds
+            .iter()
+            .filter(|w| w.host == *peer)
+            .map(|w| w.start_in_secs.max(0.0))
+            .min_by(f64::total_cmp)
+    };
+    let usable: Vec<&SurveyedHost> = hosts
+        .iter()
+        .filter(|h| rank::healthy(h) || (h.answered && window_of(&h.peer).is_some()))
+        .collect();
     if usable.is_empty() {
         return Err(BatchEstimateError::NoHosts);
     }
@@ -117,7 +145,10 @@ pub fn estimate_batch<R: Rng + ?Sized>(
                 .unwrap_or(0.0);
             let busy_with_others = h.slot_free == Some(false) && !ours.contains(&h.peer);
             EstimateHost {
-                busy_secs: if busy_with_others {
+                busy_secs: if !rank::healthy(h) {
+                    // Failing now, weighed for its held window only.
+                    window_of(&h.peer).unwrap_or(0.0)
+                } else if busy_with_others {
                     view.expected_run_secs(runtime).min(runtime * 100.0)
                 } else {
                     0.0
@@ -172,6 +203,21 @@ pub fn estimate_batch<R: Rng + ?Sized>(
     waiting.extend_from_slice(&shape.waiting);
     order.extend_from_slice(&waiting);
     let waiting_runtimes = vec![runtime; waiting.len()];
+    // A hold whose host is not weighed, or whose task is not waiting,
+    // leaves its task to the rule.
+    let held: Vec<HeldWindow> = shape
+        .holds
+        .iter()
+        .filter(|w| w.p.is_finite())
+        .filter_map(|w| {
+            Some(HeldWindow {
+                waiting: waiting.iter().position(|&t| t == w.task)?,
+                host: usable.iter().position(|h| h.peer == w.host)?,
+                start_secs: w.start_in_secs.max(0.0),
+                p: w.p.clamp(0.0, 1.0),
+            })
+        })
+        .collect();
     let input = EstimateInput {
         hosts: &est_hosts,
         running: &running,
@@ -179,6 +225,7 @@ pub fn estimate_batch<R: Rng + ?Sized>(
         longest_first: true,
         runs: ESTIMATE_RUNS,
         runtime_sigma_log: shape.runtime_sigma_log,
+        held: &held,
     };
     // The runs split over the machine's cores; the answer is the same.
     let (result, makespans) =
@@ -268,6 +315,7 @@ mod tests {
             deadline_in,
             checkpoint_cost_secs: None,
             runtime_sigma_log: None,
+            holds: Vec::new(),
         }
     }
 

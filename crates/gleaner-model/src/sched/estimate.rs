@@ -34,6 +34,10 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::f64::consts::PI;
 
+mod held;
+pub use held::HeldWindow;
+use held::Hold;
+
 /// Most Monte Carlo runs one estimate makes.
 pub const MAX_RUNS: usize = 100_000;
 /// Most tasks (running and waiting) one estimate takes.
@@ -170,6 +174,10 @@ pub struct EstimateInput<'a> {
     /// Each run then draws every task's runtime as estimate · e^{σz − σ²/2}
     /// (mean-preserving); `None` or 0: runtimes are exact.
     pub runtime_sigma_log: Option<f64>,
+    /// Waiting tasks held for a later window on one host (the batch
+    /// queue's holds, issue 28): each waits for its window rather than
+    /// being placed by the rule (see [`held`]).
+    pub held: &'a [HeldWindow],
 }
 
 impl Default for EstimateInput<'_> {
@@ -182,6 +190,7 @@ impl Default for EstimateInput<'_> {
             longest_first: true,
             runs: 200,
             runtime_sigma_log: None,
+            held: &[],
         }
     }
 }
@@ -244,6 +253,8 @@ pub enum EstimateError {
     BadRuntime { task: usize, runtime: f64 },
     #[error("the runtime spread {0} must be finite and between 0 and 5")]
     BadSpread(f64),
+    #[error("hold {hold} is refused: {why}")]
+    BadHold { hold: usize, why: &'static str },
 }
 
 /// What happens at an event. Indices are u32 (within [`MAX_TASKS`] and
@@ -256,10 +267,13 @@ enum EventKind {
     Finish { task: u32, host: u32 },
     /// Task's attempt was hit on host, keeping `Run::saved[task]` of its work.
     Fail { task: u32, host: u32 },
-    /// Host is free again (its own work or its recovery ended).
-    HostFree { host: u32 },
+    /// Host is free again (its own work or its recovery ended); stale
+    /// unless its epoch still matches (a held window took the host first).
+    HostFree { host: u32, epoch: u32 },
     /// An idle host's failure time came (stale unless its epoch still matches).
     HostDown { host: u32, epoch: u32 },
+    /// A held task's window opened (an index into the plan's holds).
+    Window { hold: u32 },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -282,12 +296,16 @@ impl PartialOrd for Event {
     }
 }
 impl Ord for Event {
-    /// Reversed, so the max-heap pops the earliest event first.
+    /// Reversed, so the max-heap pops the earliest event first. At one
+    /// instant a held window comes first: a host free at that instant is
+    /// its window's, not the rule's to hand to another task.
     #[inline]
     fn cmp(&self, other: &Self) -> Ordering {
+        let window = |e: &Event| matches!(e.kind, EventKind::Window { .. });
         other
             .time
             .total_cmp(&self.time)
+            .then(window(self).cmp(&window(other)))
             .then(other.seq.cmp(&self.seq))
     }
 }
@@ -790,6 +808,8 @@ pub struct EstimatePlan<'i> {
     queue_order: Vec<usize>,
     facts: Vec<HostFacts>,
     order: Vec<usize>,
+    /// The held tasks, which wait for their windows outside the queue.
+    holds: Vec<Hold>,
     seed: u64,
 }
 
@@ -850,7 +870,15 @@ impl<'i> EstimatePlan<'i> {
         {
             return Err(EstimateError::BadRuntime { task, runtime });
         }
-        let mut queue_order: Vec<usize> = (input.running.len()..n_tasks).collect();
+        let holds = held::checked(
+            input.held,
+            input.running.len(),
+            input.waiting.len(),
+            n_hosts,
+        )?;
+        let mut queue_order: Vec<usize> = (input.running.len()..n_tasks)
+            .filter(|&t| !holds.iter().any(|h| h.task == t))
+            .collect();
         if input.longest_first {
             queue_order.sort_by(|&a, &b| runtimes[b].total_cmp(&runtimes[a]).then(a.cmp(&b)));
         }
@@ -862,6 +890,7 @@ impl<'i> EstimatePlan<'i> {
             queue_order,
             facts,
             order,
+            holds,
             seed: rng.random(),
         })
     }
@@ -885,6 +914,7 @@ impl<'i> EstimatePlan<'i> {
         };
         let mut run = Run::new(self.input.hosts.len(), &memo.runtimes);
         run.sigma = self.input.runtime_sigma_log.unwrap_or(0.0);
+        run.holds = self.holds.clone();
         for r in range {
             let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
             rng.set_stream(r as u64);
@@ -1024,6 +1054,12 @@ struct Run {
     /// host must be weighed again, not only the fresh ones.
     recheck_all: bool,
     running: usize,
+    /// Per host: one of our attempts runs there.
+    ours: Vec<bool>,
+    /// The plan's held tasks, which wait for their windows outside the queue.
+    holds: Vec<Hold>,
+    /// Held tasks whose window has not come yet.
+    holds_pending: usize,
     /// Attempts hit in this run.
     failures: u64,
     /// A task ran out of attempts in this run.
@@ -1057,6 +1093,9 @@ impl Run {
             armed: Vec::with_capacity(n_hosts),
             recheck_all: true,
             running: 0,
+            ours: vec![false; n_hosts],
+            holds: Vec::new(),
+            holds_pending: 0,
             failures: 0,
             gave_up: false,
         }
@@ -1108,7 +1147,14 @@ impl Run {
         let back = now + self.outage(facts, host, rng);
         self.free_at[host] = back;
         self.next_fail[host] = back + self.up_spell(facts, host, rng);
-        self.push(back, EventKind::HostFree { host: host as u32 });
+        let epoch = self.epoch[host];
+        self.push(
+            back,
+            EventKind::HostFree {
+                host: host as u32,
+                epoch,
+            },
+        );
         self.recheck_all = true;
     }
 
@@ -1174,12 +1220,9 @@ impl Run {
         let fact = &facts[host];
         let work = self.left[task] * fact.slowdown;
         let (tau, cost) = (fact.checkpoint, fact.checkpoint_cost);
-        let checkpoints = if tau > 0.0 && work.is_finite() && work > 0.0 {
-            ((work / tau).ceil() as u64).saturating_sub(1)
-        } else {
-            0
-        };
+        let checkpoints = checkpoints_in(work, tau);
         let run = work + checkpoints as f64 * cost;
+        self.ours[host] = true;
         self.attempts[task] += 1;
         self.gave_up |= self.attempts[task] > MAX_ATTEMPTS;
         self.is_free[host] = false;
@@ -1208,6 +1251,13 @@ impl Run {
             let (task, host) = (task as u32, host as u32);
             self.push(now + run, EventKind::Finish { task, host });
         }
+    }
+
+    /// Wall seconds an attempt of `task` on a host with `fact` would take
+    /// in this run ([`Self::start`]'s: its work and its checkpoints).
+    fn attempt_secs(&self, fact: &HostFacts, task: usize) -> f64 {
+        let work = self.left[task] * fact.slowdown;
+        work + checkpoints_in(work, fact.checkpoint) as f64 * fact.checkpoint_cost
     }
 
     /// One Monte Carlo run; false when a task ran out of attempts.
@@ -1242,7 +1292,9 @@ impl Run {
         }
         self.runtimes.copy_from_slice(&memo.runtimes);
         self.attempts.iter_mut().for_each(|a| *a = 0);
-        self.end.iter_mut().for_each(|e| *e = 0.0);
+        // A task the run never ends (it gave up) ends never, not at 0.
+        self.end.iter_mut().for_each(|e| *e = f64::INFINITY);
+        self.ours.iter_mut().for_each(|o| *o = false);
         self.free_list.clear();
         self.fresh.clear();
         self.armed.clear();
@@ -1274,7 +1326,14 @@ impl Run {
             } else {
                 self.is_free[h] = false;
                 self.free_at[h] = from;
-                self.push(from, EventKind::HostFree { host: h as u32 });
+                let epoch = self.epoch[h];
+                self.push(
+                    from,
+                    EventKind::HostFree {
+                        host: h as u32,
+                        epoch,
+                    },
+                );
             }
         }
         for (task, r) in input.running.iter().enumerate() {
@@ -1286,6 +1345,7 @@ impl Run {
                 self.queue.push_front(task);
             }
         }
+        self.arm_holds();
         let mut now = 0.0;
         loop {
             // Alg. 1:8-13: free hosts take waiting tasks by the proactive rule.
@@ -1293,7 +1353,7 @@ impl Run {
             if self.gave_up {
                 return false;
             }
-            if self.queue.is_empty() && self.running == 0 {
+            if self.queue.is_empty() && self.running == 0 && self.holds_pending == 0 {
                 return true;
             }
             // Alg. 1:3-6: the next event; nothing left to happen ends the run.
@@ -1305,6 +1365,7 @@ impl Run {
                 EventKind::Finish { task, host } => {
                     let (task, host) = (task as usize, host as usize);
                     self.running -= 1;
+                    self.ours[host] = false;
                     self.end[task] = now;
                     self.left[task] = 0.0;
                     self.host_free(host, now);
@@ -1313,13 +1374,24 @@ impl Run {
                     let (task, host) = (task as usize, host as usize);
                     let saved = self.saved[task];
                     self.running -= 1;
+                    self.ours[host] = false;
                     self.failures += 1;
                     self.left[task] *= 1.0 - saved;
                     self.runtimes[task] *= 1.0 - saved;
                     self.queue.push_front(task);
                     self.host_failed(facts, host, now, rng);
                 }
-                EventKind::HostFree { host } => self.host_free(host as usize, now),
+                EventKind::HostFree { host, epoch } => {
+                    let host = host as usize;
+                    if self.epoch[host] == epoch {
+                        self.host_free(host, now);
+                    }
+                }
+                EventKind::Window { hold } => {
+                    if let Some(&hold) = self.holds.get(hold as usize) {
+                        self.window(facts, &hold, now, rng);
+                    }
+                }
                 EventKind::HostDown { host, epoch } => {
                     let host = host as usize;
                     if self.is_free[host] && self.epoch[host] == epoch {
@@ -1445,6 +1517,16 @@ impl Run {
                 self.start(facts, task, host, now);
             }
         }
+    }
+}
+
+/// Checkpoints written in `work` wall seconds at one every `tau` (0: none):
+/// one after each full interval but the last.
+fn checkpoints_in(work: f64, tau: f64) -> u64 {
+    if tau > 0.0 && work.is_finite() && work > 0.0 {
+        ((work / tau).ceil() as u64).saturating_sub(1)
+    } else {
+        0
     }
 }
 
@@ -1616,6 +1698,7 @@ mod tests {
             longest_first: true,
             runs,
             runtime_sigma_log: None,
+            held: &[],
         };
         estimate(&input, &mut ChaCha8Rng::seed_from_u64(1))
             .unwrap()
@@ -1922,6 +2005,7 @@ mod tests {
                 longest_first: true,
                 runs: 2_000,
                 runtime_sigma_log: None,
+                held: &[],
             };
             estimate(&input, &mut ChaCha8Rng::seed_from_u64(9))
                 .unwrap()
@@ -2039,6 +2123,7 @@ mod tests {
             longest_first: false,
             runs: 1,
             runtime_sigma_log: None,
+            held: &[],
         };
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         assert!(matches!(

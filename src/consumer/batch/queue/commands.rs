@@ -158,6 +158,7 @@ impl QueueCore {
             deadline_in: live.record.deadline_unix.map(|d| (d - now) as f64),
             checkpoint_cost_secs: live.record.checkpoint.as_ref().map(|c| c.cost_secs as f64),
             runtime_sigma_log: Some(planned.spread),
+            holds: self.held_shapes(id, now),
         };
         Some((hosts, shape))
     }

@@ -33,7 +33,7 @@ use libp2p::PeerId;
 
 use super::state::{Action, Now, QueueCore, LATER_UNIT_MIN_SECS, LATER_UNIT_SECS};
 use super::types::{Held, HoldView, LaterTr};
-use crate::consumer::batch::estimate::view_or_guess;
+use crate::consumer::batch::estimate::{view_or_guess, HeldShape};
 use crate::consumer::batch::record::TaskState;
 use crate::consumer::batch::runtime::planned_runtime;
 use crate::consumer::rank;
@@ -559,6 +559,25 @@ impl QueueCore {
             .filter(|((b, _), _)| *b == batch)
             .map(|((_, t), h)| (*t, hold_view(h)))
             .collect()
+    }
+
+    /// The held tasks of `batch` as its estimate weighs them, their
+    /// windows' starts counted from `now_unix`.
+    pub(super) fn held_shapes(&self, batch: BatchId, now_unix: i64) -> Vec<HeldShape> {
+        let mut shapes: Vec<HeldShape> = self
+            .holds
+            .iter()
+            .filter(|((b, _), _)| *b == batch)
+            .map(|((_, task), h)| HeldShape {
+                task: *task,
+                host: h.peer,
+                start_in_secs: (h.start_unix - now_unix).max(0) as f64,
+                p: h.p,
+            })
+            .collect();
+        // The map's order is not the same from run to run; the estimate's is.
+        shapes.sort_by_key(|s| s.task);
+        shapes
     }
 
     /// The later window `task` of `batch` is held for, if it is.

@@ -255,6 +255,7 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             deadline_in: new.deadline_unix.map(|d| (d - now) as f64),
             checkpoint_cost_secs: new.checkpoint.as_ref().map(|c| c.cost_secs as f64),
             runtime_sigma_log: Some(prior.spread),
+            holds: Vec::new(),
         };
         let query = SurveyQuery {
             window_start_unix: now,

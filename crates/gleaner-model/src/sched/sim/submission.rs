@@ -49,6 +49,7 @@ fn submission_input<'a>(config: &'a SimConfig, hosts: &'a [EstimateHost]) -> Est
         longest_first: true,
         runs: config.estimate_runs,
         runtime_sigma_log: None,
+        held: &[],
     }
 }
 
