@@ -15,6 +15,7 @@ use super::series::SeriesCache;
 use super::HostError;
 use crate::clock::Clock;
 use crate::model::baselines::pool_prior::PoolPrior;
+use crate::model::baselines::release_shared_grids;
 use crate::model::predict::PredictRequest;
 use crate::node::answer::{AnswerCache, HostAnswer};
 use crate::node::config::Config;
@@ -171,13 +172,19 @@ impl HostReader {
     }
 
     /// Runs `work` on the blocking pool (a solve can take tens of
-    /// milliseconds for long windows; decoding the history, most of a second).
+    /// milliseconds for long windows; decoding the history, most of a
+    /// second), then lets the forecasters' grids go: the next answer reads
+    /// a newer record, which no kept grid serves (`release_shared_grids`).
     async fn blocking<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> Result<T, HostError> + Send + 'static,
     ) -> Result<T, HostError> {
         self.tracker
-            .spawn_blocking(work)
+            .spawn_blocking(move || {
+                let answer = work();
+                release_shared_grids();
+                answer
+            })
             .await
             .map_err(|e| HostError::Internal(format!("the query task failed: {e}")))?
     }

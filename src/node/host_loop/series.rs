@@ -12,6 +12,7 @@
 use super::{HostError, STATUS_WINDOWS_SECS};
 use crate::history::store::{BulkHistory, StoreError};
 use crate::model::baselines::pool_prior::PoolPrior;
+use crate::model::baselines::release_shared_grids;
 use crate::model::series::HostSeries;
 use crate::report::{forecast_or_pool_prior, ReportRequest};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -140,6 +141,9 @@ impl SeriesCache {
                 .map(|&w| (w, Err(e.to_string())))
                 .collect(),
         };
+        // The grids these forecasts built serve no later answer (it reads a
+        // newer record): let them go (`release_shared_grids`).
+        release_shared_grids();
         *self
             .status_slot
             .lock()

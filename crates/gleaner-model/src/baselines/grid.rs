@@ -27,7 +27,10 @@ pub const HALF_LIFE_DAYS: f64 = 28.0;
 pub const MAX_TRAINING_DAYS: i64 = 120;
 /// How far back the present features look.
 const LOOKBACK_SECS: i64 = 86_400;
-/// Most grids kept (each a few bytes per step of a record).
+/// Most grids kept (each six bytes and a little per step of a record). A
+/// grid is keyed by the whole record, so it serves only the fits asked of
+/// one record; `gleaner eval` asks several records' in turn, and a node
+/// lets its grids go after each answer ([`GridCache::release`]).
 const MAX_GRIDS: usize = 3;
 
 /// A hash of the rows before `end` (their count, the first and last, and 32
@@ -60,6 +63,14 @@ pub(crate) fn prefix_fingerprint(series: &HostSeries, end: i64, th: &Thresholds)
 
 /// The states of a whole record on its own step grid, with what the
 /// features need at each step.
+///
+/// Six bytes a step (the state, the load, the free memory); where the
+/// failures and the runs of one state lie is kept as the steps where they
+/// change ([`GridIndex::next_fail`], [`GridIndex::last_fail`],
+/// [`GridIndex::run_start`] search them), a few per hour of record, where
+/// three `u32` a step (18 bytes in all) were kept before: a two-month record
+/// of 6 s steps is ~800,000 steps, and the node builds one grid per job
+/// memory it is asked about.
 pub struct GridIndex {
     pub(crate) t0: i64,
     pub(crate) step: i64,
@@ -67,12 +78,12 @@ pub struct GridIndex {
     /// Host load at each step, percent rounded.
     pub(crate) cpu: Vec<u8>,
     pub(crate) free: Vec<u32>,
-    /// First step at or after i in a failure state (`u32::MAX`: none).
-    pub(crate) next_fail: Vec<u32>,
-    /// Step where the run of the same state holding at i began.
-    pub(crate) run_start: Vec<u32>,
-    /// Last step at or before i in a failure state (`u32::MAX`: none).
-    pub(crate) last_fail: Vec<u32>,
+    /// The runs of steps in a failure state, `[start, end)`, in order and
+    /// apart (a failure state after another is the same run).
+    fail_runs: Vec<(u32, u32)>,
+    /// Every step after the first whose state differs from the step
+    /// before's, in order.
+    changes: Vec<u32>,
 
     /// Every local hour of every date of the record: (date, hour, start).
     pub(crate) slots: Vec<(Date, u8, i64)>,
@@ -93,6 +104,7 @@ impl GridIndex {
         if !series.window_states(th, t0, step as u32, m, &mut states) {
             return None;
         }
+        states.shrink_to_fit();
         let n = states.len();
         let (mut cpu, mut free) = (Vec::with_capacity(n), Vec::with_capacity(n));
         let mut row = 0usize;
@@ -105,26 +117,22 @@ impl GridIndex {
             cpu.push(s.cpu.round().clamp(0.0, 100.0) as u8);
             free.push(u32::try_from(s.free_mib).unwrap_or(u32::MAX));
         }
-        let mut next_fail = vec![u32::MAX; n];
-        let mut next = u32::MAX;
-        for k in (0..n).rev() {
-            if states[k].is_failure() {
-                next = k as u32;
+        let (mut fail_runs, mut changes) = (Vec::new(), Vec::new());
+        for (k, state) in states.iter().enumerate() {
+            // n < u32::MAX / 2 (checked above), so every step fits.
+            let k32 = k as u32;
+            if k > 0 && *state != states[k - 1] {
+                changes.push(k32);
             }
-            next_fail[k] = next;
+            if state.is_failure() {
+                match fail_runs.last_mut() {
+                    Some((_, end)) if *end == k32 => *end = k32 + 1,
+                    _ => fail_runs.push((k32, k32 + 1)),
+                }
+            }
         }
-        let (mut run_start, mut last_fail) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        let (mut begun, mut lastf) = (0u32, u32::MAX);
-        for k in 0..n {
-            if k > 0 && states[k] != states[k - 1] {
-                begun = k as u32;
-            }
-            if states[k].is_failure() {
-                lastf = k as u32;
-            }
-            run_start.push(begun);
-            last_fail.push(lastf);
-        }
+        fail_runs.shrink_to_fit();
+        changes.shrink_to_fit();
         let slots = hour_slots(series, t0, last);
         Some(GridIndex {
             t0,
@@ -132,11 +140,43 @@ impl GridIndex {
             states,
             cpu,
             free,
-            next_fail,
-            run_start,
-            last_fail,
+            fail_runs,
+            changes,
             slots,
         })
+    }
+
+    /// First step at or after `k` in a failure state (`u32::MAX`: none).
+    pub(crate) fn next_fail(&self, k: usize) -> u32 {
+        let i = self
+            .fail_runs
+            .partition_point(|&(_, end)| end as usize <= k);
+        match self.fail_runs.get(i) {
+            // The run ends after k: k is in it, or it starts after k.
+            Some(&(start, _)) => start.max(k as u32),
+            None => u32::MAX,
+        }
+    }
+
+    /// Last step at or before `k` in a failure state (`u32::MAX`: none).
+    pub(crate) fn last_fail(&self, k: usize) -> u32 {
+        let i = self
+            .fail_runs
+            .partition_point(|&(start, _)| start as usize <= k);
+        match i.checked_sub(1).and_then(|i| self.fail_runs.get(i)) {
+            // The run starts at or before k: k is in it, or it ended before.
+            Some(&(_, end)) => (end - 1).min(k as u32),
+            None => u32::MAX,
+        }
+    }
+
+    /// Step where the run of the same state holding at `k` began.
+    pub(crate) fn run_start(&self, k: usize) -> u32 {
+        let i = self.changes.partition_point(|&c| c as usize <= k);
+        i.checked_sub(1)
+            .and_then(|i| self.changes.get(i))
+            .copied()
+            .unwrap_or(0)
     }
 
     pub(crate) fn step_of(&self, t: i64) -> Option<usize> {
@@ -151,8 +191,8 @@ impl GridIndex {
     pub(super) fn present(&self, k: usize, job_mem: u64) -> Present {
         let cap = (LOOKBACK_SECS / self.step).max(1) as usize;
         let first = k.saturating_sub(cap);
-        let age = k - (self.run_start[k] as usize).max(first);
-        let since_fail = match self.last_fail[k] {
+        let age = k - (self.run_start(k) as usize).max(first);
+        let since_fail = match self.last_fail(k) {
             u32::MAX => cap,
             f if (f as usize) < first => cap,
             f => k - f as usize,
@@ -323,6 +363,14 @@ impl GridCache {
         inner.present = None;
     }
 
+    /// Drops every grid, keeping the present: the caller's next question
+    /// is of another record (a node's next answer reads a newer one), so
+    /// no grid kept could serve it, and a two-month record's grid is
+    /// megabytes.
+    pub(super) fn release(&self) {
+        self.lock().grids.clear();
+    }
+
     /// [`present_at`], from the one-entry memo when the record (all of it:
     /// a row after W can change the state read at W, by the gap it closes)
     /// and W are those of the last call.
@@ -362,5 +410,159 @@ impl GridCache {
         }
         inner.grids.push((key, grid.clone()));
         Some(grid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::baselines::test_series::MONDAY;
+    use crate::series::Sample;
+    use jiff::tz::TimeZone;
+
+    /// 56 days of 6 s rows (a volunteer's retention), with every state in
+    /// it: load that drifts between light, heavy and hot for minutes at a
+    /// time (S1, S2, S3), memory dips (S4), the host off most nights (down
+    /// rows, S5) and now and then silent past the gap limit.
+    fn two_months() -> HostSeries {
+        let mut s = HostSeries::new(6, 120, TimeZone::fixed(jiff::tz::offset(2)));
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let (mut load, mut free) = (10.0f64, 6_000u64);
+        let mut t = MONDAY;
+        while t < MONDAY + 56 * 86_400 {
+            let r = next();
+            if r % 400 == 0 {
+                load = [5.0, 35.0, 80.0][(r / 400 % 3) as usize];
+            }
+            if r % 1_500 == 1 {
+                free = [6_000, 1_500, 9_000][(r / 1_500 % 3) as usize];
+            }
+            let hour = (t - MONDAY) % 86_400 / 3_600;
+            let off = hour < 6 && (t - MONDAY) / 86_400 % 3 != 0;
+            if r % 20_000 == 2 {
+                t += 600; // silent for ten minutes: past the gap limit
+                continue;
+            }
+            s.push(Sample {
+                time: t,
+                cpu: load + (r % 7) as f64,
+                free_mib: free,
+                up: !off,
+            })
+            .unwrap();
+            t += 6;
+        }
+        s
+    }
+
+    /// The step arrays the grid kept before it kept their changes (the
+    /// code it had), from its states.
+    fn dense(states: &[State]) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+        let n = states.len();
+        let mut next_fail = vec![u32::MAX; n];
+        let mut next = u32::MAX;
+        for k in (0..n).rev() {
+            if states[k].is_failure() {
+                next = k as u32;
+            }
+            next_fail[k] = next;
+        }
+        let (mut run_start, mut last_fail) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut begun, mut lastf) = (0u32, u32::MAX);
+        for k in 0..n {
+            if k > 0 && states[k] != states[k - 1] {
+                begun = k as u32;
+            }
+            if states[k].is_failure() {
+                lastf = k as u32;
+            }
+            run_start.push(begun);
+            last_fail.push(lastf);
+        }
+        (next_fail, run_start, last_fail)
+    }
+
+    #[test]
+    fn a_two_month_grid_answers_as_the_dense_arrays_did_in_a_third_of_the_memory() {
+        let series = two_months();
+        let th = Thresholds {
+            job_mem_mib: 2_048,
+            ..Thresholds::default()
+        };
+        let grid = GridIndex::build(&series, th).unwrap();
+        let n = grid.states.len();
+        assert_eq!(n, 56 * 14_400);
+        for s in [State::S1, State::S2, State::S3, State::S4, State::S5] {
+            assert!(grid.states.contains(&s), "{s:?} missing from the record");
+        }
+        let (next_fail, run_start, last_fail) = dense(&grid.states);
+        for k in 0..n {
+            assert_eq!(grid.next_fail(k), next_fail[k], "next_fail at {k}");
+            assert_eq!(grid.run_start(k), run_start[k], "run_start at {k}");
+            assert_eq!(grid.last_fail(k), last_fail[k], "last_fail at {k}");
+        }
+        // What a grid holds per step: 18 bytes with the dense arrays.
+        let bytes = grid.states.capacity() * std::mem::size_of::<State>()
+            + grid.cpu.capacity()
+            + grid.free.capacity() * 4
+            + grid.fail_runs.capacity() * 8
+            + grid.changes.capacity() * 4
+            + grid.slots.capacity() * std::mem::size_of::<(Date, u8, i64)>();
+        let per_step = bytes as f64 / n as f64;
+        eprintln!(
+            "{n} steps, {} state changes, {} failure runs: {bytes} bytes, {per_step:.2} a step",
+            grid.changes.len(),
+            grid.fail_runs.len()
+        );
+        assert!(per_step < 7.0, "{per_step:.2} bytes a step");
+    }
+
+    #[test]
+    fn grids_of_a_record_and_its_edges_agree_with_the_dense_arrays() {
+        // Failures at the first and the last step, and a record in one state.
+        for cpu in [[90.0, 90.0, 5.0, 5.0, 90.0], [5.0; 5], [90.0; 5]] {
+            let mut s = HostSeries::new(60, 120, TimeZone::UTC);
+            for (i, c) in cpu.iter().enumerate() {
+                let t = MONDAY + 60 * i as i64;
+                let up = i != 0 && i != 4 || *c < 50.0;
+                s.push(Sample {
+                    time: t,
+                    cpu: *c,
+                    free_mib: 4_096,
+                    up,
+                })
+                .unwrap();
+            }
+            let grid = GridIndex::build(&s, Thresholds::default()).unwrap();
+            let (next_fail, run_start, last_fail) = dense(&grid.states);
+            for k in 0..grid.states.len() {
+                assert_eq!(grid.next_fail(k), next_fail[k], "{cpu:?} next_fail at {k}");
+                assert_eq!(grid.run_start(k), run_start[k], "{cpu:?} run_start at {k}");
+                assert_eq!(grid.last_fail(k), last_fail[k], "{cpu:?} last_fail at {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_released_cache_builds_the_same_grid_again_and_keeps_none_meanwhile() {
+        let series =
+            crate::baselines::test_series::series_from(3, 60, |t| (t % 7_200) as f64 / 80.0);
+        let th = Thresholds::default();
+        let cache = GridCache::default();
+        let first = cache.grid_for(&series, th).unwrap();
+        assert!(Arc::ptr_eq(&first, &cache.grid_for(&series, th).unwrap()));
+        cache.release();
+        assert!(cache.lock().grids.is_empty());
+        let again = cache.grid_for(&series, th).unwrap();
+        assert!(!Arc::ptr_eq(&first, &again), "built anew");
+        assert_eq!(first.states, again.states);
+        assert_eq!(first.changes, again.changes);
+        assert_eq!(first.fail_runs, again.fail_runs);
     }
 }

@@ -152,6 +152,11 @@ impl Hazard {
         self.cache.lock().fits.clear();
         self.cache.grids.clear();
     }
+
+    /// Drops the cached grids, keeping the fits ([`super::release_shared_grids`]).
+    pub fn release_grids(&self) {
+        self.cache.grids.release();
+    }
 }
 
 /// What is known at an origin (a training hour's start, or W), scaled.
@@ -335,7 +340,7 @@ fn training(
             }
             if grid.states[k].is_transient() {
                 at_risk[slot] += w;
-                if (grid.next_fail[k + 1] as usize) <= k + coarse {
+                if (grid.next_fail(k + 1) as usize) <= k + coarse {
                     failed[slot] += w;
                 }
             }
@@ -375,8 +380,8 @@ fn training(
             continue;
         }
         let first = k.saturating_sub(cap);
-        let age = k - (grid.run_start[k] as usize).max(first);
-        let since = match grid.last_fail[k] {
+        let age = k - (grid.run_start(k) as usize).max(first);
+        let since = match grid.last_fail(k) {
             u32::MAX => cap,
             f if (f as usize) < first => cap,
             f => k - f as usize,
@@ -392,7 +397,7 @@ fn training(
             job_mem,
         );
         let available = ((last_index - k) / coarse).min(horizon);
-        let nf = grid.next_fail[k + 1];
+        let nf = grid.next_fail(k + 1);
         let first_fail = (nf != u32::MAX).then(|| (nf as usize - k - 1) / coarse);
         let (steps, event) = follow_up(first_fail, available);
         if steps == 0 {

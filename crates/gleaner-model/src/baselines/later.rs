@@ -311,7 +311,7 @@ pub(super) fn fit(
         if k + m >= grid.states.len() {
             continue;
         }
-        let first_fail = grid.next_fail[k];
+        let first_fail = grid.next_fail(k);
         let survived = first_fail == u32::MAX || first_fail as usize > k + m;
         let weight = age_weight(day);
         if !survived {

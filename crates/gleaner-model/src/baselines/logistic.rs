@@ -170,6 +170,11 @@ impl Logistic {
         self.cache.grids.clear();
         self.later.clear();
     }
+
+    /// Drops the cached grids, keeping the fits ([`super::release_shared_grids`]).
+    pub fn release_grids(&self) {
+        self.cache.grids.release();
+    }
 }
 
 /// Grids and fits, keyed by fingerprints of the record.
@@ -500,7 +505,7 @@ fn windows_between(
             continue;
         }
         let p = grid.present(k, job_mem);
-        let first_fail = grid.next_fail[k + 1];
+        let first_fail = grid.next_fail(k + 1);
         let survived = first_fail == u32::MAX || first_fail as usize > end;
         let cause = if survived {
             None

@@ -231,6 +231,18 @@ pub fn method_names() -> Vec<&'static str> {
     names
 }
 
+/// Drops the grids the registry's shared methods (`logistic` and its
+/// variants, `hazard`) keep, not their fits. A grid is keyed by the whole
+/// record and only makes fits, which are kept by the record before W's
+/// date: a node, whose record grows by a row every few seconds, never finds
+/// a kept grid again once an answer is done, and a two-month record's grid
+/// is megabytes, so it lets them go after each answer. `gleaner eval` does
+/// not: it asks several methods of each record.
+pub fn release_shared_grids() {
+    Logistic::shared().release_grids();
+    Hazard::shared().release_grids();
+}
+
 /// The method called `name` (see [`method_names`]); `seed` feeds the
 /// methods that simulate. `None` for an unknown name.
 pub fn method_by_name(name: &str, seed: u64) -> Option<Box<dyn ReliabilityPredictor>> {
