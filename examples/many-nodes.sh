@@ -6,8 +6,10 @@
 #   IDLE_SECS=120 examples/many-nodes.sh 100
 #
 # Prints, for the consumer: seconds from the last host's start until
-# `gleaner hosts` lists every host (and until every host answers with a TR),
-# `hosts` latency p50/p90 over HOSTS_ROUNDS calls (just after the listing,
+# `gleaner hosts --all` lists every host (and until every host answers with a
+# TR; past 64 members a plain `hosts` lists a sample of the pool, see
+# docs/scale.md), `hosts --all` latency p50/p90 over HOSTS_ROUNDS calls, and
+# the plain `hosts`' beside it (just after the listing,
 # while the last hosts are still starting, and again after the idle window), and the consumer's CPU per
 # placed task for a batch of 2N trivial tasks (`-- true`); for every node:
 # idle CPU (% of one core) and bytes sent and received per minute over an
@@ -138,7 +140,7 @@ awk -v a="$T_FIRST" -v b="$T_LAST" -v n="$N" 'BEGIN { printf "started %d nodes i
 echo "== the consumer's view"
 listed=0; answered=0; t_listed=""; t_answered=""
 while :; do
-    out=$(g 0 hosts --json 2>/dev/null || true)
+    out=$(g 0 hosts --all --json 2>/dev/null || true)
     listed=$({ grep -o '"peer":"' <<<"$out" || true; } | wc -l)
     answered=$({ grep -o '"tr":[0-9]' <<<"$out" || true; } | wc -l)
     t=$(now)
@@ -149,17 +151,20 @@ while :; do
     sleep 1
 done
 since() { if [ -n "$1" ]; then awk -v a="$T_LAST" -v b="$1" 'BEGIN { printf "after %.1f s", b - a }'; else echo "never within ${LIST_LIMIT} s"; fi; }
-echo "every host listed by gleaner hosts: $(since "$t_listed") (last seen: $listed of $N)"
+echo "every host listed by hosts --all:   $(since "$t_listed") (last seen: $listed of $N)"
 echo "every host answering with a TR:     $(since "$t_answered") (last seen: $answered of $N)"
 if [ -z "$t_answered" ] && [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP"; echo "$out" > "$KEEP/hosts.json"; fi
 
-# hosts_latency LABEL: times HOSTS_ROUNDS `gleaner hosts --json` calls.
+# hosts_latency LABEL: times HOSTS_ROUNDS `gleaner hosts --all --json` calls,
+# then as many plain `hosts --json` (a sample in a large pool).
 hosts_latency() {
-    for _ in $(seq "$HOSTS_ROUNDS"); do
-        a=$(now); g 0 hosts --json >/dev/null 2>&1 || true; b=$(now)
-        awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f\n", (b - a) * 1000 }'
-    done > "$DIR/hosts-ms.txt"
-    echo "gleaner hosts latency over $HOSTS_ROUNDS calls $1, ms: $(summary < "$DIR/hosts-ms.txt")"
+    for all in --all ""; do
+        for _ in $(seq "$HOSTS_ROUNDS"); do
+            a=$(now); g 0 hosts $all --json >/dev/null 2>&1 || true; b=$(now)
+            awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f\n", (b - a) * 1000 }'
+        done > "$DIR/hosts-ms.txt"
+        echo "gleaner hosts ${all:-(sample)} latency over $HOSTS_ROUNDS calls $1, ms: $(summary < "$DIR/hosts-ms.txt")"
+    done
 }
 hosts_latency "(just after the listing)"
 

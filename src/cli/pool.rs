@@ -9,7 +9,7 @@ use crate::cli::args::parse_duration;
 use crate::cli::control::{block_on, client};
 use crate::cli::output::{print_json, print_text};
 use crate::cli::Global;
-use crate::control::api::{HostReport, HostsQuery, HostsReport, PREFIX};
+use crate::control::api::{HostReport, HostsQuery, HostsReport, PoolSample, PREFIX};
 
 #[derive(Debug, Args)]
 pub struct HostsArgs {
@@ -27,6 +27,12 @@ pub struct HostsArgs {
     /// (slower: one query per host; implied by --rounds above 1).
     #[arg(long)]
     pub probe: bool,
+    /// In a large pool, list every host instead of a sample: the node hears
+    /// every member's summary for 5 minutes, and with --probe walks the
+    /// pool's whole DHT trie (about N/4 queries) and asks each host. Its
+    /// cost grows with the pool.
+    #[arg(long)]
+    pub all: bool,
     #[command(flatten)]
     pub out: crate::cli::JsonFlag,
 }
@@ -53,6 +59,7 @@ pub fn hosts(args: &HostsArgs, global: &Global) -> anyhow::Result<()> {
         mem_mib: args.mem,
         rounds: args.rounds,
         probe: args.probe,
+        all: args.all,
     };
     let report: HostsReport = block_on(client.post_json(&format!("{PREFIX}/hosts"), &query))??;
     if global.json {
@@ -84,6 +91,9 @@ fn hosts_table(r: &HostsReport) -> String {
     if let Some(c) = &r.summary_cache {
         out.push_str(&format!("{}\n", c.text(crate::human::duration)));
     }
+    if let Some(s) = &r.sample {
+        out.push_str(&sample_text(s));
+    }
     out.push_str(&crate::cli::output::table(
         &[
             "peer",
@@ -105,6 +115,21 @@ fn hosts_table(r: &HostsReport) -> String {
         true,
     ));
     out
+}
+
+/// What a large pool's listing is, and what listing every host would cost.
+fn sample_text(s: &PoolSample) -> String {
+    let of = match s.pool_estimate {
+        Some(n) => format!(
+            " of {} {n} (estimated from this node's place in the pool's DHT)",
+            if s.at_least { "at least" } else { "about" }
+        ),
+        None => String::new(),
+    };
+    format!(
+        "a large pool: a sample, {} host(s){of}. `gleaner hosts --all` lists every host: it hears every member's summary for 5 minutes, and with --probe walks the whole DHT (about one query per 4 members) and asks each host.\n",
+        s.listed
+    )
 }
 
 fn host_row(h: &HostReport) -> Vec<String> {
@@ -264,6 +289,7 @@ mod tests {
                 median_secs: Some(4.0),
                 oldest_secs: Some(4.0),
             }),
+            sample: None,
         };
         let text = hosts_table(&report);
         assert!(
@@ -285,6 +311,27 @@ mod tests {
         let back: HostsReport = serde_json::from_value(json).unwrap();
         assert_eq!(back.summary_cache, None);
         assert!(!hosts_table(&back).contains("known from summaries"));
+    }
+
+    #[test]
+    fn a_large_pools_listing_says_it_is_a_sample_and_what_all_costs() {
+        let mut sample = PoolSample {
+            listed: 70,
+            pool_estimate: Some(9_800),
+            at_least: false,
+        };
+        let text = sample_text(&sample);
+        assert!(
+            text.contains("a sample, 70 host(s) of about 9800"),
+            "{text}"
+        );
+        assert!(text.contains("--all"), "{text}");
+        sample.at_least = true;
+        let floor = sample_text(&sample);
+        assert!(floor.contains("70 host(s) of at least 9800"), "{floor}");
+        sample.pool_estimate = None;
+        let unplaced = sample_text(&sample);
+        assert!(!unplaced.contains("host(s) of"), "{unplaced}");
     }
 
     #[test]

@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
+use crate::net::listening::hosts_plan;
 use crate::net::{NetError, NetHandle};
 use batch::estimate::BatchEstimate;
 pub use batch::queue::MemberNews;
@@ -74,6 +75,10 @@ pub struct HostsQuery {
     /// Ask every host directly (the survey), instead of answering from the
     /// members' summaries; implied by `rounds` above 1.
     pub probe: bool,
+    /// In a large pool, every host (the pool-wide summary topic, and with
+    /// `probe` a walk of the whole DHT trie: O(N)) instead of a sample
+    /// (`net::listening::hosts_plan`).
+    pub all: bool,
 }
 
 /// The pool's hosts for a window, ranked ones first in rank order.
@@ -86,6 +91,11 @@ pub struct HostsView {
     pub reputation: HashMap<PeerId, crate::model::trust::HostTrack>,
     /// What the table of members holds (how many summaries, their ages).
     pub summary_cache: Option<crate::net::SummaryCache>,
+    /// The listing is a sample of a large pool, not every host.
+    pub sampled: bool,
+    /// The pool's size as this node's place in the DHT trie says, and
+    /// whether it is only a floor.
+    pub pool_estimate: Option<(u64, bool)>,
 }
 
 /// A request to the consumer actor.
@@ -465,6 +475,10 @@ impl Consumer {
         query: HostsQuery,
         reply: oneshot::Sender<Result<HostsView, ConsumerError>>,
     ) {
+        let probe = query.probe || query.rounds > 1;
+        let net = self.net.clone();
+        let reach = net.reachability().summaries;
+        let plan = hosts_plan(reach.large_pool, query.all, probe);
         let survey = SurveyQuery {
             window_start_unix: query.at.unwrap_or_else(|| self.clock.unix_secs()),
             window_secs: query.window_secs.max(1),
@@ -472,13 +486,16 @@ impl Consumer {
             rounds: query.rounds.clamp(1, 100_000),
             ask_at_most: None,
             images: Vec::new(),
-            sample_hosts: None,
+            // A sample is asked as it is listed; without one the survey
+            // asks every member and walks the DHT (`survey::survey`).
+            sample_hosts: plan.sample.map(|h| u32::try_from(h).unwrap_or(u32::MAX)),
         };
-        let probe = query.probe || query.rounds > 1;
-        let net = self.net.clone();
         let reputation = self.queue.reputation();
         self.tracker.spawn(async move {
-            let members = net.members().await;
+            let members = match plan.sample {
+                Some(hosts) => sampled_and_known(&net, hosts).await,
+                None => net.members().await,
+            };
             let summary_cache = members
                 .as_ref()
                 .ok()
@@ -523,6 +540,11 @@ impl Consumer {
                         hosts,
                         reputation,
                         summary_cache,
+                        sampled: plan.sample.is_some(),
+                        pool_estimate: {
+                            let s = net.reachability().summaries;
+                            s.pool_estimate.map(|n| (n, s.pool_estimate_at_least))
+                        },
                     })
                 }
                 Err(e) => Err(e.into()),
@@ -530,4 +552,24 @@ impl Consumer {
             let _ = reply.send(answer);
         });
     }
+}
+
+/// The members a sample of about `hosts` hosts names (`NetHandle::sample`:
+/// a few leaf digests in a large pool, no pool-wide topic) and those the
+/// member table holds as last heard (no listening asked), the sample's
+/// fresher word first: what a node of a large pool knows without paying
+/// for the whole pool.
+async fn sampled_and_known(
+    net: &NetHandle,
+    hosts: usize,
+) -> Result<Vec<crate::net::handle::Member>, NetError> {
+    let mut members = net.sample(hosts).await?;
+    let named: HashSet<PeerId> = members.iter().map(|m| m.peer).collect();
+    members.extend(
+        net.known_members()
+            .await?
+            .into_iter()
+            .filter(|m| !named.contains(&m.peer)),
+    );
+    Ok(members)
 }

@@ -3,7 +3,9 @@
 //! asking hosts directly for their temporal reliability over a window
 //! ([`survey`]): only the few best candidates by their summaries when the
 //! query bounds it (placement, a few per task), every member and DHT
-//! provider when it does not (`hosts --probe`). A host that does not answer
+//! provider when it does not (`hosts --probe` in a small pool, `hosts
+//! --all --probe` in a large one), the hosts a sample names for a large
+//! pool's `hosts --probe`. A host that does not answer
 //! within the request timeout is listed with the error, never waited on for
 //! longer.
 
@@ -89,9 +91,10 @@ pub fn from_members(
 /// Finds the pool's hosts and asks them: with `ask_at_most`, that many
 /// candidates by their summaries ([`crate::consumer::rank::candidates`],
 /// none of `skip`, topped up with DHT providers the summaries do not name,
-/// at random, when they name too few), the other members listed as their
-/// summaries say (`answered` false); without it, every member and DHT
-/// provider. In no particular order.
+/// at random, when they name too few, in a small pool only), the other
+/// members listed as their summaries say (`answered` false); without it,
+/// every member and DHT provider, or with `sample_hosts` every host the
+/// sample names. In no particular order.
 pub async fn survey(
     net: &NetHandle,
     query: SurveyQuery,
@@ -119,7 +122,10 @@ pub async fn survey(
                 known.into_iter().map(|h| (h.peer, h)).collect();
             let mut chosen: Vec<SurveyedHost> =
                 picked.iter().filter_map(|p| by_peer.remove(p)).collect();
-            if chosen.len() < most {
+            // In a large pool the sample is the consumer's view, sized to
+            // the work: a walk of the whole trie to top it up would cost
+            // O(N) DHT queries for every placing round.
+            if chosen.len() < most && !net.reachability().summaries.large_pool {
                 let mut unknown: Vec<PeerId> = providers(net)
                     .await
                     .into_iter()
@@ -142,7 +148,15 @@ pub async fn survey(
         None => {
             let mut hosts: BTreeMap<PeerId, SurveyedHost> =
                 known.into_iter().map(|h| (h.peer, h)).collect();
-            for p in providers(net).await {
+            // Every host: every member and every DHT provider (a walk of
+            // the trie). A sample's survey asks what the sample names.
+            let everyone = query.sample_hosts.is_none();
+            let found = if everyone {
+                providers(net).await
+            } else {
+                Vec::new()
+            };
+            for p in found {
                 hosts
                     .entry(p)
                     .or_insert_with(|| SurveyedHost::new(p))

@@ -27,6 +27,11 @@ pub struct HostsQuery {
     /// summaries (implied by `rounds` above 1).
     #[serde(default)]
     pub probe: bool,
+    /// In a large pool, every host instead of a sample: the pool-wide
+    /// summary topic for a while and, with `probe`, a walk of the whole DHT
+    /// trie (a cost that grows with the pool).
+    #[serde(default)]
+    pub all: bool,
 }
 
 /// The answer to `hosts`: every member found, ranked ones first.
@@ -47,6 +52,23 @@ pub struct HostsReport {
     /// summaries and how long ago they were heard.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary_cache: Option<crate::net::SummaryCache>,
+    /// In a large pool, unless asked for all: the listing is a sample.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<PoolSample>,
+}
+
+/// What a `hosts` of a large pool lists instead of every host: the hosts a
+/// sample of the pool's DHT leaves names and those the node knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSample {
+    /// Hosts listed.
+    pub listed: u32,
+    /// The pool's size as this node's place in its DHT trie says (within
+    /// about a factor of two); `None` before it is placed.
+    pub pool_estimate: Option<u64>,
+    /// The estimate is only a floor (this node's own key is full).
+    #[serde(default)]
+    pub at_least: bool,
 }
 
 /// One host of `hosts`: the JSON copy of a [`SurveyedHost`].

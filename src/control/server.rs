@@ -10,8 +10,8 @@
 
 use super::api::{
     shell_code, ApiError, GuestReport, HostReport, HostsQuery, HostsReport, ImportSummary,
-    PauseReport, PauseRequest, PredictQuery, RunLocalRequest, RunStarted, StatusReport, StreamLine,
-    TrReport, PREFIX,
+    PauseReport, PauseRequest, PoolSample, PredictQuery, RunLocalRequest, RunStarted, StatusReport,
+    StreamLine, TrReport, PREFIX,
 };
 pub use super::state::ControlHandles;
 use super::state::{consumer_of, json_result, ApiJson, ApiQuery};
@@ -515,6 +515,7 @@ async fn hosts(State(h): State<ControlHandles>, ApiJson(query): ApiJson<HostsQue
         mem_mib: query.mem_mib,
         rounds: query.rounds,
         probe: query.probe,
+        all: query.all,
     };
     match consumer.hosts(query).await {
         Ok(view) => Json(HostsReport {
@@ -548,6 +549,11 @@ async fn hosts(State(h): State<ControlHandles>, ApiJson(query): ApiJson<HostsQue
                 .collect(),
             contact: h.net.as_ref().map(|n| n.reachability().contact),
             summary_cache: view.summary_cache,
+            sample: view.sampled.then(|| PoolSample {
+                listed: u32::try_from(view.hosts.len()).unwrap_or(u32::MAX),
+                pool_estimate: view.pool_estimate.map(|(n, _)| n),
+                at_least: view.pool_estimate.is_some_and(|(_, floor)| floor),
+            }),
         })
         .into_response(),
         Err(e) => ApiError::from(e).into_response(),

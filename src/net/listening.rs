@@ -85,6 +85,50 @@ impl Listening {
     }
 }
 
+/// Hosts a `gleaner hosts` of a large pool lists by default: a sample of
+/// the pool's DHT leaves naming about this many (`leaf_digest`), as many as
+/// a batch of 32 tasks wants, a few digests whatever the pool's size.
+pub const HOSTS_SAMPLE: usize = 64;
+
+/// How `gleaner hosts` finds the hosts it lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub struct HostsPlan {
+    /// Join the pool-wide summary topic for [`WATCH_FOR`] (every connected
+    /// member republishes to us) and list the member table.
+    pub listen: bool,
+    /// List the members a leaf-digest sample of about this many hosts
+    /// names (no pool-wide topic), with what the member table holds.
+    pub sample: Option<usize>,
+    /// With `--probe`: walk the whole DHT trie for its providers and ask
+    /// each (about N / 4 DHT queries and N reliability queries).
+    pub walk: bool,
+}
+
+/// What a user of `hosts` gets. In a small pool, every member: the node
+/// hears them all anyway (it listens), and `--probe` asks every member and
+/// DHT provider. In a large pool (`large`), listing every host costs the
+/// node the pool-wide topic (every member's summary, ~4 B/s each while it
+/// listens) and, with `--probe`, a walk of the whole trie and a query per
+/// member: O(N). So by default it lists the hosts it knows and a bounded
+/// sample of the leaves ([`HOSTS_SAMPLE`]), and `--probe` asks only those;
+/// `all` (`hosts --all`) is the explicit O(N) listing, as before.
+pub fn hosts_plan(large: bool, all: bool, probe: bool) -> HostsPlan {
+    if large && !all {
+        HostsPlan {
+            listen: false,
+            sample: Some(HOSTS_SAMPLE),
+            walk: false,
+        }
+    } else {
+        HostsPlan {
+            listen: true,
+            sample: None,
+            walk: probe,
+        }
+    }
+}
+
 /// A connection younger than this is taken as just opened: a subscription
 /// heard on it is the peer's hello (gossipsub tells a new connection every
 /// topic the peer is on), not the peer joining a topic.
@@ -159,6 +203,25 @@ mod tests {
         assert!(l.wants(Instant::now()));
         l.heard(1);
         assert!(!l.wants(Instant::now()));
+    }
+
+    #[test]
+    fn hosts_in_a_large_pool_samples_without_the_pool_topic_or_a_walk() {
+        for probe in [false, true] {
+            let plan = hosts_plan(true, false, probe);
+            assert!(!plan.listen, "no pool-wide topic (probe {probe})");
+            assert!(!plan.walk, "no O(N) walk of the trie (probe {probe})");
+            assert_eq!(plan.sample, Some(HOSTS_SAMPLE));
+        }
+        // Asked for every host, it pays for it: the old listing.
+        let all = hosts_plan(true, true, true);
+        assert!(all.listen && all.walk && all.sample.is_none());
+        assert!(!hosts_plan(true, true, false).walk, "a walk only to probe");
+        // A small pool lists every member, as before.
+        for all in [false, true] {
+            let plan = hosts_plan(false, all, true);
+            assert!(plan.listen && plan.walk && plan.sample.is_none());
+        }
     }
 
     #[test]

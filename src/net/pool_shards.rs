@@ -263,6 +263,35 @@ impl Placement {
     }
 }
 
+/// The pool's size as a member's place in the trie says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSize {
+    /// Members, about.
+    pub members: u64,
+    /// Only a floor: our own key is full, so members may sit below it that
+    /// we cannot count (the first members, placed at the root, keep it).
+    pub at_least: bool,
+}
+
+/// The pool's size as a member placed at `at` sees it, with `mates` other
+/// providers of its key (`full` is [`SHARD_FULL`] but for tests): every key
+/// above it on its path was full when it was placed (else it would provide
+/// one of them), so about `full` members sit at each of the 2^d keys of
+/// every depth d above it, and its own depth's 2^D keys hold about as many
+/// as its own (hashes spread members evenly: the trie's depth differs by a
+/// level or so between paths, so within about a factor of two). A member
+/// whose own key is full sees no deeper: its figure is a floor. What
+/// `hosts` says of a pool it samples; it costs no query (the placement's
+/// probes found the mates).
+pub fn pool_size_estimate(at: Shard, mates: usize, full: usize) -> PoolSize {
+    let keys_here = 1u64 << at.depth().min(SHARD_DEPTH_MAX);
+    let above = (keys_here - 1).saturating_mul(full as u64);
+    PoolSize {
+        members: above.saturating_add(keys_here.saturating_mul(mates as u64 + 1)),
+        at_least: mates + 1 >= full,
+    }
+}
+
 /// One listing of the pool through the trie: which keys to ask, what was
 /// found. The network task asks the keys [`Walk::start`] and
 /// [`Walk::answered`] return and ends the walk when [`Walk::done`] (or at a

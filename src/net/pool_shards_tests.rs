@@ -113,6 +113,56 @@ fn every_member_of_a_large_pool_is_found_and_no_key_overflows() {
 }
 
 #[test]
+fn a_members_place_estimates_the_pools_size_within_a_factor_of_two() {
+    for n in [10, 100, 1_000, 10_000] {
+        let mut dht = ModelDht::default();
+        let members = peers(n);
+        let mut placements = Vec::with_capacity(n);
+        for m in &members {
+            let mut p = Placement::new(*m, SHARD_FULL);
+            let step = p.check();
+            dht.settle(&mut p, *m, step);
+            placements.push(p);
+        }
+        let (mut about, mut floors) = (Vec::new(), Vec::new());
+        for (p, m) in placements.iter().zip(&members) {
+            let at = p.at().unwrap();
+            let mates = dht.providers(at).iter().filter(|x| *x != m).count();
+            let size = pool_size_estimate(at, mates, SHARD_FULL);
+            let ratio = size.members as f64 / n as f64;
+            if size.at_least {
+                floors.push(ratio);
+            } else {
+                about.push(ratio);
+            }
+        }
+        about.sort_by(f64::total_cmp);
+        floors.sort_by(f64::total_cmp);
+        eprintln!(
+            "N = {n}: {} estimates, {:.2} to {:.2} of N, median {:.2}; {} floors up to {:.2}",
+            about.len(),
+            about.first().unwrap_or(&0.0),
+            about.last().unwrap_or(&0.0),
+            about.get(about.len() / 2).unwrap_or(&0.0),
+            floors.len(),
+            floors.last().unwrap_or(&0.0),
+        );
+        if n > SHARD_FULL {
+            let median = about[about.len() / 2];
+            assert!((0.5..=2.0).contains(&median), "N = {n}: median {median}");
+            assert!(
+                about[0] >= 0.25 && about[about.len() - 1] <= 4.0,
+                "N = {n}: {:.2}..{:.2}",
+                about[0],
+                about[about.len() - 1]
+            );
+        }
+        // A floor is one: it never claims much more than the pool.
+        assert!(floors.iter().all(|&r| r <= 2.0), "N = {n}: {floors:?}");
+    }
+}
+
+#[test]
 fn members_placed_at_once_overflow_then_settle_at_their_next_check() {
     // Everyone probes before anyone provides (a pool started at once): the
     // root takes the first 20 and ignores the rest, who find their place at

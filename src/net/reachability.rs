@@ -193,6 +193,14 @@ pub struct SummaryListening {
     /// Leaf digests fetched since the start.
     #[serde(default)]
     pub digests: u32,
+    /// The pool's size as our place in its DHT trie says
+    /// (`pool_shards::pool_size_estimate`); `None` before we are placed.
+    #[serde(default)]
+    pub pool_estimate: Option<u64>,
+    /// The estimate is a floor: our own key is full, and members below it
+    /// are out of our sight.
+    #[serde(default)]
+    pub pool_estimate_at_least: bool,
 }
 
 impl Default for SummaryListening {
@@ -204,6 +212,8 @@ impl Default for SummaryListening {
             leaf_heard: 0,
             sampled: 0,
             digests: 0,
+            pool_estimate: None,
+            pool_estimate_at_least: false,
         }
     }
 }

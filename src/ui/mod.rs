@@ -541,9 +541,19 @@ async fn hosts(State(s): State<Shared>) -> Response {
                 mem_mib: 0,
                 rounds: 1,
                 probe: false,
+                // A large pool's page shows a sample: a page view must not
+                // cost the node the whole pool.
+                all: false,
             };
             match tokio::time::timeout(SURVEY_WAIT, c.hosts(query)).await {
-                Ok(Ok(view)) => body.push_str(&pages::hosts_table(&view.hosts)),
+                Ok(Ok(view)) => {
+                    if view.sampled {
+                        body.push_str(
+                            "<p>A sample of a large pool (<code>gleaner hosts --all</code> lists every host).</p>",
+                        );
+                    }
+                    body.push_str(&pages::hosts_table(&view.hosts));
+                }
                 Ok(Err(e)) => {
                     body.push_str(&pages::error_block("the survey failed", &e.to_string()))
                 }

@@ -16,7 +16,7 @@ use rand::Rng;
 
 use super::connectivity::Timer;
 use super::{EventLoop, Reply};
-use crate::net::pool_shards::{PlaceStep, Placement, Shard, Walk};
+use crate::net::pool_shards::{pool_size_estimate, PlaceStep, Placement, Shard, Walk};
 
 /// How long a listing of the pool may take before it answers with what it
 /// found: under the consumer's survey wait (3 s), so a slow walk still
@@ -149,6 +149,18 @@ impl EventLoop {
                     self.swarm.behaviour_mut().kad.stop_providing(&key);
                 }
                 tracing::debug!(depth = at.depth(), "providing the pool's key");
+                // Our mates are the providers this placement's last probe found.
+                let me = *self.swarm.local_peer_id();
+                let mates = self.discovery.mates.iter().filter(|p| **p != me).count();
+                let size = pool_size_estimate(at, mates, self.discovery.full);
+                self.reach.send_if_modified(|r| {
+                    let s = &mut r.summaries;
+                    let changed = s.pool_estimate != Some(size.members)
+                        || s.pool_estimate_at_least != size.at_least;
+                    s.pool_estimate = Some(size.members);
+                    s.pool_estimate_at_least = size.at_least;
+                    changed
+                });
                 let key = RecordKey::new(&at.key(&self.cfg.pool));
                 if let Err(e) = self.swarm.behaviour_mut().kad.start_providing(key) {
                     tracing::warn!("cannot provide the pool key: {e}");
