@@ -29,5 +29,6 @@ pub fn net_config(net: &NetSection) -> Result<NetConfig, BuildError> {
     cfg.request_timeout = net.request_timeout;
     cfg.announce_interval = net.announce_interval;
     cfg.member_ttl = crate::net::summary::member_ttl(net.announce_interval);
+    cfg.source_ration = net.source_ration;
     Ok(cfg)
 }

@@ -44,6 +44,15 @@ pub const OPENS_PER_SEC: f64 = 16.0;
 /// Opens past the budget forgiven (dropped at once) before the host is cut
 /// off: a burst, and one a second.
 pub const OPEN_DROPS_FORGIVEN: u32 = 256;
+/// The budget of opens of a stranger on probation (new to the node through
+/// a source whose peers flooded, `NetHandle::on_probation`), as for its
+/// requests (`net::event_loop::requests`): 32 at once, then 8 a second, 32
+/// drops forgiven. Enough for a job's first inputs; a flooder with a fresh
+/// peer id per connection is cut off after a few dozen streams instead of
+/// some 550.
+pub const PROBATION_OPEN_BURST: u32 = 32;
+pub const PROBATION_OPENS_PER_SEC: f64 = 8.0;
+pub const PROBATION_OPEN_DROPS_FORGIVEN: u32 = 32;
 /// Hosts with an open budget at once (the one heard from longest ago makes
 /// room).
 const OPEN_PEERS_MAX: usize = 4096;
@@ -282,9 +291,11 @@ async fn fetch_pass(
 /// Serves the catalog's files to hosts until `shutdown`: one task per
 /// stream (at most [`SERVE_CONCURRENCY`]), each owned by `tracker`. Each
 /// host's opens are counted against its budget first ([`OPEN_BURST`], then
-/// [`OPENS_PER_SEC`]): past it a stream is dropped unread, and a host that
-/// goes on past [`OPEN_DROPS_FORGIVEN`] more is cut off (a flood in its
-/// record). A host holds at most [`STREAMS_PER_HOST`] at once (more are
+/// [`OPENS_PER_SEC`]; a stranger on probation the smaller
+/// [`PROBATION_OPEN_BURST`] and [`PROBATION_OPENS_PER_SEC`]): past it a
+/// stream is dropped unread, a strike against the host's source, and a host
+/// that goes on past [`OPEN_DROPS_FORGIVEN`] more is cut off (a flood in
+/// its record). A host holds at most [`STREAMS_PER_HOST`] at once (more are
 /// refused with a reason), and one that reads an offered file past its
 /// allowance has that in its record once per allowance.
 pub async fn serve(
@@ -303,6 +314,11 @@ pub async fn serve(
         (OPEN_DROPS_FORGIVEN, 1.0),
         OPEN_PEERS_MAX,
     );
+    let mut probation = PeerBudgets::new(
+        (PROBATION_OPEN_BURST, PROBATION_OPENS_PER_SEC),
+        (PROBATION_OPEN_DROPS_FORGIVEN, 1.0),
+        OPEN_PEERS_MAX,
+    );
     let origin = tokio::time::Instant::now();
     let held = Arc::new(Mutex::new(PeerSlots::new(STREAMS_PER_HOST)));
     loop {
@@ -316,9 +332,20 @@ pub async fn serve(
         // Before anything is spawned or read: what a flooding host costs
         // is this count and a reset stream.
         let now_ms = u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        match opens.admit(&peer, now_ms) {
+        let budgets = if net.on_probation(&peer) {
+            &mut probation
+        } else {
+            &mut opens
+        };
+        match budgets.admit(&peer, now_ms) {
             Admit::Serve => {}
-            Admit::Drop => continue,
+            Admit::Drop => {
+                // A strike against its source (once per peer): fresh peer
+                // ids that each take a burst of streams and leave before
+                // they are cut off make the source suspect.
+                net.past_budget(&peer);
+                continue;
+            }
             Admit::CutOff => {
                 tracing::warn!(%peer, "a host opened data streams past its budget: cut off");
                 net.overrun(peer, Overrun::DataStreams, true);

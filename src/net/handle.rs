@@ -226,6 +226,10 @@ pub struct NetHandle {
     pub(crate) streams: libp2p_stream::Control,
     /// libp2p's bandwidth counters, read without asking the network task.
     pub(crate) traffic: TrafficMeter,
+    /// Who is a stranger on probation, and where strikes go
+    /// (`net::quarantine`): asked by the servers of raw streams, which
+    /// count their peers' streams against budgets of their own.
+    pub(crate) quarantine: crate::net::quarantine::Quarantine,
 }
 
 impl std::fmt::Debug for NetHandle {
@@ -313,6 +317,21 @@ impl NetHandle {
             what,
             cut_off,
         });
+    }
+
+    /// Whether `peer` is a stranger on probation: new to the node through a
+    /// source whose peers went past their budgets (`net::quarantine`). What
+    /// it sends at its will gets the smaller budgets then.
+    pub fn on_probation(&self, peer: &PeerId) -> bool {
+        self.quarantine.on_probation(peer)
+    }
+
+    /// `peer` went past a budget (something it sent was dropped): a strike
+    /// against the source it connected from, once per peer, so that fresh
+    /// peer ids that each take a burst and leave make their source suspect
+    /// (`net::quarantine`). Never waits.
+    pub fn past_budget(&self, peer: &PeerId) {
+        self.quarantine.strike(peer);
     }
 
     /// True when we hold a direct (not relayed) connection to `peer` now.

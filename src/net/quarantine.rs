@@ -91,8 +91,6 @@ const SOURCES_MAX: usize = 4_096;
 /// on probation, and how many are remembered (the oldest forgotten first).
 const PROBATION_FOR: Duration = Duration::from_secs(600);
 const PROBATION_MAX: usize = 4_096;
-/// The environment variable that turns the ration off (see `Inner::rationing`).
-const NO_RATION_VAR: &str = "GLEANER_NO_SOURCE_RATION";
 
 /// The peers whose inbound connections are held, and the sources whose
 /// new connections are rationed, shared by the event loop (which blocks,
@@ -104,8 +102,10 @@ pub(crate) struct Quarantine {
     origin: tokio::time::Instant,
 }
 
-impl Default for Quarantine {
-    fn default() -> Self {
+impl Quarantine {
+    /// Nobody blocked, no source suspect. With `rationing` false no strike
+    /// counts, so no source is ever suspect (`NetConfig::source_ration`).
+    pub(crate) fn new(rationing: bool) -> Self {
         Quarantine {
             inner: Arc::new(Mutex::new(Inner {
                 blocked: HashSet::new(),
@@ -120,7 +120,7 @@ impl Default for Quarantine {
                 seen_from: Recent::new(SOURCES_MAX),
                 probation: Recent::new(PROBATION_MAX),
                 struck: Recent::new(SOURCES_MAX),
-                rationing: std::env::var_os(NO_RATION_VAR).is_none(),
+                rationing,
             })),
             origin: tokio::time::Instant::now(),
         }
@@ -140,10 +140,10 @@ struct Inner {
     probation: Recent<PeerId, u64>,
     /// Peers that struck their source already.
     struck: Recent<PeerId, ()>,
-    /// False only to measure what the ration saves: no strike counts, so
-    /// no source is ever suspect, as before there was a ration
-    /// (`GLEANER_NO_SOURCE_RATION=1` in the node's environment;
-    /// docs/trust.md).
+    /// False when the node's config says so (`NetConfig::source_ration`:
+    /// behind a proxy every dialer has the proxy's address, and to measure
+    /// what the ration saves): no strike counts, so no source is ever
+    /// suspect; blocked peers are still held.
     rationing: bool,
 }
 
@@ -493,7 +493,7 @@ mod tests {
 
     #[test]
     fn only_a_blocked_peer_is_held_and_only_while_blocked() {
-        let q = Quarantine::default();
+        let q = Quarantine::new(true);
         let (flooder, other) = (PeerId::random(), PeerId::random());
         assert!(q.hold(&flooder).is_none(), "nobody is blocked yet");
         q.block(flooder);
@@ -512,7 +512,7 @@ mod tests {
 
     #[test]
     fn at_most_held_max_connections_are_held_at_once() {
-        let q = Quarantine::default();
+        let q = Quarantine::new(true);
         let flooder = PeerId::random();
         q.block(flooder);
         let held: Vec<Held> = (0..HELD_MAX).filter_map(|_| q.hold(&flooder)).collect();
@@ -527,7 +527,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_blocked_peers_inbound_connection_waits_and_an_outbound_one_does_not() {
-        let q = Quarantine::default();
+        let q = Quarantine::new(true);
         let flooder = PeerId::random();
         q.block(flooder);
         let addr: libp2p::Multiaddr = "/ip4/127.0.0.1/tcp/1".parse().unwrap();
@@ -575,7 +575,7 @@ mod tests {
 
     #[test]
     fn fresh_peer_ids_cut_off_make_their_source_suspect_and_rationed_before_the_handshake() {
-        let q = Quarantine::default();
+        let q = Quarantine::new(true);
         // Met before anyone flooded: known.
         let known = PeerId::random();
         assert!(connects(&q, &known, "/ip4/203.0.113.99/tcp/5").is_none());
@@ -625,7 +625,7 @@ mod tests {
 
     #[test]
     fn an_honest_pool_on_one_address_is_never_rationed() {
-        let q = Quarantine::default();
+        let q = Quarantine::new(true);
         let addr: Multiaddr = "/ip4/127.0.0.1/tcp/4001".parse().unwrap();
         for _ in 0..10_000 {
             assert!(matches!(q.admit_socket(&addr), SocketGate::Pass));
@@ -636,8 +636,24 @@ mod tests {
     }
 
     #[test]
+    fn with_the_ration_off_no_source_is_ever_suspect_and_a_blocked_peer_is_still_held() {
+        let q = Quarantine::new(false);
+        for _ in 0..100 {
+            let stranger = PeerId::random();
+            assert!(connects(&q, &stranger, FLOODER).is_none());
+            q.strike(&stranger);
+            assert!(!q.on_probation(&stranger));
+        }
+        let addr: Multiaddr = FLOODER.parse().unwrap();
+        assert!((0..100).all(|_| matches!(q.admit_socket(&addr), SocketGate::Pass)));
+        let flooder = PeerId::random();
+        q.block(flooder);
+        assert!(connects(&q, &flooder, FLOODER).is_some());
+    }
+
+    #[test]
     fn a_blocked_flooders_connections_past_the_held_ones_make_its_source_suspect() {
-        let q = Quarantine::default();
+        let q = Quarantine::new(true);
         let flooder = PeerId::random();
         assert!(connects(&q, &flooder, FLOODER).is_none());
         q.block(flooder);
@@ -661,7 +677,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn over_quic_a_suspect_sources_stranger_past_its_ration_is_held_after_the_handshake() {
-        let q = Quarantine::default();
+        let q = Quarantine::new(true);
         for _ in 0..5 {
             let stranger = PeerId::random();
             let _ = connects(&q, &stranger, FLOODER);
@@ -708,7 +724,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_held_socket_is_closed_when_its_dialer_leaves_or_at_the_end_of_the_hold() {
-        let q = Quarantine::default();
+        let q = Quarantine::new(true);
         for _ in 0..5 {
             let stranger = PeerId::random();
             let _ = connects(&q, &stranger, FLOODER);

@@ -84,6 +84,12 @@ pub struct NetConfig {
     /// Where the members we meet are remembered across restarts (`[net]
     /// peer_book`); `None` remembers nothing.
     pub peer_book: Option<crate::net::peer_book::BookStore>,
+    /// Ration the new connections of a source whose peers go past their
+    /// budgets, and put its strangers on probation (`net::quarantine`).
+    /// Off where every inbound connection comes from one address that is
+    /// not its dialer's (a TCP proxy in front of the node): there one
+    /// flooder would ration everybody. Also off to measure what it saves.
+    pub source_ration: bool,
 }
 
 impl NetConfig {
@@ -110,6 +116,7 @@ impl NetConfig {
             shard_full: crate::net::pool_shards::SHARD_FULL,
             large_pool: crate::net::listening::LARGE_POOL,
             peer_book: None,
+            source_ration: true,
         }
     }
 

@@ -105,7 +105,13 @@ impl EventLoop {
         // Before any decoding: what a flooding source costs is this count.
         match self.summaries.admit(&source, self.budget_ms()) {
             Admit::Serve => {}
-            Admit::Drop => return MessageAcceptance::Ignore,
+            Admit::Drop => {
+                // Past its budget: a strike against its source, as for
+                // requests (`net::quarantine`; none when it is not a peer
+                // we are connected to).
+                self.quarantine.strike(&source);
+                return MessageAcceptance::Ignore;
+            }
             Admit::CutOff => {
                 self.cut_off(source, Overrun::Summaries);
                 return MessageAcceptance::Ignore;

@@ -83,7 +83,7 @@ pub fn start(
 ) -> Result<(NetHandle, mpsc::Receiver<NetEvent>, EventLoop), BuildError> {
     let peer_id = key.public().to_peer_id();
     let scope = AddressScope::of(&cfg.listen, cfg.autonat || cfg.relay_server);
-    let quarantine = Quarantine::default();
+    let quarantine = Quarantine::new(cfg.source_ration);
     let (mut swarm, traffic) = build_swarm(key, &cfg, scope, &quarantine)?;
     // Version 1 nodes announce on the old topic: still heard (never
     // published on), so a mixed pool lists them.
@@ -179,6 +179,7 @@ pub fn start(
             reachability: reach_rx,
             streams,
             traffic,
+            quarantine: event_loop.quarantine.clone(),
         },
         events_rx,
         event_loop,

@@ -245,6 +245,9 @@ pub struct NetSection {
     /// Remember the members met (in the data dir's `peers/`) and redial them
     /// at start and when connections are few.
     pub peer_book: bool,
+    /// Ration new connections from an address block whose peers flood
+    /// (`NetConfig::source_ration`).
+    pub source_ration: bool,
 }
 
 impl Default for NetSection {
@@ -272,6 +275,7 @@ impl Default for NetSection {
             announce_interval: Duration::from_secs(300),
             max_retries: 3,
             peer_book: true,
+            source_ration: true,
         }
     }
 }

@@ -174,9 +174,15 @@ fn input(path: &str, size: u64) -> InputRef {
 
 /// A host of the pool with small input caps, started.
 pub(super) fn hostile_target() -> NodeFixture {
+    hostile_target_with("")
+}
+
+/// [`hostile_target`] with `net` (TOML lines) added to its `[net]` section.
+pub(super) fn hostile_target_with(net: &str) -> NodeFixture {
     let mut host = pool_node(Some(&history(0)), &[]);
     let config = host.dir.join("config.toml");
-    let mut text = std::fs::read_to_string(&config).unwrap();
+    let text = std::fs::read_to_string(&config).unwrap();
+    let mut text = text.replacen("[net]\n", &format!("[net]\n{net}"), 1);
     text.push_str(HOST_GUEST);
     std::fs::write(&config, text).unwrap();
     host.start();

@@ -1,13 +1,14 @@
 //! Issue 30, scope 3: a stranger that takes a fresh peer id for every
 //! connection. Each identity is a bare libp2p swarm of its own in this test
-//! process (TCP, Noise, yamux, raw streams of `/gleaner/job/3` framed as
-//! PROTOCOL.md says): it dials one real `gleaner node` on 127.0.0.1, asks
-//! about a job it never submitted, `IN_FLIGHT` at a time, until a request
-//! fails (its peer's budget is spent), and leaves for a fresh identity. No
+//! process (TCP, Noise, yamux, raw streams framed as PROTOCOL.md says): it
+//! dials one real `gleaner node` on 127.0.0.1 and, a few at a time, either
+//! asks about a job it never submitted (`/gleaner/job/3`) or opens a data
+//! stream for a file nobody offered it (`/gleaner/data/1`), until one fails
+//! (its peer's budget is spent), and leaves for a fresh identity. No
 //! identity is ever cut off, so no block by peer id stops it: its source
 //! does (`net::quarantine`).
 
-use super::consumer::{hostile_target, status_time, RogueConsumer};
+use super::consumer::{hostile_target, hostile_target_with, status_time, RogueConsumer};
 use crate::node_support::{addr, cpu_ticks, ticks_per_sec, NodeFixture};
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,21 +16,71 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use gleaner::net::codec::{read_frame, write_frame, JOB_CAPS};
-use gleaner::net::protocol::{JobRequest, JobResponse, JOB_PROTOCOL};
+use gleaner::model::ids::PoolName;
+use gleaner::net::codec::{read_frame, write_frame, DATA_CAPS, JOB_CAPS};
+use gleaner::net::protocol::{
+    DataRequest, DataResponse, JobRequest, JobResponse, DATA_PROTOCOL, JOB_PROTOCOL,
+};
+use gleaner::net::{start, NetConfig};
+use libp2p::identity::Keypair;
 use libp2p::swarm::SwarmEvent;
 use libp2p::{Multiaddr, PeerId, StreamProtocol};
+use tokio_util::sync::CancellationToken;
 
-/// Requests an identity keeps in flight, and identities dialing at once.
+/// What each identity floods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// Job queries about a job it never submitted.
+    Job,
+    /// Data streams asking for a file nobody offered it.
+    Data,
+}
+
+impl Path {
+    /// Identities dialing at once.
+    fn workers(self) -> usize {
+        match self {
+            Path::Job => 8,
+            Path::Data => 4,
+        }
+    }
+}
+
+/// Job queries an identity keeps in flight.
 const IN_FLIGHT: usize = 32;
-const WORKERS: usize = 8;
+
+/// One job query about a job `host` never had: whether it was answered.
+async fn ask(mut control: libp2p_stream::Control, host: PeerId) -> bool {
+    let ask = async {
+        let mut stream = control
+            .open_stream(host, StreamProtocol::new(JOB_PROTOCOL))
+            .await
+            .ok()?;
+        let query = JobRequest::Query {
+            job_id: "never".into(),
+        };
+        write_frame(&mut stream, &query, JOB_CAPS.request)
+            .await
+            .ok()?;
+        read_frame::<JobResponse, _>(&mut stream, JOB_CAPS.response)
+            .await
+            .ok()
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(10), ask).await,
+        Ok(Some(JobResponse::NotFound))
+    )
+}
 
 /// What the node logs when a source becomes suspect.
 const SUSPECT: &str = "a source of flooders";
 
 /// One identity's connection: whether it was made within 10 s, and how
 /// many of its requests were answered before the first failed.
-async fn one_identity(target: Multiaddr, host: PeerId, until: Instant) -> (bool, u64) {
+async fn one_identity(target: Multiaddr, host: PeerId, until: Instant, path: Path) -> (bool, u64) {
+    if path == Path::Data {
+        return one_full_identity(target, host, until).await;
+    }
     let mut swarm = libp2p::SwarmBuilder::with_new_identity()
         .with_tokio()
         .with_tcp(
@@ -63,36 +114,62 @@ async fn one_identity(target: Multiaddr, host: PeerId, until: Instant) -> (bool,
             swarm.select_next_some().await;
         }
     });
-    let protocol = StreamProtocol::new(JOB_PROTOCOL);
     let answered = futures::stream::iter(0u64..)
         .take_while(|_| futures::future::ready(Instant::now() < until))
-        .map(|_| {
-            let (mut control, protocol) = (control.clone(), protocol.clone());
-            async move {
-                let ask = async {
-                    let mut stream = control.open_stream(host, protocol).await.ok()?;
-                    let query = JobRequest::Query {
-                        job_id: "never".into(),
-                    };
-                    write_frame(&mut stream, &query, JOB_CAPS.request)
-                        .await
-                        .ok()?;
-                    read_frame::<JobResponse, _>(&mut stream, JOB_CAPS.response)
-                        .await
-                        .ok()
-                };
-                matches!(
-                    tokio::time::timeout(Duration::from_secs(10), ask).await,
-                    Ok(Some(JobResponse::NotFound))
-                )
-            }
-        })
+        .map(|_| ask(control.clone(), host))
         .buffer_unordered(IN_FLIGHT)
         .take_while(|ok| futures::future::ready(*ok))
         .count()
         .await;
     driver.abort();
     (true, answered as u64)
+}
+
+/// One identity's connection for data streams: a node's own network stack
+/// (`gleaner::net`: identify, Kademlia, gossipsub and the rest), with a
+/// fresh key, that opens data streams one after another until one fails.
+/// (A bare swarm's connection was closed at its first data stream, for a
+/// reason not found: an identity then cost a handshake and no budget. This
+/// one is answered about ten streams before one fails, still far short of
+/// its budget of 300: see docs/trust.md.)
+async fn one_full_identity(target: Multiaddr, host: PeerId, until: Instant) -> (bool, u64) {
+    let cancel = CancellationToken::new();
+    let _stop = cancel.clone().drop_guard();
+    let mut cfg = NetConfig::loopback(&PoolName::default());
+    cfg.bootstrap = vec![target.clone()];
+    let Ok((net, mut events, event_loop)) = start(Keypair::generate_ed25519(), cfg, cancel) else {
+        return (false, 0);
+    };
+    tokio::spawn(event_loop.run());
+    tokio::spawn(async move { while events.recv().await.is_some() {} });
+    let dialed = tokio::time::timeout(Duration::from_secs(10), net.dial(target)).await;
+    if !matches!(dialed, Ok(Ok(_))) {
+        return (false, 0);
+    }
+    let mut answered = 0u64;
+    while Instant::now() < until {
+        let ask = async {
+            let mut stream = net.open_stream(host, DATA_PROTOCOL).await.ok()?;
+            let mut hash = [0u8; 32];
+            hash[..8].copy_from_slice(&answered.to_le_bytes());
+            let request = DataRequest {
+                hash,
+                size: 1,
+                first_chunk: 0,
+            };
+            write_frame(&mut stream, &request, DATA_CAPS.request)
+                .await
+                .ok()?;
+            read_frame::<DataResponse, _>(&mut stream, DATA_CAPS.response)
+                .await
+                .ok()
+        };
+        match tokio::time::timeout(Duration::from_secs(10), ask).await {
+            Ok(Some(DataResponse::Refused { .. })) => answered += 1,
+            _ => break,
+        }
+    }
+    (true, answered)
 }
 
 /// What a flood of fresh identities did: over all of it, and from `late`
@@ -106,10 +183,15 @@ struct Flood {
     late_answered: AtomicU64,
 }
 
-/// [`WORKERS`] identities at a time, each followed by a fresh one, for
-/// `length`; `status` is asked every 2 s meanwhile and must answer within
-/// 5 s. Returns the counts and the node's CPU ticks over the flood.
-async fn flood(host: &NodeFixture, length: Duration, late: Duration) -> (Arc<Flood>, u64) {
+/// `path.workers()` identities at a time, each followed by a fresh one,
+/// for `length`; `status` is asked every 2 s meanwhile and must answer
+/// within 5 s. Returns the counts and the node's CPU ticks over the flood.
+async fn flood(
+    host: &NodeFixture,
+    path: Path,
+    length: Duration,
+    late: Duration,
+) -> (Arc<Flood>, u64) {
     let target: Multiaddr = addr(host).parse().unwrap();
     let Some(libp2p::multiaddr::Protocol::P2p(host_id)) = target.iter().last() else {
         panic!("{target} names no peer");
@@ -118,13 +200,14 @@ async fn flood(host: &NodeFixture, length: Duration, late: Duration) -> (Arc<Flo
     let start = Instant::now();
     let until = start + length;
     let from = cpu_ticks(host.pid()).unwrap();
-    let workers: Vec<_> = (0..WORKERS)
+    let workers: Vec<_> = (0..path.workers())
         .map(|_| {
             let (counts, target) = (counts.clone(), target.clone());
             tokio::spawn(async move {
                 while Instant::now() < until {
                     let is_late = start.elapsed() >= late;
-                    let (connected, answered) = one_identity(target.clone(), host_id, until).await;
+                    let (connected, answered) =
+                        one_identity(target.clone(), host_id, until, path).await;
                     counts.identities.fetch_add(1, Ordering::Relaxed);
                     counts
                         .connected
@@ -173,7 +256,7 @@ async fn a_stranger_with_a_fresh_peer_id_per_connection_is_rationed_by_its_sourc
     assert_eq!(honest.ask(never()).await, JobResponse::NotFound);
 
     let (length, late) = (Duration::from_secs(30), Duration::from_secs(10));
-    let (counts, ticks) = flood(&host, length, late).await;
+    let (counts, ticks) = flood(&host, Path::Job, length, late).await;
     let late_connected = counts.late_connected.load(Ordering::Relaxed);
     let late_answered = counts.late_answered.load(Ordering::Relaxed);
     eprintln!(
@@ -202,8 +285,11 @@ async fn a_stranger_with_a_fresh_peer_id_per_connection_is_rationed_by_its_sourc
 
 /// What a fresh-identity flood costs the node: its CPU over a quiet spell
 /// (one peer connected) and over a flood of the same length
-/// (`GLEANER_FLOOD_SECS`, default 60). A measurement, not a test:
-/// `cargo test --test it rogue_pool::strangers -- --ignored --nocapture`.
+/// (`GLEANER_FLOOD_SECS`, default 60), of job queries or, with
+/// `GLEANER_FLOOD_PATH=data`, of data streams. `GLEANER_FLOOD_RATION=off`
+/// starts the node with `[net] source_ration = false` (no source is ever
+/// suspect: the node before the ration). A measurement, not a test:
+/// `cargo test --test it rogue_pool::strangers::what -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement of two minutes; prints figures for the note"]
 async fn what_a_fresh_identity_flood_costs_a_node() {
@@ -213,19 +299,30 @@ async fn what_a_fresh_identity_flood_costs_a_node() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(60),
     );
-    let host = tokio::task::block_in_place(hostile_target);
+    let path = match std::env::var("GLEANER_FLOOD_PATH").as_deref() {
+        Ok("data") => Path::Data,
+        _ => Path::Job,
+    };
+    let ration = std::env::var("GLEANER_FLOOD_RATION").map_or(true, |v| v != "off");
+    let net = if ration {
+        ""
+    } else {
+        "source_ration = false\n"
+    };
+    let host = tokio::task::block_in_place(|| hostile_target_with(net));
     let idle = RogueConsumer::start(&host).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let from = cpu_ticks(host.pid()).unwrap();
     tokio::time::sleep(length).await;
     let quiet = cpu_ticks(host.pid()).unwrap() - from;
-    let (counts, ticks) = flood(&host, length, length / 2).await;
+    let (counts, ticks) = flood(&host, path, length, length / 2).await;
     eprintln!(
         "quiet: node CPU {:.2} % of a core over {length:?}",
         share_of_a_core(quiet, length)
     );
     eprintln!(
-        "fresh identity flood: {} dialed, {} connected, {} answers (second half: {} connected, {} answers); node CPU {:.2} % of a core (x{:.1} quiet)",
+        "fresh identity flood of {path:?} (source ration {}): {} dialed, {} connected, {} answers (second half: {} connected, {} answers); node CPU {:.2} % of a core (x{:.1} quiet)",
+        if ration { "on" } else { "off" },
         counts.identities.load(Ordering::Relaxed),
         counts.connected.load(Ordering::Relaxed),
         counts.answered.load(Ordering::Relaxed),
