@@ -150,7 +150,7 @@ pub fn forecast_or_pool_prior(
     request: &ReportRequest,
     pool: Option<&PoolPrior>,
 ) -> Result<Forecast, ReportError> {
-    match forecast(series, request) {
+    match forecast_in_pool(series, request, pool) {
         Err(ReportError::Predict(PredictError::NoHistory { .. })) => {
             Ok(prior_forecast(series, request, pool))
         }
@@ -181,6 +181,18 @@ fn prior_forecast(
 /// Forecasts the request's window: the typed answer the node gives peers and
 /// `status`, and the core of [`predict_report`].
 pub fn forecast(series: &HostSeries, request: &ReportRequest) -> Result<Forecast, ReportError> {
+    forecast_in_pool(series, request, None)
+}
+
+/// [`forecast`] by a host that answers with `pool`'s prior while it has no
+/// day of record: its first days lean on the same prior
+/// ([`MethodId::predictor_in_pool`]), so its answer does not jump when the
+/// first day arrives.
+pub fn forecast_in_pool(
+    series: &HostSeries,
+    request: &ReportRequest,
+    pool: Option<&PoolPrior>,
+) -> Result<Forecast, ReportError> {
     if request.method.kernel().is_some() {
         let (answer, _) = answer(series, request)?;
         return Ok(Forecast {
@@ -192,7 +204,7 @@ pub fn forecast(series: &HostSeries, request: &ReportRequest) -> Result<Forecast
             basis: Basis::Record,
         });
     }
-    let predictor = registry_predictor(request.method)?;
+    let predictor = registry_predictor(request.method, pool)?;
     let forecast = predictor.forecast(series, &request.window)?;
     let (initial, days_used) = forecast_context(series, &request.window)?;
     Ok(Forecast {
@@ -242,9 +254,10 @@ fn forecast_context(
 /// The registry's predictor for a method that is not a kernel method.
 fn registry_predictor(
     method: MethodId,
+    pool: Option<&PoolPrior>,
 ) -> Result<Box<dyn crate::model::predictor::ReliabilityPredictor>, ReportError> {
     method
-        .predictor(PREDICT_SEED)
+        .predictor_in_pool(PREDICT_SEED, pool)
         .ok_or_else(|| ReportError::UnknownMethod {
             name: method.to_string(),
             known: MethodId::all()
@@ -263,9 +276,20 @@ fn registry_predictor(
 ///
 /// [`ReliabilityPredictor::forecast_curve`]: crate::model::predictor::ReliabilityPredictor::forecast_curve
 pub fn curve(series: &HostSeries, request: &ReportRequest, windows: &[u64]) -> Vec<Option<f64>> {
+    curve_in_pool(series, request, None, windows)
+}
+
+/// [`curve`] by a host that answers with `pool`'s prior while it has no day
+/// of record (as [`forecast_in_pool`]).
+pub fn curve_in_pool(
+    series: &HostSeries,
+    request: &ReportRequest,
+    pool: Option<&PoolPrior>,
+    windows: &[u64],
+) -> Vec<Option<f64>> {
     let predictor = match request.method.kernel() {
         Some(_) => None,
-        None => request.method.predictor(PREDICT_SEED),
+        None => request.method.predictor_in_pool(PREDICT_SEED, pool),
     };
     match predictor {
         Some(p) => p
@@ -328,7 +352,7 @@ fn answer(series: &HostSeries, request: &ReportRequest) -> Result<(Answer, u64),
             (Answer::from(prediction), elapsed_us)
         }
         None => {
-            let predictor = registry_predictor(request.method)?;
+            let predictor = registry_predictor(request.method, None)?;
             let started = Instant::now();
             let forecast = predictor.forecast(series, window)?;
             let elapsed_us = started.elapsed().as_micros() as u64;
@@ -573,5 +597,55 @@ mod tests {
         ));
         let own = forecast_or_pool_prior(series, &later, pool.as_ref()).unwrap();
         assert_eq!(own.basis, Basis::Record);
+    }
+
+    /// A server joins a pool of servers: on its first day it answers their
+    /// prior; when that day (never failing) is its record, its answer goes
+    /// on from the pool's prior, not from the built-in desktop one.
+    #[test]
+    fn a_young_host_goes_on_from_the_pool_prior_when_its_first_day_arrives() {
+        use crate::model::baselines::pool_prior::HeardCurve;
+        use crate::model::sched::curve::TrCurve;
+        use crate::model::series::Sample;
+        let monday = 1_756_684_800; // 2025-09-01 00:00 UTC
+        let mut series = HostSeries::new(60, 120, jiff::tz::TimeZone::UTC);
+        for t in (monday..monday + 2 * 86_400).step_by(60) {
+            let sample = Sample {
+                time: t,
+                cpu: 5.0,
+                free_mib: 4096,
+                up: true,
+            };
+            series.push(sample).unwrap();
+        }
+        let curve = TrCurve::new([(3600.0, 0.99), (3.0 * 3600.0, 0.97), (8.0 * 3600.0, 0.95)]);
+        let heard = (0..5).map(|_| HeardCurve {
+            days_used: 30,
+            usable: true,
+            computed_at_unix: monday,
+            curve: &curve,
+        });
+        let pool = PoolPrior::from_heard(heard, monday, &[3600.0, 3.0 * 3600.0, 8.0 * 3600.0]);
+        let ask = |at: i64, pool: Option<&PoolPrior>| {
+            let window = PredictRequest::new(at, 3 * 3600, Thresholds::default());
+            forecast_or_pool_prior(&series, &ReportRequest::new(window), pool).unwrap()
+        };
+        // Monday 10:00, no day of record: the pool's prior.
+        let first = ask(monday + 10 * 3600, pool.as_ref());
+        assert_eq!(first.basis, Basis::Prior(PriorSource::Pool { members: 5 }));
+        assert!((first.tr - 0.97).abs() < 1e-12, "{first:?}");
+        // Tuesday 10:00, Monday is its record: at or above the prior it
+        // answered (its day never failed), never dragged below it.
+        let next = ask(monday + 86_400 + 10 * 3600, pool.as_ref());
+        assert_eq!((next.basis, next.days_used), (Basis::Record, 1));
+        assert!(
+            next.tr >= first.tr && next.tr < 1.0,
+            "{} after {}",
+            next.tr,
+            first.tr
+        );
+        // Without a pool it leans on the built-in desktop population.
+        let alone = ask(monday + 86_400 + 10 * 3600, None);
+        assert!(alone.tr < first.tr - 0.01, "{}", alone.tr);
     }
 }

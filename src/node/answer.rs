@@ -15,7 +15,9 @@ use crate::model::predict::{history_days, InitialState, PredictRequest};
 use crate::model::sched::spells::{spells_of_series, PastSpells, SpellLengths, LOOKBACK_SECS};
 use crate::model::series::HostSeries;
 use crate::model::state::State;
-use crate::report::{curve, forecast_or_pool_prior, Basis, Forecast, ReportError, ReportRequest};
+use crate::report::{
+    curve_in_pool, forecast_or_pool_prior, Basis, Forecast, ReportError, ReportRequest,
+};
 
 /// The window lengths the curve answers, as multiples of the asked one: a
 /// task runs longer than declared on a slow or loaded host (SDPN's SP),
@@ -95,7 +97,7 @@ fn answer_with_spells(
     // Every other length in one call: one pass for a method that can.
     let others: Vec<u64> = lengths.iter().copied().filter(|&s| s != asked).collect();
     let other_trs = match main.basis {
-        Basis::Record => curve(series, request, &others),
+        Basis::Record => curve_in_pool(series, request, pool, &others),
         // No day of record: every length from the same prior, from the same start.
         Basis::Prior(_) => {
             let start = match main.initial {

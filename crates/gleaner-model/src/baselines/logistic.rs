@@ -48,6 +48,7 @@ use super::grid::{day_start, prefix_fingerprint, GridCache, GridIndex, Present};
 pub use super::grid::{HALF_LIFE_DAYS, MAX_TRAINING_DAYS};
 use super::isotonic::Isotonic;
 use super::later::{self, LaterCache};
+use super::pool_prior::{young_host_target, PoolPrior};
 use super::prior::YoungHostPrior;
 use super::ridge::{self, dot, sigmoid, Settings};
 use super::{certain_failure, observed_state, Frequency};
@@ -99,6 +100,10 @@ pub struct Logistic {
     calibration: Calibration,
     /// What a young host's forecast leans on ([`YoungHostPrior`]).
     prior: YoungHostPrior,
+    /// The pool's prior, when the host answers with it before its first
+    /// day: then the young host's prior shrinks towards it, not towards
+    /// the built-in population ([`young_host_target`]).
+    pool: Option<Arc<PoolPrior>>,
 }
 
 /// What a forecast passes through after the fit.
@@ -126,6 +131,7 @@ impl Logistic {
                 .clone(),
             calibration: Calibration::None,
             prior: YoungHostPrior::DEFAULT,
+            pool: None,
         }
     }
 
@@ -136,6 +142,7 @@ impl Logistic {
             later: Arc::new(LaterCache::default()),
             calibration: Calibration::None,
             prior: YoungHostPrior::DEFAULT,
+            pool: None,
         }
     }
 
@@ -162,6 +169,14 @@ impl Logistic {
     /// (`logistic-noprior`: [`YoungHostPrior::NONE`]).
     pub fn with_prior(self, prior: YoungHostPrior) -> Self {
         Logistic { prior, ..self }
+    }
+
+    /// The same method for a host that answers with its pool's prior
+    /// while it has no day of record (`None`: the built-in one): its young
+    /// host's prior shrinks towards the same curve. The fits and cache are
+    /// shared; only the last step differs.
+    pub fn towards_pool(self, pool: Option<Arc<PoolPrior>>) -> Self {
+        Logistic { pool, ..self }
     }
 
     /// Drops every cached grid and fit.
@@ -437,14 +452,15 @@ impl WindowFit {
     /// `forecast` (this fit's answer for a window whose present is `p`)
     /// passed through the young host's prior: shrunk by the record's
     /// effective days towards the share of the start state, itself shrunk
-    /// towards the population's survival ([`YoungHostPrior::apply`]). The
+    /// towards the population's survival, the pool's prior when the host
+    /// has one ([`YoungHostPrior::apply_towards`]). The
     /// failure shares keep their proportions. [`YoungHostPrior::NONE`]
     /// returns `forecast` unchanged.
     fn with_prior(
         &self,
         forecast: ReliabilityForecast,
         (weekend, hour, p): (bool, u8, &Present),
-        prior: YoungHostPrior,
+        (prior, pool): (YoungHostPrior, Option<&PoolPrior>),
         window_secs: u64,
     ) -> ReliabilityForecast {
         if prior == YoungHostPrior::NONE {
@@ -453,8 +469,9 @@ impl WindowFit {
         let (_, _, p_class) = self
             .tables
             .shares(weekend, hour, p.class(), p.age_bucket(), None);
+        let p0 = young_host_target(pool, window_secs);
         let tr = prior
-            .apply(forecast.tr, p_class, self.tables.days, window_secs)
+            .apply_towards(forecast.tr, p_class, self.tables.days, p0)
             .clamp(EPS, 1.0 - EPS);
         let before = 1.0 - forecast.tr;
         let fail_by_cause = forecast.fail_by_cause.map(|fail| {
@@ -859,7 +876,7 @@ impl ReliabilityPredictor for Logistic {
         Ok(fitted.with_prior(
             answer,
             (weekend, hour, &present),
-            self.prior,
+            (self.prior, self.pool.as_deref()),
             req.window_secs,
         ))
     }

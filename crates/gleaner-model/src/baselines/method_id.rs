@@ -3,11 +3,14 @@
 //! all carry this type instead of a string, so a method is spelled in one
 //! place ([`super::method_names`]) and an unknown name is refused at the edge.
 
+use super::logistic::Logistic;
+use super::pool_prior::PoolPrior;
 use super::{method_by_name, method_names, DEFAULT_METHOD};
 use crate::kernel::Method;
 use crate::predictor::ReliabilityPredictor;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// The kernel methods that answer with their full working (runs, sojourn
 /// age) and the variant only `--age` reaches.
@@ -58,6 +61,30 @@ impl MethodId {
             Some((method, age)) => Some(Box::new(crate::predictor::SemiMarkov { method, age })),
             None => method_by_name(self.0, seed),
         }
+    }
+
+    /// The predictor as a host that answers with its pool's prior (`pool`,
+    /// while it has no day of record) uses it: the `logistic` family's
+    /// young host's prior shrinks towards the pool's curve, not the
+    /// built-in population's ([`Logistic::towards_pool`]); every other
+    /// method, and no pool, as [`predictor`](Self::predictor).
+    pub fn predictor_in_pool(
+        self,
+        seed: u64,
+        pool: Option<&PoolPrior>,
+    ) -> Option<Box<dyn ReliabilityPredictor>> {
+        let Some(pool) = pool else {
+            return self.predictor(seed);
+        };
+        let logistic = match self.0 {
+            "logistic" => Logistic::shared(),
+            "logistic+cal" => Logistic::shared().calibrated(),
+            "logistic+iso" => Logistic::shared().isotonic(),
+            _ => return self.predictor(seed),
+        };
+        Some(Box::new(
+            logistic.towards_pool(Some(Arc::new(pool.clone()))),
+        ))
     }
 }
 

@@ -172,6 +172,16 @@ pub fn prior_tr(
     }
 }
 
+/// What a young host's forecast shrinks towards for a window of
+/// `window_secs` that starts usable ([`super::prior::YoungHostPrior::apply_towards`]'s
+/// p0): the pool's typical curve when the host answers with it, else the
+/// built-in population's survival. The same prior a host with no day of
+/// record answers with ([`prior_tr`]), so its answer does not jump to
+/// another population when its first day arrives.
+pub fn young_host_target(pool: Option<&PoolPrior>, window_secs: u64) -> f64 {
+    prior_tr(pool, window_secs, None).0
+}
+
 /// The median of sorted values (the mean of the middle two for an even count).
 fn median(sorted: &[f64]) -> f64 {
     let n = sorted.len();
@@ -278,6 +288,45 @@ mod tests {
             .collect();
         let prior = PoolPrior::from_heard(sure.iter().map(heard), NOW, &LADDER).unwrap();
         assert_eq!(prior.tr(3600, None), TR_CEIL);
+    }
+
+    /// A server joins a pool of servers and answers with their prior; its
+    /// first day (never failing, like theirs) arrives. Its answer must lie
+    /// between the prior it answered the moment before and its own record,
+    /// not fall towards the built-in desktop population.
+    #[test]
+    fn a_young_host_with_the_pool_prior_does_not_jump_when_its_first_day_arrives() {
+        use crate::baselines::prior::YoungHostPrior;
+        use crate::baselines::test_series::{series_from, DAY, MONDAY};
+        use crate::baselines::Logistic;
+        use crate::predict::PredictRequest;
+        use crate::predictor::ReliabilityPredictor;
+        use crate::state::Thresholds;
+        use std::sync::Arc;
+        let curves: Vec<TrCurve> = [0.96, 0.97, 0.98, 0.99, 0.975].map(server).to_vec();
+        let pool = PoolPrior::from_heard(curves.iter().map(heard), NOW, &LADDER).unwrap();
+        // Monday and Tuesday, never failing; Tuesday's windows learn from Monday.
+        let series = series_from(2, 60, |_| 5.0);
+        let mut outside = 0;
+        for (hour, secs) in [(10, 3600), (10, 4 * 3600), (2, 4 * 3600), (20, 16 * 3600)] {
+            let req = PredictRequest::new(MONDAY + DAY + hour * 3600, secs, Thresholds::default());
+            let before = pool.tr(secs, Some(State::S1));
+            let ask = |l: Logistic| l.forecast(&series, &req).unwrap().tr;
+            let own = ask(Logistic::with_own_cache().with_prior(YoungHostPrior::NONE));
+            let pooled = ask(Logistic::with_own_cache().towards_pool(Some(Arc::new(pool.clone()))));
+            let built_in = ask(Logistic::with_own_cache());
+            let (lo, hi) = (before.min(own), before.max(own));
+            assert!(
+                (lo - 1e-9..=hi + 1e-9).contains(&pooled),
+                "{hour} h, {secs} s: {pooled} outside [{lo}, {hi}]"
+            );
+            // Towards the built-in population the same day drags it down,
+            // at 1 h below both the prior and its own record: the jump this
+            // prevents.
+            assert!(built_in < pooled, "{hour} h, {secs} s: {built_in}");
+            outside += usize::from(built_in < lo);
+        }
+        assert!(outside >= 1);
     }
 
     #[test]

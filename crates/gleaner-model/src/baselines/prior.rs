@@ -79,17 +79,29 @@ impl YoungHostPrior {
     /// not a number is not known (no days, no rate, no fitted forecast).
     /// [`YoungHostPrior::NONE`] returns `fitted` unchanged.
     pub fn apply(&self, fitted: f64, host_rate: f64, days: f64, window_secs: u64) -> f64 {
+        self.apply_towards(fitted, host_rate, days, population_survival(window_secs))
+    }
+
+    /// [`apply`](Self::apply) towards another population survival `p0`
+    /// for the window (a host that answers with its pool's prior shrinks
+    /// towards the pool's typical curve, so its answer does not jump when
+    /// its first day arrives: [`super::pool_prior::young_host_target`]).
+    /// `p0` is clamped into [0, 1]; one that is not a number is not known:
+    /// the host's own rate stands in for it (0.5 when that is not known
+    /// either).
+    pub fn apply_towards(&self, fitted: f64, host_rate: f64, days: f64, p0: f64) -> f64 {
         let (k, a) = (self.base_days.max(0.0), self.population_days.max(0.0));
         if k == 0.0 {
             return fitted;
         }
-        let p0 = population_survival(window_secs);
         let d = if days.is_finite() { days.max(0.0) } else { 0.0 };
-        let r = if host_rate.is_finite() {
-            host_rate.clamp(0.0, 1.0)
+        let r = host_rate.is_finite().then(|| host_rate.clamp(0.0, 1.0));
+        let p0 = if p0.is_finite() {
+            p0.clamp(0.0, 1.0)
         } else {
-            p0
+            r.unwrap_or(0.5)
         };
+        let r = r.unwrap_or(p0);
         let base = if d + a > 0.0 {
             (d * r + a * p0) / (d + a)
         } else {
@@ -191,6 +203,32 @@ mod tests {
         assert!((tr - 1.94 / 3.0).abs() < 1e-12, "{tr}");
         // No record at all: the population survival.
         assert!((prior.apply(0.2, 0.9, 0.0, 3600) - 0.84).abs() < 1e-12);
+    }
+
+    #[test]
+    fn towards_another_population_the_prior_starts_there_and_fades_the_same() {
+        let prior = YoungHostPrior::DEFAULT;
+        for secs in [3600, 3 * 3600, 10 * 3600] {
+            // `apply` is `apply_towards` the built-in population.
+            let built_in = population_survival(secs);
+            for (p, r, d) in [(0.3, 0.6, 1.0), (0.9, 0.95, 3.0), (f64::NAN, f64::NAN, 0.0)] {
+                assert_eq!(
+                    prior.apply(p, r, d, secs),
+                    prior.apply_towards(p, r, d, built_in)
+                );
+            }
+            // At zero days it answers the population it was given: a host
+            // that answered the pool's prior goes on from it.
+            assert_eq!(prior.apply_towards(f64::NAN, f64::NAN, 0.0, 0.97), 0.97);
+            assert_eq!(prior.apply_towards(0.2, 0.4, 0.0, 0.97), 0.97);
+            // The pull towards it fades with days as the built-in one does.
+            let gap = |d: f64| (prior.apply_towards(0.5, 0.5, d, 0.97) - 0.5).abs();
+            assert!(gap(1.0) > gap(3.0) && gap(3.0) > gap(30.0) && gap(30.0) < 0.03);
+        }
+        // An unknown population: the host's rate, or 0.5 without one.
+        assert_eq!(prior.apply_towards(f64::NAN, 0.8, 0.0, f64::NAN), 0.8);
+        assert_eq!(prior.apply_towards(f64::NAN, f64::NAN, 0.0, f64::NAN), 0.5);
+        assert_eq!(prior.apply_towards(f64::NAN, f64::NAN, 0.0, 7.0), 1.0);
     }
 
     #[test]
