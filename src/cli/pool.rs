@@ -149,11 +149,13 @@ fn host_row(h: &HostReport) -> Vec<String> {
         opt(h.initial_state.clone().or_else(|| h.state.clone())),
         opt(h.power.map(|p| format!("{p:.2}"))),
         slot.to_string(),
-        // A host with no day of record answers with the population prior.
-        opt(h.days_used.map(|d| match d {
-            0 if h.method.as_deref() == Some("pool-prior") => "0 (pool prior)".to_string(),
-            0 => "0 (prior)".to_string(),
-            d => d.to_string(),
+        // A host with no day of record answers with a prior and says
+        // which, in its answer and its summary (an older one's cannot).
+        opt(h.days_used.map(|d| match (d, h.method.as_deref()) {
+            (0, Some("pool-prior")) => "0 (pool prior)".to_string(),
+            (0, Some("built-in-prior")) => "0 (built-in prior)".to_string(),
+            (0, _) => "0 (prior)".to_string(),
+            (d, _) => d.to_string(),
         })),
         rtt,
         opt(h
@@ -263,6 +265,30 @@ mod tests {
         assert_eq!(compact_duration(59), "59s");
         assert_eq!(compact_duration(7_200), "2h");
         assert_eq!(compact_duration(100_000), "27h");
+    }
+
+    #[test]
+    fn a_host_with_no_record_shows_which_prior_it_said_it_answers_with() {
+        let mut h: HostReport = serde_json::from_value(
+            serde_json::json!({"peer": "p", "found_by": [], "addresses": [],
+                "answered": false, "tr": 0.97, "fail_by_cause": {}, "initial_state": null,
+                "days_used": 0, "method": null, "power": null, "slot_free": null, "state": null,
+                "logical_cpus": null, "memory_mib": null, "version": null, "error": null,
+                "rtt_ms": null, "rtt_p50_ms": null, "rtt_p99_ms": null, "responses": 0}),
+        )
+        .unwrap();
+        // An older host's summary cannot say which.
+        assert_eq!(host_row(&h)[5], "0 (prior)");
+        for (method, shown) in [
+            ("pool-prior", "0 (pool prior)"),
+            ("built-in-prior", "0 (built-in prior)"),
+        ] {
+            h.method = Some(method.to_string());
+            assert_eq!(host_row(&h)[5], shown);
+        }
+        h.days_used = Some(4);
+        h.method = Some("logistic".into());
+        assert_eq!(host_row(&h)[5], "4");
     }
 
     #[test]

@@ -24,8 +24,8 @@ use crate::net::handle::Member;
 use crate::net::protocol::{
     ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, CURVE_POINTS_MAX,
 };
-use crate::net::summary::Summary;
 use crate::net::summary::{checked_spell_lengths, checked_spells};
+use crate::net::summary::{LadderBasis, Summary};
 use crate::net::{NetError, NetHandle};
 
 pub use super::surveyed::SurveyedHost;
@@ -207,6 +207,12 @@ fn fill_from_summary(h: &mut SurveyedHost, s: &Summary, query: &SurveyQuery) {
     h.tr = curve.map(|c| c.tr_at(query.window_secs as f64));
     h.curve = curve.cloned();
     h.days_used = Some(s.days_used);
+    // A summary names no method; one whose ladders are a prior says which,
+    // as that host's answer would (`pool-prior`, `built-in-prior`).
+    h.method = s
+        .basis
+        .and_then(LadderBasis::answer_method)
+        .map(str::to_string);
     h.speed = Some(s.speed);
     h.availability = s.availability;
     h.spells = s.spells;

@@ -298,8 +298,12 @@ fn protocol_md_lists_every_struct_field_in_the_codec_order() {
         "SummaryWithImages",
         table_fields(region(
             "`SummaryWithImages` (struct), format 2:",
-            "**When.**",
+            "`SummaryWithBasis` (struct)",
         )),
+    );
+    assert_struct::<SummaryWithBasis>(
+        "SummaryWithBasis",
+        table_fields(region("`SummaryWithBasis` (struct), format 3", "**When.**")),
     );
     assert_struct::<Announcement>(
         "Announcement",

@@ -65,8 +65,8 @@ pub struct LocalStatus {
 
 /// The reliability part of this node's summary and the images it holds,
 /// computed by the node; the network task adds the announcement's part and
-/// publishes them as one `SummaryWithImages` (and, while it hears a node
-/// of format 1, as one `HostSummary` too).
+/// publishes them as one `SummaryWithBasis` (and, while it hears older
+/// nodes, as the `SummaryWithImages` or `HostSummary` they read too).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SummaryBody {
     /// When it was computed, Unix seconds; the ladders' windows start then.
@@ -85,6 +85,9 @@ pub struct SummaryBody {
     /// The ids of the images the image cache holds, the most recently used
     /// first, at most `IMAGES_HELD_MAX`.
     pub images: Vec<[u8; 32]>,
+    /// What the ladders stand on: the record, or which prior a host with no
+    /// day of record answers with.
+    pub basis: crate::net::summary::LadderBasis,
 }
 
 /// A pool member as last announced.

@@ -53,10 +53,21 @@ impl MemberCache {
 
     /// Records what `member` said. A member heard again keeps the summary
     /// it sent before when this message (an old node's announcement) has
-    /// none. Returns the member evicted to make room, if any.
+    /// none, or when this one is a copy of it in an older format (the same
+    /// computation, for nodes that read nothing newer): a copy never makes
+    /// a newer node look old, so a pool does not go on paying for copies
+    /// once its older nodes have left. Returns the member evicted to make
+    /// room, if any.
     pub fn insert(&mut self, mut member: Member) -> Option<PeerId> {
-        if member.summary.is_none() {
-            if let Some(old) = self.members.get(&member.peer) {
+        if let Some(old) = self.members.get(&member.peer) {
+            let keep_old = match (&member.summary, &old.summary) {
+                (None, _) => true,
+                (Some(new), Some(old)) => {
+                    new.computed_at_unix == old.computed_at_unix && new.format() < old.format()
+                }
+                (Some(_), None) => false,
+            };
+            if keep_old {
                 member.summary.clone_from(&old.summary);
             }
         }
@@ -84,6 +95,17 @@ impl MemberCache {
         self.members
             .values()
             .any(|m| m.summary.as_ref().is_some_and(|s| s.images.is_none()))
+    }
+
+    /// True when some member's last summary came in format 2 (a node
+    /// built before format 3, which refuses its bytes on the summary
+    /// topic): then ours goes out there in both formats.
+    pub fn any_of_format_2(&self) -> bool {
+        self.members.values().any(|m| {
+            m.summary
+                .as_ref()
+                .is_some_and(|s| s.format() == crate::net::protocol::SUMMARY_FORMAT)
+        })
     }
 
     /// Drops the members not heard within `ttl` of `now`; returns them.

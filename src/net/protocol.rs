@@ -90,9 +90,25 @@ pub fn summary_topic_1(pool: &PoolName) -> String {
     format!("gleaner/{pool}/summary/1")
 }
 
-/// The layout of a summary this code writes on [`summary_topic`]
-/// ([`SummaryWithImages`]); a receiver refuses another there.
+/// The layout of a [`SummaryWithImages`]: what the leaf topics and digests
+/// carry, and the copy this code also writes on [`summary_topic`] while it
+/// hears a node that reads nothing newer.
 pub const SUMMARY_FORMAT: u8 = 2;
+/// The layout of a summary this code writes on [`summary_topic`]
+/// ([`SummaryWithBasis`]: it says what its ladders stand on); a receiver
+/// reads this and [`SUMMARY_FORMAT`] there, and refuses another.
+pub const SUMMARY_FORMAT_3: u8 = 3;
+/// A reliability answer's `method` when the host has no day of record: the
+/// pool's typical curve, or the built-in population's.
+pub const PRIOR_METHODS: [&str; 2] = ["pool-prior", "built-in-prior"];
+/// [`SummaryWithBasis::basis`]: the ladders come from the host's own record.
+pub const BASIS_RECORD: u8 = 0;
+/// [`SummaryWithBasis::basis`]: the host has no day of record; its ladders
+/// are the built-in population's prior.
+pub const BASIS_BUILT_IN_PRIOR: u8 = 1;
+/// [`SummaryWithBasis::basis`]: the host has no day of record; its ladders
+/// are the pool's typical curve, heard from members with records.
+pub const BASIS_POOL_PRIOR: u8 = 2;
 /// The layout of a summary on [`summary_topic_1`]: a [`HostSummary`] alone.
 pub const SUMMARY_FORMAT_1: u8 = 1;
 /// Most image ids a format 2 summary carries (the most recently used
@@ -244,7 +260,8 @@ pub struct Announcement {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HostSummary {
     /// [`SUMMARY_FORMAT_1`] alone on [`summary_topic_1`]; [`SUMMARY_FORMAT`]
-    /// as the first part of a [`SummaryWithImages`]. A receiver rejects any
+    /// as the first part of a [`SummaryWithImages`]; [`SUMMARY_FORMAT_3`] as
+    /// the first part of a [`SummaryWithBasis`]. A receiver rejects any
     /// other.
     pub format: u8,
     /// The member, as an announcement describes it (same checks).
@@ -275,13 +292,29 @@ pub struct HostSummary {
 /// bytes (with another first byte) and one list more.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SummaryWithImages {
-    /// Fields 1-9, as format 1 has them (`format` 2).
+    /// Fields 1-9, as format 1 has them (`format` 2, or 3 inside a
+    /// [`SummaryWithBasis`]).
     pub summary: HostSummary,
     /// Ids of the images the host's image cache holds whole (the SHA-256
     /// of each image's config, as [`ImageRef::id`]), the most recently used
     /// first, at most [`IMAGES_HELD_MAX`]. A claim only: a consumer prefers
     /// a holder, and the host still reads and checks an archive it lacks.
     pub images: Vec<[u8; 32]>,
+}
+
+/// A summary of format 3 ([`SUMMARY_FORMAT_3`]), on [`summary_topic`]: a
+/// [`SummaryWithImages`] whose `format` is 3, followed by what its ladders
+/// stand on, so a consumer (and a member building the pool's prior) can
+/// tell a pool prior from the built-in one. Format 2's bytes with another
+/// first byte and one byte more.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryWithBasis {
+    /// Fields 1-10, as format 2 has them (`format` 3).
+    pub summary: SummaryWithImages,
+    /// What the ladders stand on: [`BASIS_RECORD`], [`BASIS_BUILT_IN_PRIOR`]
+    /// or [`BASIS_POOL_PRIOR`]; a receiver reads another value as a basis
+    /// it does not know (a newer host's), not as an error.
+    pub basis: u8,
 }
 
 /// TR at [`LADDER_SECS`] for one memory level.
@@ -329,7 +362,8 @@ pub struct ReliabilityAnswer {
     pub initial_state: WireState,
     /// History days that went into the estimate.
     pub days_used: u32,
-    /// Estimator name (e.g. `km`, `paper`).
+    /// Estimator name (e.g. `km`, `paper`); for a host with no day of
+    /// record, which prior it answered with ([`PRIOR_METHODS`]).
     pub method: String,
     /// Effective computing power Γ = P·A in thousandths.
     pub relative_power_milli: u32,

@@ -17,8 +17,9 @@ use crate::model::sched::spells::{
 };
 use crate::net::codec::decode_body;
 use crate::net::protocol::{
-    Announcement, HostSummary, SummaryWithImages, WireSpellLengths, WireSpells, IMAGES_HELD_MAX,
-    LADDER_SECS, MEMORY_LEVELS_MIB, SUMMARY_FORMAT, SUMMARY_FORMAT_1,
+    Announcement, HostSummary, SummaryWithBasis, SummaryWithImages, WireSpellLengths, WireSpells,
+    BASIS_BUILT_IN_PRIOR, BASIS_POOL_PRIOR, BASIS_RECORD, IMAGES_HELD_MAX, LADDER_SECS,
+    MEMORY_LEVELS_MIB, PRIOR_METHODS, SUMMARY_FORMAT, SUMMARY_FORMAT_1, SUMMARY_FORMAT_3,
 };
 
 /// The pacing constants live in the model, shared with `gleaner simulate`.
@@ -54,6 +55,57 @@ pub struct Summary {
     /// [`IMAGES_HELD_MAX`]); `None` from a format 1 summary, which cannot
     /// say. A claim that only moves the host ahead for a task in one.
     pub images: Option<Vec<[u8; 32]>>,
+    /// What its ladders stand on; `None` from a format 1 or 2 summary,
+    /// which cannot say (`days_used` 0 there is a prior of either kind).
+    pub basis: Option<LadderBasis>,
+}
+
+/// What a summary's ladders stand on, as its host said (format 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LadderBasis {
+    /// The host's own record.
+    Record,
+    /// No day of record: the built-in population's prior.
+    BuiltInPrior,
+    /// No day of record: the pool's typical curve.
+    PoolPrior,
+    /// A value this node does not know (a newer host's): read as a claim
+    /// that says nothing, never as an error.
+    Unknown(u8),
+}
+
+impl LadderBasis {
+    /// The wire's byte read.
+    pub fn from_wire(byte: u8) -> LadderBasis {
+        match byte {
+            BASIS_RECORD => LadderBasis::Record,
+            BASIS_BUILT_IN_PRIOR => LadderBasis::BuiltInPrior,
+            BASIS_POOL_PRIOR => LadderBasis::PoolPrior,
+            other => LadderBasis::Unknown(other),
+        }
+    }
+
+    /// The wire's byte.
+    pub fn to_wire(self) -> u8 {
+        match self {
+            LadderBasis::Record => BASIS_RECORD,
+            LadderBasis::BuiltInPrior => BASIS_BUILT_IN_PRIOR,
+            LadderBasis::PoolPrior => BASIS_POOL_PRIOR,
+            LadderBasis::Unknown(other) => other,
+        }
+    }
+
+    /// The `method` a reliability answer of a host with this basis names
+    /// ([`PRIOR_METHODS`]: `pool-prior`, `built-in-prior`); `None` for a
+    /// record (its answer names the method that read it) or a basis this
+    /// node does not know.
+    pub fn answer_method(self) -> Option<&'static str> {
+        match self {
+            LadderBasis::PoolPrior => Some(PRIOR_METHODS[0]),
+            LadderBasis::BuiltInPrior => Some(PRIOR_METHODS[1]),
+            LadderBasis::Record | LadderBasis::Unknown(_) => None,
+        }
+    }
 }
 
 impl Summary {
@@ -66,12 +118,24 @@ impl Summary {
             .find(|(level, _)| *level >= mem_mib)
             .map(|(_, c)| c)
     }
+
+    /// The format it came in: 1 says nothing of images, 2 nothing of its
+    /// basis, 3 both.
+    pub fn format(&self) -> u8 {
+        match (&self.images, self.basis) {
+            (None, _) => SUMMARY_FORMAT_1,
+            (Some(_), None) => SUMMARY_FORMAT,
+            (Some(_), Some(_)) => SUMMARY_FORMAT_3,
+        }
+    }
 }
 
 /// Why a summary is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SummaryError {
-    #[error("summary format {0}, this node reads {SUMMARY_FORMAT_1} and {SUMMARY_FORMAT}")]
+    #[error(
+        "summary format {0}, this node reads {SUMMARY_FORMAT_1}, {SUMMARY_FORMAT} and {SUMMARY_FORMAT_3}"
+    )]
     Format(u8),
     #[error("summary does not decode: {0}")]
     Decode(String),
@@ -85,7 +149,7 @@ pub enum SummaryError {
 /// on), the member it describes and what it says.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecodedSummary {
-    /// [`SUMMARY_FORMAT_1`] or [`SUMMARY_FORMAT`].
+    /// [`SUMMARY_FORMAT_1`], [`SUMMARY_FORMAT`] or [`SUMMARY_FORMAT_3`].
     pub format: u8,
     pub member: Announcement,
     pub summary: Summary,
@@ -95,7 +159,8 @@ pub struct DecodedSummary {
 /// are at most a gossipsub message; the codec's decode limit bounds every
 /// list before it is allocated): the first byte is the format, 1 a
 /// [`HostSummary`] alone, 2 a [`SummaryWithImages`]; anything else, bytes
-/// left over, or a check below failing refuses it, naming why.
+/// left over, or a check below failing refuses it, naming why. 3 a
+/// [`SummaryWithBasis`].
 pub fn decode_summary(bytes: &[u8], heard_unix: i64) -> Result<DecodedSummary, SummaryError> {
     let decode_err = |e: crate::net::codec::CodecError| SummaryError::Decode(e.to_string());
     match bytes.first().copied() {
@@ -117,6 +182,15 @@ pub fn decode_summary(bytes: &[u8], heard_unix: i64) -> Result<DecodedSummary, S
                 summary,
             })
         }
+        Some(SUMMARY_FORMAT_3) => {
+            let s: SummaryWithBasis = decode_body(bytes).map_err(decode_err)?;
+            let summary = check_summary_with_basis(&s, heard_unix)?;
+            Ok(DecodedSummary {
+                format: SUMMARY_FORMAT_3,
+                member: s.summary.summary.member,
+                summary,
+            })
+        }
         other => Err(SummaryError::Format(other.unwrap_or(0))),
     }
 }
@@ -131,6 +205,27 @@ pub fn check_summary_with_images(
     if s.summary.format != SUMMARY_FORMAT {
         return Err(SummaryError::Format(s.summary.format));
     }
+    checked_with_images(s, heard_unix)
+}
+
+/// Checks a format 3 summary: its format, then the rest as
+/// [`check_summary_with_images`] does; its basis is read, whatever the
+/// byte ([`LadderBasis::from_wire`]).
+pub fn check_summary_with_basis(
+    s: &SummaryWithBasis,
+    heard_unix: i64,
+) -> Result<Summary, SummaryError> {
+    if s.summary.summary.format != SUMMARY_FORMAT_3 {
+        return Err(SummaryError::Format(s.summary.summary.format));
+    }
+    let mut summary = checked_with_images(&s.summary, heard_unix)?;
+    summary.basis = Some(LadderBasis::from_wire(s.basis));
+    Ok(summary)
+}
+
+/// The images and reliability checks of a format 2 or 3 summary, its
+/// format already checked.
+fn checked_with_images(s: &SummaryWithImages, heard_unix: i64) -> Result<Summary, SummaryError> {
     if s.images.len() > IMAGES_HELD_MAX {
         return Err(SummaryError::Images {
             count: s.images.len(),
@@ -216,6 +311,7 @@ fn check_reliability(s: &HostSummary, heard_unix: i64) -> Result<Summary, Summar
         spells,
         spell_lengths,
         images: None,
+        basis: None,
     })
 }
 

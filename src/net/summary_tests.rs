@@ -7,7 +7,10 @@ use crate::model::state::State;
 use crate::net::handle::LocalStatus;
 use crate::net::handle::Member;
 use crate::net::members::MemberCache;
-use crate::net::protocol::{Announcement, SummaryWithImages, WireLadder, WireState};
+use crate::net::protocol::{
+    Announcement, SummaryWithBasis, SummaryWithImages, WireLadder, WireState, BASIS_BUILT_IN_PRIOR,
+    BASIS_POOL_PRIOR, BASIS_RECORD,
+};
 use libp2p::PeerId;
 use std::time::Instant;
 
@@ -140,8 +143,8 @@ fn both_formats_decode_by_their_first_byte_and_only_format_2_says_which_images()
     assert_eq!(none.summary.images, Some(vec![]));
     // Another format, bytes left over, or format 1 cut short: refused.
     let mut other = b2.clone();
-    other[0] = 3;
-    assert_eq!(decode_summary(&other, heard), Err(SummaryError::Format(3)));
+    other[0] = 4;
+    assert_eq!(decode_summary(&other, heard), Err(SummaryError::Format(4)));
     assert_eq!(decode_summary(&[], heard), Err(SummaryError::Format(0)));
     let mut trailing = b1.clone();
     trailing.push(0);
@@ -201,6 +204,143 @@ fn a_summary_claiming_more_images_than_the_bound_is_refused_by_name() {
         check_summary_with_images(&inner, heard),
         Err(SummaryError::Format(SUMMARY_FORMAT_1))
     );
+}
+
+/// A format 3 summary whose ladders stand on `basis` (the wire's byte).
+fn with_basis(days_used: u32, basis: u8) -> SummaryWithBasis {
+    let mut s = with_images(vec![[5; 32]]);
+    s.summary.format = SUMMARY_FORMAT_3;
+    s.summary.days_used = days_used;
+    SummaryWithBasis { summary: s, basis }
+}
+
+#[test]
+fn a_format_3_summary_says_which_prior_its_ladders_are_and_older_ones_cannot() {
+    use crate::net::codec::encode_body;
+    let heard = 1_700_000_100;
+    for (days, byte, basis, label) in [
+        (7, BASIS_RECORD, LadderBasis::Record, None),
+        (
+            0,
+            BASIS_BUILT_IN_PRIOR,
+            LadderBasis::BuiltInPrior,
+            Some("built-in-prior"),
+        ),
+        (
+            0,
+            BASIS_POOL_PRIOR,
+            LadderBasis::PoolPrior,
+            Some("pool-prior"),
+        ),
+        // A newer host's basis this node does not know: read, not refused.
+        (0, 200, LadderBasis::Unknown(200), None),
+    ] {
+        let s3 = with_basis(days, byte);
+        let got = decode_summary(&encode_body(&s3).unwrap(), heard).unwrap();
+        assert_eq!(got.format, SUMMARY_FORMAT_3);
+        assert_eq!(got.member, s3.summary.summary.member);
+        assert_eq!(
+            (got.summary.days_used, got.summary.basis),
+            (days, Some(basis))
+        );
+        assert_eq!(got.summary.format(), SUMMARY_FORMAT_3);
+        // The `method` the host's answer names.
+        assert_eq!(
+            got.summary.basis.and_then(LadderBasis::answer_method),
+            label
+        );
+        assert_eq!(basis.to_wire(), byte);
+        assert_eq!(got.summary.images, Some(vec![[5; 32]]));
+    }
+    assert_eq!(
+        [LadderBasis::PoolPrior, LadderBasis::BuiltInPrior].map(LadderBasis::answer_method),
+        PRIOR_METHODS.map(Some)
+    );
+    // Format 3's bytes are format 2's with another first byte and the basis.
+    let s3 = with_basis(0, BASIS_POOL_PRIOR);
+    let mut s2 = s3.summary.clone();
+    s2.summary.format = SUMMARY_FORMAT;
+    let (b2, b3) = (encode_body(&s2).unwrap(), encode_body(&s3).unwrap());
+    assert_eq!((&b3[1..b2.len()], b3.len()), (&b2[1..], b2.len() + 1));
+    // Formats 1 and 2 cannot say: `None`, whatever their days.
+    let old = decode_summary(&b2, heard).unwrap();
+    assert_eq!(
+        (old.summary.basis, old.summary.format()),
+        (None, SUMMARY_FORMAT)
+    );
+    let mut s1 = s2.summary.clone();
+    s1.format = SUMMARY_FORMAT_1;
+    let oldest = decode_summary(&encode_body(&s1).unwrap(), heard).unwrap();
+    assert_eq!(
+        (oldest.summary.basis, oldest.summary.format()),
+        (None, SUMMARY_FORMAT_1)
+    );
+    // Format 3 cut short, with bytes left over, or with another format
+    // inside: refused.
+    assert!(matches!(
+        decode_summary(&b3[..b3.len() - 1], heard),
+        Err(SummaryError::Decode(_))
+    ));
+    let mut trailing = b3.clone();
+    trailing.push(0);
+    assert!(matches!(
+        decode_summary(&trailing, heard),
+        Err(SummaryError::Decode(_))
+    ));
+    let mut inner = with_basis(0, BASIS_POOL_PRIOR);
+    inner.summary.summary.format = SUMMARY_FORMAT;
+    assert_eq!(
+        check_summary_with_basis(&inner, heard),
+        Err(SummaryError::Format(SUMMARY_FORMAT))
+    );
+    // Its images are bounded as format 2's are.
+    let mut many = with_basis(7, BASIS_RECORD);
+    many.summary.images = (0..=16u8).map(|i| [i; 32]).collect();
+    assert_eq!(
+        decode_summary(&encode_body(&many).unwrap(), heard),
+        Err(SummaryError::Images { count: 17 })
+    );
+    // A node built before format 3 reads its bytes as format 2 with a byte
+    // left over and refuses them: hence the format 2 copy while one is heard.
+    assert!(crate::net::codec::decode_body::<SummaryWithImages>(&b3).is_err());
+}
+
+#[test]
+fn a_copy_in_an_older_format_does_not_make_a_newer_member_look_old() {
+    use crate::net::codec::encode_body;
+    let (t0, heard) = (Instant::now(), 1_700_000_100);
+    let p = PeerId::random();
+    let mut cache = MemberCache::new(10);
+    let s3 = with_basis(0, BASIS_POOL_PRIOR);
+    let mut s2 = s3.summary.clone();
+    s2.summary.format = SUMMARY_FORMAT;
+    let mut s1 = s2.summary.clone();
+    s1.format = SUMMARY_FORMAT_1;
+    let decoded =
+        |bytes: Vec<u8>| std::sync::Arc::new(decode_summary(&bytes, heard).unwrap().summary);
+    let (new, copy_2, copy_1) = (
+        decoded(encode_body(&s3).unwrap()),
+        decoded(encode_body(&s2).unwrap()),
+        decoded(encode_body(&s1).unwrap()),
+    );
+    // The newest first, then its copies: it stays format 3.
+    cache.insert(member(p, t0, Some(new.clone())));
+    cache.insert(member(p, t0, Some(copy_2.clone())));
+    cache.insert(member(p, t0, Some(copy_1.clone())));
+    assert_eq!(cache.get(&p).unwrap().summary.as_ref(), Some(&new));
+    assert!(!cache.any_of_format_2() && !cache.any_of_format_1());
+    // A copy first, then the newest: format 3 replaces it.
+    let q = PeerId::random();
+    cache.insert(member(q, t0, Some(copy_2.clone())));
+    assert!(cache.any_of_format_2());
+    cache.insert(member(q, t0, Some(new.clone())));
+    assert!(!cache.any_of_format_2());
+    // A format 2 summary of a later computation is an older node's (or a
+    // host that went back to an older version): it counts as format 2.
+    let mut later = s2.clone();
+    later.summary.computed_at_unix += 60;
+    cache.insert(member(p, t0, Some(decoded(encode_body(&later).unwrap()))));
+    assert!(cache.any_of_format_2());
 }
 
 fn member(peer: PeerId, last_seen: Instant, summary: Option<std::sync::Arc<Summary>>) -> Member {

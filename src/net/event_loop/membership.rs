@@ -28,11 +28,11 @@ use crate::net::handle::{LocalStatus, Member, NetEvent, SummaryBody};
 use crate::net::listening::{republish_for, Subscriber, HELLO_WITHIN};
 use crate::net::members::MEMBERS_MAX;
 use crate::net::protocol::{
-    Announcement, HostSummary, SummaryWithImages, ANNOUNCE_MAX_BYTES, IMAGES_HELD_MAX,
-    SUMMARY_FORMAT, SUMMARY_FORMAT_1, SUMMARY_MAX_BYTES,
+    Announcement, HostSummary, SummaryWithBasis, SummaryWithImages, ANNOUNCE_MAX_BYTES,
+    IMAGES_HELD_MAX, SUMMARY_FORMAT, SUMMARY_FORMAT_1, SUMMARY_FORMAT_3, SUMMARY_MAX_BYTES,
 };
 use crate::net::routing_table;
-use crate::net::summary::{decode_summary, min_gap, Summary};
+use crate::net::summary::{decode_summary, min_gap, LadderBasis, Summary};
 use crate::net::swarm::ANNOUNCED_ADDRESSES_MAX;
 
 /// Summaries (and announcements) one source may publish in a burst, and
@@ -125,15 +125,16 @@ impl EventLoop {
             return self.on_leaf_summary(source, &message.data);
         }
         let mut summary_bytes = None;
-        // Each summary topic carries its own format and no other.
-        let format = if message.topic == self.summary_topic.hash() {
-            Some(SUMMARY_FORMAT)
+        // Each summary topic carries its own formats and no other: the
+        // summary topic 3 and the copies of 2, the format 1 topic 1.
+        let formats: Option<&[u8]> = if message.topic == self.summary_topic.hash() {
+            Some(&[SUMMARY_FORMAT_3, SUMMARY_FORMAT])
         } else if message.topic == self.summary_topic_1.hash() {
-            Some(SUMMARY_FORMAT_1)
+            Some(&[SUMMARY_FORMAT_1])
         } else {
             None
         };
-        let member = if let Some(format) = format {
+        let member = if let Some(formats) = formats {
             if message.data.len() > SUMMARY_MAX_BYTES {
                 return MessageAcceptance::Reject;
             }
@@ -141,7 +142,7 @@ impl EventLoop {
             let Ok(h) = decode_summary(&message.data, heard) else {
                 return MessageAcceptance::Reject;
             };
-            if h.format != format {
+            if !formats.contains(&h.format) {
                 return MessageAcceptance::Reject;
             }
             summary_bytes = Some(message.data.as_slice());
@@ -312,9 +313,12 @@ impl EventLoop {
             version: env!("CARGO_PKG_VERSION").to_string(),
         };
         // A format 1 copy only while a node that reads nothing else is in
-        // the table: a pool of this version pays for one publication.
-        let both = self.members.any_of_format_1();
-        let data = match summary_bytes(announcement, self.body.as_ref(), both) {
+        // the table, and a format 2 copy on the summary topic only while
+        // one that reads nothing newer is: a pool of this version pays
+        // for one publication there.
+        let with_1 = self.members.any_of_format_1();
+        let with_2 = self.members.any_of_format_2();
+        let data = match summary_bytes(announcement, self.body.as_ref(), with_1) {
             Ok(d) => d,
             Err(e) => {
                 tracing::warn!("summary does not encode: {e}");
@@ -322,18 +326,23 @@ impl EventLoop {
             }
         };
         self.last_published = Some(Instant::now());
-        let (data, data_1) = data;
         // In a large pool our leaf mates hear it on our leaf's topic, and
-        // our digest carries it.
-        self.leaves.published(&data);
+        // our digest carries it: format 2, what leaves and digests carry.
+        self.leaves.published(&data.format_2);
         let leaf = self
             .leaves
             .topic()
             .cloned()
-            .map(|t| (t, Some(data.clone())));
+            .map(|t| (t, Some(data.format_2.clone())));
+        // The copy first, so a member that hears both in order keeps the
+        // newer (it keeps it in either order: `MemberCache::insert`).
         let topics = [
-            (self.summary_topic.clone(), Some(data)),
-            (self.summary_topic_1.clone(), data_1),
+            (
+                self.summary_topic.clone(),
+                with_2.then(|| data.format_2.clone()),
+            ),
+            (self.summary_topic.clone(), Some(data.format_3)),
+            (self.summary_topic_1.clone(), data.format_1),
         ]
         .into_iter()
         .chain(leaf);
@@ -360,18 +369,31 @@ impl EventLoop {
     }
 }
 
-/// Our summary's bytes in format 2 (the announcement, the reliability
-/// part, none before the node computed one, and the images held, at most
-/// [`IMAGES_HELD_MAX`]) and, with `format_1`, in format 1 (the same without
-/// the images). Past [`SUMMARY_MAX_BYTES`] the spell lengths are left out,
-/// then the images, then the spells, then the ladders.
+/// Our summary's bytes, one per format that goes out.
+#[derive(Debug)]
+struct SummaryBytes {
+    /// Format 3, for the summary topic.
+    format_3: Vec<u8>,
+    /// Format 2 (the same without the basis): for our leaf's topic and
+    /// digest, and for the summary topic while a format 2 node is heard.
+    format_2: Vec<u8>,
+    /// Format 1 (the same without the images), when asked for.
+    format_1: Option<Vec<u8>>,
+}
+
+/// Our summary's bytes in format 3 (the announcement, the reliability
+/// part, none before the node computed one, the images held, at most
+/// [`IMAGES_HELD_MAX`], and what the ladders stand on), in format 2 (the
+/// same without the basis) and, with `format_1`, in format 1 (the same
+/// without the images). Past [`SUMMARY_MAX_BYTES`] the spell lengths are
+/// left out, then the images, then the spells, then the ladders.
 fn summary_bytes(
     member: Announcement,
     body: Option<&SummaryBody>,
     format_1: bool,
-) -> Result<(Vec<u8>, Option<Vec<u8>>), crate::net::codec::CodecError> {
+) -> Result<SummaryBytes, crate::net::codec::CodecError> {
     let mut summary = HostSummary {
-        format: SUMMARY_FORMAT,
+        format: SUMMARY_FORMAT_3,
         member,
         computed_at_unix: body.map_or(0, |b| b.computed_at_unix),
         speed_milli: body.map_or(0, |b| b.speed_milli),
@@ -388,11 +410,16 @@ fn summary_bytes(
     let mut images: Vec<[u8; 32]> = body
         .map(|b| b.images.iter().take(IMAGES_HELD_MAX).copied().collect())
         .unwrap_or_default();
+    // Nothing computed yet is no record: the ladders are empty anyway.
+    let basis = body.map_or(LadderBasis::Record, |b| b.basis).to_wire();
     let mut cut = 0;
-    let data = loop {
-        let data = encode_body(&SummaryWithImages {
-            summary: summary.clone(),
-            images: images.clone(),
+    let format_3 = loop {
+        let data = encode_body(&SummaryWithBasis {
+            summary: SummaryWithImages {
+                summary: summary.clone(),
+                images: images.clone(),
+            },
+            basis,
         })?;
         if data.len() <= SUMMARY_MAX_BYTES || cut > 3 {
             break data;
@@ -405,12 +432,24 @@ fn summary_bytes(
         }
         cut += 1;
     };
-    if !format_1 {
-        return Ok((data, None));
-    }
-    // Format 1 is format 2 without the images: what fit there fits here.
-    summary.format = SUMMARY_FORMAT_1;
-    Ok((data, Some(encode_body(&summary)?)))
+    // Format 2 is format 3 without the basis, format 1 format 2 without
+    // the images: what fit there fits here.
+    summary.format = SUMMARY_FORMAT;
+    let format_2 = encode_body(&SummaryWithImages {
+        summary: summary.clone(),
+        images,
+    })?;
+    let format_1 = if format_1 {
+        summary.format = SUMMARY_FORMAT_1;
+        Some(encode_body(&summary)?)
+    } else {
+        None
+    };
+    Ok(SummaryBytes {
+        format_3,
+        format_2,
+        format_1,
+    })
 }
 
 /// Turns a decoded announcement into a member, or `None` if it lies about its sender or
@@ -480,25 +519,55 @@ mod tests {
             spells: None,
             spell_lengths: None,
             images,
+            basis: LadderBasis::Record,
         }
     }
 
     #[test]
     fn ours_goes_out_in_format_2_with_at_most_the_bound_of_images_and_in_format_1_on_demand() {
+        // Format 2 is what the leaves carry, and the copy for format 2 nodes.
         let held: Vec<[u8; 32]> = (0..40u8).map(|i| [i; 32]).collect();
-        let (data, data_1) =
-            summary_bytes(announcement(), Some(&body(held.clone())), false).unwrap();
-        assert_eq!(data_1, None, "no older node heard: one publication");
-        let heard = decode_summary(&data, 1_700_000_000).unwrap();
+        let data = summary_bytes(announcement(), Some(&body(held.clone())), false).unwrap();
+        assert_eq!(data.format_1, None, "no older node heard: no format 1");
+        let heard = decode_summary(&data.format_2, 1_700_000_000).unwrap();
         assert_eq!(heard.format, SUMMARY_FORMAT);
         assert_eq!(
             heard.summary.images.as_deref(),
             Some(&held[..IMAGES_HELD_MAX])
         );
-        let (data, data_1) = summary_bytes(announcement(), Some(&body(held)), true).unwrap();
-        let old = decode_summary(&data_1.unwrap(), 1_700_000_000).unwrap();
+        assert_eq!(heard.summary.basis, None, "format 2 cannot say");
+        let data = summary_bytes(announcement(), Some(&body(held)), true).unwrap();
+        let old = decode_summary(&data.format_1.unwrap(), 1_700_000_000).unwrap();
         assert_eq!((old.format, old.summary.images), (SUMMARY_FORMAT_1, None));
-        assert_eq!(old.member, decode_summary(&data, 1).unwrap().member);
+        assert_eq!(
+            old.member,
+            decode_summary(&data.format_2, 1).unwrap().member
+        );
+    }
+
+    #[test]
+    fn ours_goes_out_in_format_3_saying_which_prior_its_ladders_are() {
+        for basis in [
+            LadderBasis::Record,
+            LadderBasis::BuiltInPrior,
+            LadderBasis::PoolPrior,
+        ] {
+            let mut b = body(vec![[7; 32]]);
+            b.days_used = u32::from(basis == LadderBasis::Record);
+            b.basis = basis;
+            let data = summary_bytes(announcement(), Some(&b), false).unwrap();
+            let heard = decode_summary(&data.format_3, 1_700_000_000).unwrap();
+            assert_eq!(heard.format, SUMMARY_FORMAT_3);
+            assert_eq!(heard.summary.basis, Some(basis));
+            assert_eq!(heard.summary.images, Some(vec![[7; 32]]));
+            // The copy is the same summary, one byte shorter, and says nothing.
+            let copy = decode_summary(&data.format_2, 1_700_000_000).unwrap();
+            assert_eq!(data.format_2.len() + 1, data.format_3.len());
+            assert_eq!(
+                (copy.member, copy.summary.days_used, copy.summary.basis),
+                (heard.member, b.days_used, None)
+            );
+        }
     }
 
     #[test]
@@ -512,10 +581,12 @@ mod tests {
             outage_secs: vec![],
             outages_seen: 0,
         });
-        let (data, _) = summary_bytes(announcement(), Some(&big), false).unwrap();
-        assert!(data.len() <= SUMMARY_MAX_BYTES);
-        let heard = decode_summary(&data, 1_700_000_000).unwrap();
-        assert_eq!(heard.summary.images.map(|i| i.len()), Some(16));
-        assert_eq!(heard.summary.spell_lengths, None);
+        let data = summary_bytes(announcement(), Some(&big), false).unwrap();
+        for data in [&data.format_3, &data.format_2] {
+            assert!(data.len() <= SUMMARY_MAX_BYTES);
+            let heard = decode_summary(data, 1_700_000_000).unwrap();
+            assert_eq!(heard.summary.images.map(|i| i.len()), Some(16));
+            assert_eq!(heard.summary.spell_lengths, None);
+        }
     }
 }

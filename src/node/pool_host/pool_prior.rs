@@ -115,6 +115,7 @@ mod tests {
                 spells: None,
                 spell_lengths: None,
                 images: None,
+                basis: None,
             })),
         }
     }

@@ -18,6 +18,7 @@ use crate::net::protocol::{
     FailureByCause, ReliabilityAnswer, WireLadder, WireSpellLengths, WireSpells, WireState,
     CURVE_POINTS_MAX, IMAGES_HELD_MAX, LADDER_SECS,
 };
+use crate::net::summary::LadderBasis;
 use crate::net::SummaryBody;
 use crate::node::answer::HostAnswer;
 use crate::report::{Basis, Forecast};
@@ -73,6 +74,18 @@ pub fn summary_body(
             .and_then(|a| a.spell_lengths.as_ref())
             .map(wire_spell_lengths),
         images: images.iter().take(IMAGES_HELD_MAX).copied().collect(),
+        // The ladders' first answer says what they stand on (a host
+        // computes every rung from one record); none computed: no record.
+        basis: first.map_or(LadderBasis::Record, |a| ladder_basis(a.forecast.basis)),
+    }
+}
+
+/// What a forecast stands on, as a summary says it.
+fn ladder_basis(basis: Basis) -> LadderBasis {
+    match basis {
+        Basis::Record => LadderBasis::Record,
+        Basis::Prior(PriorSource::BuiltIn) => LadderBasis::BuiltInPrior,
+        Basis::Prior(PriorSource::Pool { .. }) => LadderBasis::PoolPrior,
     }
 }
 
@@ -164,8 +177,8 @@ fn wire_method(f: &Forecast) -> String {
 }
 
 /// The wire `method` of a prior answer: the pool's typical curve, or the
-/// built-in population's.
-pub const PRIOR_METHODS: [&str; 2] = ["pool-prior", "built-in-prior"];
+/// built-in population's (a wire value, so `net::protocol`'s).
+pub use crate::net::protocol::PRIOR_METHODS;
 
 /// The image cache's count of changes ([`crate::image::ImageCache::changes`]),
 /// 0 for a host that runs no images: the pacer's `holdings`.

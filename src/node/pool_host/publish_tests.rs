@@ -151,3 +151,25 @@ fn a_prior_answer_says_on_the_wire_which_prior_it_is() {
     assert_eq!(method(&a), "built-in-prior");
     assert_eq!(wire_answer(&a, WireState::S1, power, true).days_used, 0);
 }
+
+#[test]
+fn a_summary_says_which_prior_its_ladders_are() {
+    use crate::model::baselines::pool_prior::PriorSource;
+    use crate::net::summary::LadderBasis;
+    let body = |basis: Basis| {
+        let mut a = answer(vec![(3_600, 0.9), (7_200, 0.8)]);
+        a.forecast.basis = basis;
+        a.forecast.days_used = usize::from(basis == Basis::Record);
+        summary_body(0, 500, &[(256, vec![Some(a)])], &[])
+    };
+    assert_eq!(body(Basis::Record).basis, LadderBasis::Record);
+    let pooled = body(Basis::Prior(PriorSource::Pool { members: 5 }));
+    assert_eq!(
+        (pooled.days_used, pooled.basis),
+        (0, LadderBasis::PoolPrior)
+    );
+    let built_in = body(Basis::Prior(PriorSource::BuiltIn));
+    assert_eq!(built_in.basis, LadderBasis::BuiltInPrior);
+    // Nothing computed: no ladders, and no prior to name.
+    assert_eq!(summary_body(0, 500, &[], &[]).basis, LadderBasis::Record);
+}
