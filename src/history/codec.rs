@@ -14,7 +14,12 @@
 //!   `free_mib` as `u64`, flags `u8` (bit 0 = up, other bits must be zero);
 //! - state value, 1 byte: 1..=5 for S1..S5;
 //! - job-log key, 16 bytes: time key then a `u64` sequence number;
-//! - job-log value: a JSON object (see [`encode_job_event`] for why JSON).
+//! - job-log value: a JSON object (see [`encode_job_event`] for why JSON);
+//! - day block (the samples of one finished UTC day, keyed by the day's
+//!   time key): a version byte (1), then rows of [`DAY_ROW_LEN`] bytes in
+//!   time order: the row's offset into the day as `u32` (below 86,400),
+//!   then its sample value. Rows are fixed-width, so a damaged row costs
+//!   that row only.
 
 use crate::model::owner::S5Cause;
 use crate::model::series::Sample;
@@ -27,6 +32,12 @@ pub const TIME_KEY_LEN: usize = 8;
 pub const SAMPLE_LEN: usize = 11;
 /// Length of a job-log key.
 pub const JOB_KEY_LEN: usize = 16;
+/// Length of one row of a day block: offset into the day, then the sample value.
+pub const DAY_ROW_LEN: usize = 4 + SAMPLE_LEN;
+/// Seconds in a day block's day.
+pub const SECS_PER_DAY: i64 = 86_400;
+/// The layout version byte that opens a day block.
+const DAY_BLOCK_VERSION: u8 = 1;
 /// Largest job-log value we agree to decode; real ones are a few hundred bytes.
 pub const MAX_JOB_EVENT_BYTES: usize = 64 * 1024;
 /// Largest cpu value a sample may hold, in hundredths of a percent.
@@ -116,7 +127,11 @@ pub fn encode_sample(sample: &Sample) -> Result<[u8; SAMPLE_LEN], CodecError> {
 
 /// Decodes a sample row from its key and value.
 pub fn decode_sample(key: &[u8], value: &[u8]) -> Result<Sample, CodecError> {
-    let time = decode_time_key(key)?;
+    decode_sample_value(decode_time_key(key)?, value)
+}
+
+/// Decodes a sample value recorded at `time`.
+fn decode_sample_value(time: i64, value: &[u8]) -> Result<Sample, CodecError> {
     let v = exact::<SAMPLE_LEN>("sample value", value)?;
     let hundredths = u16::from_be_bytes([v[0], v[1]]);
     if hundredths > MAX_CPU_HUNDREDTHS {
@@ -134,6 +149,109 @@ pub fn decode_sample(key: &[u8], value: &[u8]) -> Result<Sample, CodecError> {
         free_mib: u64::from_be_bytes(free),
         up: flags & UP_FLAG != 0,
     })
+}
+
+/// The start of the UTC day holding `time`: the key of its day block.
+pub fn day_start(time: i64) -> i64 {
+    time.div_euclid(SECS_PER_DAY).saturating_mul(SECS_PER_DAY)
+}
+
+/// Encodes the samples of the day starting at `day` (see [`day_start`]) as
+/// one block; they must lie in that day, in strictly increasing time order.
+pub fn encode_day_block(day: i64, rows: &[Sample]) -> Result<Vec<u8>, CodecError> {
+    let mut out = Vec::with_capacity(1 + rows.len() * DAY_ROW_LEN);
+    out.push(DAY_BLOCK_VERSION);
+    let mut previous: Option<i64> = None;
+    for sample in rows {
+        let offset = sample
+            .time
+            .checked_sub(day)
+            .filter(|o| (0..SECS_PER_DAY).contains(o))
+            .ok_or_else(|| CodecError::Invalid {
+                what: "day block",
+                detail: format!(
+                    "sample at {} is not in the day starting at {day}",
+                    sample.time
+                ),
+            })?;
+        if previous.is_some_and(|p| p >= sample.time) {
+            return Err(CodecError::Invalid {
+                what: "day block",
+                detail: format!("sample at {} is out of time order", sample.time),
+            });
+        }
+        previous = Some(sample.time);
+        // In 0..86_400, so it fits.
+        out.extend_from_slice(&(offset as u32).to_be_bytes());
+        out.extend_from_slice(&encode_sample(sample)?);
+    }
+    Ok(out)
+}
+
+/// The rows of a day block as stored (a partial row at the end counts as
+/// one): the store's row count, read without decoding a row.
+pub fn day_block_len(bytes: &[u8]) -> Result<usize, CodecError> {
+    day_block_body(bytes).map(|body| body.len().div_ceil(DAY_ROW_LEN))
+}
+
+fn day_block_body(bytes: &[u8]) -> Result<&[u8], CodecError> {
+    match bytes.split_first() {
+        Some((&DAY_BLOCK_VERSION, body)) => Ok(body),
+        Some((&v, _)) => Err(CodecError::Invalid {
+            what: "day block",
+            detail: format!("layout version {v} is not 1"),
+        }),
+        None => Err(CodecError::Length {
+            what: "day block",
+            expected: 1,
+            found: 0,
+        }),
+    }
+}
+
+/// Decodes the block of the day starting at `day`, row by row: a damaged
+/// row (or a partial one at the end) is an `Err` among the others. A block
+/// whose header is damaged is an `Err` as a whole.
+pub fn decode_day_block(
+    day: i64,
+    bytes: &[u8],
+) -> Result<impl Iterator<Item = Result<Sample, CodecError>> + '_, CodecError> {
+    let body = day_block_body(bytes)?;
+    Ok(body
+        .chunks(DAY_ROW_LEN)
+        .map(move |row| decode_day_row(day, row)))
+}
+
+fn decode_day_row(day: i64, row: &[u8]) -> Result<Sample, CodecError> {
+    let row = exact::<DAY_ROW_LEN>("day block row", row)?;
+    let offset = i64::from(u32::from_be_bytes([row[0], row[1], row[2], row[3]]));
+    if offset >= SECS_PER_DAY {
+        return Err(CodecError::Invalid {
+            what: "day block row",
+            detail: format!("offset {offset} s is past the day's end"),
+        });
+    }
+    decode_sample_value(day.saturating_add(offset), &row[4..])
+}
+
+/// The stored value of the row at `time` in the block of the day starting
+/// at `day`, found by bisection (rows are in time order), or `None`.
+pub fn find_in_day_block(day: i64, bytes: &[u8], time: i64) -> Option<&[u8]> {
+    let body = day_block_body(bytes).ok()?;
+    let wanted = u32::try_from(time.checked_sub(day)?).ok()?;
+    let row = |i: usize| body.get(i * DAY_ROW_LEN..(i + 1) * DAY_ROW_LEN);
+    let offset = |r: &[u8]| u32::from_be_bytes([r[0], r[1], r[2], r[3]]);
+    let (mut lo, mut hi) = (0usize, body.len() / DAY_ROW_LEN);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let r = row(mid)?;
+        match offset(r).cmp(&wanted) {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid,
+            std::cmp::Ordering::Equal => return Some(&r[4..]),
+        }
+    }
+    None
 }
 
 /// Encodes a state as one byte.
@@ -421,7 +539,81 @@ mod tests {
         assert!(decode_job_key(&[1; 15]).is_err());
     }
 
+    fn day_row(time: i64, cpu: f64) -> Sample {
+        Sample {
+            time,
+            cpu,
+            free_mib: 5_000,
+            up: true,
+        }
+    }
+
+    #[test]
+    fn a_day_block_round_trips_and_finds_its_rows() {
+        let day = day_start(1_700_000_123);
+        assert_eq!(day % SECS_PER_DAY, 0);
+        assert_eq!(day_start(-1), -SECS_PER_DAY, "days before 1970 floor too");
+        let rows: Vec<Sample> = (0..100).map(|i| day_row(day + 7 * i, 1.25)).collect();
+        let block = encode_day_block(day, &rows).unwrap();
+        assert_eq!(block.len(), 1 + 100 * DAY_ROW_LEN);
+        assert_eq!(day_block_len(&block), Ok(100));
+        let back: Vec<Sample> = decode_day_block(day, &block)
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(back, rows);
+        let value = encode_sample(&rows[42]).unwrap();
+        assert_eq!(
+            find_in_day_block(day, &block, day + 7 * 42),
+            Some(&value[..])
+        );
+        assert_eq!(find_in_day_block(day, &block, day + 7 * 42 + 1), None);
+        assert_eq!(find_in_day_block(day, &block, day - 1), None);
+        assert_eq!(find_in_day_block(day, &block, day + SECS_PER_DAY), None);
+    }
+
+    #[test]
+    fn a_day_block_refuses_rows_outside_its_day_or_out_of_order() {
+        let day = day_start(1_700_000_123);
+        assert!(encode_day_block(day, &[day_row(day - 1, 0.0)]).is_err());
+        assert!(encode_day_block(day, &[day_row(day + SECS_PER_DAY, 0.0)]).is_err());
+        let twice = [day_row(day + 5, 0.0), day_row(day + 5, 0.0)];
+        assert!(encode_day_block(day, &twice).is_err());
+    }
+
+    #[test]
+    fn a_damaged_row_of_a_day_block_costs_that_row_only() {
+        let day = day_start(1_700_000_123);
+        let rows: Vec<Sample> = (0..5).map(|i| day_row(day + i, 2.0)).collect();
+        let mut block = encode_day_block(day, &rows).unwrap();
+        // Row 1's cpu past 100 %, row 3's offset past the day, half a row more.
+        block[1 + DAY_ROW_LEN + 4] = 0xff;
+        block[1 + 3 * DAY_ROW_LEN..1 + 3 * DAY_ROW_LEN + 4]
+            .copy_from_slice(&(SECS_PER_DAY as u32).to_be_bytes());
+        block.extend_from_slice(&[0; 7]);
+        assert_eq!(day_block_len(&block), Ok(6));
+        let decoded: Vec<_> = decode_day_block(day, &block).unwrap().collect();
+        let good: Vec<Sample> = decoded.iter().filter_map(|r| r.clone().ok()).collect();
+        assert_eq!(good, vec![rows[0], rows[2], rows[4]]);
+        assert_eq!(decoded.len(), 6);
+        assert!(
+            decode_day_block(day, &[2, 0, 0]).is_err(),
+            "unknown version"
+        );
+        assert!(decode_day_block(day, &[]).is_err(), "empty");
+    }
+
     proptest! {
+        #[test]
+        fn day_block_decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..80),
+                                          day in any::<i64>(), time in any::<i64>()) {
+            let _ = day_block_len(&bytes);
+            if let Ok(rows) = decode_day_block(day, &bytes) {
+                let _ = rows.count();
+            }
+            let _ = find_in_day_block(day, &bytes, time);
+        }
+
         #[test]
         fn decoders_never_panic(key in proptest::collection::vec(any::<u8>(), 0..20),
                                 value in proptest::collection::vec(any::<u8>(), 0..40)) {

@@ -61,6 +61,7 @@ mod peer_book;
 mod pool_nodes;
 mod rogue_pool;
 mod store;
+mod store_days;
 mod summary_pool;
 mod tail_pool;
 mod throttle;

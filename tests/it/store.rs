@@ -14,9 +14,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const T0: i64 = 1_700_000_000;
+pub(crate) const T0: i64 = 1_700_000_000;
 
-fn opts() -> StoreOptions {
+pub(crate) fn opts() -> StoreOptions {
     StoreOptions {
         host: Some("lab-07".to_string()),
         tz_name: Some("America/Indiana/Indianapolis".to_string()),
@@ -26,11 +26,11 @@ fn opts() -> StoreOptions {
     }
 }
 
-fn open(dir: &Path, now: i64) -> HistoryStore {
+pub(crate) fn open(dir: &Path, now: i64) -> HistoryStore {
     HistoryStore::open(dir, &opts(), now).unwrap()
 }
 
-fn sample(time: i64, cpu: f64, free_mib: u64) -> Sample {
+pub(crate) fn sample(time: i64, cpu: f64, free_mib: u64) -> Sample {
     Sample {
         time,
         cpu,
@@ -50,7 +50,7 @@ fn record_run(store: &HistoryStore, start: i64, n: i64) -> Vec<Sample> {
         .collect()
 }
 
-fn export_text(store: &HistoryStore) -> String {
+pub(crate) fn export_text(store: &HistoryStore) -> String {
     let mut buf = Vec::new();
     store.export(&mut buf).unwrap();
     String::from_utf8(buf).unwrap()
@@ -423,7 +423,7 @@ fn corrupt_metadata_is_a_clear_error() {
         let db = gleaner::sled_open::open_dir(dir.path()).unwrap();
         let meta = db.open_tree("meta").unwrap();
         meta.insert(&b"step"[..], &6u32.to_be_bytes()[..]).unwrap();
-        meta.insert(&b"format_version"[..], &2u32.to_be_bytes()[..])
+        meta.insert(&b"format_version"[..], &3u32.to_be_bytes()[..])
             .unwrap();
         db.flush().unwrap();
     }
@@ -431,7 +431,7 @@ fn corrupt_metadata_is_a_clear_error() {
         .err()
         .unwrap();
     assert!(
-        matches!(err, StoreError::UnsupportedVersion { found: 2, .. }),
+        matches!(err, StoreError::UnsupportedVersion { found: 3, .. }),
         "{err}"
     );
 }

@@ -133,6 +133,13 @@ impl BulkHistory {
         open: &mut dyn FnMut() -> Result<ImportRows<'a>, StoreError>,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<ImportReport, StoreError> {
+        // No day is sealed while an import runs: one cut short removes its
+        // rows from their own keys.
+        let _import = self
+            .shared
+            .import
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Rows at or after the store's first row must already be there.
         let bound = self.first_sample_time()?.unwrap_or(i64::MAX);
         let check = self.import_pass(step, max_gap, bound, open()?, false, cancelled)?;
@@ -197,6 +204,7 @@ impl BulkHistory {
             last_time: None,
         };
         let mut emitted = 0u64;
+        let mut day_cache = None;
         let mut batch: Vec<([u8; codec::TIME_KEY_LEN], [u8; codec::SAMPLE_LEN])> =
             Vec::with_capacity(if write { IMPORT_BATCH_ROWS } else { 0 });
         let mut emit = |sample: Sample| -> ControlFlow<StoreError> {
@@ -218,9 +226,9 @@ impl BulkHistory {
             };
             let key = codec::time_key(sample.time);
             if sample.time >= bound {
-                let stored = match self.samples.get(key) {
+                let stored = match self.stored_value(sample.time, &mut day_cache) {
                     Ok(v) => v,
-                    Err(e) => return ControlFlow::Break(sled_err("checking an import")(e)),
+                    Err(e) => return ControlFlow::Break(e),
                 };
                 if stored.as_deref() != Some(&value[..]) {
                     return ControlFlow::Break(StoreError::ImportOverlap {

@@ -15,6 +15,8 @@ use std::ops::{Bound, RangeBounds};
 
 pub(super) const TREE_META: &str = "meta";
 pub(super) const TREE_SAMPLES: &str = "samples";
+/// Finished UTC days of samples, one value each (`codec` day blocks).
+pub(super) const TREE_DAYS: &str = "sample_days";
 pub(super) const TREE_TRANSITIONS: &str = "transitions";
 pub(super) const TREE_JOBS: &str = "jobs";
 
@@ -71,7 +73,8 @@ pub(super) fn resolve_meta(tree: &Tree, opts: &StoreOptions) -> Result<StoreMeta
     let corrupt = |key: &'static str| move |source| StoreError::CorruptMeta { key, source };
     if let Some(v) = get(KEY_VERSION)? {
         let found = codec::decode_u32("format_version", &v).map_err(corrupt("format_version"))?;
-        if found != FORMAT_VERSION {
+        // Version 1 is version 2 with no day sealed: `open` seals them.
+        if found != FORMAT_VERSION && found != 1 {
             return Err(StoreError::UnsupportedVersion {
                 found,
                 supported: FORMAT_VERSION,

@@ -1,7 +1,8 @@
 //! Opening the store and what every other part of it leans on: the trees
 //! and the metadata made or read, the pause flag and the high-water mark
-//! loaded, the torn-tail check, an interrupted import rolled back and the
-//! silence since the heartbeat recorded, in that order; then the handles
+//! loaded, the torn-tail check, an interrupted import rolled back, the
+//! silence since the heartbeat recorded and the finished days sealed (which
+//! also upgrades a version 1 store), in that order; then the handles
 //! and facts the caller reads back, the flush after each record, and the
 //! count of corrupt records skipped.
 //!
@@ -9,7 +10,8 @@
 //! are the sibling modules' jobs, which `open` only calls.
 
 use super::layout::{
-    resolve_meta, KEY_PAUSED, KEY_PAUSE_UNTIL, TREE_JOBS, TREE_META, TREE_SAMPLES, TREE_TRANSITIONS,
+    resolve_meta, KEY_PAUSED, KEY_PAUSE_UNTIL, TREE_DAYS, TREE_JOBS, TREE_META, TREE_SAMPLES,
+    TREE_TRANSITIONS,
 };
 use super::watermark::{Watermark, WATERMARK_FILE};
 use super::{
@@ -19,7 +21,7 @@ use super::{
 use crate::history::codec::{self, CodecError};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 impl HistoryStore {
     /// Opens (or creates) the store in `dir` at time `now` (Unix seconds).
@@ -40,6 +42,7 @@ impl HistoryStore {
         let tree = |name: &str| db.open_tree(name).map_err(sled_err("opening a tree"));
         let meta_tree = tree(TREE_META)?;
         let samples = tree(TREE_SAMPLES)?;
+        let days = tree(TREE_DAYS)?;
         let transitions = tree(TREE_TRANSITIONS)?;
         let jobs = tree(TREE_JOBS)?;
         let meta = resolve_meta(&meta_tree, opts)?;
@@ -83,16 +86,20 @@ impl HistoryStore {
             db,
             meta_tree,
             samples,
+            days,
             meta,
             shared: Arc::new(SharedCounters {
                 samples_len: AtomicU64::new(0),
                 corrupt_skipped: AtomicU64::new(0),
                 watermark: Mutex::new(Some(watermark_file)),
+                layout: RwLock::new(()),
+                import: Mutex::new(()),
+                days_writer: Mutex::new(()),
             }),
         };
         bulk.shared
             .samples_len
-            .store(bulk.samples.len() as u64, Ordering::Relaxed);
+            .store(bulk.count_rows()?, Ordering::Relaxed);
         let mut store = HistoryStore {
             bulk,
             transitions,
@@ -108,6 +115,16 @@ impl HistoryStore {
         store.torn_tail = store.check_watermark(mark)?;
         store.import_rolled_back = store.bulk.roll_back_interrupted_import()?;
         store.gap_on_open = store.record_gap_since_heartbeat(now)?;
+        // Once per day at most in a running node; at the first open of a
+        // version 1 store, all of its days (seconds for two months).
+        let sealed = store.bulk.seal_finished_days()?;
+        if sealed.days > 0 {
+            tracing::info!(
+                days = sealed.days,
+                rows = sealed.rows,
+                "sealed finished days of history"
+            );
+        }
         store.flush()?;
         Ok(store)
     }

@@ -111,15 +111,7 @@ impl HistoryStore {
     /// The stored samples with times in `range`, in time order; corrupt rows
     /// are skipped and counted.
     pub fn samples(&self, range: impl RangeBounds<i64>) -> Result<Vec<Sample>, StoreError> {
-        let mut out = Vec::new();
-        for item in self.bulk.samples.range(time_key_range(&range)) {
-            let (k, v) = item.map_err(sled_err("reading samples"))?;
-            match codec::decode_sample(&k, &v) {
-                Ok(s) => out.push(s),
-                Err(e) => self.note_corrupt("samples", &e),
-            }
-        }
-        Ok(out)
+        self.bulk.rows(range).collect()
     }
 
     /// The whole sample history as a series read with the given facts.
@@ -164,27 +156,8 @@ impl BulkHistory {
         tracing::warn!(tree, error = %e, "skipping a corrupt history record");
     }
 
-    /// The newest readable sample.
-    pub fn last_sample(&self) -> Result<Option<Sample>, StoreError> {
-        for item in self.samples.iter().rev() {
-            let (k, v) = item.map_err(sled_err("reading samples"))?;
-            match codec::decode_sample(&k, &v) {
-                Ok(s) => return Ok(Some(s)),
-                Err(e) => self.note_corrupt("samples", &e),
-            }
-        }
-        Ok(None)
-    }
-
     pub(super) fn first_sample_time(&self) -> Result<Option<i64>, StoreError> {
-        for item in self.samples.iter() {
-            let (k, _) = item.map_err(sled_err("reading samples"))?;
-            match codec::decode_time_key(&k) {
-                Ok(t) => return Ok(Some(t)),
-                Err(e) => self.note_corrupt("samples", &e),
-            }
-        }
-        Ok(None)
+        self.rows(..).next().transpose().map(|s| s.map(|s| s.time))
     }
 
     /// The whole sample history as a series read with the given facts.
@@ -199,23 +172,17 @@ impl BulkHistory {
         // little room for them keeps a column from doubling for one row.
         let rows = usize::try_from(self.sample_count()).unwrap_or(0);
         series.reserve(rows.saturating_add(rows / 256 + 64));
-        for item in self.samples.iter() {
-            let (k, v) = item.map_err(sled_err("reading samples"))?;
-            match codec::decode_sample(&k, &v) {
-                // Keys are unique and ordered and cpu is range-checked, so push
-                // cannot fail; if it ever did, the row is skipped, not fatal.
-                Ok(s) => {
-                    if let Err(e) = series.push(s) {
-                        self.note_corrupt(
-                            "samples",
-                            &CodecError::Invalid {
-                                what: "sample",
-                                detail: e.to_string(),
-                            },
-                        );
-                    }
-                }
-                Err(e) => self.note_corrupt("samples", &e),
+        for s in self.rows(..) {
+            // Rows come unique and ordered and cpu is range-checked, so push
+            // cannot fail; if it ever did, the row is skipped, not fatal.
+            if let Err(e) = series.push(s?) {
+                self.note_corrupt(
+                    "samples",
+                    &CodecError::Invalid {
+                        what: "sample",
+                        detail: e.to_string(),
+                    },
+                );
             }
         }
         // Held as long as the node runs: the room left over goes back.
@@ -235,14 +202,7 @@ impl BulkHistory {
             return Ok(series.len());
         };
         let before = series.len();
-        let mut newer = Vec::new();
-        for item in self.samples.range(codec::time_key(last)..) {
-            let (k, v) = item.map_err(sled_err("reading samples"))?;
-            match codec::decode_sample(&k, &v) {
-                Ok(s) => newer.push(s),
-                Err(e) => self.note_corrupt("samples", &e),
-            }
-        }
+        let newer: Vec<Sample> = self.rows(last..).collect::<Result<_, _>>()?;
         // Exactly the room the new rows need: a held series must not double.
         series.reserve_exact(newer.len());
         for sample in newer {
@@ -294,15 +254,9 @@ impl BulkHistory {
             .map_err(StoreError::Export)?;
         let mut rows = 0u64;
         let mut line = String::with_capacity(64);
-        for item in self.samples.iter() {
-            let (k, v) = item.map_err(sled_err("reading samples"))?;
-            match codec::decode_sample(&k, &v) {
-                Ok(s) => {
-                    write_trace_row(&mut out, &mut line, &s).map_err(StoreError::Export)?;
-                    rows += 1;
-                }
-                Err(e) => self.note_corrupt("samples", &e),
-            }
+        for s in self.rows(..) {
+            write_trace_row(&mut out, &mut line, &s?).map_err(StoreError::Export)?;
+            rows += 1;
         }
         out.flush().map_err(StoreError::Export)?;
         Ok(rows)

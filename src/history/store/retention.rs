@@ -1,16 +1,18 @@
 //! Retention: removing what is older than the owner keeps (samples,
 //! transitions and job-log events), in bounded batches, never the newest
 //! sample nor the newest transition, which say what the host does now; and
-//! the row count kept in step with what is removed.
+//! the row count kept in step with what is removed. A sealed day wholly
+//! before the cutoff goes as one value; the day holding the cutoff is
+//! written again with its rows from the cutoff on.
 //!
 //! It must not know how rows are written or read.
 
 use super::{sled_err, BulkHistory, CompactReport, HistoryStore, StoreError};
-use crate::history::codec;
+use crate::history::codec::{self, SECS_PER_DAY};
+use crate::model::series::Sample;
 use sled::{IVec, Tree};
 use std::sync::atomic::Ordering;
-
-const SECS_PER_DAY: i64 = 86_400;
+use std::sync::PoisonError;
 /// Rows deleted between flushes, to bound memory.
 const BATCH_ROWS: usize = 1_000;
 
@@ -21,8 +23,10 @@ impl HistoryStore {
     pub fn compact(&self, now: i64, retention_days: u32) -> Result<CompactReport, StoreError> {
         let cutoff = now.saturating_sub(i64::from(retention_days).saturating_mul(SECS_PER_DAY));
         let cutoff_key = codec::time_key(cutoff);
+        let newest = self.last_sample()?.map(|s| s.time);
         let report = CompactReport {
-            samples_removed: delete_before(&self.bulk.samples, &cutoff_key, true)?,
+            samples_removed: delete_before(&self.bulk.samples, &cutoff_key, true)?
+                + self.bulk.drop_days_before(cutoff, newest)?,
             transitions_removed: delete_before(&self.transitions, &cutoff_key, true)?,
             job_events_removed: delete_before(&self.jobs, &cutoff_key, false)?,
         };
@@ -33,6 +37,61 @@ impl HistoryStore {
 }
 
 impl BulkHistory {
+    /// Removes the sealed rows older than `cutoff`, except the row at
+    /// `newest`; returns how many went.
+    fn drop_days_before(&self, cutoff: i64, newest: Option<i64>) -> Result<u64, StoreError> {
+        let _writer = self
+            .shared
+            .days_writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let holds_newest = |day: i64| newest.is_some_and(|n| codec::day_start(n) == day);
+        let mut removed = 0u64;
+        // The days up to the cutoff's; their keys are few (one a day).
+        let through = codec::time_key(codec::day_start(cutoff));
+        let mut keys = Vec::new();
+        for item in self.days.range(..=through) {
+            keys.push(item.map_err(sled_err("reading for retention"))?);
+        }
+        for (k, v) in keys {
+            let Ok(day) = codec::decode_time_key(&k) else {
+                continue;
+            };
+            let stored = codec::day_block_len(&v).unwrap_or(0);
+            if day.saturating_add(SECS_PER_DAY) <= cutoff && !holds_newest(day) {
+                self.days
+                    .remove(&k)
+                    .map_err(sled_err("deleting old records"))?;
+                removed += stored as u64;
+                continue;
+            }
+            let Ok(rows) = codec::decode_day_block(day, &v) else {
+                // Damaged beyond its rows: left for a reader to report.
+                continue;
+            };
+            let kept: Vec<Sample> = rows
+                .flatten()
+                .filter(|s| s.time >= cutoff || Some(s.time) == newest)
+                .collect();
+            if kept.len() == stored {
+                continue;
+            }
+            if kept.is_empty() {
+                self.days
+                    .remove(&k)
+                    .map_err(sled_err("deleting old records"))?;
+            } else {
+                let value = codec::encode_day_block(day, &kept)
+                    .map_err(|source| StoreError::BadSample { time: day, source })?;
+                self.days
+                    .insert(&k, value)
+                    .map_err(sled_err("deleting old records"))?;
+            }
+            removed += (stored - kept.len()) as u64;
+        }
+        Ok(removed)
+    }
+
     pub(super) fn uncount(&self, removed: u64) {
         let _ = self
             .shared

@@ -59,11 +59,17 @@ impl BulkHistory {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let count = self.sample_count();
-        let last_time = self
+        // The newest row is loose (the newest day is never sealed) unless
+        // every loose row is gone or damaged.
+        let last_time = match self
             .samples
             .last()
             .map_err(sled_err("reading samples"))?
-            .and_then(|(k, _)| codec::decode_time_key(&k).ok());
+            .and_then(|(k, _)| codec::decode_time_key(&k).ok())
+        {
+            Some(t) => Some(t),
+            None => self.last_sample()?.map(|s| s.time),
+        };
         self.db.flush().map_err(sled_err("flushing"))?;
         if let (Some(f), Some(last_time)) = (file.as_mut(), last_time) {
             let mark = Watermark { count, last_time };

@@ -230,6 +230,7 @@ impl HostLoop {
                 Event::ImportDone(d) => {
                     self.import_running = false;
                     self.reader.invalidate();
+                    self.seal_finished_days();
                     if let Ok(o) = &d.outcome {
                         tracing::info!(
                             added = o.added,
@@ -320,19 +321,43 @@ impl HostLoop {
     }
 
     pub(super) fn compact(&mut self) {
-        self.reader.invalidate();
         let now = self.now();
-        match self
+        let samples_removed = match self
             .parts
             .store
             .compact(now, self.parts.config.history.retention_days)
         {
-            Ok(r) if r.samples_removed + r.transitions_removed + r.job_events_removed > 0 => {
-                tracing::info!(?r, "deleted history past the retention");
+            Ok(r) => {
+                if r.samples_removed + r.transitions_removed + r.job_events_removed > 0 {
+                    tracing::info!(?r, "deleted history past the retention");
+                }
+                r.samples_removed > 0
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot delete old history");
+                true
+            }
+        };
+        // A series from before the removal is read again whole; one
+        // brought up to date row by row would keep the removed rows.
+        // Sealing below moves rows without changing them: no new read.
+        if samples_removed {
+            self.reader.invalidate();
+        }
+        self.seal_finished_days();
+    }
+
+    /// Seals the finished days off the loop (a day of 6 s rows is 14,400
+    /// removes): once a day there is one; after an import, all it brought.
+    pub(super) fn seal_finished_days(&self) {
+        let bulk = self.parts.store.bulk();
+        tokio::task::spawn_blocking(move || match bulk.seal_finished_days() {
+            Ok(r) if r.days + r.days_skipped > 0 => {
+                tracing::info!(?r, "sealed finished days of history");
             }
             Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "cannot delete old history"),
-        }
+            Err(e) => tracing::error!(error = %e, "cannot seal finished days of history"),
+        });
     }
 
     pub(super) fn on_command(&mut self, command: HostCommand) {
