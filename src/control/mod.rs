@@ -14,6 +14,7 @@
 //! piece of code facing input.
 
 pub mod api;
+mod api_batches;
 mod api_images;
 pub mod batches;
 pub mod client;
