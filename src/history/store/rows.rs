@@ -57,17 +57,7 @@ impl BulkHistory {
     /// The newest readable sample: the newest of each place (the newest
     /// row is loose unless a crash or damage says otherwise).
     pub fn last_sample(&self) -> Result<Option<Sample>, StoreError> {
-        let mut newest = None;
-        for item in self.samples.iter().rev() {
-            let (k, v) = item.map_err(sled_err("reading samples"))?;
-            match codec::decode_sample(&k, &v) {
-                Ok(s) => {
-                    newest = Some(s);
-                    break;
-                }
-                Err(e) => self.note_corrupt("samples", &e),
-            }
-        }
+        let mut newest = self.first_readable_loose(&mut self.samples.iter().rev())?;
         for item in self.days.iter().rev() {
             let (k, v) = item.map_err(sled_err("reading days"))?;
             let day = match codec::decode_time_key(&k) {
@@ -98,19 +88,28 @@ impl BulkHistory {
     }
 }
 
+impl BulkHistory {
+    /// The first readable sample `rows` (one key a row) yields, in its
+    /// order; the damaged ones before it are skipped and counted.
+    fn first_readable_loose(
+        &self,
+        rows: &mut impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>,
+    ) -> Result<Option<Sample>, StoreError> {
+        for item in rows {
+            let (k, v) = item.map_err(sled_err("reading samples"))?;
+            match codec::decode_sample(&k, &v) {
+                Ok(s) => return Ok(Some(s)),
+                Err(e) => self.note_corrupt("samples", &e),
+            }
+        }
+        Ok(None)
+    }
+}
+
 impl Rows<'_> {
     fn next_loose(&mut self) -> Result<Option<Sample>, StoreError> {
         if self.loose_head.is_none() {
-            for item in self.loose.by_ref() {
-                let (k, v) = item.map_err(sled_err("reading samples"))?;
-                match codec::decode_sample(&k, &v) {
-                    Ok(s) => {
-                        self.loose_head = Some(s);
-                        break;
-                    }
-                    Err(e) => self.bulk.note_corrupt("samples", &e),
-                }
-            }
+            self.loose_head = self.bulk.first_readable_loose(&mut self.loose)?;
         }
         Ok(self.loose_head)
     }
