@@ -3,18 +3,17 @@
 //! test day it has only its last K days of record (`gleaner eval
 //! --record-days K`; K = 0: its first day, no day of record) and answers as
 //! the node does — `logistic` when it has a past day of the window's kind,
-//! else the prior — three ways:
+//! else the prior, and `logistic`'s first days shrink towards that prior
+//! (`Logistic::towards_pool`) — with the built-in prior (`built-in`: p0(T)
+//! of `model::baselines::prior`) and with the pool prior by each rule asked
+//! for (`--rules`: `median`, the members' median however they disagree;
+//! `default`, the node's rule; `A:B`, the median in full while the
+//! members' interquartile range is at most A, not at all from B
+//! (`PoolRule::Agreement`); `qA`, the built-in prior moved into the
+//! members' claims' [A, 1 − A] quantiles (`PoolRule::Nearest`)). A rule that gives no pool prior leaves the built-in one.
 //!
-//! - `built-in`: the built-in prior (p0(T) of `model::baselines::prior`),
-//!   and `logistic`'s first days shrink towards it;
-//! - `pool-0`: the pool's prior when it has no day of the kind, but
-//!   `logistic`'s first days still shrink towards the built-in p0 (the node
-//!   before the first-day fix);
-//! - `pool`: the pool's prior, and `logistic`'s first days shrink towards
-//!   it (`Logistic::towards_pool`, the node now).
-//!
-//! The pool's prior is the node's rule (`PoolPrior::from_heard`: the median
-//! over members, at the summaries' ladder) applied to each other host's
+//! The pool's prior is the model's rule (`PoolPrior::from_heard_by`, at the
+//! summaries' ladder) applied to each other host's
 //! claimed curve, taken here as its own survival share at each ladder
 //! length over the days before its test split (every local hour, windows
 //! starting in S1/S2): what a member with a long, calibrated record claims
@@ -22,18 +21,19 @@
 //! of any host feeds a prior.
 //!
 //! Prints, per group of hosts (the file name before its last `-` or digit
-//! run) and per K and T: cases, Brier of each way, and the paired
-//! differences pool − built-in and pool − pool-0 with a 95 % interval
-//! from resampling test days (1000 resamples).
+//! run) and per K and T: cases, Brier of `built-in` and, per rule, the
+//! paired difference rule − built-in with a 95 % interval from resampling
+//! test days (1000 resamples); then per rule the mean of those differences
+//! over the cells and the largest.
 //!
-//! cargo run --example pool_prior_benefit -- --record-days 0,1,2,7 --lengths 1,3,5,10 TRACE...
+//! cargo run --example pool_prior_benefit -- --record-days 0,1 --lengths 1,3,5,10 --rules median,default TRACE...
 
 use gleaner::eval::load::read_traces;
 use gleaner::eval::metrics::{bootstrap_resamples, paired_difference};
 use gleaner::eval::protocol::{
     self, record_dates, test_days, window_outcome, window_start, ProtocolConfig,
 };
-use gleaner::model::baselines::pool_prior::{prior_tr, HeardCurve, PoolPrior};
+use gleaner::model::baselines::pool_prior::{prior_tr, HeardCurve, PoolPrior, PoolRule};
 use gleaner::model::baselines::Logistic;
 use gleaner::model::predict::{PredictError, PredictRequest};
 use gleaner::model::predictor::{ReliabilityForecast, ReliabilityPredictor};
@@ -48,14 +48,14 @@ use std::sync::Arc;
 /// A host as the node answers: `logistic` (towards the pool prior or not), else the
 /// prior (`pool` or the built-in one) when no past day of the kind exists.
 struct AsNode {
-    name: &'static str,
+    name: String,
     logistic: Logistic,
     pool: Option<PoolPrior>,
 }
 
 impl ReliabilityPredictor for AsNode {
     fn name(&self) -> String {
-        self.name.to_string()
+        self.name.clone()
     }
 
     fn forecast(
@@ -122,18 +122,56 @@ fn list(arg: &str) -> Vec<u64> {
         .collect()
 }
 
+fn rule_of(name: &str) -> Option<PoolRule> {
+    match name {
+        "median" => Some(PoolRule::MEDIAN),
+        "default" => Some(PoolRule::DEFAULT),
+        _ => match name.strip_prefix('q') {
+            Some(q) => Some(PoolRule::Nearest {
+                quantile: q.parse().ok()?,
+            }),
+            None => {
+                let (a, b) = name.split_once(':')?;
+                Some(PoolRule::Agreement {
+                    full_below: a.parse().ok()?,
+                    none_above: b.parse().ok()?,
+                })
+            }
+        },
+    }
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut ks, mut hours, mut paths) = (vec![0, 1, 2, 7], vec![1, 3, 5, 10], Vec::new());
+    let (mut ks, mut hours, mut paths) = (vec![0, 1], vec![1, 3, 5, 10], Vec::new());
+    let mut rules = vec!["median".to_string(), "default".to_string()];
     while let Some(a) = args.next() {
         match a.as_str() {
             "--record-days" => ks = list(&args.next().unwrap_or_default()),
             "--lengths" => hours = list(&args.next().unwrap_or_default()),
+            "--rules" => {
+                rules = args
+                    .next()
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(str::to_string)
+                    .collect()
+            }
             _ => paths.push(PathBuf::from(a)),
         }
     }
-    if paths.len() < 6 {
-        eprintln!("usage: pool_prior_benefit [--record-days 0,1,2,7] [--lengths 1,3,5,10] TRACE... (at least 6: a pool needs 5 others)");
+    let parsed: Vec<(String, PoolRule)> = rules
+        .iter()
+        .filter_map(|r| match rule_of(r) {
+            Some(rule) => Some((r.clone(), rule)),
+            None => {
+                eprintln!("--rules: {r:?} is not median, default, A:B or qA");
+                None
+            }
+        })
+        .collect();
+    if paths.len() < 6 || parsed.len() != rules.len() {
+        eprintln!("usage: pool_prior_benefit [--record-days 0,1] [--lengths 1,3,5,10] [--rules median,default,A:B,qA] TRACE... (at least 6: a pool needs 5 others)");
         std::process::exit(2);
     }
     let traces = match read_traces(&paths) {
@@ -156,53 +194,63 @@ fn main() {
         .collect();
     let lengths: Vec<f64> = LADDER_SECS.iter().map(|&s| f64::from(s)).collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let ways = 1 + parsed.len();
     // (group, K, T) → per test day (Σ sq. error per way, cases).
-    type Days = Vec<([f64; 3], usize)>;
+    type Days = Vec<(Vec<f64>, usize)>;
     let mut cells: BTreeMap<(String, u64, u64), Days> = BTreeMap::new();
-    let mut briers: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut priors: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let show = |p: Option<&PoolPrior>| match p {
+        Some(p) => [1u64, 3, 5, 10]
+            .map(|h| format!("{:.3}", p.tr(h * 3600, None)))
+            .join("/"),
+        None => "none".to_string(),
+    };
     for (i, trace) in traces.iter().enumerate() {
-        let others = claims
-            .iter()
-            .enumerate()
-            .filter(|(j, c)| *j != i && !c.points().is_empty())
-            .map(|(_, curve)| HeardCurve {
-                days_used: 30,
-                usable: true,
-                computed_at_unix: 0,
-                curve,
-            });
-        let Some(pool) = PoolPrior::from_heard(others, 0, &lengths) else {
+        let others = || {
+            claims
+                .iter()
+                .enumerate()
+                .filter(|(j, c)| *j != i && !c.points().is_empty())
+                .map(|(_, curve)| HeardCurve {
+                    days_used: 30,
+                    usable: true,
+                    computed_at_unix: 0,
+                    curve,
+                })
+        };
+        if PoolPrior::from_heard_by(PoolRule::MEDIAN, others(), 0, &lengths).is_none() {
             eprintln!("{}: fewer than 5 others with a curve", paths[i].display());
             continue;
-        };
-        briers.entry(group_of(&paths[i])).or_default().push(format!(
-            "{}: pool prior at 1/3/5/10 h {:.3}/{:.3}/{:.3}/{:.3}, its own {}",
+        }
+        let pools: Vec<Option<PoolPrior>> = parsed
+            .iter()
+            .map(|(_, rule)| PoolPrior::from_heard_by(*rule, others(), 0, &lengths))
+            .collect();
+        priors.entry(group_of(&paths[i])).or_default().push(format!(
+            "{}: at 1/3/5/10 h its own {}; {}",
             paths[i].display(),
-            pool.tr(3600, None),
-            pool.tr(3 * 3600, None),
-            pool.tr(5 * 3600, None),
-            pool.tr(10 * 3600, None),
             [1u64, 3, 5, 10]
                 .map(|h| format!("{:.3}", claims[i].tr_at((h * 3600) as f64)))
                 .join("/"),
+            parsed
+                .iter()
+                .zip(&pools)
+                .map(|((name, _), p)| format!("{name} {}", show(p.as_ref())))
+                .collect::<Vec<_>>()
+                .join("; "),
         ));
-        let methods: Vec<Box<dyn ReliabilityPredictor>> = vec![
-            Box::new(AsNode {
-                name: "built-in",
-                logistic: Logistic::shared(),
-                pool: None,
-            }),
-            Box::new(AsNode {
-                name: "pool-0",
-                logistic: Logistic::shared(),
-                pool: Some(pool.clone()),
-            }),
-            Box::new(AsNode {
-                name: "pool",
-                logistic: Logistic::shared().towards_pool(Some(Arc::new(pool.clone()))),
-                pool: Some(pool),
-            }),
-        ];
+        let mut methods: Vec<Box<dyn ReliabilityPredictor>> = vec![Box::new(AsNode {
+            name: "built-in".into(),
+            logistic: Logistic::shared(),
+            pool: None,
+        })];
+        for ((name, _), pool) in parsed.iter().zip(pools) {
+            methods.push(Box::new(AsNode {
+                name: name.clone(),
+                logistic: Logistic::shared().towards_pool(pool.clone().map(Arc::new)),
+                pool,
+            }));
+        }
         for &k in &ks {
             let cfg = ProtocolConfig {
                 record_days: Some(u32::try_from(k).unwrap_or(u32::MAX)),
@@ -210,10 +258,12 @@ fn main() {
             };
             let days = protocol::run(&[&trace.series], &methods, &cfg, threads, &|| {});
             for day in days {
-                let mut by_length: BTreeMap<u64, ([f64; 3], usize)> = BTreeMap::new();
+                let mut by_length: BTreeMap<u64, (Vec<f64>, usize)> = BTreeMap::new();
                 for c in &day.cases {
                     let y = f64::from(u8::from(c.case.survived));
-                    let e = by_length.entry(c.case.window_secs).or_default();
+                    let e = by_length
+                        .entry(c.case.window_secs)
+                        .or_insert_with(|| (vec![0.0; ways], 0));
                     for (w, tr) in c.tr.iter().enumerate() {
                         e.0[w] += (tr - y).powi(2);
                     }
@@ -228,15 +278,25 @@ fn main() {
             }
         }
     }
-    for (group, lines) in &briers {
+    for (group, lines) in &priors {
         println!("## {group}");
         for l in lines {
             println!("- {l}");
         }
     }
     println!();
-    println!("| hosts | record | T | cases (days) | built-in | pool-0 | pool | pool − built-in [95 %] | pool − pool-0 [95 %] |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    let names: Vec<&str> = parsed.iter().map(|(n, _)| n.as_str()).collect();
+    println!(
+        "| hosts | record | T | cases (days) | built-in | {} |",
+        names
+            .iter()
+            .map(|n| format!("{n} − built-in [95 %]"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    println!("|---|---|---|---|---|{}", "---|".repeat(names.len()));
+    // Per rule: Σ of the cells' mean differences, cells, the largest.
+    let mut totals = vec![(0.0f64, 0usize, f64::NEG_INFINITY); names.len()];
     for ((group, k, secs), days) in &cells {
         let n: usize = days.iter().map(|d| d.1).sum();
         if n == 0 {
@@ -244,18 +304,22 @@ fn main() {
         }
         let brier = |w: usize| days.iter().map(|d| d.0[w]).sum::<f64>() / n as f64;
         let resamples = bootstrap_resamples(days.len(), 1000, 1);
-        let diff = |a: usize, b: usize| {
-            let clusters: Vec<(f64, usize)> = days.iter().map(|d| (d.0[a] - d.0[b], d.1)).collect();
-            match paired_difference(&clusters, &resamples) {
+        let mut row = Vec::new();
+        for (r, total) in totals.iter_mut().enumerate() {
+            let clusters: Vec<(f64, usize)> =
+                days.iter().map(|d| (d.0[r + 1] - d.0[0], d.1)).collect();
+            let mean = brier(r + 1) - brier(0);
+            *total = (total.0 + mean, total.1 + 1, total.2.max(mean));
+            row.push(match paired_difference(&clusters, &resamples) {
                 Some(p) => match p.ci {
                     Some(ci) => format!("{:+.4} [{:+.4}, {:+.4}]", p.mean, ci.lo, ci.hi),
                     None => format!("{:+.4}", p.mean),
                 },
                 None => "-".into(),
-            }
-        };
+            });
+        }
         println!(
-            "| {group} | {} | {}h | {n} ({}) | {:.4} | {:.4} | {:.4} | {} | {} |",
+            "| {group} | {} | {}h | {n} ({}) | {:.4} | {} |",
             if *k == 0 {
                 "first day".to_string()
             } else {
@@ -264,10 +328,16 @@ fn main() {
             secs / 3600,
             days.len(),
             brier(0),
-            brier(1),
-            brier(2),
-            diff(2, 0),
-            diff(2, 1),
+            row.join(" | "),
         );
+    }
+    println!();
+    for (name, (sum, cells, worst)) in names.iter().zip(totals) {
+        if cells > 0 {
+            println!(
+                "{name}: mean over {cells} cells {:+.4}, largest {worst:+.4}",
+                sum / cells as f64
+            );
+        }
     }
 }
