@@ -145,4 +145,25 @@ mod tests {
         let prior = pool_prior_of(&members, members[0].peer, now).unwrap();
         assert_eq!(prior.members(), 5);
     }
+
+    /// Servers and desktops switched off at night in one pool: their claims
+    /// disagree at every rung, so the node keeps the built-in prior (the
+    /// median of such a pool cost a new member up to 0.14 of Brier score on
+    /// its first day, docs/accuracy.md).
+    #[test]
+    fn a_pool_of_members_that_disagree_leaves_the_built_in_prior() {
+        let now = 1_760_000_000;
+        let members: Vec<Member> = [0.995, 0.99, 0.985, 0.7, 0.6, 0.5]
+            .iter()
+            .map(|&tr| member(14, State::S1, tr, now - 60))
+            .collect();
+        assert!(pool_prior_of(&members, PeerId::random(), now).is_none());
+        // Those that agree still make one.
+        let agree: Vec<Member> = [0.995, 0.99, 0.985, 0.99, 0.98]
+            .iter()
+            .map(|&tr| member(14, State::S1, tr, now - 60))
+            .collect();
+        let prior = pool_prior_of(&agree, PeerId::random(), now).unwrap();
+        assert!((prior.tr(3600, None) - 0.99).abs() < 1e-9, "{prior:?}");
+    }
 }
