@@ -423,7 +423,7 @@ fn corrupt_metadata_is_a_clear_error() {
         let db = gleaner::sled_open::open_dir(dir.path()).unwrap();
         let meta = db.open_tree("meta").unwrap();
         meta.insert(&b"step"[..], &6u32.to_be_bytes()[..]).unwrap();
-        meta.insert(&b"format_version"[..], &3u32.to_be_bytes()[..])
+        meta.insert(&b"format_version"[..], &4u32.to_be_bytes()[..])
             .unwrap();
         db.flush().unwrap();
     }
@@ -431,7 +431,7 @@ fn corrupt_metadata_is_a_clear_error() {
         .err()
         .unwrap();
     assert!(
-        matches!(err, StoreError::UnsupportedVersion { found: 3, .. }),
+        matches!(err, StoreError::UnsupportedVersion { found: 4, .. }),
         "{err}"
     );
 }

@@ -1,6 +1,6 @@
-//! Integration tests of the history store's sealed days (format version 2):
-//! every finished UTC day's samples kept as one value, on real sled
-//! databases in temp dirs, with times passed in.
+//! Integration tests of the history store's sealed days (format version 3):
+//! every finished UTC day's samples kept as one file, on real sled
+//! databases and files in temp dirs, with times passed in.
 
 use super::store::{export_text, open, opts, sample, T0};
 use gleaner::history::codec;
@@ -30,16 +30,31 @@ fn reopen(dir: &Path, written: &[Sample]) -> HistoryStore {
     open(dir, written.last().unwrap().time + 6)
 }
 
-/// Keys of the two places samples live in, read behind the store's back.
+/// Loose rows and day files, read behind the store's back.
 fn keys(dir: &Path) -> (usize, usize) {
     let db = gleaner::sled_open::open_dir(dir).unwrap();
     let loose = db.open_tree("samples").unwrap().len();
-    let days = db.open_tree("sample_days").unwrap().len();
-    (loose, days)
+    (loose, day_files(dir).len())
+}
+
+/// The names of the store's day files.
+fn day_files(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir.join("days"))
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".day"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn day_file(dir: &Path, day: i64) -> std::path::PathBuf {
+    dir.join("days").join(format!("{day}.day"))
 }
 
 /// The loose rows and sealed days a store of `rows` should hold: the
-/// newest row's day one key a row, every day before it one value.
+/// newest row's day one key a row, every day before it one file.
 fn expected_keys(rows: &[Sample]) -> (usize, usize) {
     let newest = codec::day_start(rows.last().unwrap().time);
     let loose = rows
@@ -55,7 +70,7 @@ fn expected_keys(rows: &[Sample]) -> (usize, usize) {
 }
 
 #[test]
-fn finished_days_become_one_value_each_and_read_back_the_same() {
+fn finished_days_become_one_file_each_and_read_back_the_same() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path(), T0);
     let written = record_days(&store, 4);
@@ -99,19 +114,97 @@ fn a_version_1_store_is_sealed_at_its_first_open() {
         let meta = db.open_tree("meta").unwrap();
         meta.insert(&b"format_version"[..], &1u32.to_be_bytes()[..])
             .unwrap();
+        // An older gleaner's database, which held every row one key each.
+        meta.remove(&b"fresh_db"[..]).unwrap();
         db.flush().unwrap();
     }
     let store = reopen(dir.path(), &written);
     assert_eq!(store.samples(..).unwrap(), written);
+    assert_eq!(store.sample_count(), written.len() as u64);
+    assert_eq!(store.torn_tail(), None);
     drop(store);
     assert_eq!(keys(dir.path()), expected_keys(&written));
     let db = gleaner::sled_open::open_dir(dir.path()).unwrap();
-    let version = db
-        .open_tree("meta")
-        .unwrap()
-        .get(b"format_version")
-        .unwrap();
-    assert_eq!(version.as_deref(), Some(&2u32.to_be_bytes()[..]));
+    let meta = db.open_tree("meta").unwrap();
+    let version = meta.get(b"format_version").unwrap();
+    assert_eq!(version.as_deref(), Some(&3u32.to_be_bytes()[..]));
+    assert!(
+        meta.contains_key(b"fresh_db").unwrap(),
+        "rebuilt as a fresh database once sealed"
+    );
+    assert!(!dir.path().join(".rebuild").exists() && !dir.path().join(".old").exists());
+}
+
+#[test]
+fn a_version_2_stores_sealed_days_move_from_sled_to_files_at_its_first_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), T0);
+    let written = record_days(&store, 4);
+    drop(store);
+    drop(reopen(dir.path(), &written));
+    let (loose, days) = expected_keys(&written);
+    // Made version 2 behind the store's back: its days back into sled.
+    {
+        let db = gleaner::sled_open::open_dir(dir.path()).unwrap();
+        let tree = db.open_tree("sample_days").unwrap();
+        for name in day_files(dir.path()) {
+            let day: i64 = name.trim_end_matches(".day").parse().unwrap();
+            let path = day_file(dir.path(), day);
+            tree.insert(codec::time_key(day), std::fs::read(&path).unwrap())
+                .unwrap();
+            std::fs::remove_file(path).unwrap();
+        }
+        db.open_tree("meta")
+            .unwrap()
+            .insert(&b"format_version"[..], &2u32.to_be_bytes()[..])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    assert_eq!(keys(dir.path()), (loose, 0));
+    let store = reopen(dir.path(), &written);
+    assert_eq!(store.samples(..).unwrap(), written);
+    assert_eq!(store.sample_count(), written.len() as u64);
+    assert_eq!(store.torn_tail(), None);
+    drop(store);
+    assert_eq!(keys(dir.path()), (loose, days));
+    let db = gleaner::sled_open::open_dir(dir.path()).unwrap();
+    assert!(
+        !db.tree_names().iter().any(|n| n == &b"sample_days"[..]),
+        "the version 2 tree is dropped"
+    );
+}
+
+#[test]
+fn a_damaged_day_file_costs_its_day_and_a_half_written_one_is_cleared() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), T0);
+    let written = record_days(&store, 4);
+    drop(store);
+    drop(reopen(dir.path(), &written));
+    let second_day = codec::day_start(T0) + DAY;
+    // A file far longer than any day, and a temporary file a crash left.
+    let huge = vec![1u8; 2 * 1024 * 1024];
+    std::fs::write(day_file(dir.path(), second_day), &huge).unwrap();
+    let tmp = dir
+        .path()
+        .join("days")
+        .join(format!("{second_day}.day.tmp"));
+    std::fs::write(&tmp, b"partial").unwrap();
+    let store = reopen(dir.path(), &written);
+    assert!(!tmp.exists(), "a temporary file is removed at open");
+    let kept: Vec<Sample> = written
+        .iter()
+        .filter(|s| codec::day_start(s.time) != second_day)
+        .copied()
+        .collect();
+    assert_eq!(store.samples(..).unwrap(), kept);
+    assert!(store.corrupt_records_skipped() >= 1);
+    // Retention and sealing leave the damaged day as it is.
+    store.seal_finished_days().unwrap();
+    assert_eq!(
+        std::fs::read(day_file(dir.path(), second_day)).unwrap(),
+        huge
+    );
 }
 
 #[test]
@@ -144,14 +237,12 @@ fn rows_left_in_both_places_read_once_and_the_loose_one_wins() {
             sample(before_newest.time, 1.0, 1),
             sample(newest.time, 2.0, 2),
         ];
-        db.open_tree("sample_days")
-            .unwrap()
-            .insert(
-                codec::time_key(newest_day),
-                codec::encode_day_block(newest_day, &stale).unwrap(),
-            )
-            .unwrap();
         db.flush().unwrap();
+        std::fs::write(
+            day_file(dir.path(), newest_day),
+            codec::encode_day_block(newest_day, &stale).unwrap(),
+        )
+        .unwrap();
     }
     written[20] = changed;
     let store = reopen(dir.path(), &written);
@@ -331,4 +422,42 @@ fn a_reader_never_sees_a_day_twice_or_missing_while_days_are_sealed() {
     assert!(reads > 0);
     assert_eq!(store.sample_count(), ROWS as u64);
     assert_eq!(store.samples(..).unwrap().len(), ROWS as usize);
+}
+
+#[test]
+fn an_import_writes_its_whole_days_as_files_and_a_crash_mid_import_removes_them() {
+    // A trace of four days, exported from one store and imported into a
+    // new one.
+    let source = tempfile::tempdir().unwrap();
+    let store = open(source.path(), T0);
+    let written = record_days(&store, 4);
+    let text = export_text(&store);
+    drop(store);
+    let trace = parse_trace(text.as_bytes(), Path::new("four-days")).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), T0);
+    let report = store.import(&trace).unwrap();
+    assert_eq!(report.added, written.len() as u64);
+    assert_eq!(store.samples(..).unwrap(), written);
+    assert_eq!(store.sample_count(), written.len() as u64);
+    drop(store);
+    // Never one key a row for the whole days: only the last day's rows.
+    assert_eq!(keys(dir.path()), expected_keys(&written));
+
+    // The import's mark left behind, as a crash mid-import leaves it.
+    {
+        let db = gleaner::sled_open::open_dir(dir.path()).unwrap();
+        db.open_tree("meta")
+            .unwrap()
+            .insert(&b"import_bound"[..], &i64::MAX.to_be_bytes()[..])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let store = reopen(dir.path(), &written);
+    assert_eq!(store.import_rolled_back(), written.len() as u64);
+    assert_eq!(store.sample_count(), 0);
+    assert_eq!(store.samples(..).unwrap(), Vec::<Sample>::new());
+    drop(store);
+    assert_eq!(keys(dir.path()), (0, 0));
 }

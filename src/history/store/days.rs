@@ -1,16 +1,16 @@
 //! Sealing finished days: the samples of every UTC day before the newest
-//! row's day move from one key each (`samples`) into one value for the day
-//! (`sample_days`), merged with what that day's value already held (rows
+//! row's day move from one key each (`samples`) into one file for the day
+//! (`day_files`), merged with what that day's value already held (rows
 //! imported or recorded into a day after it was sealed); and the row count
 //! of both places, taken at open.
 //!
 //! Why: sled keeps a page per few dozen keys and its segment cleaner
 //! rewrites them; two months of 6 s rows as ~800,000 keys cost a lone node
-//! 3 % of a core idle and ~15 MB, where 56 values cost next to nothing.
+//! 3 % of a core idle and ~15 MB, where 56 files cost next to nothing.
 //!
 //! Crash safety without one big transaction (sled's transactions hold
-//! every write in memory, see `IMPORT_BATCH_ROWS`): the day's value is
-//! written and flushed first, then its rows are removed one by one, each
+//! every write in memory, see `IMPORT_BATCH_ROWS`): the day's file is
+//! written durably first, then its rows are removed one by one, each
 //! only if unchanged. A crash between leaves rows in both places, which
 //! readers merge (`rows`) and the next seal removes; a row is never in
 //! neither. It must not know what a sample means nor how retention or
@@ -105,10 +105,9 @@ impl BulkHistory {
             .days_writer
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let day_key = codec::time_key(day);
         let end = day.saturating_add(codec::SECS_PER_DAY);
         let mut rows: BTreeMap<i64, Sample> = BTreeMap::new();
-        let stored = self.days.get(day_key).map_err(sled_err("reading a day"))?;
+        let stored = self.days.get(day)?;
         let mut stored_len = 0usize;
         if let Some(bytes) = &stored {
             let Ok(decoded) = codec::decode_day_block(day, bytes) else {
@@ -137,11 +136,8 @@ impl BulkHistory {
         let merged: Vec<Sample> = rows.into_values().collect();
         let value = codec::encode_day_block(day, &merged)
             .map_err(|source| StoreError::BadSample { time: day, source })?;
-        self.days
-            .insert(day_key, value)
-            .map_err(sled_err("writing a day"))?;
         // The day is durable before any of its rows leaves its own key.
-        self.db.flush().map_err(sled_err("flushing"))?;
+        self.days.put(day, &value)?;
         for (i, (k, v)) in loose.iter().enumerate() {
             // Only if unchanged: a row rewritten meanwhile stays (and wins).
             let _ = self
@@ -169,14 +165,12 @@ impl BulkHistory {
             });
     }
 
-    /// Rows stored in both places (damaged ones included; a day whose value
-    /// is damaged beyond its rows counts none). Read at open: sled's `len`
-    /// walks the tree, and a day's count is its value's length.
+    /// Rows stored in both places (damaged ones included). Read at open:
+    /// sled's `len` walks the tree, and a day's count is its file's length.
     pub(super) fn count_rows(&self) -> Result<u64, StoreError> {
         let mut n = self.samples.len() as u64;
-        for item in self.days.iter() {
-            let (_, v) = item.map_err(sled_err("counting samples"))?;
-            n += codec::day_block_len(&v).unwrap_or(0) as u64;
+        for day in self.days.days(..)? {
+            n += self.days.rows_by_length(day)?;
         }
         Ok(n)
     }
@@ -186,7 +180,7 @@ impl BulkHistory {
     pub(super) fn stored_value(
         &self,
         time: i64,
-        cache: &mut Option<(i64, Option<IVec>)>,
+        cache: &mut Option<(i64, Option<Vec<u8>>)>,
     ) -> Result<Option<Vec<u8>>, StoreError> {
         if let Some(v) = self
             .samples
@@ -197,11 +191,7 @@ impl BulkHistory {
         }
         let day = codec::day_start(time);
         if cache.as_ref().is_none_or(|(d, _)| *d != day) {
-            let value = self
-                .days
-                .get(codec::time_key(day))
-                .map_err(sled_err("reading a day"))?;
-            *cache = Some((day, value));
+            *cache = Some((day, self.days.get(day)?));
         }
         Ok(cache
             .as_ref()

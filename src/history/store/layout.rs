@@ -15,8 +15,10 @@ use std::ops::{Bound, RangeBounds};
 
 pub(super) const TREE_META: &str = "meta";
 pub(super) const TREE_SAMPLES: &str = "samples";
-/// Finished UTC days of samples, one value each (`codec` day blocks).
-pub(super) const TREE_DAYS: &str = "sample_days";
+/// Finished UTC days of samples, one value each (`codec` day blocks), in
+/// format version 2; version 3 keeps them as files (`day_files`) and `open`
+/// moves them there.
+pub(super) const TREE_DAYS_V2: &str = "sample_days";
 pub(super) const TREE_TRANSITIONS: &str = "transitions";
 pub(super) const TREE_JOBS: &str = "jobs";
 
@@ -33,6 +35,10 @@ pub(super) const KEY_PAUSE_UNTIL: &[u8] = b"pause_until";
 /// (i64 BE) was written by that import. `open` removes them if the import
 /// never finished, so an interrupted import leaves nothing behind.
 pub(super) const KEY_IMPORT_BOUND: &[u8] = b"import_bound";
+/// Present when the sled database never held more than a day of rows one
+/// key each: made empty by this version, or rebuilt (`rebuild`). A store
+/// without it is rebuilt once its days are sealed.
+pub(super) const KEY_FRESH_DB: &[u8] = b"fresh_db";
 
 pub(super) fn time_key_range(
     range: &impl RangeBounds<i64>,
@@ -73,8 +79,8 @@ pub(super) fn resolve_meta(tree: &Tree, opts: &StoreOptions) -> Result<StoreMeta
     let corrupt = |key: &'static str| move |source| StoreError::CorruptMeta { key, source };
     if let Some(v) = get(KEY_VERSION)? {
         let found = codec::decode_u32("format_version", &v).map_err(corrupt("format_version"))?;
-        // Version 1 is version 2 with no day sealed: `open` seals them.
-        if found != FORMAT_VERSION && found != 1 {
+        // Older versions are upgraded by `open` (see `FORMAT_VERSION`).
+        if !(1..=FORMAT_VERSION).contains(&found) {
             return Err(StoreError::UnsupportedVersion {
                 found,
                 supported: FORMAT_VERSION,

@@ -22,23 +22,25 @@
 //! metadata), `open` (opening and the flush after each record),
 //! `watermark` (the torn-tail check), `record` (appends), `downtime`
 //! (pauses, withholding, the heartbeat and the gap rule), `days` (sealing
-//! finished days into one value each), `rows` (the samples of both places
+//! finished days into one value each), `day_files` (where those live), `rows` (the samples of both places
 //! in time order), `read` (queries, series, export), `import` and
 //! `retention`.
 //!
-//! Where samples live (format version 2): the rows of the newest day, one
+//! Where samples live (format version 3): the rows of the newest day, one
 //! sled key each, in the `samples` tree; every finished UTC day as one
-//! value in `sample_days`. Two months of 6 s rows are ~800,000 keys one
-//! by one, and sled's page table and its segment cleaner (measured: 3 % of
-//! a core idle, 74 % of it in the cleaner) grow with the keys; as days
-//! they are 56 keys.
+//! file in `days/` (`day_files`). Two months of 6 s rows are ~800,000 keys
+//! one by one, and sled's page table and its segment cleaner (measured: 3 %
+//! of a core idle, 74 % of it in the cleaner) grow with the keys; as days
+//! they are 56 files, which sled does not hold in memory once read.
 
+mod day_files;
 mod days;
 mod downtime;
 mod import;
 mod layout;
 mod open;
 mod read;
+mod rebuild;
 mod record;
 mod retention;
 mod rows;
@@ -49,6 +51,7 @@ pub use import::{IMPORT_BATCH_ROWS, MAX_IMPORT_ROWS};
 use crate::history::codec::CodecError;
 use crate::history::trace::TraceError;
 use crate::model::owner::S5Cause;
+use day_files::DayFiles;
 use jiff::tz::TimeZone;
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Tree;
@@ -59,9 +62,10 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Version of the store's layout; bumped when a tree or encoding changes.
-/// Version 1 (every sample a key of its own) is upgraded at open: it is
-/// version 2 with no day sealed yet.
-pub const FORMAT_VERSION: u32 = 2;
+/// Older versions are upgraded at open: version 1 (every sample a key of
+/// its own) is version 3 with no day sealed yet; version 2 kept the sealed
+/// days as values of the `sample_days` tree, which `open` moves to files.
+pub const FORMAT_VERSION: u32 = 3;
 /// How long samples are kept unless the owner says otherwise (8 weeks).
 pub const DEFAULT_RETENTION_DAYS: u32 = 56;
 /// sled's page cache; small, because the node must stay out of the owner's
@@ -210,6 +214,20 @@ pub enum StoreError {
     ImportTooManyRows { max_gap: u64 },
     #[error("import cancelled: the node is shutting down; nothing was imported")]
     ImportCancelled,
+    #[error("history store: {doing} the day file {path}: {source}")]
+    DayFile {
+        doing: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("history store: rebuilding its database: {doing} {path}: {source}")]
+    Rebuild {
+        doing: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("history store: cannot keep the high-water mark {path}: {source}")]
     Watermark {
         path: PathBuf,
@@ -308,8 +326,8 @@ pub struct BulkHistory {
     meta_tree: Tree,
     /// The newest day's samples, one key each (`layout` explains why).
     samples: Tree,
-    /// Every finished day's samples as one value.
-    days: Tree,
+    /// Every finished day's samples as one file (`day_files`).
+    days: DayFiles,
     meta: StoreMeta,
     shared: Arc<SharedCounters>,
 }

@@ -2,17 +2,20 @@
 //! and the metadata made or read, the pause flag and the high-water mark
 //! loaded, the torn-tail check, an interrupted import rolled back, the
 //! silence since the heartbeat recorded and the finished days sealed (which
-//! also upgrades a version 1 store), in that order; then the handles
+//! also upgrades a version 1 store; a version 2 store's sealed days move
+//! from sled to files first), in that order; then the handles
 //! and facts the caller reads back, the flush after each record, and the
 //! count of corrupt records skipped.
 //!
 //! It must not know how a sample, a pause or an import is written: those
 //! are the sibling modules' jobs, which `open` only calls.
 
+use super::day_files::DayFiles;
 use super::layout::{
-    resolve_meta, KEY_PAUSED, KEY_PAUSE_UNTIL, TREE_DAYS, TREE_JOBS, TREE_META, TREE_SAMPLES,
-    TREE_TRANSITIONS,
+    resolve_meta, KEY_FRESH_DB, KEY_PAUSED, KEY_PAUSE_UNTIL, TREE_DAYS_V2, TREE_JOBS, TREE_META,
+    TREE_SAMPLES, TREE_TRANSITIONS,
 };
+use super::rebuild;
 use super::watermark::{Watermark, WATERMARK_FILE};
 use super::{
     sled_err, BulkHistory, DownInterval, HistoryStore, SharedCounters, StoreError, StoreMeta,
@@ -29,7 +32,45 @@ impl HistoryStore {
     /// If the heartbeat is older than `now - max_gap` and the node was not
     /// already down, records a down row and an S5 transition at
     /// `heartbeat + step`: the node was off from then until now.
+    ///
+    /// A store whose database once held many rows one key each (an older
+    /// version's) is rebuilt as a fresh database once its days are sealed,
+    /// then opened again (`rebuild` says why).
     pub fn open(dir: &Path, opts: &StoreOptions, now: i64) -> Result<Self, StoreError> {
+        rebuild::recover(dir)?;
+        let store = Self::open_database(dir, opts, now)?;
+        if store
+            .bulk
+            .meta_tree
+            .contains_key(KEY_FRESH_DB)
+            .map_err(sled_err("reading metadata"))?
+        {
+            return Ok(store);
+        }
+        if store.bulk.samples.is_empty() && store.bulk.days.days(..)?.is_empty() {
+            // A new store: nothing was ever one key a row here.
+            store
+                .bulk
+                .meta_tree
+                .insert(KEY_FRESH_DB, &[][..])
+                .map_err(sled_err("writing metadata"))?;
+            store.flush()?;
+            return Ok(store);
+        }
+        // What the first open found is the caller's to hear.
+        let (gap, torn, rolled_back) =
+            (store.gap_on_open, store.torn_tail, store.import_rolled_back);
+        drop(store);
+        tracing::info!("rebuilding the history's database as a fresh one (once, after an upgrade)");
+        rebuild::rebuild(dir, KEY_FRESH_DB)?;
+        let mut store = Self::open_database(dir, opts, now)?;
+        store.gap_on_open = store.gap_on_open.or(gap);
+        store.torn_tail = store.torn_tail.or(torn);
+        store.import_rolled_back += rolled_back;
+        Ok(store)
+    }
+
+    fn open_database(dir: &Path, opts: &StoreOptions, now: i64) -> Result<Self, StoreError> {
         let config = sled::Config::new()
             .path(dir)
             .cache_capacity(opts.cache_bytes)
@@ -42,7 +83,11 @@ impl HistoryStore {
         let tree = |name: &str| db.open_tree(name).map_err(sled_err("opening a tree"));
         let meta_tree = tree(TREE_META)?;
         let samples = tree(TREE_SAMPLES)?;
-        let days = tree(TREE_DAYS)?;
+        let days = DayFiles::open(dir)?;
+        let moved = move_v2_days_to_files(&db, &days)?;
+        if moved > 0 {
+            tracing::info!(days = moved, "moved sealed days of history to files");
+        }
         let transitions = tree(TREE_TRANSITIONS)?;
         let jobs = tree(TREE_JOBS)?;
         let meta = resolve_meta(&meta_tree, opts)?;
@@ -177,4 +222,36 @@ impl HistoryStore {
     pub(super) fn note_corrupt(&self, tree: &str, e: &CodecError) {
         self.bulk.note_corrupt(tree, e);
     }
+}
+
+/// Moves the sealed days a version 2 store kept in sled (`sample_days`) to
+/// files, each file durable before its value goes; returns how many moved.
+/// A crash midway leaves a day in both places, and the next open writes the
+/// file again from the same value. Keyed on the tree being there, not on
+/// the stored version (which `resolve_meta` rewrites at every open).
+fn move_v2_days_to_files(db: &sled::Db, files: &DayFiles) -> Result<u64, StoreError> {
+    if !db.tree_names().iter().any(|n| n == TREE_DAYS_V2.as_bytes()) {
+        return Ok(0);
+    }
+    let tree = db
+        .open_tree(TREE_DAYS_V2)
+        .map_err(sled_err("opening a tree"))?;
+    let mut moved = 0u64;
+    for item in tree.iter() {
+        let (k, v) = item.map_err(sled_err("reading days"))?;
+        match codec::decode_time_key(&k) {
+            Ok(day) => {
+                files.put(day, &v)?;
+                moved += 1;
+            }
+            // No day to file it under: its rows cannot be read either.
+            Err(e) => tracing::warn!(error = %e, "dropping a sealed day with a damaged key"),
+        }
+        tree.remove(&k).map_err(sled_err("moving days to files"))?;
+    }
+    db.flush().map_err(sled_err("flushing"))?;
+    drop(tree);
+    db.drop_tree(TREE_DAYS_V2)
+        .map_err(sled_err("moving days to files"))?;
+    Ok(moved)
 }

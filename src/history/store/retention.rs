@@ -2,7 +2,7 @@
 //! transitions and job-log events), in bounded batches, never the newest
 //! sample nor the newest transition, which say what the host does now; and
 //! the row count kept in step with what is removed. A sealed day wholly
-//! before the cutoff goes as one value; the day holding the cutoff is
+//! before the cutoff goes as one file; the day holding the cutoff is
 //! written again with its rows from the cutoff on.
 //!
 //! It must not know how rows are written or read.
@@ -47,21 +47,14 @@ impl BulkHistory {
             .unwrap_or_else(PoisonError::into_inner);
         let holds_newest = |day: i64| newest.is_some_and(|n| codec::day_start(n) == day);
         let mut removed = 0u64;
-        // The days up to the cutoff's; their keys are few (one a day).
-        let through = codec::time_key(codec::day_start(cutoff));
-        let mut keys = Vec::new();
-        for item in self.days.range(..=through) {
-            keys.push(item.map_err(sled_err("reading for retention"))?);
-        }
-        for (k, v) in keys {
-            let Ok(day) = codec::decode_time_key(&k) else {
+        // The days up to the cutoff's; they are few (one file a day).
+        for day in self.days.days(..=codec::day_start(cutoff))? {
+            let Some(v) = self.days.get(day)? else {
                 continue;
             };
             let stored = codec::day_block_len(&v).unwrap_or(0);
             if day.saturating_add(SECS_PER_DAY) <= cutoff && !holds_newest(day) {
-                self.days
-                    .remove(&k)
-                    .map_err(sled_err("deleting old records"))?;
+                self.days.remove(day)?;
                 removed += stored as u64;
                 continue;
             }
@@ -77,15 +70,11 @@ impl BulkHistory {
                 continue;
             }
             if kept.is_empty() {
-                self.days
-                    .remove(&k)
-                    .map_err(sled_err("deleting old records"))?;
+                self.days.remove(day)?;
             } else {
                 let value = codec::encode_day_block(day, &kept)
                     .map_err(|source| StoreError::BadSample { time: day, source })?;
-                self.days
-                    .insert(&k, value)
-                    .map_err(sled_err("deleting old records"))?;
+                self.days.put(day, &value)?;
             }
             removed += (stored - kept.len()) as u64;
         }

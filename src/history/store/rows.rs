@@ -20,7 +20,9 @@ pub(super) struct Rows<'a> {
     range: (Bound<i64>, Bound<i64>),
     loose: sled::Iter,
     loose_head: Option<Sample>,
-    days: sled::Iter,
+    /// The days to read, listed at the first row wanted (a listing can
+    /// fail, and `rows` cannot).
+    days: Option<std::vec::IntoIter<i64>>,
     /// The rows left of the day being read, newest first (popped from the end).
     day_rows: Vec<Sample>,
     done: bool,
@@ -30,14 +32,6 @@ impl BulkHistory {
     /// The readable samples with times in `range`, in time order.
     pub(super) fn rows(&self, range: impl RangeBounds<i64>) -> Rows<'_> {
         let range = (range.start_bound().cloned(), range.end_bound().cloned());
-        // A day's key is its start: the day holding a bound is read whole
-        // and its rows filtered.
-        let day_bound = |b: Bound<i64>| match b {
-            Bound::Included(t) | Bound::Excluded(t) => {
-                Bound::Included(codec::time_key(codec::day_start(t)))
-            }
-            Bound::Unbounded => Bound::Unbounded,
-        };
         Rows {
             bulk: self,
             _layout: self
@@ -46,7 +40,7 @@ impl BulkHistory {
                 .read()
                 .unwrap_or_else(PoisonError::into_inner),
             loose: self.samples.range(time_key_range(&range)),
-            days: self.days.range((day_bound(range.0), day_bound(range.1))),
+            days: None,
             range,
             loose_head: None,
             day_rows: Vec::new(),
@@ -58,20 +52,15 @@ impl BulkHistory {
     /// row is loose unless a crash or damage says otherwise).
     pub fn last_sample(&self) -> Result<Option<Sample>, StoreError> {
         let mut newest = self.first_readable_loose(&mut self.samples.iter().rev())?;
-        for item in self.days.iter().rev() {
-            let (k, v) = item.map_err(sled_err("reading days"))?;
-            let day = match codec::decode_time_key(&k) {
-                Ok(day) => day,
-                Err(e) => {
-                    self.note_corrupt("sample_days", &e);
-                    continue;
-                }
-            };
+        for day in self.days.days(..)?.into_iter().rev() {
             let day_last = day.saturating_add(codec::SECS_PER_DAY - 1);
             if newest.is_some_and(|n: Sample| n.time >= day_last) {
                 // Every row of this day and the older ones is older.
                 break;
             }
+            let Some(v) = self.days.get(day)? else {
+                continue;
+            };
             let last = codec::decode_day_block(day, &v).map(|rows| rows.flatten().last());
             match last {
                 Ok(Some(s)) => {
@@ -81,7 +70,7 @@ impl BulkHistory {
                     break;
                 }
                 Ok(None) => {}
-                Err(e) => self.note_corrupt("sample_days", &e),
+                Err(e) => self.note_corrupt("days", &e),
             }
         }
         Ok(newest)
@@ -116,25 +105,29 @@ impl Rows<'_> {
 
     fn next_day_row(&mut self) -> Result<Option<Sample>, StoreError> {
         while self.day_rows.is_empty() {
-            let Some(item) = self.days.next() else {
+            if self.days.is_none() {
+                // The day holding a bound is read whole and its rows filtered.
+                self.days = Some(self.bulk.days.days_holding(&self.range)?.into_iter());
+            }
+            let Some(day) = self.days.as_mut().and_then(Iterator::next) else {
                 return Ok(None);
             };
-            let (k, v) = item.map_err(sled_err("reading days"))?;
-            let decoded = codec::decode_time_key(&k).and_then(|day| {
-                let rows = codec::decode_day_block(day, &v)?;
-                Ok(rows.collect::<Vec<_>>())
-            });
+            // Gone since the listing (retention): nothing of it to read.
+            let Some(v) = self.bulk.days.get(day)? else {
+                continue;
+            };
+            let decoded = codec::decode_day_block(day, &v).map(|rows| rows.collect::<Vec<_>>());
             match decoded {
                 Ok(rows) => {
                     for row in rows.into_iter().rev() {
                         match row {
                             Ok(s) if self.range.contains(&s.time) => self.day_rows.push(s),
                             Ok(_) => {}
-                            Err(e) => self.bulk.note_corrupt("sample_days", &e),
+                            Err(e) => self.bulk.note_corrupt("days", &e),
                         }
                     }
                 }
-                Err(e) => self.bulk.note_corrupt("sample_days", &e),
+                Err(e) => self.bulk.note_corrupt("days", &e),
             }
         }
         Ok(self.day_rows.last().copied())
