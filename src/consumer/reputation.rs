@@ -116,6 +116,21 @@ impl Reputation {
         Reputation { tree, hosts }
     }
 
+    /// Whether records are written through to a tree.
+    pub fn has_tree(&self) -> bool {
+        self.tree.is_some()
+    }
+
+    /// Writes through to `tree` from now on (a reputation loaded before its
+    /// store was opened); what it already holds is written too.
+    pub fn attach(&mut self, tree: sled::Tree) {
+        self.tree = Some(tree);
+        let peers: Vec<PeerId> = self.hosts.keys().copied().collect();
+        for peer in peers {
+            self.write(peer);
+        }
+    }
+
     pub fn get(&self, peer: &PeerId) -> HostTrack {
         self.hosts.get(peer).copied().unwrap_or_default()
     }

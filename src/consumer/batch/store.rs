@@ -7,6 +7,7 @@
 //! else it keeps in memory and can rebuild from here.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::consumer::batch::codec::{self, CodecError};
 use crate::consumer::batch::record::{BatchRecord, TaskRecord};
@@ -31,9 +32,19 @@ pub enum BatchStoreError {
     },
 }
 
-/// The batch database.
+/// The batch database, opened at the first write when it is not on disk
+/// yet: a node that never submits a batch (most volunteers' hosts) never
+/// opens it, which spares it a sled database (~1.2 MiB of anonymous memory
+/// measured on sled 0.34.7 alone, and a flusher thread).
 #[derive(Clone)]
 pub struct BatchStore {
+    dir: PathBuf,
+    opened: Arc<Mutex<Option<Opened>>>,
+}
+
+/// The database's handles, once open.
+#[derive(Clone)]
+struct Opened {
     db: sled::Db,
     batches: sled::Tree,
     tasks: sled::Tree,
@@ -44,7 +55,41 @@ pub struct BatchStore {
 const CACHE_BYTES: u64 = 16 * 1024 * 1024;
 
 impl BatchStore {
+    /// Opens the store in `dir` if one is there; otherwise it is opened
+    /// (created) by the first write.
     pub fn open(dir: &Path) -> Result<Self, BatchStoreError> {
+        let store = BatchStore {
+            dir: dir.to_path_buf(),
+            opened: Arc::new(Mutex::new(None)),
+        };
+        if on_disk(dir) {
+            store.opened()?;
+        }
+        Ok(store)
+    }
+
+    /// Whether the database is open (it is once anything was written).
+    pub fn is_open(&self) -> bool {
+        self.opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// The database's handles, opening it first if it is not open. One
+    /// lock, so two first writes do not both open it (sled refuses a second
+    /// open of the same files).
+    fn opened(&self) -> Result<Opened, BatchStoreError> {
+        let mut opened = self.opened.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(o) = opened.as_ref() {
+            return Ok(o.clone());
+        }
+        let o = Self::open_db(&self.dir)?;
+        *opened = Some(o.clone());
+        Ok(o)
+    }
+
+    fn open_db(dir: &Path) -> Result<Opened, BatchStoreError> {
         let config = sled::Config::new()
             .path(dir)
             .cache_capacity(CACHE_BYTES)
@@ -57,11 +102,18 @@ impl BatchStore {
         })?;
         let batches = db.open_tree("batches")?;
         let tasks = db.open_tree("tasks")?;
-        let store = BatchStore { db, batches, tasks };
-        store.upgrade(dir)?;
-        Ok(store)
+        let opened = Opened { db, batches, tasks };
+        opened.upgrade(dir)?;
+        Ok(opened)
     }
+}
 
+/// Whether a sled database was ever created in `dir`.
+fn on_disk(dir: &Path) -> bool {
+    dir.join("conf").exists() || dir.join("db").exists()
+}
+
+impl Opened {
     /// Brings an older store to [`codec::SCHEMA_VERSION`] in place, and
     /// refuses a newer one rather than misread it. Each record is rewritten
     /// on its own; the version is written last, so an upgrade cut short is
@@ -114,9 +166,12 @@ impl BatchStore {
         }
         Ok(())
     }
+}
 
+impl BatchStore {
     /// Stores a new batch and all its tasks at once, durably.
     pub fn create(&self, batch: &BatchRecord, tasks: &[TaskRecord]) -> Result<(), BatchStoreError> {
+        let o = self.opened()?;
         let mut writes = sled::Batch::default();
         for (i, task) in tasks.iter().enumerate() {
             writes.insert(
@@ -124,17 +179,18 @@ impl BatchStore {
                 codec::encode_task(task)?,
             );
         }
-        self.tasks.apply_batch(writes)?;
+        o.tasks.apply_batch(writes)?;
         // The batch record last: a batch without it is ignored (and removed)
         // at load, so a crash in between leaves no half batch.
-        self.batches
+        o.batches
             .insert(codec::batch_key(batch.id), codec::encode_batch(batch)?)?;
-        self.db.flush()?;
+        o.db.flush()?;
         Ok(())
     }
 
     pub fn put_batch(&self, batch: &BatchRecord) -> Result<(), BatchStoreError> {
-        self.batches
+        self.opened()?
+            .batches
             .insert(codec::batch_key(batch.id), codec::encode_batch(batch)?)?;
         Ok(())
     }
@@ -145,7 +201,8 @@ impl BatchStore {
         task: u32,
         record: &TaskRecord,
     ) -> Result<(), BatchStoreError> {
-        self.tasks
+        self.opened()?
+            .tasks
             .insert(codec::task_key(id, task), codec::encode_task(record)?)?;
         Ok(())
     }
@@ -153,25 +210,34 @@ impl BatchStore {
     /// Forgets a batch: its record first (so a crash midway leaves tasks
     /// without a batch, which `load` removes), then its tasks.
     pub fn remove(&self, id: BatchId, tasks: u32) -> Result<(), BatchStoreError> {
-        self.batches.remove(codec::batch_key(id))?;
+        let o = self.opened()?;
+        o.batches.remove(codec::batch_key(id))?;
         let mut writes = sled::Batch::default();
         for task in 0..tasks {
             writes.remove(&codec::task_key(id, task)[..]);
         }
-        self.tasks.apply_batch(writes)?;
+        o.tasks.apply_batch(writes)?;
         Ok(())
     }
 
-    /// Makes every write so far durable (an fsync; call it off the loop).
     /// Another tree of the same database, for records kept beside the
     /// batches (each batch's verification, the hosts' reputation): their
-    /// writes are flushed with the batches'.
+    /// writes are flushed with the batches'. Opens the database.
     pub fn tree(&self, name: &str) -> Result<sled::Tree, BatchStoreError> {
-        Ok(self.db.open_tree(name)?)
+        Ok(self.opened()?.db.open_tree(name)?)
     }
 
+    /// Makes every write so far durable (an fsync; call it off the loop).
+    /// Nothing to do while nothing was written.
     pub fn flush(&self) -> Result<(), BatchStoreError> {
-        self.db.flush()?;
+        let opened = self
+            .opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(o) = opened {
+            o.db.flush()?;
+        }
         Ok(())
     }
 
@@ -184,7 +250,12 @@ impl BatchStore {
     ) -> Result<(Vec<(BatchRecord, Vec<TaskRecord>)>, Vec<String>), BatchStoreError> {
         let mut out = Vec::new();
         let mut problems = Vec::new();
-        for item in self.batches.iter() {
+        if !self.is_open() {
+            // Never written: nothing to load, and nothing to open for it.
+            return Ok((out, problems));
+        }
+        let o = self.opened()?;
+        for item in o.batches.iter() {
             let (key, value) = item?;
             match codec::decode_batch(&value) {
                 Ok(batch) => out.push((batch, Vec::new())),
@@ -192,7 +263,7 @@ impl BatchStore {
             }
         }
         let mut orphans = Vec::new();
-        for item in self.tasks.iter() {
+        for item in o.tasks.iter() {
             let (key, value) = item?;
             let (id, index) = match codec::decode_task_key(&key) {
                 Ok(k) => k,
@@ -212,7 +283,7 @@ impl BatchStore {
             }
         }
         for key in orphans {
-            self.tasks.remove(key)?;
+            o.tasks.remove(key)?;
         }
         // A batch whose tasks did not all load cannot be run safely as is.
         out.retain(|(b, tasks)| {
@@ -292,7 +363,27 @@ mod tests {
         store.put_task(BatchId::new(3), 0, &t).unwrap();
         let (loaded, _) = store.load().unwrap();
         assert!(loaded.is_empty());
-        assert_eq!(store.tasks.len(), 0);
+        assert_eq!(store.opened().unwrap().tasks.len(), 0);
+    }
+
+    #[test]
+    fn a_store_never_written_is_never_opened_and_opens_at_its_first_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let store = BatchStore::open(&path).unwrap();
+        let (loaded, problems) = store.load().unwrap();
+        assert!(loaded.is_empty() && problems.is_empty());
+        store.flush().unwrap();
+        assert!(!store.is_open());
+        assert!(!on_disk(&path), "no sled database was made");
+
+        let tasks = vec![TaskRecord::queued(vec!["x".into()], vec![], vec![])];
+        store.create(&batch(5, 1), &tasks).unwrap();
+        assert!(store.is_open());
+        drop(store);
+        let store = BatchStore::open(&path).unwrap();
+        assert!(store.is_open(), "a store on disk opens at once");
+        assert_eq!(store.load().unwrap().0.len(), 1);
     }
 }
 

@@ -16,8 +16,10 @@ use crate::consumer::reputation::Reputation;
 use crate::model::ids::BatchId;
 use crate::model::trust::Outcome;
 
-/// The trust trees of the batch store.
+/// The trust trees of the batch store. While the store is not open (a node
+/// that never submitted a batch) they are opened at their first write.
 pub(super) struct TrustStore {
+    store: BatchStore,
     tree: Option<sled::Tree>,
     reputation: Reputation,
 }
@@ -26,6 +28,16 @@ impl TrustStore {
     /// Opens the trees and reads what they kept into the core's state. A
     /// record that does not decode is logged and skipped.
     pub(super) fn open(store: &BatchStore) -> (TrustStore, Trust) {
+        if !store.is_open() {
+            // Nothing was ever written: nothing to read, nothing to open.
+            let trust = Trust::new(HashMap::new(), HashMap::new(), HashMap::new());
+            let this = TrustStore {
+                store: store.clone(),
+                tree: None,
+                reputation: Reputation::load(None),
+            };
+            return (this, trust);
+        }
         let tree = store
             .tree("verify")
             .map_err(|e| tracing::error!(error = %e, "cannot open the verify tree"))
@@ -60,16 +72,43 @@ impl TrustStore {
                 .ok(),
         );
         let trust = Trust::new(specs, tainted, reputation.all().clone());
-        (TrustStore { tree, reputation }, trust)
+        let this = TrustStore {
+            store: store.clone(),
+            tree,
+            reputation,
+        };
+        (this, trust)
+    }
+
+    /// The `verify` tree, opened (with the store) at the first write.
+    fn verify_tree(&mut self) -> Option<&sled::Tree> {
+        if self.tree.is_none() {
+            self.tree = self
+                .store
+                .tree("verify")
+                .map_err(|e| tracing::error!(error = %e, "cannot open the verify tree"))
+                .ok();
+        }
+        self.tree.as_ref()
+    }
+
+    /// Gives the reputation its tree at the first write, if it has none.
+    fn attach_reputation(&mut self) {
+        if !self.reputation.has_tree() {
+            match self.store.tree("reputation") {
+                Ok(tree) => self.reputation.attach(tree),
+                Err(e) => tracing::error!(error = %e, "cannot open the reputation tree"),
+            }
+        }
     }
 
     /// Keeps a new batch's verification settings (nothing for a batch that
     /// does not verify).
-    pub(super) fn set_spec(&self, batch: BatchId, spec: &VerifySpec) -> Result<(), String> {
+    pub(super) fn set_spec(&mut self, batch: BatchId, spec: &VerifySpec) -> Result<(), String> {
         if !spec.verifies() {
             return Ok(());
         }
-        if let Some(tree) = &self.tree {
+        if let Some(tree) = self.verify_tree() {
             tree.insert(batch_key(batch), spec.encode())
                 .map_err(|e| e.to_string())?;
         }
@@ -78,6 +117,7 @@ impl TrustStore {
 
     /// Forgets a removed batch's settings and exclusions.
     pub(super) fn forget(&self, batch: BatchId) {
+        // Never opened: nothing of any batch was kept.
         if let Some(tree) = &self.tree {
             // The settings and every tainted host share the batch's prefix.
             for key in tree.scan_prefix(batch_key(batch)).keys().flatten() {
@@ -88,8 +128,8 @@ impl TrustStore {
 
     /// `peer` returned an invalid result for `batch`: written through, so
     /// the exclusion survives a restart.
-    pub(super) fn taint(&self, batch: BatchId, peer: PeerId) {
-        if let Some(tree) = &self.tree {
+    pub(super) fn taint(&mut self, batch: BatchId, peer: PeerId) {
+        if let Some(tree) = self.verify_tree() {
             if let Err(e) = tree.insert(codec::tainted_key(batch, &peer), &[][..]) {
                 tracing::error!(%batch, %peer, error = %e, "cannot record a host's exclusion from a batch");
             }
@@ -98,11 +138,13 @@ impl TrustStore {
 
     /// Counts one checked result of `peer`, written through.
     pub(super) fn record(&mut self, peer: PeerId, valid: bool) {
+        self.attach_reputation();
         self.reputation.record(peer, valid);
     }
 
     /// Counts how one attempt of `peer` ended, written through.
     pub(super) fn conduct(&mut self, peer: PeerId, outcome: Outcome) {
+        self.attach_reputation();
         self.reputation.apply(peer, outcome);
     }
 }
@@ -125,7 +167,7 @@ mod tests {
         .unwrap();
         {
             let store = BatchStore::open(dir.path()).unwrap();
-            let (trust_store, _) = TrustStore::open(&store);
+            let (mut trust_store, _) = TrustStore::open(&store);
             trust_store.set_spec(batch, &spec).unwrap();
             trust_store.set_spec(other, &spec).unwrap();
             trust_store.taint(batch, liar);
