@@ -669,8 +669,9 @@ fn tail_rule_from_env() -> crate::model::sched::tail::TailRule {
 /// as comma-separated `KEY=VALUE` over the rule's fields (`hold_below`,
 /// `min_gain`, `slack`, `retry_secs`, `retry_share`, `hopeless`,
 /// `present_weight`, `kill_limit`, `typical_below` (`none` or a share),
-/// `keep_pick`, `free_now_kept` (0|1)). An experiment's knob, not a setting: a malformed
-/// pair is ignored.
+/// `keep_pick`, `free_now_kept`, `tail_only` (0|1), `tail_within`,
+/// `max_wait`, `kill_near` (seconds; also `none`), `max_held` (seconds)). An
+/// experiment's knob, not a setting: a malformed pair is ignored.
 fn window_rule_from_env() -> crate::model::sched::window::WindowRule {
     let mut rule = crate::model::sched::window::WindowRule::default();
     let Ok(v) = std::env::var("GLEANER_WINDOW_RULE") else {
@@ -697,6 +698,13 @@ fn window_rule_from_env() -> crate::model::sched::window::WindowRule {
             ("typical_below", None) if value == "none" => rule.typical_below = None,
             ("keep_pick", Some(x)) => rule.keep_pick = x != 0.0,
             ("free_now_kept", Some(x)) => rule.free_now_kept = x != 0.0,
+            ("tail_only", Some(x)) => rule.tail_only = x != 0.0,
+            ("tail_within", Some(x)) => rule.tail_within_secs = x,
+            ("max_wait", Some(x)) => rule.max_wait_secs = Some(x),
+            ("max_wait", None) if value == "none" => rule.max_wait_secs = None,
+            ("kill_near", Some(x)) => rule.kill_near_secs = Some(x),
+            ("kill_near", None) if value == "none" => rule.kill_near_secs = None,
+            ("max_held", Some(x)) => rule.max_held_secs = Some(x),
             _ => {}
         }
     }

@@ -262,6 +262,8 @@ struct Sim<'a> {
     /// Per task: its last hold's note, until the task starts, then until
     /// that attempt ends (to note a kill).
     hold_note: Vec<Option<usize>>,
+    /// When each task was first held since it last started (`windows`).
+    held_since: Vec<Option<f64>>,
     /// The summaries the consumer places from, when it does not know all.
     summaries: Option<Box<Summaries>>,
     /// Per task: its attempts running now (2 while it has a tail copy).
@@ -337,6 +339,7 @@ impl<'a> Sim<'a> {
             hold_log: Vec::new(),
             last_weigh: (0.0, 0.0),
             hold_note: vec![None; n],
+            held_since: vec![None; n],
             summaries: None,
             running: vec![0; n],
             tail_copies: 0,

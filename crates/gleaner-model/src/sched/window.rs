@@ -179,6 +179,27 @@ pub struct WindowRule {
     /// from a start now ([`WindowRule::kept`]; off: a free host is
     /// certain and a held window a forecast).
     pub free_now_kept: bool,
+    /// Windows are weighed only in the batch's tail ([`WindowRule::weighs`]):
+    /// while more tasks wait than there are hosts free or about to be, a
+    /// free host takes the placement rule's pick at once. In the bulk a
+    /// host left by a held task takes the next task anyway, so a hold
+    /// only puts its task off (on the desktop pools every hold was made
+    /// in the bulk, and 93–96 % of held tasks started elsewhere hours
+    /// later: docs/scheduling.md).
+    pub tail_only: bool,
+    /// A busy or down host counts as about to be free for
+    /// [`WindowRule::weighs`] when it is expected free within this many
+    /// seconds.
+    pub tail_within_secs: f64,
+    /// Longest a task is held: windows that open later than this are not
+    /// weighed (`None`: up to [`HORIZON_SECS`]).
+    pub max_wait_secs: Option<f64>,
+    /// Past the kill limit, the likeliest window is looked for only among
+    /// those that open within this many seconds (`None`: all weighed).
+    pub kill_near_secs: Option<f64>,
+    /// Longest a task is kept waiting in all, from its first hold until it
+    /// starts: past it only starts now are weighed (`None`: no bound).
+    pub max_held_secs: Option<f64>,
 }
 
 impl Default for WindowRule {
@@ -195,11 +216,50 @@ impl Default for WindowRule {
             typical_below: None,
             keep_pick: false,
             free_now_kept: false,
+            tail_only: false,
+            tail_within_secs: SLOT_SECS,
+            max_wait_secs: None,
+            kill_near_secs: None,
+            max_held_secs: None,
         }
     }
 }
 
 impl WindowRule {
+    /// Whether windows are weighed at all while `waiting` tasks wait (held
+    /// ones included) and `hosts_soon` hosts are free or expected free
+    /// within [`WindowRule::tail_within_secs`]: always, unless the rule
+    /// holds only in the tail, which begins when every waiting task has
+    /// such a host.
+    pub fn weighs(&self, waiting: usize, hosts_soon: usize) -> bool {
+        !self.tail_only || waiting <= hosts_soon
+    }
+
+    /// The latest start weighed for a task killed `kills` times that has
+    /// been held `held_secs` so far: none later than now once it has been
+    /// held [`WindowRule::max_held_secs`].
+    fn latest_start(&self, kills: u32, held_secs: f64) -> f64 {
+        if self.max_held_secs.is_some_and(|m| held_secs >= m) {
+            return 0.0;
+        }
+        let near = if kills >= self.kill_limit {
+            self.kill_near_secs
+        } else {
+            None
+        };
+        [self.max_wait_secs, near]
+            .into_iter()
+            .flatten()
+            .filter(|s| !s.is_nan())
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// Whether a task held `held_secs` so far may be held no longer (its
+    /// plan is dropped and it starts now wherever it is best).
+    pub fn held_enough(&self, held_secs: f64) -> bool {
+        self.max_held_secs.is_some_and(|m| held_secs >= m)
+    }
+
     /// Whether window `w` (weighed at `now`) is not offered to a task
     /// because it overlaps a window another held task keeps on its host
     /// (`kept`, as for [`kept_elsewhere`]). A start now on a free host is
@@ -227,9 +287,37 @@ impl WindowRule {
     /// The choice for a task among `windows` (now-windows, `start_in` 0,
     /// only on free hosts); `picked` is the free host the placement rule
     /// would give it, kept while it is about as good as the best window.
-    /// `kills` is how often the task was killed so far. `None` when no
+    /// `kills` is how often the task was killed so far. Windows that open
+    /// later than [`WindowRule::max_wait_secs`] (past the kill limit,
+    /// [`WindowRule::kill_near_secs`]) are not weighed. `None` when no
     /// window can finish it.
     pub fn choose(&self, windows: &[Window], picked: Option<usize>, kills: u32) -> Option<Choice> {
+        self.choose_held(windows, picked, kills, 0.0)
+    }
+
+    /// [`WindowRule::choose`] for a task held `held_secs` so far (since it
+    /// was first held and not started): past [`WindowRule::max_held_secs`]
+    /// only starts now are weighed.
+    pub fn choose_held(
+        &self,
+        windows: &[Window],
+        picked: Option<usize>,
+        kills: u32,
+        held_secs: f64,
+    ) -> Option<Choice> {
+        let all = windows;
+        let latest = self.latest_start(kills, held_secs);
+        let near: Vec<Window>;
+        let windows = if latest.is_finite() {
+            near = all
+                .iter()
+                .filter(|w| w.start_in <= latest.max(0.0))
+                .copied()
+                .collect();
+            near.as_slice()
+        } else {
+            all
+        };
         let best_p = windows.iter().map(|w| w.p).fold(0.0, f64::max);
         let cost = |w: &Window| w.expected_finish(self);
         let usable = || {
@@ -285,7 +373,7 @@ impl WindowRule {
             .min_by(|a, b| cost(a).total_cmp(&cost(b)).then(a.host.cmp(&b.host)));
         let short = || {
             self.typical_below
-                .is_some_and(|below| typical_p(windows) >= below)
+                .is_some_and(|below| typical_p(all) >= below)
         };
         Some(match soonest_now {
             Some(w) if w.p >= self.hold_below || best.p < w.p + self.min_gain || short() => {
@@ -594,6 +682,118 @@ mod tests {
             bounded.choose(&windows, Some(0), 0),
             Some(Choice::Hold(Window { start_in, .. })) if start_in == 9.0 * 3600.0
         ));
+    }
+
+    #[test]
+    fn holding_only_in_the_tail_waits_for_hosts_to_outnumber_tasks() {
+        let tail = WindowRule {
+            tail_only: true,
+            ..WindowRule::default()
+        };
+        // 200 tasks on 40 hosts: the bulk, no window weighed.
+        assert!(!tail.weighs(200, 40));
+        assert!(!tail.weighs(41, 40));
+        // Every waiting task has a host free or about to be: the tail.
+        assert!(tail.weighs(40, 40));
+        assert!(tail.weighs(3, 12));
+        // Without the bound, windows are weighed in the bulk too.
+        assert!(WindowRule::default().weighs(200, 40));
+    }
+
+    #[test]
+    fn a_task_is_not_held_for_a_window_past_the_longest_wait() {
+        let capped = WindowRule {
+            max_wait_secs: Some(6.0 * 3600.0),
+            ..WindowRule::default()
+        };
+        // Nine hours: 0.2 now, 0.4 in two hours, 0.9 in eight.
+        let windows = [
+            w(0, 0.0, 9.0, 0.2),
+            w(1, 2.0, 9.0, 0.4),
+            w(1, 8.0, 9.0, 0.9),
+        ];
+        assert_eq!(
+            WindowRule::default().choose(&windows, Some(0), 0),
+            Some(Choice::Hold(windows[2]))
+        );
+        // Eight hours is past the longest wait, and two hours' 0.4 is no
+        // clear gain on now: the task starts now.
+        assert_eq!(
+            capped.choose(&windows, Some(0), 0),
+            Some(Choice::Start { host: 0, p: 0.2 })
+        );
+        // A window within the wait and clearly likelier is still held for.
+        let windows = [
+            w(0, 0.0, 9.0, 0.2),
+            w(1, 5.0, 9.0, 0.6),
+            w(1, 8.0, 9.0, 0.9),
+        ];
+        assert_eq!(
+            WindowRule::default().choose(&windows, Some(0), 0),
+            Some(Choice::Hold(windows[2]))
+        );
+        assert_eq!(
+            capped.choose(&windows, Some(0), 0),
+            Some(Choice::Hold(windows[1]))
+        );
+    }
+
+    #[test]
+    fn a_task_held_long_enough_starts_now() {
+        let bounded = WindowRule {
+            max_held_secs: Some(2.0 * 3600.0),
+            ..WindowRule::default()
+        };
+        // Nine hours: 0.2 now, 0.85 in three hours.
+        let windows = [w(0, 0.0, 9.0, 0.2), w(1, 3.0, 9.0, 0.85)];
+        let h = 3600.0;
+        assert_eq!(
+            bounded.choose_held(&windows, Some(0), 0, 1.0 * h),
+            Some(Choice::Hold(windows[1]))
+        );
+        assert!(!bounded.held_enough(1.0 * h));
+        // Held two hours already: no more waiting.
+        assert_eq!(
+            bounded.choose_held(&windows, Some(0), 0, 2.0 * h),
+            Some(Choice::Start { host: 0, p: 0.2 })
+        );
+        assert!(bounded.held_enough(2.0 * h));
+        // Without the bound the task waits on.
+        let rule = WindowRule::default();
+        assert_eq!(
+            rule.choose_held(&windows, Some(0), 0, 20.0 * h),
+            Some(Choice::Hold(windows[1]))
+        );
+        assert!(!rule.held_enough(20.0 * h));
+    }
+
+    #[test]
+    fn past_the_kill_limit_only_near_windows_are_waited_for() {
+        let near = WindowRule {
+            kill_near_secs: Some(4.0 * 3600.0),
+            ..WindowRule::default()
+        };
+        // Killed twice: 0.25 now, 0.5 in three hours, 0.9 tomorrow.
+        let windows = [
+            w(0, 0.0, 6.0, 0.25),
+            w(1, 3.0, 6.0, 0.5),
+            w(2, 20.0, 6.0, 0.9),
+        ];
+        assert_eq!(
+            WindowRule::default().choose(&windows, Some(0), KILL_LIMIT),
+            Some(Choice::Hold(windows[2]))
+        );
+        // Tomorrow is too far; the likeliest near window, in three hours,
+        // is no clear gain on now.
+        assert_eq!(
+            near.choose(&windows, Some(0), KILL_LIMIT),
+            Some(Choice::Start { host: 0, p: 0.25 })
+        );
+        // Before the limit, far windows are weighed as ever.
+        assert_eq!(
+            near.choose(&windows, Some(0), 0),
+            WindowRule::default().choose(&windows, Some(0), 0)
+        );
     }
 
     #[test]

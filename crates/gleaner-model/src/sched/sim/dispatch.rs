@@ -156,7 +156,15 @@ impl Sim<'_> {
             let Some(&at) = eligible.get(j) else {
                 return;
             };
-            let host = if windows {
+            let bulk = windows
+                && !self
+                    .config
+                    .windows
+                    .weighs(self.queue.len(), self.hosts_soon());
+            let host = if bulk {
+                // The bulk: a free host takes the placement rule's pick.
+                host
+            } else if windows {
                 weighed.push(self.queue[at]);
                 match self.window_choice(self.queue[at], host, forecaster) {
                     Some(Choice::Hold(w)) => {
@@ -185,6 +193,20 @@ impl Sim<'_> {
             self.take(host);
             self.start(task, host, forecaster);
         }
+    }
+
+    /// Hosts free now (but those a record passes over) or expected free
+    /// within the window rule's `tail_within_secs`: how many tasks the
+    /// pool could start about now ([`crate::sched::window::WindowRule::weighs`]).
+    pub(super) fn hosts_soon(&self) -> usize {
+        let within = self.config.windows.tail_within_secs;
+        (0..self.slots.len())
+            .filter(|&g| match &self.slots[g] {
+                Slot::Free => !self.passed_over(g),
+                Slot::Down { expected_up } => expected_up - self.now <= within,
+                Slot::Busy(a) => a.expected_end - self.now <= within,
+            })
+            .count()
     }
 
     /// The oracle: each of the first [`LOOKAHEAD`] tasks goes to the free

@@ -103,7 +103,11 @@ impl Sim<'_> {
             .map(|w| w.p)
             .fold(0.0, f64::max);
         self.last_weigh = (p_now, typical_p(&windows));
-        let mut c = rule.choose(&windows, Some(picked), self.task_kills[task]);
+        let held = self.held_since[task].map_or(0.0, |t| now - t);
+        let mut c = rule.choose_held(&windows, Some(picked), self.task_kills[task], held);
+        if rule.held_enough(held) {
+            self.plans[task] = None;
+        }
         if let Some(plan) = self.plans[task] {
             // Simulated hosts never leave, and tasks have no deadline.
             let host = match self.slots.get(plan.host) {
@@ -145,6 +149,7 @@ impl Sim<'_> {
             self.hold_note[task] = Some(self.hold_log.len() - 1);
         }
         self.plans[task] = Some(plan);
+        self.held_since[task].get_or_insert(self.now);
         if let Some(r) = self.reserved.get_mut(w.host) {
             let start = self.now + w.start_in;
             r.push((task, start, start + w.wall_secs));
@@ -163,6 +168,7 @@ impl Sim<'_> {
             self.hold_note[task] = None;
         }
         self.plans[task] = None;
+        self.held_since[task] = None;
         for r in &mut self.reserved {
             r.retain(|&(t, _, _)| t != task);
         }
