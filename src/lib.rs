@@ -11,6 +11,7 @@ pub mod cli;
 pub mod clock;
 pub mod consumer;
 pub mod control;
+pub mod cpu_time;
 pub mod daemon;
 pub mod data;
 pub mod eval;

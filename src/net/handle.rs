@@ -233,6 +233,9 @@ pub struct NetHandle {
     /// (`net::quarantine`): asked by the servers of raw streams, which
     /// count their peers' streams against budgets of their own.
     pub(crate) quarantine: crate::net::quarantine::Quarantine,
+    /// What each peer's requests cost our CPU (`net::cpu_ledger`): the
+    /// node's handlers charge what their answers took.
+    pub(crate) cpu: crate::net::cpu_ledger::CpuLedger,
 }
 
 impl std::fmt::Debug for NetHandle {
@@ -335,6 +338,14 @@ impl NetHandle {
     /// (`net::quarantine`). Never waits.
     pub fn past_budget(&self, peer: &PeerId) {
         self.quarantine.strike(peer);
+    }
+
+    /// Charges `cost`, CPU time spent answering `peer` (measured on the
+    /// thread that computed the answer), to its account: a peer whose
+    /// requests cost past its share of a core has its next ones refused,
+    /// and is cut off if it goes on (`net::cpu_ledger`). Never waits.
+    pub fn charge_cpu(&self, peer: &PeerId, cost: std::time::Duration) {
+        self.cpu.charge(peer, cost);
     }
 
     /// True when we hold a direct (not relayed) connection to `peer` now.

@@ -8,6 +8,7 @@
 pub mod codec;
 #[cfg(test)]
 mod contract;
+mod cpu_ledger;
 pub mod deaf_links;
 pub mod event_loop;
 pub mod handle;
@@ -26,6 +27,7 @@ pub mod swarm;
 pub mod traffic;
 pub mod trim;
 
+pub use cpu_ledger::PEER_CPU_PERCENT;
 pub use event_loop::{start, EventLoop};
 pub use handle::{LocalStatus, Member, NetError, NetEvent, NetHandle, Responder, SummaryBody};
 pub use members::SummaryCache;

@@ -90,6 +90,10 @@ pub struct NetConfig {
     /// not its dialer's (a TCP proxy in front of the node): there one
     /// flooder would ration everybody. Also off to measure what it saves.
     pub source_ration: bool,
+    /// The share of a core, in percent, each peer's requests may cost the
+    /// node after a burst (`net::cpu_ledger`); past it they are refused and
+    /// a peer that goes on is cut off. 0: no CPU budget.
+    pub peer_cpu_percent: u32,
 }
 
 impl NetConfig {
@@ -117,6 +121,7 @@ impl NetConfig {
             large_pool: crate::net::listening::LARGE_POOL,
             peer_book: None,
             source_ration: true,
+            peer_cpu_percent: crate::net::PEER_CPU_PERCENT,
         }
     }
 

@@ -10,6 +10,7 @@
 //! consumer restarts. mDNS is off; everything is on loopback.
 
 mod consumer;
+mod cpu;
 mod flood_cost;
 mod floods;
 mod restart;

@@ -2,7 +2,8 @@
 //! rate up to a burst, so that a peer may send what an honest one would
 //! and no more; per-peer budgets of requests with a tolerance for drops,
 //! past which a peer is cut off; streams a peer holds open at once; the
-//! bytes a peer may read of the files offered to it; and the names of the
+//! bytes a peer may read of the files offered to it (the CPU it may cost
+//! is `cpu_budget`'s); and the names of the
 //! budgets a peer can go past ([`Overrun`]), which its record counts as a
 //! flood. Pure: the time is a parameter (milliseconds from any fixed
 //! origin), so the caller's clock and tests' paused time both work.
@@ -21,6 +22,9 @@ pub enum Overrun {
     DataStreams,
     /// Bytes of offered files it read past its allowance.
     Reads,
+    /// CPU its requests cost the node, past its account and the tolerance
+    /// (`cpu_budget::PeerCpu`): cut off.
+    Cpu,
 }
 
 impl Overrun {
@@ -31,6 +35,7 @@ impl Overrun {
             Overrun::Summaries => "summaries",
             Overrun::DataStreams => "data streams",
             Overrun::Reads => "reads of offered files",
+            Overrun::Cpu => "CPU",
         }
     }
 }

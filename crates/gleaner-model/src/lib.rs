@@ -11,6 +11,7 @@
 pub mod admit;
 pub mod baselines;
 pub mod budget;
+pub mod cpu_budget;
 pub mod forecast_stats;
 pub mod ids;
 pub mod kernel;

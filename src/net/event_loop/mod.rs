@@ -44,6 +44,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::model::budget::PeerBudgets;
+use crate::net::cpu_ledger::CpuLedger;
 use crate::net::handle::{Command, LocalStatus, NetError, NetEvent, NetHandle, SummaryBody};
 use crate::net::listening::Listening;
 use crate::net::members::{MemberCache, MEMBERS_MAX};
@@ -124,6 +125,7 @@ pub fn start(
         .clone()
         .map(|store| Remembered::open(store, scope));
     let cfg_shard_full = cfg.shard_full;
+    let cfg_peer_cpu_percent = cfg.peer_cpu_percent;
     let listening = Listening::new(cfg.large_pool);
     let leaves = Leaves::new(cfg.shard_full, cfg.announce_interval);
     let mut event_loop = EventLoop {
@@ -167,6 +169,7 @@ pub fn start(
         on_summary_topics: true,
         deaf: DeafLinks::default(),
         quarantine,
+        cpu: CpuLedger::new(cfg_peer_cpu_percent),
     };
     event_loop.seed_members();
     event_loop.deaf_listening(true);
@@ -180,6 +183,7 @@ pub fn start(
             streams,
             traffic,
             quarantine: event_loop.quarantine.clone(),
+            cpu: event_loop.cpu.clone(),
         },
         events_rx,
         event_loop,
@@ -281,6 +285,9 @@ pub struct EventLoop {
     /// (kept in step with the block list by `requests`), and the sources
     /// whose new connections it rations.
     quarantine: Quarantine,
+    /// What each peer's requests cost our CPU, charged here per request
+    /// and by the node per answer (`net::cpu_ledger`).
+    cpu: CpuLedger,
 }
 
 impl EventLoop {

@@ -1,6 +1,10 @@
 //! The request protocols (reliability queries and job requests): each
 //! inbound request is first counted against its peer's budget (a burst,
-//! then a steady rate). Past it the request is held unanswered for a while
+//! then a steady rate), then against its account of CPU (what its requests
+//! cost so far: a fixed cost each, charged here, and what each answer took,
+//! charged by the node; `net::cpu_ledger`), so that a peer asking only what
+//! costs most (a forecast of a window nobody asked) within its request
+//! budget is bounded too. Past either the request is held unanswered for a while
 //! (up to a few per peer; more are dropped): a flooder that waits for its
 //! answers, as request-response peers do, then sends almost nothing, where
 //! an answer or a closed stream would have it send the next at once. A
@@ -25,6 +29,7 @@ use tokio::sync::oneshot;
 use super::connectivity::Timer;
 use super::EventLoop;
 use crate::model::budget::{Admit, Overrun, PeerBudgets};
+use crate::net::cpu_ledger::REQUEST_COST;
 use crate::net::handle::{NetError, NetEvent, Responder};
 use crate::net::protocol::{JobRequest, JobResponse, RejectReason, ReliabilityResponse};
 
@@ -111,8 +116,18 @@ impl EventLoop {
         } else {
             &mut self.inbound
         };
-        match budgets.admit(&peer, now_ms) {
-            Admit::Serve => Some(channel),
+        // Within its budget of requests, then of CPU: what its requests
+        // cost us so far, charged here per request and by the node per
+        // answer (`net::cpu_ledger`).
+        let (admitted, what) = match budgets.admit(&peer, now_ms) {
+            Admit::Serve => (self.cpu.admit(&peer), Overrun::Cpu),
+            past => (past, Overrun::Requests),
+        };
+        match admitted {
+            Admit::Serve => {
+                self.cpu.charge(&peer, REQUEST_COST);
+                Some(channel)
+            }
             Admit::Drop => {
                 // Past its budget: a strike against its source (once per
                 // peer), so that fresh peer ids that each take a burst and
@@ -133,7 +148,7 @@ impl EventLoop {
                 None
             }
             Admit::CutOff => {
-                self.cut_off(peer, Overrun::Requests);
+                self.cut_off(peer, what);
                 None
             }
         }

@@ -248,6 +248,9 @@ pub struct NetSection {
     /// Ration new connections from an address block whose peers flood
     /// (`NetConfig::source_ration`).
     pub source_ration: bool,
+    /// The share of a core each peer's requests may cost this node, after
+    /// a burst (`NetConfig::peer_cpu_percent`); 0: no limit.
+    pub peer_cpu_percent: u32,
 }
 
 impl Default for NetSection {
@@ -276,6 +279,7 @@ impl Default for NetSection {
             max_retries: 3,
             peer_book: true,
             source_ration: true,
+            peer_cpu_percent: crate::net::PEER_CPU_PERCENT,
         }
     }
 }

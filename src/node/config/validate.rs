@@ -58,6 +58,7 @@ pub const RANGES: &[(&str, &str, u64, u64)] = &[
     ("net", "request_timeout_secs", 1, 600),
     ("net", "announce_secs", 1, 3_600),
     ("net", "max_retries", 0, 100),
+    ("net", "peer_cpu_percent", 0, 100),
     (
         "batch",
         "later_unit_secs",
@@ -68,7 +69,7 @@ pub const RANGES: &[(&str, &str, u64, u64)] = &[
 
 impl Config {
     /// Every integer key's value, as named in the file (for [`RANGES`]).
-    fn integer_values(&self) -> [(&'static str, &'static str, u64); 22] {
+    fn integer_values(&self) -> [(&'static str, &'static str, u64); 23] {
         let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
         [
             (
@@ -120,6 +121,11 @@ impl Config {
             ),
             ("net", "announce_secs", self.net.announce_interval.as_secs()),
             ("net", "max_retries", u64::from(self.net.max_retries)),
+            (
+                "net",
+                "peer_cpu_percent",
+                u64::from(self.net.peer_cpu_percent),
+            ),
             ("batch", "later_unit_secs", self.batch.later_unit_secs),
         ]
     }

@@ -14,6 +14,7 @@ use super::messages::{HistoryView, PredictQuery};
 use super::series::SeriesCache;
 use super::HostError;
 use crate::clock::Clock;
+use crate::cpu_time::thread_cpu;
 use crate::model::baselines::pool_prior::PoolPrior;
 use crate::model::baselines::release_shared_grids;
 use crate::model::predict::PredictRequest;
@@ -21,6 +22,7 @@ use crate::node::answer::{AnswerCache, HostAnswer};
 use crate::node::config::Config;
 use crate::report::{predict_report, PredictReport, ReportRequest};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -97,15 +99,30 @@ impl HostReader {
         window_secs: u64,
         mem_mib: u64,
     ) -> Result<HostAnswer, HostError> {
-        let cache = self.open()?;
+        self.reliability_costed(at, window_secs, mem_mib).await.0
+    }
+
+    /// [`Self::reliability`], with the CPU time its computation took on the
+    /// blocking pool (zero for an answer reused): what a peer's question
+    /// cost the host, charged to the peer (issue 30, scope 3).
+    pub async fn reliability_costed(
+        &self,
+        at: i64,
+        window_secs: u64,
+        mem_mib: u64,
+    ) -> (Result<HostAnswer, HostError>, Duration) {
+        let cache = match self.open() {
+            Ok(cache) => cache,
+            Err(e) => return (Err(e), Duration::ZERO),
+        };
         let key = AnswerCache::key(at, window_secs, mem_mib);
         if let Some(answer) = self.answers.get(key) {
-            return Ok(answer);
+            return (Ok(answer), Duration::ZERO);
         }
         let now = self.clock.unix_secs();
         let answers = self.answers.clone();
         let request = ReportRequest::new(self.predict_request(at, window_secs, mem_mib));
-        self.blocking(move || {
+        self.blocking_costed(move || {
             let series = cache.get(now)?;
             let pool = cache.pool_prior();
             let answer = answers
@@ -179,13 +196,29 @@ impl HostReader {
         &self,
         work: impl FnOnce() -> Result<T, HostError> + Send + 'static,
     ) -> Result<T, HostError> {
-        self.tracker
+        self.blocking_costed(work).await.0
+    }
+
+    /// [`Self::blocking`], with the CPU time the work took on its thread.
+    async fn blocking_costed<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, HostError> + Send + 'static,
+    ) -> (Result<T, HostError>, Duration) {
+        let done = self
+            .tracker
             .spawn_blocking(move || {
+                let from = thread_cpu();
                 let answer = work();
                 release_shared_grids();
-                answer
+                (answer, thread_cpu().saturating_sub(from))
             })
-            .await
-            .map_err(|e| HostError::Internal(format!("the query task failed: {e}")))?
+            .await;
+        match done {
+            Ok(done) => done,
+            Err(e) => (
+                Err(HostError::Internal(format!("the query task failed: {e}"))),
+                Duration::ZERO,
+            ),
+        }
     }
 }

@@ -29,6 +29,7 @@ pub mod pool_prior;
 mod prepare;
 pub mod publish;
 pub mod remote_jobs;
+mod serving;
 
 use crate::clock::Clock;
 use crate::consumer::{Delivery, HostJobEvent, Inbox, MemberNews};
@@ -39,19 +40,17 @@ use crate::model::budget::Overrun;
 use crate::model::ids::JobId;
 use crate::model::state::State;
 use crate::net::protocol::{
-    FailureByCause, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
-    ReliabilityAnswer, ReliabilityQuery, ReliabilityResponse, RemoteJobState, WireState,
+    JobEventKind, JobRequest, JobResponse, JobSubmit, RejectReason, RemoteJobState,
     MEMORY_LEVELS_MIB,
 };
-use crate::net::{LocalStatus, NetEvent, NetHandle, Responder, SummaryBody};
+use crate::net::{LocalStatus, NetEvent, NetHandle, SummaryBody};
 use crate::node::config::Config;
 use crate::node::host_loop::{GuestJob, GuestOrigin, GuestStart, HostHandle, HostSnapshot};
 use crate::node::Hardware;
 use events::{spawn_event_sender, wire_event};
 use libp2p::PeerId;
-use outputs::{output_path, read_chunk, read_chunk_or_empty};
 use prepare::{prepare_inputs, ImageAsked, ImageOrder, PreparedInputs};
-use publish::{summary_body, wire_answer, Pacer, PowerMilli, StatusKey, LADDER_ASKS_SECS};
+use publish::{summary_body, Pacer, StatusKey, LADDER_ASKS_SECS};
 use remote_jobs::{
     check_submit, remove_job_dir, RemoteJob, RemoteJobSummary, RemoteJobs, REMOTE_PREFIX,
 };
@@ -273,7 +272,7 @@ impl PoolHost {
                 // Each direct query, so a test (and an operator) can count
                 // what a consumer's placement costs the pool.
                 tracing::debug!(consumer = %peer, "reliability query");
-                self.answer_reliability(query, reply)
+                self.answer_reliability(peer, query, reply)
             }
             NetEvent::JobRequest {
                 peer,
@@ -495,54 +494,6 @@ impl PoolHost {
         )
     }
 
-    /// Answers a peer's reliability query from this host's own history; the
-    /// forecast is computed off both loops.
-    fn answer_reliability(&mut self, q: ReliabilityQuery, reply: Responder<ReliabilityResponse>) {
-        let snapshot = self.snapshot.borrow().clone();
-        let power = PowerMilli {
-            effective: self.power_milli(&snapshot),
-            speed: self.speed_milli(),
-        };
-        let slot_free = snapshot.slot_free;
-        if snapshot.paused {
-            let _ = reply.send(ReliabilityResponse::Answer(ReliabilityAnswer {
-                tr: 0.0,
-                failure: FailureByCause {
-                    s3: 0.0,
-                    s4: 0.0,
-                    s5: 1.0,
-                },
-                initial_state: WireState::S5,
-                days_used: 0,
-                method: String::new(),
-                relative_power_milli: power.effective,
-                slot_free,
-                curve: Vec::new(),
-                availability_milli: Some(0),
-                speed_milli: power.speed,
-                spells: None,
-                spell_lengths: None,
-            }));
-            return;
-        }
-        let fallback_state = WireState::from(snapshot.state.unwrap_or(State::S1));
-        let reader = self.parts.host.reader().clone();
-        self.parts.tracker.spawn(async move {
-            let answer = match reader
-                .reliability(q.window_start_unix, q.length_secs, q.memory_mib)
-                .await
-            {
-                Ok(a) => {
-                    ReliabilityResponse::Answer(wire_answer(&a, fallback_state, power, slot_free))
-                }
-                Err(e) => ReliabilityResponse::Unavailable {
-                    reason: e.to_string(),
-                },
-            };
-            let _ = reply.send(answer);
-        });
-    }
-
     /// Accepts a peer's job if this host can take it, and starts preparing
     /// its inputs; the guest starts when they are ready ([`Self::start_prepared`]).
     async fn accept_remote(
@@ -742,59 +693,5 @@ impl PoolHost {
             return;
         };
         self.send_job_event(&e.job_id, e.at.as_second(), kind);
-    }
-
-    /// Serves a piece of a remote job's output to the consumer that submitted it.
-    fn serve_fetch(
-        &mut self,
-        peer: PeerId,
-        job_id: &str,
-        name: OutputName,
-        offset: u64,
-        len: u32,
-        reply: Responder<JobResponse>,
-    ) {
-        // An output is read once its job has ended (its capture written
-        // out): else a late end of an earlier job of the id would read the
-        // newest's stdout so far (issue 30, finding 6). Liveness reads
-        // (zero-length) and checkpoints pass.
-        let readable = |job: &&RemoteJob| {
-            job.ended.is_some() || len == 0 || matches!(name, OutputName::Checkpoint)
-        };
-        let path: Option<PathBuf> = self
-            .remote
-            .by_consumer(peer, job_id)
-            .filter(readable)
-            .and_then(|job| output_path(job, &name));
-        let Some(path) = path else {
-            let _ = reply.send(JobResponse::NotFound);
-            return;
-        };
-        let captured = matches!(name, OutputName::Stdout | OutputName::Stderr);
-        let memo = self.output_hashes.clone();
-        self.parts.tracker.spawn_blocking(move || {
-            let read = if captured {
-                read_chunk_or_empty(&path, offset, len)
-            } else {
-                read_chunk(&path, offset, len)
-            };
-            // The first real read carries the hash of the whole output, so
-            // the consumer can check what it assembles.
-            let hash = if offset == 0 && len > 0 {
-                memo.hash(&path).ok()
-            } else {
-                None
-            };
-            let answer = match read {
-                Ok(_) if offset == 0 && len > 0 && hash.is_none() => JobResponse::NotFound,
-                Ok((data, total_len)) => JobResponse::Chunk {
-                    data,
-                    total_len,
-                    hash,
-                },
-                Err(_) => JobResponse::NotFound,
-            };
-            let _ = reply.send(answer);
-        });
     }
 }
