@@ -27,12 +27,16 @@ pub const DEFAULT_STEP_SECS: u32 = 6;
 /// Default longest silence that still counts as up, seconds (trace format v1).
 pub const DEFAULT_MAX_GAP_SECS: u64 = 120;
 
+mod columns;
+
+use columns::{Loads, Times};
+
 /// A host's samples in time order, with the facts needed to read states off them.
 #[derive(Debug, Clone)]
 pub struct HostSeries {
-    /// Unix seconds, strictly increasing.
-    time: Vec<i64>,
-    cpu: Vec<f64>,
+    /// Unix seconds, strictly increasing (`columns` says how they are kept).
+    time: Times,
+    cpu: Loads,
     /// MiB, saturated at `u32::MAX` (4 PiB, more than any job asks): half
     /// the bytes of a `u64` over the months of rows a node holds.
     free_mib: Vec<u32>,
@@ -52,6 +56,8 @@ pub enum SeriesError {
     NotIncreasing { previous: i64, time: i64 },
     #[error("cpu load {0} is not a percentage between 0 and 100")]
     BadCpu(f64),
+    #[error("row time {time} is more than 136 years after the first row's {first}")]
+    TooLong { first: i64, time: i64 },
 }
 
 /// [`HostSeries::with_gap_rules`] one row at a time, so that a trace
@@ -143,8 +149,8 @@ impl HostSeries {
     /// An empty series with the given sampling facts.
     pub fn new(step_secs: u32, max_gap_secs: u64, tz: TimeZone) -> Self {
         HostSeries {
-            time: Vec::new(),
-            cpu: Vec::new(),
+            time: Times::default(),
+            cpu: Loads::default(),
             free_mib: Vec::new(),
             up: Vec::new(),
             step_secs: step_secs.max(1),
@@ -155,7 +161,7 @@ impl HostSeries {
 
     /// Appends a row, checking time order and the load range.
     pub fn push(&mut self, s: Sample) -> Result<(), SeriesError> {
-        if let Some(&previous) = self.time.last() {
+        if let Some(previous) = self.time.last() {
             if s.time <= previous {
                 return Err(SeriesError::NotIncreasing {
                     previous,
@@ -166,7 +172,7 @@ impl HostSeries {
         if !(s.cpu.is_finite() && (0.0..=100.0).contains(&s.cpu)) {
             return Err(SeriesError::BadCpu(s.cpu));
         }
-        self.time.push(s.time);
+        self.time.push(s.time)?;
         self.cpu.push(s.cpu);
         self.free_mib.push(stored_mib(s.free_mib));
         self.up.push(s.up);
@@ -180,13 +186,13 @@ impl HostSeries {
         let Some(last) = self.time.len().checked_sub(1) else {
             return Ok(false);
         };
-        if self.time[last] != s.time {
+        if self.time.at(last) != s.time {
             return Ok(false);
         }
         if !(s.cpu.is_finite() && (0.0..=100.0).contains(&s.cpu)) {
             return Err(SeriesError::BadCpu(s.cpu));
         }
-        self.cpu[last] = s.cpu;
+        self.cpu.set(last, s.cpu);
         self.free_mib[last] = stored_mib(s.free_mib);
         self.up[last] = s.up;
         Ok(true)
@@ -222,8 +228,8 @@ impl HostSeries {
 
     /// Bytes the rows' columns hold (reserved room included).
     pub fn heap_bytes(&self) -> usize {
-        self.time.capacity() * std::mem::size_of::<i64>()
-            + self.cpu.capacity() * std::mem::size_of::<f64>()
+        self.time.heap_bytes()
+            + self.cpu.heap_bytes()
             + self.free_mib.capacity() * std::mem::size_of::<u32>()
             + self.up.capacity()
     }
@@ -233,14 +239,14 @@ impl HostSeries {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.time.is_empty()
+        self.time.len() == 0
     }
 
     /// Row `i`.
     pub fn get(&self, i: usize) -> Option<Sample> {
         Some(Sample {
-            time: *self.time.get(i)?,
-            cpu: self.cpu[i],
+            time: self.time.get(i)?,
+            cpu: self.cpu.at(i),
             free_mib: u64::from(self.free_mib[i]),
             up: self.up[i],
         })
@@ -253,12 +259,12 @@ impl HostSeries {
 
     /// Time of the first row.
     pub fn first_time(&self) -> Option<i64> {
-        self.time.first().copied()
+        self.time.first()
     }
 
     /// Time of the last row.
     pub fn last_time(&self) -> Option<i64> {
-        self.time.last().copied()
+        self.time.last()
     }
 
     /// True when `[start, end]` lies between the first and the last row.
@@ -271,16 +277,14 @@ impl HostSeries {
 
     /// Index of the most recent row at or before `t`.
     pub fn row_at(&self, t: i64) -> Option<usize> {
-        self.time.partition_point(|&x| x <= t).checked_sub(1)
+        self.time.count_at_or_before(t).checked_sub(1)
     }
 
     /// True when the link from row `i` to row `i + 1` is unbroken: row `i`
     /// is up and the silence after it is not longer than `max_gap`.
     fn continues(&self, i: usize) -> bool {
         match self.time.get(i + 1) {
-            Some(&next) => {
-                self.up[i] && (next.saturating_sub(self.time[i]) as u64) <= self.max_gap_secs
-            }
+            Some(_) => self.up[i] && (self.time.gap_after(i) as u64) <= self.max_gap_secs,
             None => self.up[i],
         }
     }
@@ -311,7 +315,11 @@ impl HostSeries {
 
     /// Appends a row already known to be in order and in range.
     fn push_unchecked(&mut self, s: Sample) {
-        self.time.push(s.time);
+        // Rows re-expressed from a series lie within its span, so the time
+        // fits; were it not to, the row is left out rather than misread.
+        if self.time.push(s.time).is_err() {
+            return;
+        }
         self.cpu.push(s.cpu);
         self.free_mib.push(stored_mib(s.free_mib));
         self.up.push(s.up);
@@ -321,13 +329,13 @@ impl HostSeries {
     pub fn cursor(&self, th: Thresholds, t: i64) -> Option<StateCursor<'_>> {
         let row = self.row_at(t)?;
         let mut tracker = ExcursionTracker::default();
-        if self.up[row] && th.is_hot(self.cpu[row]) {
+        if self.up[row] && th.is_hot(self.cpu.at(row)) {
             let (start, before) = self.excursion_before(&th, row);
             tracker.resume_excursion(start, before);
         }
         if self.up[row] {
             // Later rows continue the excursion from this row's load.
-            tracker.observe(&th, self.time[row], self.cpu[row]);
+            tracker.observe(&th, self.time.at(row), self.cpu.at(row));
         }
         Some(StateCursor {
             series: self,
@@ -344,15 +352,15 @@ impl HostSeries {
         let sustain = i64::from(th.sustain_secs);
         let mut first = row;
         loop {
-            if self.time[row] - self.time[first] >= sustain {
-                return (self.time[first], State::S2);
+            if self.time.at(row) - self.time.at(first) >= sustain {
+                return (self.time.at(first), State::S2);
             }
             if first == 0 || !self.continues(first - 1) {
-                return (self.time[first], State::S2);
+                return (self.time.at(first), State::S2);
             }
             let prev = first - 1;
-            if !th.is_hot(self.cpu[prev]) {
-                return (self.time[first], th.light_or_heavy(self.cpu[prev]));
+            if !th.is_hot(self.cpu.at(prev)) {
+                return (self.time.at(first), th.light_or_heavy(self.cpu.at(prev)));
             }
             first = prev;
         }
@@ -402,7 +410,7 @@ impl HostSeries {
                 // whatever step lands in it: fill all its steps at once.
                 let offset = row - first_row;
                 let run_end = row + 1 + run_length(&codes[offset + 1..], code);
-                let next = self.time.get(run_end).copied().unwrap_or(i64::MAX);
+                let next = self.time.get(run_end).unwrap_or(i64::MAX);
                 let remaining = m + 1 - out.len();
                 let steps = if next == i64::MAX {
                     remaining
@@ -424,11 +432,11 @@ impl HostSeries {
                 self.advance_codes(&th, &codes, first_row, last_row, &mut row, &mut tracker, t);
                 continue;
             }
-            let next = self.time.get(row + 1).copied().unwrap_or(i64::MAX);
+            let next = self.time.get(row + 1).unwrap_or(i64::MAX);
             let down_from = if code & CODE_DOWN != 0 {
                 i64::MIN
             } else if code & CODE_GAP_AFTER != 0 {
-                self.time[row].saturating_add(i64::from(self.step_secs))
+                self.time.at(row).saturating_add(i64::from(self.step_secs))
             } else {
                 i64::MAX
             };
@@ -438,7 +446,12 @@ impl HostSeries {
             } else if code & CODE_HOT != 0 {
                 match tracker.excursion_start() {
                     Some(begun) => (
-                        tracker.state_at(&th, begun, self.cpu[row], u64::from(self.free_mib[row])),
+                        tracker.state_at(
+                            &th,
+                            begun,
+                            self.cpu.at(row),
+                            u64::from(self.free_mib[row]),
+                        ),
                         begun.saturating_add(sustain),
                     ),
                     None => (State::S2, i64::MAX),
@@ -479,7 +492,7 @@ impl HostSeries {
         tracker: &mut ExcursionTracker,
         t: i64,
     ) {
-        while *row < last_row && self.time[*row + 1] <= t {
+        while *row < last_row && self.time.at(*row + 1) <= t {
             if codes[*row - first_row] & (CODE_DOWN | CODE_GAP_AFTER) != 0 {
                 tracker.interrupt();
             }
@@ -488,7 +501,7 @@ impl HostSeries {
             if code & CODE_DOWN != 0 {
                 tracker.interrupt();
             } else if code & CODE_HOT != 0 || tracker.excursion_start().is_some() {
-                tracker.observe(th, self.time[*row], self.cpu[*row]);
+                tracker.observe(th, self.time.at(*row), self.cpu.at(*row));
             } else {
                 // The common cool row: only its light/heavy state matters.
                 tracker.observe_cool(light_state(code));
@@ -499,26 +512,25 @@ impl HostSeries {
     /// One byte per row in `first..=last` saying which rules it triggers.
     fn row_codes(&self, th: &Thresholds, first: usize, last: usize) -> Vec<u8> {
         let range = first..last + 1;
-        let times = &self.time[range.clone()];
-        // The row after `last` may not exist; a missing next row has no gap.
-        let next_times = &self.time[first + 1..(last + 2).min(self.len())];
-        let mut codes: Vec<u8> = self.cpu[range.clone()]
-            .iter()
+        let mut codes: Vec<u8> = self
+            .cpu
+            .range(range.clone())
             .zip(&self.free_mib[range.clone()])
             .zip(&self.up[range])
-            .map(|((&cpu, &free), &up)| {
+            .map(|((cpu, &free), &up)| {
                 (u8::from(cpu >= th.th1) * CODE_HEAVY)
                     | (u8::from(cpu > th.th2) * CODE_HOT)
                     | (u8::from(u64::from(free) < th.job_mem_mib) * CODE_LACKS_MEMORY)
                     | (u8::from(!up) * CODE_DOWN)
             })
             .collect();
-        // Times are strictly increasing, so next − t is positive and cannot overflow
-        // unless the two are ~2^63 apart, which `wrapping_sub` turns into a gap anyway.
+        // Times are strictly increasing and kept as `u32` offsets, so a gap
+        // is positive and cannot overflow. The row after `last` may not
+        // exist; a missing next row has no gap.
         let max_gap = i64::try_from(self.max_gap_secs).unwrap_or(i64::MAX);
-        for ((code, &t), &next) in codes.iter_mut().zip(times).zip(next_times) {
-            let gap = next.wrapping_sub(t);
-            *code |= u8::from(gap > max_gap || gap < 0) * CODE_GAP_AFTER;
+        let with_next = (last + 1).min(self.len().saturating_sub(1));
+        for (code, i) in codes.iter_mut().zip(first..with_next) {
+            *code |= u8::from(self.time.gap_after(i) > max_gap) * CODE_GAP_AFTER;
         }
         codes
     }
@@ -598,14 +610,14 @@ impl StateCursor<'_> {
     /// the last row reads the last row's values (callers check coverage).
     pub fn state_at(&mut self, t: i64) -> State {
         let s = self.series;
-        while self.row + 1 < s.len() && s.time[self.row + 1] <= t {
+        while self.row + 1 < s.len() && s.time.at(self.row + 1) <= t {
             if !s.continues(self.row) {
                 self.tracker.interrupt();
             }
             self.row += 1;
             if s.up[self.row] {
                 self.tracker
-                    .observe(&self.th, s.time[self.row], s.cpu[self.row]);
+                    .observe(&self.th, s.time.at(self.row), s.cpu.at(self.row));
             } else {
                 self.tracker.interrupt();
             }
@@ -614,14 +626,14 @@ impl StateCursor<'_> {
         if !s.up[row] {
             return State::S5;
         }
-        if let Some(&next) = s.time.get(row + 1) {
-            let gap = next.saturating_sub(s.time[row]) as u64;
-            if gap > s.max_gap_secs && t >= s.time[row].saturating_add(i64::from(s.step_secs)) {
+        if s.time.get(row + 1).is_some() {
+            let gap = s.time.gap_after(row) as u64;
+            if gap > s.max_gap_secs && t >= s.time.at(row).saturating_add(i64::from(s.step_secs)) {
                 return State::S5;
             }
         }
         self.tracker
-            .state_at(&self.th, t, s.cpu[row], u64::from(s.free_mib[row]))
+            .state_at(&self.th, t, s.cpu.at(row), u64::from(s.free_mib[row]))
     }
 }
 
@@ -788,7 +800,9 @@ mod tests {
             })
             .unwrap();
         }
-        let row = 8 + 8 + 4 + 1;
+        // A stored row: a u32 time offset, u16 hundredths of load, u32 MiB
+        // and the up flag (21 bytes before `columns`).
+        let row = 4 + 2 + 4 + 1;
         assert!(s.heap_bytes() >= 1500 * row, "{}", s.heap_bytes());
         s.shrink_to_fit();
         assert_eq!(s.heap_bytes(), 1001 * row);
