@@ -175,7 +175,7 @@ fn a_version_2_stores_sealed_days_move_from_sled_to_files_at_its_first_open() {
 }
 
 #[test]
-fn a_damaged_day_file_costs_its_day_and_a_half_written_one_is_cleared() {
+fn a_damaged_day_file_or_a_fifo_costs_its_day_and_a_half_written_one_is_cleared() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path(), T0);
     let written = record_days(&store, 4);
@@ -190,11 +190,16 @@ fn a_damaged_day_file_costs_its_day_and_a_half_written_one_is_cleared() {
         .join("days")
         .join(format!("{second_day}.day.tmp"));
     std::fs::write(&tmp, b"partial").unwrap();
+    // And a FIFO in place of the third day, which would block a reader.
+    let third_day = second_day + DAY;
+    let fifo = day_file(dir.path(), third_day);
+    std::fs::remove_file(&fifo).unwrap();
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
     let store = reopen(dir.path(), &written);
     assert!(!tmp.exists(), "a temporary file is removed at open");
     let kept: Vec<Sample> = written
         .iter()
-        .filter(|s| codec::day_start(s.time) != second_day)
+        .filter(|s| ![second_day, third_day].contains(&codec::day_start(s.time)))
         .copied()
         .collect();
     assert_eq!(store.samples(..).unwrap(), kept);

@@ -15,6 +15,7 @@
 //! sealed (`days`).
 
 use super::StoreError;
+use crate::fsutil::{self, FileReadError};
 use crate::history::codec::{self, SECS_PER_DAY};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -58,36 +59,36 @@ impl DayFiles {
     }
 
     /// The stored block of the day starting at `day`, if any. A file
-    /// longer than any day block reads as an empty block (damaged).
+    /// longer than any day block, or not a regular file (a FIFO would block
+    /// the reader), reads as an empty block (damaged).
     pub(super) fn get(&self, day: i64) -> Result<Option<Vec<u8>>, StoreError> {
         let path = self.path(day);
-        let file = match File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(day_err("opening", &path, e)),
-        };
-        // Sized once from the file's length (bounded), not grown by doubling.
-        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let mut bytes = Vec::with_capacity(len.min(MAX_DAY_FILE_BYTES + 1) as usize);
-        // One byte past the bound tells an oversized file from a full day.
-        file.take(MAX_DAY_FILE_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| day_err("reading", &path, e))?;
-        if bytes.len() as u64 > MAX_DAY_FILE_BYTES {
-            bytes.clear();
+        match fsutil::read_bounded(&path, MAX_DAY_FILE_BYTES) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(FileReadError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                Ok(None)
+            }
+            Err(FileReadError::TooLarge { .. } | FileReadError::NotRegular { .. }) => {
+                Ok(Some(Vec::new()))
+            }
+            Err(FileReadError::Io { source, .. }) => Err(day_err("reading", &path, source)),
         }
-        Ok(Some(bytes))
     }
 
     /// The rows the day's file holds, from its length and its first byte
-    /// (see [`codec::day_block_len`]; a damaged header or an oversized
-    /// file counts none), without reading the rows.
+    /// (see [`codec::day_block_len`]; a damaged header, an oversized file
+    /// or one that is not a regular file counts none, as [`Self::get`]
+    /// reads it), without reading the rows.
     pub(super) fn rows_by_length(&self, day: i64) -> Result<u64, StoreError> {
         let path = self.path(day);
-        let mut file = match File::open(&path) {
+        let mut file = match fsutil::open_regular(&path) {
             Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-            Err(e) => return Err(day_err("opening", &path, e)),
+            Err(FileReadError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                return Ok(0)
+            }
+            Err(FileReadError::Io { source, .. }) => return Err(day_err("opening", &path, source)),
+            // Not a regular file: damaged, as a reader finds it.
+            Err(_) => return Ok(0),
         };
         let len = file
             .metadata()
@@ -165,7 +166,8 @@ impl DayFiles {
     }
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
+/// Makes the directory's entries (a rename, a removal) durable.
+pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 

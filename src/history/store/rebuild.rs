@@ -23,6 +23,7 @@
 //! The store's own files (the day files, the high-water mark) stay where
 //! they are. It must not know what the trees hold.
 
+use super::day_files;
 use super::layout::TREE_META;
 use super::{sled_err, StoreError};
 use std::fs;
@@ -128,9 +129,7 @@ fn mark(dir: &Path, name: &str) -> Result<(), StoreError> {
 }
 
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    fs::File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| io_err("syncing", dir, e))
+    day_files::sync_dir(dir).map_err(|e| io_err("syncing", dir, e))
 }
 
 fn io_err(doing: &'static str, path: &Path, source: io::Error) -> StoreError {
