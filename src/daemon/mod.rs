@@ -10,6 +10,7 @@
 //! how states are defined (`model`), how the host is measured (`monitor`) or
 //! how a guest is sandboxed (`guest`).
 
+mod memory;
 mod net_settings;
 mod start;
 

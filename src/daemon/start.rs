@@ -4,7 +4,7 @@
 //! control socket (mode 0600), join the pool, catch SIGINT and SIGTERM, then
 //! [`run`](super::run) until one arrives.
 
-use super::{run, NetResources, NodeError, NodeResources, POWER_SUPPLY_DIR};
+use super::{memory, run, NetResources, NodeError, NodeResources, POWER_SUPPLY_DIR};
 use crate::clock::{Clock, SystemClock};
 use crate::control::server::ControlSocket;
 use crate::history::store::{HistoryStore, StoreOptions};
@@ -15,7 +15,6 @@ use crate::node::{hardware, OwnerLoadSource};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// What the node prints once it is ready.
@@ -85,54 +84,12 @@ pub fn start(
     owner_load_file: Option<&Path>,
     on_ready: impl FnOnce(&Ready),
 ) -> Result<(), NodeError> {
-    one_malloc_arena();
+    memory::one_malloc_arena();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(NodeError::Runtime)?;
     runtime.block_on(start_async(paths, config, owner_load_file, on_ready))
-}
-
-/// glibc gives each thread that allocates its own arena (up to 8 per
-/// core), and memory freed in one is kept for that arena. The node's
-/// threads are the runtime's one, the blocking pool's and sled's, which
-/// allocate in bursts (a forecast, a flush) and then idle, so each burst's
-/// arena stays resident. One arena measured 1.2–1.5 MiB (7 %) less
-/// anonymous memory per host at N = 20 and 50 (docs/scale.md); the threads rarely allocate at
-/// the same moment, so sharing one lock costs nothing measurable. Called
-/// before any thread starts.
-fn one_malloc_arena() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets an allocator parameter; no thread of ours
-    // exists yet to race with it.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
-}
-
-/// How often the heap's free pages go back to the system.
-const TRIM_EVERY: Duration = Duration::from_secs(60);
-
-/// Gives the heap's free pages back to the system every `every` (glibc's
-/// `malloc_trim`). With one arena, memory freed between live allocations
-/// stays resident: a burst of connections (a DHT re-check opens ~40) or a
-/// forecast leaves holes the allocator keeps but no longer uses. Measured
-/// on a host of a 300-node pool: anonymous RSS 35.5 -> 25.9 MiB after one
-/// trim (`gdb -p PID -ex 'call (int)malloc_trim(0)'`); the heap's in-use
-/// bytes were 23 of 37 MB (`malloc_stats`). A trim walks the free chunks:
-/// about a millisecond a minute.
-async fn trim_heap_every(every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: malloc_trim takes the allocator's locks itself and only
-        // releases pages no allocation uses.
-        unsafe {
-            libc::malloc_trim(0);
-        }
-    }
 }
 
 async fn start_async(
@@ -180,7 +137,7 @@ async fn start_async(
         None => None,
     };
     let signal_task = tokio::spawn(cancel_on_signal(signals, shutdown.clone()));
-    let trim_task = tokio::spawn(trim_heap_every(TRIM_EVERY));
+    let give_back_task = tokio::spawn(memory::give_back_memory());
     let resources = NodeResources {
         config: config.clone(),
         data_dir: paths.data_dir.clone(),
@@ -216,7 +173,7 @@ async fn start_async(
     })
     .await;
     signal_task.abort();
-    trim_task.abort();
+    give_back_task.abort();
     drop(lock);
     result
 }
