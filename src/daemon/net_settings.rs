@@ -30,6 +30,7 @@ pub fn net_config(net: &NetSection) -> Result<NetConfig, BuildError> {
     cfg.announce_interval = net.announce_interval;
     cfg.member_ttl = crate::net::summary::member_ttl(net.announce_interval);
     cfg.source_ration = net.source_ration;
+    cfg.source_new_peers = net.source_new_peers;
     cfg.peer_cpu_percent = net.peer_cpu_percent;
     Ok(cfg)
 }

@@ -31,6 +31,7 @@ pub use cpu_ledger::PEER_CPU_PERCENT;
 pub use event_loop::{start, EventLoop};
 pub use handle::{LocalStatus, Member, NetError, NetEvent, NetHandle, Responder, SummaryBody};
 pub use members::SummaryCache;
+pub use quarantine::SOURCE_NEW_PEERS;
 pub use reachability::{Contact, NatStatus, Reachability, SummaryListening};
 pub use swarm::{read_swarm_key, BuildError, NetConfig};
 pub use traffic::Traffic;

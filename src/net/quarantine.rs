@@ -23,7 +23,13 @@
 //! budget (its first request dropped, or cut off), and each blocked peer's
 //! connection handshaken only to be refused (past [`HELD_MAX`]), is a
 //! strike against the address block it came from
-//! (`gleaner_model::sources`); past a tolerance the source is suspect for
+//! (`gleaner_model::sources`), and so is each peer id the node never met
+//! (`gleaner_model::newcomers`) that a source brings past its allowance of
+//! newcomers ([`SOURCE_NEW_PEERS`] at once, then [`NEW_PEERS_PER_SEC`]):
+//! an honest node keeps its identity, so its reconnections cost nothing,
+//! and a pool of hundreds of nodes behind one address stays within it,
+//! while a stranger within every per-peer budget that takes a fresh id per
+//! connection does not. Past a tolerance the source is suspect for
 //! a while. A suspect source's new TCP connections are
 //! rationed before any handshake ([`gate_socket`]: past the ration a
 //! socket is held unanswered, read and discarded, until its dialer gives
@@ -42,7 +48,9 @@
 //! the event loop (`event_loop::requests`) blocks, unblocks and strikes.
 //! It must not know why a peer was blocked.
 
+use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::BuildHasher;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -53,7 +61,8 @@ use libp2p::core::ConnectedPoint;
 use libp2p::multiaddr::Protocol;
 use libp2p::{Multiaddr, PeerId};
 
-use crate::model::sources::{source_block, Gate, SourceBudgets, SourceLimits};
+use crate::model::newcomers::MetPeers;
+use crate::model::sources::{source_block, Gate, Newcomer, SourceBudgets, SourceLimits};
 
 /// How long a blocked peer's connection is held before the block list
 /// refuses it: longer than a dialer's request timeout (10 s), so that its
@@ -91,6 +100,19 @@ const SOURCES_MAX: usize = 4_096;
 /// on probation, and how many are remembered (the oldest forgotten first).
 const PROBATION_FOR: Duration = Duration::from_secs(600);
 const PROBATION_MAX: usize = 4_096;
+/// Peer ids the node never met that one source may bring at once before
+/// each further one is a strike (`[net] source_new_peers`, 0: no count).
+/// An honest node keeps its identity: examples/many-nodes.sh starts 300
+/// nodes on 127.0.0.1 that all dial one node within minutes, and a LAN
+/// pool behind one address is as many as its machines.
+pub const SOURCE_NEW_PEERS: u32 = 512;
+/// Newcomers a source may bring per second past [`SOURCE_NEW_PEERS`].
+const NEW_PEERS_PER_SEC: f64 = 1.0;
+/// How long a peer id counts as met after the node last saw it connect (at
+/// least half of it), and how many fresh ids are remembered per half
+/// (`newcomers::MetPeers`: twice that at most).
+const MET_FOR: Duration = Duration::from_secs(3_600);
+const MET_MAX: usize = 4_096;
 
 /// The peers whose inbound connections are held, and the sources whose
 /// new connections are rationed, shared by the event loop (which blocks,
@@ -105,7 +127,9 @@ pub(crate) struct Quarantine {
 impl Quarantine {
     /// Nobody blocked, no source suspect. With `rationing` false no strike
     /// counts, so no source is ever suspect (`NetConfig::source_ration`).
-    pub(crate) fn new(rationing: bool) -> Self {
+    /// `new_peers`: the newcomers a source may bring at once
+    /// (`NetConfig::source_new_peers`, [`SOURCE_NEW_PEERS`]; 0: no count).
+    pub(crate) fn new(rationing: bool, new_peers: u32) -> Self {
         Quarantine {
             inner: Arc::new(Mutex::new(Inner {
                 blocked: HashSet::new(),
@@ -114,12 +138,16 @@ impl Quarantine {
                 sources: SourceBudgets::new(SourceLimits {
                     strikes: STRIKES,
                     connections: STRANGER_CONNECTIONS,
+                    newcomers: (new_peers > 0).then_some((new_peers, NEW_PEERS_PER_SEC)),
                     suspect_for_ms: millis(SUSPECT_FOR),
                     max_sources: SOURCES_MAX,
                 }),
                 seen_from: Recent::new(SOURCES_MAX),
                 probation: Recent::new(PROBATION_MAX),
                 struck: Recent::new(SOURCES_MAX),
+                met: MetPeers::new(millis(MET_FOR), MET_MAX),
+                fingerprints: RandomState::new(),
+                counting_newcomers: rationing && new_peers > 0,
                 rationing,
             })),
             origin: tokio::time::Instant::now(),
@@ -140,6 +168,12 @@ struct Inner {
     probation: Recent<PeerId, u64>,
     /// Peers that struck their source already.
     struck: Recent<PeerId, ()>,
+    /// Peer ids met lately, by fingerprint (8 bytes where a peer id takes
+    /// 80; keyed per node, so no dialer can aim at a collision).
+    met: MetPeers<u64>,
+    fingerprints: RandomState,
+    /// Whether newcomers are counted (the ration on, `new_peers` not 0).
+    counting_newcomers: bool,
     /// False when the node's config says so (`NetConfig::source_ration`:
     /// behind a proxy every dialer has the proxy's address, and to measure
     /// what the ration saves): no strike counts, so no source is ever
@@ -148,14 +182,39 @@ struct Inner {
 }
 
 impl Inner {
-    /// A strike against `source`; says so when it makes the source suspect.
-    fn strike(&mut self, source: IpAddr, now_ms: u64) {
+    /// A strike against `source` (`why`, for the log); says so when it
+    /// makes the source suspect.
+    fn strike(&mut self, source: IpAddr, now_ms: u64, why: &'static str) {
         if !self.rationing {
             return;
         }
         let was = self.sources.is_suspect(&source, now_ms);
         if self.sources.strike(&source, now_ms) && !was {
-            tracing::warn!(%source, "a source of flooders: its new connections are rationed for {}s", SUSPECT_FOR.as_secs());
+            Self::suspect(source, why);
+        }
+    }
+
+    fn suspect(source: IpAddr, why: &'static str) {
+        tracing::warn!(%source, why, "a source of flooders: its new connections are rationed for {}s", SUSPECT_FOR.as_secs());
+    }
+
+    /// `peer` connected from `source` (either way, `inbound` or not): one
+    /// newcomer against the source when it is inbound and the node has not
+    /// met it lately, past the source's allowance a strike.
+    fn arrived(&mut self, peer: &PeerId, source: Option<IpAddr>, inbound: bool, now_ms: u64) {
+        if !self.counting_newcomers {
+            return;
+        }
+        let met = self.met.saw(self.fingerprints.hash_one(peer), now_ms);
+        let Some(source) = source.filter(|_| inbound && !met) else {
+            return;
+        };
+        let was = self.sources.is_suspect(&source, now_ms);
+        if let Newcomer::Strike { suspect } = self.sources.newcomer(&source, now_ms) {
+            self.struck.insert(*peer, ());
+            if suspect && !was {
+                Self::suspect(source, "fresh peer ids past its allowance");
+            }
         }
     }
 }
@@ -254,7 +313,7 @@ impl Quarantine {
         }
         if let Some(source) = inner.seen_from.get(peer).copied() {
             inner.struck.insert(*peer, ());
-            inner.strike(source, now_ms);
+            inner.strike(source, now_ms, "a peer past its budget");
         }
     }
 
@@ -290,7 +349,7 @@ impl Quarantine {
         }
         if inner.held >= HELD_MAX {
             if let Some(source) = source {
-                inner.strike(source, now_ms);
+                inner.strike(source, now_ms, "a blocked peer's connections");
             }
             return None;
         }
@@ -321,9 +380,10 @@ impl Quarantine {
                 return Some(held);
             }
         }
-        let source = source?;
         let now_ms = self.now_ms();
         let mut inner = self.lock();
+        inner.arrived(peer, source, inbound, now_ms);
+        let source = source?;
         let known = inner.seen_from.get(peer).is_some();
         inner.seen_from.insert(*peer, source);
         if !inbound || known || !inner.sources.is_suspect(&source, now_ms) {
@@ -488,280 +548,5 @@ pub(crate) fn hold_inbound<M: Send + 'static>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_blocked_peer_is_held_and_only_while_blocked() {
-        let q = Quarantine::new(true);
-        let (flooder, other) = (PeerId::random(), PeerId::random());
-        assert!(q.hold(&flooder).is_none(), "nobody is blocked yet");
-        q.block(flooder);
-        let held = q.hold(&flooder);
-        assert!(held.is_some());
-        assert!(q.hold(&other).is_none(), "another peer is let through");
-        assert_eq!(q.held(), 1);
-        drop(held);
-        assert_eq!(q.held(), 0, "a hold released gives its place back");
-        q.unblock(&flooder);
-        assert!(
-            q.hold(&flooder).is_none(),
-            "an unblocked peer is let through"
-        );
-    }
-
-    #[test]
-    fn at_most_held_max_connections_are_held_at_once() {
-        let q = Quarantine::new(true);
-        let flooder = PeerId::random();
-        q.block(flooder);
-        let held: Vec<Held> = (0..HELD_MAX).filter_map(|_| q.hold(&flooder)).collect();
-        assert_eq!(held.len(), HELD_MAX);
-        assert!(
-            q.hold(&flooder).is_none(),
-            "past the bound: to the block list at once"
-        );
-        drop(held);
-        assert!(q.hold(&flooder).is_some());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_blocked_peers_inbound_connection_waits_and_an_outbound_one_does_not() {
-        let q = Quarantine::new(true);
-        let flooder = PeerId::random();
-        q.block(flooder);
-        let addr: libp2p::Multiaddr = "/ip4/127.0.0.1/tcp/1".parse().unwrap();
-        let inbound = ConnectedPoint::Listener {
-            local_addr: addr.clone(),
-            send_back_addr: addr.clone(),
-        };
-        let outbound = ConnectedPoint::Dialer {
-            address: addr,
-            role_override: libp2p::core::Endpoint::Dialer,
-            port_use: libp2p::core::transport::PortUse::Reuse,
-        };
-        let start = tokio::time::Instant::now();
-        let passed = hold_inbound(q.clone(), true)((flooder, ()), outbound).await;
-        assert!(passed.is_ok());
-        assert_eq!(start.elapsed(), Duration::ZERO);
-        let pending = tokio::spawn(hold_inbound(q.clone(), true)(
-            (flooder, ()),
-            inbound.clone(),
-        ));
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(q.held(), 1);
-        assert!(!pending.is_finished());
-        assert!(pending.await.unwrap().is_ok());
-        assert!(start.elapsed() >= HOLD_FOR);
-        assert_eq!(q.held(), 0);
-        let other = hold_inbound(q, true)((PeerId::random(), ()), inbound).await;
-        assert!(other.is_ok());
-    }
-
-    fn listener(remote: &str) -> ConnectedPoint {
-        let addr: Multiaddr = remote.parse().unwrap();
-        ConnectedPoint::Listener {
-            local_addr: "/ip4/127.0.0.1/tcp/1".parse().unwrap(),
-            send_back_addr: addr,
-        }
-    }
-
-    /// `peer` connects (inbound, through the TCP gate) from `remote`.
-    fn connects(q: &Quarantine, peer: &PeerId, remote: &str) -> Option<Held> {
-        q.connected(peer, &remote.parse().unwrap(), true, true)
-    }
-
-    const FLOODER: &str = "/ip4/203.0.113.7/tcp/4001";
-
-    #[test]
-    fn fresh_peer_ids_cut_off_make_their_source_suspect_and_rationed_before_the_handshake() {
-        let q = Quarantine::new(true);
-        // Met before anyone flooded: known.
-        let known = PeerId::random();
-        assert!(connects(&q, &known, "/ip4/203.0.113.99/tcp/5").is_none());
-        // Four strangers from the block cut off: forgiven.
-        for _ in 0..4 {
-            let stranger = PeerId::random();
-            assert!(connects(&q, &stranger, FLOODER).is_none());
-            assert!(!q.on_probation(&stranger));
-            q.strike(&stranger);
-        }
-        let addr: Multiaddr = FLOODER.parse().unwrap();
-        assert!(matches!(q.admit_socket(&addr), SocketGate::Pass));
-        // The fifth: the block is suspect.
-        let fifth = PeerId::random();
-        assert!(connects(&q, &fifth, FLOODER).is_none());
-        q.strike(&fifth);
-        let gates: Vec<SocketGate> = (0..(8 + SOCKETS_HELD_MAX + 3))
-            .map(|_| q.admit_socket(&addr))
-            .collect();
-        let passed = gates
-            .iter()
-            .filter(|g| matches!(g, SocketGate::Pass))
-            .count();
-        assert_eq!(passed, 8, "its ration of new connections");
-        assert!(gates[8..8 + SOCKETS_HELD_MAX]
-            .iter()
-            .all(|g| matches!(g, SocketGate::Hold(_))));
-        assert_eq!(q.sockets_held(), SOCKETS_HELD_MAX);
-        assert!(gates[8 + SOCKETS_HELD_MAX..]
-            .iter()
-            .all(|g| matches!(g, SocketGate::Refuse)));
-        drop(gates);
-        assert_eq!(q.sockets_held(), 0, "a held socket gives its place back");
-        // A new peer through it is a stranger on probation; the one met
-        // before is not, and another block is not touched.
-        let next = PeerId::random();
-        assert!(connects(&q, &next, FLOODER).is_none());
-        assert!(q.on_probation(&next));
-        assert!(connects(&q, &known, FLOODER).is_none());
-        assert!(!q.on_probation(&known));
-        let elsewhere: Multiaddr = "/ip4/198.51.100.1/tcp/1".parse().unwrap();
-        assert!(matches!(q.admit_socket(&elsewhere), SocketGate::Pass));
-        let other = PeerId::random();
-        assert!(connects(&q, &other, "/ip4/198.51.100.1/tcp/1").is_none());
-        assert!(!q.on_probation(&other));
-    }
-
-    #[test]
-    fn an_honest_pool_on_one_address_is_never_rationed() {
-        let q = Quarantine::new(true);
-        let addr: Multiaddr = "/ip4/127.0.0.1/tcp/4001".parse().unwrap();
-        for _ in 0..10_000 {
-            assert!(matches!(q.admit_socket(&addr), SocketGate::Pass));
-            let peer = PeerId::random();
-            assert!(connects(&q, &peer, "/ip4/127.0.0.1/tcp/4001").is_none());
-            assert!(!q.on_probation(&peer));
-        }
-    }
-
-    #[test]
-    fn with_the_ration_off_no_source_is_ever_suspect_and_a_blocked_peer_is_still_held() {
-        let q = Quarantine::new(false);
-        for _ in 0..100 {
-            let stranger = PeerId::random();
-            assert!(connects(&q, &stranger, FLOODER).is_none());
-            q.strike(&stranger);
-            assert!(!q.on_probation(&stranger));
-        }
-        let addr: Multiaddr = FLOODER.parse().unwrap();
-        assert!((0..100).all(|_| matches!(q.admit_socket(&addr), SocketGate::Pass)));
-        let flooder = PeerId::random();
-        q.block(flooder);
-        assert!(connects(&q, &flooder, FLOODER).is_some());
-    }
-
-    #[test]
-    fn a_blocked_flooders_connections_past_the_held_ones_make_its_source_suspect() {
-        let q = Quarantine::new(true);
-        let flooder = PeerId::random();
-        assert!(connects(&q, &flooder, FLOODER).is_none());
-        q.block(flooder);
-        let held: Vec<Held> = (0..HELD_MAX)
-            .filter_map(|_| connects(&q, &flooder, FLOODER))
-            .collect();
-        assert_eq!(held.len(), HELD_MAX);
-        let addr: Multiaddr = FLOODER.parse().unwrap();
-        // Handshaken to be refused: four forgiven, the fifth makes the
-        // block suspect.
-        for _ in 0..4 {
-            assert!(connects(&q, &flooder, FLOODER).is_none());
-        }
-        assert!(matches!(q.admit_socket(&addr), SocketGate::Pass));
-        assert!(connects(&q, &flooder, FLOODER).is_none());
-        let passed = (0..100)
-            .filter(|_| matches!(q.admit_socket(&addr), SocketGate::Pass))
-            .count();
-        assert_eq!(passed, 8, "then one a second, before the handshake");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn over_quic_a_suspect_sources_stranger_past_its_ration_is_held_after_the_handshake() {
-        let q = Quarantine::new(true);
-        for _ in 0..5 {
-            let stranger = PeerId::random();
-            let _ = connects(&q, &stranger, FLOODER);
-            q.strike(&stranger);
-        }
-        let quic = "/ip4/203.0.113.7/udp/4001/quic-v1";
-        let start = tokio::time::Instant::now();
-        for _ in 0..8 {
-            let passed = hold_inbound(q.clone(), false)((PeerId::random(), ()), listener(quic));
-            assert!(passed.await.is_ok());
-        }
-        assert_eq!(start.elapsed(), Duration::ZERO, "its ration");
-        let stranger = PeerId::random();
-        let pending = tokio::spawn(hold_inbound(q.clone(), false)(
-            (stranger, ()),
-            listener(quic),
-        ));
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(q.held(), 1);
-        assert!(pending.await.unwrap().is_ok());
-        assert!(start.elapsed() >= HOLD_FOR);
-        assert!(q.on_probation(&stranger));
-    }
-
-    /// A socket that sends `first` bytes and then nothing, never closing.
-    struct Silent {
-        first: usize,
-    }
-
-    impl AsyncRead for Silent {
-        fn poll_read(
-            mut self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-            buf: &mut [u8],
-        ) -> std::task::Poll<std::io::Result<usize>> {
-            if self.first == 0 {
-                return std::task::Poll::Pending;
-            }
-            let n = buf.len().min(self.first);
-            self.first -= n;
-            std::task::Poll::Ready(Ok(n))
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_held_socket_is_closed_when_its_dialer_leaves_or_at_the_end_of_the_hold() {
-        let q = Quarantine::new(true);
-        for _ in 0..5 {
-            let stranger = PeerId::random();
-            let _ = connects(&q, &stranger, FLOODER);
-            q.strike(&stranger);
-        }
-        let start = tokio::time::Instant::now();
-        for _ in 0..8 {
-            let socket = futures::io::Cursor::new(Vec::<u8>::new());
-            assert!(gate_socket(q.clone())(socket, listener(FLOODER))
-                .await
-                .is_ok());
-        }
-        // Past the ration: a dialer that sends its hello and leaves is let
-        // go at once.
-        let socket = futures::io::Cursor::new(b"/multistream/1.0.0\n".to_vec());
-        let left = gate_socket(q.clone())(socket, listener(FLOODER)).await;
-        assert_eq!(
-            left.unwrap_err().kind(),
-            std::io::ErrorKind::ConnectionRefused
-        );
-        assert_eq!(start.elapsed(), Duration::ZERO);
-        assert_eq!(q.sockets_held(), 0);
-        // One that stays, however much it sends, is held to the end.
-        let socket = Silent { first: 1 << 20 };
-        let pending = tokio::spawn(gate_socket(q.clone())(socket, listener(FLOODER)));
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(q.sockets_held(), 1);
-        assert!(pending.await.unwrap().is_err());
-        assert!(start.elapsed() >= HOLD_FOR);
-        assert_eq!(q.sockets_held(), 0);
-        // Our own dials are never gated.
-        let dialer = ConnectedPoint::Dialer {
-            address: FLOODER.parse().unwrap(),
-            role_override: libp2p::core::Endpoint::Dialer,
-            port_use: libp2p::core::transport::PortUse::Reuse,
-        };
-        let ours = gate_socket(q)(Silent { first: 0 }, dialer).await;
-        assert!(ours.is_ok());
-    }
-}
+#[path = "quarantine_tests.rs"]
+mod tests;

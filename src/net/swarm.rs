@@ -90,6 +90,11 @@ pub struct NetConfig {
     /// not its dialer's (a TCP proxy in front of the node): there one
     /// flooder would ration everybody. Also off to measure what it saves.
     pub source_ration: bool,
+    /// Peer ids never met that one source may bring at once before each
+    /// further one (past one a second) is a strike against it
+    /// (`net::quarantine`, [`crate::net::SOURCE_NEW_PEERS`]); 0: not
+    /// counted. Raise it for more nodes than that behind one address.
+    pub source_new_peers: u32,
     /// The share of a core, in percent, each peer's requests may cost the
     /// node after a burst (`net::cpu_ledger`); past it they are refused and
     /// a peer that goes on is cut off. 0: no CPU budget.
@@ -121,6 +126,7 @@ impl NetConfig {
             large_pool: crate::net::listening::LARGE_POOL,
             peer_book: None,
             source_ration: true,
+            source_new_peers: crate::net::SOURCE_NEW_PEERS,
             peer_cpu_percent: crate::net::PEER_CPU_PERCENT,
         }
     }

@@ -15,6 +15,7 @@ pub mod cpu_budget;
 pub mod forecast_stats;
 pub mod ids;
 pub mod kernel;
+pub mod newcomers;
 pub mod owner;
 pub mod pace;
 pub mod period;

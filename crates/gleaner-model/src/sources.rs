@@ -2,7 +2,9 @@
 //! block of addresses one party is likely to hold ([`source_block`]), and
 //! each source has a tolerance for strikes (its peers going past their
 //! budgets, connections of a blocked peer the node had to handshake and
-//! refuse): past it the source is *suspect* for a while, and while suspect
+//! refuse, peer ids the node never met past the source's allowance of
+//! newcomers, [`SourceBudgets::newcomer`]): past it the source is
+//! *suspect* for a while, and while suspect
 //! its new connections are admitted at a steady rate only ([`Gate`]), and
 //! the peers that come through are strangers on probation (smaller
 //! budgets, the caller's). A flooder that takes a fresh peer id for every
@@ -75,6 +77,16 @@ pub enum Gate {
     Shut,
 }
 
+/// What a newcomer from a source was, by [`SourceBudgets::newcomer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Newcomer {
+    /// Within the source's allowance of newcomers.
+    Counted,
+    /// Past it: a strike against the source, which is `suspect` after it
+    /// (made so or kept so) or still within its tolerance.
+    Strike { suspect: bool },
+}
+
 /// The tolerances of [`SourceBudgets`]; each pair is (burst, per second).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SourceLimits {
@@ -83,6 +95,11 @@ pub struct SourceLimits {
     pub strikes: (u32, f64),
     /// New connections a suspect source gets.
     pub connections: (u32, f64),
+    /// Peer ids the node has not met (`newcomers::MetPeers`) a source may
+    /// bring before each further one is a strike; `None`: no count. An
+    /// honest node keeps its identity, so this is what a pool of many
+    /// nodes behind one address may bring at once.
+    pub newcomers: Option<(u32, f64)>,
     /// How long a source stays suspect after its last strike past the
     /// tolerance.
     pub suspect_for_ms: u64,
@@ -95,6 +112,7 @@ pub struct SourceLimits {
 struct Source {
     strikes: TokenBucket,
     connections: TokenBucket,
+    newcomers: Option<TokenBucket>,
     /// Suspect until then (milliseconds), if it ever was.
     suspect_until_ms: Option<u64>,
     last_ms: u64,
@@ -140,6 +158,9 @@ impl<K: std::hash::Hash + Eq + Clone> SourceBudgets<K> {
             .or_insert_with(|| Source {
                 strikes: TokenBucket::new(limits.strikes.0, limits.strikes.1),
                 connections: TokenBucket::new(limits.connections.0, limits.connections.1),
+                newcomers: limits
+                    .newcomers
+                    .map(|(burst, per_sec)| TokenBucket::new(burst, per_sec)),
                 suspect_until_ms: None,
                 last_ms: now_ms,
             });
@@ -160,6 +181,24 @@ impl<K: std::hash::Hash + Eq + Clone> SourceBudgets<K> {
         }
         s.suspect_until_ms = Some(now_ms.saturating_add(suspect_for));
         true
+    }
+
+    /// A peer id the node has not met came from `source` at `now_ms`:
+    /// counted against the source's newcomers, and past them a strike
+    /// ([`SourceBudgets::strike`]). Says whether it was a strike, and
+    /// whether the source is suspect after it.
+    pub fn newcomer(&mut self, source: &K, now_ms: u64) -> Newcomer {
+        let within = match &mut self.entry(source, now_ms).newcomers {
+            Some(bucket) => bucket.take(now_ms),
+            None => true,
+        };
+        if within {
+            Newcomer::Counted
+        } else {
+            Newcomer::Strike {
+                suspect: self.strike(source, now_ms),
+            }
+        }
     }
 
     /// Whether `source` is suspect at `now_ms`.
@@ -232,6 +271,7 @@ mod tests {
         SourceLimits {
             strikes: (4, 1.0 / 60.0),
             connections: (8, 1.0),
+            newcomers: Some((512, 1.0)),
             suspect_for_ms: 600_000,
             max_sources: 16,
         }
@@ -305,5 +345,65 @@ mod tests {
         }
         assert_eq!(b.len(), 16);
         assert!(b.is_suspect(&0, 1_000), "the suspect source is kept");
+    }
+
+    #[test]
+    fn an_honest_pool_of_300_nodes_behind_one_address_is_never_suspect() {
+        let mut b: SourceBudgets<u32> = SourceBudgets::new(limits());
+        // 300 nodes on one address that all meet this node within six
+        // minutes (examples/many-nodes.sh starts them one after another),
+        // or all in the same millisecond: never a strike.
+        for node in 0..300u64 {
+            assert_eq!(b.newcomer(&1, node * 1_200), Newcomer::Counted);
+            assert_eq!(b.newcomer(&2, 0), Newcomer::Counted);
+        }
+        assert!(!b.is_suspect(&1, 360_000) && !b.is_suspect(&2, 0));
+        // Nor a pool that grows by one node a second, for a day.
+        let mut b: SourceBudgets<u32> = SourceBudgets::new(limits());
+        for s in 0..86_400u64 {
+            assert_eq!(b.newcomer(&1, s * 1_000), Newcomer::Counted, "second {s}");
+        }
+    }
+
+    #[test]
+    fn a_source_bringing_thousands_of_fresh_peer_ids_is_suspect_after_517() {
+        // All at once: 512 newcomers, then four strikes forgiven, and the
+        // fifth makes the source suspect.
+        let mut b: SourceBudgets<u32> = SourceBudgets::new(limits());
+        let first_suspect = (1..=10_000u32)
+            .find(|_| b.newcomer(&1, 0) == Newcomer::Strike { suspect: true })
+            .unwrap();
+        assert_eq!(first_suspect, 512 + 5);
+        // A hundred a second (what the rogue test's flood brings): a few
+        // more, refilled meanwhile.
+        let mut b: SourceBudgets<u32> = SourceBudgets::new(limits());
+        let first_suspect = (1..=10_000u64)
+            .find(|k| b.newcomer(&1, k * 10) == Newcomer::Strike { suspect: true })
+            .unwrap();
+        assert!((517..=530).contains(&first_suspect), "{first_suspect}");
+        assert!(b.is_suspect(&1, 10_000));
+        // Another source is not touched, and with no allowance set nothing
+        // counts.
+        assert!(!b.is_suspect(&2, 10_000));
+        let mut off: SourceBudgets<u32> = SourceBudgets::new(SourceLimits {
+            newcomers: None,
+            ..limits()
+        });
+        assert!((0..10_000).all(|_| off.newcomer(&1, 0) == Newcomer::Counted));
+        assert!(!off.is_suspect(&1, 0));
+    }
+
+    #[test]
+    fn newcomers_from_fresh_sources_cost_a_bounded_map() {
+        let mut b: SourceBudgets<u32> = SourceBudgets::new(limits());
+        for _ in 0..517 {
+            let _ = b.newcomer(&0, 0);
+        }
+        assert!(b.is_suspect(&0, 0));
+        for source in 1..100_000u32 {
+            assert_eq!(b.newcomer(&source, u64::from(source)), Newcomer::Counted);
+        }
+        assert_eq!(b.len(), 16);
+        assert!(b.is_suspect(&0, 100_000), "the suspect source is kept");
     }
 }

@@ -84,7 +84,7 @@ pub fn start(
 ) -> Result<(NetHandle, mpsc::Receiver<NetEvent>, EventLoop), BuildError> {
     let peer_id = key.public().to_peer_id();
     let scope = AddressScope::of(&cfg.listen, cfg.autonat || cfg.relay_server);
-    let quarantine = Quarantine::new(cfg.source_ration);
+    let quarantine = Quarantine::new(cfg.source_ration, cfg.source_new_peers);
     let (mut swarm, traffic) = build_swarm(key, &cfg, scope, &quarantine)?;
     // Version 1 nodes announce on the old topic: still heard (never
     // published on), so a mixed pool lists them.

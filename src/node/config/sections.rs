@@ -248,6 +248,10 @@ pub struct NetSection {
     /// Ration new connections from an address block whose peers flood
     /// (`NetConfig::source_ration`).
     pub source_ration: bool,
+    /// Peer ids never met one address block may bring at once before each
+    /// further one is a strike against it (`NetConfig::source_new_peers`);
+    /// 0: not counted.
+    pub source_new_peers: u32,
     /// The share of a core each peer's requests may cost this node, after
     /// a burst (`NetConfig::peer_cpu_percent`); 0: no limit.
     pub peer_cpu_percent: u32,
@@ -279,6 +283,7 @@ impl Default for NetSection {
             max_retries: 3,
             peer_book: true,
             source_ration: true,
+            source_new_peers: crate::net::SOURCE_NEW_PEERS,
             peer_cpu_percent: crate::net::PEER_CPU_PERCENT,
         }
     }

@@ -59,6 +59,7 @@ pub const RANGES: &[(&str, &str, u64, u64)] = &[
     ("net", "announce_secs", 1, 3_600),
     ("net", "max_retries", 0, 100),
     ("net", "peer_cpu_percent", 0, 100),
+    ("net", "source_new_peers", 0, 1 << 20),
     (
         "batch",
         "later_unit_secs",
@@ -69,7 +70,7 @@ pub const RANGES: &[(&str, &str, u64, u64)] = &[
 
 impl Config {
     /// Every integer key's value, as named in the file (for [`RANGES`]).
-    fn integer_values(&self) -> [(&'static str, &'static str, u64); 23] {
+    fn integer_values(&self) -> [(&'static str, &'static str, u64); 24] {
         let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
         [
             (
@@ -125,6 +126,11 @@ impl Config {
                 "net",
                 "peer_cpu_percent",
                 u64::from(self.net.peer_cpu_percent),
+            ),
+            (
+                "net",
+                "source_new_peers",
+                u64::from(self.net.source_new_peers),
             ),
             ("batch", "later_unit_secs", self.batch.later_unit_secs),
         ]
