@@ -21,7 +21,7 @@ pub fn eligible(host: &SurveyedHost) -> bool {
 
 /// How many hosts a round asks (a few per task, bounded): the model's rule,
 /// shared with `gleaner simulate`.
-pub use crate::model::sched::probe::{asks_for, ASKS_MAX, ASKS_PER_TASK};
+pub use crate::model::sched::probe::{asks_for, sample_hosts, ASKS_MAX, ASKS_PER_TASK};
 
 /// The hosts best first by what their summaries say: those not in a
 /// failure state with a free slot in [`rank`]'s order (a version 1 member,

@@ -26,7 +26,7 @@ use libp2p::PeerId;
 use super::state::{Action, Now, QueueCore};
 use super::types::{Round, IDLE_SURVEY_EVERY, SURVEY_GAP};
 use crate::consumer::batch::record::TaskState;
-use crate::consumer::rank::{asks_for, ASKS_MAX, ASKS_PER_TASK};
+use crate::consumer::rank::{asks_for, sample_hosts, ASKS_MAX, ASKS_PER_TASK};
 use crate::consumer::survey::{SurveyQuery, SurveyedHost};
 use crate::model::ids::BatchId;
 use crate::model::state::State;
@@ -159,8 +159,9 @@ impl QueueCore {
             ask_at_most: Some(ask_at_most),
             images: self.images_waiting(),
             // Summaries naming twice the hosts the work can use at once: a
-            // large pool's sample follows the batches' width, not the pool.
-            sample_hosts: Some(u32::try_from(self.width().saturating_mul(2)).unwrap_or(u32::MAX)),
+            // large pool's sample follows the batches' width, not the pool
+            // (the rule `gleaner simulate --knowledge sample` runs).
+            sample_hosts: Some(u32::try_from(sample_hosts(self.width())).unwrap_or(u32::MAX)),
         };
         let skip = if round == Round::Look {
             Vec::new()

@@ -266,7 +266,9 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
             // estimate costs what placing the batch would, not the pool.
             ask_at_most: Some(crate::consumer::rank::asks_for(tasks)),
             images: new.image.iter().map(|i| i.id).collect(),
-            sample_hosts: Some(u32::try_from(tasks.saturating_mul(2)).unwrap_or(u32::MAX)),
+            sample_hosts: Some(
+                u32::try_from(crate::consumer::rank::sample_hosts(tasks)).unwrap_or(u32::MAX),
+            ),
         };
         let pool = self.pool.clone();
         self.tracker.spawn(async move {
