@@ -191,7 +191,8 @@ type EstimateKind = (bool, bool);
 /// One policy's line of the report.
 #[derive(Debug, Serialize)]
 pub struct PolicyReport {
-    /// The policy's name, with " [summaries]" when it placed from them.
+    /// The policy's name, with " [summaries]" or " [sample]" when it placed
+    /// from them.
     pub label: String,
     #[serde(flatten)]
     pub result: SimResult,
@@ -580,8 +581,10 @@ enum JobOutput {
 /// not fully, and what it did with claims when it scored them.
 fn run_label(policy: Policy, knowledge: Knowledge, scoring: Scoring) -> String {
     let mut label = policy.name().to_string();
-    if let Knowledge::Summaries(_) = knowledge {
-        label.push_str(" [summaries]");
+    match knowledge {
+        Knowledge::Summaries(plan) if plan.sample.is_some() => label.push_str(" [sample]"),
+        Knowledge::Summaries(_) => label.push_str(" [summaries]"),
+        Knowledge::Full => {}
     }
     if scoring != Scoring::Off {
         label.push_str(&format!(" [{scoring}]"));

@@ -358,6 +358,76 @@ fn summaries_place_from_a_few_asks_a_round_and_the_report_says_so() {
 }
 
 #[test]
+fn a_large_pools_sample_follows_the_batch_not_the_pool_and_the_report_says_so() {
+    let args = |per_task: &'static str, min: &'static str| {
+        [
+            "--hosts",
+            "100",
+            "--tasks",
+            "10",
+            "--runtime",
+            "lognormal:90m,0.5",
+            "--seed",
+            "3",
+            "--policy",
+            "proactive",
+            "--knowledge",
+            "full,summaries,sample",
+            "--sample-per-task",
+            per_task,
+            "--sample-min",
+            min,
+            "--estimate-runs",
+            "0",
+            "--backtests",
+            "0",
+        ]
+    };
+    // Without the node's minimum, to see the per-task part.
+    let r = simulate(&args("2", "1"));
+    let policies = r["policies"].as_array().unwrap();
+    let labels: Vec<&str> = policies
+        .iter()
+        .map(|p| p["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        labels,
+        ["proactive", "proactive [summaries]", "proactive [sample]"]
+    );
+    for p in policies {
+        assert_eq!(p["finished"], 10, "{}", p["label"]);
+        assert_eq!(p["duplicate_completions"], 0, "{}", p["label"]);
+    }
+    let (everyone, sample) = (&policies[1]["probe"], &policies[2]["probe"]);
+    assert_eq!(everyone["cached"], 100);
+    assert_eq!(policies[2]["knowledge"], "sample");
+    // Twice the 10 tasks, in whole leaves of 12: 20 to 31 hosts, not 100.
+    let named = sample["cached"].as_u64().unwrap();
+    assert!((20..32).contains(&named), "{sample}");
+    assert!(sample["digests"].as_u64().unwrap() >= 2, "{sample}");
+    assert!(sample["samples"].as_u64().unwrap() >= 1, "{sample}");
+    // The rule is the node's, with its multiple and minimum as parameters.
+    let r = simulate(&args("5", "1"));
+    let named = r["policies"][2]["probe"]["cached"].as_u64().unwrap();
+    assert!((50..62).contains(&named), "{}", r["policies"][2]["probe"]);
+    let r = simulate(&args("2", "40"));
+    let named = r["policies"][2]["probe"]["cached"].as_u64().unwrap();
+    assert!((40..52).contains(&named), "{}", r["policies"][2]["probe"]);
+    for (flag, value) in [
+        ("--sample-leaf", "0"),
+        ("--sample-per-task", "0"),
+        ("--sample-min", "0"),
+    ] {
+        let mut cmd = gleaner();
+        cmd.arg("simulate").arg("--trace").arg(shared(TRACES[0]));
+        cmd.args(["--tasks", "2", "--runtime", "1h", flag, value])
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains(flag.trim_start_matches("--")));
+    }
+}
+
+#[test]
 fn overclaimers_are_reported_with_and_without_scoring_and_only_when_asked() {
     let base = [
         "--hosts",

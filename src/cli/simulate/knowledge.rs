@@ -1,16 +1,18 @@
 //! `gleaner simulate`'s knowledge options (issue 27, scope 5): whether the
 //! simulated consumer places knowing every host (`full`) or, as the node's
 //! consumer does, from the members' summaries and a few fresh answers per
-//! round (`summaries`), and how those summaries are paced, cached and
-//! confirmed. This file only reads and checks the options; the model is
+//! round (`summaries`: every member heard, as in a small pool; `sample`:
+//! the leaves sampled for the batch's width, as in a large pool), and how
+//! those summaries are paced, cached, sampled and confirmed. This file only reads and checks the options; the model is
 //! `model::sched::sim::knowledge`.
 
 use anyhow::bail;
 use clap::Args;
 
 use crate::cli::args::parse_duration;
-use crate::model::sched::probe::{ASKS_MAX, ASKS_PER_TASK};
-use crate::model::sched::sim::{Knowledge, SummaryPlan};
+use crate::model::sched::probe::{ASKS_MAX, ASKS_PER_TASK, SAMPLE_MIN, SAMPLE_PER_TASK};
+use crate::model::sched::sim::{Knowledge, SamplePlan, SummaryPlan, LEAF_HOSTS};
+use crate::net::leaf_digest::SAMPLE_FOR;
 use crate::net::members::MEMBERS_MAX;
 
 /// Most hosts a round may ask (the node asks at most [`ASKS_MAX`]).
@@ -19,11 +21,15 @@ const ASKS_BOUND: u32 = 10_000;
 #[derive(Debug, Args)]
 pub struct KnowledgeArgs {
     /// What the consumer places from, comma-separated: full (every host's
-    /// present state at every placement) and/or summaries (the members'
-    /// summaries and a few fresh answers per round, as the node does); each
-    /// policy runs once per kind.
+    /// present state at every placement), summaries (every member's
+    /// summary and a few fresh answers per round, as the node does in a
+    /// small pool) and/or sample (as the node does in a large pool: the
+    /// summaries of whole DHT leaves drawn at random until they name
+    /// twice the batch's tasks queued or running, as each leaf's digest,
+    /// fetched once per heartbeat, gave them); each policy runs once per
+    /// kind.
     #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "full",
-          value_parser = ["full", "summaries"])]
+          value_parser = ["full", "summaries", "sample"])]
     pub knowledge: Vec<String>,
 
     /// A host's summary heartbeat under `--knowledge summaries` (it also
@@ -37,6 +43,20 @@ pub struct KnowledgeArgs {
     /// node's 10,000].
     #[arg(long, value_name = "N")]
     pub summary_sample: Option<usize>,
+
+    /// Under `--knowledge sample`: hosts the sample names per task queued
+    /// or running (the node's rule).
+    #[arg(long, value_name = "K", default_value_t = SAMPLE_PER_TASK)]
+    pub sample_per_task: usize,
+
+    /// Under `--knowledge sample`: the fewest hosts the sample names.
+    #[arg(long, value_name = "N", default_value_t = SAMPLE_MIN)]
+    pub sample_min: usize,
+
+    /// Under `--knowledge sample`: members per leaf of the DHT trie (one
+    /// digest names them).
+    #[arg(long, value_name = "N", default_value_t = LEAF_HOSTS)]
+    pub sample_leaf: usize,
 
     /// Hosts asked directly per task that could be placed.
     #[arg(long, value_name = "K", default_value_t = ASKS_PER_TASK)]
@@ -64,18 +84,39 @@ impl KnowledgeArgs {
             Some(n) => n.min(hosts),
             None => hosts.min(MEMBERS_MAX),
         };
+        if self.sample_per_task == 0 {
+            bail!("--sample-per-task must be at least 1");
+        }
+        if !(1..=MEMBERS_MAX).contains(&self.sample_min) {
+            bail!("--sample-min must be between 1 and {MEMBERS_MAX}");
+        }
+        if !(1..=MEMBERS_MAX).contains(&self.sample_leaf) {
+            bail!("--sample-leaf must be between 1 and {MEMBERS_MAX}");
+        }
         let plan = SummaryPlan {
             cache,
             asks_per_task: self.asks_per_task,
             asks_max: self.asks_max,
             ..SummaryPlan::new(self.summary_heartbeat as f64)
         };
+        // The node's sampler fetches a leaf again once per heartbeat and
+        // forgets the sample `SAMPLE_FOR` after the last survey.
+        let sample = SamplePlan {
+            per_task: self.sample_per_task,
+            least: self.sample_min,
+            leaf_hosts: self.sample_leaf,
+            ..SamplePlan::new(self.summary_heartbeat as f64, SAMPLE_FOR.as_secs_f64())
+        };
         let mut kinds: Vec<Knowledge> = Vec::new();
         for name in &self.knowledge {
-            let kind = if name == "summaries" {
-                Knowledge::Summaries(plan)
-            } else {
-                Knowledge::Full
+            let kind = match name.as_str() {
+                "summaries" => Knowledge::Summaries(plan),
+                "sample" => Knowledge::Summaries(SummaryPlan {
+                    cache: hosts.min(MEMBERS_MAX),
+                    sample: Some(sample),
+                    ..plan
+                }),
+                _ => Knowledge::Full,
             };
             if !kinds.contains(&kind) {
                 kinds.push(kind);

@@ -159,6 +159,12 @@ pub(super) fn table(r: &SimulateReport) -> String {
             probe.publications,
             probe.mean_summary_age_secs
         ));
+        if p.label.ends_with("[sample]") {
+            out.push_str(&format!(
+                "{}: at most {} hosts sampled at once, {} samples drawn, {} leaf digests fetched\n",
+                p.label, probe.cached, probe.samples, probe.digests
+            ));
+        }
     }
     let times: Vec<String> = r
         .policies

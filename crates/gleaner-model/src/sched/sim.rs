@@ -19,7 +19,8 @@
 //! (what the consumer knows of a host), `submission.rs` (the estimate at
 //! submission), `events.rs` (the event loop), `dispatch.rs` (placement),
 //! `windows.rs` (`windows`' holds), `knowledge.rs` (placing from the
-//! members' summaries and a few asks), `tail.rs` (tail copies),
+//! members' summaries and a few asks), `sample.rs` (the sample of leaves
+//! a consumer of a large pool places from), `tail.rs` (tail copies),
 //! `verify.rs` (`--verify`), `claims.rs` (over-claiming hosts and the
 //! record that discounts their claims). This file
 //! holds the simulation's state and its entry point.
@@ -32,6 +33,7 @@ mod forecast;
 pub mod knowledge;
 mod policy;
 mod result;
+mod sample;
 mod submission;
 mod tail;
 #[cfg(test)]
@@ -46,6 +48,7 @@ pub use forecast::{Forecaster, SeriesForecaster};
 pub use knowledge::{summaries_apply, Knowledge, ProbeStats, SummaryPlan};
 pub use policy::{Policy, UnknownPolicy};
 pub use result::{HoldNote, Kills, SimResult};
+pub use sample::{SamplePlan, LEAF_HOSTS};
 pub use submission::submission_estimate;
 
 use super::curve::TrCurve;

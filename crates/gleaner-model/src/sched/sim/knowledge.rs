@@ -13,7 +13,10 @@
 //!
 //! Summaries are delivered at once (gossip's mesh push is sub-second,
 //! rounds are seconds apart); a host's publications are worked out lazily
-//! from its trace when a round looks. Pure, like the rest of the simulator.
+//! from its trace when a round looks. With a [`SamplePlan`] the cache is
+//! instead the node's sample of a large pool (`sample.rs`): whole leaves
+//! drawn at random until they name twice the batch's width, each as its
+//! last digest gave it. Pure, like the rest of the simulator.
 
 use std::time::Duration;
 
@@ -21,6 +24,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use super::sample::{LeafSampler, SamplePlan};
 use super::view::view_bucket;
 use super::{Ev, Forecaster, Policy, Sim, SimHost, Slot};
 use crate::pace::{Pacer, SimSecs, StatusKey};
@@ -62,6 +66,9 @@ pub struct SummaryPlan {
     pub asks_max: u32,
     /// Seconds between rounds while tasks wait.
     pub round_secs: f64,
+    /// The cache is a sample of leaves sized to the batch (`sample.rs`,
+    /// what the node's consumer has in a large pool) instead of `cache`.
+    pub sample: Option<SamplePlan>,
 }
 
 impl SummaryPlan {
@@ -74,6 +81,7 @@ impl SummaryPlan {
             asks_per_task: ASKS_PER_TASK,
             asks_max: ASKS_MAX,
             round_secs: ROUND_EVERY_SECS,
+            sample: None,
         }
     }
 }
@@ -81,7 +89,7 @@ impl SummaryPlan {
 /// What placing from summaries cost and saw.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProbeStats {
-    /// Members in the consumer's cache.
+    /// Members in the consumer's cache (with a sample: the most it named).
     pub cached: usize,
     /// Placement rounds that asked anyone, and the hosts they asked.
     pub rounds: u64,
@@ -92,11 +100,17 @@ pub struct ProbeStats {
     pub publications: u64,
     /// Mean age of the cached summaries when rounds ranked them (seconds).
     pub mean_summary_age_secs: f64,
+    /// With a sample: leaf digests fetched (refreshes too), and samples
+    /// drawn (a new one after each lapse).
+    #[serde(default)]
+    pub digests: u64,
+    #[serde(default)]
+    pub samples: u64,
 }
 
 /// One host's summary as the consumer last heard it.
 #[derive(Debug, Clone)]
-struct Heard {
+pub(super) struct Heard {
     /// When it was published (simulation seconds).
     at: f64,
     /// Its ladder and availability, worked out once per view bucket as
@@ -115,8 +129,8 @@ struct Heard {
 
 /// One host's publisher, worked out lazily.
 #[derive(Debug, Clone)]
-struct Publisher {
-    pacer: Pacer<SimSecs, StatusKey>,
+pub(super) struct Publisher {
+    pub(super) pacer: Pacer<SimSecs, StatusKey>,
     /// Its status has been looked at up to here since its last publication.
     looked_to: f64,
     /// No guest of ours runs there (the key's slot).
@@ -129,12 +143,14 @@ pub(super) struct Summaries {
     /// Window the ranking reads TR at: the batch's median runtime (the
     /// node asks for the batch's declared runtime).
     window_secs: f64,
-    publishers: Vec<Publisher>,
-    cached: Vec<bool>,
-    heard: Vec<Option<Heard>>,
+    pub(super) publishers: Vec<Publisher>,
+    pub(super) cached: Vec<bool>,
+    pub(super) heard: Vec<Option<Heard>>,
     /// Per host: asked in the current round.
     asked: Vec<bool>,
-    rng: ChaCha8Rng,
+    pub(super) rng: ChaCha8Rng,
+    /// The sample of leaves, when the cache is one.
+    pub(super) sample: Option<LeafSampler>,
     pub(super) round_due: bool,
     pub(super) round_pending: bool,
     stats: ProbeStats,
@@ -153,8 +169,9 @@ impl Summaries {
         let mut sorted = runtimes.to_vec();
         sorted.sort_by(f64::total_cmp);
         let window_secs = sorted.get(sorted.len() / 2).copied().unwrap_or(3600.0);
-        let mut cached = vec![plan.cache >= hosts; hosts];
-        if plan.cache < hosts {
+        let sample = plan.sample.map(|p| LeafSampler::new(p, hosts, &mut rng));
+        let mut cached = vec![plan.cache >= hosts && sample.is_none(); hosts];
+        if plan.cache < hosts && sample.is_none() {
             let mut all: Vec<usize> = (0..hosts).collect();
             rand::seq::SliceRandom::shuffle(all.as_mut_slice(), &mut rng);
             for &g in &all[..plan.cache] {
@@ -177,10 +194,15 @@ impl Summaries {
             heard: vec![None; hosts],
             asked: vec![false; hosts],
             rng,
+            sample,
             round_due: true,
             round_pending: false,
             stats: ProbeStats {
-                cached: plan.cache.min(hosts),
+                cached: if plan.sample.is_some() {
+                    0
+                } else {
+                    plan.cache.min(hosts)
+                },
                 ..ProbeStats::default()
             },
             age_sum: 0.0,
@@ -188,15 +210,27 @@ impl Summaries {
         }
     }
 
+    /// What placing cost: with a sample, its digests and draws too.
     pub(super) fn stats(&self) -> ProbeStats {
+        let sampled = self.sample.as_ref().map(|l| ProbeStats {
+            cached: l.most_named,
+            digests: l.digests,
+            samples: l.draws,
+            ..self.stats
+        });
         ProbeStats {
             mean_summary_age_secs: if self.age_n > 0 {
                 self.age_sum / self.age_n as f64
             } else {
                 0.0
             },
-            ..self.stats
+            ..sampled.unwrap_or(self.stats)
         }
+    }
+
+    /// The cache is a sample of leaves (`--knowledge sample`).
+    pub(super) fn sampled(&self) -> bool {
+        self.sample.is_some()
     }
 }
 
@@ -252,7 +286,7 @@ impl Sim<'_> {
     /// `before`): its pacer is asked at every change of its trace's cell
     /// and whenever it says to look again, as the node's pool host asks it
     /// at every reading.
-    fn publish_until(&mut self, host: usize, until: f64, before: bool) {
+    pub(super) fn publish_until(&mut self, host: usize, until: f64, before: bool) {
         let (hosts, timelines) = (self.hosts, self.timelines);
         let Some(s) = self.summaries.as_deref_mut() else {
             return;
@@ -289,6 +323,8 @@ impl Sim<'_> {
         if self.summaries.is_none() {
             return;
         }
+        // A digest due before now gives the host's summary before this.
+        self.refresh_sample();
         let now = self.now;
         self.publish_until(host, now, true);
         if let Some(s) = self.summaries.as_deref_mut() {
@@ -301,18 +337,26 @@ impl Sim<'_> {
         }
     }
 
-    /// The cached hosts' summaries brought up to now.
+    /// The cached hosts' summaries brought up to now (a sample's, up to
+    /// its leaf's last digest).
     fn hear(&mut self, forecaster: &mut dyn Forecaster) {
         let now = self.now;
+        let sampled = self.summaries.as_ref().is_some_and(|s| s.sampled());
         for g in 0..self.hosts.len() {
             if !self.summaries.as_ref().is_some_and(|s| s.cached[g]) {
                 continue;
             }
-            self.publish_until(g, now, false);
+            if !sampled {
+                self.publish_until(g, now, false);
+            }
             let Some(s) = self.summaries.as_deref() else {
                 return;
             };
-            let Some((SimSecs(at), key)) = s.publishers[g].pacer.last() else {
+            let last = match &s.sample {
+                Some(l) => l.digest[g],
+                None => s.publishers[g].pacer.last().map(|(SimSecs(t), k)| (t, k)),
+            };
+            let Some((at, key)) = last else {
                 continue;
             };
             if s.heard[g].as_ref().is_some_and(|h| h.at == at) {
@@ -392,6 +436,8 @@ impl Sim<'_> {
     /// One placement round from the summaries: rank, ask a few, place on
     /// the answers. Returns whether it placed a task.
     pub(super) fn summary_round(&mut self, forecaster: &mut dyn Forecaster) -> bool {
+        // The node's width: the batch's tasks queued or running.
+        self.sample_for_round(self.config.runtimes.len() - self.done);
         self.hear(forecaster);
         let now = self.now;
         let Some(s) = self.summaries.as_deref_mut() else {
@@ -405,9 +451,10 @@ impl Sim<'_> {
             s.age_n += 1;
         }
         let mut asked = best_then_random(order, most, &mut s.rng);
-        if asked.len() < most {
+        if asked.len() < most && !s.sampled() {
             // The summaries name too few: the node tops up with DHT
-            // providers it has no summary of, at random.
+            // providers it has no summary of, at random (in a small pool
+            // only: a large pool's sample is its view).
             let mut unknown: Vec<usize> = (0..self.hosts.len())
                 .filter(|&g| !s.cached[g] && !asked.contains(&g))
                 .collect();
@@ -570,173 +617,5 @@ pub fn summaries_apply(policy: Policy) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::{simulate, SimConfig, SimResult};
-    use super::*;
-    use crate::sched::curve::TrCurve;
-    use crate::sched::window::WindowRule;
-
-    /// Forecasts one fixed curve for every host.
-    struct Fixed(TrCurve);
-
-    impl Forecaster for Fixed {
-        fn curve(&mut self, _trace: usize, _at: i64) -> TrCurve {
-            self.0.clone()
-        }
-    }
-
-    /// `n` hosts that never fail, at full speed.
-    fn steady_pool(n: usize) -> (Vec<SimHost>, Vec<Timeline>) {
-        let cells = 10 * 1440;
-        let timelines = vec![Timeline::from_cells(
-            0,
-            60,
-            vec![0; cells],
-            vec![1.0; cells],
-        )];
-        let hosts = (0..n)
-            .map(|_| SimHost {
-                timeline: 0,
-                offset: 7 * 86_400,
-                power: 1.0,
-            })
-            .collect();
-        (hosts, timelines)
-    }
-
-    fn run(policy: Policy, knowledge: Knowledge, tasks: usize, hosts: usize) -> SimResult {
-        let (hosts, timelines) = steady_pool(hosts);
-        let config = SimConfig {
-            policy,
-            runtimes: vec![3600.0; tasks],
-            checkpoint_cost_secs: 60.0,
-            horizon_secs: 30.0 * 86_400.0,
-            estimate_runs: 0,
-            recheck_secs: 600.0,
-            windows: WindowRule::default(),
-            knowledge,
-            tail_copies: false,
-            hold_gives_way: false,
-            tail: Default::default(),
-            claims: Default::default(),
-        };
-        let mut rng = ChaCha8Rng::seed_from_u64(7);
-        simulate(
-            &config,
-            &hosts,
-            &timelines,
-            &mut Fixed(TrCurve::never_fails()),
-            &mut rng,
-            &mut |_| {},
-        )
-        .unwrap()
-    }
-
-    #[test]
-    fn a_round_asks_at_most_its_bound_so_a_full_start_takes_rounds() {
-        // Twenty steady hosts, twenty 1 h tasks. Knowing everything, the
-        // consumer starts them all at once; asking two hosts a round, one
-        // round every 2 s, it needs ten rounds to start them.
-        let full = run(Policy::Proactive, Knowledge::Full, 20, 20);
-        assert_eq!(full.makespan_secs, Some(3600.0));
-        assert_eq!(full.knowledge, "full");
-        assert!(full.probe.is_none());
-        let plan = SummaryPlan {
-            asks_per_task: 1,
-            asks_max: 2,
-            ..SummaryPlan::new(300.0)
-        };
-        for policy in [Policy::Proactive, Policy::Tr, Policy::Random] {
-            let r = run(policy, Knowledge::Summaries(plan), 20, 20);
-            assert_eq!(r.knowledge, "summaries", "{policy}");
-            assert_eq!((r.finished, r.duplicate_completions), (20, 0), "{policy}");
-            let probe = r.probe.unwrap();
-            assert_eq!(probe.max_round_asks, 2, "{policy}");
-            assert!(probe.asks <= 2 * probe.rounds, "{policy}: {probe:?}");
-            assert!(probe.publications >= 20, "{policy}: every host publishes");
-            let end = r.makespan_secs.unwrap();
-            // Nine rounds after the first, 2 s apart, at the least; a
-            // summary still saying "free" for a host just given a task
-            // (the 10 s gap holds its change) can waste an ask or two.
-            assert!((3618.0..3700.0).contains(&end), "{policy}: {end}");
-        }
-    }
-
-    #[test]
-    fn the_cache_may_hold_a_sample_and_asks_are_topped_up_with_others() {
-        // The cache names one host of ten; a round of four asks tops up
-        // with hosts it has no summary of, so every task still runs.
-        let plan = SummaryPlan {
-            cache: 1,
-            asks_per_task: 2,
-            asks_max: 4,
-            ..SummaryPlan::new(300.0)
-        };
-        let r = run(Policy::Proactive, Knowledge::Summaries(plan), 10, 10);
-        assert_eq!((r.finished, r.duplicate_completions), (10, 0));
-        let probe = r.probe.unwrap();
-        assert_eq!(probe.cached, 1);
-        assert_eq!(probe.max_round_asks, 4);
-        // The oracle knows everything by definition.
-        let oracle = run(Policy::Oracle, Knowledge::Summaries(plan), 10, 10);
-        assert_eq!(oracle.knowledge, "full");
-    }
-
-    /// Publications of one host over `secs`, its owner's load flipping
-    /// every `flip` cells of a minute (0: never).
-    fn publications(flip: usize, secs: f64) -> u64 {
-        let cells = 10 * 1440;
-        let rate = (0..cells)
-            .map(|k| {
-                if flip > 0 && (k / flip) % 2 == 1 {
-                    0.5
-                } else {
-                    1.0
-                }
-            })
-            .collect();
-        let timelines = [Timeline::from_cells(0, 60, vec![0; cells], rate)];
-        let hosts = [SimHost {
-            timeline: 0,
-            offset: 86_400,
-            power: 1.0,
-        }];
-        let config = SimConfig {
-            policy: Policy::Proactive,
-            runtimes: vec![60.0],
-            checkpoint_cost_secs: 0.0,
-            horizon_secs: 86_400.0,
-            estimate_runs: 0,
-            recheck_secs: 600.0,
-            windows: WindowRule::default(),
-            knowledge: Knowledge::Full,
-            tail_copies: false,
-            hold_gives_way: false,
-            tail: Default::default(),
-            claims: Default::default(),
-        };
-        let mut sim = Sim::new(&config, &hosts, &timelines);
-        let mut rng = ChaCha8Rng::seed_from_u64(1);
-        sim.summaries = Some(Box::new(Summaries::new(
-            SummaryPlan::new(300.0),
-            1,
-            &config.runtimes,
-            &mut rng,
-        )));
-        // Looked at in pieces, as rounds do: the same as at once.
-        for k in 1..=10 {
-            sim.publish_until(0, secs * f64::from(k) / 10.0, false);
-        }
-        sim.summaries.map_or(0, |s| s.stats.publications)
-    }
-
-    #[test]
-    fn a_host_publishes_on_its_heartbeat_and_on_a_change_at_most_once_a_gap() {
-        // Steady: one heartbeat every 225 to 375 s (and the one before).
-        let steady = publications(0, 30_000.0);
-        assert!((80..=135).contains(&steady), "{steady}");
-        // Γ steps every minute: a summary a minute (the gap is 10 s).
-        let flipping = publications(1, 30_000.0);
-        assert!((490..=510).contains(&flipping), "{flipping}");
-    }
-}
+#[path = "knowledge_tests.rs"]
+mod tests;

@@ -46,7 +46,7 @@ pub struct SimResult {
     pub holds: u64,
     /// The most kills any one task took.
     pub max_task_kills: u32,
-    /// What the consumer placed from: "full" or "summaries".
+    /// What the consumer placed from: "full", "summaries" or "sample".
     pub knowledge: String,
     /// Placing from summaries: rounds, asks, publications.
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -147,10 +147,10 @@ impl Sim<'_> {
             task_host: self.end_host,
             holds: self.holds,
             max_task_kills: self.task_kills.iter().copied().max().unwrap_or(0),
-            knowledge: if self.summaries.is_some() {
-                "summaries"
-            } else {
-                "full"
+            knowledge: match self.summaries.as_deref() {
+                Some(s) if s.sampled() => "sample",
+                Some(_) => "summaries",
+                None => "full",
             }
             .to_string(),
             probe: self.summaries.as_ref().map(|s| s.stats()),
