@@ -280,15 +280,24 @@ mod tests {
 
     #[test]
     fn dropping_the_code_pages_unmaps_them_and_the_process_runs_on() {
-        let before = resident_code_kib();
-        let advised = drop_code_pages().unwrap();
-        let after = resident_code_kib();
-        assert!(advised > 0, "the test binary has code mappings");
-        // Only what ran between the drop and the count (this test's reading
-        // of smaps, other tests' threads) is mapped again.
+        // Only what runs between the drop and the count (this test's reading
+        // of smaps, other tests' threads) is mapped again; a test starting
+        // on another thread in that moment can map much, so up to three
+        // tries, each of which must have dropped something.
+        let mut counts = Vec::new();
+        for _ in 0..3 {
+            let before = resident_code_kib();
+            let advised = drop_code_pages().unwrap();
+            let after = resident_code_kib();
+            assert!(advised > 0, "the test binary has code mappings");
+            counts.push((before, after));
+            if after < before {
+                break;
+            }
+        }
         assert!(
-            after < before,
-            "resident code {before} KiB before the drop, {after} KiB after"
+            counts.iter().any(|(before, after)| after < before),
+            "resident code KiB (before, after) the drop: {counts:?}"
         );
         // The code runs on from the file's pages.
         assert_eq!(code_mappings(&smaps(), EXE).len(), 2);
