@@ -109,28 +109,33 @@ impl LeafSampler {
 }
 
 impl Sim<'_> {
+    /// The node's sample, when the run places from one.
+    fn sampler(&self) -> Option<&LeafSampler> {
+        self.summaries.as_deref().and_then(|s| s.sample.as_ref())
+    }
+
+    fn sampler_mut(&mut self) -> Option<&mut LeafSampler> {
+        self.summaries
+            .as_deref_mut()
+            .and_then(|s| s.sample.as_mut())
+    }
+
     /// Brings the sample up to now for a round of a batch with `width`
     /// tasks queued or running: forgotten if it lapsed, its due leaves
     /// fetched again, then grown leaf by leaf to what the width wants.
     pub(super) fn sample_for_round(&mut self, width: usize) {
         let now = self.now;
         let lapsed = self
-            .summaries
-            .as_deref()
-            .and_then(|s| s.sample.as_ref())
-            .and_then(|l| l.last_round)
-            .is_some_and(|t| now - t >= l_forget(self));
+            .sampler()
+            .and_then(|l| l.last_round.map(|t| now - t >= l.plan.forget_secs))
+            .unwrap_or(false);
         if lapsed {
             self.forget_sample();
         }
         self.refresh_sample();
         let n = self.hosts.len();
         loop {
-            let Some(l) = self
-                .summaries
-                .as_deref_mut()
-                .and_then(|s| s.sample.as_mut())
-            else {
+            let Some(l) = self.sampler_mut() else {
                 return;
             };
             l.last_round = Some(now);
@@ -156,11 +161,7 @@ impl Sim<'_> {
     /// past a refresh not yet made (`slot_changed`).
     pub(super) fn refresh_sample(&mut self) {
         let now = self.now;
-        let Some(l) = self
-            .summaries
-            .as_deref_mut()
-            .and_then(|s| s.sample.as_mut())
-        else {
+        let Some(l) = self.sampler_mut() else {
             return;
         };
         let Some(last) = l.last_round else {
@@ -179,11 +180,7 @@ impl Sim<'_> {
             })
             .collect();
         for (leaf, at) in due {
-            if let Some(l) = self
-                .summaries
-                .as_deref_mut()
-                .and_then(|s| s.sample.as_mut())
-            {
+            if let Some(l) = self.sampler_mut() {
                 let before = l.fetched[leaf].unwrap_or(at);
                 // The refreshes in between cost as much; only the last counts.
                 l.digests += (((at - before) / every).round() as u64).saturating_sub(1);
@@ -194,11 +191,7 @@ impl Sim<'_> {
 
     /// `leaf`'s digest at time `at`: each member's last summary by then.
     fn fetch_leaf(&mut self, leaf: usize, at: f64) {
-        let hosts = match self
-            .summaries
-            .as_deref_mut()
-            .and_then(|s| s.sample.as_mut())
-        {
+        let hosts = match self.sampler_mut() {
             Some(l) => {
                 l.fetched[leaf] = Some(at);
                 l.digests += 1;
@@ -241,12 +234,4 @@ impl Sim<'_> {
         l.named = 0;
         l.last_round = None;
     }
-}
-
-/// The sample's `forget_secs` (infinite without a sample).
-fn l_forget(sim: &Sim<'_>) -> f64 {
-    sim.summaries
-        .as_deref()
-        .and_then(|s| s.sample.as_ref())
-        .map_or(f64::INFINITY, |l| l.plan.forget_secs)
 }
