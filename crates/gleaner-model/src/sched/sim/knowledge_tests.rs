@@ -112,9 +112,9 @@ fn the_cache_may_hold_a_sample_and_asks_are_topped_up_with_others() {
     assert_eq!(oracle.knowledge, "full");
 }
 
-/// Publications of one host over `secs`, its owner's load flipping
-/// every `flip` cells of a minute (0: never).
-fn publications(flip: usize, secs: f64) -> u64 {
+/// One host over ten days, its owner's load flipping every `flip` cells
+/// of a minute (0: never), placed as the simulator's first mode does.
+fn one_flipping_host(flip: usize) -> (SimConfig, [SimHost; 1], [Timeline; 1]) {
     let cells = 10 * 1440;
     let rate = (0..cells)
         .map(|k| {
@@ -145,6 +145,13 @@ fn publications(flip: usize, secs: f64) -> u64 {
         tail: Default::default(),
         claims: Default::default(),
     };
+    (config, hosts, timelines)
+}
+
+/// Publications of one host over `secs`, its owner's load flipping
+/// every `flip` cells of a minute (0: never).
+fn publications(flip: usize, secs: f64) -> u64 {
+    let (config, hosts, timelines) = one_flipping_host(flip);
     let mut sim = Sim::new(&config, &hosts, &timelines);
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     sim.summaries = Some(Box::new(Summaries::new(
@@ -229,30 +236,7 @@ fn a_sample_names_twice_the_batch_in_whole_leaves_and_places_only_there() {
 fn a_sampled_summary_is_as_its_last_digest_gave_it_and_a_lapsed_sample_is_drawn_again() {
     // One host whose Γ moves every minute: it publishes every minute, but
     // the consumer sees it only as each digest (every 300 s) gave it.
-    let cells = 10 * 1440;
-    let rate = (0..cells)
-        .map(|k| if k % 2 == 1 { 0.5 } else { 1.0 })
-        .collect();
-    let timelines = [Timeline::from_cells(0, 60, vec![0; cells], rate)];
-    let hosts = [SimHost {
-        timeline: 0,
-        offset: 86_400,
-        power: 1.0,
-    }];
-    let config = SimConfig {
-        policy: Policy::Proactive,
-        runtimes: vec![60.0],
-        checkpoint_cost_secs: 0.0,
-        horizon_secs: 86_400.0,
-        estimate_runs: 0,
-        recheck_secs: 600.0,
-        windows: WindowRule::default(),
-        knowledge: Knowledge::Full,
-        tail_copies: false,
-        hold_gives_way: false,
-        tail: Default::default(),
-        claims: Default::default(),
-    };
+    let (config, hosts, timelines) = one_flipping_host(1);
     let mut sim = Sim::new(&config, &hosts, &timelines);
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     sim.summaries = Some(Box::new(Summaries::new(
