@@ -289,39 +289,15 @@ fn share_of_a_core(ticks: u64, length: Duration) -> f64 {
 /// still answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stranger_with_a_fresh_peer_id_per_connection_is_rationed_by_its_source() {
-    let host = tokio::task::block_in_place(hostile_target);
-    let honest = RogueConsumer::start(&host).await;
-    let never = || JobRequest::Query {
-        job_id: "never".into(),
-    };
-    assert_eq!(honest.ask(never()).await, JobResponse::NotFound);
-
-    let (length, late) = (Duration::from_secs(30), Duration::from_secs(10));
-    let (counts, ticks, length) = flood(&host, Path::Job, length, Late::At(late)).await;
-    let late_connected = counts.late_connected.load(Ordering::Relaxed);
-    let late_answered = counts.late_answered.load(Ordering::Relaxed);
-    eprintln!(
-        "fresh identities: {} dialed, {} connected, {} answers; from {late:?} on: {late_connected} connected, {late_answered} answers; node CPU {:.1} % of a core",
-        counts.identities.load(Ordering::Relaxed),
-        counts.connected.load(Ordering::Relaxed),
-        counts.answered.load(Ordering::Relaxed),
-        share_of_a_core(ticks, length),
-    );
-    let suspect = tokio::task::block_in_place(|| host.log().contains(SUSPECT));
-    assert!(suspect, "127.0.0.1 was never suspect");
-    // 20 s of the ration: at most its burst and one a second, with room
-    // for the timing of the flood's start.
-    assert!(
-        late_connected <= 40,
-        "{late_connected} fresh identities connected in the last 20 s"
-    );
-    // Each a stranger on probation: 32 answers, and 8 a second.
-    assert!(
-        late_answered <= 40 * 64,
-        "{late_answered} requests of fresh identities answered in the last 20 s"
-    );
-    // A peer met before the flood is served as before.
-    assert_eq!(honest.ask(never()).await, JobResponse::NotFound);
+    // 30 s of the flood, the ration's effect counted from 10 s on.
+    let late = Duration::from_secs(10);
+    rationed_by_its_source(
+        Path::Job,
+        Duration::from_secs(30),
+        Late::At(late),
+        "requests",
+    )
+    .await;
 }
 
 /// The same stranger flooding data streams: each identity opens data
@@ -335,6 +311,18 @@ async fn a_stranger_with_a_fresh_peer_id_per_connection_is_rationed_by_its_sourc
 /// the 20 s after that its fresh identities get the ration.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stranger_with_a_fresh_peer_id_per_data_stream_is_rationed_by_its_source() {
+    // At most two minutes to bring 517 identities, whatever the load.
+    let length = Duration::from_secs(120);
+    rationed_by_its_source(Path::Data, length, Late::AfterSuspect, "data streams").await;
+}
+
+/// Floods a hostile target with fresh identities on `path` for up to
+/// `length` and checks the ration: 127.0.0.1 logged as suspect, in the
+/// late spell at most 40 identities connected (its burst and one a second,
+/// with room for the timing) and 40 × 64 of `what` answered (each a
+/// stranger on probation: 32, then 8 a second), and a peer met before the
+/// flood served as before.
+async fn rationed_by_its_source(path: Path, length: Duration, late: Late, what: &str) {
     let host = tokio::task::block_in_place(hostile_target);
     let honest = RogueConsumer::start(&host).await;
     let never = || JobRequest::Query {
@@ -342,13 +330,11 @@ async fn a_stranger_with_a_fresh_peer_id_per_data_stream_is_rationed_by_its_sour
     };
     assert_eq!(honest.ask(never()).await, JobResponse::NotFound);
 
-    // At most two minutes to bring 517 identities, whatever the load.
-    let length = Duration::from_secs(120);
-    let (counts, ticks, length) = flood(&host, Path::Data, length, Late::AfterSuspect).await;
+    let (counts, ticks, length) = flood(&host, path, length, late).await;
     let late_connected = counts.late_connected.load(Ordering::Relaxed);
     let late_answered = counts.late_answered.load(Ordering::Relaxed);
     eprintln!(
-        "fresh identities opening data streams: {} dialed, {} connected, {} answers over {length:?}; in the last {LATE_FOR:?}: {late_connected} connected, {late_answered} answers; node CPU {:.1} % of a core",
+        "fresh identities ({what}): {} dialed, {} connected, {} answers over {length:?}; late ({late:?}): {late_connected} connected, {late_answered} answers; node CPU {:.1} % of a core",
         counts.identities.load(Ordering::Relaxed),
         counts.connected.load(Ordering::Relaxed),
         counts.answered.load(Ordering::Relaxed),
@@ -356,18 +342,14 @@ async fn a_stranger_with_a_fresh_peer_id_per_data_stream_is_rationed_by_its_sour
     );
     let suspect = tokio::task::block_in_place(|| host.log().contains(SUSPECT));
     assert!(suspect, "127.0.0.1 was never suspect");
-    // 20 s of the ration: at most its burst and one a second, with room
-    // for the timing of the log's reading.
     assert!(
         late_connected <= 40,
         "{late_connected} fresh identities connected in the last 20 s"
     );
-    // Each a stranger on probation: at most 32 streams, then 8 a second.
     assert!(
         late_answered <= 40 * 64,
-        "{late_answered} data streams of fresh identities answered in the last 20 s"
+        "{late_answered} {what} of fresh identities answered in the last 20 s"
     );
-    // A peer met before the flood is served as before.
     assert_eq!(honest.ask(never()).await, JobResponse::NotFound);
 }
 
