@@ -35,6 +35,14 @@ fn gleaner() -> Command {
     cmd
 }
 
+/// The policies' labels, in the report's order.
+fn labels(policies: &[Value]) -> Vec<&str> {
+    policies
+        .iter()
+        .map(|p| p["label"].as_str().unwrap())
+        .collect()
+}
+
 fn simulate(extra: &[&str]) -> Value {
     let mut cmd = gleaner();
     cmd.arg("simulate").arg("--trace");
@@ -315,10 +323,7 @@ fn summaries_place_from_a_few_asks_a_round_and_the_report_says_so() {
     };
     let r = simulate(&args("24"));
     let policies = r["policies"].as_array().unwrap();
-    let labels: Vec<&str> = policies
-        .iter()
-        .map(|p| p["label"].as_str().unwrap())
-        .collect();
+    let labels = labels(policies);
     // The oracle knows every future: it runs once, with full knowledge.
     assert_eq!(labels, ["proactive", "proactive [summaries]", "oracle"]);
     for p in policies {
@@ -386,10 +391,7 @@ fn a_large_pools_sample_follows_the_batch_not_the_pool_and_the_report_says_so() 
     // Without the node's minimum, to see the per-task part.
     let r = simulate(&args("2", "1"));
     let policies = r["policies"].as_array().unwrap();
-    let labels: Vec<&str> = policies
-        .iter()
-        .map(|p| p["label"].as_str().unwrap())
-        .collect();
+    let labels = labels(policies);
     assert_eq!(
         labels,
         ["proactive", "proactive [summaries]", "proactive [sample]"]
@@ -455,10 +457,7 @@ fn overclaimers_are_reported_with_and_without_scoring_and_only_when_asked() {
     ]);
     let r = simulate(&asked);
     let policies = r["policies"].as_array().unwrap();
-    let labels: Vec<&str> = policies
-        .iter()
-        .map(|p| p["label"].as_str().unwrap())
-        .collect();
+    let labels = labels(policies);
     assert_eq!(
         labels,
         ["proactive", "proactive [discount]", "proactive [record]"]
