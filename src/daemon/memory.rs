@@ -126,13 +126,8 @@ fn code_mappings(smaps: &str, exe: &str) -> Vec<CodeMapping> {
     // The mapping being read, and whether it is still a candidate.
     let mut current: Option<CodeMapping> = None;
     for line in smaps.lines() {
-        if let Some(header) = mapping_header(line) {
-            current = match header {
-                Header { range, perms, path } if path == exe && read_only_private(perms) => {
-                    Some(range)
-                }
-                _ => None,
-            };
+        if let Some(h) = mapping_header(line) {
+            current = (h.path == exe && read_only_private(h.perms)).then_some(h.range);
             continue;
         }
         let Some(m) = current else { continue };
