@@ -15,7 +15,9 @@
 # idle CPU (% of one core) and bytes sent and received per minute over an
 # idle window of IDLE_SECS (libp2p's bandwidth metrics, read from
 # `gleaner status --json`), and RSS at its end, summarised as
-# min/p50/p90/max (KEEP=DIR keeps the per-node table, nodes.tsv, and the logs;
+# min/p50/p90/max, and what membership made each host send and hear over the
+# window, by cause (`status`'s chatter counters, per minute) (KEEP=DIR keeps the
+# per-node tables, nodes.tsv and chatter.tsv, and the logs;
 # the table also splits each node's RSS into anonymous memory and file pages
 # (the binary's and libraries' pages, shared between the nodes), and gives its
 # threads and the peers it is connected to at the end of the window).
@@ -58,7 +60,7 @@ cleanup() {
     wait 2>/dev/null || true
     if [ -n "${KEEP:-}" ]; then
         mkdir -p "$KEEP"
-        cp "$DIR/nodes.tsv" "$KEEP/" 2>/dev/null || true
+        cp "$DIR/nodes.tsv" "$DIR/chatter.tsv" "$KEEP/" 2>/dev/null || true
         for n in $(seq 0 "$N"); do cp "$DIR/n$n/log" "$KEEP/n$n.log" 2>/dev/null || true; done
     fi
     rm -rf "$DIR"
@@ -78,19 +80,22 @@ rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 mem_split() { awk '/^RssAnon:/ { a = $2 } /^RssFile:/ { f = $2 } /^Threads:/ { t = $2 }
     END { print a + 0, f + 0, t + 0 }' "/proc/$1/status"; }
 free_mib() { awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo; }
-# "bytes_in bytes_out" from a node's status.
+# "bytes_in bytes_out" from a node's status; its chatter counters (what
+# membership made it send and hear, by cause) go to chatter file $2.
 traffic() {
-    local t
-    t=$(g "$1" status --json 2>/dev/null | tr -d ' \n' | grep -o '"traffic":{[^}]*}' |
-        grep -o '[0-9]\+' | paste -sd' ' || true)
+    local s t
+    s=$(g "$1" status --json 2>/dev/null | tr -d ' \n' || true)
+    t=$(grep -o '"traffic":{[^}]*}' <<<"$s" | grep -o '[0-9]\+' | paste -sd' ' || true)
+    { grep -o '"chatter":{[^}]*}' <<<"$s" || true; } > "$2"
     echo "${t:-0 0}"
 }
-# "bytes_in bytes_out peers" from a node's status: peers is how many peers it
-# is connected to.
+# "bytes_in bytes_out peers" as traffic, and peers: how many peers it is
+# connected to.
 traffic_peers() {
     local s t p
     s=$(g "$1" status --json 2>/dev/null | tr -d ' \n' || true)
     t=$(grep -o '"traffic":{[^}]*}' <<<"$s" | grep -o '[0-9]\+' | paste -sd' ' || true)
+    { grep -o '"chatter":{[^}]*}' <<<"$s" || true; } > "$2"
     p=$({ grep -o '"direct":' <<<"$s" || true; } | wc -l)
     echo "${t:-0 0} $p"
 }
@@ -174,12 +179,12 @@ if [ "$SETTLE_SECS" -gt 0 ]; then
 fi
 echo "== every node idle for $IDLE_SECS s"
 for n in $(seq 0 "$N"); do
-    echo "$n $(now) $(cpu_ticks "${PIDS[$n]}") $(traffic "$n")"
+    echo "$n $(now) $(cpu_ticks "${PIDS[$n]}") $(traffic "$n" "$DIR/n$n/chatter0")"
 done > "$DIR/idle0.txt"
 sleep "$IDLE_SECS"
 for n in $(seq 0 "$N"); do
     p=${PIDS[$n]}
-    echo "$n $(now) $(cpu_ticks "$p") $(traffic_peers "$n") $(rss_kib "$p") $(mem_split "$p")"
+    echo "$n $(now) $(cpu_ticks "$p") $(traffic_peers "$n" "$DIR/n$n/chatter1") $(rss_kib "$p") $(mem_split "$p")"
 done > "$DIR/idle1.txt"
 join <(sort -k1,1 "$DIR/idle0.txt") <(sort -k1,1 "$DIR/idle1.txt") | sort -n | awk -v hz="$HZ" '
     BEGIN { print "node\tidle_cpu_pct\trss_mib\tbytes_in_per_min\tbytes_out_per_min\tanon_mib\tfile_mib\tthreads\tpeers" }
@@ -195,6 +200,16 @@ echo "hosts anonymous RSS, MiB:    $(col 6 1 | summary)"
 echo "hosts file RSS, MiB:         $(col 7 1 | summary)"
 echo "hosts threads:               $(col 8 1 | summary)"
 echo "hosts connected peers:       $(col 9 1 | summary)"
+# Each host's chatter over the window, per minute, by cause (field names as
+# `status --json` gives them): the table chatter.tsv, and a summary a line.
+for n in $(seq 1 "$N"); do
+    paste <(grep -o '"[a-z_]*":[0-9][0-9]*' "$DIR/n$n/chatter0" 2>/dev/null) \
+          <(grep -o '"[a-z_]*":[0-9][0-9]*' "$DIR/n$n/chatter1" 2>/dev/null) |
+        tr '":' '  ' | awk -v n="$n" -v w="$IDLE_SECS" '{ printf "%d\t%s\t%.2f\n", n, $1, ($4 - $2) / w * 60 }'
+done > "$DIR/chatter.tsv"
+for field in $(cut -f2 "$DIR/chatter.tsv" | awk '!seen[$0]++'); do
+    printf 'hosts %-22s per minute: %s\n' "$field" "$(awk -v f="$field" '$2 == f { print $3 }' "$DIR/chatter.tsv" | summary)"
+done
 hosts_latency "(after the idle window)"
 
 echo "== $TASKS trivial tasks from the consumer"

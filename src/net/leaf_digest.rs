@@ -104,6 +104,12 @@ impl LeafStore {
         true
     }
 
+    /// We keep a summary `peer` published on our leaf's topic: it is a
+    /// leaf mate that has been on the leaf's mesh with us.
+    pub fn knows(&self, peer: &PeerId) -> bool {
+        self.heard.contains_key(peer)
+    }
+
     /// Summaries kept now.
     pub fn len(&self) -> usize {
         self.heard.len()

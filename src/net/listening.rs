@@ -159,9 +159,80 @@ pub struct Subscriber {
 /// host per re-check). A quiet host (not listening) always republishes: its
 /// subscribers are the few consumers watching the pool, and one that
 /// reconnects may have missed what went out while it was away.
+///
+/// The same holds for our leaf's topic (we are always on it): a leaf mate
+/// whose summary we keep has been on the leaf's mesh with us.
 #[must_use]
 pub fn republish_for(s: Subscriber) -> bool {
     !(s.we_listen && s.known_member && s.just_connected)
+}
+
+/// Why our summary goes out again before its heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Republish {
+    /// Our addresses changed: everyone who hears us should know.
+    Address,
+    /// A peer joined the pool-wide summary topic.
+    PoolSubscriber,
+    /// A leaf mate joined our leaf's topic.
+    LeafMate,
+    /// We joined a leaf's topic (or moved to another).
+    LeafJoined,
+}
+
+impl Republish {
+    /// Where the republication goes: only to the topic whose newcomer has
+    /// not heard us. A consumer that starts watching the pool used to make
+    /// every member republish on its leaf's topic too, so each leaf heard
+    /// all its members again for nothing.
+    #[must_use]
+    pub fn topics(self) -> Topics {
+        match self {
+            Republish::Address => Topics::ALL,
+            Republish::PoolSubscriber => Topics {
+                pool: true,
+                leaf: false,
+            },
+            Republish::LeafMate | Republish::LeafJoined => Topics {
+                pool: false,
+                leaf: true,
+            },
+        }
+    }
+}
+
+/// The topics a publication of our summary goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Topics {
+    /// The pool-wide summary topics (every format that goes out).
+    pub pool: bool,
+    /// Our leaf's topic, when we are on one.
+    pub leaf: bool,
+}
+
+impl Topics {
+    pub const ALL: Topics = Topics {
+        pool: true,
+        leaf: true,
+    };
+    pub const NONE: Topics = Topics {
+        pool: false,
+        leaf: false,
+    };
+
+    /// Both sets' topics.
+    #[must_use]
+    pub fn and(self, other: Topics) -> Topics {
+        Topics {
+            pool: self.pool || other.pool,
+            leaf: self.leaf || other.leaf,
+        }
+    }
+
+    #[must_use]
+    pub fn any(self) -> bool {
+        self.pool || self.leaf
+    }
 }
 
 #[cfg(test)]
@@ -253,5 +324,21 @@ mod tests {
             }),
             "a quiet host republishes for every subscriber"
         );
+    }
+
+    #[test]
+    fn a_republication_goes_only_where_its_newcomer_is() {
+        let pool = Republish::PoolSubscriber.topics();
+        assert!(
+            pool.pool && !pool.leaf,
+            "a consumer watching: not every leaf again"
+        );
+        for why in [Republish::LeafMate, Republish::LeafJoined] {
+            let leaf = why.topics();
+            assert!(leaf.leaf && !leaf.pool, "{why:?}: not the pool-wide topic");
+        }
+        assert_eq!(Republish::Address.topics(), Topics::ALL);
+        assert_eq!(pool.and(Republish::LeafMate.topics()), Topics::ALL);
+        assert!(!Topics::NONE.any());
     }
 }

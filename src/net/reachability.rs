@@ -170,6 +170,40 @@ pub struct Reachability {
     /// Whether we hear the pool's summaries (`net::listening`).
     #[serde(default)]
     pub summaries: SummaryListening,
+    /// What membership has made this node send and hear since its start.
+    #[serde(default)]
+    pub chatter: Chatter,
+}
+
+/// What being a member has cost this node since its start, by cause: for
+/// the many-node harness (`examples/many-nodes.sh`), and for an operator
+/// asking why an idle node talks as much as it does. Counts only; the bytes
+/// are in `status`'s traffic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Chatter {
+    /// Our summary published on our own heartbeat or a change of status.
+    pub published: u64,
+    /// Republications asked (`net::listening::Republish`), by what asked:
+    /// our addresses changed, a peer joined the pool-wide summary topic, a
+    /// leaf mate joined our leaf's topic, we joined (or moved to) a leaf.
+    pub asked_address: u64,
+    pub asked_pool_subscriber: u64,
+    pub asked_leaf_mate: u64,
+    pub asked_leaf_joined: u64,
+    /// Subscriptions that asked for nothing: a member already heard, on a
+    /// connection just opened (gossipsub's hello).
+    pub hellos_skipped: u64,
+    /// Republications sent (those asked within the minimum gap go as one).
+    pub republished: u64,
+    /// Summaries accepted from the pool-wide topics and from our leaf's.
+    pub heard_pool: u64,
+    pub heard_leaf: u64,
+    /// Connections opened, by who dialed.
+    pub connections_in: u64,
+    pub connections_out: u64,
+    /// Kademlia requests peers made of us.
+    pub kad_requests: u64,
 }
 
 /// Whether the node hears the pool's summaries, and why not.

@@ -306,3 +306,62 @@ async fn a_quiet_consumer_of_a_large_pool_places_a_batch_from_leaf_digests() {
         "still off the summary topic after placing"
     );
 }
+
+/// Summaries heard on their leaves by `hosts`, in all.
+fn heard_on_leaves(hosts: &[Node]) -> u64 {
+    hosts
+        .iter()
+        .map(|h| h.handle.reachability().chatter.heard_leaf)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_that_starts_watching_a_large_pool_is_told_on_the_pool_topic_not_on_every_leaf()
+{
+    let consumer = spawn_node(config()).await;
+    let hosts = hosts(&consumer, 8).await;
+    let quiet = wait_for(Duration::from_secs(30), || {
+        let s = consumer.handle.reachability().summaries;
+        async move { (s.large_pool && !s.listening).then_some(()) }
+    })
+    .await;
+    assert!(quiet.is_some(), "the consumer saw the pool large");
+    assert!(
+        on_leaves(&hosts, Duration::from_secs(90)).await,
+        "every host joined its leaf's topic"
+    );
+    // Nothing asked of the pool for a while: the leaves are still.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = heard_on_leaves(&hosts);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(heard_on_leaves(&hosts), before, "no heartbeat in this test");
+    let heard_pool = consumer.handle.reachability().chatter.heard_pool;
+
+    // The consumer asks for the pool's members: it joins the pool-wide
+    // summary topic, and each host connected to it republishes there.
+    consumer.handle.members().await.unwrap();
+    let told = wait_for(Duration::from_secs(10), || {
+        let c = consumer.handle.reachability().chatter;
+        async move { (c.heard_pool >= heard_pool + 4).then_some(()) }
+    })
+    .await;
+    let chatter: Vec<_> = hosts
+        .iter()
+        .map(|h| h.handle.reachability().chatter)
+        .collect();
+    assert!(
+        told.is_some(),
+        "the watching consumer heard the hosts again: {:?}, hosts {chatter:?}",
+        consumer.handle.reachability().chatter
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leaves: u64 = heard_on_leaves(&hosts) - before;
+    assert!(
+        chatter.iter().any(|c| c.asked_pool_subscriber > 0),
+        "a host was asked to republish for the consumer: {chatter:?}"
+    );
+    assert_eq!(
+        leaves, 0,
+        "the hosts' leaf mates heard nothing again for a consumer's watch: {chatter:?}"
+    );
+}

@@ -27,6 +27,7 @@ use super::membership::member_from;
 use super::EventLoop;
 use crate::net::handle::Member;
 use crate::net::leaf_digest::{check_digest, LeafStore, SampleStep, Sampler, SAMPLE_HOSTS_MAX};
+use crate::net::listening::Republish;
 use crate::net::pool_shards::Shard;
 use crate::net::protocol::{
     leaf_topic, DigestRequest, DigestResponse, SUMMARY_FORMAT, SUMMARY_MAX_BYTES,
@@ -98,6 +99,11 @@ impl Leaves {
     pub(super) fn topic(&self) -> Option<&IdentTopic> {
         self.topic.as_ref()
     }
+
+    /// A leaf mate whose summary we keep (`LeafStore::knows`).
+    pub(super) fn knows(&self, peer: &PeerId) -> bool {
+        self.store.knows(peer)
+    }
 }
 
 impl EventLoop {
@@ -130,7 +136,7 @@ impl EventLoop {
             self.reach
                 .send_modify(|r| r.summaries.leaf_depth = Some(at.depth()));
             // Our leaf mates hear us there soon, not at our next heartbeat.
-            self.republish();
+            self.republish(Republish::LeafJoined);
             dial = true;
         }
         if !dial {
@@ -176,6 +182,7 @@ impl EventLoop {
         {
             let kept = u32::try_from(self.leaves.store.len()).unwrap_or(u32::MAX);
             self.reach.send_modify(|r| r.summaries.leaf_heard = kept);
+            self.count(|c| c.heard_leaf += 1);
             MessageAcceptance::Accept
         } else {
             // A member of another leaf (we moved, or it did): not ours to keep.

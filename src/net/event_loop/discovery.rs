@@ -109,6 +109,7 @@ impl EventLoop {
                 };
                 self.on_providers(id, found, step.last);
             }
+            kad::Event::InboundRequest { .. } => self.count(|c| c.kad_requests += 1),
             _ => {}
         }
     }

@@ -25,12 +25,13 @@ use super::EventLoop;
 use crate::model::budget::{Admit, Overrun, PeerBudgets};
 use crate::net::codec::{decode_body, encode_body};
 use crate::net::handle::{LocalStatus, Member, NetEvent, SummaryBody};
-use crate::net::listening::{republish_for, Subscriber, HELLO_WITHIN};
+use crate::net::listening::{republish_for, Republish, Subscriber, Topics, HELLO_WITHIN};
 use crate::net::members::MEMBERS_MAX;
 use crate::net::protocol::{
     Announcement, HostSummary, SummaryWithBasis, SummaryWithImages, ANNOUNCE_MAX_BYTES,
     IMAGES_HELD_MAX, SUMMARY_FORMAT, SUMMARY_FORMAT_1, SUMMARY_FORMAT_3, SUMMARY_MAX_BYTES,
 };
+use crate::net::reachability::Chatter;
 use crate::net::routing_table;
 use crate::net::summary::{decode_summary, min_gap, LadderBasis, Summary};
 use crate::net::swarm::ANNOUNCED_ADDRESSES_MAX;
@@ -178,30 +179,53 @@ impl EventLoop {
             self.notify(NetEvent::MemberExpired(evicted));
         }
         self.notify(NetEvent::MemberAnnounced(member));
+        self.count(|c| c.heard_pool += 1);
         MessageAcceptance::Accept
     }
 
-    /// A peer subscribed to a summary topic. One that joins the topic has
-    /// not heard our last summary (it went out before it was there): it is
-    /// told soon, not at the next heartbeat, and many joining at once share
-    /// one publication. Not a member we hear saying hello on a new
-    /// connection (`listening::republish_for`).
-    pub(super) fn on_subscribed(&mut self, peer: PeerId) {
+    /// A peer subscribed to a summary topic: the pool-wide one
+    /// (`Republish::PoolSubscriber`) or our leaf's (`Republish::LeafMate`).
+    /// One that joins the topic has not heard our last summary (it went out
+    /// before it was there): it is told soon, on that topic only, not at the
+    /// next heartbeat, and many joining at once share one publication. Not a
+    /// member we hear saying hello on a new connection
+    /// (`listening::republish_for`).
+    pub(super) fn on_subscribed(&mut self, peer: PeerId, why: Republish) {
         let now = Instant::now();
         let just_connected = self.links.get(&peer).is_some_and(|conns| {
             conns
                 .values()
                 .any(|c| now.saturating_duration_since(c.link.opened_at) < HELLO_WITHIN)
         });
-        let subscriber = Subscriber {
-            we_listen: self.on_summary_topics,
-            known_member: self.members.contains_key(&peer),
-            just_connected,
+        let subscriber = if why == Republish::LeafMate {
+            // We are on our leaf's topic whenever we hear on it.
+            Subscriber {
+                we_listen: true,
+                known_member: self.leaves.knows(&peer),
+                just_connected,
+            }
+        } else {
+            Subscriber {
+                we_listen: self.on_summary_topics,
+                known_member: self.members.contains_key(&peer),
+                just_connected,
+            }
         };
-        tracing::debug!(%peer, ?subscriber, "a peer subscribed to the pool's topic");
+        tracing::debug!(%peer, ?subscriber, ?why, "a peer subscribed to a summary topic");
         if republish_for(subscriber) {
-            self.republish();
+            self.republish(why);
+        } else {
+            self.count(|c| c.hellos_skipped += 1);
         }
+    }
+
+    /// Counts in `status`'s chatter. Readers of the snapshot see it at
+    /// their next read; nobody is woken for a count.
+    pub(super) fn count(&mut self, f: impl FnOnce(&mut Chatter)) {
+        self.reach.send_if_modified(|r| {
+            f(&mut r.chatter);
+            false
+        });
     }
 
     /// Joins or leaves the summary and announce topics as
@@ -260,26 +284,40 @@ impl EventLoop {
     /// Publishes our summary again for a change on our side (addresses) or
     /// a peer that joined the topic: now if the last publication is at
     /// least a minimum gap old, else at the next announce tick.
-    pub(super) fn republish(&mut self) {
+    pub(super) fn republish(&mut self, why: Republish) {
+        self.count(|c| match why {
+            Republish::Address => c.asked_address += 1,
+            Republish::PoolSubscriber => c.asked_pool_subscriber += 1,
+            Republish::LeafMate => c.asked_leaf_mate += 1,
+            Republish::LeafJoined => c.asked_leaf_joined += 1,
+        });
         let gap = min_gap(self.cfg.announce_interval);
         match self.last_published {
-            Some(at) if at.elapsed() < gap => self.republish_pending = true,
-            _ => self.publish_announcement(),
+            Some(at) if at.elapsed() < gap => {
+                self.republish_pending = self.republish_pending.and(why.topics());
+            }
+            _ => {
+                self.count(|c| c.republished += 1);
+                self.publish_announcement(why.topics());
+            }
         }
     }
 
     /// The announce tick: a republication that had to wait for the gap.
     pub(super) fn republish_if_pending(&mut self) {
-        if self.republish_pending {
-            self.publish_announcement();
+        if self.republish_pending.any() {
+            self.count(|c| c.republished += 1);
+            self.publish_announcement(self.republish_pending);
         }
     }
 
-    pub(super) fn publish_announcement(&mut self) {
+    /// Publishes our summary on `to`'s topics (a heartbeat: all of them),
+    /// and whatever republication was waiting with it.
+    pub(super) fn publish_announcement(&mut self, to: Topics) {
         let Some(status) = self.status.clone() else {
             return;
         };
-        self.republish_pending = false;
+        let to = to.and(std::mem::take(&mut self.republish_pending));
         // Confirmed external addresses first (the relayed one once a reservation
         // holds), then listen addresses a peer could use: never loopback outside a
         // loopback pool, never LAN addresses in a public one.
@@ -332,20 +370,20 @@ impl EventLoop {
         let leaf = self
             .leaves
             .topic()
+            .filter(|_| to.leaf)
             .cloned()
             .map(|t| (t, Some(data.format_2.clone())));
         // The copy first, so a member that hears both in order keeps the
         // newer (it keeps it in either order: `MemberCache::insert`).
-        let topics = [
+        let pool = [
             (
                 self.summary_topic.clone(),
                 with_2.then(|| data.format_2.clone()),
             ),
             (self.summary_topic.clone(), Some(data.format_3)),
             (self.summary_topic_1.clone(), data.format_1),
-        ]
-        .into_iter()
-        .chain(leaf);
+        ];
+        let topics = pool.into_iter().filter(|_| to.pool).chain(leaf);
         for (topic, data) in topics {
             let Some(data) = data else { continue };
             if let Err(e) = self.swarm.behaviour_mut().gossipsub.publish(topic, data) {

@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 use crate::model::budget::PeerBudgets;
 use crate::net::cpu_ledger::CpuLedger;
 use crate::net::handle::{Command, LocalStatus, NetError, NetEvent, NetHandle, SummaryBody};
-use crate::net::listening::Listening;
+use crate::net::listening::{Listening, Republish, Topics};
 use crate::net::members::{MemberCache, MEMBERS_MAX};
 use crate::net::protocol::{
     announce_topic, summary_topic, summary_topic_1, JobResponse, ReliabilityResponse, JOB_PROTOCOL,
@@ -146,7 +146,7 @@ pub fn start(
         status: None,
         body: None,
         last_published: None,
-        republish_pending: false,
+        republish_pending: Topics::NONE,
         relays_reserved: HashSet::new(),
         scope,
         reach,
@@ -234,8 +234,8 @@ pub struct EventLoop {
     body: Option<SummaryBody>,
     /// When we last published, so republications keep the minimum gap.
     last_published: Option<std::time::Instant>,
-    /// A republication waits for the gap.
-    republish_pending: bool,
+    /// Topics a republication waits for the gap to go to.
+    republish_pending: Topics,
     /// Relays we listen through (or are trying to).
     relays_reserved: HashSet<PeerId>,
     /// Which addresses we keep and tell.
@@ -378,7 +378,8 @@ impl EventLoop {
                 if body.is_some() {
                     self.body = body;
                 }
-                self.publish_announcement();
+                self.count(|c| c.published += 1);
+                self.publish_announcement(Topics::ALL);
             }
             Command::QueryReliability { peer, query, reply } => {
                 self.use_peer(peer);
@@ -447,13 +448,13 @@ impl EventLoop {
                 if self.cfg.relay_server && self.scope.usable(&address) {
                     self.swarm.add_external_address(address);
                 }
-                self.republish();
+                self.republish(Republish::Address);
             }
             SwarmEvent::ExpiredListenAddr { .. }
             | SwarmEvent::ExternalAddrConfirmed { .. }
             | SwarmEvent::ExternalAddrExpired { .. } => {
                 self.refresh_reach();
-                self.republish();
+                self.republish(Republish::Address);
             }
             SwarmEvent::ListenerClosed {
                 listener_id,
@@ -486,6 +487,11 @@ impl EventLoop {
                     let _ = reply.send(Ok(peer_id));
                 }
                 let relayed = endpoint.is_relayed();
+                if endpoint.is_dialer() {
+                    self.count(|c| c.connections_out += 1);
+                } else {
+                    self.count(|c| c.connections_in += 1);
+                }
                 let conns = self.links.entry(peer_id).or_default();
                 conns.insert(
                     connection_id,
@@ -613,13 +619,12 @@ impl EventLoop {
             BehaviourEvent::Gossipsub(gossipsub::Event::Subscribed { peer_id, topic })
                 if topic == self.summary_topic.hash() || topic == self.summary_topic_1.hash() =>
             {
-                self.on_subscribed(peer_id);
+                self.on_subscribed(peer_id, Republish::PoolSubscriber);
             }
-            // A leaf mate joined our leaf's topic: it has not heard us there.
-            BehaviourEvent::Gossipsub(gossipsub::Event::Subscribed { topic, .. })
+            BehaviourEvent::Gossipsub(gossipsub::Event::Subscribed { peer_id, topic })
                 if self.leaves.topic().is_some_and(|t| topic == t.hash()) =>
             {
-                self.republish();
+                self.on_subscribed(peer_id, Republish::LeafMate);
             }
             BehaviourEvent::Reliability(event) => {
                 self.mark_used(&event);
