@@ -251,3 +251,55 @@ fn keys_are_the_pool_key_at_the_root_and_bit_paths_below() {
     assert!(leaf.holds(&m) && leaf.children().is_none());
     assert_eq!(leaf.key(&pool).len(), pool_dht_key(&pool).len() + 7 + 16);
 }
+
+#[test]
+fn a_key_crowded_by_members_that_placed_at_once_keeps_only_its_first_full_at_their_next_recheck() {
+    let members = peers(60);
+    let mut places: Vec<Placement> = members
+        .iter()
+        .map(|m| Placement::new(*m, SHARD_FULL))
+        .collect();
+    // Every member probes the root before any record is there: each
+    // provides it.
+    for p in &mut places {
+        let PlaceStep::Probe(shard) = p.check() else {
+            panic!("a check starts with a probe");
+        };
+        let step = p.probed(shard, &HashSet::new()).unwrap();
+        assert!(matches!(step, PlaceStep::Provide { at, .. } if at == Shard::ROOT));
+    }
+    // The DHT's stores together list all 60 (uncapped, as a union of
+    // several nodes' stores can).
+    let mut keys: HashMap<Shard, HashSet<PeerId>> = HashMap::new();
+    keys.insert(Shard::ROOT, members.iter().copied().collect());
+    for (m, p) in members.iter().zip(&mut places) {
+        let mut step = p.check();
+        while let PlaceStep::Probe(shard) = step {
+            let listed = keys.get(&shard).cloned().unwrap_or_default();
+            step = p.probed(shard, &listed).unwrap();
+        }
+        if let PlaceStep::Provide { at, leave } = step {
+            if let Some(old) = leave {
+                keys.get_mut(&old).unwrap().remove(m);
+            }
+            keys.entry(at).or_default().insert(*m);
+        }
+    }
+    let mut first: Vec<PeerId> = members.clone();
+    first.sort();
+    first.truncate(SHARD_FULL);
+    assert_eq!(
+        keys[&Shard::ROOT],
+        first.iter().copied().collect(),
+        "the root keeps its first {SHARD_FULL} by peer id"
+    );
+    assert!(
+        keys.values().all(|v| v.len() <= SHARD_FULL),
+        "no key stays crowded: {:?}",
+        keys.iter()
+            .map(|(k, v)| (k.label(), v.len()))
+            .collect::<Vec<_>>()
+    );
+    let placed: usize = keys.values().map(HashSet::len).sum();
+    assert_eq!(placed, members.len(), "every member provides one key");
+}
