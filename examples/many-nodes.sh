@@ -89,15 +89,17 @@ traffic() {
     { grep -o '"chatter":{[^}]*}' <<<"$s" || true; } > "$2"
     echo "${t:-0 0}"
 }
-# "bytes_in bytes_out peers" as traffic, and peers: how many peers it is
-# connected to.
+# "bytes_in bytes_out peers depth" as traffic, peers: how many peers it is
+# connected to, and depth: its leaf's depth in the pool's trie (-1 off every
+# leaf).
 traffic_peers() {
-    local s t p
+    local s t p d
     s=$(g "$1" status --json 2>/dev/null | tr -d ' \n' || true)
     t=$(grep -o '"traffic":{[^}]*}' <<<"$s" | grep -o '[0-9]\+' | paste -sd' ' || true)
     { grep -o '"chatter":{[^}]*}' <<<"$s" || true; } > "$2"
     p=$({ grep -o '"direct":' <<<"$s" || true; } | wc -l)
-    echo "${t:-0 0} $p"
+    d=$({ grep -o '"leaf_depth":[0-9]*' <<<"$s" || true; } | grep -o '[0-9]*$' || true)
+    echo "${t:-0 0} $p ${d:--1}"
 }
 HZ=$(getconf CLK_TCK)
 
@@ -187,9 +189,9 @@ for n in $(seq 0 "$N"); do
     echo "$n $(now) $(cpu_ticks "$p") $(traffic_peers "$n" "$DIR/n$n/chatter1") $(rss_kib "$p") $(mem_split "$p")"
 done > "$DIR/idle1.txt"
 join <(sort -k1,1 "$DIR/idle0.txt") <(sort -k1,1 "$DIR/idle1.txt") | sort -n | awk -v hz="$HZ" '
-    BEGIN { print "node\tidle_cpu_pct\trss_mib\tbytes_in_per_min\tbytes_out_per_min\tanon_mib\tfile_mib\tthreads\tpeers" }
-    { dt = $6 - $2; printf "%d\t%.3f\t%.1f\t%.0f\t%.0f\t%.1f\t%.1f\t%d\t%d\n", $1, ($7 - $3) / hz / dt * 100,
-        $11 / 1024, ($8 - $4) / dt * 60, ($9 - $5) / dt * 60, $12 / 1024, $13 / 1024, $14, $10 }' > "$DIR/nodes.tsv"
+    BEGIN { print "node\tidle_cpu_pct\trss_mib\tbytes_in_per_min\tbytes_out_per_min\tanon_mib\tfile_mib\tthreads\tpeers\tleaf_depth" }
+    { dt = $6 - $2; printf "%d\t%.3f\t%.1f\t%.0f\t%.0f\t%.1f\t%.1f\t%d\t%d\t%d\n", $1, ($7 - $3) / hz / dt * 100,
+        $12 / 1024, ($8 - $4) / dt * 60, ($9 - $5) / dt * 60, $13 / 1024, $14 / 1024, $15, $10, $11 }' > "$DIR/nodes.tsv"
 col() { awk -v c="$1" -v from="$2" 'NR > 1 && $1 >= from { print $c }' "$DIR/nodes.tsv"; }
 echo "consumer: $(awk 'NR == 2 { printf "idle CPU %s %%, RSS %s MiB, %s B/min in, %s B/min out", $2, $3, $4, $5 }' "$DIR/nodes.tsv")"
 echo "hosts idle CPU, % of a core: $(col 2 1 | summary)"
