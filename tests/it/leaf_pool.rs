@@ -365,3 +365,56 @@ async fn a_consumer_that_starts_watching_a_large_pool_is_told_on_the_pool_topic_
         "the hosts' leaf mates heard nothing again for a consumer's watch: {chatter:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_stops_listening_the_moment_it_has_heard_the_pool_large() {
+    let consumer = spawn_node(config()).await;
+    let hosts = hosts(&consumer, 12).await;
+    let quiet = wait_for(Duration::from_secs(30), || {
+        let s = consumer.handle.reachability().summaries;
+        async move { (s.large_pool && !s.listening).then_some(()) }
+    })
+    .await;
+    assert!(quiet.is_some(), "the consumer saw the pool large");
+    // The newcomer's own tick comes every 10 s (a real node's): only
+    // hearing the pool large can stop it sooner.
+    let mut cfg = config();
+    cfg.bootstrap = vec![consumer.addr.clone()];
+    cfg.announce_interval = Duration::from_secs(60);
+    let newcomer = spawn_node(cfg).await;
+    let consumer_id = consumer.handle.peer_id();
+    let linked = wait_for(Duration::from_secs(10), || {
+        let h = newcomer.handle.clone();
+        async move {
+            h.connected_peers()
+                .await
+                .ok()?
+                .contains(&consumer_id)
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(linked.is_some(), "the newcomer reached its bootstrap peer");
+    // The consumer watches: every host republishes for it, and it passes
+    // them on to the newcomer, which listens.
+    consumer.handle.members().await.unwrap();
+    let large = wait_for(Duration::from_secs(15), || {
+        let s = newcomer.handle.reachability().summaries;
+        async move { s.large_pool.then_some(()) }
+    })
+    .await;
+    assert!(large.is_some(), "the newcomer heard the pool large");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = newcomer.handle.known_members().await.unwrap().len();
+    let told = consumer.handle.known_members().await.unwrap().len();
+    eprintln!("the newcomer holds {held} members; the consumer heard {told}");
+    assert!(
+        told >= 10,
+        "the hosts republished for the watching consumer: {told} heard"
+    );
+    assert!(
+        held <= 8,
+        "the newcomer left the pool's topic at its 4th member, not at its next tick: it holds {held} of {}",
+        hosts.len()
+    );
+}

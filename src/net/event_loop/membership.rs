@@ -180,6 +180,9 @@ impl EventLoop {
         }
         self.notify(NetEvent::MemberAnnounced(member));
         self.count(|c| c.heard_pool += 1);
+        if self.listening.turns_large(self.members.len()) {
+            self.update_listening();
+        }
         MessageAcceptance::Accept
     }
 
