@@ -25,9 +25,9 @@ pub struct KnowledgeArgs {
     /// summary and a few fresh answers per round, as the node does in a
     /// small pool) and/or sample (as the node does in a large pool: the
     /// summaries of whole DHT leaves drawn at random until they name
-    /// twice the batch's tasks queued or running, as each leaf's digest,
-    /// fetched once per heartbeat, gave them); each policy runs once per
-    /// kind.
+    /// twice the batch's tasks queued or running, at least `--sample-min`,
+    /// as each leaf's digest, fetched once per heartbeat, gave them); each
+    /// policy runs once per kind.
     #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "full",
           value_parser = ["full", "summaries", "sample"])]
     pub knowledge: Vec<String>,
@@ -49,7 +49,8 @@ pub struct KnowledgeArgs {
     #[arg(long, value_name = "K", default_value_t = SAMPLE_PER_TASK)]
     pub sample_per_task: usize,
 
-    /// Under `--knowledge sample`: the fewest hosts the sample names.
+    /// Under `--knowledge sample`: the fewest hosts the sample names (the
+    /// node's floor for narrow batches).
     #[arg(long, value_name = "N", default_value_t = SAMPLE_MIN)]
     pub sample_min: usize,
 

@@ -275,3 +275,54 @@ fn a_sampled_summary_is_as_its_last_digest_gave_it_and_a_lapsed_sample_is_drawn_
     assert_eq!((stats.samples, stats.cached), (2, 1), "{stats:?}");
     assert_eq!(stats.digests, 4, "{stats:?}");
 }
+
+#[test]
+fn a_narrow_batch_samples_enough_leaves_to_hold_the_pools_fastest_hosts() {
+    // 1,000 steady hosts, one in twenty at full speed and the rest at half
+    // speed; one 1 h task, placed from the node's sample (its own rule and
+    // constants). Twice one task is one leaf of 12 hosts, which holds a
+    // fast host on about half of the seeds (1 - 0.95^12): the task then
+    // takes 2 h where full knowledge takes 1 h. The node's floor on the
+    // sample (`probe::SAMPLE_MIN`) draws enough leaves that a narrow
+    // batch's sample holds some of the pool's best hosts nearly always.
+    let (mut hosts, timelines) = steady_pool(1_000);
+    for (g, h) in hosts.iter_mut().enumerate() {
+        h.power = if g % 20 == 0 { 1.0 } else { 0.5 };
+    }
+    let plan = SummaryPlan {
+        sample: Some(SamplePlan::new(300.0, 300.0)),
+        ..SummaryPlan::new(300.0)
+    };
+    let config = SimConfig {
+        policy: Policy::Proactive,
+        runtimes: vec![3_600.0],
+        checkpoint_cost_secs: 60.0,
+        horizon_secs: 30.0 * 86_400.0,
+        estimate_runs: 0,
+        recheck_secs: 600.0,
+        windows: WindowRule::default(),
+        knowledge: Knowledge::Summaries(plan),
+        tail_copies: false,
+        hold_gives_way: false,
+        tail: Default::default(),
+        claims: Default::default(),
+    };
+    let fast = (1..=20)
+        .filter(|&seed| {
+            let r = simulate(
+                &config,
+                &hosts,
+                &timelines,
+                &mut Fixed(TrCurve::never_fails()),
+                &mut ChaCha8Rng::seed_from_u64(seed),
+                &mut |_| {},
+            )
+            .unwrap();
+            assert_eq!(r.knowledge, "sample");
+            assert_eq!(r.finished, 1);
+            assert!(r.probe.unwrap().cached >= crate::sched::probe::sample_hosts(1));
+            r.makespan_secs.unwrap() < 1.5 * 3_600.0
+        })
+        .count();
+    assert!(fast >= 19, "a fast host in {fast} of 20 samples");
+}

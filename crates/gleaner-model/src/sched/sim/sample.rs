@@ -46,9 +46,10 @@ pub struct SamplePlan {
 }
 
 impl SamplePlan {
-    /// The node's rule: [`SAMPLE_PER_TASK`] hosts per task, leaves of
-    /// [`LEAF_HOSTS`], refreshed every `refresh_secs` (the heartbeat) and
-    /// forgotten `forget_secs` after the last round.
+    /// The node's rule: [`SAMPLE_PER_TASK`] hosts per task and at least
+    /// [`SAMPLE_MIN`], leaves of [`LEAF_HOSTS`], refreshed every
+    /// `refresh_secs` (the heartbeat) and forgotten `forget_secs` after the
+    /// last round.
     pub fn new(refresh_secs: f64, forget_secs: f64) -> SamplePlan {
         SamplePlan {
             per_task: SAMPLE_PER_TASK,
