@@ -138,6 +138,24 @@ async fn hosts(consumer: &Node, n: usize) -> Vec<Node> {
     out
 }
 
+/// A consumer and `n` hosts bootstrapping from it, once the consumer has
+/// seen the pool large and stopped listening.
+async fn quiet_pool(n: usize) -> (Node, Vec<Node>) {
+    let consumer = spawn_node(config()).await;
+    let hosts = hosts(&consumer, n).await;
+    let quiet = wait_for(Duration::from_secs(30), || {
+        let s = consumer.handle.reachability().summaries;
+        async move { (s.large_pool && !s.listening).then_some(()) }
+    })
+    .await;
+    assert!(
+        quiet.is_some(),
+        "the consumer saw the pool large and stopped listening: {:?}",
+        consumer.handle.reachability().summaries
+    );
+    (consumer, hosts)
+}
+
 /// Waits until every host is on a leaf topic, announcing again each second
 /// meanwhile (a real host publishes on its heartbeat; these only when told,
 /// and a member's summaries past 4 a second would be dropped as a flood).
@@ -160,18 +178,7 @@ async fn on_leaves(hosts: &[Node], limit: Duration) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_consumer_of_a_large_pool_places_a_batch_from_leaf_digests() {
-    let consumer = spawn_node(config()).await;
-    let early = hosts(&consumer, 12).await;
-    let quiet = wait_for(Duration::from_secs(30), || {
-        let s = consumer.handle.reachability().summaries;
-        async move { (s.large_pool && !s.listening).then_some(()) }
-    })
-    .await;
-    assert!(
-        quiet.is_some(),
-        "the consumer saw the pool large and stopped listening: {:?}",
-        consumer.handle.reachability().summaries
-    );
+    let (consumer, early) = quiet_pool(12).await;
     assert!(
         on_leaves(&early, Duration::from_secs(90)).await,
         "every early host joined its leaf's topic: {:?}",
@@ -318,14 +325,7 @@ fn heard_on_leaves(hosts: &[Node]) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_that_starts_watching_a_large_pool_is_told_on_the_pool_topic_not_on_every_leaf()
 {
-    let consumer = spawn_node(config()).await;
-    let hosts = hosts(&consumer, 8).await;
-    let quiet = wait_for(Duration::from_secs(30), || {
-        let s = consumer.handle.reachability().summaries;
-        async move { (s.large_pool && !s.listening).then_some(()) }
-    })
-    .await;
-    assert!(quiet.is_some(), "the consumer saw the pool large");
+    let (consumer, hosts) = quiet_pool(8).await;
     assert!(
         on_leaves(&hosts, Duration::from_secs(90)).await,
         "every host joined its leaf's topic"
@@ -368,14 +368,7 @@ async fn a_consumer_that_starts_watching_a_large_pool_is_told_on_the_pool_topic_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newcomer_stops_listening_the_moment_it_has_heard_the_pool_large() {
-    let consumer = spawn_node(config()).await;
-    let hosts = hosts(&consumer, 12).await;
-    let quiet = wait_for(Duration::from_secs(30), || {
-        let s = consumer.handle.reachability().summaries;
-        async move { (s.large_pool && !s.listening).then_some(()) }
-    })
-    .await;
-    assert!(quiet.is_some(), "the consumer saw the pool large");
+    let (consumer, hosts) = quiet_pool(12).await;
     // The newcomer's own tick comes every 10 s (a real node's): only
     // hearing the pool large can stop it sooner.
     let mut cfg = config();
