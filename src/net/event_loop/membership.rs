@@ -200,19 +200,15 @@ impl EventLoop {
                 .values()
                 .any(|c| now.saturating_duration_since(c.link.opened_at) < HELLO_WITHIN)
         });
-        let subscriber = if why == Republish::LeafMate {
+        let (we_listen, known_member) = match why {
             // We are on our leaf's topic whenever we hear on it.
-            Subscriber {
-                we_listen: true,
-                known_member: self.leaves.knows(&peer),
-                just_connected,
-            }
-        } else {
-            Subscriber {
-                we_listen: self.on_summary_topics,
-                known_member: self.members.contains_key(&peer),
-                just_connected,
-            }
+            Republish::LeafMate => (true, self.leaves.knows(&peer)),
+            _ => (self.on_summary_topics, self.members.contains_key(&peer)),
+        };
+        let subscriber = Subscriber {
+            we_listen,
+            known_member,
+            just_connected,
         };
         tracing::debug!(%peer, ?subscriber, ?why, "a peer subscribed to a summary topic");
         if republish_for(subscriber) {
