@@ -74,12 +74,8 @@ impl KnowledgeArgs {
         if self.summary_heartbeat == 0 {
             bail!("--summary-heartbeat must be at least 1s");
         }
-        if !(1..=ASKS_BOUND).contains(&self.asks_per_task) {
-            bail!("--asks-per-task must be between 1 and {ASKS_BOUND}");
-        }
-        if !(1..=ASKS_BOUND).contains(&self.asks_max) {
-            bail!("--asks-max must be between 1 and {ASKS_BOUND}");
-        }
+        within("asks-per-task", self.asks_per_task, ASKS_BOUND)?;
+        within("asks-max", self.asks_max, ASKS_BOUND)?;
         let cache = match self.summary_sample {
             Some(0) => bail!("--summary-sample must be at least 1"),
             Some(n) => n.min(hosts),
@@ -88,12 +84,8 @@ impl KnowledgeArgs {
         if self.sample_per_task == 0 {
             bail!("--sample-per-task must be at least 1");
         }
-        if !(1..=MEMBERS_MAX).contains(&self.sample_min) {
-            bail!("--sample-min must be between 1 and {MEMBERS_MAX}");
-        }
-        if !(1..=MEMBERS_MAX).contains(&self.sample_leaf) {
-            bail!("--sample-leaf must be between 1 and {MEMBERS_MAX}");
-        }
+        within("sample-min", self.sample_min, MEMBERS_MAX)?;
+        within("sample-leaf", self.sample_leaf, MEMBERS_MAX)?;
         let plan = SummaryPlan {
             cache,
             asks_per_task: self.asks_per_task,
@@ -128,4 +120,15 @@ impl KnowledgeArgs {
         }
         Ok(kinds)
     }
+}
+
+/// `--flag`'s `value` is between 1 and `most`, or an error naming it.
+fn within<T>(flag: &str, value: T, most: T) -> anyhow::Result<()>
+where
+    T: PartialOrd + From<u8> + std::fmt::Display,
+{
+    if value < T::from(1) || value > most {
+        bail!("--{flag} must be between 1 and {most}");
+    }
+    Ok(())
 }
