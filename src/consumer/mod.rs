@@ -415,7 +415,7 @@ impl Consumer {
                     }
                     continue;
                 }
-                _ = tick.tick() => continue,
+                _ = tick.tick(), if self.queue.wants_ticks() => continue,
                 c = self.commands.recv() => match c {
                     Some(c) => c,
                     None => return,

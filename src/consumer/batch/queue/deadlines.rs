@@ -44,6 +44,23 @@ impl QueueCore {
         self.actions()
     }
 
+    /// Whether the timer has anything to watch: an attempt in flight, a
+    /// verified task being judged, or a task not ended in a batch not
+    /// cancelled. Everything
+    /// [`QueueCore::tick`] and the rounds look at (avoid lists, holds,
+    /// deadlines, rounds wanted) serves one of those (a round's answers
+    /// come as messages, not on the timer), so without them the driver
+    /// stops its timer: an idle node (every host is one) woke ten times a
+    /// second for nothing.
+    pub fn wants_ticks(&self) -> bool {
+        !self.running.is_empty()
+            || !self.trust.judging.is_empty()
+            || self
+                .batches
+                .values()
+                .any(|b| !b.record.cancelled && b.tasks.iter().any(|t| !t.state.is_final()))
+    }
+
     fn watch_deadlines(&mut self) {
         if self
             .last_deadline_check

@@ -280,6 +280,12 @@ impl<P: JobPool + Clone + 'static> BatchQueue<P> {
         }
     }
 
+    /// True while the queue has something for its timer to watch; the
+    /// actor ticks only then.
+    pub fn wants_ticks(&self) -> bool {
+        self.core.wants_ticks()
+    }
+
     /// True when a round (asking hosts, or only looking at the members'
     /// summaries) should start now.
     pub fn wants_survey(&self) -> bool {

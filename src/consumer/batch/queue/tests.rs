@@ -196,6 +196,38 @@ fn a_task_killed_on_its_host_is_retried_on_another_and_a_cancel_kills_the_retry(
 }
 
 #[test]
+fn the_timer_runs_while_a_task_is_not_ended_and_stops_when_the_last_lands() {
+    let mut core = core(3);
+    let now = start();
+    assert!(!core.wants_ticks(), "an idle queue has nothing to watch");
+    let (id, _) = admit(&mut core, now, batch(2));
+    assert!(core.wants_ticks(), "queued tasks");
+    let (a, b) = (host(0.9), host(0.8));
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    assert_eq!(launches(&actions).len(), 2);
+    let _ = core.on_ended(now, id, 0, a.peer, landed(0));
+    assert!(core.wants_ticks(), "task 1 still runs");
+    let _ = core.on_ended(after(now, 1), id, 1, b.peer, landed(0));
+    assert!(core.counts(id).unwrap().finished());
+    assert!(!core.wants_ticks(), "every task ended: the timer stops");
+
+    // A cancelled batch's attempt still in flight keeps it until it ends.
+    let now = after(now, 60);
+    let (id, _) = admit(&mut core, now, batch(1));
+    assert!(core.wants_survey(now));
+    let _ = core.start_survey(now);
+    let c = host(0.9);
+    let actions = core.on_survey(now, Ok(vec![c.clone()]));
+    assert_eq!(launches(&actions), vec![(0, c.peer)]);
+    let _ = core.cancel_record(id).unwrap();
+    let _ = core.cancel_tasks(after(now, 1), id);
+    assert!(core.wants_ticks(), "the kill is not confirmed yet");
+    let _ = core.on_ended(after(now, 2), id, 0, c.peer, AttemptEnd::Cancelled);
+    assert!(!core.wants_ticks());
+}
+
+#[test]
 fn retries_stop_after_max_retries_failed_hosts() {
     let mut core = core(1);
     let now = start();
