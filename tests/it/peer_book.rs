@@ -24,7 +24,7 @@ fn contact(status: &Value) -> &Value {
 fn a_consumer_restarted_after_its_only_bootstrap_peer_died_finds_the_pool_from_its_book() {
     let (mut hosts, mut consumer) = pool();
     // The book holds every host before anything dies, and is on disk: it is
-    // written at most every 5 s and sled flushes within 0.5 s after that.
+    // written (and flushed) at most every 5 s.
     consumer.wait_status(Duration::from_secs(60), "three hosts remembered", |s| {
         contact(s)["remembered"].as_u64().unwrap_or(0) >= 3
     });

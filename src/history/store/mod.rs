@@ -96,7 +96,11 @@ pub struct StoreOptions {
     /// flusher writes every `background_flush_ms`, and a `kill -9` can lose
     /// the records of that many milliseconds.
     pub flush_every_record: bool,
-    /// Period of sled's background flusher, ms.
+    /// Period of sled's background flusher, ms. With
+    /// `flush_every_record` (the node's way) it is a backstop for the
+    /// store's other writes (sealed days, compaction), so it runs seldom:
+    /// each of its wake-ups costs an idle node CPU (at 500 ms the node's two
+    /// flushers were 17 % of an idle host's CPU, docs/scale.md).
     pub background_flush_ms: u64,
 }
 
@@ -109,7 +113,7 @@ impl Default for StoreOptions {
             max_gap_secs: None,
             cache_bytes: DEFAULT_CACHE_BYTES,
             flush_every_record: true,
-            background_flush_ms: 500,
+            background_flush_ms: 5_000,
         }
     }
 }

@@ -200,6 +200,21 @@ impl EventLoop {
         r.written_at = Some(Instant::now());
         if let Err(e) = r.store.write(&changes) {
             tracing::warn!("peer book not written: {e}");
+            return;
+        }
+        // On disk now rather than at sled's next background flush (a
+        // backstop every `FLUSH_MS`); an fsync must not hold up the loop,
+        // except for the last write, which the node waits for as it stops.
+        let store = r.store.clone();
+        let flush = move || {
+            if let Err(e) = store.flush() {
+                tracing::warn!("peer book not flushed: {e}");
+            }
+        };
+        if last {
+            flush();
+        } else {
+            drop(tokio::task::spawn_blocking(flush));
         }
     }
 
