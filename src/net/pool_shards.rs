@@ -170,6 +170,12 @@ pub enum PlaceStep {
         /// The key we leave.
         leave: Option<Shard>,
     },
+    /// Stay where we provide without sending our record again: the probe
+    /// found us listed there and the check before refreshed it, so the
+    /// record is at most two re-checks old (under an hour,
+    /// `swarm::PROVIDER_RECORD_TTL`). Providing is a lookup and a put to
+    /// every holder, a third of a re-check's connections.
+    Stay(Shard),
 }
 
 /// Where this member provides, and the re-check under way: a pure state
@@ -185,6 +191,8 @@ pub struct Placement {
     /// The probe we wait for, and whether it looks at our parent (to move
     /// up) or at a key on the way down.
     probing: Option<(Shard, Looking)>,
+    /// The last check that ended where we provide sent our record.
+    sent_last: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,6 +209,7 @@ impl Placement {
             full: full.max(2),
             at: None,
             probing: None,
+            sent_last: false,
         }
     }
 
@@ -236,7 +245,7 @@ impl Placement {
         let listed = providers.contains(&self.me);
         let others = providers.len() - usize::from(listed);
         let step = match looking {
-            Looking::Up if others < self.full / 2 => self.provide(shard),
+            Looking::Up if others < self.full / 2 => self.provide(shard, listed),
             Looking::Up => {
                 // The parent is well filled: stay, and look at our own key.
                 let own = self.at.unwrap_or(Shard::ROOT);
@@ -252,7 +261,7 @@ impl Placement {
                     self.probing = Some((next, Looking::Down));
                     PlaceStep::Probe(next)
                 }
-                _ => self.provide(shard),
+                _ => self.provide(shard, listed),
             },
         };
         Some(step)
@@ -270,11 +279,20 @@ impl Placement {
             && providers.iter().filter(|p| **p < self.me).count() >= self.full
     }
 
-    fn provide(&mut self, at: Shard) -> PlaceStep {
+    /// Ends a check at `at`, where the probe found us `listed` or not: our
+    /// record is sent unless we stay listed where the last check sent it
+    /// (every second re-check refreshes it).
+    fn provide(&mut self, at: Shard, listed: bool) -> PlaceStep {
         self.probing = None;
         let leave = self.at.filter(|old| *old != at);
+        let kept = listed && self.at == Some(at) && self.sent_last;
         self.at = Some(at);
-        PlaceStep::Provide { at, leave }
+        self.sent_last = !kept;
+        if kept {
+            PlaceStep::Stay(at)
+        } else {
+            PlaceStep::Provide { at, leave }
+        }
     }
 }
 

@@ -56,6 +56,7 @@ impl ModelDht {
                     self.provide(peer, at);
                     return probes;
                 }
+                PlaceStep::Stay(_) => return probes,
             }
         }
     }
@@ -302,4 +303,38 @@ fn a_key_crowded_by_members_that_placed_at_once_keeps_only_its_first_full_at_the
     );
     let placed: usize = keys.values().map(HashSet::len).sum();
     assert_eq!(placed, members.len(), "every member provides one key");
+}
+
+#[test]
+fn a_member_listed_where_it_provides_sends_its_record_every_second_recheck() {
+    let mut dht = ModelDht::default();
+    let me = peers(1)[0];
+    let mut p = Placement::new(me, SHARD_FULL);
+    let first = p.check();
+    dht.settle(&mut p, me, first);
+    assert_eq!(p.at(), Some(Shard::ROOT));
+    let mut sent = Vec::new();
+    for _ in 0..6 {
+        let PlaceStep::Probe(shard) = p.check() else {
+            panic!("a check starts with a probe");
+        };
+        let step = p.probed(shard, &dht.providers(shard)).unwrap();
+        sent.push(matches!(step, PlaceStep::Provide { .. }));
+        dht.settle(&mut p, me, step);
+    }
+    assert_eq!(sent, [false, true, false, true, false, true]);
+
+    // A record the holders lost is sent at once, whatever the last check did.
+    dht.leave(me, Shard::ROOT);
+    let PlaceStep::Probe(shard) = p.check() else {
+        panic!("a check starts with a probe");
+    };
+    let step = p.probed(shard, &dht.providers(shard)).unwrap();
+    assert_eq!(
+        step,
+        PlaceStep::Provide {
+            at: Shard::ROOT,
+            leave: None
+        }
+    );
 }

@@ -143,32 +143,39 @@ impl EventLoop {
                 let id = self.swarm.behaviour_mut().kad.get_providers(key);
                 self.discovery.probe = Some((id, shard, HashSet::new()));
             }
+            PlaceStep::Stay(at) => self.placed(at),
             PlaceStep::Provide { at, leave } => {
-                self.discovery.probe = None;
                 if let Some(old) = leave {
                     let key = RecordKey::new(&old.key(&self.cfg.pool));
                     self.swarm.behaviour_mut().kad.stop_providing(&key);
                 }
                 tracing::debug!(depth = at.depth(), "providing the pool's key");
-                // Our mates are the providers this placement's last probe found.
-                let me = *self.swarm.local_peer_id();
-                let mates = self.discovery.mates.iter().filter(|p| **p != me).count();
-                let size = pool_size_estimate(at, mates, self.discovery.full);
-                self.reach.send_if_modified(|r| {
-                    let s = &mut r.summaries;
-                    let changed = s.pool_estimate != Some(size.members)
-                        || s.pool_estimate_at_least != size.at_least;
-                    s.pool_estimate = Some(size.members);
-                    s.pool_estimate_at_least = size.at_least;
-                    changed
-                });
                 let key = RecordKey::new(&at.key(&self.cfg.pool));
                 if let Err(e) = self.swarm.behaviour_mut().kad.start_providing(key) {
                     tracing::warn!("cannot provide the pool key: {e}");
                 }
-                self.join_leaf(true);
+                self.placed(at);
             }
         }
+    }
+
+    /// A check ended with us providing `at`: what our place says of the
+    /// pool's size, and our leaf's topic.
+    fn placed(&mut self, at: Shard) {
+        self.discovery.probe = None;
+        // Our mates are the providers this placement's last probe found.
+        let me = *self.swarm.local_peer_id();
+        let mates = self.discovery.mates.iter().filter(|p| **p != me).count();
+        let size = pool_size_estimate(at, mates, self.discovery.full);
+        self.reach.send_if_modified(|r| {
+            let s = &mut r.summaries;
+            let changed =
+                s.pool_estimate != Some(size.members) || s.pool_estimate_at_least != size.at_least;
+            s.pool_estimate = Some(size.members);
+            s.pool_estimate_at_least = size.at_least;
+            changed
+        });
+        self.join_leaf(true);
     }
 
     /// Providers a query found; `last` when the query is over.
@@ -183,7 +190,8 @@ impl EventLoop {
                     let (shard, acc) = (*shard, std::mem::take(acc));
                     self.discovery.probe = None;
                     if let Some(step) = self.discovery.placement.probed(shard, &acc) {
-                        if matches!(step, PlaceStep::Provide { at, .. } if at == shard) {
+                        if matches!(step, PlaceStep::Provide { at, .. } | PlaceStep::Stay(at) if at == shard)
+                        {
                             self.discovery.mates = acc;
                         }
                         self.place(step);
