@@ -252,6 +252,11 @@ impl HostSeries {
         })
     }
 
+    /// Row `i`'s time alone (what a walk in step with another needs).
+    pub fn time_at(&self, i: usize) -> Option<i64> {
+        self.time.get(i)
+    }
+
     /// All rows in order.
     pub fn samples(&self) -> impl Iterator<Item = Sample> + '_ {
         (0..self.len()).filter_map(|i| self.get(i))
