@@ -143,6 +143,12 @@ pub struct EvalArgs {
     #[arg(long, value_name = "METHOD")]
     pub challenger: Option<String>,
 
+    /// Also judge these methods of --methods by the same goals as if each
+    /// were the default (`all`: every method run), side by side: does any
+    /// method meet a goal the default does not?
+    #[arg(long, value_name = "LIST")]
+    pub goals_for: Option<String>,
+
     /// Worker threads [default: up to 2].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
@@ -305,6 +311,17 @@ pub fn run(args: &EvalArgs, global_json: bool) -> anyhow::Result<()> {
             bail!("--challenger {c:?} must be one of --methods other than the default {DEFAULT_METHOD:?}");
         }
     }
+    let goals_for: Vec<String> = match args.goals_for.as_deref().map(str::trim) {
+        None => Vec::new(),
+        Some("all") => names.clone(),
+        Some(list) => list
+            .split(',')
+            .map(|m| m.trim().to_ascii_lowercase())
+            .collect(),
+    };
+    if let Some(m) = goals_for.iter().find(|m| !names.contains(m)) {
+        bail!("--goals-for {m:?} is not one of --methods");
+    }
     let mut phases = BTreeMap::new();
     let mut phase = Instant::now();
     let mut lap = |name: &str, phases: &mut BTreeMap<String, f64>| {
@@ -354,6 +371,20 @@ pub fn run(args: &EvalArgs, global_json: bool) -> anyhow::Result<()> {
         args.seed,
         challenger.as_deref(),
     );
+    let goals_for: Vec<goals::Goals> = goals_for
+        .iter()
+        .filter_map(|m| {
+            goals::goals_of(
+                m,
+                &days,
+                &names,
+                &cfg.lengths,
+                args.resamples,
+                args.seed,
+                None,
+            )
+        })
+        .collect();
     lap("scoring", &mut phases);
     let training_size = sizes.map(|sizes| {
         bar.set_message("training sizes");
@@ -421,6 +452,7 @@ pub fn run(args: &EvalArgs, global_json: bool) -> anyhow::Result<()> {
         traces: trace_infos,
         scores,
         goals,
+        goals_for,
         training_size,
         noise_config,
         noise,
@@ -522,6 +554,12 @@ fn summary_text(r: &EvalReport) -> String {
     if let Some(g) = &r.goals {
         out.push('\n');
         out.push_str(&goals::to_table(g));
+    }
+    if !r.goals_for.is_empty() {
+        out.push_str(
+            "\nThe same goals for each method of --goals-for, as if it were the default:\n\n",
+        );
+        out.push_str(&goals::to_compare_table(&r.goals_for));
     }
     out.push_str(&format!("({:.1} s)\n", r.timing.wall_s));
     out

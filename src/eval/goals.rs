@@ -137,7 +137,31 @@ pub fn goals(
     seed: u64,
     challenger: Option<&str>,
 ) -> Option<Goals> {
-    let m = names.iter().position(|n| n == DEFAULT_METHOD)?;
+    goals_of(
+        DEFAULT_METHOD,
+        days,
+        names,
+        lengths,
+        resamples,
+        seed,
+        challenger,
+    )
+}
+
+/// The same goals for `method` as if it were the default (every other
+/// method of the run its rival): is there any method of the run that meets
+/// them where the default does not (`gleaner eval --goals-for`)? `None`
+/// when `method` did not run.
+pub fn goals_of(
+    method: &str,
+    days: &[DayResult],
+    names: &[String],
+    lengths: &[u64],
+    resamples: usize,
+    seed: u64,
+    challenger: Option<&str>,
+) -> Option<Goals> {
+    let m = names.iter().position(|n| n == method)?;
     let reference = names.iter().position(|n| n == SKILL_REFERENCE);
     let challenger = challenger.and_then(|c| names.iter().position(|n| n == c));
     let rivals: Vec<usize> = (0..names.len()).filter(|&j| j != m).collect();
@@ -265,7 +289,7 @@ pub fn goals(
         cells[i].met_rivals = Some(adjusted >= RIVAL_ALPHA);
     }
     Some(Goals {
-        method: DEFAULT_METHOD.to_string(),
+        method: method.to_string(),
         skill_reference: reference.map(|_| SKILL_REFERENCE.to_string()),
         weeks: week_ids.len(),
         days: day_ids.len(),
@@ -372,6 +396,54 @@ pub fn to_table(g: &Goals) -> String {
             out.push_str(&format!(" {} {d};", crate::human::length_label(c.length_s)));
         }
         out.push('\n');
+    }
+    out
+}
+
+/// Several methods' goals 1, 3 and 4 side by side, one row per method and
+/// length (`--goals-for`): the Brier difference to the base rate, the AUC
+/// and the Cox slope with their bounds, the bias, the ECE against its
+/// floor, and which of those goals the row meets.
+pub fn to_compare_table(all: &[Goals]) -> String {
+    let mut out = String::from(
+        "| method | T | Brier − base rate | AUC | mean(p − y) | Cox slope | ECE / floor | met (1 / 3 / 4) |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    let yes = |v: Option<bool>| match v {
+        Some(true) => "✓",
+        Some(false) => "✗",
+        None => "–",
+    };
+    for g in all {
+        for c in &g.cells {
+            let no_harm = c.no_harm.map_or("–".to_string(), |h| {
+                format!("{:+.4}{}", h.difference, bounds(h.difference_ci, 1.0, 4))
+            });
+            let auc = c.auc.map_or("–".to_string(), |a| {
+                format!("{a:.3}{}", bounds(c.auc_ci, 1.0, 3))
+            });
+            let bias = c.mean_bias.map_or("–".to_string(), |b| format!("{b:+.3}"));
+            let cox = c.cox.map_or("–".to_string(), |x| {
+                format!("{:.2}{}", x.slope, bounds(Some(x.slope_ci), 1.0, 2))
+            });
+            let ece = c.ece.map_or("–".to_string(), |e| {
+                format!(
+                    "{e:.3} / {}",
+                    c.ece_floor
+                        .map_or("–".to_string(), |f| format!("{:.3}", f.p95))
+                )
+            });
+            let calibrated = [c.met_bias, c.met_slope, c.met_ece]
+                .into_iter()
+                .try_fold(true, |all, v| v.map(|v| all && v));
+            out.push_str(&format!(
+                "| {} | {} | {no_harm} | {auc} | {bias} | {cox} | {ece} | {} / {} / {} |\n",
+                g.method,
+                crate::human::length_label(c.length_s),
+                yes(c.met_no_harm),
+                yes(c.met_auc),
+                yes(calibrated),
+            ));
+        }
     }
     out
 }
@@ -514,5 +586,36 @@ mod tests {
         assert!(r.test.best_advantage < 0.0, "{r:?}");
         assert_eq!(c.met_rivals, Some(true), "{r:?}");
         assert!(c.challenger.is_none() && g.challenger.is_none());
+    }
+
+    #[test]
+    fn another_methods_goals_are_its_own_forecasts_judged_as_the_defaults() {
+        let names = vec![
+            DEFAULT_METHOD.to_string(),
+            SKILL_REFERENCE.to_string(),
+            "logistic+cal".to_string(),
+        ];
+        let knows = |h: u8| if h < 12 { 0.98 } else { 0.2 };
+        // A constant default, a rival that knows the hour.
+        let days = run_methods(60, |_, h| vec![0.6, 0.6, knows(h)]);
+        let default = goals(&days, &names, &[3600], 500, 1, None).unwrap();
+        let rival = goals_of("logistic+cal", &days, &names, &[3600], 500, 1, None).unwrap();
+        assert_eq!(default.cells[0].met_auc, Some(false));
+        assert_eq!(rival.method, "logistic+cal");
+        assert_eq!(rival.rivals, vec![DEFAULT_METHOD, SKILL_REFERENCE]);
+        let c = &rival.cells[0];
+        assert_eq!(c.met_auc, Some(true), "{c:?}");
+        assert_eq!(c.met_no_harm, Some(true), "{c:?}");
+        assert!(c.over_freq.unwrap().skill.unwrap() > 0.5, "{c:?}");
+        // Its rivals are worse: none is better.
+        assert_eq!(c.met_rivals, Some(true), "{c:?}");
+        let table = to_compare_table(&[default, rival]);
+        assert!(
+            table.contains(&format!("| {DEFAULT_METHOD} | 1h |")),
+            "{table}"
+        );
+        assert!(table.contains("| logistic+cal | 1h |"), "{table}");
+        assert!(table.contains("| ✓ / ✓ / "), "{table}");
+        assert!(goals_of("km", &days, &names, &[3600], 500, 1, None).is_none());
     }
 }

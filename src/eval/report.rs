@@ -6,7 +6,7 @@
 //! runs methods nor reads files.
 
 use crate::eval::experiments::{CostPoint, NoiseConfig, NoiseResult, TrainingSizeResult};
-use crate::eval::goals::{to_table, Goals};
+use crate::eval::goals::{to_compare_table, to_table, Goals};
 use crate::eval::metrics::Interval;
 use crate::eval::protocol::ProtocolConfig;
 use crate::eval::summary::Scores;
@@ -66,6 +66,10 @@ pub struct EvalReport {
     pub scores: Scores,
     /// Issue 29's goals for the default method, when it ran.
     pub goals: Option<Goals>,
+    /// The same goals for the methods of `--goals-for`, each as if it were
+    /// the default (empty when not asked).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub goals_for: Vec<Goals>,
     /// N → method → length (s) → scores (Fig. 6), when run.
     pub training_size: Option<TrainingSizeResult>,
     pub noise_config: Option<NoiseConfig>,
@@ -158,6 +162,13 @@ pub fn to_markdown(r: &EvalReport) -> String {
     traces_table(&mut md, r);
     if let Some(goals) = &r.goals {
         let _ = writeln!(md, "## Goals\n\n{}", to_table(goals));
+    }
+    if !r.goals_for.is_empty() {
+        let _ = writeln!(
+            md,
+            "## The same goals for other methods\n\n{}",
+            to_compare_table(&r.goals_for)
+        );
     }
     let _ = writeln!(md, "## Scores by window length\n");
     for &len in &c.lengths {
