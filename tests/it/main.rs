@@ -59,6 +59,7 @@ mod owner_rules;
 mod package;
 mod peer_book;
 mod pool_nodes;
+mod prior_pool;
 mod rogue_pool;
 mod store;
 mod store_days;
