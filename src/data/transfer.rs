@@ -292,7 +292,8 @@ async fn fetch_pass(
 /// stream (at most [`SERVE_CONCURRENCY`]), each owned by `tracker`. Each
 /// host's opens are counted against its budget first ([`OPEN_BURST`], then
 /// [`OPENS_PER_SEC`]; a stranger on probation the smaller
-/// [`PROBATION_OPEN_BURST`] and [`PROBATION_OPENS_PER_SEC`]): past it a
+/// [`PROBATION_OPEN_BURST`] and [`PROBATION_OPENS_PER_SEC`]), then against
+/// its account of CPU (`NetHandle::admit_stream`): past either a
 /// stream is dropped unread, a strike against the host's source, and a host
 /// that goes on past [`OPEN_DROPS_FORGIVEN`] more is cut off (a flood in
 /// its record). A host holds at most [`STREAMS_PER_HOST`] at once (more are
@@ -337,7 +338,13 @@ pub async fn serve(
         } else {
             &mut opens
         };
-        match budgets.admit(&peer, now_ms) {
+        // Within its count of opens, then its account of CPU, the one its
+        // requests and summaries are charged to (`NetHandle::admit_stream`).
+        let (admitted, what) = match budgets.admit(&peer, now_ms) {
+            Admit::Serve => (net.admit_stream(&peer), Overrun::Cpu),
+            past => (past, Overrun::DataStreams),
+        };
+        match admitted {
             Admit::Serve => {}
             Admit::Drop => {
                 // A strike against its source (once per peer): fresh peer
@@ -347,8 +354,8 @@ pub async fn serve(
                 continue;
             }
             Admit::CutOff => {
-                tracing::warn!(%peer, "a host opened data streams past its budget: cut off");
-                net.overrun(peer, Overrun::DataStreams, true);
+                tracing::warn!(%peer, what = what.label(), "a host opened data streams past its budget: cut off");
+                net.overrun(peer, what, true);
                 continue;
             }
         }

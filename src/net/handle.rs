@@ -348,6 +348,16 @@ impl NetHandle {
         self.cpu.charge(peer, cost);
     }
 
+    /// Admits one data stream `peer` opened against its account of CPU,
+    /// the one its requests and summaries are charged to, and charges what
+    /// the network spends on one (`net::cpu_ledger`): served while the
+    /// account is in credit; past it dropped, and past the tolerance cut
+    /// off. Never waits.
+    pub fn admit_stream(&self, peer: &PeerId) -> crate::model::budget::Admit {
+        self.cpu
+            .admit_charged(peer, crate::net::cpu_ledger::STREAM_COST)
+    }
+
     /// True when we hold a direct (not relayed) connection to `peer` now.
     pub fn is_direct(&self, peer: &PeerId) -> bool {
         let key = peer.to_base58();

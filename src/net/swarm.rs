@@ -95,9 +95,10 @@ pub struct NetConfig {
     /// (`net::quarantine`, [`crate::net::SOURCE_NEW_PEERS`]); 0: not
     /// counted. Raise it for more nodes than that behind one address.
     pub source_new_peers: u32,
-    /// The share of a core, in percent, each peer's requests may cost the
-    /// node after a burst (`net::cpu_ledger`); past it they are refused and
-    /// a peer that goes on is cut off. 0: no CPU budget.
+    /// The share of a core, in percent, each peer's requests, data streams
+    /// and summaries together may cost the node after a burst
+    /// (`net::cpu_ledger`); past it they are refused and a peer that goes
+    /// on is cut off. 0: no CPU budget.
     pub peer_cpu_percent: u32,
 }
 

@@ -43,6 +43,7 @@ mod cli_eval;
 mod cli_predict;
 mod cli_simulate;
 mod control_fuzz;
+mod cpu_account;
 mod dashboard_browser;
 mod data_transfer;
 mod hold_pool;

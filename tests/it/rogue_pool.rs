@@ -13,6 +13,7 @@ mod consumer;
 mod cpu;
 mod flood_cost;
 mod floods;
+mod item_cost;
 mod restart;
 mod strangers;
 

@@ -24,6 +24,7 @@ use libp2p::{Multiaddr, PeerId};
 use super::EventLoop;
 use crate::model::budget::{Admit, Overrun, PeerBudgets};
 use crate::net::codec::{decode_body, encode_body};
+use crate::net::cpu_ledger::SUMMARY_COST;
 use crate::net::handle::{LocalStatus, Member, NetEvent, SummaryBody};
 use crate::net::listening::{republish_for, Republish, Subscriber, Topics, HELLO_WITHIN};
 use crate::net::members::MEMBERS_MAX;
@@ -103,8 +104,14 @@ impl EventLoop {
         let Some(source) = message.source else {
             return MessageAcceptance::Reject;
         };
-        // Before any decoding: what a flooding source costs is this count.
-        match self.summaries.admit(&source, self.budget_ms()) {
+        // Before any decoding: what a flooding source costs is this count,
+        // and then its account of CPU, the one its requests and data
+        // streams are charged to (`net::cpu_ledger`).
+        let (admitted, what) = match self.summaries.admit(&source, self.budget_ms()) {
+            Admit::Serve => (self.cpu.admit_charged(&source, SUMMARY_COST), Overrun::Cpu),
+            past => (past, Overrun::Summaries),
+        };
+        match admitted {
             Admit::Serve => {}
             Admit::Drop => {
                 // Past its budget: a strike against its source, as for
@@ -114,7 +121,7 @@ impl EventLoop {
                 return MessageAcceptance::Ignore;
             }
             Admit::CutOff => {
-                self.cut_off(source, Overrun::Summaries);
+                self.cut_off(source, what);
                 return MessageAcceptance::Ignore;
             }
         }

@@ -120,14 +120,11 @@ impl EventLoop {
         // cost us so far, charged here per request and by the node per
         // answer (`net::cpu_ledger`).
         let (admitted, what) = match budgets.admit(&peer, now_ms) {
-            Admit::Serve => (self.cpu.admit(&peer), Overrun::Cpu),
+            Admit::Serve => (self.cpu.admit_charged(&peer, REQUEST_COST), Overrun::Cpu),
             past => (past, Overrun::Requests),
         };
         match admitted {
-            Admit::Serve => {
-                self.cpu.charge(&peer, REQUEST_COST);
-                Some(channel)
-            }
+            Admit::Serve => Some(channel),
             Admit::Drop => {
                 // Past its budget: a strike against its source (once per
                 // peer), so that fresh peer ids that each take a burst and

@@ -252,8 +252,8 @@ pub struct NetSection {
     /// further one is a strike against it (`NetConfig::source_new_peers`);
     /// 0: not counted.
     pub source_new_peers: u32,
-    /// The share of a core each peer's requests may cost this node, after
-    /// a burst (`NetConfig::peer_cpu_percent`); 0: no limit.
+    /// The share of a core each peer's requests, data streams and
+    /// summaries together may cost this node, after a burst (`NetConfig::peer_cpu_percent`); 0: no limit.
     pub peer_cpu_percent: u32,
 }
 
