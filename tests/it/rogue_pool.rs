@@ -14,6 +14,7 @@ mod cpu;
 mod flood_cost;
 mod floods;
 mod item_cost;
+mod probation;
 mod restart;
 mod strangers;
 
