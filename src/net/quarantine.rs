@@ -401,6 +401,19 @@ impl Quarantine {
         })
     }
 
+    /// An inbound connection of `peer` through a relay, handshaken already
+    /// (the relay transport has no hook before): `relay_addr` is our
+    /// listening address on the relay, which names the relay's IP address.
+    /// The connection counts against the relay's address block as a direct
+    /// one counts against its dialer's (its newcomers, its peers' strikes,
+    /// probation while the block is suspect): fresh peer ids through one
+    /// relay are bounded as fresh peer ids from one address are. False when
+    /// the block is suspect and past its ration (or `peer` is blocked): the
+    /// caller closes the connection.
+    pub(crate) fn relayed(&self, peer: &PeerId, relay_addr: &Multiaddr) -> bool {
+        self.connected(peer, relay_addr, true, false).is_none()
+    }
+
     /// A new inbound socket from `remote`, before any handshake.
     pub(crate) fn admit_socket(&self, remote: &Multiaddr) -> SocketGate {
         let Some(source) = source_of(remote) else {

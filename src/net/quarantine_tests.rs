@@ -372,3 +372,40 @@ async fn a_held_socket_is_closed_when_its_dialer_leaves_or_at_the_end_of_the_hol
     let ours = gate_socket(q)(Silent { first: 0 }, dialer).await;
     assert!(ours.is_ok());
 }
+
+/// Issue 30: a stranger that comes through a relay, a fresh peer id each
+/// time. Its connections name no address of its own (a relayed dialer is
+/// `/p2p/<id>`), so they were never counted: no newcomer, no strike, no
+/// probation, no ration. Now each counts against the relay's address block
+/// (our listening address on the relay names it): past the newcomers'
+/// allowance and the tolerance the block is suspect, the next stranger
+/// through it is on probation, and past the ration its connections are to
+/// be closed; a peer through another relay is untouched.
+#[test]
+fn fresh_peer_ids_through_a_relay_count_against_the_relays_block() {
+    let q = Quarantine::new(true, 4);
+    let relay = "/ip4/203.0.113.7/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit";
+    let relay: Multiaddr = relay.parse().unwrap();
+    let known = PeerId::random();
+    assert!(q.relayed(&known, &relay));
+    // Four newcomers allowed, then four strikes forgiven.
+    for k in 1..4 + 4 {
+        assert!(q.relayed(&PeerId::random(), &relay), "{k}");
+        assert!(!suspect(&q, FLOODER), "{k}");
+    }
+    let last = PeerId::random();
+    assert!(q.relayed(&last, &relay), "within the ration");
+    assert!(suspect(&q, FLOODER), "the relay's block is suspect");
+    assert!(q.on_probation(&last));
+    // The ration: 8 at once (one taken), then closed.
+    let let_in = (0..100)
+        .filter(|_| q.relayed(&PeerId::random(), &relay))
+        .count();
+    assert_eq!(let_in, 7);
+    // A peer met before is let in; another relay's block is untouched.
+    assert!(q.relayed(&known, &relay));
+    assert!(!q.on_probation(&known));
+    let other: Multiaddr = "/ip4/198.51.100.1/tcp/4001/p2p-circuit".parse().unwrap();
+    assert!(q.relayed(&PeerId::random(), &other));
+    assert!(!suspect(&q, "/ip4/198.51.100.1/tcp/1"));
+}

@@ -487,6 +487,14 @@ impl EventLoop {
                     let _ = reply.send(Ok(peer_id));
                 }
                 let relayed = endpoint.is_relayed();
+                if let ConnectedPoint::Listener { local_addr, .. } = &endpoint {
+                    // Through a relay: its source is the relay's address
+                    // block (`net::quarantine`), rationed as any source.
+                    if relayed && !self.quarantine.relayed(&peer_id, local_addr) {
+                        tracing::debug!(%peer_id, "a relayed stranger from a suspect relay past its ration: closed");
+                        let _ = self.swarm.close_connection(connection_id);
+                    }
+                }
                 if endpoint.is_dialer() {
                     self.count(|c| c.connections_out += 1);
                 } else {
