@@ -108,6 +108,15 @@ const PROBATION_MAX: usize = 4_096;
 pub const SOURCE_NEW_PEERS: u32 = 512;
 /// Newcomers a source may bring per second past [`SOURCE_NEW_PEERS`].
 const NEW_PEERS_PER_SEC: f64 = 1.0;
+/// Newcomers all sources together may bring per second past
+/// [`SOURCE_NEW_PEERS`] (the same allowance at once, shared): past it a
+/// newcomer is a strike against its own source even within that source's
+/// allowance, so a botnet's address blocks share one allowance instead of
+/// each bringing its own (`model::sources`). Eight a second is some 29,000
+/// peer ids never met an hour, more than a large pool's members meeting a
+/// node afresh, one or a few behind each address, who never spend their
+/// source's tolerance of strikes.
+const ALL_NEW_PEERS_PER_SEC: f64 = 8.0;
 /// How long a peer id counts as met after the node last saw it connect (at
 /// least half of it), and how many fresh ids are remembered per half
 /// (`newcomers::MetPeers`: twice that at most).
@@ -139,6 +148,7 @@ impl Quarantine {
                     strikes: STRIKES,
                     connections: STRANGER_CONNECTIONS,
                     newcomers: (new_peers > 0).then_some((new_peers, NEW_PEERS_PER_SEC)),
+                    all_newcomers: (new_peers > 0).then_some((new_peers, ALL_NEW_PEERS_PER_SEC)),
                     suspect_for_ms: millis(SUSPECT_FOR),
                     max_sources: SOURCES_MAX,
                 }),

@@ -100,6 +100,14 @@ pub struct SourceLimits {
     /// honest node keeps its identity, so this is what a pool of many
     /// nodes behind one address may bring at once.
     pub newcomers: Option<(u32, f64)>,
+    /// Peer ids the node has not met that all sources together may bring
+    /// before each further one is a strike against its own source, even
+    /// within that source's allowance; `None`: no node-wide count. Without
+    /// it each of a botnet's address blocks brings its own allowance of
+    /// newcomers and its own tolerance; with it the botnet's blocks share
+    /// one allowance, and past it each block is forgiven only its
+    /// tolerance of strikes.
+    pub all_newcomers: Option<(u32, f64)>,
     /// How long a source stays suspect after its last strike past the
     /// tolerance.
     pub suspect_for_ms: u64,
@@ -124,6 +132,9 @@ struct Source {
 pub struct SourceBudgets<K> {
     limits: SourceLimits,
     sources: HashMap<K, Source>,
+    /// The newcomers all sources together may still bring
+    /// ([`SourceLimits::all_newcomers`]).
+    all_newcomers: Option<TokenBucket>,
 }
 
 impl<K: std::hash::Hash + Eq + Clone> SourceBudgets<K> {
@@ -134,6 +145,9 @@ impl<K: std::hash::Hash + Eq + Clone> SourceBudgets<K> {
                 ..limits
             },
             sources: HashMap::new(),
+            all_newcomers: limits
+                .all_newcomers
+                .map(|(burst, per_sec)| TokenBucket::new(burst, per_sec)),
         }
     }
 
@@ -184,14 +198,19 @@ impl<K: std::hash::Hash + Eq + Clone> SourceBudgets<K> {
     }
 
     /// A peer id the node has not met came from `source` at `now_ms`:
-    /// counted against the source's newcomers, and past them a strike
-    /// ([`SourceBudgets::strike`]). Says whether it was a strike, and
-    /// whether the source is suspect after it.
+    /// counted against the source's newcomers and those of all sources
+    /// together, and past either a strike ([`SourceBudgets::strike`]). Says
+    /// whether it was a strike, and whether the source is suspect after it.
     pub fn newcomer(&mut self, source: &K, now_ms: u64) -> Newcomer {
-        let within = match &mut self.entry(source, now_ms).newcomers {
+        let own = match &mut self.entry(source, now_ms).newcomers {
             Some(bucket) => bucket.take(now_ms),
             None => true,
         };
+        let within = own
+            && match &mut self.all_newcomers {
+                Some(bucket) => bucket.take(now_ms),
+                None => true,
+            };
         if within {
             Newcomer::Counted
         } else {
@@ -272,6 +291,7 @@ mod tests {
             strikes: (4, 1.0 / 60.0),
             connections: (8, 1.0),
             newcomers: Some((512, 1.0)),
+            all_newcomers: Some((512, 8.0)),
             suspect_for_ms: 600_000,
             max_sources: 16,
         }
@@ -387,10 +407,59 @@ mod tests {
         assert!(!b.is_suspect(&2, 10_000));
         let mut off: SourceBudgets<u32> = SourceBudgets::new(SourceLimits {
             newcomers: None,
+            all_newcomers: None,
             ..limits()
         });
         assert!((0..10_000).all(|_| off.newcomer(&1, 0) == Newcomer::Counted));
         assert!(!off.is_suspect(&1, 0));
+    }
+
+    /// A botnet: fresh peer ids from 100 address blocks at once, each block
+    /// bringing as many as it can. With each block's allowance alone that
+    /// was 517 handshaken newcomers a block before every block was suspect
+    /// (51,700); with one allowance for all, past it each block is forgiven
+    /// its four strikes only: 512 + 5 a block.
+    #[test]
+    fn a_botnet_of_many_sources_shares_one_allowance_of_newcomers() {
+        let blocks = 100u32;
+        let until_all_suspect = |limits: SourceLimits| {
+            let mut b: SourceBudgets<u32> = SourceBudgets::new(SourceLimits {
+                max_sources: 1_000,
+                ..limits
+            });
+            let mut newcomers = 0u32;
+            for source in 0..blocks {
+                while !b.is_suspect(&source, 0) {
+                    newcomers += 1;
+                    let _ = b.newcomer(&source, 0);
+                }
+            }
+            newcomers
+        };
+        assert_eq!(until_all_suspect(limits()), 512 + 5 * blocks);
+        let each_alone = SourceLimits {
+            all_newcomers: None,
+            ..limits()
+        };
+        assert_eq!(until_all_suspect(each_alone), 517 * blocks);
+    }
+
+    /// What the node-wide allowance costs honest sources: a node restarted
+    /// in a large pool meets 5,000 members afresh within minutes, each from
+    /// its own address (or up to four behind one): none is ever suspect,
+    /// whatever the allowance left.
+    #[test]
+    fn a_large_pool_meeting_a_node_afresh_from_many_addresses_is_never_suspect() {
+        let mut b: SourceBudgets<u32> = SourceBudgets::new(SourceLimits {
+            max_sources: 10_000,
+            ..limits()
+        });
+        for node in 0..5_000u32 {
+            // Four nodes behind each address, all in the first minute.
+            let source = node / 4;
+            let _ = b.newcomer(&source, u64::from(node) * 12);
+            assert!(!b.is_suspect(&source, 60_000), "node {node}");
+        }
     }
 
     #[test]
@@ -400,8 +469,11 @@ mod tests {
             let _ = b.newcomer(&0, 0);
         }
         assert!(b.is_suspect(&0, 0));
+        // One each (past the allowance all sources share, a strike each,
+        // within each one's tolerance).
         for source in 1..100_000u32 {
-            assert_eq!(b.newcomer(&source, u64::from(source)), Newcomer::Counted);
+            let _ = b.newcomer(&source, u64::from(source));
+            assert!(!b.is_suspect(&source, u64::from(source)));
         }
         assert_eq!(b.len(), 16);
         assert!(b.is_suspect(&0, 100_000), "the suspect source is kept");
