@@ -370,3 +370,49 @@ fn the_rivals_goal_tests_every_other_method_and_a_challenger_must_be_run() {
         assert!(cell["challenger"]["difference"].is_number(), "{cell}");
     }
 }
+
+#[test]
+fn goals_for_judges_other_methods_as_the_default_and_only_methods_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = synth(dir.path(), 8, 22, "UTC");
+    let run = |goals_for: &str| {
+        gleaner()
+            .current_dir(dir.path())
+            .arg("eval")
+            .arg("--trace")
+            .arg(&a)
+            .args(["--lengths", "1h", "--hours", "0,6,12,18"])
+            .args(["--methods", "logistic,freq,markov", "--resamples", "500"])
+            .args(["--json", "e.json", "--goals-for", goals_for])
+            .output()
+            .expect("gleaner runs")
+    };
+    let out = run("markov,km");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--goals-for \"km\""),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run("Markov, freq");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("as if it were the default"), "{text}");
+    assert!(text.contains("| markov | 1h |"), "{text}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("e.json")).unwrap()).unwrap();
+    let judged = report["goals_for"].as_array().unwrap();
+    assert_eq!(judged.len(), 2, "{report:#}");
+    assert_eq!(judged[0]["method"], "markov");
+    // Markov's own forecasts, its rivals the others: not the default's goals.
+    assert_eq!(judged[0]["rivals"], serde_json::json!(["logistic", "freq"]));
+    assert_ne!(
+        judged[0]["cells"][0]["auc"],
+        report["goals"]["cells"][0]["auc"]
+    );
+    assert_eq!(judged[1]["method"], "freq");
+}
