@@ -110,6 +110,17 @@ impl LeafStore {
         self.heard.contains_key(peer)
     }
 
+    /// The members heard on our leaf's topic within `within` of `now`:
+    /// those that provide our key as they see it. A member that moved down
+    /// stops publishing here and drops out once `within` has passed.
+    pub fn heard_within(&self, now: Instant, within: Duration) -> Vec<PeerId> {
+        self.heard
+            .iter()
+            .filter(|(_, (_, at))| now.saturating_duration_since(*at) <= within)
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
     /// Summaries kept now.
     pub fn len(&self) -> usize {
         self.heard.len()

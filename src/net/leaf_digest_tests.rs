@@ -108,6 +108,29 @@ fn a_leaf_store_keeps_members_of_its_leaf_only_and_at_most_the_bound() {
 }
 
 #[test]
+fn the_members_heard_lately_on_the_leaf_are_those_heard_within_the_window() {
+    let now = Instant::now();
+    let leaf = child(Shard::ROOT);
+    let mut store = LeafStore::default();
+    store.moved(leaf);
+    let (quiet, lately) = (peer_under(leaf), peer_under(leaf));
+    assert!(store.heard(quiet, summary_of(quiet, 0), now));
+    let later = now + Duration::from_secs(500);
+    assert!(store.heard(lately, summary_of(lately, 0), later));
+    let window = Duration::from_secs(600);
+    let mut both = store.heard_within(later, window);
+    both.sort();
+    let mut want = vec![quiet, lately];
+    want.sort();
+    assert_eq!(both, want);
+    assert_eq!(
+        store.heard_within(now + Duration::from_secs(700), window),
+        vec![lately],
+        "a member not heard for longer than the window (moved down, or gone) drops out"
+    );
+}
+
+#[test]
 fn a_digest_puts_our_summary_first_then_the_newest_and_fits_its_cap() {
     let now = Instant::now();
     let me = peer_under(Shard::ROOT);

@@ -187,8 +187,9 @@ impl EventLoop {
             if *probe == id {
                 acc.extend(found);
                 if last {
-                    let (shard, acc) = (*shard, std::mem::take(acc));
+                    let (shard, mut acc) = (*shard, std::mem::take(acc));
                     self.discovery.probe = None;
+                    acc.extend(self.leaf_publishers(shard));
                     if let Some(step) = self.discovery.placement.probed(shard, &acc) {
                         if matches!(step, PlaceStep::Provide { at, .. } | PlaceStep::Stay(at) if at == shard)
                         {
