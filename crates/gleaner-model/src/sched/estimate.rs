@@ -536,8 +536,8 @@ impl HostFacts {
 }
 
 /// Whether a task of `runtime` reference seconds can succeed on a host of
-/// this slowdown and horizon: [`HostFacts::can_run`], and the bulk rule's
-/// scan over `Run::reach`.
+/// this slowdown and horizon: [`HostFacts::can_run`], and what the
+/// rule's bulk asks of each free host (`QueueTurnarounds::can_run`).
 fn fits(runtime: f64, slowdown: f64, horizon: f64) -> bool {
     let run = runtime * slowdown;
     run.is_finite() && run < horizon
@@ -769,6 +769,9 @@ struct QueueTurnarounds<'r, 'm> {
     /// Per host: its place in the rule's order (`Run::rank`), which breaks
     /// ties in a ranking.
     place: &'r [u32],
+    /// Per host: (slowdown, horizon), `Run::reach`: whether a task can
+    /// run there at all without a memo row or a curve's integral.
+    reach: &'r [(f64, f64)],
 }
 
 impl Turnarounds for QueueTurnarounds<'_, '_> {
@@ -776,6 +779,18 @@ impl Turnarounds for QueueTurnarounds<'_, '_> {
         match self.queue.get(j) {
             Some(&task) => self.memo.get(task, self.runtimes[task], g),
             None => f64::INFINITY,
+        }
+    }
+
+    /// [`HostFacts::can_run`] off `reach`: in the bulk the rule asks it of
+    /// every free host the head passes, at every event, and a memo row
+    /// for each head would be made for nothing else.
+    fn can_run(&mut self, j: usize, g: usize) -> bool {
+        match (self.queue.get(j), self.reach.get(g)) {
+            (Some(&task), Some(&(slowdown, horizon))) => {
+                fits(self.runtimes[task], slowdown, horizon)
+            }
+            _ => false,
         }
     }
 
@@ -1424,26 +1439,20 @@ impl Run {
                 },
                 queue_len: queue.len(),
             };
+            let mut turnarounds = QueueTurnarounds {
+                memo,
+                queue,
+                runtimes,
+                place: &self.rank,
+                reach: &self.reach,
+            };
             let placed = if rule.in_bulk() {
-                // Every host will be needed, and the head (the longest
-                // task) is what list scheduling gives the first free host
-                // that can run it.
-                let runtime = runtimes[queue[0]];
-                let reach = &self.reach;
-                let found = self.free_list.iter().position(|&h| {
-                    let (slowdown, horizon) = reach[h];
-                    fits(runtime, slowdown, horizon)
-                });
-                // Entering the tail: everyone idle is weighed by the rule.
+                // The rule's bulk: the head to the first free host that
+                // can run it. Entering the tail, everyone idle is weighed.
                 self.recheck_all = true;
-                found.map(|i| (0, self.free_list.remove(i)))
+                rule.pick_pair(&mut turnarounds)
             } else if self.recheck_all {
-                let pair = rule.pick_pair(&mut QueueTurnarounds {
-                    memo,
-                    queue,
-                    runtimes,
-                    place: &self.rank,
-                });
+                let pair = rule.pick_pair(&mut turnarounds);
                 if pair.is_none() {
                     self.recheck_all = false;
                     self.fresh.clear();
@@ -1456,12 +1465,6 @@ impl Run {
                 // better, and a host taking a task shifts the later tasks
                 // forward as it leaves their counts (see `Rule::pick_pair`).
                 let mut placed = None;
-                let mut turnarounds = QueueTurnarounds {
-                    memo,
-                    queue,
-                    runtimes,
-                    place: &self.rank,
-                };
                 while let Some(host) = self.fresh.pop() {
                     if !is_free[host] {
                         continue;
@@ -1601,8 +1604,10 @@ mod tests {
     /// of every host does, on random pools: hosts that never fail, fail
     /// at a rate, or cannot finish long tasks at all; tasks fresh and
     /// resumed (spare rows, ranked only after repeated asks); free, busy
-    /// and long-busy hosts. The simulator's byte-identical reports are
-    /// the other check; this one names the pool when it fails.
+    /// and long-busy hosts; queues in the bulk, where the estimate answers
+    /// whether a host can run the head from its horizon and the scan from
+    /// the turnaround. The simulator's byte-identical reports are the
+    /// other check; this one names the pool when it fails.
     #[test]
     fn the_ranked_rows_answer_as_the_scan_does() {
         use crate::sched::place::Scan;
@@ -1664,6 +1669,7 @@ mod tests {
                 Some(&task) => facts[g].expected_turnaround(left[task]),
                 None => f64::INFINITY,
             });
+            let reach: Vec<(f64, f64)> = facts.iter().map(|f| (f.slowdown, f.horizon)).collect();
             let mut memo = Memo::new(&facts, &runtimes);
             // Asked again and again, as after every failure: spare rows
             // are ranked after SPARE_ASKS_BEFORE_RANKING asks.
@@ -1673,6 +1679,7 @@ mod tests {
                     queue: &queue,
                     runtimes: &left,
                     place: &rank,
+                    reach: &reach,
                 };
                 assert_eq!(
                     rule.pick_pair(&mut ranked),

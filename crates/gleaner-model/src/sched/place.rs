@@ -136,6 +136,15 @@ pub(crate) trait Turnarounds {
     fn ranked(&mut self, _j: usize) -> Option<(&[u32], &[f64])> {
         None
     }
+
+    /// Whether position `j` can succeed on host `g` at all (its expected
+    /// turnaround there is finite): all the bulk asks of a host. A caller
+    /// that knows it more cheaply than the turnaround (the estimate, from
+    /// a host's horizon) answers so, with the same answer but for rounding
+    /// at the horizon itself.
+    fn can_run(&mut self, j: usize, g: usize) -> bool {
+        self.turnaround(j, g).is_finite()
+    }
 }
 
 /// Turnarounds from a function, with no ranked lists: the rule scans.
@@ -243,7 +252,7 @@ where
     /// [`pick_task_for_host`]: the queue position free host `host` takes.
     pub fn pick_for_host(&self, host: usize, turnarounds: &mut impl Turnarounds) -> Option<usize> {
         if self.in_bulk() {
-            return turnarounds.turnaround(0, host).is_finite().then_some(0);
+            return turnarounds.can_run(0, host).then_some(0);
         }
         let others = self.n_hosts().saturating_sub(1);
         for j in 0..self.queue_len.min(LOOKAHEAD) {
@@ -319,6 +328,8 @@ where
     /// host would take it either: asking positions in order finds what
     /// asking each free host would find (ties aside), at the cost of one
     /// count per position instead of one per free host and position.
+    /// In the bulk the head goes to the first free host in the rule's
+    /// order (fastest first) that can run it.
     pub fn pick_pair(&self, turnarounds: &mut impl Turnarounds) -> Option<(usize, usize)> {
         if self.queue_len == 0 {
             return None;
@@ -329,7 +340,7 @@ where
                 .unwrap_or(self.order)
                 .iter()
                 .copied()
-                .find(|&g| (self.free_in)(g) == 0.0 && turnarounds.turnaround(0, g).is_finite())
+                .find(|&g| (self.free_in)(g) == 0.0 && turnarounds.can_run(0, g))
                 .map(|g| (0, g));
         }
         let others = self.n_hosts().saturating_sub(1);
