@@ -312,4 +312,34 @@ mod tests {
         let top = parse(&["--json", "eval", "--trace", "a"]);
         assert!(top.json);
     }
+
+    #[test]
+    fn simulate_runs_tail_copies_by_default_as_the_queue_does_and_off_turns_them_off() {
+        let tail = |extra: &[&str]| {
+            let args = [
+                &[
+                    "simulate",
+                    "--trace",
+                    "a",
+                    "--tasks",
+                    "1",
+                    "--runtime",
+                    "1h",
+                ],
+                extra,
+            ]
+            .concat();
+            match parse(&args).command {
+                Command::Simulate(s) => s.tail_copies,
+                _ => panic!("not simulate"),
+            }
+        };
+        assert!(tail(&[]));
+        assert_eq!(
+            tail(&[]),
+            crate::consumer::batch::queue::TAIL_COPIES_DEFAULT
+        );
+        assert!(!tail(&["--tail-copies", "off"]));
+        assert!(tail(&["--tail-copies", "on"]));
+    }
 }

@@ -9,6 +9,7 @@
 
 use crate::cli::args::parse_duration;
 use crate::cli::output::{print_json, print_text};
+use crate::consumer::batch::queue::TAIL_COPIES_DEFAULT;
 use crate::eval::load::read_traces;
 use crate::model::baselines::{method_by_name, DEFAULT_METHOD};
 use crate::model::sched::backtest::{calibrate, widen, Backtests, Calibration, MAX_BACKTESTS};
@@ -74,8 +75,9 @@ pub struct SimulateArgs {
 
     /// Tail copies under the proactive policies (issue 28): once free hosts
     /// outnumber waiting tasks, one extra copy of each running task most at
-    /// risk; the first to finish wins, the other is cancelled.
-    #[arg(long, value_name = "on|off", default_value = "off", action = clap::ArgAction::Set, value_parser = parse_on_off)]
+    /// risk; the first to finish wins, the other is cancelled. On by
+    /// default, as in the node's queue (`[batch] tail_copies`).
+    #[arg(long, value_name = "on|off", default_value = on_off(TAIL_COPIES_DEFAULT), action = clap::ArgAction::Set, value_parser = parse_on_off)]
     pub tail_copies: bool,
 
     /// Seed of every random choice (offsets, powers, runtimes, draws).
@@ -724,6 +726,15 @@ fn gives_way_from_env() -> bool {
 }
 
 /// `on` or `off`.
+/// How [`parse_on_off`] spells `on`: a default given as a bool.
+const fn on_off(on: bool) -> &'static str {
+    if on {
+        "on"
+    } else {
+        "off"
+    }
+}
+
 fn parse_on_off(s: &str) -> Result<bool, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "on" => Ok(true),

@@ -57,7 +57,7 @@ fn later_windows_are_off_by_default_and_turned_on_by_the_batch_section() {
     assert!(!Config::default().batch.later_windows);
     let on = Config::parse("[batch]\nlater_windows = true\n", path).unwrap();
     assert!(on.batch.later_windows);
-    assert!(!on.batch.tail_copies);
+    assert_eq!(on.batch.tail_copies, Config::default().batch.tail_copies);
 }
 
 #[test]
@@ -80,13 +80,16 @@ fn the_later_unit_is_an_hour_by_default_and_bounded_to_a_minute_to_an_hour() {
 }
 
 #[test]
-fn tail_copies_are_off_by_default_and_turned_on_by_the_batch_section() {
+fn tail_copies_are_on_by_default_and_turned_off_by_the_batch_section() {
     let path = Path::new("config.toml");
     assert_eq!(
         Config::default().batch.tail_copies,
         crate::consumer::batch::queue::TAIL_COPIES_DEFAULT
     );
-    assert!(!Config::default().batch.tail_copies);
+    assert!(Config::default().batch.tail_copies);
+    assert!(Config::parse("", path).unwrap().batch.tail_copies);
+    let off = Config::parse("[batch]\ntail_copies = false\n", path).unwrap();
+    assert!(!off.batch.tail_copies);
     let on = Config::parse("[batch]\ntail_copies = true\n", path).unwrap();
     assert!(on.batch.tail_copies);
     let e = Config::parse("[batch]\ntail_copies = 2\n", path)

@@ -68,6 +68,20 @@ fn a_free_host_in_the_tail_runs_a_copy_and_the_first_result_wins() {
 }
 
 #[test]
+fn a_queue_not_told_otherwise_runs_tail_copies() {
+    // On by default (`TAIL_COPIES_DEFAULT`, `[batch] tail_copies`).
+    let mut core = core(3);
+    let (risky, steady) = (host(0.3), host(0.99));
+    let (_, actions) = running_then_survey(
+        &mut core,
+        long_batch(),
+        std::slice::from_ref(&risky),
+        &[risky.clone(), steady.clone()],
+    );
+    assert_eq!(launches(&actions), vec![(0, steady.peer)], "a tail copy");
+}
+
+#[test]
 fn no_tail_copy_when_turned_off_for_a_short_task_or_for_a_safe_one() {
     let (risky, steady) = (host(0.3), host(0.99));
     let mut off = core(3);
