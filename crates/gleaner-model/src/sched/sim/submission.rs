@@ -11,6 +11,15 @@ use crate::sched::estimate::{
 use crate::sched::timeline::Timeline;
 use rand::Rng;
 
+/// How far back the spells of a host down at submission are read: two
+/// weeks, not one. The rest of its outage is drawn from the whole past
+/// outages longer than it has lasted (`estimate::rest_of_outage`), and a
+/// weekly one in progress (a machine off for the weekend, found on Monday)
+/// has no whole predecessor in the week before, only in the two: with
+/// none, the draw fell back on "as long again", 54 h more for a host off
+/// since Friday evening that its owner turns on on Monday morning.
+pub const DOWN_LOOKBACK_SECS: f64 = 2.0 * PAST_LOOKBACK_SECS;
+
 /// The estimate at submission that [`simulate`] makes when
 /// `config.estimate_runs` > 0, made apart from the simulation so a caller
 /// can run it elsewhere (on other threads, once for several policies that
@@ -105,7 +114,14 @@ impl Sim<'_> {
                 } else {
                     0.0
                 },
-                spells: Some(tl.past_spell_lengths(self.trace_time(host, 0.0), PAST_LOOKBACK_SECS)),
+                spells: Some(tl.past_spell_lengths(
+                    self.trace_time(host, 0.0),
+                    if down {
+                        DOWN_LOOKBACK_SECS
+                    } else {
+                        PAST_LOOKBACK_SECS
+                    },
+                )),
             });
         }
         est_hosts

@@ -381,3 +381,53 @@ fn a_tail_copy_that_loses_is_cancelled_and_its_work_counted() {
     );
     assert!((tail.wasted_cpu_secs - tail.tail_cpu_secs).abs() < 1e-6);
 }
+
+/// Four weeks of ten-minute cells from a Monday 00:00: off (S5) every
+/// weeknight 20:00-08:00 and every weekend, Friday 20:00 to Monday 08:00.
+fn weekends_off() -> Timeline {
+    let n = 28 * 144;
+    let fail = (0..n)
+        .map(|k| {
+            let (day, hour) = ((k / 144) % 7, (k % 144) / 6);
+            let off = match day {
+                0 => hour < 8,
+                4 => hour >= 20,
+                5 | 6 => true,
+                _ => !(8..20).contains(&hour),
+            };
+            if off {
+                5
+            } else {
+                0
+            }
+        })
+        .collect();
+    Timeline::from_cells(0, 600, fail, vec![1.0; n])
+}
+
+#[test]
+fn a_host_found_in_its_weekend_off_comes_back_on_monday_morning_in_the_estimate() {
+    // Submitted on the third Monday at 00:00: off for 52 h, back at 08:00.
+    // The week before holds no whole outage that long (the weekend in
+    // progress is cut by now); the two weeks before hold the last one.
+    let timelines = [weekends_off()];
+    let hosts = [SimHost {
+        timeline: 0,
+        offset: 14 * 86_400,
+        power: 1.0,
+    }];
+    let config = config(Policy::Proactive, vec![3600.0]);
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let (q, _) = submission_estimate(
+        &config,
+        &hosts,
+        &timelines,
+        &mut Fixed(TrCurve::never_fails()),
+        |input| crate::sched::estimate::estimate(input, &mut rng),
+    )
+    .unwrap();
+    // Back at 08:00, the task runs an hour: 9 h. Drawn as long again as
+    // the 52 h so far, the median was past two days.
+    assert!(q.p50 < 12.0 * 3600.0, "{q:?}");
+    assert!(q.p10 >= 9.0 * 3600.0 - 1.0, "{q:?}");
+}
