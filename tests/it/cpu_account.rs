@@ -13,8 +13,6 @@ use gleaner::data::{serve, Catalog};
 use gleaner::model::budget::Overrun;
 use gleaner::model::ids::PoolName;
 use gleaner::model::state::State;
-use gleaner::net::codec::{read_frame, write_frame, DATA_CAPS};
-use gleaner::net::protocol::{DataRequest, DataResponse, DATA_PROTOCOL};
 use gleaner::net::{start, LocalStatus, NetConfig, NetEvent, NetHandle};
 use libp2p::identity::Keypair;
 use libp2p::{Multiaddr, PeerId};
@@ -23,6 +21,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::net_pool::{dialable_addr, wait_for};
+use crate::rogue_pool::consumer::ask_unoffered;
+
+/// How long a data stream's answer is waited for.
+const ASK_WAIT: Duration = Duration::from_secs(5);
 
 /// More CPU than any account holds (a burst of 2 s, a debt of 2 s more):
 /// the peer's account is at its deepest debt, some 80 s from credit.
@@ -84,31 +86,6 @@ async fn reported(from: &mut Peer, peer: PeerId, what: Overrun, limit: Duration)
     false
 }
 
-/// One data stream from `net` to `to` asking for a file nobody offered:
-/// whether the consumer answered it (with its refusal).
-async fn ask_unoffered(net: &NetHandle, to: PeerId, i: u64) -> bool {
-    let ask = async {
-        let mut stream = net.open_stream(to, DATA_PROTOCOL).await.ok()?;
-        let mut hash = [0u8; 32];
-        hash[..8].copy_from_slice(&i.to_le_bytes());
-        let request = DataRequest {
-            hash,
-            size: 1,
-            first_chunk: 0,
-        };
-        write_frame(&mut stream, &request, DATA_CAPS.request)
-            .await
-            .ok()?;
-        read_frame::<DataResponse, _>(&mut stream, DATA_CAPS.response)
-            .await
-            .ok()
-    };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(5), ask).await,
-        Ok(Some(DataResponse::Refused { .. }))
-    )
-}
-
 /// A host whose account is spent opens data streams at a consumer, within
 /// its budget of opens (300 at once): each is dropped unread, and past the
 /// 64 drops forgiven the host is cut off, a flood of CPU reported against
@@ -132,14 +109,14 @@ async fn a_peer_whose_cpu_account_is_spent_has_its_data_streams_dropped_then_is_
     other.net.dial(consumer.addr.clone()).await.unwrap();
     let to = consumer.net.peer_id();
     assert!(
-        ask_unoffered(&host.net, to, 0).await,
+        ask_unoffered(&host.net, to, 0, ASK_WAIT).await,
         "served while in credit"
     );
 
     consumer.net.charge_cpu(&host.net.peer_id(), SPENT);
     let mut answered = 0;
     for i in 1..=200u64 {
-        answered += u32::from(ask_unoffered(&host.net, to, i).await);
+        answered += u32::from(ask_unoffered(&host.net, to, i, ASK_WAIT).await);
         if let Ok((peer, what)) = consumer.overruns.try_recv() {
             assert_eq!(
                 (peer, what),
@@ -149,7 +126,7 @@ async fn a_peer_whose_cpu_account_is_spent_has_its_data_streams_dropped_then_is_
             assert_eq!(answered, 0, "streams answered while in debt");
             assert!(i > 64, "cut off after {i} streams, within the 64 forgiven");
             assert!(
-                ask_unoffered(&other.net, to, 1).await,
+                ask_unoffered(&other.net, to, 1, ASK_WAIT).await,
                 "another host refused"
             );
             return;

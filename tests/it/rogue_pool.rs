@@ -9,7 +9,7 @@
 //! is last in `gleaner hosts`, with its offences counted, also after the
 //! consumer restarts. mDNS is off; everything is on loopback.
 
-mod consumer;
+pub(crate) mod consumer;
 mod cpu;
 mod flood_cost;
 mod floods;

@@ -13,9 +13,10 @@ use crate::node_support::{addr, history, peer, pool_node, wait_until, NodeFixtur
 use std::time::{Duration, Instant};
 
 use gleaner::model::ids::PoolName;
+use gleaner::net::codec::{read_frame, write_frame, DATA_CAPS};
 use gleaner::net::protocol::{
-    InputRef, JobEventKind, JobRequest, JobResponse, JobSubmit, OutputName, RejectReason,
-    RemoteJobState,
+    DataRequest, DataResponse, InputRef, JobEventKind, JobRequest, JobResponse, JobSubmit,
+    OutputName, RejectReason, RemoteJobState, DATA_PROTOCOL,
 };
 use gleaner::net::{start, NetConfig, NetEvent, NetHandle};
 use libp2p::identity::Keypair;
@@ -162,6 +163,32 @@ pub(super) fn job(job_id: &str, script: &str) -> JobSubmit {
         wall_time_limit_secs: 60,
         checkpoint: None,
     }
+}
+
+/// One data stream from `net` to `to` asking for a file nobody offered
+/// (the hash made from `i`): whether the peer answered it, with its
+/// refusal, within `wait`.
+pub(crate) async fn ask_unoffered(net: &NetHandle, to: PeerId, i: u64, wait: Duration) -> bool {
+    let ask = async {
+        let mut stream = net.open_stream(to, DATA_PROTOCOL).await.ok()?;
+        let mut hash = [0u8; 32];
+        hash[..8].copy_from_slice(&i.to_le_bytes());
+        let request = DataRequest {
+            hash,
+            size: 1,
+            first_chunk: 0,
+        };
+        write_frame(&mut stream, &request, DATA_CAPS.request)
+            .await
+            .ok()?;
+        read_frame::<DataResponse, _>(&mut stream, DATA_CAPS.response)
+            .await
+            .ok()
+    };
+    matches!(
+        tokio::time::timeout(wait, ask).await,
+        Ok(Some(DataResponse::Refused { .. }))
+    )
 }
 
 fn input(path: &str, size: u64) -> InputRef {

@@ -14,15 +14,14 @@
 //! rogue_pool::item_cost -- --ignored --nocapture` (`GLEANER_FLOOD_SECS`
 //! sets each spell's length, default 60).
 
-use super::consumer::{hostile_target_with, RogueConsumer};
+use super::consumer::{ask_unoffered, hostile_target_with, RogueConsumer};
 use crate::node_support::{cpu_ticks, ticks_per_sec, NodeFixture};
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 use gleaner::model::state::State;
-use gleaner::net::codec::{read_frame, write_frame, DATA_CAPS};
-use gleaner::net::protocol::{DataRequest, DataResponse, JobRequest, DATA_PROTOCOL};
+use gleaner::net::protocol::JobRequest;
 use gleaner::net::{LocalStatus, NetHandle};
 use libp2p::PeerId;
 
@@ -83,26 +82,7 @@ async fn what_one_item_of_each_kind_costs_a_node() {
         net.job_request(host, query).await.is_ok()
     };
     let stream = |net: NetHandle, host: PeerId, i: u64| async move {
-        let ask = async {
-            let mut stream = net.open_stream(host, DATA_PROTOCOL).await.ok()?;
-            let mut hash = [0u8; 32];
-            hash[..8].copy_from_slice(&i.to_le_bytes());
-            let request = DataRequest {
-                hash,
-                size: 1,
-                first_chunk: 0,
-            };
-            write_frame(&mut stream, &request, DATA_CAPS.request)
-                .await
-                .ok()?;
-            read_frame::<DataResponse, _>(&mut stream, DATA_CAPS.response)
-                .await
-                .ok()
-        };
-        matches!(
-            tokio::time::timeout(Duration::from_secs(10), ask).await,
-            Ok(Some(DataResponse::Refused { .. }))
-        )
+        ask_unoffered(&net, host, i, Duration::from_secs(10)).await
     };
     let summary = |net: NetHandle, _: PeerId, i: u64| async move {
         let status = LocalStatus {

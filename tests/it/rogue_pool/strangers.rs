@@ -8,7 +8,9 @@
 //! identity is ever cut off, so no block by peer id stops it: its source
 //! does (`net::quarantine`).
 
-use super::consumer::{hostile_target, hostile_target_with, status_time, RogueConsumer};
+use super::consumer::{
+    ask_unoffered, hostile_target, hostile_target_with, status_time, RogueConsumer,
+};
 use crate::node_support::{addr, cpu_ticks, ticks_per_sec, NodeFixture};
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,10 +19,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use gleaner::model::ids::PoolName;
-use gleaner::net::codec::{read_frame, write_frame, DATA_CAPS, JOB_CAPS};
-use gleaner::net::protocol::{
-    DataRequest, DataResponse, JobRequest, JobResponse, DATA_PROTOCOL, JOB_PROTOCOL,
-};
+use gleaner::net::codec::{read_frame, write_frame, JOB_CAPS};
+use gleaner::net::protocol::{JobRequest, JobResponse, JOB_PROTOCOL};
 use gleaner::net::{start, NetConfig};
 use libp2p::identity::Keypair;
 use libp2p::swarm::SwarmEvent;
@@ -148,26 +148,10 @@ async fn one_full_identity(target: Multiaddr, host: PeerId, until: Instant) -> (
     }
     let mut answered = 0u64;
     while Instant::now() < until {
-        let ask = async {
-            let mut stream = net.open_stream(host, DATA_PROTOCOL).await.ok()?;
-            let mut hash = [0u8; 32];
-            hash[..8].copy_from_slice(&answered.to_le_bytes());
-            let request = DataRequest {
-                hash,
-                size: 1,
-                first_chunk: 0,
-            };
-            write_frame(&mut stream, &request, DATA_CAPS.request)
-                .await
-                .ok()?;
-            read_frame::<DataResponse, _>(&mut stream, DATA_CAPS.response)
-                .await
-                .ok()
-        };
-        match tokio::time::timeout(Duration::from_secs(10), ask).await {
-            Ok(Some(DataResponse::Refused { .. })) => answered += 1,
-            _ => break,
+        if !ask_unoffered(&net, host, answered, Duration::from_secs(10)).await {
+            break;
         }
+        answered += 1;
     }
     (true, answered)
 }
