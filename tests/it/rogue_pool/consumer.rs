@@ -18,7 +18,7 @@ use gleaner::net::protocol::{
     DataRequest, DataResponse, InputRef, JobEventKind, JobRequest, JobResponse, JobSubmit,
     OutputName, RejectReason, RemoteJobState, DATA_PROTOCOL,
 };
-use gleaner::net::{start, NetConfig, NetEvent, NetHandle};
+use gleaner::net::{start, LocalStatus, NetConfig, NetEvent, NetHandle};
 use libp2p::identity::Keypair;
 use libp2p::{Multiaddr, PeerId};
 use tokio::sync::mpsc;
@@ -189,6 +189,19 @@ pub(crate) async fn ask_unoffered(net: &NetHandle, to: PeerId, i: u64, wait: Dur
         tokio::time::timeout(wait, ask).await,
         Ok(Some(DataResponse::Refused { .. }))
     )
+}
+
+/// The `i`th of a flood of summaries: a new benchmark score each time and a
+/// slot that comes and goes (news for a consumer).
+pub(crate) fn flood_status(i: u64) -> LocalStatus {
+    LocalStatus {
+        logical_cpus: 8,
+        memory_mib: 8_192,
+        benchmark_score: 1_000 + i,
+        relative_power_milli: 500,
+        state: gleaner::model::state::State::S1,
+        slot_free: i % 2 == 0,
+    }
 }
 
 fn input(path: &str, size: u64) -> InputRef {

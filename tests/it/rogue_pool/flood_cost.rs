@@ -13,7 +13,9 @@
 //! `cargo test --test it rogue_pool::flood_cost -- --ignored --nocapture`
 //! (`GLEANER_FLOOD_SECS` sets each spell's length, default 60).
 
-use super::consumer::{hostile_target, job, status_time, RogueConsumer};
+use super::consumer::{
+    ask_unoffered, flood_status, hostile_target, job, status_time, RogueConsumer,
+};
 use crate::node_support::{cpu_ticks, ticks_per_sec, NodeFixture};
 
 use std::future::Future;
@@ -21,12 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use gleaner::model::state::State;
-use gleaner::net::codec::{read_frame, write_frame, DATA_CAPS};
-use gleaner::net::protocol::{
-    DataRequest, DataResponse, JobRequest, JobResponse, OutputName, ReliabilityQuery, DATA_PROTOCOL,
-};
-use gleaner::net::{LocalStatus, NetHandle};
+use gleaner::net::protocol::{JobRequest, JobResponse, OutputName, ReliabilityQuery};
+use gleaner::net::NetHandle;
 use libp2p::PeerId;
 
 /// Requests (or streams) a rogue keeps in flight.
@@ -202,24 +200,7 @@ async fn what_a_flood_costs_a_node_path_by_path() {
     // Data streams asking for a file nobody offered.
     let rogue = RogueConsumer::start(&host).await;
     let one = |net: NetHandle, target: PeerId, i: u64| async move {
-        let Ok(mut stream) = net.open_stream(target, DATA_PROTOCOL).await else {
-            return false;
-        };
-        let mut hash = [0u8; 32];
-        hash[..8].copy_from_slice(&i.to_le_bytes());
-        let request = DataRequest {
-            hash,
-            size: 1,
-            first_chunk: 0,
-        };
-        let answered = async {
-            write_frame(&mut stream, &request, DATA_CAPS.request).await?;
-            read_frame::<DataResponse, _>(&mut stream, DATA_CAPS.response).await
-        };
-        matches!(
-            tokio::time::timeout(Duration::from_secs(10), answered).await,
-            Ok(Ok(DataResponse::Refused { .. }))
-        )
+        ask_unoffered(&net, target, i, Duration::from_secs(10)).await
     };
     spells.push(flood_from(&host, rogue, "data streams", length, pause, one).await);
 
@@ -230,16 +211,7 @@ async fn what_a_flood_costs_a_node_path_by_path() {
     // The last path: nothing to rest for after it.
     let rest = Duration::ZERO;
     let one = |net: NetHandle, _: PeerId, i: u64| async move {
-        let status = LocalStatus {
-            logical_cpus: 8,
-            memory_mib: 8_192,
-            benchmark_score: 1_000 + i,
-            relative_power_milli: 500,
-            state: State::S1,
-            // A slot that comes and goes: news for a consumer.
-            slot_free: i % 2 == 0,
-        };
-        net.announce(status).await.is_ok()
+        net.announce(flood_status(i)).await.is_ok()
     };
     spells.push(flood_from(&host, rogue, "summaries", length, rest, one).await);
 

@@ -14,15 +14,14 @@
 //! rogue_pool::item_cost -- --ignored --nocapture` (`GLEANER_FLOOD_SECS`
 //! sets each spell's length, default 60).
 
-use super::consumer::{ask_unoffered, hostile_target_with, RogueConsumer};
+use super::consumer::{ask_unoffered, flood_status, hostile_target_with, RogueConsumer};
 use crate::node_support::{cpu_ticks, ticks_per_sec, NodeFixture};
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use gleaner::model::state::State;
 use gleaner::net::protocol::JobRequest;
-use gleaner::net::{LocalStatus, NetHandle};
+use gleaner::net::NetHandle;
 use libp2p::PeerId;
 
 /// Sends `one(net, host, i)` `rate` times a second for `length` from a
@@ -85,15 +84,7 @@ async fn what_one_item_of_each_kind_costs_a_node() {
         ask_unoffered(&net, host, i, Duration::from_secs(10)).await
     };
     let summary = |net: NetHandle, _: PeerId, i: u64| async move {
-        let status = LocalStatus {
-            logical_cpus: 8,
-            memory_mib: 8_192,
-            benchmark_score: 1_000 + i,
-            relative_power_milli: 500,
-            state: State::S1,
-            slot_free: i % 2 == 0,
-        };
-        net.announce(status).await.is_ok()
+        net.announce(flood_status(i)).await.is_ok()
     };
     // Rates within each count budget: 64 requests, 16 data streams and 4
     // summaries a second.
