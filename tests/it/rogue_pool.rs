@@ -38,6 +38,17 @@ use tokio_util::sync::CancellationToken;
 
 const TASKS: u32 = 4;
 
+/// How long each flood of the measurements lasts: `GLEANER_FLOOD_SECS`,
+/// 60 s unless set.
+fn flood_length() -> Duration {
+    Duration::from_secs(
+        std::env::var("GLEANER_FLOOD_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(60),
+    )
+}
+
 /// What the rogue serves as every job's stdout, and the hash it claims.
 const LIE: &[u8] = b"wrong\n";
 const CLAIMED: &[u8] = b"right\n";

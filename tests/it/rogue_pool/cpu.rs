@@ -146,12 +146,7 @@ async fn node_ticks<F: std::future::Future>(host: &NodeFixture, spell: F) -> (u6
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement of several minutes; prints figures for the note"]
 async fn what_a_forecast_flood_costs() {
-    let length = Duration::from_secs(
-        std::env::var("GLEANER_FLOOD_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(60),
-    );
+    let length = super::flood_length();
     let core = length.as_secs_f64() * ticks_per_sec() as f64;
     let share = |ticks: u64| 100.0 * ticks as f64 / core;
     let mut lines = Vec::new();

@@ -133,12 +133,7 @@ fn report(spells: &[Spell], quiet: u64, length: Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement of several minutes; prints figures for the note"]
 async fn what_a_flood_costs_a_node_path_by_path() {
-    let length = Duration::from_secs(
-        std::env::var("GLEANER_FLOOD_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(60),
-    );
+    let length = super::flood_length();
     let host = tokio::task::block_in_place(hostile_target);
     let pause = Duration::from_secs(5);
     let mut spells = Vec::new();

@@ -59,12 +59,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement of several minutes; prints figures for the note"]
 async fn what_one_item_of_each_kind_costs_a_node() {
-    let length = Duration::from_secs(
-        std::env::var("GLEANER_FLOOD_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(60),
-    );
+    let length = super::flood_length();
     let host = tokio::task::block_in_place(|| hostile_target_with("peer_cpu_percent = 0\n"));
     let idle = RogueConsumer::start(&host).await;
     tokio::time::sleep(Duration::from_secs(5)).await;

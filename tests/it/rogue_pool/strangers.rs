@@ -350,12 +350,7 @@ async fn rationed_by_its_source(path: Path, length: Duration, late: Late, what: 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement of two minutes; prints figures for the note"]
 async fn what_a_fresh_identity_flood_costs_a_node() {
-    let length = Duration::from_secs(
-        std::env::var("GLEANER_FLOOD_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(60),
-    );
+    let length = super::flood_length();
     let path = match std::env::var("GLEANER_FLOOD_PATH").as_deref() {
         Ok("data") => Path::Data,
         _ => Path::Job,
