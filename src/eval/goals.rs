@@ -552,14 +552,27 @@ mod tests {
         .is_none());
     }
 
-    #[test]
-    fn a_rival_better_by_more_than_the_margin_is_found_and_equal_ones_are_not() {
-        let names = vec![
+    /// The default, the skill reference and `rival`, in the run's order.
+    fn with_rival(rival: &str) -> Vec<String> {
+        vec![
             DEFAULT_METHOD.to_string(),
             SKILL_REFERENCE.to_string(),
-            "logistic+cal".to_string(),
-        ];
-        let knows = |h: u8| if h < 12 { 0.98 } else { 0.2 };
+            rival.to_string(),
+        ]
+    }
+
+    /// A forecast that knows the hour: sure in the morning, doubtful after.
+    fn knows(h: u8) -> f64 {
+        if h < 12 {
+            0.98
+        } else {
+            0.2
+        }
+    }
+
+    #[test]
+    fn a_rival_better_by_more_than_the_margin_is_found_and_equal_ones_are_not() {
+        let names = with_rival("logistic+cal");
         // A constant default against a rival that knows the hour.
         let days = run_methods(60, |_, h| vec![0.6, 0.6, knows(h)]);
         let g = goals(&days, &names, &[3600], 500, 1, Some("logistic+cal")).unwrap();
@@ -590,12 +603,7 @@ mod tests {
 
     #[test]
     fn another_methods_goals_are_its_own_forecasts_judged_as_the_defaults() {
-        let names = vec![
-            DEFAULT_METHOD.to_string(),
-            SKILL_REFERENCE.to_string(),
-            "logistic+cal".to_string(),
-        ];
-        let knows = |h: u8| if h < 12 { 0.98 } else { 0.2 };
+        let names = with_rival("logistic+cal");
         // A constant default, a rival that knows the hour.
         let days = run_methods(60, |_, h| vec![0.6, 0.6, knows(h)]);
         let default = goals(&days, &names, &[3600], 500, 1, None).unwrap();
