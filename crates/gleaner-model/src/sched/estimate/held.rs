@@ -28,7 +28,9 @@
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{EstimateError, EventKind, HostFacts, Run};
+use super::facts::HostFacts;
+use super::run::{EventKind, Run};
+use super::EstimateError;
 
 /// A waiting task held for a later window on one host.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,604 @@
+//! One Monte Carlo run of the estimate: its events, the hosts' failures
+//! and returns drawn as it goes, attempts started and hit, and free hosts
+//! given waiting tasks by the proactive rule (CISNE's Algorithm 1).
+
+use super::super::place::Rule;
+use super::bootstrap::{rest_of_outage, SpellUrn};
+use super::draw::{exponential, standard_normal};
+use super::facts::HostFacts;
+use super::held::Hold;
+use super::memo::{Memo, QueueTurnarounds};
+use super::{EstimateInput, MAX_ATTEMPTS};
+use rand::Rng;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, VecDeque};
+
+/// What happens at an event. Indices are u32 (within [`super::MAX_TASKS`] and
+/// [`super::MAX_HOSTS`]) and a failure's saved share sits in `Run::saved`, so an
+/// event is 32 bytes, not 48: the heap moves events on every pop and push,
+/// hundreds of millions of them in an estimate at 1,000 hosts.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum EventKind {
+    /// Task ended on host.
+    Finish { task: u32, host: u32 },
+    /// Task's attempt was hit on host, keeping `Run::saved[task]` of its work.
+    Fail { task: u32, host: u32 },
+    /// Host is free again (its own work or its recovery ended); stale
+    /// unless its epoch still matches (a held window took the host first).
+    HostFree { host: u32, epoch: u32 },
+    /// An idle host's failure time came (stale unless its epoch still matches).
+    HostDown { host: u32, epoch: u32 },
+    /// A held task's window opened (an index into the plan's holds).
+    Window { hold: u32 },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Event {
+    time: f64,
+    seq: u64,
+    kind: EventKind,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    #[inline]
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Event {
+    /// Reversed, so the max-heap pops the earliest event first. At one
+    /// instant a held window comes first: a host free at that instant is
+    /// its window's, not the rule's to hand to another task.
+    #[inline]
+    fn cmp(&self, other: &Self) -> Ordering {
+        let window = |e: &Event| matches!(e.kind, EventKind::Window { .. });
+        other
+            .time
+            .total_cmp(&self.time)
+            .then(window(self).cmp(&window(other)))
+            .then(other.seq.cmp(&self.seq))
+    }
+}
+
+/// The mutable state of one run, reused between runs to spare allocations.
+pub(super) struct Run {
+    /// σ of ln(true runtime / estimate) (0: exact).
+    pub(super) sigma: f64,
+    /// The estimated work left per task (what the rule plans with: the
+    /// estimated runtime, less what checkpoints saved, as the simulator's
+    /// and the node's rule weigh a resumed task by its remaining work).
+    pub(super) runtimes: Vec<f64>,
+    heap: BinaryHeap<Event>,
+    seq: u64,
+    pub(super) queue: VecDeque<usize>,
+    /// Reference work left per task, in this run's true runtimes.
+    left: Vec<f64>,
+    /// This run's true runtime over the estimate, per task.
+    factor: Vec<f64>,
+    attempts: Vec<u32>,
+    /// Per task: the share of its work its pending `Fail` keeps.
+    saved: Vec<f64>,
+    pub(super) end: Vec<f64>,
+    /// Per host: when it is expected to be free (≤ now: free).
+    free_at: Vec<f64>,
+    pub(super) is_free: Vec<bool>,
+    /// Per host: its next failure time (infinite: none).
+    pub(super) next_fail: Vec<f64>,
+    /// Per host: this run's failure rate after a return and past the
+    /// curve's last window (NaN: none known; the curve decides).
+    pub(super) rate: Vec<f64>,
+    /// Per host: this run's picks from its past spells (used only for
+    /// hosts with a [`super::bootstrap::SpellBootstrap`]).
+    pub(super) urns: Vec<SpellUrn>,
+    /// Per host: bumped when it takes a task, so a pending `HostDown` of
+    /// an earlier idle spell is recognised as stale.
+    epoch: Vec<u32>,
+    /// Free hosts, fastest first (by their place in the rule's order).
+    free_list: Vec<usize>,
+    /// Per host: its place in the rule's scan order.
+    rank: Vec<u32>,
+    /// Per host: (slowdown, horizon), [`HostFacts::can_run`]'s inputs laid
+    /// side by side: in bulk the free hosts too slow or too unreliable for
+    /// the head (hundreds at 1,000 hosts with tasks of half a day) are
+    /// passed over at every event.
+    reach: Vec<(f64, f64)>,
+    /// Hosts that became free since the last dispatch.
+    fresh: Vec<usize>,
+    /// Hosts that became free since the last dispatch, to be given a
+    /// `HostDown` event if they stay idle (not before: most take work at once).
+    armed: Vec<usize>,
+    /// Something other than a host becoming free changed what the rule
+    /// sees (the queue's head, a host's expected wait grew): every free
+    /// host must be weighed again, not only the fresh ones.
+    pub(super) recheck_all: bool,
+    pub(super) running: usize,
+    /// Per host: one of our attempts runs there.
+    pub(super) ours: Vec<bool>,
+    /// The plan's held tasks, which wait for their windows outside the queue.
+    pub(super) holds: Vec<Hold>,
+    /// Held tasks whose window has not come yet.
+    pub(super) holds_pending: usize,
+    /// Attempts hit in this run.
+    pub(super) failures: u64,
+    /// A task ran out of attempts in this run.
+    gave_up: bool,
+}
+
+impl Run {
+    pub(super) fn new(n_hosts: usize, runtimes: &[f64]) -> Run {
+        let n_tasks = runtimes.len();
+        Run {
+            sigma: 0.0,
+            runtimes: runtimes.to_vec(),
+            heap: BinaryHeap::with_capacity(2 * n_hosts),
+            seq: 0,
+            queue: VecDeque::with_capacity(n_tasks),
+            left: vec![0.0; n_tasks],
+            factor: vec![1.0; n_tasks],
+            attempts: vec![0; n_tasks],
+            saved: vec![0.0; n_tasks],
+            end: vec![0.0; n_tasks],
+            free_at: vec![0.0; n_hosts],
+            is_free: vec![false; n_hosts],
+            next_fail: vec![f64::INFINITY; n_hosts],
+            rate: vec![f64::NAN; n_hosts],
+            urns: vec![SpellUrn::default(); n_hosts],
+            epoch: vec![0; n_hosts],
+            free_list: Vec::with_capacity(n_hosts),
+            rank: Vec::new(),
+            reach: Vec::new(),
+            fresh: Vec::with_capacity(n_hosts),
+            armed: Vec::with_capacity(n_hosts),
+            recheck_all: true,
+            running: 0,
+            ours: vec![false; n_hosts],
+            holds: Vec::new(),
+            holds_pending: 0,
+            failures: 0,
+            gave_up: false,
+        }
+    }
+
+    pub(super) fn push(&mut self, time: f64, kind: EventKind) {
+        self.seq += 1;
+        self.heap.push(Event {
+            time,
+            seq: self.seq,
+            kind,
+        });
+    }
+
+    /// Host `host` is free from `now`: it can take work, and if it is
+    /// still idle after the dispatch and its next failure comes before it
+    /// takes any, it goes down then.
+    pub(super) fn host_free(&mut self, host: usize, now: f64) {
+        self.is_free[host] = true;
+        self.free_at[host] = now;
+        let rank = &self.rank;
+        let at = self.free_list.partition_point(|&g| rank[g] < rank[host]);
+        self.free_list.insert(at, host);
+        self.fresh.push(host);
+        self.armed.push(host);
+    }
+
+    pub(super) fn remove_free(&mut self, host: usize) {
+        let rank = &self.rank;
+        let at = self.free_list.partition_point(|&g| rank[g] < rank[host]);
+        if self.free_list.get(at) == Some(&host) {
+            self.free_list.remove(at);
+        }
+    }
+
+    /// Host `host` failed at `now`: it is away for its recovery, and its
+    /// next failure is drawn from its return: from its past up-spells when
+    /// known (the curve describes a host that has been up in its present
+    /// state, not one just back from a failure; restarting the curve after
+    /// every return repeats its early hazard and overcounted failures 1.85×
+    /// on the shared traces), else from the curve.
+    pub(super) fn host_failed<R: Rng + ?Sized>(
+        &mut self,
+        facts: &[HostFacts],
+        host: usize,
+        now: f64,
+        rng: &mut R,
+    ) {
+        let back = now + self.outage(facts, host, rng);
+        self.free_at[host] = back;
+        self.next_fail[host] = back + self.up_spell(facts, host, rng);
+        let epoch = self.epoch[host];
+        self.push(
+            back,
+            EventKind::HostFree {
+                host: host as u32,
+                epoch,
+            },
+        );
+        self.recheck_all = true;
+    }
+
+    /// How long a failure keeps `host` away: one of its past outages
+    /// drawn by this run's weights, or its mean recovery.
+    pub(super) fn outage<R: Rng + ?Sized>(
+        &mut self,
+        facts: &[HostFacts],
+        host: usize,
+        rng: &mut R,
+    ) -> f64 {
+        let fact = &facts[host];
+        if let Some(b) = &fact.bootstrap {
+            let i = SpellUrn::pick(&b.outage_mass, &mut self.urns[host].outages, rng);
+            if i > 0 {
+                return b.outages[i - 1].0;
+            }
+        }
+        fact.recovery
+    }
+
+    /// How long `host` stays up after a return: one of its past
+    /// up-spells drawn by this run's weights (a cut one lasts at least its
+    /// length, then at the run's rate), or an exponential at the run's
+    /// rate, or without a past a draw from the curve.
+    pub(super) fn up_spell<R: Rng + ?Sized>(
+        &mut self,
+        facts: &[HostFacts],
+        host: usize,
+        rng: &mut R,
+    ) -> f64 {
+        let fact = &facts[host];
+        let rate = self.rate[host];
+        let tail = |rng: &mut R| {
+            if rate.is_nan() {
+                fact.sampler.sample(rng).unwrap_or(f64::INFINITY)
+            } else {
+                exponential(rate, rng)
+            }
+        };
+        if let Some(b) = &fact.bootstrap {
+            let i = SpellUrn::pick(&b.up_mass, &mut self.urns[host].up, rng);
+            if i > 0 {
+                let (len, _, cut) = b.up[i - 1];
+                return if cut { len + tail(rng) } else { len };
+            }
+        }
+        tail(rng)
+    }
+
+    /// The host's first failure, seconds from when its clock starts: from
+    /// its curve up to the curve's last window; a draw beyond it (where the
+    /// curve only extrapolates its last segment, flat for a host that
+    /// looked safe then) comes at the run's rate from the host's past,
+    /// when known.
+    pub(super) fn first_failure<R: Rng + ?Sized>(
+        &self,
+        fact: &HostFacts,
+        host: usize,
+        rng: &mut R,
+    ) -> f64 {
+        let u = rng.random::<f64>();
+        let (last, tr_last) = fact.curve_end;
+        let rate = self.rate[host];
+        if !rate.is_nan() && u < tr_last {
+            last + exponential(rate, rng)
+        } else {
+            fact.sampler.failure_time_at(u).unwrap_or(f64::INFINITY)
+        }
+    }
+
+    /// Starts an attempt of `task` on `host` at `now`: its end, or its
+    /// failure when the host's next failure comes first. With checkpoints
+    /// the task writes one after every `checkpoint` seconds of work (wall
+    /// seconds at the host's expected speed) and each adds its cost to the
+    /// run, as the simulator and the guest contract have it.
+    pub(super) fn start(&mut self, facts: &[HostFacts], task: usize, host: usize, now: f64) {
+        let fact = &facts[host];
+        let work = self.left[task] * fact.slowdown;
+        let (tau, cost) = (fact.checkpoint, fact.checkpoint_cost);
+        let checkpoints = checkpoints_in(work, tau);
+        let run = work + checkpoints as f64 * cost;
+        self.ours[host] = true;
+        self.attempts[task] += 1;
+        self.gave_up |= self.attempts[task] > MAX_ATTEMPTS;
+        self.is_free[host] = false;
+        self.epoch[host] = self.epoch[host].wrapping_add(1);
+        self.running += 1;
+        // The rule plans with the estimate, not with this run's truth.
+        let planned = self.left[task] / self.factor[task].max(f64::MIN_POSITIVE);
+        self.free_at[host] = now + planned * fact.slowdown;
+        let f = self.next_fail[host] - now;
+        if f < run {
+            // Blocks of work and checkpoint written before the failure.
+            let blocks = if checkpoints > 0 {
+                ((f / (tau + cost)).floor() as u64).min(checkpoints)
+            } else {
+                0
+            };
+            let saved = if blocks > 0 {
+                (blocks as f64 * tau / work).clamp(0.0, 1.0)
+            } else {
+                0.0
+            };
+            self.saved[task] = saved;
+            let (task, host) = (task as u32, host as u32);
+            self.push(now + f, EventKind::Fail { task, host });
+        } else {
+            let (task, host) = (task as u32, host as u32);
+            self.push(now + run, EventKind::Finish { task, host });
+        }
+    }
+
+    /// Wall seconds an attempt of `task` on a host with `fact` would take
+    /// in this run ([`Self::start`]'s: its work and its checkpoints).
+    pub(super) fn attempt_secs(&self, fact: &HostFacts, task: usize) -> f64 {
+        let work = self.left[task] * fact.slowdown;
+        work + checkpoints_in(work, fact.checkpoint) as f64 * fact.checkpoint_cost
+    }
+
+    /// One Monte Carlo run; false when a task ran out of attempts.
+    pub(super) fn simulate<R: Rng + ?Sized>(
+        &mut self,
+        input: &EstimateInput<'_>,
+        facts: &[HostFacts],
+        order: &[usize],
+        queue_order: &[usize],
+        memo: &mut Memo<'_>,
+        rng: &mut R,
+    ) -> bool {
+        // Alg. 1:1-2: duplicate the state; t0 = 0.
+        self.heap.clear();
+        self.seq = 0;
+        self.gave_up = false;
+        self.running = 0;
+        self.failures = 0;
+        self.recheck_all = true;
+        self.queue.clear();
+        self.queue.extend(queue_order.iter().copied());
+        let sigma = self.sigma;
+        if sigma > 0.0 {
+            for task in 0..self.left.len() {
+                let factor = (sigma * standard_normal(rng) - sigma * sigma / 2.0).exp();
+                self.factor[task] = factor;
+                self.left[task] = memo.runtimes[task] * factor;
+            }
+        } else {
+            self.factor.iter_mut().for_each(|f| *f = 1.0);
+            self.left.copy_from_slice(&memo.runtimes);
+        }
+        self.runtimes.copy_from_slice(&memo.runtimes);
+        self.attempts.iter_mut().for_each(|a| *a = 0);
+        // A task the run never ends (it gave up) ends never, not at 0.
+        self.end.iter_mut().for_each(|e| *e = f64::INFINITY);
+        self.ours.iter_mut().for_each(|o| *o = false);
+        self.free_list.clear();
+        self.fresh.clear();
+        self.armed.clear();
+        if self.rank.len() != order.len() {
+            self.rank = vec![0; order.len()];
+            for (i, &h) in order.iter().enumerate() {
+                self.rank[h] = i as u32;
+            }
+        }
+        if self.reach.len() != facts.len() {
+            self.reach = facts.iter().map(|f| (f.slowdown, f.horizon)).collect();
+        }
+        for (h, host) in input.hosts.iter().enumerate() {
+            self.rate[h] = facts[h].draw_rate(rng).unwrap_or(f64::NAN);
+            self.urns[h].clear();
+            // Each host's failure clock starts when it is first free.
+            let down = host.down_secs.is_finite() && host.down_secs > 0.0;
+            let from = match facts[h].bootstrap.as_ref() {
+                Some(b) if down => rest_of_outage(b, host.down_secs, rng),
+                _ => host.busy_secs.max(0.0),
+            };
+            self.next_fail[h] = if down {
+                from + self.up_spell(facts, h, rng)
+            } else {
+                from + self.first_failure(&facts[h], h, rng)
+            };
+            if from <= 0.0 {
+                self.host_free(h, 0.0);
+            } else {
+                self.is_free[h] = false;
+                self.free_at[h] = from;
+                let epoch = self.epoch[h];
+                self.push(
+                    from,
+                    EventKind::HostFree {
+                        host: h as u32,
+                        epoch,
+                    },
+                );
+            }
+        }
+        for (task, r) in input.running.iter().enumerate() {
+            if self.is_free[r.host] {
+                self.remove_free(r.host);
+                self.start(facts, task, r.host, 0.0);
+            } else {
+                // Two of our tasks on one host cannot be: queue the extra one.
+                self.queue.push_front(task);
+            }
+        }
+        self.arm_holds();
+        let mut now = 0.0;
+        loop {
+            // Alg. 1:8-13: free hosts take waiting tasks by the proactive rule.
+            self.dispatch(facts, order, memo, now);
+            if self.gave_up {
+                return false;
+            }
+            if self.queue.is_empty() && self.running == 0 && self.holds_pending == 0 {
+                return true;
+            }
+            // Alg. 1:3-6: the next event; nothing left to happen ends the run.
+            let Some(event) = self.heap.pop() else {
+                return self.queue.is_empty();
+            };
+            now = event.time;
+            match event.kind {
+                EventKind::Finish { task, host } => {
+                    let (task, host) = (task as usize, host as usize);
+                    self.running -= 1;
+                    self.ours[host] = false;
+                    self.end[task] = now;
+                    self.left[task] = 0.0;
+                    self.host_free(host, now);
+                }
+                EventKind::Fail { task, host } => {
+                    let (task, host) = (task as usize, host as usize);
+                    let saved = self.saved[task];
+                    self.running -= 1;
+                    self.ours[host] = false;
+                    self.failures += 1;
+                    self.left[task] *= 1.0 - saved;
+                    self.runtimes[task] *= 1.0 - saved;
+                    self.queue.push_front(task);
+                    self.host_failed(facts, host, now, rng);
+                }
+                EventKind::HostFree { host, epoch } => {
+                    let host = host as usize;
+                    if self.epoch[host] == epoch {
+                        self.host_free(host, now);
+                    }
+                }
+                EventKind::Window { hold } => {
+                    if let Some(&hold) = self.holds.get(hold as usize) {
+                        self.window(facts, &hold, now, rng);
+                    }
+                }
+                EventKind::HostDown { host, epoch } => {
+                    let host = host as usize;
+                    if self.is_free[host] && self.epoch[host] == epoch {
+                        self.is_free[host] = false;
+                        self.remove_free(host);
+                        self.host_failed(facts, host, now, rng);
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn dispatch(
+        &mut self,
+        facts: &[HostFacts],
+        order: &[usize],
+        memo: &mut Memo<'_>,
+        now: f64,
+    ) {
+        while !self.queue.is_empty() && !self.free_list.is_empty() {
+            let (free_at, is_free, queue) = (&self.free_at, &self.is_free, &self.queue);
+            let runtimes = &self.runtimes;
+            let rule = Rule {
+                order,
+                free_sorted: Some(&self.free_list),
+                lower: |j: usize, g: usize| match queue.get(j) {
+                    Some(&task) => runtimes[task] * facts[g].slowdown,
+                    None => f64::INFINITY,
+                },
+                free_in: |g: usize| {
+                    if is_free[g] {
+                        0.0
+                    } else {
+                        (free_at[g] - now).max(f64::MIN_POSITIVE)
+                    }
+                },
+                queue_len: queue.len(),
+            };
+            let mut turnarounds = QueueTurnarounds {
+                memo,
+                queue,
+                runtimes,
+                place: &self.rank,
+                reach: &self.reach,
+            };
+            let placed = if rule.in_bulk() {
+                // The rule's bulk: the head to the first free host that
+                // can run it. Entering the tail, everyone idle is weighed.
+                self.recheck_all = true;
+                rule.pick_pair(&mut turnarounds)
+            } else if self.recheck_all {
+                let pair = rule.pick_pair(&mut turnarounds);
+                if pair.is_none() {
+                    self.recheck_all = false;
+                    self.fresh.clear();
+                }
+                pair
+            } else {
+                // Only the hosts freed since the last look can have
+                // changed their answer: time passing only shortens the
+                // busy hosts' waits, which makes an idle host's answer no
+                // better, and a host taking a task shifts the later tasks
+                // forward as it leaves their counts (see `Rule::pick_pair`).
+                let mut placed = None;
+                while let Some(host) = self.fresh.pop() {
+                    if !is_free[host] {
+                        continue;
+                    }
+                    let pick = rule.pick_for_host(host, &mut turnarounds);
+                    if let Some(j) = pick {
+                        placed = Some((j, host));
+                        break;
+                    }
+                }
+                placed
+            };
+            let Some((j, host)) = placed else {
+                break;
+            };
+            self.remove_free(host);
+            let Some(task) = self.queue.remove(j) else {
+                break;
+            };
+            self.start(facts, task, host, now);
+        }
+        // Hosts still idle go down when their failure time comes.
+        while let Some(host) = self.armed.pop() {
+            let f = self.next_fail[host];
+            if self.is_free[host] && f.is_finite() {
+                let epoch = self.epoch[host];
+                let host = host as u32;
+                self.push(f.max(now), EventKind::HostDown { host, epoch });
+            }
+        }
+        if self.running > 0 || self.queue.is_empty() {
+            return;
+        }
+        let task = self.queue[0];
+        if !facts.iter().any(|f| f.can_run(self.runtimes[task])) {
+            // No host can ever finish it: the run would go on forever.
+            self.gave_up = true;
+            return;
+        }
+        // Every host is free, nothing of ours runs, and still the rule
+        // keeps them idle (no finite turnaround anywhere it would take):
+        // rather than stall, the best free host takes the head.
+        if self.free_list.len() == facts.len() {
+            let best = (0..self.free_list.len()).min_by(|&a, &b| {
+                let (ha, hb) = (self.free_list[a], self.free_list[b]);
+                let left = self.runtimes[task];
+                memo.get(task, left, ha)
+                    .total_cmp(&memo.get(task, left, hb))
+            });
+            if let Some(i) = best {
+                let host = self.free_list.remove(i);
+                self.queue.pop_front();
+                self.start(facts, task, host, now);
+            }
+        }
+    }
+}
+
+/// Checkpoints written in `work` wall seconds at one every `tau` (0: none):
+/// one after each full interval but the last.
+pub(super) fn checkpoints_in(work: f64, tau: f64) -> u64 {
+    if tau > 0.0 && work.is_finite() && work > 0.0 {
+        ((work / tau).ceil() as u64).saturating_sub(1)
+    } else {
+        0
+    }
+}
