@@ -36,7 +36,9 @@
 # NICE (10), GLEANER_BIN (the release build), MIN_FREE_MIB (2048: stop
 # starting nodes when the machine has less memory available), START_GAP (0:
 # seconds to wait between two starts; on one machine the nodes' own starts
-# are each other's load, which a pool of separate machines does not have).
+# are each other's load, which a pool of separate machines does not have),
+# CONSUMER_CONF (unset: TOML lines appended to the consumer's config, e.g.
+# CONSUMER_CONF=$'[batch]\ntail_copies = false' to weigh a queue setting).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:?usage: examples/many-nodes.sh N}
@@ -118,6 +120,7 @@ listen = ["/ip4/127.0.0.1/tcp/0"]
 [ui]
 listen = ""
 CONF
+    if [ "$n" -eq 0 ] && [ -n "${CONSUMER_CONF:-}" ]; then printf '%s\n' "$CONSUMER_CONF" >> "$DIR/n0/config.toml"; fi
     if [ "$n" -gt 0 ]; then g "$n" history import "$DIR/history.csv" >/dev/null; fi
 done
 
