@@ -62,6 +62,49 @@ pub struct HostTrack {
     /// millionths, each forecast held inside [[`LOG_FLOOR`], 1 −
     /// [`LOG_FLOOR`]] first: its log score times `claims`.
     pub log_loss_micro: u64,
+    /// Its reliability curve: the same claims in [`CLAIM_BINS`] bins of
+    /// claimed TR ([0, 0.2), [0.2, 0.4), … [0.8, 1]), each with how many
+    /// landed, so a host's 0.95s can be read against the share of them
+    /// that finished.
+    pub curve: [ClaimBin; CLAIM_BINS],
+}
+
+/// Bins of the reliability curve: claimed TR in steps of 1 / `CLAIM_BINS`.
+pub const CLAIM_BINS: usize = 5;
+
+/// One bin of a host's reliability curve.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClaimBin {
+    /// Claims that fell in the bin.
+    pub claims: u64,
+    /// Of those, the attempts that landed.
+    pub landed: u64,
+    /// Σ claimed TR over them, millionths (for the bin's mean claim).
+    pub claimed_micro: u64,
+}
+
+impl ClaimBin {
+    /// The bin a claimed TR (already held inside [0, 1]) falls in; 1.0 is
+    /// in the last.
+    pub fn index(tr: f64) -> usize {
+        ((tr * CLAIM_BINS as f64).floor().max(0.0) as usize).min(CLAIM_BINS - 1)
+    }
+
+    /// The claimed TRs bin `i` holds: [from, to).
+    pub fn bounds(i: usize) -> (f64, f64) {
+        let n = CLAIM_BINS as f64;
+        (i as f64 / n, (i + 1) as f64 / n)
+    }
+
+    /// Mean claimed TR in the bin; `None` when empty.
+    pub fn mean_claim(&self) -> Option<f64> {
+        (self.claims > 0).then(|| self.claimed_micro as f64 / 1e6 / self.claims as f64)
+    }
+
+    /// Share of the bin's attempts that landed; `None` when empty.
+    pub fn landed_share(&self) -> Option<f64> {
+        (self.claims > 0).then(|| self.landed as f64 / self.claims as f64)
+    }
 }
 
 /// The log score holds a claimed TR this far from 0 and 1, so one
@@ -178,6 +221,10 @@ impl HostTrack {
         self.claims = self.claims.saturating_add(1);
         self.brier_micro = self.brier_micro.saturating_add(micro((y - tr) * (y - tr)));
         self.log_loss_micro = self.log_loss_micro.saturating_add(micro(-said.ln()));
+        let bin = &mut self.curve[ClaimBin::index(tr)];
+        bin.claims = bin.claims.saturating_add(1);
+        bin.landed = bin.landed.saturating_add(u64::from(landed));
+        bin.claimed_micro = bin.claimed_micro.saturating_add(micro(tr));
     }
 
     /// Mean Brier score of its claimed TRs (0 best, 1 worst); `None`
@@ -407,6 +454,51 @@ mod tests {
             "{:?}",
             t.log_score()
         );
+    }
+
+    /// The reliability curve: a host that claims 0.95 and finishes half its
+    /// tasks has its top bin at 0.5 against a mean claim of 0.95; an honest
+    /// 0.3 sits in the second bin at what it landed; bin edges fall where
+    /// they should, and nonsense counts as a claim of 1.
+    #[test]
+    fn the_reliability_curve_puts_claims_in_bins_against_what_finished() {
+        let mut t = HostTrack::default();
+        for i in 0..40 {
+            let claimed_tr = Some(0.95);
+            t.apply(if i % 2 == 0 {
+                Outcome::Landed { claimed_tr }
+            } else {
+                Outcome::Failed { claimed_tr }
+            });
+        }
+        for i in 0..10 {
+            let claimed_tr = Some(0.3);
+            t.apply(if i < 3 {
+                Outcome::Landed { claimed_tr }
+            } else {
+                Outcome::Failed { claimed_tr }
+            });
+        }
+        t.apply(Outcome::Landed { claimed_tr: None });
+        let top = t.curve[CLAIM_BINS - 1];
+        assert_eq!((top.claims, top.landed), (40, 20));
+        assert!((top.mean_claim().unwrap() - 0.95).abs() < 1e-9);
+        assert!((top.landed_share().unwrap() - 0.5).abs() < 1e-9);
+        assert_eq!((t.curve[1].claims, t.curve[1].landed), (10, 3));
+        assert!((t.curve[1].landed_share().unwrap() - 0.3).abs() < 1e-9);
+        assert_eq!(t.curve[0].mean_claim(), None);
+        let total: u64 = t.curve.iter().map(|b| b.claims).sum();
+        assert_eq!(total, t.claims);
+        assert_eq!(
+            [0.0, 0.1999, 0.2, 0.79, 0.8, 1.0].map(ClaimBin::index),
+            [0, 0, 1, 3, 4, 4]
+        );
+        assert_eq!(ClaimBin::bounds(4), (0.8, 1.0));
+        let mut nonsense = HostTrack::default();
+        nonsense.apply(Outcome::Failed {
+            claimed_tr: Some(7.0),
+        });
+        assert_eq!(nonsense.curve[CLAIM_BINS - 1].mean_claim(), Some(1.0));
     }
 
     /// The discount of a host that claims 1.0 and lands every other attempt
