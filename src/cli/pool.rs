@@ -33,6 +33,11 @@ pub struct HostsArgs {
     /// cost grows with the pool.
     #[arg(long)]
     pub all: bool,
+    /// After the table, each host's reliability curve as this node scored
+    /// it: per bin of claimed TR, its tasks, their mean claim and the share
+    /// that finished (`--json` always carries it, as `reliability`).
+    #[arg(long)]
+    pub claims: bool,
     #[command(flatten)]
     pub out: crate::cli::JsonFlag,
 }
@@ -65,7 +70,11 @@ pub fn hosts(args: &HostsArgs, global: &Global) -> anyhow::Result<()> {
     if global.json {
         return print_json(&report);
     }
-    print_text(&hosts_table(&report))
+    let mut text = hosts_table(&report);
+    if args.claims {
+        text.push_str(&claims_detail(&report));
+    }
+    print_text(&text)
 }
 
 fn hosts_table(r: &HostsReport) -> String {
@@ -207,6 +216,40 @@ fn claims_row(h: &HostReport) -> String {
     text
 }
 
+/// `hosts --claims`: each scored host's claims column, then its reliability
+/// curve, a row per bin of claimed TR that holds a claim ("  claimed
+/// 0.8–1.0: 17 tasks, mean claim 0.95, finished 0.53").
+fn claims_detail(r: &HostsReport) -> String {
+    let mut out = String::from("claimed TR against what finished, per host:\n");
+    let scored: Vec<&HostReport> = r
+        .hosts
+        .iter()
+        .filter(|h| !h.reliability.is_empty())
+        .collect();
+    if scored.is_empty() {
+        out.push_str("  no host has a scored claim yet\n");
+    }
+    for h in scored {
+        out.push_str(&format!(
+            "{} (claims: n, Brier {}):\n",
+            h.peer,
+            claims_row(h)
+        ));
+        for b in &h.reliability {
+            out.push_str(&format!(
+                "  claimed {:.1}–{:.1}: {} task{}, mean claim {:.2}, finished {:.2}\n",
+                b.from,
+                b.to,
+                b.claims,
+                if b.claims == 1 { "" } else { "s" },
+                b.mean_claim,
+                b.finished
+            ));
+        }
+    }
+    out
+}
+
 /// A host's past week: its failures, and the mean time up between them
 /// and away after one ("3, 2d/40m"); "0" for a week without a failure.
 fn week_row(h: &HostReport) -> String {
@@ -337,6 +380,76 @@ mod tests {
         let back: HostsReport = serde_json::from_value(json).unwrap();
         assert_eq!(back.summary_cache, None);
         assert!(!hosts_table(&back).contains("known from summaries"));
+    }
+
+    /// The claims column and `--claims`' curve, read from a host whose
+    /// record holds 40 claims of 0.95 that finished half the time and 10 of
+    /// 0.3 that finished 3.
+    #[test]
+    fn the_claims_column_and_the_reliability_curve_read_from_the_record() {
+        use crate::model::trust::{HostTrack, Outcome};
+        let mut h: HostReport = serde_json::from_value(
+            serde_json::json!({"peer": "p", "found_by": [], "addresses": [],
+                "answered": true, "tr": 0.95, "fail_by_cause": {}, "initial_state": null,
+                "days_used": 3, "method": null, "power": null, "slot_free": null, "state": null,
+                "logical_cpus": null, "memory_mib": null, "version": null, "error": null,
+                "rtt_ms": null, "rtt_p50_ms": null, "rtt_p99_ms": null, "responses": 1}),
+        )
+        .unwrap();
+        // An older node's report: no claims, no curve.
+        assert_eq!((claims_row(&h), h.reliability.len()), ("-".to_string(), 0));
+        let mut track = HostTrack::default();
+        for (claim, n, landed) in [(0.95, 40, 20), (0.3, 10, 3)] {
+            for i in 0..n {
+                let claimed_tr = Some(claim);
+                track.apply(if i < landed {
+                    Outcome::Landed { claimed_tr }
+                } else {
+                    Outcome::Failed { claimed_tr }
+                });
+            }
+        }
+        h.claims = track.claims;
+        h.brier = track.brier();
+        h.claim_discount = track.claim_discount();
+        h.reliability = crate::control::api::ClaimBinReport::curve(&track);
+        // Σ (y − TR)²: 20·0.0025 + 20·0.9025 + 3·0.49 + 7·0.09 = 20.2 over 50.
+        let row = host_row(&h);
+        assert_eq!(row[12], claims_row(&h));
+        // Discount (23 + 5) / (41 + 5): 41 = 50 − Σ (1 − TR) promised.
+        assert_eq!(row[12], "50, 0.404 ×0.61");
+        let report = HostsReport {
+            pool: "lab".into(),
+            peer_id: "me".into(),
+            window_start_unix: 0,
+            window_secs: 3600,
+            mem_mib: 0,
+            hosts: vec![h],
+            contact: None,
+            summary_cache: None,
+            sample: None,
+        };
+        assert!(hosts_table(&report).contains("claims: n, Brier"));
+        let text = claims_detail(&report);
+        assert!(
+            text.contains("  claimed 0.8–1.0: 40 tasks, mean claim 0.95, finished 0.50\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  claimed 0.2–0.4: 10 tasks, mean claim 0.30, finished 0.30\n"),
+            "{text}"
+        );
+        assert!(!text.contains("claimed 0.0–0.2"), "{text}");
+        // The JSON carries the curve; an older node's report without it reads.
+        let mut json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["hosts"][0]["reliability"][1]["claims"], 40);
+        assert_eq!(json["hosts"][0]["reliability"][1]["finished"], 0.5);
+        json["hosts"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("reliability");
+        let back: HostsReport = serde_json::from_value(json).unwrap();
+        assert!(claims_detail(&back).contains("no host has a scored claim yet"));
     }
 
     #[test]

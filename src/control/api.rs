@@ -154,6 +154,12 @@ pub struct HostReport {
     pub log_score: Option<f64>,
     #[serde(default = "one")]
     pub claim_discount: f64,
+    /// Its claims' reliability curve: per bin of claimed TR that holds a
+    /// claim (lowest first), how many, their mean claim and the share that
+    /// landed. Empty before its first claim (and from a node before the
+    /// curve).
+    #[serde(default)]
+    pub reliability: Vec<ClaimBinReport>,
     /// Its past week, as it answered: failure episodes begun, mean seconds
     /// up between them and mean seconds away per episode.
     #[serde(default)]
@@ -179,6 +185,40 @@ pub struct HostReport {
     /// recently used first); empty when its summary does not say.
     #[serde(default)]
     pub images: Vec<String>,
+}
+
+/// One bin of a host's reliability curve in `hosts`: claims of TR in
+/// [`from`, `to`) (the last bin holds 1), how many, their mean and the
+/// share of them whose attempt landed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaimBinReport {
+    pub from: f64,
+    pub to: f64,
+    pub claims: u64,
+    pub mean_claim: f64,
+    pub finished: f64,
+}
+
+impl ClaimBinReport {
+    /// The bins of `track`'s curve that hold a claim.
+    pub fn curve(track: &crate::model::trust::HostTrack) -> Vec<ClaimBinReport> {
+        use crate::model::trust::ClaimBin;
+        track
+            .curve
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| {
+                let (from, to) = ClaimBin::bounds(i);
+                Some(ClaimBinReport {
+                    from,
+                    to,
+                    claims: b.claims,
+                    mean_claim: b.mean_claim()?,
+                    finished: b.landed_share()?,
+                })
+            })
+            .collect()
+    }
 }
 
 /// A claim discount's default: none (a report from a node before scored
@@ -240,6 +280,7 @@ impl From<&SurveyedHost> for HostReport {
             brier: None,
             log_score: None,
             claim_discount: 1.0,
+            reliability: Vec::new(),
             failures_past_week: h.spells.map(|s| s.episodes),
             mean_uptime_secs: h.spells.and_then(|s| s.mean_uptime_secs()),
             mean_outage_secs: h.spells.and_then(|s| s.mean_outage_secs()),

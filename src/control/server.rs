@@ -9,9 +9,9 @@
 //! node answers: HTTP and JSON stop here.
 
 use super::api::{
-    shell_code, ApiError, GuestReport, HostReport, HostsQuery, HostsReport, ImportSummary,
-    PauseReport, PauseRequest, PoolSample, PredictQuery, RunLocalRequest, RunStarted, StatusReport,
-    StreamLine, TrReport, PREFIX,
+    shell_code, ApiError, ClaimBinReport, GuestReport, HostReport, HostsQuery, HostsReport,
+    ImportSummary, PauseReport, PauseRequest, PoolSample, PredictQuery, RunLocalRequest,
+    RunStarted, StatusReport, StreamLine, TrReport, PREFIX,
 };
 pub use super::state::ControlHandles;
 use super::state::{consumer_of, json_result, ApiJson, ApiQuery};
@@ -543,6 +543,7 @@ async fn hosts(State(h): State<ControlHandles>, ApiJson(query): ApiJson<HostsQue
                         brier: track.brier(),
                         log_score: track.log_score(),
                         claim_discount: track.claim_discount(),
+                        reliability: ClaimBinReport::curve(&track),
                         ..HostReport::from(host)
                     }
                 })
