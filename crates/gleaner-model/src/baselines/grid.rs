@@ -26,7 +26,7 @@ pub const HALF_LIFE_DAYS: f64 = 28.0;
 /// cost on records that span years.
 pub const MAX_TRAINING_DAYS: i64 = 120;
 /// How far back the present features look.
-const LOOKBACK_SECS: i64 = 86_400;
+pub(super) const LOOKBACK_SECS: i64 = 86_400;
 /// Most grids kept (each six bytes and a little per step of a record). A
 /// grid is keyed by the whole record, so it serves only the fits asked of
 /// one record; `gleaner eval` asks several records' in turn, and a node
@@ -249,7 +249,7 @@ pub(crate) fn hour_slots(series: &HostSeries, first: i64, last: i64) -> Vec<(Dat
 }
 
 /// What is known at a window's start.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Present {
     pub(super) state: State,
     age_secs: i64,
@@ -261,6 +261,25 @@ pub(super) struct Present {
 }
 
 impl Present {
+    /// A present from its parts (what [`super::slots`] keeps of it).
+    pub(super) fn from_parts(
+        state: State,
+        age_secs: i64,
+        since_fail_secs: i64,
+        load: f64,
+        min_free: u64,
+        job_mem: u64,
+    ) -> Present {
+        Present {
+            state,
+            age_secs,
+            since_fail_secs,
+            load,
+            min_free,
+            job_mem,
+        }
+    }
+
     pub(super) fn class(&self) -> usize {
         usize::from(self.state == State::S2)
     }

@@ -33,8 +33,13 @@
 //! cached ([`FitCache`], keyed by a fingerprint of that part of the record and
 //! the request's shape) and reused for every query of the day, even after
 //! new samples arrive. A cached forecast reads one day of states before W;
-//! a cold one first builds a state grid of the whole record once
-//! ([`GridIndex`], also cached by fingerprint) and fits (a few hundred µs).
+//! a new fit reads the training windows off a table of the record's hours
+//! ([`SlotTable`]: each hour's present and first failure after it, 48 bytes
+//! an hour), kept between answers and brought up to the record as it grows
+//! (the hours added, the first failures still awaited, the front a
+//! retention cut), and made from the whole record only when none is kept
+//! (issue 29, goal 6: a state grid of the whole record, six bytes a step,
+//! was built for every new fit before).
 //!
 //! `logistic+cal` adds one out-of-sample step per fit: the fit the record
 //! had [`HOLDOUT_DAYS`] days before W's date forecasts the windows of the
@@ -44,13 +49,14 @@
 //! weeks of one host's windows are few and overlap.
 //! Pure code: no clock, no I/O; the cache is plain memory behind a mutex.
 
-use super::grid::{day_start, prefix_fingerprint, GridCache, GridIndex, Present};
+use super::grid::{day_start, prefix_fingerprint, GridCache, Present};
 pub use super::grid::{HALF_LIFE_DAYS, MAX_TRAINING_DAYS};
 use super::isotonic::Isotonic;
 use super::later::{self, LaterCache};
 use super::pool_prior::{young_host_target, PoolPrior};
 use super::prior::YoungHostPrior;
 use super::ridge::{self, dot, sigmoid, Settings};
+use super::slots::{SlotCache, SlotTable};
 use super::{certain_failure, observed_state, Frequency};
 use crate::predict::{geometry, is_weekend, PredictError, PredictRequest};
 use crate::predictor::{ReliabilityForecast, ReliabilityPredictor};
@@ -179,8 +185,16 @@ impl Logistic {
         Logistic { pool, ..self }
     }
 
-    /// Drops every cached grid and fit.
+    /// Drops every cached grid, fit and table of the record's hours.
     pub fn clear_cache(&self) {
+        self.clear_fits();
+        self.cache.slots.clear();
+    }
+
+    /// Drops every cached grid and fit, keeping the tables of the record's
+    /// hours ([`SlotTable`]), which a node keeps as its record grows: what
+    /// the day's first answer finds.
+    pub fn clear_fits(&self) {
         self.cache.lock().fits.clear();
         self.cache.grids.clear();
         self.later.clear();
@@ -197,6 +211,8 @@ impl Logistic {
 pub struct FitCache {
     inner: Mutex<CacheInner>,
     grids: GridCache,
+    /// What the fits read of a record, by thresholds ([`SlotTable`]).
+    slots: SlotCache,
 }
 
 #[derive(Default)]
@@ -489,45 +505,42 @@ impl WindowFit {
 
 /// Fits the model for windows of `m` steps from the record before `midnight`
 /// (W's local date `date` begins there).
-fn fit(grid: &GridIndex, job_mem: u64, m: usize, date: Date, midnight: i64) -> WindowFit {
+fn fit(table: &SlotTable, job_mem: u64, m: usize, date: Date, midnight: i64) -> WindowFit {
     let oldest = midnight.saturating_sub(MAX_TRAINING_DAYS * 86_400);
-    let examples = windows_between(grid, job_mem, m, date, oldest, midnight);
+    let examples = windows_between(table, job_mem, m, date, oldest, midnight);
     fit_examples(examples)
 }
 
 /// The training windows of `m` steps that start at or after `oldest` on a
 /// date before `date` and end by `midnight`, weighted by their age in days
-/// before `date`.
+/// before `date`: the record's hours as the grid of the whole record would
+/// read them ([`SlotTable`]).
 fn windows_between(
-    grid: &GridIndex,
+    table: &SlotTable,
     job_mem: u64,
     m: usize,
     date: Date,
     oldest: i64,
     midnight: i64,
 ) -> Vec<Example> {
-    let span = m as i64 * grid.step;
+    let span = m as i64 * table.step;
     let mut examples = Vec::new();
-    let from = grid.slots.partition_point(|s| s.2 < oldest);
-    let to = grid.slots.partition_point(|s| s.2 < midnight);
-    for &(day, hour, start) in grid.slots.get(from..to).unwrap_or_default() {
+    let from = table.entries.partition_point(|s| s.start < oldest);
+    let to = table.entries.partition_point(|s| s.start < midnight);
+    for slot in table.entries.get(from..to).unwrap_or_default() {
+        let (day, hour, start) = (slot.date, slot.hour, slot.start);
         if day >= date || start.saturating_add(span) > midnight {
             continue;
         }
-        let Some(k) = grid.step_of(start) else {
-            continue;
-        };
+        let k = ((start - table.t0) / table.step) as usize;
         let end = k + m;
-        if end >= grid.states.len() || !grid.states[k].is_transient() {
+        if end >= table.steps || !slot.state.is_transient() {
             continue;
         }
-        let p = grid.present(k, job_mem);
-        let first_fail = grid.next_fail(k + 1);
-        let survived = first_fail == u32::MAX || first_fail as usize > end;
-        let cause = if survived {
-            None
-        } else {
-            grid.states[first_fail as usize].failure_index()
+        let p = slot.present(table.step, job_mem);
+        let (survived, cause) = match slot.first_failure(table.t0, table.step) {
+            Some((first_fail, cause)) if first_fail <= end => (false, cause),
+            _ => (true, None),
         };
         let age_days = (date - day).get_days().max(0) as f64;
         examples.push(Example {
@@ -662,8 +675,8 @@ impl Logistic {
         if let Some(f) = self.cache.lock().fits.get(&key) {
             return Some(f.clone());
         }
-        let grid = self.cache.grids.grid_for(series, th)?;
-        let fitted = Arc::new(fit(&grid, th.job_mem_mib, m, date, midnight));
+        let table = self.cache.slots.table_for(series, th)?;
+        let fitted = Arc::new(fit(&table, th.job_mem_mib, m, date, midnight));
         let mut inner = self.cache.lock();
         if inner.fits.len() >= MAX_FITS {
             inner.fits.clear();
@@ -717,7 +730,7 @@ impl Logistic {
         if series.first_time()? > first_midnight - HOLDOUT_DAYS * 86_400 {
             return None;
         }
-        let grid = self.cache.grids.grid_for(series, th)?;
+        let table = self.cache.slots.table_for(series, th)?;
         let mut pairs = Vec::new();
         let mut day = first;
         while day < date {
@@ -731,7 +744,7 @@ impl Logistic {
                     ..asked
                 },
             )?;
-            let windows = windows_between(&grid, th.job_mem_mib, m, next, day_midnight, midnight);
+            let windows = windows_between(&table, th.job_mem_mib, m, next, day_midnight, midnight);
             pairs.extend(windows.iter().map(|e| forecast_pair(&fit, e)));
             day = next;
         }
@@ -776,8 +789,8 @@ impl Logistic {
                 ..asked
             },
         )?;
-        let grid = self.cache.grids.grid_for(series, th)?;
-        let held_out = windows_between(&grid, th.job_mem_mib, m, date, split_midnight, midnight);
+        let table = self.cache.slots.table_for(series, th)?;
+        let held_out = windows_between(&table, th.job_mem_mib, m, date, split_midnight, midnight);
         Some((early, held_out))
     }
 }

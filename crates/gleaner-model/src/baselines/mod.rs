@@ -59,11 +59,14 @@ pub mod prior;
 mod recent;
 pub mod ridge;
 pub mod rippp;
+mod slots;
 
 mod method_id;
 pub use method_id::{MethodId, UnknownMethod};
 #[cfg(test)]
 mod later_tests;
+#[cfg(test)]
+mod slots_tests;
 #[cfg(test)]
 mod test_series;
 #[cfg(test)]
