@@ -121,6 +121,8 @@ fn assert_reads_as_the_grid(table: &SlotTable, series: &HostSeries, what: &str) 
 
 #[test]
 fn a_table_made_from_the_whole_record_reads_as_the_grid() {
+    // What an hour of record holds (`docs/accuracy.md` counts on it).
+    assert_eq!(std::mem::size_of::<super::slots::SlotFacts>(), 48);
     for (days, step, jitter) in [(30, 20, false), (12, 6, true)] {
         let series = series_of(&rows(days, step, 7, jitter), step);
         let table = SlotTable::build(&series, thresholds()).unwrap();
