@@ -193,6 +193,25 @@ fn a_sweep_completes_once_through_a_host_and_the_consumer_killed_mid_batch() {
         consumer.run_ok(&["batch", "results", &id, "--out", again.to_str().unwrap()]);
     }
     assert_eq!(std::fs::read_dir(&again).unwrap().count(), TASKS);
+
+    // What the hosts claimed against what landed, as `hosts` shows it from
+    // the consumer's record (kept through its kill -9): each claimed TR in
+    // its bin of the reliability curve, the bin's mean claim inside it.
+    let report: Value =
+        serde_json::from_str(&consumer.run_ok(&["hosts", "--json", "--window", "1h"])).unwrap();
+    let mut claims = 0;
+    for host in report["hosts"].as_array().unwrap() {
+        for bin in host["reliability"].as_array().unwrap() {
+            let n = bin["claims"].as_u64().unwrap();
+            let (from, to) = (bin["from"].as_f64().unwrap(), bin["to"].as_f64().unwrap());
+            let mean = bin["mean_claim"].as_f64().unwrap();
+            let finished = bin["finished"].as_f64().unwrap();
+            assert!(n >= 1 && (0.0..=1.0).contains(&finished), "{bin}");
+            assert!(from <= mean && mean <= to, "{bin}");
+            claims += n;
+        }
+    }
+    assert!(claims >= 1, "no claim in any host's curve: {report:#}");
 }
 
 #[test]
