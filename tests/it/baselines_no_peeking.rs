@@ -72,6 +72,7 @@ fn logistic_methods_do_not_peek_with_the_held_out_days_active() {
                 "nws",
                 "nws+mix",
                 "logistic+hourbias",
+                "logistic+hostcal",
             ] {
                 let method = method_by_name(name, 3).unwrap();
                 let full = method.forecast(series, &req);

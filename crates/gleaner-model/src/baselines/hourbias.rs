@@ -123,9 +123,11 @@ impl HourCorrection {
 /// Ridge logistic regression with an offset: minimises ½ [`RIDGE`] |c|² +
 /// Σ w (log(1 + e^η) − y η), η = offset + c·x, by Newton's method (the loss
 /// is convex and the ridge makes it strictly so; each step is halved until
-/// the loss goes down). `None` when a step cannot be solved.
-fn fit_offset(rows: &[([f64; TERMS], f64, f64, f64)]) -> Option<[f64; TERMS]> {
-    let loss = |c: &[f64; TERMS]| -> f64 {
+/// the loss goes down). `None` when a step cannot be solved. Rows are
+/// (x, offset, weight, outcome); `logistic+hostcal` fits its two terms with
+/// it too.
+pub(super) fn fit_offset<const N: usize>(rows: &[([f64; N], f64, f64, f64)]) -> Option<[f64; N]> {
+    let loss = |c: &[f64; N]| -> f64 {
         let penalty = 0.5 * RIDGE * dot(c, c);
         rows.iter().fold(penalty, |acc, (x, z, w, y)| {
             let eta = z + dot(c, x);
@@ -137,11 +139,11 @@ fn fit_offset(rows: &[([f64; TERMS], f64, f64, f64)]) -> Option<[f64; TERMS]> {
             acc + w * (softplus - y * eta)
         })
     };
-    let mut c = [0.0; TERMS];
+    let mut c = [0.0; N];
     let mut current = loss(&c);
     for _ in 0..MAX_STEPS {
         let mut grad = c.map(|ci| RIDGE * ci);
-        let mut hess = [[0.0; TERMS]; TERMS];
+        let mut hess = [[0.0; N]; N];
         for (i, row) in hess.iter_mut().enumerate() {
             row[i] = RIDGE;
         }
@@ -149,9 +151,9 @@ fn fit_offset(rows: &[([f64; TERMS], f64, f64, f64)]) -> Option<[f64; TERMS]> {
             let p = sigmoid(z + dot(&c, x));
             let r = w * (p - y);
             let k = w * (p * (1.0 - p)).max(1e-9);
-            for i in 0..TERMS {
+            for i in 0..N {
                 grad[i] += r * x[i];
-                for j in 0..TERMS {
+                for j in 0..N {
                     hess[i][j] += k * x[i] * x[j];
                 }
             }
@@ -160,7 +162,7 @@ fn fit_offset(rows: &[([f64; TERMS], f64, f64, f64)]) -> Option<[f64; TERMS]> {
         let mut scale = 1.0;
         let mut moved = 0.0f64;
         for _ in 0..30 {
-            let trial: [f64; TERMS] = std::array::from_fn(|i| c[i] - scale * delta[i]);
+            let trial: [f64; N] = std::array::from_fn(|i| c[i] - scale * delta[i]);
             let trial_loss = loss(&trial);
             if trial_loss.is_finite() && trial_loss <= current {
                 moved = delta.iter().fold(0.0, |m, d| m.max((scale * d).abs()));
@@ -177,7 +179,7 @@ fn fit_offset(rows: &[([f64; TERMS], f64, f64, f64)]) -> Option<[f64; TERMS]> {
     c.iter().all(|x| x.is_finite()).then_some(c)
 }
 
-fn logit(p: f64) -> f64 {
+pub(super) fn logit(p: f64) -> f64 {
     let p = p.clamp(EPS, 1.0 - EPS);
     (p / (1.0 - p)).ln()
 }
@@ -265,7 +267,7 @@ impl PastDayLearner for HourBias {
 }
 
 /// W's local hour of day, fractional (a node asks at any second).
-fn local_hour(series: &HostSeries, at: i64) -> Result<f64, PredictError> {
+pub(super) fn local_hour(series: &HostSeries, at: i64) -> Result<f64, PredictError> {
     let z = Timestamp::from_second(at)
         .map_err(|_| PredictError::BadTime(at))?
         .to_zoned(series.tz.clone());

@@ -31,6 +31,9 @@
 //! - [`hourbias`]: `logistic` with a per-host, per-length correction of
 //!   its log-odds by the hour of day, learned on its own past forecasts of
 //!   every past day with forgetting (`logistic+hourbias`).
+//! - [`hostcal`]: `logistic` through a per-host, per-length intercept and
+//!   slope on its log-odds, learned on its own past forecasts of every past
+//!   day whose windows had ended by W's date (`logistic+hostcal`).
 //! - [`linear`]: the papers' AR(8), BM(8), MA(8), ARMA(8,8), LAST on host load
 //!   and free memory, as an iterated point forecast and as simulated paths.
 //!
@@ -46,6 +49,7 @@ pub mod blend;
 pub mod freq;
 mod grid;
 pub mod hazard;
+pub mod hostcal;
 pub mod hourbias;
 pub mod isotonic;
 pub mod later;
@@ -228,6 +232,7 @@ pub fn method_names() -> Vec<&'static str> {
         "nws",
         "nws+mix",
         "logistic+hourbias",
+        "logistic+hostcal",
     ];
     names.extend(LINEAR.iter().map(|(point, _, _)| *point));
     names.extend(LINEAR.iter().map(|(_, prob, _)| *prob));
@@ -273,6 +278,7 @@ pub fn method_by_name(name: &str, seed: u64) -> Option<Box<dyn ReliabilityPredic
         "nws" => Box::new(Nws::shared(nws::Mode::Leader)),
         "nws+mix" => Box::new(Nws::shared(nws::Mode::Mix)),
         "logistic+hourbias" => Box::new(HourBias::shared()),
+        "logistic+hostcal" => Box::new(hostcal::HostCal::shared()),
         "blend" | "blend+age" => {
             let mut parts = vec![method_by_name("km", seed)?, method_by_name("freq", seed)?];
             if name == "blend+age" {

@@ -294,7 +294,7 @@ fn linear_baselines_forecast_memory_only_for_a_working_set() {
 #[test]
 fn registry_round_trips_every_name() {
     let names = method_names();
-    assert_eq!(names.len(), 28);
+    assert_eq!(names.len(), 29);
     for name in &names {
         let method = method_by_name(name, 1).unwrap();
         assert_eq!(method.name(), *name);
