@@ -40,13 +40,7 @@ pub(crate) fn prefix_fingerprint(series: &HostSeries, end: i64, th: &Thresholds)
     let n = series.row_at(end.saturating_sub(1)).map_or(0, |r| r + 1);
     let mut h = DefaultHasher::new();
     n.hash(&mut h);
-    series.step_secs.hash(&mut h);
-    series.max_gap_secs.hash(&mut h);
-    series.tz.iana_name().hash(&mut h);
-    th.th1.to_bits().hash(&mut h);
-    th.th2.to_bits().hash(&mut h);
-    th.sustain_secs.hash(&mut h);
-    th.job_mem_mib.hash(&mut h);
+    hash_reading_rules(&mut h, series, th);
     if n > 0 {
         for k in 0..=32usize {
             let i = (n - 1) * k / 32;
@@ -59,6 +53,19 @@ pub(crate) fn prefix_fingerprint(series: &HostSeries, end: i64, th: &Thresholds)
         }
     }
     h.finish()
+}
+
+/// Feeds `h` the rules a record's states are read by: its step, its
+/// longest gap, its time zone and the thresholds. Everything made from a
+/// record's states (a grid, a table of its hours) is keyed by them.
+pub(super) fn hash_reading_rules(h: &mut impl Hasher, series: &HostSeries, th: &Thresholds) {
+    series.step_secs.hash(h);
+    series.max_gap_secs.hash(h);
+    series.tz.iana_name().hash(h);
+    th.th1.to_bits().hash(h);
+    th.th2.to_bits().hash(h);
+    th.sustain_secs.hash(h);
+    th.job_mem_mib.hash(h);
 }
 
 /// The states of a whole record on its own step grid, with what the

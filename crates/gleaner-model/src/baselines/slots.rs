@@ -34,7 +34,7 @@
 //! the grid is six bytes a step (4.8 MB at 6 s steps).
 //! Pure code: no clock, no I/O.
 
-use super::grid::{hour_slots, Present, LOOKBACK_SECS};
+use super::grid::{hash_reading_rules, hour_slots, Present, LOOKBACK_SECS};
 use crate::series::HostSeries;
 use crate::state::{State, Thresholds};
 use jiff::civil::Date;
@@ -122,13 +122,7 @@ pub struct SlotTable {
 
 fn rules_of(series: &HostSeries, th: &Thresholds) -> u64 {
     let mut h = DefaultHasher::new();
-    series.step_secs.hash(&mut h);
-    series.max_gap_secs.hash(&mut h);
-    series.tz.iana_name().hash(&mut h);
-    th.th1.to_bits().hash(&mut h);
-    th.th2.to_bits().hash(&mut h);
-    th.sustain_secs.hash(&mut h);
-    th.job_mem_mib.hash(&mut h);
+    hash_reading_rules(&mut h, series, th);
     h.finish()
 }
 
