@@ -4,8 +4,9 @@
 //! window, starts there, and finishes with the window's P(finish), the
 //! host's TR for that window; otherwise it falls back as the queue would.
 //!
-//! Owns the hold's input type, its checks, and what a run does when a held
-//! window comes. Knows nothing of peers, clocks or the queue's rounds: the
+//! Owns the hold's input type and its checks; what a run does when a held
+//! window comes is `Run::window` (in `run.rs`, so the run does not reach
+//! back here for its own behaviour). Knows nothing of peers, clocks or the queue's rounds: the
 //! caller passes the window's start as seconds from now and the host as an
 //! index into the estimate's hosts.
 //!
@@ -25,11 +26,8 @@
 //!   it is hit at a uniform point of its run (the forecast says whether,
 //!   not when) and goes back to the queue as a killed task does.
 
-use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::facts::HostFacts;
-use super::run::{EventKind, Run};
 use super::EstimateError;
 
 /// A waiting task held for a later window on one host.
@@ -91,49 +89,6 @@ pub(super) fn checked(
         });
     }
     Ok(holds)
-}
-
-impl Run {
-    /// Sets the run's holds going: each held task waits for its window.
-    pub(super) fn arm_holds(&mut self) {
-        self.holds_pending = self.holds.len();
-        for i in 0..self.holds.len() {
-            let start = self.holds[i].start;
-            self.push(start, EventKind::Window { hold: i as u32 });
-        }
-    }
-
-    /// Hold `hold`'s window has come at `now` (see the module's rule).
-    pub(super) fn window<R: Rng + ?Sized>(
-        &mut self,
-        facts: &[HostFacts],
-        hold: &Hold,
-        now: f64,
-        rng: &mut R,
-    ) {
-        self.holds_pending -= 1;
-        let (task, host) = (hold.task, hold.host);
-        let run = self.attempt_secs(&facts[host], task);
-        if self.ours[host] || !run.is_finite() {
-            self.queue.push_front(task);
-            self.recheck_all = true;
-            return;
-        }
-        if self.is_free[host] {
-            self.remove_free(host);
-        }
-        self.next_fail[host] = if rng.random::<f64>() < hold.p {
-            now + run + self.up_spell(facts, host, rng)
-        } else {
-            now + rng.random::<f64>() * run
-        };
-        // `start` bumps the host's epoch: a return from an outage or from
-        // its owner's work still pending is stale from now on.
-        self.start(facts, task, host, now);
-        // The rule's view of the pool changed (a host it may have counted
-        // on is taken).
-        self.recheck_all = true;
-    }
 }
 
 #[cfg(test)]

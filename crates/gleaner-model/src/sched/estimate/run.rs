@@ -593,6 +593,50 @@ impl Run {
     }
 }
 
+/// The run's side of holds ([`super::held`] has the rule).
+impl Run {
+    /// Sets the run's holds going: each held task waits for its window.
+    pub(super) fn arm_holds(&mut self) {
+        self.holds_pending = self.holds.len();
+        for i in 0..self.holds.len() {
+            let start = self.holds[i].start;
+            self.push(start, EventKind::Window { hold: i as u32 });
+        }
+    }
+
+    /// Hold `hold`'s window has come at `now` (see the module's rule).
+    pub(super) fn window<R: Rng + ?Sized>(
+        &mut self,
+        facts: &[HostFacts],
+        hold: &Hold,
+        now: f64,
+        rng: &mut R,
+    ) {
+        self.holds_pending -= 1;
+        let (task, host) = (hold.task, hold.host);
+        let run = self.attempt_secs(&facts[host], task);
+        if self.ours[host] || !run.is_finite() {
+            self.queue.push_front(task);
+            self.recheck_all = true;
+            return;
+        }
+        if self.is_free[host] {
+            self.remove_free(host);
+        }
+        self.next_fail[host] = if rng.random::<f64>() < hold.p {
+            now + run + self.up_spell(facts, host, rng)
+        } else {
+            now + rng.random::<f64>() * run
+        };
+        // `start` bumps the host's epoch: a return from an outage or from
+        // its owner's work still pending is stale from now on.
+        self.start(facts, task, host, now);
+        // The rule's view of the pool changed (a host it may have counted
+        // on is taken).
+        self.recheck_all = true;
+    }
+}
+
 /// Checkpoints written in `work` wall seconds at one every `tau` (0: none):
 /// one after each full interval but the last.
 pub(super) fn checkpoints_in(work: f64, tau: f64) -> u64 {
