@@ -45,10 +45,7 @@ pub(crate) fn prefix_fingerprint(series: &HostSeries, end: i64, th: &Thresholds)
         for k in 0..=32usize {
             let i = (n - 1) * k / 32;
             if let Some(s) = series.get(i) {
-                s.time.hash(&mut h);
-                s.cpu.to_bits().hash(&mut h);
-                s.free_mib.hash(&mut h);
-                s.up.hash(&mut h);
+                hash_row(&mut h, &s);
             }
         }
     }
@@ -66,6 +63,15 @@ pub(super) fn hash_reading_rules(h: &mut impl Hasher, series: &HostSeries, th: &
     th.th2.to_bits().hash(h);
     th.sustain_secs.hash(h);
     th.job_mem_mib.hash(h);
+}
+
+/// Feeds `h` one row of a record (its time, load, free memory and up),
+/// as the fingerprints that tell one record from another sample it.
+pub(super) fn hash_row(h: &mut impl Hasher, s: &crate::series::Sample) {
+    s.time.hash(h);
+    s.cpu.to_bits().hash(h);
+    s.free_mib.hash(h);
+    s.up.hash(h);
 }
 
 /// The states of a whole record on its own step grid, with what the

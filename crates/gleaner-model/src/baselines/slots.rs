@@ -34,11 +34,11 @@
 //! the grid is six bytes a step (4.8 MB at 6 s steps).
 //! Pure code: no clock, no I/O.
 
-use super::grid::{hash_reading_rules, hour_slots, Present, LOOKBACK_SECS};
+use super::grid::{hash_reading_rules, hash_row, hour_slots, Present, LOOKBACK_SECS};
 use crate::series::HostSeries;
 use crate::state::{State, Thresholds};
 use jiff::civil::Date;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{DefaultHasher, Hasher};
 use std::sync::{Arc, Mutex};
 
 /// Tables kept at most (one per job memory asked about, and reading rules).
@@ -129,10 +129,7 @@ fn rules_of(series: &HostSeries, th: &Thresholds) -> u64 {
 fn row_hash(series: &HostSeries, i: usize) -> u64 {
     let mut h = DefaultHasher::new();
     if let Some(s) = series.get(i) {
-        s.time.hash(&mut h);
-        s.cpu.to_bits().hash(&mut h);
-        s.free_mib.hash(&mut h);
-        s.up.hash(&mut h);
+        hash_row(&mut h, &s);
     }
     h.finish()
 }
