@@ -74,6 +74,21 @@ pub(super) fn hash_row(h: &mut impl Hasher, s: &crate::series::Sample) {
     s.up.hash(h);
 }
 
+/// The grid's shape for a record: its first time, its step and its steps
+/// (at least two, under `u32::MAX / 2`); `None` for an empty or one-row
+/// record or one too long to index. The grid and the table of the record's
+/// hours (`slots`) are laid on the same steps.
+pub(super) fn shape(series: &HostSeries) -> Option<(i64, i64, usize)> {
+    let t0 = series.first_time()?;
+    let last = series.last_time()?;
+    let step = i64::from(series.step_secs.max(1));
+    let m = usize::try_from((last - t0) / step).ok()?;
+    if m == 0 || m >= u32::MAX as usize / 2 {
+        return None;
+    }
+    Some((t0, step, m + 1))
+}
+
 /// The states of a whole record on its own step grid, with what the
 /// features need at each step.
 ///
@@ -106,15 +121,10 @@ impl GridIndex {
     /// Builds the grid of `series` read with `th`; `None` for an empty or
     /// one-row record or one too long to index.
     pub fn build(series: &HostSeries, th: Thresholds) -> Option<GridIndex> {
-        let t0 = series.first_time()?;
+        let (t0, step, steps) = shape(series)?;
         let last = series.last_time()?;
-        let step = i64::from(series.step_secs.max(1));
-        let m = usize::try_from((last - t0) / step).ok()?;
-        if m == 0 || m >= u32::MAX as usize / 2 {
-            return None;
-        }
         let mut states = Vec::new();
-        if !series.window_states(th, t0, step as u32, m, &mut states) {
+        if !series.window_states(th, t0, step as u32, steps - 1, &mut states) {
             return None;
         }
         states.shrink_to_fit();

@@ -34,7 +34,7 @@
 //! the grid is six bytes a step (4.8 MB at 6 s steps).
 //! Pure code: no clock, no I/O.
 
-use super::grid::{hash_reading_rules, hash_row, hour_slots, Present, LOOKBACK_SECS};
+use super::grid::{hash_reading_rules, hash_row, hour_slots, shape, Present, LOOKBACK_SECS};
 use crate::series::HostSeries;
 use crate::state::{State, Thresholds};
 use jiff::civil::Date;
@@ -144,18 +144,6 @@ fn anchors_of(series: &HostSeries) -> Vec<(i64, u64, usize)> {
         .collect();
     out.dedup_by_key(|a| a.2);
     out
-}
-
-/// The grid's shape for a record: first time, step, steps.
-fn shape(series: &HostSeries) -> Option<(i64, i64, usize)> {
-    let t0 = series.first_time()?;
-    let last = series.last_time()?;
-    let step = i64::from(series.step_secs.max(1));
-    let m = usize::try_from((last - t0) / step).ok()?;
-    if m == 0 || m >= u32::MAX as usize / 2 {
-        return None;
-    }
-    Some((t0, step, m + 1))
 }
 
 /// A local hour to fill: its slot and grid step.
