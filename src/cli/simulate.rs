@@ -227,6 +227,8 @@ pub struct SimulateReport {
     pub liars: usize,
     /// `--overclaim`: the share of hosts that claim TR 1 at every window.
     pub overclaim: f64,
+    /// `--overclaim-pick`: `random` or `least-reliable`.
+    pub overclaim_pick: String,
     pub policies: Vec<PolicyReport>,
     /// TR curves computed (cache misses) and forecasts that had too little history.
     pub curves_computed: usize,
@@ -334,10 +336,15 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
     let th = Thresholds::default();
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let (hosts, timelines) = build_pool(&series, n_hosts, th, &mut rng)?;
-    let overclaims = args.claims.overclaimers(n_hosts, args.seed)?;
     let runtimes: Vec<f64> = (0..args.tasks)
         .map(|_| args.runtime.draw(&mut rng))
         .collect();
+    let overclaims = args.claims.overclaimers(
+        &hosts,
+        &timelines,
+        claims::median_runtime(&runtimes),
+        args.seed,
+    )?;
     let setup_secs = started.elapsed().as_secs_f64();
 
     let method = |name: &str| method_by_name(name, args.seed).context("unknown method");
@@ -544,6 +551,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         verify_warmup,
         liars: args.liars,
         overclaim: args.claims.overclaim,
+        overclaim_pick: args.claims.pick_name().to_string(),
         policies,
         curves_computed: default_fc.computed() + freq_fc.computed(),
         forecasts_failed: default_fc.failed() + freq_fc.failed(),

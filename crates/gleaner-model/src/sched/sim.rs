@@ -42,7 +42,7 @@ pub mod verify;
 mod view;
 mod windows;
 
-pub use claims::{overclaimed_curve, ClaimPlan, ClaimStats, Scoring};
+pub use claims::{least_reliable_hosts, overclaimed_curve, ClaimPlan, ClaimStats, Scoring};
 pub use config::{SimConfig, SimError, SimHost};
 pub use forecast::{Forecaster, SeriesForecaster};
 pub use knowledge::{summaries_apply, Knowledge, ProbeStats, SummaryPlan};

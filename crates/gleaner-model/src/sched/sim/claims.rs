@@ -17,9 +17,10 @@
 //! beyond the attempt ends it is told of, and the policies ask it
 //! [`Sim::standing`].
 
-use super::{Sim, CURVE_WINDOWS};
+use super::{Sim, SimHost, CURVE_WINDOWS};
 use crate::sched::curve::TrCurve;
 use crate::sched::place::HostView;
+use crate::sched::timeline::Timeline;
 use crate::trust::{HostTrack, Outcome, Standing};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -374,6 +375,52 @@ pub(super) enum AttemptEnd {
     Cancelled,
 }
 
+/// The `k` hosts (by index) least likely to keep a guest for
+/// `window_secs`: the share of hourly starts over the run's first
+/// `span_secs` (simulation time, from each host's own offset) at which the
+/// host is usable and no failure comes within the window, lowest first
+/// (ties by index; a host never usable then counts 0). Which hosts lie is
+/// the scenario's choice, made by whoever sets the run up; the consumer
+/// never sees it. The threat the record is for is the host that fails
+/// often and claims it does not, so a run may put its liars there.
+pub fn least_reliable_hosts(
+    hosts: &[SimHost],
+    timelines: &[Timeline],
+    k: usize,
+    window_secs: f64,
+    span_secs: f64,
+) -> Vec<bool> {
+    let survival = |h: &SimHost| -> f64 {
+        let Some(tl) = timelines.get(h.timeline) else {
+            return 0.0;
+        };
+        let (mut tried, mut kept) = (0u32, 0u32);
+        let mut s = 0.0;
+        while s < span_secs {
+            let t = h.offset as f64 + s;
+            if tl.failure_at(t).is_none() {
+                tried += 1;
+                if tl.next_failure(t).is_none_or(|(f, _)| f >= t + window_secs) {
+                    kept += 1;
+                }
+            }
+            s += 3600.0;
+        }
+        if tried == 0 {
+            0.0
+        } else {
+            f64::from(kept) / f64::from(tried)
+        }
+    };
+    let mut order: Vec<(f64, usize)> = hosts.iter().map(survival).zip(0..).collect();
+    order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut out = vec![false; hosts.len()];
+    for &(_, h) in order.iter().take(k) {
+        out[h] = true;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -530,5 +577,31 @@ mod tests {
         assert!(scored.active());
         assert_eq!("Record".parse::<Scoring>(), Ok(Scoring::Record));
         assert!("on".parse::<Scoring>().is_err());
+    }
+
+    #[test]
+    fn the_least_reliable_hosts_are_those_whose_windows_fail_most() {
+        // Flaky hosts at indices 0, 2 and 4, steady ones between: the pick
+        // goes by what the timelines do, not by index.
+        let timelines = [timeline(false), timeline(true)];
+        let hosts: Vec<SimHost> = (0..6)
+            .map(|i| SimHost {
+                timeline: usize::from(i % 2 == 0),
+                offset: 86_400,
+                power: 1.0,
+            })
+            .collect();
+        let day = 86_400.0;
+        let pick = least_reliable_hosts(&hosts, &timelines, 3, 3600.0, day);
+        assert_eq!(pick, vec![true, false, true, false, true, false]);
+        let two = least_reliable_hosts(&hosts, &timelines, 2, 3600.0, day);
+        assert_eq!(two, vec![true, false, true, false, false, false]);
+        assert!(!least_reliable_hosts(&hosts, &timelines, 0, 3600.0, day).contains(&true));
+        // A window shorter than the flaky hosts' up spells still fails
+        // sometimes; a host whose timeline is missing counts as never kept.
+        let mut lost = hosts.clone();
+        lost[5].timeline = 9;
+        let pick = least_reliable_hosts(&lost, &timelines, 1, 600.0, day);
+        assert_eq!(pick, vec![false, false, false, false, false, true]);
     }
 }
