@@ -64,7 +64,9 @@ pub struct SimulateArgs {
 
     /// Comma-separated policies: random, power, tr-freq, tr, proactive,
     /// proactive+checkpoint, oracle, windows (proactive holding long tasks
-    /// for later windows; issue 28).
+    /// for later windows; issue 28), proactive-auto (proactive, or windows
+    /// with bounded holds, whichever ended the batch sooner replayed on the
+    /// pool's past; docs/scheduling.md).
     #[arg(
         long,
         value_name = "LIST",
@@ -410,6 +412,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
             estimate_runs,
             recheck_secs: 600.0,
             windows: window_rule_from_env(),
+            duel: duel_rule_from_env(),
             hold_gives_way: gives_way_from_env(),
             tail_copies: args.tail_copies,
             tail: tail_rule_from_env(),
@@ -606,7 +609,7 @@ fn run_label(policy: Policy, knowledge: Knowledge, scoring: Scoring) -> String {
 fn expected_cost(policy: Policy) -> u8 {
     match policy {
         Policy::Oracle => 7,
-        Policy::Windows => 6,
+        Policy::Windows | Policy::ProactiveAuto => 6,
         Policy::Proactive => 5,
         Policy::ProactiveCheckpoint => 4,
         Policy::Tr => 3,
@@ -718,6 +721,32 @@ fn window_rule_from_env() -> crate::model::sched::window::WindowRule {
             ("kill_near", Some(x)) => rule.kill_near_secs = Some(x),
             ("kill_near", None) if value == "none" => rule.kill_near_secs = None,
             ("max_held", Some(x)) => rule.max_held_secs = Some(x),
+            _ => {}
+        }
+    }
+    rule
+}
+
+/// How `proactive-auto` back-tests the two rules (`GLEANER_DUEL`:
+/// `first=`, the first back-test in the plain estimate's p50s; `step=`,
+/// seconds between back-tests; `count=`, at most this many; `align=`,
+/// the first put back to a whole number of these seconds), an
+/// experiment's knob like `GLEANER_WINDOW_RULE`.
+fn duel_rule_from_env() -> crate::model::sched::duel::DuelRule {
+    let mut rule = crate::model::sched::duel::DuelRule::default();
+    let Ok(v) = std::env::var("GLEANER_DUEL") else {
+        return rule;
+    };
+    for pair in v.split(',') {
+        let Some((key, value)) = pair.split_once('=') else {
+            continue;
+        };
+        let num = value.trim().parse::<f64>().ok().filter(|x| x.is_finite());
+        match (key.trim(), num) {
+            ("first", Some(x)) if x > 0.0 => rule.first_in_p50s = x,
+            ("step", Some(x)) if x >= 1.0 => rule.step_secs = x,
+            ("count", Some(x)) if x >= 1.0 => rule.backtests = (x as usize).min(64),
+            ("align", Some(x)) if x >= 1.0 => rule.align_secs = Some(x),
             _ => {}
         }
     }

@@ -112,6 +112,21 @@ pub fn widen(q: &Quantiles, factor: f64) -> Quantiles {
     }
 }
 
+/// The pool `back` seconds earlier: every host that much earlier in its
+/// trace; `None` when a host would have less than [`MIN_HISTORY_SECS`]
+/// of history there.
+pub fn earlier(hosts: &[SimHost], timelines: &[Timeline], back: i64) -> Option<Vec<SimHost>> {
+    hosts
+        .iter()
+        .map(|h| {
+            let offset = h.offset.checked_sub(back)?;
+            let tl = timelines.get(h.timeline)?;
+            (offset >= tl.start().saturating_add(MIN_HISTORY_SECS))
+                .then_some(SimHost { offset, ..*h })
+        })
+        .collect()
+}
+
 /// What to back-test: `config`'s batch on `hosts`, the present estimate
 /// being `now`, at most `backtests` times.
 #[derive(Debug, Clone, Copy)]
@@ -163,16 +178,9 @@ pub fn calibrate<R: Rng>(
         };
         for b in 1..=backtests.min(MAX_BACKTESTS) {
             let back = (b as f64 * gap).min(i64::MAX as f64 / 2.0) as i64;
-            let earlier: Option<Vec<SimHost>> = hosts
-                .iter()
-                .map(|h| {
-                    let offset = h.offset.checked_sub(back)?;
-                    let tl = timelines.get(h.timeline)?;
-                    (offset >= tl.start().saturating_add(MIN_HISTORY_SECS))
-                        .then_some(SimHost { offset, ..*h })
-                })
-                .collect();
-            let Some(earlier) = earlier else { break };
+            let Some(earlier) = earlier(hosts, timelines, back) else {
+                break;
+            };
             let mut rng = rng_for(b);
             let Some((then, _)) =
                 submission_estimate(config, &earlier, timelines, forecaster, |input| {
@@ -286,6 +294,7 @@ mod tests {
             estimate_runs: 200,
             recheck_secs: 600.0,
             windows: crate::sched::window::WindowRule::default(),
+            duel: Default::default(),
             knowledge: crate::sched::sim::Knowledge::Full,
             tail_copies: false,
             hold_gives_way: false,

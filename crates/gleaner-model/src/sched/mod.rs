@@ -10,7 +10,8 @@
 //! pair, exclusion, bounded kills (`window`), how many hosts
 //! placement asks and which (`probe`), which running tasks get a
 //! copy in a batch's tail (`tail`), and the one locality rule: hosts that
-//! hold a task's image first (`holds`).
+//! hold a task's image first (`holds`), and which of plain placement and
+//! bounded holds a batch is placed by (`duel`).
 //!
 //! The consumer describes a host by [`HostView`] (relative power, predicted
 //! availability, TR curve) and a task by its reference runtime; nothing here
@@ -20,6 +21,7 @@ pub mod backtest;
 pub mod cisne;
 pub mod curve;
 pub mod deadline;
+pub mod duel;
 pub mod estimate;
 pub mod holds;
 pub mod place;

@@ -18,7 +18,8 @@
 //! `config.rs` and `result.rs` (what goes in and comes out), `view.rs`
 //! (what the consumer knows of a host), `submission.rs` (the estimate at
 //! submission), `events.rs` (the event loop), `dispatch.rs` (placement),
-//! `windows.rs` (`windows`' holds), `knowledge.rs` (placing from the
+//! `windows.rs` (`windows`' holds), `duel.rs` (`proactive-auto`: which of
+//! `proactive` and bounded holds places the batch), `knowledge.rs` (placing from the
 //! members' summaries and a few asks), `sample.rs` (the sample of leaves
 //! a consumer of a large pool places from), `tail.rs` (tail copies),
 //! `verify.rs` (`--verify`), `claims.rs` (over-claiming hosts and the
@@ -28,6 +29,7 @@
 mod claims;
 mod config;
 mod dispatch;
+pub mod duel;
 mod events;
 mod forecast;
 pub mod knowledge;
@@ -177,6 +179,9 @@ pub fn simulate<R: Rng + ?Sized>(
         .find(|(_, r)| !(r.is_finite() && **r > 0.0))
     {
         return Err(SimError::BadRuntime { task, runtime });
+    }
+    if config.policy == Policy::ProactiveAuto {
+        return duel::simulate_auto(config, hosts, timelines, forecaster, rng, progress);
     }
     let mut sim = Sim::new(config, hosts, timelines);
     if let Knowledge::Summaries(plan) = config.knowledge {

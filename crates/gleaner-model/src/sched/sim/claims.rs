@@ -466,6 +466,7 @@ mod tests {
             estimate_runs: 0,
             recheck_secs: 600.0,
             windows: Default::default(),
+            duel: Default::default(),
             knowledge: Knowledge::Full,
             tail_copies: false,
             hold_gives_way: false,

@@ -33,6 +33,8 @@ pub struct SimConfig {
     pub recheck_secs: f64,
     /// How `windows` weighs later windows.
     pub windows: WindowRule,
+    /// How `proactive-auto` back-tests its two rules (`sim/duel.rs`).
+    pub duel: crate::sched::duel::DuelRule,
     /// Under `windows`, a held task is weighed again whenever a host frees
     /// (as the batch queue weighs its held tasks every round), not only
     /// when its window opens or its hour is up: its hold gives way to a

@@ -35,9 +35,10 @@ impl Sim<'_> {
                         self.start(task, host, forecaster);
                     }
                 }
-                Policy::Proactive | Policy::ProactiveCheckpoint | Policy::Windows => {
-                    self.dispatch_proactive(forecaster)
-                }
+                Policy::Proactive
+                | Policy::ProactiveCheckpoint
+                | Policy::Windows
+                | Policy::ProactiveAuto => self.dispatch_proactive(forecaster),
                 Policy::Oracle => self.dispatch_oracle(forecaster),
             }
             if !self.queue.is_empty() && !self.free.is_empty() && !self.recheck_pending {

@@ -613,7 +613,10 @@ fn known_view<'v>(
 /// every future by definition; `windows` weighs every host's later windows
 /// and is not modelled on summaries yet).
 pub fn summaries_apply(policy: Policy) -> bool {
-    !matches!(policy, Policy::Oracle | Policy::Windows)
+    !matches!(
+        policy,
+        Policy::Oracle | Policy::Windows | Policy::ProactiveAuto
+    )
 }
 
 #[cfg(test)]

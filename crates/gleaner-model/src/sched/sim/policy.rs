@@ -28,10 +28,15 @@ pub enum Policy {
     /// exclusion and bounded kills (issue 28; `sim/windows.rs`).
     #[serde(rename = "windows")]
     Windows,
+    /// `proactive` or `windows` with bounded holds, whichever ended the
+    /// batch sooner when replayed on the pool's own past at submission
+    /// (`sched::duel`, `sim/duel.rs`; issue 28).
+    #[serde(rename = "proactive-auto")]
+    ProactiveAuto,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 8] = [
+    pub const ALL: [Policy; 9] = [
         Policy::Random,
         Policy::Power,
         Policy::TrFreq,
@@ -40,6 +45,7 @@ impl Policy {
         Policy::ProactiveCheckpoint,
         Policy::Oracle,
         Policy::Windows,
+        Policy::ProactiveAuto,
     ];
 
     pub fn name(self) -> &'static str {
@@ -52,6 +58,7 @@ impl Policy {
             Policy::ProactiveCheckpoint => "proactive+checkpoint",
             Policy::Oracle => "oracle",
             Policy::Windows => "windows",
+            Policy::ProactiveAuto => "proactive-auto",
         }
     }
 
@@ -59,7 +66,11 @@ impl Policy {
     pub(super) fn longest_first(self) -> bool {
         matches!(
             self,
-            Policy::Proactive | Policy::ProactiveCheckpoint | Policy::Oracle | Policy::Windows
+            Policy::Proactive
+                | Policy::ProactiveCheckpoint
+                | Policy::Oracle
+                | Policy::Windows
+                | Policy::ProactiveAuto
         )
     }
 
@@ -68,7 +79,10 @@ impl Policy {
     pub(super) fn proactive_rule(self) -> bool {
         matches!(
             self,
-            Policy::Proactive | Policy::ProactiveCheckpoint | Policy::Windows
+            Policy::Proactive
+                | Policy::ProactiveCheckpoint
+                | Policy::Windows
+                | Policy::ProactiveAuto
         )
     }
 }
@@ -81,7 +95,7 @@ impl fmt::Display for Policy {
 
 /// An unknown policy name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown policy {0:?}; known: random, power, tr-freq, tr, proactive, proactive+checkpoint, oracle, windows")]
+#[error("unknown policy {0:?}; known: random, power, tr-freq, tr, proactive, proactive+checkpoint, oracle, windows, proactive-auto")]
 pub struct UnknownPolicy(pub String);
 
 impl FromStr for Policy {

@@ -70,6 +70,10 @@ pub struct SimResult {
     /// then), for reading why holds paid or not.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub hold_log: Vec<HoldNote>,
+    /// Under `proactive-auto`: which rule placed the batch, and both
+    /// rules' expected makespans it was chosen by (`sched::duel`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub duel: Option<crate::sched::duel::Duel>,
 }
 
 /// One hold for a later window, as it was decided.
@@ -159,6 +163,7 @@ impl Sim<'_> {
             tail_cpu_secs: self.tail_cpu,
             claims,
             hold_log: self.hold_log,
+            duel: None,
         }
     }
 }

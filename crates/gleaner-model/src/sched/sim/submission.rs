@@ -50,7 +50,10 @@ pub fn submission_estimate(
 }
 
 /// The estimate's input at submission: every task waiting, longest first.
-fn submission_input<'a>(config: &'a SimConfig, hosts: &'a [EstimateHost]) -> EstimateInput<'a> {
+pub(super) fn submission_input<'a>(
+    config: &'a SimConfig,
+    hosts: &'a [EstimateHost],
+) -> EstimateInput<'a> {
     EstimateInput {
         hosts,
         running: &[],

@@ -23,6 +23,7 @@ fn config(policy: Policy, runtimes: Vec<f64>) -> SimConfig {
         estimate_runs: 200,
         recheck_secs: 600.0,
         windows: crate::sched::window::WindowRule::default(),
+        duel: Default::default(),
         knowledge: Knowledge::Full,
         tail_copies: false,
         hold_gives_way: false,
@@ -430,4 +431,101 @@ fn a_host_found_in_its_weekend_off_comes_back_on_monday_morning_in_the_estimate(
     // the 52 h so far, the median was past two days.
     assert!(q.p50 < 12.0 * 3600.0, "{q:?}");
     assert!(q.p10 >= 9.0 * 3600.0 - 1.0, "{q:?}");
+}
+
+/// Twenty days of one-minute cells, revoked (S5) from 12:00 to 13:00
+/// every day; from minute `for_good` on (if any), revoked for good.
+fn noon_outages(for_good: Option<usize>) -> Timeline {
+    let n = 20 * 1440;
+    let fail = (0..n)
+        .map(|k| {
+            let noon = (720..780).contains(&(k % 1440));
+            if noon || for_good.is_some_and(|f| k >= f) {
+                5
+            } else {
+                0
+            }
+        })
+        .collect();
+    Timeline::from_cells(0, 60, fail, vec![1.0; n])
+}
+
+/// An 11 h and a 55 min task submitted at 11:00 on day 14 to one host
+/// (a 3 h MTTF to its predictor), under `policy`; `proactive-auto`
+/// back-tests at the same hour on earlier days.
+fn noon_pair(timelines: &[Timeline], policy: Policy) -> SimResult {
+    let day = 86_400.0;
+    let hosts = [SimHost {
+        timeline: 0,
+        offset: 14 * 86_400 + 11 * 3600,
+        power: 1.0,
+    }];
+    run(
+        &SimConfig {
+            estimate_runs: 0,
+            duel: crate::sched::duel::DuelRule {
+                step_secs: day,
+                align_secs: Some(day),
+                backtests: 8,
+                ..Default::default()
+            },
+            ..config(policy, vec![11.0 * 3600.0, 55.0 * 60.0])
+        },
+        &hosts,
+        timelines,
+        TrCurve::exponential(3.0 * 3600.0),
+    )
+}
+
+#[test]
+fn proactive_auto_holds_where_the_past_shows_holds_ending_sooner() {
+    // Every past day looks alike: plain placement starts the long task at
+    // once, it is killed at noon and ends at 24:00, the short one after
+    // it (24:55); held for 13:00, it leaves the hour before noon to the
+    // short one, and the batch ends at 24:00.
+    let timelines = [noon_outages(None)];
+    let plain = noon_pair(&timelines, Policy::Proactive);
+    let auto = noon_pair(&timelines, Policy::ProactiveAuto);
+    let duel = auto.duel.expect("a duel");
+    assert_eq!(
+        duel.chosen,
+        crate::sched::duel::Placement::Holds,
+        "{duel:?}"
+    );
+    assert!(duel.holds_secs < duel.plain_secs * 0.98, "{duel:?}");
+    assert_eq!(auto.policy, Policy::ProactiveAuto);
+    let (a, p) = (auto.makespan_secs.unwrap(), plain.makespan_secs.unwrap());
+    assert!(a + 1800.0 < p, "auto {a} against plain {p}");
+}
+
+#[test]
+fn proactive_auto_keeps_plain_placement_where_holds_gain_nothing() {
+    // A host that never fails: no hold, both rules alike, plain kept.
+    let timelines = [never_failing_days(20)];
+    let plain = noon_pair(&timelines, Policy::Proactive);
+    let auto = noon_pair(&timelines, Policy::ProactiveAuto);
+    let duel = auto.duel.expect("a duel");
+    assert_eq!(
+        duel.chosen,
+        crate::sched::duel::Placement::Plain,
+        "{duel:?}"
+    );
+    assert_eq!(auto.makespan_secs, plain.makespan_secs);
+}
+
+#[test]
+fn proactive_auto_reads_nothing_after_the_submission() {
+    // Two pools alike up to the submission (11:00, day 14) and unlike
+    // after it: a duel that looked past it would tell them apart.
+    let now = 14 * 1440 + 11 * 60;
+    let same = noon_pair(&[noon_outages(None)], Policy::ProactiveAuto);
+    let revoked = noon_pair(&[noon_outages(Some(now + 1))], Policy::ProactiveAuto);
+    assert!(same.duel.is_some());
+    assert_eq!(same.duel, revoked.duel);
+}
+
+/// `days` days of one-minute cells, always usable at full speed.
+fn never_failing_days(days: usize) -> Timeline {
+    let n = days * 1440;
+    Timeline::from_cells(0, 60, vec![0; n], vec![1.0; n])
 }
