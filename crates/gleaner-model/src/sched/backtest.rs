@@ -33,6 +33,7 @@
 //! misleads a user more than one too wide. Pure code.
 
 use super::estimate::{Estimate, EstimateError, EstimateInput, Quantiles};
+pub use super::sim::{earlier, MIN_HISTORY_SECS};
 use super::sim::{simulate, submission_estimate, Forecaster, Policy, SimConfig, SimHost};
 use super::timeline::Timeline;
 use rand::Rng;
@@ -44,10 +45,6 @@ pub const MAX_BACKTESTS: usize = 50;
 /// times the present estimate's p90: most back-tests' batches are over
 /// before the next one is submitted.
 pub const GAP_IN_P90S: f64 = 1.25;
-/// History a host must have before a back-test's submission: the back-tests
-/// stop where the earliest would start with less (its predictions would
-/// stand on nothing).
-pub const MIN_HISTORY_SECS: i64 = 86_400;
 /// The standard normal's 90th percentile: p90 is this many σ above p50.
 const Z90: f64 = 1.281_551_565_544_600_4;
 
@@ -110,21 +107,6 @@ pub fn widen(q: &Quantiles, factor: f64) -> Quantiles {
         p90: q.p50 * (up_w * factor).exp(),
         ..*q
     }
-}
-
-/// The pool `back` seconds earlier: every host that much earlier in its
-/// trace; `None` when a host would have less than [`MIN_HISTORY_SECS`]
-/// of history there.
-pub fn earlier(hosts: &[SimHost], timelines: &[Timeline], back: i64) -> Option<Vec<SimHost>> {
-    hosts
-        .iter()
-        .map(|h| {
-            let offset = h.offset.checked_sub(back)?;
-            let tl = timelines.get(h.timeline)?;
-            (offset >= tl.start().saturating_add(MIN_HISTORY_SECS))
-                .then_some(SimHost { offset, ..*h })
-        })
-        .collect()
 }
 
 /// What to back-test: `config`'s batch on `hosts`, the present estimate

@@ -45,7 +45,7 @@ mod view;
 mod windows;
 
 pub use claims::{least_reliable_hosts, overclaimed_curve, ClaimPlan, ClaimStats, Scoring};
-pub use config::{SimConfig, SimError, SimHost};
+pub use config::{earlier, SimConfig, SimError, SimHost, MIN_HISTORY_SECS};
 pub use forecast::{Forecaster, SeriesForecaster};
 pub use knowledge::{summaries_apply, Knowledge, ProbeStats, SummaryPlan};
 pub use policy::{Policy, UnknownPolicy};

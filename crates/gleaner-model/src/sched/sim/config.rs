@@ -3,6 +3,7 @@
 
 use super::Policy;
 use crate::sched::tail::TailRule;
+use crate::sched::timeline::Timeline;
 use crate::sched::window::WindowRule;
 use serde::{Deserialize, Serialize};
 
@@ -71,4 +72,24 @@ pub enum SimError {
     BadRuntime { task: usize, runtime: f64 },
     #[error("the pool has no host")]
     NoHosts,
+}
+
+/// History a host must have before a back-test's submission: the back-tests
+/// stop where the earliest would start with less (its predictions would
+/// stand on nothing).
+pub const MIN_HISTORY_SECS: i64 = 86_400;
+
+/// The pool `back` seconds earlier: every host that much earlier in its
+/// trace; `None` when a host would have less than [`MIN_HISTORY_SECS`]
+/// of history there.
+pub fn earlier(hosts: &[SimHost], timelines: &[Timeline], back: i64) -> Option<Vec<SimHost>> {
+    hosts
+        .iter()
+        .map(|h| {
+            let offset = h.offset.checked_sub(back)?;
+            let tl = timelines.get(h.timeline)?;
+            (offset >= tl.start().saturating_add(MIN_HISTORY_SECS))
+                .then_some(SimHost { offset, ..*h })
+        })
+        .collect()
 }

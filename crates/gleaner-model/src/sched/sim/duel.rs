@@ -16,9 +16,9 @@
 //! arrive), and the estimate's hosts fail by spells that know no time of
 //! day (docs/scheduling.md, "Tried: choosing the rule per batch").
 
+use super::config::earlier;
 use super::submission::submission_input;
 use super::{simulate, Forecaster, Policy, Sim, SimConfig, SimError, SimHost, SimResult};
-use crate::sched::backtest::earlier;
 use crate::sched::duel::{bounded_holds, Duel, Placement};
 use crate::sched::estimate::estimate;
 use crate::sched::timeline::Timeline;
