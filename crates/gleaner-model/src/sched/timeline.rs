@@ -219,6 +219,12 @@ impl Timeline {
         f64::from(self.rate[k])
     }
 
+    /// Whether a run of `secs` starting at `t` is hit by no failure (one at
+    /// `t` itself counts): the question counted over past windows.
+    pub fn keeps_run(&self, t: f64, secs: f64) -> bool {
+        self.next_failure(t).is_none_or(|(f, _)| f >= t + secs)
+    }
+
     /// The next failure at or after `t`: (trace time, state); `None` if the
     /// trace never fails.
     pub fn next_failure(&self, t: f64) -> Option<(f64, State)> {

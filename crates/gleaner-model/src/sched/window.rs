@@ -66,7 +66,7 @@ pub fn counted_tr(tl: &Timeline, now: f64, start: f64, wall_secs: f64, days: usi
             continue;
         }
         seen += 1;
-        if tl.next_failure(a).is_none_or(|(f, _)| f >= a + wall_secs) {
+        if tl.keeps_run(a, wall_secs) {
             passed += 1;
         }
         if seen == days {

@@ -400,7 +400,7 @@ pub fn least_reliable_hosts(
             let t = h.offset as f64 + s;
             if tl.failure_at(t).is_none() {
                 tried += 1;
-                if tl.next_failure(t).is_none_or(|(f, _)| f >= t + window_secs) {
+                if tl.keeps_run(t, window_secs) {
                     kept += 1;
                 }
             }
