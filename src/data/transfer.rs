@@ -64,6 +64,14 @@ pub const STREAMS_PER_HOST: u32 = 4;
 const REFUSAL_WAIT: Duration = Duration::from_secs(2);
 /// How long a host may take to send its request.
 const REQUEST_WAIT: Duration = Duration::from_secs(10);
+/// Streams of one fetch that may end before any answer and be opened again.
+/// Why: libp2p-stream hands a protocol's inbound streams to its acceptor
+/// through a channel of one, and drops the next while that one waits, so a
+/// consumer slow to take its streams (a loaded machine, several hosts
+/// starting at once) drops some unread; that is a moment, not the input.
+pub const UNANSWERED_STREAMS_RETRIED: u32 = 4;
+/// The wait before opening again an unanswered stream, doubled each time.
+const UNANSWERED_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Bounds of one fetch.
 #[derive(Debug, Clone, Copy)]
@@ -129,6 +137,8 @@ enum Pass {
     Done,
     /// Chunk at this index was refused; ask again from it.
     Refused,
+    /// The stream failed before any answer came (dropped unread).
+    Unanswered(String),
 }
 
 /// Where an input came from.
@@ -194,6 +204,7 @@ pub async fn fetch_input(
     let chunks = chunk_count(size);
     let mut next = 0u64;
     let mut refused = 0u32;
+    let mut unanswered = 0u32;
     let mut buf = vec![0u8; CHUNK_BYTES as usize];
     while next < chunks {
         let pass = fetch_pass(
@@ -203,6 +214,14 @@ pub async fn fetch_input(
         .map_err(|e| (e, refused))?;
         match pass {
             Pass::Done => {}
+            Pass::Unanswered(e) => {
+                if unanswered >= UNANSWERED_STREAMS_RETRIED {
+                    return Err((DataError::Stream(e), refused));
+                }
+                tracing::debug!(%peer, %hash, error = %e, "a data stream ended before any answer: opening another");
+                tokio::time::sleep(UNANSWERED_BACKOFF.saturating_mul(1 << unanswered)).await;
+                unanswered += 1;
+            }
             Pass::Refused => {
                 refused += 1;
                 tracing::warn!(%peer, %hash, chunk = next, refused, "a chunk did not match its hash: refused, asking again");
@@ -237,24 +256,33 @@ async fn fetch_pass(
     limits: FetchLimits,
 ) -> Result<Pass, DataError> {
     let wait = limits.chunk_timeout;
-    let mut stream = tokio::time::timeout(wait, net.open_stream(peer, DATA_PROTOCOL))
+    let mut stream = match tokio::time::timeout(wait, net.open_stream(peer, DATA_PROTOCOL))
         .await
         .map_err(|_| DataError::Stalled(wait))?
-        .map_err(|e| DataError::Stream(e.to_string()))?;
+    {
+        Ok(s) => s,
+        Err(e) => return Ok(Pass::Unanswered(e.to_string())),
+    };
     let request = DataRequest {
         hash: hash.0,
         size,
         first_chunk: *next,
     };
-    tokio::time::timeout(wait, write_frame(&mut stream, &request, DATA_CAPS.request))
+    let asked = tokio::time::timeout(wait, write_frame(&mut stream, &request, DATA_CAPS.request))
         .await
-        .map_err(|_| DataError::Stalled(wait))?
-        .map_err(|e| DataError::Stream(e.to_string()))?;
-    let header: DataResponse =
-        tokio::time::timeout(wait, read_frame(&mut stream, DATA_CAPS.response))
-            .await
-            .map_err(|_| DataError::Stalled(wait))?
-            .map_err(|e| DataError::Stream(e.to_string()))?;
+        .map_err(|_| DataError::Stalled(wait))?;
+    if let Err(e) = asked {
+        return Ok(Pass::Unanswered(e.to_string()));
+    }
+    let header = tokio::time::timeout(wait, read_frame(&mut stream, DATA_CAPS.response))
+        .await
+        .map_err(|_| DataError::Stalled(wait))?;
+    let header: DataResponse = match header {
+        Ok(h) => h,
+        // Dropped unread: reset or closed before a byte of the answer.
+        Err(e) if is_unanswered(&e) => return Ok(Pass::Unanswered(e.to_string())),
+        Err(e) => return Err(DataError::Stream(e.to_string())),
+    };
     let values = match header {
         DataResponse::Refused { reason } => return Err(DataError::Refused(reason)),
         DataResponse::Sending { chunk_hashes } => chunk_hashes,
@@ -286,6 +314,18 @@ async fn fetch_pass(
     }
     let _ = stream.close().await;
     Ok(Pass::Done)
+}
+
+/// Whether a stream failed as one dropped unread does: closed or reset
+/// before the answer, not an answer that could not be decoded.
+fn is_unanswered(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{
+        BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof, WriteZero,
+    };
+    matches!(
+        e.kind(),
+        BrokenPipe | ConnectionAborted | ConnectionReset | UnexpectedEof | WriteZero
+    )
 }
 
 /// Serves the catalog's files to hosts until `shutdown`: one task per

@@ -4,7 +4,8 @@
 //! chunk. A shared input crosses once; a corrupted chunk is refused and read
 //! again, never used; a file not offered to this host is refused with a reason;
 //! a host holds a few streams at once, and a read past its allowance is
-//! reported against it once.
+//! reported against it once; a stream the consumer dropped unread is opened
+//! again.
 
 use std::io::Write;
 use std::path::Path;
@@ -348,6 +349,10 @@ async fn a_host_holds_a_few_streams_and_a_read_past_its_allowance_is_reported_on
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.bin");
     std::fs::write(&input, [3u8; 100]).unwrap();
+    // Big enough that a stream asking for it and never read stalls on
+    // yamux's window with the file unsent: a slot held for as long as needed.
+    let big = dir.path().join("big.bin");
+    write_input(&big, 4);
     let catalog = Catalog::new();
     let (consumer, mut events) = peer_with_events().await;
     let host = peer().await;
@@ -359,40 +364,71 @@ async fn a_host_holds_a_few_streams_and_a_read_past_its_allowance_is_reported_on
         consumer.cancel.clone(),
     ));
     host.net.dial(consumer.addr.clone()).await.unwrap();
-    let offer = catalog
-        .offer(&[InputSpec {
-            path: "in.bin".into(),
-            local: input,
+    // Two offers: an allowance is an offer's (its bytes, read again a few times).
+    let offer_of = |path: &str, local: std::path::PathBuf| {
+        let spec = InputSpec {
+            path: path.into(),
+            local,
             part: None,
-        }])
-        .await
-        .unwrap();
+        };
+        let catalog = catalog.clone();
+        async move { catalog.offer(&[spec]).await.unwrap() }
+    };
+    let (offer, big_offer) = (
+        offer_of("in.bin", input).await,
+        offer_of("big.bin", big).await,
+    );
     offer.allow(host.net.peer_id());
+    big_offer.allow(host.net.peer_id());
     let from = consumer.net.peer_id();
-    let input_ref = offer.refs()[0].clone();
+    let (input_ref, big_ref) = (offer.refs()[0].clone(), big_offer.refs()[0].clone());
     let request = DataRequest {
         hash: input_ref.hash,
         size: input_ref.size,
         first_chunk: 0,
     };
+    let hold = DataRequest {
+        hash: big_ref.hash,
+        size: big_ref.size,
+        first_chunk: 0,
+    };
 
-    // Streams held open without a request: the next one is refused unread.
+    // Streams held, each known to be held once its header came. A stream
+    // the consumer dropped unread (libp2p-stream takes one inbound stream
+    // at a time; a loaded machine drops the next) is opened again.
     let mut held = Vec::new();
-    for _ in 0..STREAMS_PER_HOST {
-        held.push(host.net.open_stream(from, DATA_PROTOCOL).await.unwrap());
-    }
-    let mut one_more = host.net.open_stream(from, DATA_PROTOCOL).await.unwrap();
-    write_frame(&mut one_more, &request, DATA_CAPS.request)
-        .await
-        .unwrap();
-    match read_frame::<DataResponse, _>(&mut one_more, DATA_CAPS.response).await {
-        Ok(DataResponse::Refused { reason }) => {
-            assert!(reason.contains("data streams here already"), "{reason}")
+    for _ in 0..20 {
+        if held.len() == STREAMS_PER_HOST as usize {
+            break;
         }
-        other => panic!("a stream past the host's share: {other:?}"),
+        let mut s = host.net.open_stream(from, DATA_PROTOCOL).await.unwrap();
+        if write_frame(&mut s, &hold, DATA_CAPS.request).await.is_err() {
+            continue;
+        }
+        match read_frame::<DataResponse, _>(&mut s, DATA_CAPS.response).await {
+            Ok(DataResponse::Sending { .. }) => held.push(s),
+            Ok(other) => panic!("a stream within the host's share: {other:?}"),
+            Err(_) => continue,
+        }
     }
+    assert_eq!(held.len(), STREAMS_PER_HOST as usize, "streams held");
+    // One more is refused unread, with the reason.
+    let mut refusal = None;
+    for _ in 0..20 {
+        let mut one_more = host.net.open_stream(from, DATA_PROTOCOL).await.unwrap();
+        let _ = write_frame(&mut one_more, &request, DATA_CAPS.request).await;
+        match read_frame::<DataResponse, _>(&mut one_more, DATA_CAPS.response).await {
+            Ok(DataResponse::Refused { reason }) => {
+                refusal = Some(reason);
+                break;
+            }
+            Ok(other) => panic!("a stream past the host's share: {other:?}"),
+            Err(_) => continue,
+        }
+    }
+    let reason = refusal.expect("one stream more than the host's share is answered");
+    assert!(reason.contains("data streams here already"), "{reason}");
     drop(held);
-    drop(one_more);
 
     // Its allowance: the file once and again for each chunk it may refuse.
     let fetch = |n: u32| {
@@ -436,5 +472,63 @@ async fn a_host_holds_a_few_streams_and_a_read_past_its_allowance_is_reported_on
         overruns,
         vec![(host.net.peer_id(), Overrun::Reads)],
         "one report for three asks past the allowance"
+    );
+}
+
+/// A stream the consumer drops unread (libp2p-stream hands its acceptor one
+/// inbound stream at a time and drops the next while that one waits: on a
+/// loaded machine, or with several hosts starting at once) is opened again
+/// and the input arrives: a moment's drop does not fail the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_the_consumer_drops_unread_is_opened_again_and_the_input_arrives() {
+    use futures::StreamExt;
+    use gleaner::net::protocol::DATA_PROTOCOL;
+
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.bin");
+    write_input(&input, 2);
+    let catalog = Catalog::new();
+    let consumer = peer().await;
+    let host = peer().await;
+    host.net.dial(consumer.addr.clone()).await.unwrap();
+    let offer = catalog
+        .offer(&[InputSpec {
+            path: "in.bin".into(),
+            local: input.clone(),
+            part: None,
+        }])
+        .await
+        .unwrap();
+    offer.allow(host.net.peer_id());
+    let input_ref = offer.refs()[0].clone();
+
+    // The consumer's first data stream is dropped unread; then it serves.
+    let mut incoming = consumer.net.accept_streams(DATA_PROTOCOL).unwrap();
+    let tracker = TaskTracker::new();
+    let (net, served, t) = (consumer.net.clone(), catalog.clone(), tracker.clone());
+    let cancel = consumer.cancel.clone();
+    let dropper = tokio::spawn(async move {
+        let (_peer, first) = incoming.next().await.expect("a first stream");
+        drop(first);
+        drop(incoming);
+        t.spawn(serve(net, served, t.clone(), cancel));
+    });
+
+    let cache = Cache::open(&dir.path().join("cache"), 256 << 20).unwrap();
+    let (pinned, obtained) = obtain_input(
+        &host.net,
+        &cache,
+        consumer.net.peer_id(),
+        &input_ref,
+        limits(),
+    )
+    .await
+    .expect("the input arrives after its first stream was dropped");
+    dropper.await.unwrap();
+    assert!(matches!(obtained, Obtained::Fetched(_)), "{obtained:?}");
+    assert_eq!(
+        hash_file(pinned.path()).unwrap().0,
+        hash_file(&input).unwrap().0,
+        "the bytes that arrived are the input's"
     );
 }
