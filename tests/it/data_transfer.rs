@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use gleaner::data::hash::hash_file;
 use gleaner::data::{
-    obtain_input, serve, Cache, Catalog, ChunkTamper, ContentHash, FetchLimits, InputSpec, Obtained,
+    obtain_input, serve, Cache, Catalog, ChunkTamper, ContentHash, FetchLimits, InputSpec,
+    Obtained, Offer,
 };
 use gleaner::net::{start, NetConfig, NetEvent, NetHandle};
 use libp2p::identity::Keypair;
@@ -98,6 +99,16 @@ fn write_input(path: &Path, mib: u64) {
     f.flush().unwrap();
 }
 
+/// `catalog`'s offer of the whole file at `local`, named `path`.
+async fn offer_whole(catalog: &Catalog, path: &str, local: &Path) -> Offer {
+    let spec = InputSpec {
+        path: path.into(),
+        local: local.to_path_buf(),
+        part: None,
+    };
+    catalog.offer(&[spec]).await.unwrap()
+}
+
 fn limits() -> FetchLimits {
     FetchLimits {
         direct_wait: Duration::from_secs(5),
@@ -178,14 +189,7 @@ async fn a_corrupted_chunk_is_refused_and_fetched_again_never_used() {
     let catalog = Catalog::with_tamper(tamper.clone());
     let (consumer, host, _tracker) = consumer_and_host(catalog.clone()).await;
     let cache = Cache::open(&dir.path().join("cache"), 256 << 20).unwrap();
-    let offer = catalog
-        .offer(&[InputSpec {
-            path: "in.bin".into(),
-            local: input.clone(),
-            part: None,
-        }])
-        .await
-        .unwrap();
+    let offer = offer_whole(&catalog, "in.bin", &input).await;
     offer.allow(host.net.peer_id());
     let (pinned, how) = obtain_input(
         &host.net,
@@ -297,14 +301,7 @@ async fn files_not_offered_to_this_host_are_refused_with_a_reason() {
     let catalog = Catalog::new();
     let (consumer, host, _tracker) = consumer_and_host(catalog.clone()).await;
     let cache = Cache::open(&dir.path().join("cache"), 16 << 20).unwrap();
-    let offer = catalog
-        .offer(&[InputSpec {
-            path: "secret.bin".into(),
-            local: input,
-            part: None,
-        }])
-        .await
-        .unwrap();
+    let offer = offer_whole(&catalog, "secret.bin", &input).await;
     // Offered, but the job was not sent to this host.
     let err = obtain_input(
         &host.net,
@@ -365,19 +362,8 @@ async fn a_host_holds_a_few_streams_and_a_read_past_its_allowance_is_reported_on
     ));
     host.net.dial(consumer.addr.clone()).await.unwrap();
     // Two offers: an allowance is an offer's (its bytes, read again a few times).
-    let offer_of = |path: &str, local: std::path::PathBuf| {
-        let spec = InputSpec {
-            path: path.into(),
-            local,
-            part: None,
-        };
-        let catalog = catalog.clone();
-        async move { catalog.offer(&[spec]).await.unwrap() }
-    };
-    let (offer, big_offer) = (
-        offer_of("in.bin", input).await,
-        offer_of("big.bin", big).await,
-    );
+    let offer = offer_whole(&catalog, "in.bin", &input).await;
+    let big_offer = offer_whole(&catalog, "big.bin", &big).await;
     offer.allow(host.net.peer_id());
     big_offer.allow(host.net.peer_id());
     let from = consumer.net.peer_id();
@@ -491,14 +477,7 @@ async fn a_stream_the_consumer_drops_unread_is_opened_again_and_the_input_arrive
     let consumer = peer().await;
     let host = peer().await;
     host.net.dial(consumer.addr.clone()).await.unwrap();
-    let offer = catalog
-        .offer(&[InputSpec {
-            path: "in.bin".into(),
-            local: input.clone(),
-            part: None,
-        }])
-        .await
-        .unwrap();
+    let offer = offer_whole(&catalog, "in.bin", &input).await;
     offer.allow(host.net.peer_id());
     let input_ref = offer.refs()[0].clone();
 
