@@ -26,10 +26,11 @@ use crate::model::ids::{BatchId, JobId};
 /// The work a free host could take now ([`QueueCore::open_work`]).
 pub(super) enum OpenWork {
     /// Any free host would do: a task no host has been tried for, or a
-    /// running task a deadline or tail copy may follow on any host.
+    /// running task a deadline copy may follow on any host.
     Any,
     /// Only a host one of these may go to: `(batch, task, copy)`, a queued
-    /// task (`false`) or a task wanting a further copy (`true`).
+    /// task (`false`) or a task wanting a further copy, a quorum's or a
+    /// tail copy (`true`).
     Only(Vec<(BatchId, u32, bool)>),
 }
 
@@ -59,20 +60,26 @@ impl QueueCore {
     /// The work a free host could take now.
     pub(super) fn open_work(&self) -> OpenWork {
         // Queued tasks of batches with room (`false`) and tasks wanting a
-        // further copy (`true`). A task no host was tried for, or a
-        // deadline's watch, takes any free host.
+        // further copy, a quorum's or a tail copy (`true`). A task no host
+        // was tried for, or a deadline's watch, takes any free host.
         let mut open: Vec<(BatchId, u32, bool)> = Vec::new();
         for (id, b) in &self.batches {
             if b.record.cancelled || b.record.max_running.is_some_and(|m| b.running >= m) {
                 continue;
             }
-            // So may a tail copy (`tail`).
-            if (b.record.deadline_unix.is_some() || self.tail_copies)
+            if b.record.deadline_unix.is_some()
                 && b.tasks.iter().any(|t| t.state == TaskState::Running)
             {
                 return OpenWork::Any;
             }
             for (i, t) in b.tasks.iter().enumerate() {
+                // A tail copy (`tail`) goes only where a further copy of
+                // its task may: a running task that may get one is no
+                // reason to ask hosts that could run nothing (they would
+                // take the asks a copy a quorum wants needs).
+                if self.tail_copies && self.may_get_tail_copy(*id, i as u32, t.state) {
+                    open.push((*id, i as u32, true));
+                }
                 if t.state == TaskState::Queued {
                     if self.avoids_none(*id, i as u32, t)
                         && !self.refused_by.contains_key(&(*id, i as u32))

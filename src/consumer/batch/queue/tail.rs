@@ -43,7 +43,7 @@ impl QueueCore {
     /// tail or deadline copy), or for a verified task every replica it
     /// wants and no more. At most one tail copy each at a time: when one of
     /// the two attempts is lost, the other may be copied again.
-    fn may_get_tail_copy(&self, batch: BatchId, task: u32, state: TaskState) -> bool {
+    pub(super) fn may_get_tail_copy(&self, batch: BatchId, task: u32, state: TaskState) -> bool {
         if state != TaskState::Running {
             return false;
         }

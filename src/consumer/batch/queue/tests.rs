@@ -995,6 +995,8 @@ fn a_submissions_queries_are_bounded_by_its_tasks_not_by_the_pool() {
 }
 
 #[cfg(test)]
+mod copies;
+#[cfg(test)]
 mod images;
 #[cfg(test)]
 mod later;
