@@ -254,6 +254,7 @@ impl QueueCore {
         self.last_hosts_at = Some(now.mono);
         let hosts = self.last_hosts.clone();
         self.place_on(&hosts);
+        self.settle_news();
         let started = self.running.len() > before;
         if started {
             self.news_gap = SURVEY_GAP;
@@ -337,6 +338,24 @@ impl QueueCore {
             .into_iter()
             .filter(|p| self.could_take(&open, *p))
             .collect()
+    }
+
+    /// A round's answers settle the news heard while it was out (a round
+    /// clears the news when it starts): a member now running our work, or
+    /// known free from its answer, is news no more, by the rule that made
+    /// it news ([`Self::on_member`]). Else a member's announcement that
+    /// crossed the round would start a round of news asking the others,
+    /// whose answers would replace what the queue knew of it.
+    fn settle_news(&mut self) {
+        let known_free: HashSet<PeerId> = self
+            .last_hosts
+            .iter()
+            .filter(|h| free_now(h))
+            .map(|h| h.peer)
+            .collect();
+        let in_use = &self.hosts_in_use;
+        self.news
+            .retain(|p| !in_use.contains(p) && !known_free.contains(p));
     }
 
     fn add_news(&mut self, peers: Vec<PeerId>) {

@@ -265,3 +265,49 @@ fn a_running_batchs_estimate_outlives_rounds_that_ask_no_host() {
     assert!(launches(&core.on_survey(now, Ok(Vec::new()))).is_empty());
     check(ends(&core, now), "after a round that found no host");
 }
+
+#[test]
+fn news_heard_while_a_round_is_out_is_settled_by_its_answers() {
+    let mut core = core(3);
+    let now = start();
+    let (first, _) = admit(&mut core, now, batch(1));
+    let _ = core.start_survey(now);
+    let (steady, flaky) = (host(0.99), host(0.5));
+    // While the round is out, the steady host's announcement says its
+    // slot is free: news, as the queue knew nothing of it yet.
+    let _ = core.on_member(
+        now,
+        MemberNews {
+            peer: steady.peer,
+            slot_free: true,
+            state: State::S1,
+        },
+    );
+    assert_eq!(core.news_count(), 1);
+    let actions = core.on_survey(now, Ok(vec![steady.clone(), flaky.clone()]));
+    assert_eq!(launches(&actions), vec![(0, steady.peer)]);
+    assert_eq!(core.news_count(), 0, "its answer settled it");
+
+    // So no round of news asks the other host alone while the job runs
+    // (its answers would become the queue's view), and a batch submitted
+    // as the job ends goes to the host that answered best.
+    let mut t = now;
+    for _ in 0..5 {
+        t = after(t, 1);
+        if !core.wants_survey(t) {
+            continue;
+        }
+        if let Some((most, skip)) = round_of(&core.start_survey(t)) {
+            let asked: Vec<SurveyedHost> = [&steady, &flaky]
+                .into_iter()
+                .filter(|h| !skip.contains(&h.peer))
+                .take(most.unwrap_or(u32::MAX) as usize)
+                .cloned()
+                .collect();
+            let _ = core.on_survey(t, Ok(asked));
+        }
+    }
+    let _ = core.on_ended(t, first, 0, steady.peer, landed(0));
+    let (_, actions) = admit(&mut core, t, batch(1));
+    assert_eq!(launches(&actions), vec![(0, steady.peer)]);
+}
