@@ -276,6 +276,14 @@ impl AnswerCache {
         }
     }
 
+    /// Forgets every answer, keeping the spells (the record changed where
+    /// they do not read: a retention cut older than their week).
+    pub fn forget_answers(&self) {
+        if let Ok(mut map) = self.inner.lock() {
+            map.clear();
+        }
+    }
+
     pub fn put(&self, key: AnswerKey, answer: HostAnswer) {
         let Ok(mut map) = self.inner.lock() else {
             return;

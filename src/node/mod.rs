@@ -18,6 +18,7 @@ pub mod host_loop;
 mod owner_load;
 pub mod paths;
 pub mod pool_host;
+pub mod ready;
 
 pub use hardware::{hardware, Hardware};
 pub use owner_load::{OwnerLoad, OwnerLoadSource};

@@ -322,7 +322,7 @@ impl HostLoop {
 
     pub(super) fn compact(&mut self) {
         let now = self.now();
-        let samples_removed = match self
+        match self
             .parts
             .store
             .compact(now, self.parts.config.history.retention_days)
@@ -331,18 +331,18 @@ impl HostLoop {
                 if r.samples_removed + r.transitions_removed + r.job_events_removed > 0 {
                     tracing::info!(?r, "deleted history past the retention");
                 }
-                r.samples_removed > 0
+                // The record without the removed rows is made and prepared
+                // off the loop while answers read the one before: no answer
+                // decodes the history nor refits after a retention pass.
+                // Sealing below moves rows without changing them.
+                if r.samples_removed > 0 {
+                    self.reader.retained(now);
+                }
             }
             Err(e) => {
                 tracing::error!(error = %e, "cannot delete old history");
-                true
+                self.reader.invalidate();
             }
-        };
-        // A series from before the removal is read again whole; one
-        // brought up to date row by row would keep the removed rows.
-        // Sealing below moves rows without changing them: no new read.
-        if samples_removed {
-            self.reader.invalidate();
         }
         self.seal_finished_days();
     }

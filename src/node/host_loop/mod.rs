@@ -27,6 +27,8 @@
 //! guest may start (`model`). Its answers are domain values and its errors
 //! a [`HostError`].
 
+#[cfg(test)]
+mod ahead_tests;
 mod engine;
 mod handle;
 mod messages;

@@ -7,7 +7,10 @@
 //! The loop owns the series cache and keeps it honest (it drops what was
 //! built when the history changes in bulk, through
 //! [`HostReader::invalidate`]); a reader only borrows it, so a handle kept
-//! after the node stopped holds no store open. This module must not know
+//! after the node stopped holds no store open. The loop also tells it when
+//! what the answers read goes stale (a retention pass, a reading in a new
+//! hour or local date), and it prepares the next answers then, on the
+//! blocking pool (`node::ready`). This module must not know
 //! the loop's state, its commands, HTTP (`control`) nor the wire (`net`).
 
 use super::messages::{HistoryView, PredictQuery};
@@ -18,8 +21,11 @@ use crate::cpu_time::thread_cpu;
 use crate::model::baselines::pool_prior::PoolPrior;
 use crate::model::baselines::release_shared_grids;
 use crate::model::predict::PredictRequest;
+use crate::model::sched::spells::LOOKBACK_SECS;
+use crate::model::series::HostSeries;
 use crate::node::answer::{AnswerCache, HostAnswer};
 use crate::node::config::Config;
+use crate::node::ready::{self, Ahead};
 use crate::report::{predict_report, PredictReport, ReportRequest};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -34,6 +40,8 @@ pub struct HostReader {
     series: Weak<SeriesCache>,
     /// Peers' reliability answers, reused for a minute.
     answers: AnswerCache,
+    /// The questions asked, to prepare the next answers ahead.
+    ahead: Arc<Ahead>,
     /// The node's thresholds and history days, as the loop has them.
     config: Arc<Config>,
     clock: Arc<dyn Clock>,
@@ -63,6 +71,7 @@ impl HostReader {
         HostReader {
             series,
             answers: AnswerCache::default(),
+            ahead: Arc::new(Ahead::default()),
             config,
             clock,
             tracker,
@@ -120,6 +129,7 @@ impl HostReader {
             return (Ok(answer), Duration::ZERO);
         }
         let now = self.clock.unix_secs();
+        self.ahead.note(window_secs, mem_mib, now);
         let answers = self.answers.clone();
         let request = ReportRequest::new(self.predict_request(at, window_secs, mem_mib));
         self.blocking_costed(move || {
@@ -170,6 +180,87 @@ impl HostReader {
         if let Some(series) = self.series.upgrade() {
             series.set_pool_prior(prior);
         }
+    }
+
+    /// A retention pass at `now` deleted rows: the record without them is
+    /// made and prepared on the blocking pool while answers read the one
+    /// held ([`SeriesCache::cut_ahead`]); the minute's answers from the held
+    /// record are dropped once it is in place. The week's spells are kept
+    /// when the retention keeps more than their week and a day (the cut
+    /// cannot reach them), else dropped too.
+    pub(super) fn retained(&self, now: i64) {
+        let Ok(cache) = self.open() else {
+            return;
+        };
+        let retention = i64::from(self.config.history.retention_days).saturating_mul(86_400);
+        let cutoff = now.saturating_sub(retention);
+        let keeps_spells = retention > LOOKBACK_SECS + 86_400;
+        let (reader, answers) = (self.clone(), self.answers.clone());
+        self.tracker.spawn_blocking(move || {
+            let placed = cache.cut_ahead(now, cutoff, |series| {
+                reader.prepare(series, now, &cache);
+            });
+            if keeps_spells {
+                answers.forget_answers();
+            } else {
+                answers.clear();
+            }
+            if let Err(e) = placed {
+                tracing::error!(error = %e, "cannot read the history after retention");
+            }
+            release_shared_grids();
+        });
+    }
+
+    /// The loop recorded a reading at `time`: when what the answers read
+    /// went stale since the last preparation (a new hour, a new local
+    /// date: [`ready::stale_at`]), the recent questions are answered again
+    /// on the blocking pool, on the record with that reading, so the next
+    /// answers find their fits and spells made.
+    pub(super) fn reading_at(&self, time: i64) {
+        if !self.ahead.due(time) || !self.ahead.claim() {
+            return;
+        }
+        let Ok(cache) = self.open() else {
+            self.ahead.done(None);
+            return;
+        };
+        let reader = self.clone();
+        let now = self.clock.unix_secs();
+        self.tracker.spawn_blocking(move || {
+            let through = cache.get_through(now, time).ok();
+            // The held record while a cut one is made aside may end before
+            // the reading: tried again at the next reading.
+            let through = through.filter(|s| s.last_time().is_some_and(|last| last >= time));
+            let stale = through.map(|series| {
+                reader.prepare(&series, time, &cache);
+                ready::stale_at(&series, time)
+            });
+            release_shared_grids();
+            reader.ahead.done(stale);
+        });
+    }
+
+    /// Answers the questions asked recently at `at` on `series`
+    /// ([`ready::prepare`]). Blocking.
+    fn prepare(&self, series: &HostSeries, at: i64, cache: &SeriesCache) -> usize {
+        let pool = cache.pool_prior();
+        ready::prepare(
+            series,
+            &self.ahead.recent(at),
+            at,
+            &self.answers,
+            pool.as_deref(),
+            |at, window_secs, mem_mib| {
+                ReportRequest::new(self.predict_request(at, window_secs, mem_mib))
+            },
+        )
+    }
+
+    /// The answers kept (tests read them as the reader does).
+    #[cfg(test)]
+    pub(super) fn answers(&self) -> &AnswerCache {
+        &self.answers
     }
 
     /// Drops what was computed from the history: it changed in bulk.

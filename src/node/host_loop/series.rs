@@ -6,6 +6,12 @@
 //! predictions are kept beside it the same way, and the pool's prior the
 //! pool host last set (what a host with no day of record answers).
 //!
+//! After a retention pass the record with its front cut is made aside (from
+//! the one held, its rows before the cut dropped) and prepared
+//! ([`SeriesCache::cut_ahead`]: `node::ready`) while answers go on reading
+//! the one held, at most one retention pass old; it is put in its place
+//! once ready, so no answer decodes the store nor refits after the cut.
+//!
 //! This module must not know the loop, its commands nor who asks: it is
 //! shared by the loop (`status`, invalidation) and the [`super::HostReader`].
 
@@ -21,6 +27,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// How stale the cached history may be when predicting: a prediction learns
 /// from whole past days, so a minute of missing samples changes nothing.
 const SERIES_CACHE_SECS: i64 = 60;
+/// How stale the held series may be while the cut one is made aside
+/// ([`SeriesCache::cut_ahead`]): it is not brought up to date then (the
+/// store no longer holds its first rows, so it would be decoded whole).
+const CUT_SERVE_SECS: i64 = 2 * SERIES_CACHE_SECS;
 
 /// TR for each of [`STATUS_WINDOWS_SECS`] and what it stands on, or why
 /// there is none.
@@ -37,6 +47,9 @@ pub(super) struct SeriesCache {
     status_slot: Mutex<Option<(u64, i64, StatusPredictions)>>,
     /// A background refresh of `status_slot` is under way.
     refreshing: AtomicBool,
+    /// The record after a retention cut is being made aside: the held one
+    /// is served as it is meanwhile ([`Self::cut_ahead`]).
+    cutting: AtomicBool,
     /// The pool's typical curve, when the node has heard enough members.
     pool_prior: Mutex<Option<Arc<PoolPrior>>>,
 }
@@ -56,6 +69,7 @@ impl SeriesCache {
             slot: Mutex::new(None),
             status_slot: Mutex::new(None),
             refreshing: AtomicBool::new(false),
+            cutting: AtomicBool::new(false),
             pool_prior: Mutex::new(None),
         }
     }
@@ -152,12 +166,28 @@ impl SeriesCache {
     }
 
     /// The series, rebuilt when older than `SERIES_CACHE_SECS` at `now` or
-    /// dropped since. Blocking: call from the blocking pool only.
+    /// dropped since; while a cut record is made aside, the held one as it
+    /// is for up to `CUT_SERVE_SECS`. Blocking: call from the blocking pool
+    /// only.
     pub(super) fn get(&self, now: i64) -> Result<Arc<HostSeries>, HostError> {
+        self.get_through(now, i64::MIN)
+    }
+
+    /// [`Self::get`], brought up to date also when its last row is before
+    /// `time` (a reading the loop has just recorded).
+    pub(super) fn get_through(&self, now: i64, time: i64) -> Result<Arc<HostSeries>, HostError> {
         let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
         let generation = self.generation.load(Ordering::Relaxed);
         if let Some((built_gen, built, series)) = slot.as_ref() {
-            if fresh(*built_gen, *built, generation, now) {
+            let reaches = series.last_time().is_some_and(|last| last >= time);
+            if fresh(*built_gen, *built, generation, now) && reaches {
+                return Ok(series.clone());
+            }
+            let age = now.saturating_sub(*built);
+            if *built_gen == generation
+                && self.cutting.load(Ordering::Acquire)
+                && (0..CUT_SERVE_SECS).contains(&age)
+            {
                 return Ok(series.clone());
             }
         }
@@ -174,6 +204,74 @@ impl SeriesCache {
             _ => Arc::new(self.bulk.series().map_err(internal)?),
         };
         *slot = Some((generation, now, series.clone()));
+        Ok(series)
+    }
+
+    /// After a retention pass deleted the rows before `cutoff` at `now`:
+    /// makes the record without them aside (the held series' rows from
+    /// `cutoff` on, brought up to the store, which reads it whole should
+    /// their count disagree), lets `prepare` prepare it (`node::ready`),
+    /// and puts it in the held one's place. Answers read the held series
+    /// meanwhile. Nothing held (or a cut already being made): the held
+    /// series is dropped, as after an import. Returns whether a cut record
+    /// was put in place. Blocking: call from the blocking pool only.
+    pub(super) fn cut_ahead(
+        &self,
+        now: i64,
+        cutoff: i64,
+        prepare: impl FnOnce(&HostSeries),
+    ) -> Result<bool, HostError> {
+        let held = {
+            let slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+            let generation = self.generation.load(Ordering::Relaxed);
+            slot.as_ref()
+                .filter(|(built_gen, _, _)| *built_gen == generation)
+                .map(|(_, _, series)| (generation, series.clone()))
+        };
+        let Some((generation, held)) = held.filter(|_| !self.cutting.swap(true, Ordering::AcqRel))
+        else {
+            self.invalidate();
+            return Ok(false);
+        };
+        let made = self.cut(&held, cutoff);
+        drop(held);
+        let placed = made.map(|series| {
+            prepare(&series);
+            let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+            // An import since: the cut record is of an older history.
+            let placed = self
+                .generation
+                .compare_exchange(
+                    generation,
+                    generation + 1,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok();
+            if placed {
+                *slot = Some((generation + 1, now, Arc::new(series)));
+            }
+            placed
+        });
+        self.cutting.store(false, Ordering::Release);
+        if !matches!(placed, Ok(true)) {
+            self.invalidate();
+        }
+        placed
+    }
+
+    /// `held`'s rows from `cutoff` on, brought up to the store.
+    fn cut(&self, held: &HostSeries, cutoff: i64) -> Result<HostSeries, HostError> {
+        let mut series = HostSeries::new(held.step_secs, held.max_gap_secs, held.tz.clone());
+        let from = held.row_at(cutoff.saturating_sub(1)).map_or(0, |r| r + 1);
+        series.reserve_exact(held.len().saturating_sub(from));
+        for sample in (from..held.len()).filter_map(|i| held.get(i)) {
+            // Rows a held series holds were pushed once already.
+            let _ = series.push(sample);
+        }
+        self.bulk
+            .extend_series(&mut series)
+            .map_err(|e| HostError::Internal(e.to_string()))?;
         Ok(series)
     }
 }

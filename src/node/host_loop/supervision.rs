@@ -43,6 +43,8 @@ impl HostLoop {
         if let Err(e) = store.record_sample(&sample) {
             tracing::error!(error = %e, "cannot record a sample");
         }
+        // A new hour or local date: the next answers prepared off the loop.
+        self.reader.reading_at(r.time);
         self.last = Some(r);
         self.apply_policy();
         self.refresh_guest_roots();

@@ -90,7 +90,7 @@ pub use freq::Frequency;
 pub use hazard::Hazard;
 pub use hourbias::HourBias;
 pub use linear::LinearBaseline;
-pub use logistic::Logistic;
+pub use logistic::{fits_made_here, Logistic};
 pub use markov::MarkovChain;
 pub use nws::Nws;
 pub use rippp::Rippp;
