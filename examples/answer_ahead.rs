@@ -376,7 +376,7 @@ fn main() -> anyhow::Result<()> {
         let shown: Vec<String> = f
             .over
             .iter()
-            .take(12)
+            .take(40)
             .map(|(t, w, m, ms)| format!("{t} s {w} s/{m} MiB {ms:.2}"))
             .collect();
         eprintln!("{label}: over 1 ms: {}", shown.join("; "));
