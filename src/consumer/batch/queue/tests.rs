@@ -60,6 +60,18 @@ fn host(tr: f64) -> SurveyedHost {
     }
 }
 
+/// `new` with each task checked by two agreeing copies of two.
+fn checked_by_two(mut new: NewBatch) -> NewBatch {
+    new.verify = VerifySpec {
+        replicas: 2,
+        quorum: 2,
+        ..Default::default()
+    }
+    .checked()
+    .unwrap();
+    new
+}
+
 /// A batch of `tasks` tasks running `true`, placed by TR.
 fn batch(tasks: i64) -> NewBatch {
     NewBatch {
@@ -307,14 +319,7 @@ fn copy_of(host: PeerId, digest: u8) -> LandedCopy {
 fn two_agreeing_copies_decide_a_verified_task_and_the_hosts_are_credited() {
     let mut core = core(3);
     let now = start();
-    let mut new = batch(1);
-    new.verify = VerifySpec {
-        replicas: 2,
-        quorum: 2,
-        ..Default::default()
-    }
-    .checked()
-    .unwrap();
+    let new = checked_by_two(batch(1));
     let (id, _) = admit(&mut core, now, new);
     let (a, b) = (host(0.9), host(0.8));
     let _ = core.start_survey(now);
@@ -456,14 +461,7 @@ fn after_a_restart_running_tasks_are_reattached_and_one_with_no_host_is_queued_a
 fn a_disagreement_asks_for_a_third_copy_and_the_liar_gets_no_more_of_the_batch() {
     let mut core = core(3);
     let now = start();
-    let mut new = batch(1);
-    new.verify = VerifySpec {
-        replicas: 2,
-        quorum: 2,
-        ..Default::default()
-    }
-    .checked()
-    .unwrap();
+    let new = checked_by_two(batch(1));
     let (id, _) = admit(&mut core, now, new);
     let (a, liar, c) = (host(0.9), host(0.8), host(0.7));
     let pool = vec![a.clone(), liar.clone(), c.clone()];

@@ -5,23 +5,11 @@
 
 use super::*;
 
-/// A one-minute task checked by two agreeing copies of two.
-fn checked_batch() -> NewBatch {
-    let mut new = batch(1);
-    new.verify = VerifySpec {
-        replicas: 2,
-        quorum: 2,
-        ..Default::default()
-    }
-    .checked()
-    .unwrap();
-    new
-}
 
 /// Runs `core`'s batch on `pool` until its two copies (on `pool[0]` and
 /// `pool[1]`) have landed and disagree.
 fn two_copies_disagree(core: &mut QueueCore, now: Now, pool: &[SurveyedHost]) -> BatchId {
-    let (id, _) = admit(core, now, checked_batch());
+    let (id, _) = admit(core, now, checked_by_two(batch(1)));
     let _ = core.start_survey(now);
     let actions = core.on_survey(now, Ok(pool.to_vec()));
     assert_eq!(

@@ -84,14 +84,7 @@ fn an_owner_kill_of_one_of_two_copies_counts_and_the_other_runs_on() {
 fn a_verified_copy_killed_by_its_owner_spends_no_retry() {
     // No retries at all: a failed copy would end the task "no retries left".
     let mut core = core(0);
-    let mut new = batch(1);
-    new.verify = VerifySpec {
-        replicas: 2,
-        quorum: 2,
-        ..Default::default()
-    }
-    .checked()
-    .unwrap();
+    let new = checked_by_two(batch(1));
     let (id, _) = admit(&mut core, start(), new);
     let (a, b, c) = (host(0.9), host(0.8), host(0.7));
     let now = start();

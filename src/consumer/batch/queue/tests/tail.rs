@@ -143,14 +143,7 @@ fn a_tail_copy_waits_while_tasks_wait_for_the_free_hosts() {
 fn a_verified_tasks_tail_copy_is_one_more_replica_and_a_quorum_kills_the_last() {
     let mut core = core(3);
     core.set_tail_copies(true);
-    let mut new = long_batch();
-    new.verify = VerifySpec {
-        replicas: 2,
-        quorum: 2,
-        ..Default::default()
-    }
-    .checked()
-    .unwrap();
+    let new = checked_by_two(long_batch());
     let (a, b, steady) = (host(0.3), host(0.3), host(0.99));
     let (id, actions) = running_then_survey(
         &mut core,
