@@ -5,7 +5,6 @@
 
 use super::*;
 
-
 /// Runs `core`'s batch on `pool` until its two copies (on `pool[0]` and
 /// `pool[1]`) have landed and disagree.
 fn two_copies_disagree(core: &mut QueueCore, now: Now, pool: &[SurveyedHost]) -> BatchId {
