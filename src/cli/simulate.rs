@@ -411,11 +411,11 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
             horizon_secs: args.horizon as f64,
             estimate_runs,
             recheck_secs: 600.0,
-            windows: window_rule_from_env(),
-            duel: duel_rule_from_env(),
-            hold_gives_way: gives_way_from_env(),
+            windows: knobs::window_rule_from_env(),
+            duel: knobs::duel_rule_from_env(),
+            hold_gives_way: knobs::gives_way_from_env(),
             tail_copies: args.tail_copies,
-            tail: tail_rule_from_env(),
+            tail: knobs::tail_rule_from_env(),
             claims: claims(scoring),
         };
     let bars = ProgressBars::new(&labels, json_stdout);
@@ -663,105 +663,6 @@ impl ProgressBars {
     }
 }
 
-/// The tail-copy rule: the default, or for sweeps `GLEANER_TAIL_RULE` as
-/// "MIN_GAIN_SECS,MIN_GAIN_SHARE,KILL_EVIDENCE(0|1)" (an experiment's knob,
-/// not a setting: a malformed value is ignored).
-fn tail_rule_from_env() -> crate::model::sched::tail::TailRule {
-    let mut rule = crate::model::sched::tail::TailRule::default();
-    if let Ok(v) = std::env::var("GLEANER_TAIL_RULE") {
-        let parts: Vec<&str> = v.split(',').collect();
-        if let [secs, share, kills] = parts.as_slice() {
-            if let (Ok(secs), Ok(share)) = (secs.parse::<f64>(), share.parse::<f64>()) {
-                rule.min_gain_secs = secs;
-                rule.min_gain_share = share;
-                rule.kill_evidence = *kills == "1";
-            }
-        }
-    }
-    rule
-}
-
-/// The later-window rule: the default, or for sweeps `GLEANER_WINDOW_RULE`
-/// as comma-separated `KEY=VALUE` over the rule's fields (`hold_below`,
-/// `min_gain`, `slack`, `retry_secs`, `retry_share`, `hopeless`,
-/// `present_weight`, `kill_limit`, `typical_below` (`none` or a share),
-/// `keep_pick`, `free_now_kept`, `tail_only` (0|1), `tail_within`,
-/// `max_wait`, `kill_near` (seconds; also `none`), `max_held` (seconds)). An
-/// experiment's knob, not a setting: a malformed pair is ignored.
-fn window_rule_from_env() -> crate::model::sched::window::WindowRule {
-    let mut rule = crate::model::sched::window::WindowRule::default();
-    let Ok(v) = std::env::var("GLEANER_WINDOW_RULE") else {
-        return rule;
-    };
-    for pair in v.split(',') {
-        let Some((key, value)) = pair.split_once('=') else {
-            continue;
-        };
-        let (key, value) = (key.trim(), value.trim());
-        let num = value.parse::<f64>().ok().filter(|x| x.is_finite());
-        match (key, num) {
-            ("hold_below", Some(x)) => rule.hold_below = x,
-            ("min_gain", Some(x)) => rule.min_gain = x,
-            ("slack", Some(x)) => rule.slack = x,
-            ("retry_secs", Some(x)) => rule.retry_secs = x,
-            ("retry_share", Some(x)) => rule.retry_share = x,
-            ("hopeless", Some(x)) => rule.hopeless = x,
-            ("present_weight", Some(x)) => rule.present_weight = x,
-            ("kill_limit", Some(x)) if x >= 0.0 => {
-                rule.kill_limit = x.min(f64::from(u32::MAX)) as u32
-            }
-            ("typical_below", Some(x)) => rule.typical_below = Some(x),
-            ("typical_below", None) if value == "none" => rule.typical_below = None,
-            ("keep_pick", Some(x)) => rule.keep_pick = x != 0.0,
-            ("free_now_kept", Some(x)) => rule.free_now_kept = x != 0.0,
-            ("tail_only", Some(x)) => rule.tail_only = x != 0.0,
-            ("tail_within", Some(x)) => rule.tail_within_secs = x,
-            ("max_wait", Some(x)) => rule.max_wait_secs = Some(x),
-            ("max_wait", None) if value == "none" => rule.max_wait_secs = None,
-            ("kill_near", Some(x)) => rule.kill_near_secs = Some(x),
-            ("kill_near", None) if value == "none" => rule.kill_near_secs = None,
-            ("max_held", Some(x)) => rule.max_held_secs = Some(x),
-            _ => {}
-        }
-    }
-    rule
-}
-
-/// How `proactive-auto` back-tests the two rules (`GLEANER_DUEL`:
-/// `first=`, the first back-test in the plain estimate's p50s; `step=`,
-/// seconds between back-tests; `count=`, at most this many; `align=`,
-/// the first put back to a whole number of these seconds), an
-/// experiment's knob like `GLEANER_WINDOW_RULE`.
-fn duel_rule_from_env() -> crate::model::sched::duel::DuelRule {
-    let mut rule = crate::model::sched::duel::DuelRule::default();
-    let Ok(v) = std::env::var("GLEANER_DUEL") else {
-        return rule;
-    };
-    for pair in v.split(',') {
-        let Some((key, value)) = pair.split_once('=') else {
-            continue;
-        };
-        let num = value.trim().parse::<f64>().ok().filter(|x| x.is_finite());
-        match (key.trim(), num) {
-            ("first", Some(x)) if x > 0.0 => rule.first_in_p50s = x,
-            ("step", Some(x)) if x >= 1.0 => rule.step_secs = x,
-            ("count", Some(x)) if x >= 1.0 => rule.backtests = (x as usize).min(64),
-            ("align", Some(x)) if x >= 1.0 => rule.align_secs = Some(x),
-            _ => {}
-        }
-    }
-    rule
-}
-
-/// Whether a held task is weighed again whenever a host frees
-/// (`GLEANER_WINDOW_RULE` with `give_way=1`; the same experiment's knob).
-fn gives_way_from_env() -> bool {
-    std::env::var("GLEANER_WINDOW_RULE").is_ok_and(|v| {
-        v.split(',')
-            .any(|pair| pair.trim().replace(' ', "") == "give_way=1")
-    })
-}
-
 /// `on` or `off`.
 /// How [`parse_on_off`] spells `on`: a default given as a bool.
 const fn on_off(on: bool) -> &'static str {
@@ -781,6 +682,7 @@ fn parse_on_off(s: &str) -> Result<bool, String> {
 }
 
 mod claims;
+mod knobs;
 mod knowledge;
 mod svg;
 pub use claims::ClaimArgs;
