@@ -240,17 +240,9 @@ fn sigkill_pending(pid: i32) -> bool {
 /// `pid` and the processes above it, as seen from here, up to this test's
 /// own process (at most five).
 fn chain_above(pid: i32) -> Vec<i32> {
-    let parent_of = |pid: i32| -> Option<i32> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        stat[stat.rfind(')')? + 2..]
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
-    };
     let me = i32::try_from(std::process::id()).unwrap_or(0);
     let mut chain = vec![pid];
-    while let Some(up) = chain.last().and_then(|&p| parent_of(p)) {
+    while let Some(up) = chain.last().and_then(|&p| parent_pid(p)) {
         if up <= 1 || up == me || chain.len() == 5 {
             break;
         }

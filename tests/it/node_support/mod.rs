@@ -366,17 +366,27 @@ pub fn pin_self(cpus: &[usize]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The fields of /proc/PID/stat after the command name (state first),
+/// `None` once the process is gone.
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.get(stat.rfind(')')? + 2..)?;
+    Some(after.split_whitespace().map(str::to_string).collect())
+}
+
 /// The process state letter from /proc/PID/stat, `None` once it is gone.
 pub fn proc_state(pid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 2..];
-    after.chars().next()
+    stat_fields(pid)?.first()?.chars().next()
+}
+
+/// The parent's pid from /proc/PID/stat, as seen from here.
+pub fn parent_pid(pid: i32) -> Option<i32> {
+    stat_fields(pid)?.get(1)?.parse().ok()
 }
 
 /// utime + stime of a process, clock ticks.
 pub fn cpu_ticks(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    let fields = stat_fields(pid)?;
     Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
