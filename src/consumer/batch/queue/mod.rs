@@ -43,6 +43,7 @@ mod replicas;
 mod restore;
 mod retries;
 mod rounds;
+mod silences;
 mod state;
 mod tail;
 mod tasks;

@@ -11,7 +11,7 @@
 //! the network task holds, asking nobody, less and less often while nothing
 //! changes ([`IDLE_SURVEY_EVERY`] doubling up to [`LOOK_EVERY_MAX`]); a
 //! host asked that gave no response is news again once its wait is over
-//! ([`Silences`]). So a
+//! ([`super::silences::Silences`]). So a
 //! batch waiting an hour on a full pool costs its rounds of asks when it is
 //! submitted and one per event, not one every 2 s: a submission's network
 //! cost is bounded by its tasks, not by the time it waits or by the pool.
@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use libp2p::PeerId;
 
+use super::silences::SILENT_RETRY_MAX;
 use super::state::{Action, Now, QueueCore};
 use super::types::{Round, IDLE_SURVEY_EVERY, SURVEY_GAP};
 use crate::consumer::batch::record::TaskState;
@@ -47,59 +48,8 @@ pub(super) const RANKING_FRESH_FOR: Duration = Duration::from_secs(10);
 /// host's summary says a copy there would help).
 pub(super) const DEADLINE_ASKS_MAX: u8 = 2;
 
-/// The first wait before a host that gave a round no response is asked
-/// again; it doubles with each silence in a row, up to [`LOOK_EVERY_MAX`].
-pub(super) const SILENT_RETRY_FIRST: Duration = Duration::from_secs(30);
-/// Silent hosts remembered at most (the rest are forgotten, oldest first).
-const SILENT_MAX: usize = 1_024;
-
-/// Hosts a round asked that gave no response. Their summaries or
-/// announcements may still say they are free, and the queue knows nothing
-/// better of them, so nothing they say is ever news: a host that missed its
-/// one ask (a timeout, a dial that failed) would never be asked again, and
-/// work only it may take (a quorum's copy, an image it alone holds) would
-/// wait for ever. Each is news again once its wait is over, a wait that
-/// doubles while it stays silent, so a host that never answers costs a
-/// round now and then, not one per look.
-#[derive(Debug, Clone, Default)]
-pub struct Silences {
-    /// The time of each host's last silence and how many in a row.
-    hosts: HashMap<PeerId, (std::time::Instant, u32)>,
-}
-
-impl Silences {
-    /// Notes what a round's asks came to: each host asked (not listed from
-    /// its summary) that gave no response is silent once more; one that
-    /// answered is silent no more.
-    fn note_round(&mut self, at: std::time::Instant, hosts: &[SurveyedHost]) {
-        for h in hosts {
-            if h.answered {
-                self.hosts.remove(&h.peer);
-            } else if !h.summarised {
-                let entry = self.hosts.entry(h.peer).or_insert((at, 0));
-                *entry = (at, entry.1.saturating_add(1));
-            }
-        }
-        while self.hosts.len() > SILENT_MAX {
-            let Some(oldest) = self.hosts.iter().min_by_key(|(_, v)| v.0).map(|(p, _)| *p) else {
-                break;
-            };
-            self.hosts.remove(&oldest);
-        }
-    }
-
-    /// True when `peer` gave no response and its wait is over: what the
-    /// queue knows of it is not to be trusted until it is asked again.
-    fn due(&self, peer: &PeerId, now: std::time::Instant) -> bool {
-        self.hosts.get(peer).is_some_and(|&(at, count)| {
-            let shift = count.saturating_sub(1).min(16);
-            let wait = SILENT_RETRY_FIRST
-                .saturating_mul(1 << shift)
-                .min(LOOK_EVERY_MAX);
-            now.saturating_duration_since(at) >= wait
-        })
-    }
-}
+// The longest wait of a silent host is no longer than a look's.
+const _: () = assert!(SILENT_RETRY_MAX.as_secs() <= LOOK_EVERY_MAX.as_secs());
 
 /// What a member's announcement (or summary) says that may let waiting
 /// work start: the driver passes each one on as it is heard.

@@ -246,8 +246,8 @@ pub struct QueueCore {
     /// each that started nothing, back to the least when one starts work.
     pub(super) news_gap: Duration,
     /// Hosts a round asked that gave no response (a timeout, no route):
-    /// asked again once their wait is over ([`super::rounds::Silences`]).
-    pub(super) silent: super::rounds::Silences,
+    /// asked again once their wait is over ([`super::silences::Silences`]).
+    pub(super) silent: super::silences::Silences,
     /// Rounds each running task's deadline risk has asked for (bounded).
     pub(super) deadline_asks: HashMap<(BatchId, u32), u8>,
     /// Checkpoint intervals: each host's last TR and the measured cost of
@@ -325,7 +325,7 @@ impl QueueCore {
             look_every: IDLE_SURVEY_EVERY,
             news: HashSet::new(),
             news_gap: SURVEY_GAP,
-            silent: super::rounds::Silences::default(),
+            silent: super::silences::Silences::default(),
             deadline_asks: HashMap::new(),
             checkpoints: Intervals::default(),
             trust,
