@@ -15,6 +15,7 @@ use crate::model::predict::{history_days, InitialState, PredictRequest};
 use crate::model::sched::spells::{spells_of_series, PastSpells, SpellLengths, LOOKBACK_SECS};
 use crate::model::series::HostSeries;
 use crate::model::state::State;
+use crate::net::protocol::LADDER_SECS;
 use crate::report::{
     curve_in_pool, forecast_or_pool_prior, Basis, Forecast, ReportError, ReportRequest,
 };
@@ -52,6 +53,42 @@ pub struct HostAnswer {
 /// A host's spells over a week: their sums and their lengths.
 type WeekSpells = Option<(PastSpells, SpellLengths)>;
 
+/// The curve's window lengths for a question of `asked` seconds, increasing,
+/// the asked one among them: [`CURVE_MULTIPLES`] of it, each clamped to
+/// 60 s..7 days, and each but the asked one that falls within the summary's
+/// ladder ([`LADDER_SECS`]) moved to the rung nearest it (by ratio; the
+/// shorter on a tie), a length that lands on another answered once. The
+/// ladder's fits are the ones the node keeps made (its summary asks 1 h and
+/// 8 h, whose multiples are the rungs, and `node::ready` prepares what was
+/// asked), so a question of a length never asked before makes one fit of
+/// its method's, not five (issue 29, goal 6). A rung asked gives its
+/// multiples unchanged: the summary's answers are what they were.
+pub fn curve_lengths(asked: u64) -> Vec<u64> {
+    let (low, high) = (
+        u64::from(LADDER_SECS[0]),
+        u64::from(LADDER_SECS[LADDER_SECS.len() - 1]),
+    );
+    let mut lengths: Vec<u64> = CURVE_MULTIPLES
+        .iter()
+        .map(|&multiple| {
+            let secs =
+                ((asked as f64 * multiple).round() as u64).clamp(CURVE_MIN_SECS, CURVE_MAX_SECS);
+            if multiple == 1.0 || !(low..=high).contains(&secs) {
+                return secs;
+            }
+            let off = |rung: u32| (secs as f64 / f64::from(rung)).ln().abs();
+            LADDER_SECS
+                .iter()
+                .copied()
+                .min_by(|&a, &b| off(a).total_cmp(&off(b)))
+                .map_or(secs, u64::from)
+        })
+        .collect();
+    lengths.sort_unstable();
+    lengths.dedup();
+    lengths
+}
+
 /// Forecasts the request's window, the curve around it and the availability,
 /// and reads the host's spells. A curve length the history cannot cover is
 /// left out, never an error. The curve's other lengths are asked in one call
@@ -87,13 +124,7 @@ fn answer_with_spells(
 ) -> Result<HostAnswer, ReportError> {
     let main = forecast_or_pool_prior(series, request, pool)?;
     let asked = request.window.window_secs;
-    let mut lengths: Vec<u64> = Vec::with_capacity(CURVE_MULTIPLES.len());
-    for multiple in CURVE_MULTIPLES {
-        let secs = ((asked as f64 * multiple).round() as u64).clamp(CURVE_MIN_SECS, CURVE_MAX_SECS);
-        if lengths.last().is_none_or(|&last| secs > last) {
-            lengths.push(secs);
-        }
-    }
+    let lengths = curve_lengths(asked);
     // Every other length in one call: one pass for a method that can.
     let others: Vec<u64> = lengths.iter().copied().filter(|&s| s != asked).collect();
     let other_trs = match main.basis {
@@ -359,6 +390,38 @@ mod tests {
             predicted_availability(&s, &window(1_600_000_000, 3600)),
             None
         );
+    }
+
+    #[test]
+    fn the_curves_lengths_lie_on_the_ladder_where_it_reaches() {
+        // The summary's two questions: their multiples are rungs.
+        assert_eq!(curve_lengths(3_600), [900, 1_800, 3_600, 7_200, 14_400]);
+        assert_eq!(
+            curve_lengths(28_800),
+            [7_200, 14_400, 28_800, 57_600, 115_200]
+        );
+        // 45 min, 1.5 h, 6 h, 12 h move to their nearest rungs.
+        assert_eq!(
+            curve_lengths(10_800),
+            [3_600, 7_200, 10_800, 28_800, 57_600]
+        );
+        // Below and beyond the ladder the multiples stay.
+        assert_eq!(curve_lengths(1_200), [300, 600, 1_200, 1_800, 3_600]);
+        assert_eq!(
+            curve_lengths(108_000),
+            [28_800, 57_600, 108_000, 216_000, 432_000]
+        );
+        // Clamped to 60 s..7 days, a length that lands on another once.
+        assert_eq!(curve_lengths(60), [60, 120, 240]);
+        assert_eq!(curve_lengths(7 * 86_400), [151_200, 302_400, 604_800]);
+        for asked in [1, 61, 899, 900, 5_000, 86_400, 115_201, 10 * 86_400] {
+            let lengths = curve_lengths(asked);
+            assert!(
+                lengths.windows(2).all(|w| w[0] < w[1]),
+                "{asked}: {lengths:?}"
+            );
+            assert!(lengths.contains(&asked.clamp(CURVE_MIN_SECS, CURVE_MAX_SECS)));
+        }
     }
 
     #[test]

@@ -226,3 +226,36 @@ fn a_reading_in_a_new_day_makes_the_days_fits_before_it_is_asked() {
     assert_eq!(fits_made_here(), before, "the day's first answer made fits");
     assert_eq!(answer, on_demand(&series, &asked));
 }
+
+/// A question of a length never asked makes one fit, not five: the
+/// curve's other points lie on the summary's ladder, whose fits the
+/// summary's own two questions made.
+#[test]
+fn a_new_length_after_the_summarys_questions_makes_one_fit() {
+    use crate::node::pool_host::publish::LADDER_ASKS_SECS;
+    let _one = FITS.lock().unwrap_or_else(PoisonError::into_inner);
+    let dir = tempfile::tempdir().unwrap();
+    let last = START + 21 * 86_400 + 15 * 3600;
+    let store = store_until(dir.path(), last + STEP);
+    let series = store.bulk().series().unwrap();
+    let config = Config::default();
+    let ask = |secs: u64| {
+        let mut window = PredictRequest::new(last, secs, config.thresholds(MEM));
+        window.days = config.history.days;
+        ReportRequest::new(window)
+    };
+    Logistic::shared().clear_fits();
+    let answers = AnswerCache::default();
+    for secs in LADDER_ASKS_SECS {
+        answers.answer(&series, &ask(secs)).unwrap();
+    }
+    let before = fits_made_here();
+    let answer = answers.answer(&series, &ask(3 * 3600)).unwrap();
+    assert_eq!(
+        fits_made_here() - before,
+        1,
+        "the curve {:?} made fits of its own",
+        answer.curve
+    );
+    assert_eq!(answer.curve.len(), 5, "{:?}", answer.curve);
+}
