@@ -188,6 +188,12 @@ impl QueueCore {
             self.wanted = false;
             self.look_every = IDLE_SURVEY_EVERY;
         }
+        tracing::debug!(
+            ?round,
+            ask_at_most,
+            skipped = skip.len(),
+            "batch queue: a round starts"
+        );
         self.round = round;
         self.surveying = true;
         self.last_survey = Some(now.mono);
