@@ -128,12 +128,12 @@ pub(crate) trait Turnarounds {
     fn turnaround(&mut self, j: usize, g: usize) -> f64;
 
     /// Every host by position `j`'s expected turnaround there, least
-    /// first, ties in the rule's order, and those turnarounds by host;
-    /// `None` when the caller keeps no such list (the rule then scans).
-    /// Only for a position whose finite turnarounds are all at least the
-    /// rule's lower bound: then a scan's early stop skips no host the
-    /// list would have found, and the two give the same answer.
-    fn ranked(&mut self, _j: usize) -> Option<(&[u32], &[f64])> {
+    /// first, ties in the rule's order, and those turnarounds (see
+    /// [`Ranked`]); `None` when the caller keeps no such list (the rule
+    /// then scans). Only for a position whose finite turnarounds are all
+    /// at least the rule's lower bound: then a scan's early stop skips no
+    /// host the list would have found, and the two give the same answer.
+    fn ranked(&mut self, _j: usize) -> Option<Ranked<'_>> {
         None
     }
 
@@ -144,6 +144,40 @@ pub(crate) trait Turnarounds {
     /// at the horizon itself.
     fn can_run(&mut self, j: usize, g: usize) -> bool {
         self.turnaround(j, g).is_finite()
+    }
+}
+
+/// A position's hosts ranked by its expected turnaround there
+/// ([`Turnarounds::ranked`]). An entry is a host, or, when a host has two
+/// turnarounds of which one holds now (the estimate's: a host as seen at
+/// submission, and as just back from a failure), host + n for the second:
+/// `back[g]` says which of host g's two entries holds, and the rule passes
+/// over the other.
+pub(crate) struct Ranked<'a> {
+    /// The entries, least turnaround first (infinite ones last).
+    pub order: &'a [u32],
+    /// The turnaround of each entry.
+    pub cells: &'a [f64],
+    /// Per host, with two entries each: whether its second one holds.
+    pub back: Option<&'a [bool]>,
+}
+
+impl Ranked<'_> {
+    /// The host of `entry` when that entry is the one that holds now.
+    fn host(&self, entry: u32) -> Option<usize> {
+        let entry = entry as usize;
+        match self.back {
+            None => Some(entry),
+            Some(back) => {
+                let n = back.len();
+                let (g, second) = if entry >= n {
+                    (entry - n, true)
+                } else {
+                    (entry, false)
+                };
+                (back.get(g) == Some(&second)).then_some(g)
+            }
+        }
     }
 }
 
@@ -209,15 +243,17 @@ where
         turnarounds: &mut impl Turnarounds,
     ) -> bool {
         let mut better = 0;
-        if let Some((ranked, cells)) = turnarounds.ranked(j) {
+        if let Some(ranked) = turnarounds.ranked(j) {
             // The hosts that end j sooner than `mine` with no wait, and
             // only they, come before the first that does not.
-            for &g in ranked {
-                let t = cells[g as usize];
+            for &entry in ranked.order {
+                let t = ranked.cells[entry as usize];
                 if t.is_nan() || t >= mine {
                     break;
                 }
-                let g = g as usize;
+                let Some(g) = ranked.host(entry) else {
+                    continue;
+                };
                 if g == host {
                     continue;
                 }
@@ -273,25 +309,33 @@ where
     /// The free host (wait 0) that would end position `j` soonest, with
     /// its expected turnaround; ties go to the faster, then lower, index.
     fn best_free(&self, j: usize, turnarounds: &mut impl Turnarounds) -> Option<(usize, f64)> {
-        if let Some((ranked, cells)) = turnarounds.ranked(j) {
+        if let Some(ranked) = turnarounds.ranked(j) {
             // The first free host in the ranking; unusable hosts (an
             // infinite turnaround) come last. The walk pays a step for
             // every busy host ranked ahead of it: with few hosts free,
             // asking each of them is cheaper, so after a few steps per
-            // free host the scan below takes over (same answer).
-            let budget = self.free_sorted.map_or(usize::MAX, |f| 4 * f.len() + 16);
+            // free host the scan below takes over (same answer). Entries
+            // that do not hold now (a host's other turnaround) are passed
+            // over, and with two per host the budget is twice as long.
+            let per_free = if ranked.back.is_some() { 8 } else { 4 };
+            let budget = self
+                .free_sorted
+                .map_or(usize::MAX, |f| per_free * (f.len() + 4));
             let mut walked_all = true;
-            for (steps, &g) in ranked.iter().enumerate() {
+            for (steps, &entry) in ranked.order.iter().enumerate() {
                 if steps == budget {
                     walked_all = false;
                     break;
                 }
-                let t = cells[g as usize];
+                let t = ranked.cells[entry as usize];
                 if !t.is_finite() {
                     return None;
                 }
-                if (self.free_in)(g as usize) == 0.0 {
-                    return Some((g as usize, t));
+                let Some(g) = ranked.host(entry) else {
+                    continue;
+                };
+                if (self.free_in)(g) == 0.0 {
+                    return Some((g, t));
                 }
             }
             if walked_all {

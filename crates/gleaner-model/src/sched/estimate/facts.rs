@@ -1,8 +1,9 @@
 //! What every run of an estimate needs of each host, computed once per
 //! estimate: its slowdown, its horizon, its curve laid out for sampling and
-//! for the rule's expected turnarounds, its past.
+//! for the rule's expected turnarounds, its past, and the curve the rule
+//! weighs it by once it is back from a failure.
 
-use super::super::curve::{FailureSampler, PreparedCurve};
+use super::super::curve::{FailureSampler, PreparedCurve, TrCurve};
 use super::bootstrap::SpellBootstrap;
 use super::{EstimateHost, PastFailures};
 use rand::Rng;
@@ -24,10 +25,23 @@ pub(super) struct HostFacts {
     pub(super) checkpoint: f64,
     pub(super) checkpoint_cost: f64,
     pub(super) bootstrap: Option<SpellBootstrap>,
+    /// The rule's view of the host once it is back from a failure (or
+    /// from the outage it was in at submission), and its horizon: the
+    /// survival of the up-spell a run draws after a return
+    /// ([`back_curve`]). `None`: the same as `curve`.
+    pub(super) back: Option<(PreparedCurve, f64)>,
 }
 
 impl HostFacts {
     pub(super) fn new(host: &EstimateHost) -> HostFacts {
+        let past = host
+            .past
+            .filter(|p| p.up_secs.is_finite() && p.up_secs > 0.0);
+        let bootstrap = host.spells.as_ref().and_then(SpellBootstrap::new);
+        let back = back_curve(&host.view.curve, past.as_ref(), bootstrap.as_ref()).map(|c| {
+            let horizon = c.failure_time_at(1e-12).unwrap_or(f64::INFINITY);
+            (PreparedCurve::new(&c), horizon)
+        });
         HostFacts {
             slowdown: host.view.expected_run_secs(1.0),
             horizon: host
@@ -38,9 +52,7 @@ impl HostFacts {
             sampler: FailureSampler::new(&host.view.curve),
             curve: PreparedCurve::new(&host.view.curve),
             recovery: host.recovery_secs.max(0.0),
-            past: host
-                .past
-                .filter(|p| p.up_secs.is_finite() && p.up_secs > 0.0),
+            past,
             curve_end: host
                 .view
                 .curve
@@ -54,7 +66,8 @@ impl HostFacts {
             } else {
                 0.0
             },
-            bootstrap: host.spells.as_ref().and_then(SpellBootstrap::new),
+            bootstrap,
+            back,
         }
     }
 
@@ -75,16 +88,101 @@ impl HostFacts {
         }
     }
 
-    /// Whether a task of `runtime` reference seconds can succeed here at
-    /// all (its expected turnaround is finite).
-    pub(super) fn can_run(&self, runtime: f64) -> bool {
-        fits(runtime, self.slowdown, self.horizon)
+    /// [`Self::expected_turnaround`] on the host as the rule sees it now:
+    /// as at submission, or (`back`) as just back from a failure.
+    pub(super) fn turnaround_as(&self, runtime: f64, back: bool) -> f64 {
+        match (&self.back, back) {
+            (Some((curve, _)), true) => {
+                let run = runtime * self.slowdown;
+                if run.is_finite() {
+                    curve.expected_time_with_restarts(run)
+                } else {
+                    f64::INFINITY
+                }
+            }
+            _ => self.expected_turnaround(runtime),
+        }
+    }
+
+    /// The horizon of the host as the rule sees it now (see
+    /// [`Self::turnaround_as`]).
+    pub(super) fn horizon_as(&self, back: bool) -> f64 {
+        match (&self.back, back) {
+            (Some((_, horizon)), true) => *horizon,
+            _ => self.horizon,
+        }
     }
 }
 
+/// Window lengths the curve of a host just back is given at besides its
+/// past up-spells' (30 min to four weeks).
+const BACK_WINDOWS: [f64; 8] = [
+    1_800.0,
+    3_600.0,
+    4.0 * 3_600.0,
+    12.0 * 3_600.0,
+    86_400.0,
+    2.0 * 86_400.0,
+    7.0 * 86_400.0,
+    28.0 * 86_400.0,
+];
+
+/// TR over window lengths for a host just back from a failure: the chance
+/// that the up-spell a run draws after a return ([`super::run::Run::up_spell`])
+/// outlasts the window, averaged over the run's draws. Its past up-spells
+/// by their counts, with the bootstrap's fallback; a cut spell and the
+/// fallback last on at the past's rate, taken over its posterior (Lomax:
+/// (1 + t / up)^−(failures + ½)), or without a past, as the curve says.
+/// Without spells, the past's rate alone; with neither, `None`: a run
+/// draws the next failure from the curve, as the rule weighs it.
+///
+/// The curve at submission is the host's TR for windows that start then,
+/// in the state it was in then (off for the weekend, say); once the host
+/// has failed and come back in a run, the run draws its failures from
+/// this law, and the rule weighs it by the same one.
+pub(super) fn back_curve(
+    curve: &TrCurve,
+    past: Option<&PastFailures>,
+    bootstrap: Option<&SpellBootstrap>,
+) -> Option<TrCurve> {
+    if past.is_none() && bootstrap.is_none() {
+        return None;
+    }
+    let tail = |t: f64| match past {
+        Some(p) => (1.0 + t / p.up_secs).powf(-(f64::from(p.failures) + 0.5)),
+        None => curve.tr_at(t),
+    };
+    let mut windows: Vec<f64> = BACK_WINDOWS.to_vec();
+    let Some(b) = bootstrap else {
+        return Some(TrCurve::new(windows.into_iter().map(|t| (t, tail(t)))));
+    };
+    windows.extend(b.up.iter().map(|s| s.0));
+    let total = b.up_mass.last().copied().unwrap_or(0.0);
+    let fallback = b.up_mass.first().copied().unwrap_or(0.0);
+    let survival = |t: f64| {
+        let spells: f64 =
+            b.up.iter()
+                .map(|&(len, count, cut)| {
+                    count
+                        * if t < len {
+                            1.0
+                        } else if cut {
+                            tail(t - len)
+                        } else {
+                            0.0
+                        }
+                })
+                .sum();
+        (fallback * tail(t) + spells) / total
+    };
+    Some(TrCurve::new(windows.into_iter().map(|t| (t, survival(t)))))
+}
+
 /// Whether a task of `runtime` reference seconds can succeed on a host of
-/// this slowdown and horizon: [`HostFacts::can_run`], and what the
-/// rule's bulk asks of each free host (`QueueTurnarounds::can_run`).
+/// this slowdown and horizon (its expected turnaround there is finite):
+/// what the rule's bulk asks of each free host (`QueueTurnarounds::can_run`),
+/// with the horizon of the host as the rule sees it now
+/// ([`HostFacts::horizon_as`]).
 pub(super) fn fits(runtime: f64, slowdown: f64, horizon: f64) -> bool {
     let run = runtime * slowdown;
     run.is_finite() && run < horizon

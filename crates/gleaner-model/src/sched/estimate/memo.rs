@@ -2,7 +2,7 @@
 //! kept between an estimate's runs, with each row's hosts ranked by them,
 //! and the rule's view of a run's queue through them.
 
-use super::super::place::Turnarounds;
+use super::super::place::{Ranked, Turnarounds};
 use super::facts::{fits, HostFacts};
 use std::collections::VecDeque;
 
@@ -17,6 +17,12 @@ const MEMO_LIMIT: usize = 4_000_000;
 /// host instead of asking every free one (most of the estimate's time at
 /// 1,000 hosts, where each failure makes the rule look again).
 ///
+/// When some host has a curve of its own for after a return
+/// ([`HostFacts::back`]), a row holds two cells per host: the host as at
+/// submission (cell g), and as just back from a failure (cell n + g); a
+/// run says which holds for each host, and the ranking takes both, the
+/// rule passing over the one that does not hold ([`Ranked`]).
+///
 /// A task resumed from a checkpoint (or one with no room left for a row)
 /// has its row in one of [`SPARE_ROWS`] spare rows, keyed by the task and
 /// the work it has left: that work is particular to a run, but the rule
@@ -25,6 +31,9 @@ const MEMO_LIMIT: usize = 4_000_000;
 /// tasks are resumed ones.
 pub(super) struct Memo<'a> {
     hosts: &'a [HostFacts],
+    /// Cells per row: one per host, or two when some host has a curve for
+    /// after a return.
+    width: usize,
     pub(super) runtimes: Vec<f64>,
     row_of: Vec<u32>,
     cells: Vec<f64>,
@@ -77,8 +86,14 @@ enum Loc {
 
 impl<'a> Memo<'a> {
     pub(super) fn new(hosts: &'a [HostFacts], runtimes: &[f64]) -> Memo<'a> {
+        let blocks = if hosts.iter().any(|h| h.back.is_some()) {
+            2
+        } else {
+            1
+        };
         Memo {
             hosts,
+            width: blocks * hosts.len(),
             runtimes: runtimes.to_vec(),
             row_of: vec![u32::MAX; runtimes.len()],
             cells: Vec::new(),
@@ -92,7 +107,7 @@ impl<'a> Memo<'a> {
     /// main row when it has not begun (made if there is room), else its
     /// spare row, taken over (emptied) if it held another.
     fn locate(&mut self, task: usize, left: f64) -> Loc {
-        let n = self.hosts.len();
+        let n = self.width;
         if left == self.runtimes[task] {
             let mut row = self.row_of[task];
             if row == u32::MAX && self.cells.len() + n <= MEMO_LIMIT {
@@ -130,15 +145,17 @@ impl<'a> Memo<'a> {
     }
 
     /// The expected turnaround of `task`, with `left` reference seconds
-    /// of it to do, on `host`.
-    pub(super) fn get(&mut self, task: usize, left: f64, host: usize) -> f64 {
-        let n = self.hosts.len();
+    /// of it to do, on `host` as the rule sees it now (`back`: just back
+    /// from a failure, see [`HostFacts::turnaround_as`]).
+    pub(super) fn get(&mut self, task: usize, left: f64, host: usize, back: bool) -> f64 {
+        let (n, width) = (self.hosts.len(), self.width);
+        let at = if back && width > n { n + host } else { host };
         let cell = match self.locate(task, left) {
-            Loc::Main(row) => &mut self.cells[row * n + host],
-            Loc::Spare(slot) => &mut self.spare[slot].cells[host],
+            Loc::Main(row) => &mut self.cells[row * width + at],
+            Loc::Spare(slot) => &mut self.spare[slot].cells[at],
         };
         if cell.is_nan() {
-            *cell = self.hosts[host].expected_turnaround(left);
+            *cell = self.hosts[host].turnaround_as(left, at >= n);
         }
         *cell
     }
@@ -147,16 +164,18 @@ impl<'a> Memo<'a> {
     /// of it to do, least first (ties in the rule's order, infinite ones
     /// last), and its turnarounds by host: see
     /// [`super::super::place::Turnarounds::ranked`]; `place` is each host's place
-    /// in the rule's order, the same in every run. `None` when some host's
+    /// in the rule's order, the same in every run, and `back` which of
+    /// each host's cells holds now (see [`Memo`]). `None` when some host's
     /// turnaround falls below the rule's bound, or for a spare row not yet
     /// asked for often enough.
-    pub(super) fn ranked(
-        &mut self,
+    pub(super) fn ranked<'s>(
+        &'s mut self,
         task: usize,
         left: f64,
         place: &[u32],
-    ) -> Option<(&[u32], &[f64])> {
-        let n = self.hosts.len();
+        back: &'s [bool],
+    ) -> Option<Ranked<'s>> {
+        let n = self.width;
         let loc = self.locate(task, left);
         let (cells, ranking, ranked) = match loc {
             Loc::Main(row) => {
@@ -186,14 +205,21 @@ impl<'a> Memo<'a> {
         if *ranking == Ranking::Unranked {
             *ranking = rank(self.hosts, place, left, cells, ranked);
         }
-        (*ranking == Ranking::Ranked).then_some((&*ranked, &*cells))
+        let back = (n > self.hosts.len()).then_some(back);
+        (*ranking == Ranking::Ranked).then_some(Ranked {
+            order: &*ranked,
+            cells: &*cells,
+            back,
+        })
     }
 }
 
 /// Fills a memo row's missing `cells` for a task with `left` reference
-/// seconds to do and ranks its hosts into `ranked` (by turnaround, ties by
-/// `place`, infinite ones last), when every finite turnaround is at least
-/// the rule's lower bound (left × SP, see `Run::dispatch`).
+/// seconds to do and ranks its entries into `ranked` (by turnaround, ties
+/// by their host's `place`, infinite ones last), when every finite
+/// turnaround is at least the rule's lower bound (left × SP, see
+/// `Run::dispatch`). With two cells per host (see [`Memo`]) both are
+/// ranked.
 fn rank(
     hosts: &[HostFacts],
     place: &[u32],
@@ -201,10 +227,12 @@ fn rank(
     cells: &mut [f64],
     ranked: &mut [u32],
 ) -> Ranking {
+    let n = hosts.len();
     let mut rankable = ranked.len() == cells.len();
-    for (fact, cell) in hosts.iter().zip(cells.iter_mut()) {
+    for (at, cell) in cells.iter_mut().enumerate() {
+        let fact = &hosts[at % n];
         if cell.is_nan() {
-            *cell = fact.expected_turnaround(left);
+            *cell = fact.turnaround_as(left, at >= n);
         }
         rankable &= !cell.is_finite() || *cell >= left * fact.slowdown;
     }
@@ -226,7 +254,8 @@ fn rank(
     ranked.sort_unstable_by(|&a, &b| {
         key(a)
             .total_cmp(&key(b))
-            .then(place[a as usize].cmp(&place[b as usize]))
+            .then(place[a as usize % n].cmp(&place[b as usize % n]))
+            .then(a.cmp(&b))
     });
     Ranking::Ranked
 }
@@ -243,17 +272,23 @@ pub(super) struct QueueTurnarounds<'r, 'm> {
     /// Per host: (slowdown, horizon), `Run::reach`: whether a task can
     /// run there at all without a memo row or a curve's integral.
     pub(super) reach: &'r [(f64, f64)],
+    /// Per host: whether the rule weighs it as just back from a failure
+    /// (`Run::back`).
+    pub(super) back: &'r [bool],
 }
 
 impl Turnarounds for QueueTurnarounds<'_, '_> {
     fn turnaround(&mut self, j: usize, g: usize) -> f64 {
         match self.queue.get(j) {
-            Some(&task) => self.memo.get(task, self.runtimes[task], g),
+            Some(&task) => {
+                let back = self.back.get(g).copied().unwrap_or(false);
+                self.memo.get(task, self.runtimes[task], g, back)
+            }
             None => f64::INFINITY,
         }
     }
 
-    /// [`HostFacts::can_run`] off `reach`: in the bulk the rule asks it of
+    /// Whether position `j` can run on `g` at all, off `reach`: in the bulk the rule asks it of
     /// every free host the head passes, at every event, and a memo row
     /// for each head would be made for nothing else.
     fn can_run(&mut self, j: usize, g: usize) -> bool {
@@ -265,8 +300,9 @@ impl Turnarounds for QueueTurnarounds<'_, '_> {
         }
     }
 
-    fn ranked(&mut self, j: usize) -> Option<(&[u32], &[f64])> {
+    fn ranked(&mut self, j: usize) -> Option<Ranked<'_>> {
         let &task = self.queue.get(j)?;
-        self.memo.ranked(task, self.runtimes[task], self.place)
+        self.memo
+            .ranked(task, self.runtimes[task], self.place, self.back)
     }
 }

@@ -5,7 +5,7 @@
 use super::super::place::Rule;
 use super::bootstrap::{rest_of_outage, SpellUrn};
 use super::draw::{exponential, standard_normal};
-use super::facts::HostFacts;
+use super::facts::{fits, HostFacts};
 use super::held::Hold;
 use super::memo::{Memo, QueueTurnarounds};
 use super::{EstimateInput, MAX_ATTEMPTS};
@@ -103,11 +103,17 @@ pub(super) struct Run {
     free_list: Vec<usize>,
     /// Per host: its place in the rule's scan order.
     rank: Vec<u32>,
-    /// Per host: (slowdown, horizon), [`HostFacts::can_run`]'s inputs laid
+    /// Per host: (slowdown, horizon), [`super::facts::fits`]'s inputs laid
     /// side by side: in bulk the free hosts too slow or too unreliable for
     /// the head (hundreds at 1,000 hosts with tasks of half a day) are
-    /// passed over at every event.
+    /// passed over at every event. The horizon is the host's as the rule
+    /// sees it now (see `back`).
     reach: Vec<(f64, f64)>,
+    /// Per host: it has come back from a failure in this run (or from the
+    /// outage it was in at the start), so the rule weighs it by its curve
+    /// for a host just back ([`HostFacts::back`]), as the run draws its
+    /// failures from then on, not by its curve at submission.
+    pub(super) back: Vec<bool>,
     /// Hosts that became free since the last dispatch.
     fresh: Vec<usize>,
     /// Hosts that became free since the last dispatch, to be given a
@@ -152,7 +158,8 @@ impl Run {
             epoch: vec![0; n_hosts],
             free_list: Vec::with_capacity(n_hosts),
             rank: Vec::new(),
-            reach: Vec::new(),
+            reach: vec![(f64::INFINITY, 0.0); n_hosts],
+            back: vec![false; n_hosts],
             fresh: Vec::with_capacity(n_hosts),
             armed: Vec::with_capacity(n_hosts),
             recheck_all: true,
@@ -211,6 +218,7 @@ impl Run {
         let back = now + self.outage(facts, host, rng);
         self.free_at[host] = back;
         self.next_fail[host] = back + self.up_spell(facts, host, rng);
+        self.set_back(facts, host);
         let epoch = self.epoch[host];
         self.push(
             back,
@@ -220,6 +228,13 @@ impl Run {
             },
         );
         self.recheck_all = true;
+    }
+
+    /// From now on in this run the rule weighs `host` as just back from a
+    /// failure.
+    pub(super) fn set_back(&mut self, facts: &[HostFacts], host: usize) {
+        self.back[host] = true;
+        self.reach[host] = (facts[host].slowdown, facts[host].horizon_as(true));
     }
 
     /// How long a failure keeps `host` away: one of its past outages
@@ -383,14 +398,16 @@ impl Run {
                 self.rank[h] = i as u32;
             }
         }
-        if self.reach.len() != facts.len() {
-            self.reach = facts.iter().map(|f| (f.slowdown, f.horizon)).collect();
-        }
         for (h, host) in input.hosts.iter().enumerate() {
             self.rate[h] = facts[h].draw_rate(rng).unwrap_or(f64::NAN);
             self.urns[h].clear();
             // Each host's failure clock starts when it is first free.
             let down = host.down_secs.is_finite() && host.down_secs > 0.0;
+            self.back[h] = false;
+            self.reach[h] = (facts[h].slowdown, facts[h].horizon);
+            if down {
+                self.set_back(facts, h);
+            }
             let from = match facts[h].bootstrap.as_ref() {
                 Some(b) if down => rest_of_outage(b, host.down_secs, rng),
                 _ => host.busy_secs.max(0.0),
@@ -515,6 +532,7 @@ impl Run {
                 runtimes,
                 place: &self.rank,
                 reach: &self.reach,
+                back: &self.back,
             };
             let placed = if rule.in_bulk() {
                 // The rule's bulk: the head to the first free host that
@@ -569,7 +587,8 @@ impl Run {
             return;
         }
         let task = self.queue[0];
-        if !facts.iter().any(|f| f.can_run(self.runtimes[task])) {
+        let left = self.runtimes[task];
+        if !self.reach.iter().any(|&(s, h)| fits(left, s, h)) {
             // No host can ever finish it: the run would go on forever.
             self.gave_up = true;
             return;
@@ -578,11 +597,11 @@ impl Run {
         // keeps them idle (no finite turnaround anywhere it would take):
         // rather than stall, the best free host takes the head.
         if self.free_list.len() == facts.len() {
+            let back = &self.back;
             let best = (0..self.free_list.len()).min_by(|&a, &b| {
                 let (ha, hb) = (self.free_list[a], self.free_list[b]);
-                let left = self.runtimes[task];
-                memo.get(task, left, ha)
-                    .total_cmp(&memo.get(task, left, hb))
+                memo.get(task, left, ha, back[ha])
+                    .total_cmp(&memo.get(task, left, hb, back[hb]))
             });
             if let Some(i) = best {
                 let host = self.free_list.remove(i);

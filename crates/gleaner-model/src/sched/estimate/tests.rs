@@ -36,8 +36,10 @@ fn host(power: f64, curve: TrCurve) -> EstimateHost {
 /// resumed (spare rows, ranked only after repeated asks); free, busy
 /// and long-busy hosts; queues in the bulk, where the estimate answers
 /// whether a host can run the head from its horizon and the scan from
-/// the turnaround. The simulator's byte-identical reports are the
-/// other check; this one names the pool when it fails.
+/// the turnaround; hosts with a past (a curve of their own for after a
+/// return), some of them back from a failure. The simulator's
+/// byte-identical reports are the other check; this one names the pool
+/// when it fails.
 #[test]
 fn the_ranked_rows_answer_as_the_scan_does() {
     use crate::sched::place::Scan;
@@ -53,10 +55,17 @@ fn the_ranked_rows_answer_as_the_scan_does() {
                 };
                 let mut h = host(rng.random_range(0.2..1.0), curve);
                 h.view.availability = rng.random_range(0.3..1.0);
+                if pool % 2 == 1 && rng.random_range(0..2) == 0 {
+                    h.past = Some(PastFailures {
+                        up_secs: rng.random_range(3_600.0..600_000.0),
+                        failures: rng.random_range(0..40),
+                    });
+                }
                 h
             })
             .collect();
         let facts: Vec<HostFacts> = hosts.iter().map(HostFacts::new).collect();
+        let back: Vec<bool> = (0..n).map(|_| rng.random_range(0..2) == 0).collect();
         let order = by_slowdown(&facts.iter().map(|f| f.slowdown).collect::<Vec<_>>());
         let mut rank = vec![0u32; n];
         for (i, &h) in order.iter().enumerate() {
@@ -96,10 +105,12 @@ fn the_ranked_rows_answer_as_the_scan_does() {
             queue_len: queue.len(),
         };
         let mut scan = Scan(|j: usize, g: usize| match queue.get(j) {
-            Some(&task) => facts[g].expected_turnaround(left[task]),
+            Some(&task) => facts[g].turnaround_as(left[task], back[g]),
             None => f64::INFINITY,
         });
-        let reach: Vec<(f64, f64)> = facts.iter().map(|f| (f.slowdown, f.horizon)).collect();
+        let reach: Vec<(f64, f64)> = (0..n)
+            .map(|g| (facts[g].slowdown, facts[g].horizon_as(back[g])))
+            .collect();
         let mut memo = Memo::new(&facts, &runtimes);
         // Asked again and again, as after every failure: spare rows
         // are ranked after SPARE_ASKS_BEFORE_RANKING asks.
@@ -110,6 +121,7 @@ fn the_ranked_rows_answer_as_the_scan_does() {
                 runtimes: &left,
                 place: &rank,
                 reach: &reach,
+                back: &back,
             };
             assert_eq!(
                 rule.pick_pair(&mut ranked),
@@ -585,4 +597,42 @@ fn a_task_no_host_can_finish_leaves_the_run_unfinished() {
     let e = run(&hosts, &[3600.0], 3);
     assert_eq!(e.unfinished_runs, 3);
     assert!(e.makespan.p50.is_infinite());
+}
+
+/// A slow host that never fails and a fast one whose curve at
+/// submission says it is off (TR falls to nothing within two hours) but
+/// whose past says it is reliable once up; four tasks of 1 h.
+fn off_now_reliable_after() -> [EstimateHost; 2] {
+    let slow = host(0.25, TrCurve::never_fails());
+    let mut fast = host(
+        1.0,
+        TrCurve::new([(600.0, 0.1), (7_200.0, 1e-6), (86_400.0, 1e-13)]),
+    );
+    fast.recovery_secs = 600.0;
+    fast.past = Some(PastFailures {
+        up_secs: 30.0 * 86_400.0,
+        failures: 0,
+    });
+    [slow, fast]
+}
+
+#[test]
+fn a_host_back_from_its_outage_is_weighed_as_back_not_as_at_submission() {
+    // Weighed by its curve at submission the fast host would take no
+    // task, and the slow one would run all four, one after the other:
+    // 16 h in every run. Once back (after the hour it is still down at
+    // submission, or after the failure its curve draws within two
+    // hours and its 10 min outage), the run draws its failures from its
+    // past, and the rule weighs it so: it takes the tasks still
+    // waiting, and the batch ends within about 5 h.
+    let waiting = [3_600.0; 4];
+    let mut down = off_now_reliable_after();
+    down[1].down_secs = 3_600.0;
+    down[1].busy_secs = 3_600.0;
+    let failing = off_now_reliable_after();
+    for (case, hosts) in [("down at submission", down), ("failing first", failing)] {
+        let e = run(&hosts, &waiting, 200);
+        assert!(e.makespan.p90 < 6.0 * 3_600.0, "{case}: {:?}", e.makespan);
+        assert!(e.makespan.p10 >= 3.0 * 3_600.0, "{case}: {:?}", e.makespan);
+    }
 }
