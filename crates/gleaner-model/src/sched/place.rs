@@ -148,36 +148,48 @@ pub(crate) trait Turnarounds {
 }
 
 /// A position's hosts ranked by its expected turnaround there
-/// ([`Turnarounds::ranked`]). An entry is a host, or, when a host has two
-/// turnarounds of which one holds now (the estimate's: a host as seen at
-/// submission, and as just back from a failure), host + n for the second:
-/// `back[g]` says which of host g's two entries holds, and the rule passes
-/// over the other.
+/// ([`Turnarounds::ranked`]). An entry is a host; or, when a host has
+/// several turnarounds of which one holds now (the estimate's: a host as
+/// at submission or as just back from a failure, as of how long it has
+/// been up), entry b·n + g is host g's b-th, and the rule passes over the
+/// entries that do not hold.
 pub(crate) struct Ranked<'a> {
     /// The entries, least turnaround first (infinite ones last).
     pub order: &'a [u32],
     /// The turnaround of each entry.
     pub cells: &'a [f64],
-    /// Per host, with two entries each: whether its second one holds.
-    pub back: Option<&'a [bool]>,
+    /// With several entries per host: which holds now.
+    pub blocks: Option<Blocks<'a>>,
+}
+
+/// A ranking's entries when a host has several ([`Ranked`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Blocks<'a> {
+    /// The hosts (n).
+    pub hosts: usize,
+    /// Entries per host.
+    pub per_host: usize,
+    /// Which of host g's entries holds now (taken modulo `per_host`).
+    pub block_of: &'a dyn Fn(usize) -> usize,
 }
 
 impl Ranked<'_> {
     /// The host of `entry` when that entry is the one that holds now.
     fn host(&self, entry: u32) -> Option<usize> {
         let entry = entry as usize;
-        match self.back {
+        match self.blocks {
             None => Some(entry),
-            Some(back) => {
-                let n = back.len();
-                let (g, second) = if entry >= n {
-                    (entry - n, true)
-                } else {
-                    (entry, false)
-                };
-                (back.get(g) == Some(&second)).then_some(g)
+            Some(b) => {
+                let (n, per_host) = (b.hosts.max(1), b.per_host.max(1));
+                let g = entry % n;
+                (entry / n == (b.block_of)(g) % per_host).then_some(g)
             }
         }
+    }
+
+    /// Entries per host.
+    fn per_host(&self) -> usize {
+        self.blocks.map_or(1, |b| b.per_host.max(1))
     }
 }
 
@@ -315,9 +327,9 @@ where
             // every busy host ranked ahead of it: with few hosts free,
             // asking each of them is cheaper, so after a few steps per
             // free host the scan below takes over (same answer). Entries
-            // that do not hold now (a host's other turnaround) are passed
-            // over, and with two per host the budget is twice as long.
-            let per_free = if ranked.back.is_some() { 8 } else { 4 };
+            // that do not hold now (a host's other turnarounds) are passed
+            // over, and the budget grows with the entries per host.
+            let per_free = 4 * ranked.per_host();
             let budget = self
                 .free_sorted
                 .map_or(usize::MAX, |f| per_free * (f.len() + 4));

@@ -1,7 +1,9 @@
 //! What every run of an estimate needs of each host, computed once per
 //! estimate: its slowdown, its horizon, its curve laid out for sampling and
-//! for the rule's expected turnarounds, its past, and the curve the rule
-//! weighs it by once it is back from a failure.
+//! for the rule's expected turnarounds, its past, and how the rule weighs
+//! it as a run goes on: by its curve at submission until it first fails,
+//! then by the up-spell a run draws after a return, each read as of how
+//! long the host has been up.
 
 use super::super::curve::{FailureSampler, PreparedCurve, TrCurve};
 use super::bootstrap::SpellBootstrap;
@@ -25,11 +27,72 @@ pub(super) struct HostFacts {
     pub(super) checkpoint: f64,
     pub(super) checkpoint_cost: f64,
     pub(super) bootstrap: Option<SpellBootstrap>,
-    /// The rule's view of the host once it is back from a failure (or
-    /// from the outage it was in at submission), and its horizon: the
-    /// survival of the up-spell a run draws after a return
-    /// ([`back_curve`]). `None`: the same as `curve`.
-    pub(super) back: Option<(PreparedCurve, f64)>,
+    /// The rule's curve for the host once it is back from a failure (or
+    /// from the outage it was in at submission): the survival of the
+    /// up-spell a run draws after a return ([`back_curve`]). `None`: the
+    /// same as `curve`.
+    pub(super) back: Option<PreparedCurve>,
+    /// The host as the rule weighs it, per [`block`]: its curve (`curve`
+    /// or `back`) read as of an age.
+    pub(super) views: Vec<AgedView>,
+    /// The longest of the views' horizons: a task at least this long can
+    /// never succeed here, whenever the rule weighs it.
+    pub(super) max_horizon: f64,
+}
+
+/// Ages (seconds up since the host's clock started: its return, or the
+/// submission) the rule reads a host's curve as of: the age it has reached,
+/// rounded down to one of these. Finer where bursty up-spells (many of a few
+/// minutes, some of days) change most.
+pub(super) const AGES: [f64; 8] = [
+    0.0, 900.0, 1_800.0, 3_600.0, 7_200.0, 14_400.0, 28_800.0, 57_600.0,
+];
+
+/// How the rule weighs a host in a run: `back` (it has come back from a
+/// failure, or from the outage it was in at submission) and up for `age`
+/// seconds; an index into [`HostFacts::views`] and into a memo row's
+/// blocks: [`AGES`]' index, plus `AGES.len()` when back.
+pub(super) fn block(back: bool, age: f64) -> usize {
+    let k = AGES.partition_point(|&a| a <= age).saturating_sub(1);
+    if back {
+        AGES.len() + k
+    } else {
+        k
+    }
+}
+
+/// A curve read as of an age: survival there, its integral up to there, and
+/// the horizon from there.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct AgedView {
+    back: bool,
+    /// The age read at (0 when the curve leaves no chance to have reached it).
+    age: f64,
+    /// ∫₀^age TR.
+    before: f64,
+    /// Runs this long or longer from `age` on can never succeed (TR falls
+    /// below 1e-12 of TR at `age`).
+    horizon: f64,
+}
+
+/// Survival below this share of survival at the age read is none.
+const TINY: f64 = 1e-12;
+
+impl AgedView {
+    fn new(curve: &TrCurve, back: bool, age: f64) -> AgedView {
+        let at = curve.tr_at(age);
+        let age = if at > 1e-9 { age } else { 0.0 };
+        let at = if age > 0.0 { at } else { 1.0 };
+        let horizon = curve
+            .failure_time_at(TINY * at)
+            .map_or(f64::INFINITY, |t| t - age);
+        AgedView {
+            back,
+            age,
+            before: curve.integral(age),
+            horizon,
+        }
+    }
 }
 
 impl HostFacts {
@@ -38,10 +101,16 @@ impl HostFacts {
             .past
             .filter(|p| p.up_secs.is_finite() && p.up_secs > 0.0);
         let bootstrap = host.spells.as_ref().and_then(SpellBootstrap::new);
-        let back = back_curve(&host.view.curve, past.as_ref(), bootstrap.as_ref()).map(|c| {
-            let horizon = c.failure_time_at(1e-12).unwrap_or(f64::INFINITY);
-            (PreparedCurve::new(&c), horizon)
-        });
+        let back = back_curve(&host.view.curve, past.as_ref(), bootstrap.as_ref());
+        let views = [false, true]
+            .iter()
+            .flat_map(|&b| AGES.iter().map(move |&age| (b, age)))
+            .map(|(b, age)| match (&back, b) {
+                (Some(c), true) => AgedView::new(c, true, age),
+                _ => AgedView::new(&host.view.curve, false, age),
+            })
+            .collect::<Vec<AgedView>>();
+        let max_horizon = views.iter().map(|v| v.horizon).fold(0.0, f64::max);
         HostFacts {
             slowdown: host.view.expected_run_secs(1.0),
             horizon: host
@@ -67,7 +136,9 @@ impl HostFacts {
                 0.0
             },
             bootstrap,
-            back,
+            back: back.as_ref().map(PreparedCurve::new),
+            views,
+            max_horizon,
         }
     }
 
@@ -88,29 +159,37 @@ impl HostFacts {
         }
     }
 
-    /// [`Self::expected_turnaround`] on the host as the rule sees it now:
-    /// as at submission, or (`back`) as just back from a failure.
-    pub(super) fn turnaround_as(&self, runtime: f64, back: bool) -> f64 {
-        match (&self.back, back) {
-            (Some((curve, _)), true) => {
-                let run = runtime * self.slowdown;
-                if run.is_finite() {
-                    curve.expected_time_with_restarts(run)
-                } else {
-                    f64::INFINITY
-                }
-            }
-            _ => self.expected_turnaround(runtime),
+    /// [`Self::expected_turnaround`] on the host as the rule weighs it in
+    /// [`block`] `block`: its curve (at submission, or for a host just
+    /// back) read as of the block's age, TR(t | up for `age`) =
+    /// TR(age + t) / TR(age), and so ∫_age^(age + r) TR / TR(age + r).
+    /// Block 0 (age 0, as at submission) is `expected_turnaround` bit for bit.
+    pub(super) fn turnaround_in(&self, runtime: f64, block: usize) -> f64 {
+        let Some(view) = self.views.get(block) else {
+            return self.expected_turnaround(runtime);
+        };
+        let curve = match (&self.back, view.back) {
+            (Some(c), true) => c,
+            _ => &self.curve,
+        };
+        let run = runtime * self.slowdown;
+        if !run.is_finite() {
+            return f64::INFINITY;
         }
+        if view.age == 0.0 {
+            return curve.expected_time_with_restarts(run);
+        }
+        if run >= view.horizon {
+            return f64::INFINITY;
+        }
+        let end = view.age + run;
+        (curve.integral(end) - view.before) / curve.tr_at(end)
     }
 
-    /// The horizon of the host as the rule sees it now (see
-    /// [`Self::turnaround_as`]).
-    pub(super) fn horizon_as(&self, back: bool) -> f64 {
-        match (&self.back, back) {
-            (Some((_, horizon)), true) => *horizon,
-            _ => self.horizon,
-        }
+    /// The horizon of the host as the rule weighs it in `block` (see
+    /// [`Self::turnaround_in`]).
+    pub(super) fn horizon_in(&self, block: usize) -> f64 {
+        self.views.get(block).map_or(self.horizon, |v| v.horizon)
     }
 }
 
@@ -182,7 +261,7 @@ pub(super) fn back_curve(
 /// this slowdown and horizon (its expected turnaround there is finite):
 /// what the rule's bulk asks of each free host (`QueueTurnarounds::can_run`),
 /// with the horizon of the host as the rule sees it now
-/// ([`HostFacts::horizon_as`]).
+/// ([`HostFacts::horizon_in`]).
 pub(super) fn fits(runtime: f64, slowdown: f64, horizon: f64) -> bool {
     let run = runtime * slowdown;
     run.is_finite() && run < horizon

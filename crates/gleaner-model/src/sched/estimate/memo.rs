@@ -2,8 +2,8 @@
 //! kept between an estimate's runs, with each row's hosts ranked by them,
 //! and the rule's view of a run's queue through them.
 
-use super::super::place::{Ranked, Turnarounds};
-use super::facts::{fits, HostFacts};
+use super::super::place::{Blocks, Ranked, Turnarounds};
+use super::facts::{fits, HostFacts, AGES};
 use std::collections::VecDeque;
 
 /// Most (task, host) expected turnarounds kept between runs.
@@ -17,11 +17,13 @@ const MEMO_LIMIT: usize = 4_000_000;
 /// host instead of asking every free one (most of the estimate's time at
 /// 1,000 hosts, where each failure makes the rule look again).
 ///
-/// When some host has a curve of its own for after a return
-/// ([`HostFacts::back`]), a row holds two cells per host: the host as at
-/// submission (cell g), and as just back from a failure (cell n + g); a
-/// run says which holds for each host, and the ranking takes both, the
-/// rule passing over the one that does not hold ([`Ranked`]).
+/// A row holds a block of cells per way the rule may weigh a host in a
+/// run ([`super::facts::block`]: by its curve at submission or, once back
+/// from a failure, by its curve for a host just back, each read as of one
+/// of [`AGES`]; the blocks for a host just back only when some host has
+/// such a curve): cell b·n + g is host g in block b. A run says which
+/// block holds for each host now, and the ranking takes every cell, the
+/// rule passing over those that do not hold ([`Ranked`]).
 ///
 /// A task resumed from a checkpoint (or one with no room left for a row)
 /// has its row in one of [`SPARE_ROWS`] spare rows, keyed by the task and
@@ -31,8 +33,9 @@ const MEMO_LIMIT: usize = 4_000_000;
 /// tasks are resumed ones.
 pub(super) struct Memo<'a> {
     hosts: &'a [HostFacts],
-    /// Cells per row: one per host, or two when some host has a curve for
-    /// after a return.
+    /// Blocks per row (see above).
+    blocks: usize,
+    /// Cells per row: a block of one per host.
     width: usize,
     pub(super) runtimes: Vec<f64>,
     row_of: Vec<u32>,
@@ -87,12 +90,13 @@ enum Loc {
 impl<'a> Memo<'a> {
     pub(super) fn new(hosts: &'a [HostFacts], runtimes: &[f64]) -> Memo<'a> {
         let blocks = if hosts.iter().any(|h| h.back.is_some()) {
-            2
+            2 * AGES.len()
         } else {
-            1
+            AGES.len()
         };
         Memo {
             hosts,
+            blocks,
             width: blocks * hosts.len(),
             runtimes: runtimes.to_vec(),
             row_of: vec![u32::MAX; runtimes.len()],
@@ -145,17 +149,18 @@ impl<'a> Memo<'a> {
     }
 
     /// The expected turnaround of `task`, with `left` reference seconds
-    /// of it to do, on `host` as the rule sees it now (`back`: just back
-    /// from a failure, see [`HostFacts::turnaround_as`]).
-    pub(super) fn get(&mut self, task: usize, left: f64, host: usize, back: bool) -> f64 {
+    /// of it to do, on `host` as the rule weighs it in `block` (see
+    /// [`HostFacts::turnaround_in`]).
+    pub(super) fn get(&mut self, task: usize, left: f64, host: usize, block: usize) -> f64 {
         let (n, width) = (self.hosts.len(), self.width);
-        let at = if back && width > n { n + host } else { host };
+        let block = block % self.blocks;
+        let at = block * n + host;
         let cell = match self.locate(task, left) {
             Loc::Main(row) => &mut self.cells[row * width + at],
             Loc::Spare(slot) => &mut self.spare[slot].cells[at],
         };
         if cell.is_nan() {
-            *cell = self.hosts[host].turnaround_as(left, at >= n);
+            *cell = self.hosts[host].turnaround_in(left, block);
         }
         *cell
     }
@@ -164,8 +169,8 @@ impl<'a> Memo<'a> {
     /// of it to do, least first (ties in the rule's order, infinite ones
     /// last), and its turnarounds by host: see
     /// [`super::super::place::Turnarounds::ranked`]; `place` is each host's place
-    /// in the rule's order, the same in every run, and `back` which of
-    /// each host's cells holds now (see [`Memo`]). `None` when some host's
+    /// in the rule's order, the same in every run, and `block_of` the block
+    /// that holds for each host now (see [`Memo`]). `None` when some host's
     /// turnaround falls below the rule's bound, or for a spare row not yet
     /// asked for often enough.
     pub(super) fn ranked<'s>(
@@ -173,7 +178,7 @@ impl<'a> Memo<'a> {
         task: usize,
         left: f64,
         place: &[u32],
-        back: &'s [bool],
+        block_of: &'s dyn Fn(usize) -> usize,
     ) -> Option<Ranked<'s>> {
         let n = self.width;
         let loc = self.locate(task, left);
@@ -205,11 +210,14 @@ impl<'a> Memo<'a> {
         if *ranking == Ranking::Unranked {
             *ranking = rank(self.hosts, place, left, cells, ranked);
         }
-        let back = (n > self.hosts.len()).then_some(back);
         (*ranking == Ranking::Ranked).then_some(Ranked {
             order: &*ranked,
             cells: &*cells,
-            back,
+            blocks: Some(Blocks {
+                hosts: self.hosts.len(),
+                per_host: self.blocks,
+                block_of,
+            }),
         })
     }
 }
@@ -218,8 +226,7 @@ impl<'a> Memo<'a> {
 /// seconds to do and ranks its entries into `ranked` (by turnaround, ties
 /// by their host's `place`, infinite ones last), when every finite
 /// turnaround is at least the rule's lower bound (left × SP, see
-/// `Run::dispatch`). With two cells per host (see [`Memo`]) both are
-/// ranked.
+/// `Run::dispatch`). Every block's cells are ranked (see [`Memo`]).
 fn rank(
     hosts: &[HostFacts],
     place: &[u32],
@@ -232,7 +239,7 @@ fn rank(
     for (at, cell) in cells.iter_mut().enumerate() {
         let fact = &hosts[at % n];
         if cell.is_nan() {
-            *cell = fact.turnaround_as(left, at >= n);
+            *cell = fact.turnaround_in(left, at / n);
         }
         rankable &= !cell.is_finite() || *cell >= left * fact.slowdown;
     }
@@ -269,33 +276,34 @@ pub(super) struct QueueTurnarounds<'r, 'm> {
     /// Per host: its place in the rule's order (`Run::rank`), which breaks
     /// ties in a ranking.
     pub(super) place: &'r [u32],
-    /// Per host: (slowdown, horizon), `Run::reach`: whether a task can
-    /// run there at all without a memo row or a curve's integral.
-    pub(super) reach: &'r [(f64, f64)],
-    /// Per host: whether the rule weighs it as just back from a failure
-    /// (`Run::back`).
-    pub(super) back: &'r [bool],
+    /// The hosts' facts: whether a task can run on one at all, from its
+    /// slowdown and horizon, without a memo row or a curve's integral.
+    pub(super) facts: &'r [HostFacts],
+    /// Per host: the block the rule weighs it in now (`Run::block_of`).
+    pub(super) block_of: &'r dyn Fn(usize) -> usize,
 }
 
 impl Turnarounds for QueueTurnarounds<'_, '_> {
     fn turnaround(&mut self, j: usize, g: usize) -> f64 {
         match self.queue.get(j) {
-            Some(&task) => {
-                let back = self.back.get(g).copied().unwrap_or(false);
-                self.memo.get(task, self.runtimes[task], g, back)
-            }
+            Some(&task) => self
+                .memo
+                .get(task, self.runtimes[task], g, (self.block_of)(g)),
             None => f64::INFINITY,
         }
     }
 
-    /// Whether position `j` can run on `g` at all, off `reach`: in the bulk the rule asks it of
-    /// every free host the head passes, at every event, and a memo row
-    /// for each head would be made for nothing else.
+    /// Whether position `j` can run on `g` at all, from the host's
+    /// horizon in its block: in the bulk the rule asks it of every free
+    /// host the head passes, at every event, and a memo row for each head
+    /// would be made for nothing else.
     fn can_run(&mut self, j: usize, g: usize) -> bool {
-        match (self.queue.get(j), self.reach.get(g)) {
-            (Some(&task), Some(&(slowdown, horizon))) => {
-                fits(self.runtimes[task], slowdown, horizon)
-            }
+        match (self.queue.get(j), self.facts.get(g)) {
+            (Some(&task), Some(fact)) => fits(
+                self.runtimes[task],
+                fact.slowdown,
+                fact.horizon_in((self.block_of)(g)),
+            ),
             _ => false,
         }
     }
@@ -303,6 +311,6 @@ impl Turnarounds for QueueTurnarounds<'_, '_> {
     fn ranked(&mut self, j: usize) -> Option<Ranked<'_>> {
         let &task = self.queue.get(j)?;
         self.memo
-            .ranked(task, self.runtimes[task], self.place, self.back)
+            .ranked(task, self.runtimes[task], self.place, self.block_of)
     }
 }

@@ -5,7 +5,7 @@
 use super::super::place::Rule;
 use super::bootstrap::{rest_of_outage, SpellUrn};
 use super::draw::{exponential, standard_normal};
-use super::facts::{fits, HostFacts};
+use super::facts::{block, fits, HostFacts};
 use super::held::Hold;
 use super::memo::{Memo, QueueTurnarounds};
 use super::{EstimateInput, MAX_ATTEMPTS};
@@ -103,17 +103,18 @@ pub(super) struct Run {
     free_list: Vec<usize>,
     /// Per host: its place in the rule's scan order.
     rank: Vec<u32>,
-    /// Per host: (slowdown, horizon), [`super::facts::fits`]'s inputs laid
-    /// side by side: in bulk the free hosts too slow or too unreliable for
-    /// the head (hundreds at 1,000 hosts with tasks of half a day) are
-    /// passed over at every event. The horizon is the host's as the rule
-    /// sees it now (see `back`).
-    reach: Vec<(f64, f64)>,
     /// Per host: it has come back from a failure in this run (or from the
     /// outage it was in at the start), so the rule weighs it by its curve
     /// for a host just back ([`HostFacts::back`]), as the run draws its
     /// failures from then on, not by its curve at submission.
     pub(super) back: Vec<bool>,
+    /// Per host: when its clock started (its last return, or the
+    /// submission): the rule reads its curve as of the time up since
+    /// ([`super::facts::block`]).
+    pub(super) since: Vec<f64>,
+    /// When the rule last looked: a free host whose block has changed
+    /// since may answer differently (see `dispatch`).
+    last_look: f64,
     /// Hosts that became free since the last dispatch.
     fresh: Vec<usize>,
     /// Hosts that became free since the last dispatch, to be given a
@@ -158,8 +159,9 @@ impl Run {
             epoch: vec![0; n_hosts],
             free_list: Vec::with_capacity(n_hosts),
             rank: Vec::new(),
-            reach: vec![(f64::INFINITY, 0.0); n_hosts],
             back: vec![false; n_hosts],
+            since: vec![0.0; n_hosts],
+            last_look: 0.0,
             fresh: Vec::with_capacity(n_hosts),
             armed: Vec::with_capacity(n_hosts),
             recheck_all: true,
@@ -218,7 +220,8 @@ impl Run {
         let back = now + self.outage(facts, host, rng);
         self.free_at[host] = back;
         self.next_fail[host] = back + self.up_spell(facts, host, rng);
-        self.set_back(facts, host);
+        self.back[host] = true;
+        self.since[host] = back;
         let epoch = self.epoch[host];
         self.push(
             back,
@@ -228,13 +231,6 @@ impl Run {
             },
         );
         self.recheck_all = true;
-    }
-
-    /// From now on in this run the rule weighs `host` as just back from a
-    /// failure.
-    pub(super) fn set_back(&mut self, facts: &[HostFacts], host: usize) {
-        self.back[host] = true;
-        self.reach[host] = (facts[host].slowdown, facts[host].horizon_as(true));
     }
 
     /// How long a failure keeps `host` away: one of its past outages
@@ -403,15 +399,14 @@ impl Run {
             self.urns[h].clear();
             // Each host's failure clock starts when it is first free.
             let down = host.down_secs.is_finite() && host.down_secs > 0.0;
-            self.back[h] = false;
-            self.reach[h] = (facts[h].slowdown, facts[h].horizon);
-            if down {
-                self.set_back(facts, h);
-            }
             let from = match facts[h].bootstrap.as_ref() {
                 Some(b) if down => rest_of_outage(b, host.down_secs, rng),
                 _ => host.busy_secs.max(0.0),
             };
+            // A host down now is weighed as back once it returns; one up
+            // now by its curve at submission, as of the time since.
+            self.back[h] = down;
+            self.since[h] = if down { from } else { 0.0 };
             self.next_fail[h] = if down {
                 from + self.up_spell(facts, h, rng)
             } else {
@@ -507,7 +502,19 @@ impl Run {
         memo: &mut Memo<'_>,
         now: f64,
     ) {
+        if !self.recheck_all && now > self.last_look {
+            // A free host whose curve is read as of a later age since the
+            // last look may now take what it left then.
+            let (back, since, then) = (&self.back, &self.since, self.last_look);
+            self.recheck_all = self
+                .free_list
+                .iter()
+                .any(|&g| block(back[g], then - since[g]) != block(back[g], now - since[g]));
+        }
+        self.last_look = now;
         while !self.queue.is_empty() && !self.free_list.is_empty() {
+            let (back, since) = (&self.back, &self.since);
+            let block_of = |g: usize| block(back[g], now - since[g]);
             let (free_at, is_free, queue) = (&self.free_at, &self.is_free, &self.queue);
             let runtimes = &self.runtimes;
             let rule = Rule {
@@ -531,8 +538,8 @@ impl Run {
                 queue,
                 runtimes,
                 place: &self.rank,
-                reach: &self.reach,
-                back: &self.back,
+                facts,
+                block_of: &block_of,
             };
             let placed = if rule.in_bulk() {
                 // The rule's bulk: the head to the first free host that
@@ -588,7 +595,7 @@ impl Run {
         }
         let task = self.queue[0];
         let left = self.runtimes[task];
-        if !self.reach.iter().any(|&(s, h)| fits(left, s, h)) {
+        if !facts.iter().any(|f| fits(left, f.slowdown, f.max_horizon)) {
             // No host can ever finish it: the run would go on forever.
             self.gave_up = true;
             return;
@@ -597,11 +604,16 @@ impl Run {
         // keeps them idle (no finite turnaround anywhere it would take):
         // rather than stall, the best free host takes the head.
         if self.free_list.len() == facts.len() {
-            let back = &self.back;
+            let (back, since) = (&self.back, &self.since);
+            let block_of = |g: usize| block(back[g], now - since[g]);
             let best = (0..self.free_list.len()).min_by(|&a, &b| {
                 let (ha, hb) = (self.free_list[a], self.free_list[b]);
-                memo.get(task, left, ha, back[ha])
-                    .total_cmp(&memo.get(task, left, hb, back[hb]))
+                memo.get(task, left, ha, block_of(ha)).total_cmp(&memo.get(
+                    task,
+                    left,
+                    hb,
+                    block_of(hb),
+                ))
             });
             if let Some(i) = best {
                 let host = self.free_list.remove(i);

@@ -3,7 +3,7 @@
 //! and the memo's ranked rows against the rule's scan.
 
 use super::bootstrap::{rest_of_outage, SpellUrn, MAX_REST_SECS};
-use super::facts::HostFacts;
+use super::facts::{self, HostFacts};
 use super::memo::{Memo, QueueTurnarounds, SPARE_ASKS_BEFORE_RANKING};
 use super::run::Run;
 use super::*;
@@ -37,7 +37,8 @@ fn host(power: f64, curve: TrCurve) -> EstimateHost {
 /// and long-busy hosts; queues in the bulk, where the estimate answers
 /// whether a host can run the head from its horizon and the scan from
 /// the turnaround; hosts with a past (a curve of their own for after a
-/// return), some of them back from a failure. The simulator's
+/// return), some of them back from a failure, each up for a while (its
+/// curve read as of that age). The simulator's
 /// byte-identical reports are the other check; this one names the pool
 /// when it fails.
 #[test]
@@ -66,6 +67,13 @@ fn the_ranked_rows_answer_as_the_scan_does() {
             .collect();
         let facts: Vec<HostFacts> = hosts.iter().map(HostFacts::new).collect();
         let back: Vec<bool> = (0..n).map(|_| rng.random_range(0..2) == 0).collect();
+        let up: Vec<f64> = (0..n)
+            .map(|_| match rng.random_range(0..3) {
+                0 => 0.0,
+                _ => rng.random_range(0.0..100_000.0),
+            })
+            .collect();
+        let block_of = |g: usize| facts::block(back[g], up[g]);
         let order = by_slowdown(&facts.iter().map(|f| f.slowdown).collect::<Vec<_>>());
         let mut rank = vec![0u32; n];
         for (i, &h) in order.iter().enumerate() {
@@ -105,12 +113,9 @@ fn the_ranked_rows_answer_as_the_scan_does() {
             queue_len: queue.len(),
         };
         let mut scan = Scan(|j: usize, g: usize| match queue.get(j) {
-            Some(&task) => facts[g].turnaround_as(left[task], back[g]),
+            Some(&task) => facts[g].turnaround_in(left[task], block_of(g)),
             None => f64::INFINITY,
         });
-        let reach: Vec<(f64, f64)> = (0..n)
-            .map(|g| (facts[g].slowdown, facts[g].horizon_as(back[g])))
-            .collect();
         let mut memo = Memo::new(&facts, &runtimes);
         // Asked again and again, as after every failure: spare rows
         // are ranked after SPARE_ASKS_BEFORE_RANKING asks.
@@ -120,8 +125,8 @@ fn the_ranked_rows_answer_as_the_scan_does() {
                 queue: &queue,
                 runtimes: &left,
                 place: &rank,
-                reach: &reach,
-                back: &back,
+                facts: &facts,
+                block_of: &block_of,
             };
             assert_eq!(
                 rule.pick_pair(&mut ranked),
@@ -635,4 +640,37 @@ fn a_host_back_from_its_outage_is_weighed_as_back_not_as_at_submission() {
         assert!(e.makespan.p90 < 6.0 * 3_600.0, "{case}: {:?}", e.makespan);
         assert!(e.makespan.p10 >= 3.0 * 3_600.0, "{case}: {:?}", e.makespan);
     }
+}
+
+#[test]
+fn a_host_up_for_hours_is_weighed_by_what_is_left_of_its_spell() {
+    // Up-spells of 2 h (30 of them) and of two days (10): a host just
+    // back outlasts a 4 h task a quarter of the time (and loses 2 h of it
+    // otherwise), one up for 5 h already (in a long spell, then) nearly
+    // always.
+    let mut up = vec![7_200.0; 30];
+    up.extend([2.0 * 86_400.0; 10]);
+    let mut h = with_spells(up, vec![], vec![300.0]);
+    h.past = Some(PastFailures {
+        up_secs: 30.0 * 7_200.0 + 10.0 * 2.0 * 86_400.0,
+        failures: 40,
+    });
+    let f = HostFacts::new(&h);
+    let task = 4.0 * 3_600.0;
+    let fresh = f.turnaround_in(task, facts::block(true, 0.0));
+    let aged = f.turnaround_in(task, facts::block(true, 5.0 * 3_600.0));
+    assert!(fresh > 2.0 * task, "{fresh}");
+    assert!(aged < 1.1 * task && aged >= task, "{aged}");
+    // As at submission and up for no time: the curve's turnaround, bit for bit.
+    assert_eq!(
+        f.turnaround_in(task, facts::block(false, 0.0)),
+        f.expected_turnaround(task)
+    );
+    // Read an hour on, a curve with a horizon has about an hour less of it.
+    let g = HostFacts::new(&host(1.0, TrCurve::new([(3_600.0, 0.5), (7_200.0, 1e-13)])));
+    let (b0, b1) = (facts::block(false, 0.0), facts::block(false, 3_600.0));
+    let (h0, h1) = (g.horizon_in(b0), g.horizon_in(b1));
+    assert!(h1 > 3_000.0 && h1 < h0 - 3_000.0, "{h0} {h1}");
+    assert!(g.turnaround_in(3_000.0, b1).is_finite());
+    assert!(g.turnaround_in(g.horizon_in(b1) + 1.0, b1).is_infinite());
 }
