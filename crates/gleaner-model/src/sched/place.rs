@@ -174,17 +174,17 @@ pub(crate) struct Blocks<'a> {
 }
 
 impl Ranked<'_> {
-    /// The host of `entry` when that entry is the one that holds now.
-    fn host(&self, entry: u32) -> Option<usize> {
+    /// The host of `entry`.
+    fn host(&self, entry: u32) -> usize {
         let entry = entry as usize;
-        match self.blocks {
-            None => Some(entry),
-            Some(b) => {
-                let (n, per_host) = (b.hosts.max(1), b.per_host.max(1));
-                let g = entry % n;
-                (entry / n == (b.block_of)(g) % per_host).then_some(g)
-            }
-        }
+        self.blocks.map_or(entry, |b| entry % b.hosts.max(1))
+    }
+
+    /// Whether `entry` (one of host `g`'s) is the one that holds now:
+    /// asked last, after the cheaper tests, as it asks the caller.
+    fn holds(&self, entry: u32, g: usize) -> bool {
+        self.blocks
+            .is_none_or(|b| entry as usize / b.hosts.max(1) == (b.block_of)(g) % b.per_host.max(1))
     }
 
     /// Entries per host.
@@ -255,7 +255,9 @@ where
         turnarounds: &mut impl Turnarounds,
     ) -> bool {
         let mut better = 0;
-        if let Some(ranked) = turnarounds.ranked(j) {
+        // With several entries per host the ranking holds many that do not
+        // hold now, and the scan below (same answer) visits fewer.
+        if let Some(ranked) = turnarounds.ranked(j).filter(|r| r.per_host() == 1) {
             // The hosts that end j sooner than `mine` with no wait, and
             // only they, come before the first that does not.
             for &entry in ranked.order {
@@ -263,14 +265,12 @@ where
                 if t.is_nan() || t >= mine {
                     break;
                 }
-                let Some(g) = ranked.host(entry) else {
-                    continue;
-                };
+                let g = ranked.host(entry);
                 if g == host {
                     continue;
                 }
                 let wait = (self.free_in)(g);
-                if wait < mine && wait + t < mine {
+                if wait < mine && wait + t < mine && ranked.holds(entry, g) {
                     better += 1;
                     if better > j {
                         return false;
@@ -328,11 +328,8 @@ where
             // asking each of them is cheaper, so after a few steps per
             // free host the scan below takes over (same answer). Entries
             // that do not hold now (a host's other turnarounds) are passed
-            // over, and the budget grows with the entries per host.
-            let per_free = 4 * ranked.per_host();
-            let budget = self
-                .free_sorted
-                .map_or(usize::MAX, |f| per_free * (f.len() + 4));
+            // over, and count as steps too.
+            let budget = self.free_sorted.map_or(usize::MAX, |f| 4 * f.len() + 16);
             let mut walked_all = true;
             for (steps, &entry) in ranked.order.iter().enumerate() {
                 if steps == budget {
@@ -343,10 +340,8 @@ where
                 if !t.is_finite() {
                     return None;
                 }
-                let Some(g) = ranked.host(entry) else {
-                    continue;
-                };
-                if (self.free_in)(g) == 0.0 {
+                let g = ranked.host(entry);
+                if (self.free_in)(g) == 0.0 && ranked.holds(entry, g) {
                     return Some((g, t));
                 }
             }

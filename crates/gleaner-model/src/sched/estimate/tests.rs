@@ -623,13 +623,14 @@ fn off_now_reliable_after() -> [EstimateHost; 2] {
 
 #[test]
 fn a_host_back_from_its_outage_is_weighed_as_back_not_as_at_submission() {
-    // Weighed by its curve at submission the fast host would take no
-    // task, and the slow one would run all four, one after the other:
-    // 16 h in every run. Once back (after the hour it is still down at
-    // submission, or after the failure its curve draws within two
-    // hours and its 10 min outage), the run draws its failures from its
-    // past, and the rule weighs it so: it takes the tasks still
-    // waiting, and the batch ends within about 5 h.
+    // Weighed by its curve at submission (a turnaround of days) the fast
+    // host only takes the queue's second task, which the slow one would
+    // reach later, and the slow one runs two, one after the other: 8 h in
+    // every run (main before this rule). Once back (after the hour it is
+    // still down at submission, or after the failure its curve draws
+    // within two hours and its 10 min outage), the run draws its
+    // failures from its past, and the rule weighs it so: it takes the
+    // head too, and the batch ends within about 5 h.
     let waiting = [3_600.0; 4];
     let mut down = off_now_reliable_after();
     down[1].down_secs = 3_600.0;
