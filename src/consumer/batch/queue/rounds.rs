@@ -182,7 +182,8 @@ impl QueueCore {
             self.no_use_now()
         };
         if round != Round::Look {
-            self.news.clear();
+            let news = std::mem::take(&mut self.news);
+            self.silent.round_started(now.mono, news);
         }
         if round == Round::Ask {
             self.wanted = false;
@@ -261,7 +262,8 @@ impl QueueCore {
             return self.actions();
         }
         let before = self.running.len();
-        self.silent.note_round(now.mono, &hosts);
+        let started = self.last_survey.unwrap_or(now.mono);
+        self.silent.note_round(now.mono, started, &hosts);
         self.checkpoints.surveyed(&hosts);
         self.set_view(hosts);
         self.last_hosts_at = Some(now.mono);
