@@ -559,6 +559,11 @@ impl Run {
                 // busy hosts' waits, which makes an idle host's answer no
                 // better, and a host taking a task shifts the later tasks
                 // forward as it leaves their counts (see `Rule::pick_pair`).
+                // Not so with ages: a busy host read as of a later age
+                // ([`block`]) may weigh worse than at the last look, which
+                // could make an idle host's answer better; that is not
+                // looked at again until the next event (a known gap: the
+                // re-check above looks at free hosts only).
                 let mut placed = None;
                 while let Some(host) = self.fresh.pop() {
                     if !is_free[host] {
