@@ -74,7 +74,11 @@ fn request(config: &Config, at: i64) -> ReportRequest {
 }
 
 fn request_for(config: &Config, at: i64, mem: u64) -> ReportRequest {
-    let mut window = PredictRequest::new(at, WINDOW, config.thresholds(mem));
+    request_sized(config, at, WINDOW, mem)
+}
+
+fn request_sized(config: &Config, at: i64, window_secs: u64, mem: u64) -> ReportRequest {
+    let mut window = PredictRequest::new(at, window_secs, config.thresholds(mem));
     window.days = config.history.days;
     ReportRequest::new(window)
 }
@@ -239,11 +243,7 @@ fn a_new_length_after_the_summarys_questions_makes_one_fit() {
     let store = store_until(dir.path(), last + STEP);
     let series = store.bulk().series().unwrap();
     let config = Config::default();
-    let ask = |secs: u64| {
-        let mut window = PredictRequest::new(last, secs, config.thresholds(MEM));
-        window.days = config.history.days;
-        ReportRequest::new(window)
-    };
+    let ask = |secs: u64| request_sized(&config, last, secs, MEM);
     Logistic::shared().clear_fits();
     let answers = AnswerCache::default();
     for secs in LADDER_ASKS_SECS {
