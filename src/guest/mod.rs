@@ -57,6 +57,7 @@ pub use checkpoint::CheckpointPlan;
 pub use event::{
     Clock, EventSink, ExitInfo, GuestEvent, GuestEventKind, SandboxReport, SystemClock,
 };
+pub use quota::unmount_leftovers;
 pub use supervisor::Supervisor;
 pub use throttle::ThrottleMode;
 

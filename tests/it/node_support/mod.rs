@@ -284,39 +284,11 @@ impl Drop for NodeFixture {
             let _ = child.kill();
             let _ = child.wait();
         }
-        unmount_work_dirs(&self.data_dir());
-    }
-}
-
-/// Unmounts the job work-dir tmpfs mounts (source `gleaner-work`) a node
-/// killed mid-job left under `data_dir`: a node unmounts its leftovers
-/// when it starts again, but a test's node is not started again, and the
-/// tmpfs (memory) would outlive the test's temporary directory.
-fn unmount_work_dirs(data_dir: &Path) {
-    let Ok(root) = data_dir.canonicalize() else {
-        return;
-    };
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        if right.split_whitespace().nth(1) != Some("gleaner-work") {
-            continue;
-        }
-        let Some(point) = left.split_whitespace().nth(4) else {
-            continue;
-        };
-        if !Path::new(point).starts_with(&root) {
-            continue;
-        }
-        let Ok(c_point) = std::ffi::CString::new(point) else {
-            continue;
-        };
-        // SAFETY: a plain system call on a C string that outlives it.
-        unsafe {
-            libc::umount2(c_point.as_ptr(), libc::MNT_DETACH);
-        }
+        // A node killed mid-job may leave its job's work-dir tmpfs mounted;
+        // it unmounts its leftovers when it starts again, but a test's node
+        // is not started again, and the tmpfs (memory) would outlive the
+        // test's temporary directory.
+        gleaner::guest::unmount_leftovers(&self.data_dir());
     }
 }
 
