@@ -262,8 +262,8 @@ impl QueueCore {
             return self.actions();
         }
         let before = self.running.len();
-        let started = self.last_survey.unwrap_or(now.mono);
-        self.silent.note_round(now.mono, started, &hosts);
+        let round_began = self.last_survey.unwrap_or(now.mono);
+        self.silent.note_round(now.mono, round_began, &hosts);
         self.checkpoints.surveyed(&hosts);
         self.set_view(hosts);
         self.last_hosts_at = Some(now.mono);
