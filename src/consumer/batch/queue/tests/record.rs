@@ -3,6 +3,20 @@
 //! and given no work after its third, also for a queue built from the record.
 
 use super::*;
+use crate::model::trust::HostTrack;
+use std::collections::HashMap;
+
+/// A queue (default settings) whose trust starts from `record`, as one
+/// built after a restart.
+fn core_from_record(record: HashMap<PeerId, HostTrack>, now: Now) -> QueueCore {
+    QueueCore::new(
+        Path::new("/queue"),
+        JobSettings::default(),
+        rand_chacha::ChaCha8Rng::seed_from_u64(7),
+        Trust::new(Default::default(), Default::default(), record),
+        now,
+    )
+}
 
 /// Issue 29, scored forecasts: a host whose claims of TR 0.95 landed 17
 /// of 20 attempts stays clean (three failures are within its claims'
@@ -11,8 +25,7 @@ use super::*;
 /// attempt is still the 0.95 it made. Without a record it goes first.
 #[test]
 fn a_host_that_overclaims_is_placed_by_what_its_claims_landed() {
-    use crate::model::trust::{HostTrack, Outcome, Standing};
-    use std::collections::HashMap;
+    use crate::model::trust::{Outcome, Standing};
     let (boaster, honest) = (host(0.95), host(0.9));
     let mut track = HostTrack::default();
     for i in 0..20 {
@@ -31,13 +44,7 @@ fn a_host_that_overclaims_is_placed_by_what_its_claims_landed() {
     assert!(discounted < 0.9, "{discounted}");
     let now = start();
     let placed = |record: HashMap<PeerId, HostTrack>| {
-        let mut core = QueueCore::new(
-            Path::new("/queue"),
-            JobSettings::default(),
-            rand_chacha::ChaCha8Rng::seed_from_u64(7),
-            Trust::new(Default::default(), Default::default(), record),
-            now,
-        );
+        let mut core = core_from_record(record, now);
         let (id, _) = admit(&mut core, now, batch(1));
         let _ = core.start_survey(now);
         let first = launches(&core.on_survey(now, Ok(vec![boaster.clone(), honest.clone()])));
@@ -144,18 +151,11 @@ fn a_lying_host_is_demoted_then_excluded_in_every_verify_mode() {
     );
     assert_eq!(record[&honest.peer].standing(), Standing::Clean);
     // A queue built from the record (a restart) keeps the liar out.
-    let mut again = QueueCore::new(
-        Path::new("/queue"),
-        JobSettings::default(),
-        rand_chacha::ChaCha8Rng::seed_from_u64(7),
-        Trust::new(Default::default(), Default::default(), record),
-        now,
-    );
-    let (id, _) = admit(&mut again, now, batch(2));
+    let mut again = core_from_record(record, now);
+    let _ = admit(&mut again, now, batch(2));
     let _ = again.start_survey(now);
     let actions = again.on_survey(now, Ok(vec![liar.clone(), honest.clone()]));
     assert_eq!(launches(&actions), vec![(0, honest.peer)]);
-    let _ = id;
 }
 
 /// Issue 30, finding 3: a flood the inbox cut is an offence in the host's
