@@ -28,6 +28,7 @@ pub const DEFAULT_STEP_SECS: u32 = 6;
 pub const DEFAULT_MAX_GAP_SECS: u64 = 120;
 
 mod columns;
+mod memory;
 
 use columns::{Loads, Times};
 

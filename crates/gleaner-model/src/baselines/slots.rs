@@ -29,7 +29,10 @@
 //!   added.
 //!
 //! Otherwise the table is made from the whole record in one walk of its
-//! states (a few thousand steps at a time, never the whole grid at once).
+//! states (a few thousand steps at a time, never the whole grid at once),
+//! once: a job's memory only turns some steps into S4, so the table for a
+//! memory is read off the table without one and the spans where the
+//! record lacks that memory ([`SlotTable::for_memory`]), not walked again.
 //! Size: 48 bytes an hour of record (65 KB for the store's 56 days), where
 //! the grid is six bytes a step (4.8 MB at 6 s steps).
 //! Pure code: no clock, no I/O.
@@ -41,8 +44,11 @@ use jiff::civil::Date;
 use std::hash::{DefaultHasher, Hasher};
 use std::sync::{Arc, Mutex};
 
-/// Tables kept at most (one per job memory asked about, and reading rules).
-const MAX_TABLES: usize = 4;
+/// Tables kept at most (one per job memory asked about, and reading rules;
+/// the node's summary asks three memories, its peers' tasks bring theirs,
+/// and the table without a memory is kept for the others to be read off).
+/// 65 KB each over the store's 56 days.
+const MAX_TABLES: usize = 8;
 /// Steps of states walked at once.
 const CHUNK: usize = 4_096;
 /// Rows sampled to recognise a record (as [`super::grid::prefix_fingerprint`]).
@@ -445,8 +451,114 @@ impl SlotTable {
     }
 }
 
+/// A run of steps `[from, to)` that read S4 for a job's memory.
+type Run = (usize, usize);
+
+/// The steps of a record's grid (`t0 + k·step`, `k < steps`) inside the
+/// spans of [`HostSeries::lacking_memory_spans`], as runs, adjacent ones
+/// joined (two spans with no step between them read as one run).
+fn lacking_runs(spans: &[(i64, i64)], t0: i64, step: i64, steps: usize) -> Vec<Run> {
+    // The first step at or after `t`.
+    let step_at = |t: i64| -> usize {
+        let rel = t.saturating_sub(t0).max(0);
+        let k = rel / step + i64::from(rel % step != 0);
+        usize::try_from(k).unwrap_or(usize::MAX).min(steps)
+    };
+    let mut runs: Vec<Run> = Vec::with_capacity(spans.len());
+    for &(from, to) in spans {
+        let (a, b) = (step_at(from), step_at(to));
+        if a >= b {
+            continue;
+        }
+        match runs.last_mut() {
+            Some(last) if last.1 == a => last.1 = b,
+            _ => runs.push((a, b)),
+        }
+    }
+    runs
+}
+
+impl SlotTable {
+    /// The table of `series` read with `th`, from this one, which was made
+    /// on `series` as it is now with the same thresholds but no job memory:
+    /// a job's memory only turns some steps into S4 (the excursion tracker
+    /// and S5 never read memory; [`HostSeries::lacking_memory_spans`]), so
+    /// each hour's state, run age, time since a failure and first failure
+    /// after it follow from this table's and from where the nearest S4
+    /// steps lie, without walking the record's states again (issue 29,
+    /// goal 6: a memory never asked made its table from the whole record,
+    /// ~21 ms at 6 s steps over 56 days). Equal to [`SlotTable::build`] of
+    /// `th` entry for entry (a test checks it on growing and cut records).
+    /// `None` when this table is not such a table of `series`.
+    pub(super) fn for_memory(&self, series: &HostSeries, th: Thresholds) -> Option<SlotTable> {
+        let without = Thresholds {
+            job_mem_mib: 0,
+            ..th
+        };
+        if self.th != without || !self.is_of(series) {
+            return None;
+        }
+        let runs = lacking_runs(
+            &series.lacking_memory_spans(th.job_mem_mib),
+            self.t0,
+            self.step,
+            self.steps,
+        );
+        let cap = (LOOKBACK_SECS / self.step).max(1) as usize;
+        let s4 = State::S4.failure_index().map_or(u8::MAX, |c| c as u8);
+        let mut entries = self.entries.clone();
+        for e in &mut entries {
+            let k = usize::try_from((e.at() - self.t0) / self.step).ok()?;
+            // Runs starting at or before k; the last of them may hold k.
+            let i = runs.partition_point(|r| r.0 <= k);
+            let holding = i.checked_sub(1).map(|j| runs[j]).filter(|r| k < r.1);
+            let first = k.saturating_sub(cap);
+            // The last S4 step at or before k, and the first after it.
+            let (last_s4, next_s4) = match holding {
+                Some((from, to)) => {
+                    e.state = State::S4;
+                    e.age = (k - from.max(first)) as u32;
+                    let next = if k + 1 < to {
+                        Some(k + 1)
+                    } else {
+                        runs.get(i).map(|r| r.0)
+                    };
+                    (Some(k), next)
+                }
+                None => {
+                    let last = i.checked_sub(1).map(|j| runs[j].1 - 1);
+                    if let Some(p) = last {
+                        // The state's run began after the last S4 step at most.
+                        e.age = e.age.min((k - p - 1) as u32);
+                    }
+                    (last, runs.get(i).map(|r| r.0))
+                }
+            };
+            if let Some(p) = last_s4.filter(|&p| p >= first) {
+                e.since_fail = e.since_fail.min((k - p) as u32);
+            }
+            if let Some(n) = next_s4 {
+                let at = self.t0 + n as i64 * self.step;
+                // At a step where the record reads S3 without the memory, S4.
+                if at <= e.next_fail {
+                    e.next_fail = at;
+                    e.cause = s4;
+                }
+            }
+        }
+        Some(SlotTable {
+            th,
+            rules: rules_of(series, &th),
+            anchors: self.anchors.clone(),
+            entries,
+            ..*self
+        })
+    }
+}
+
 /// The tables of the last few thresholds asked about, each brought up to
-/// the record it is asked of. Clones of a method share one.
+/// the record it is asked of, and the table without a job memory that a
+/// new memory's is read off. Clones of a method share one.
 #[derive(Default)]
 pub struct SlotCache {
     tables: Mutex<Vec<Arc<SlotTable>>>,
@@ -479,14 +591,34 @@ impl SlotCache {
         };
         let table = old
             .and_then(|t| Arc::unwrap_or_clone(t).updated(series))
-            .or_else(|| SlotTable::build(series, th))?;
+            .or_else(|| self.made(series, th))?;
         let table = Arc::new(table);
         let mut tables = self.lock();
         tables.retain(|t| t.rules != rules);
         if tables.len() >= MAX_TABLES {
-            tables.remove(0);
+            // The oldest, but never the table without a memory while
+            // others are kept: every new memory's table is read off it.
+            let oldest = tables.iter().position(|t| t.th.job_mem_mib != 0);
+            tables.remove(oldest.unwrap_or(0));
         }
         tables.push(table.clone());
         Some(table)
+    }
+
+    /// A new table of `series` read with `th`: for a job's memory, read
+    /// off the table without one (kept, brought up or made: one walk of
+    /// the record for every memory asked, not one each); else made from
+    /// the whole record.
+    fn made(&self, series: &HostSeries, th: Thresholds) -> Option<SlotTable> {
+        if th.job_mem_mib == 0 {
+            return SlotTable::build(series, th);
+        }
+        let without = Thresholds {
+            job_mem_mib: 0,
+            ..th
+        };
+        self.table_for(series, without)
+            .and_then(|base| base.for_memory(series, th))
+            .or_else(|| SlotTable::build(series, th))
     }
 }

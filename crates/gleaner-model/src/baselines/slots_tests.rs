@@ -212,3 +212,60 @@ fn logistic_answers_from_a_kept_table_as_from_a_new_one() {
     }
     assert!(answers > 20, "{answers} answers");
 }
+
+/// A table for a job's memory read off the table without one equals the
+/// one made from the whole record, for memories under, between and over
+/// the record's free memory (100, 6,000 and 9,000 MiB in `rows`), on
+/// every record a node holds as it grows and is cut; and the cache, asked
+/// for memories one after another, gives the same tables.
+#[test]
+fn a_memorys_table_read_off_the_table_without_one_equals_one_made_from_the_record() {
+    let memories = [
+        1, 100, 101, 256, 5_999, 6_000, 6_001, 8_000, 9_000, 9_001, 50_000,
+    ];
+    for (step, jitter) in [(20, false), (20, true), (6, true)] {
+        let all = rows(if step == 6 { 8 } else { 30 }, step, 31, jitter);
+        let cache = SlotCache::default();
+        let mut s4_hours = 0;
+        for (n, series) in a_node_s_records(&all, step).into_iter().enumerate() {
+            let base = SlotTable::build(&series, Thresholds::default()).unwrap();
+            for &mem in &memories {
+                let th = Thresholds {
+                    job_mem_mib: mem,
+                    ..Thresholds::default()
+                };
+                let what = format!("{step} s, jitter {jitter}, record {n}, {mem} MiB");
+                let want = SlotTable::build(&series, th).unwrap();
+                let got = base.for_memory(&series, th).unwrap();
+                assert_same_entries(&got, &want, &what);
+                let cached = cache.table_for(&series, th).unwrap();
+                assert_same_entries(&cached, &want, &format!("{what}: from the cache"));
+                s4_hours += want
+                    .entries
+                    .iter()
+                    .filter(|e| e.state == crate::state::State::S4)
+                    .count();
+            }
+        }
+        assert!(s4_hours > 100, "{step} s: {s4_hours} hours in S4");
+    }
+}
+
+/// Only the table without a memory, of the record as it is, gives others.
+#[test]
+fn a_memorys_table_is_read_off_only_the_table_without_one_of_the_same_record() {
+    let all = rows(12, 20, 5, false);
+    let series = series_of(&all, 20);
+    let shorter = series_of(&all[..all.len() - 10], 20);
+    let th = thresholds();
+    let with_memory = SlotTable::build(&series, th).unwrap();
+    assert!(with_memory.for_memory(&series, th).is_none());
+    let of_shorter = SlotTable::build(&shorter, Thresholds::default()).unwrap();
+    assert!(of_shorter.for_memory(&series, th).is_none());
+    let other_th2 = Thresholds {
+        th2: 70.0,
+        ..Thresholds::default()
+    };
+    let base = SlotTable::build(&series, other_th2).unwrap();
+    assert!(base.for_memory(&series, th).is_none());
+}
