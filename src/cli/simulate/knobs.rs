@@ -45,7 +45,7 @@ pub(super) fn tail_rule_from_env() -> crate::model::sched::tail::TailRule {
 /// `min_gain`, `slack`, `retry_secs`, `retry_share`, `hopeless`,
 /// `present_weight`, `kill_limit`, `typical_below` (`none` or a share),
 /// `keep_pick`, `free_now_kept`, `tail_only` (0|1), `tail_within`,
-/// `max_wait`, `kill_near` (seconds; also `none`), `max_held` (seconds)). An
+/// `max_wait`, `kill_near`, `max_held` (seconds; also `none`)). An
 /// experiment's knob, not a setting: a malformed pair is ignored.
 pub(super) fn window_rule_from_env() -> crate::model::sched::window::WindowRule {
     let mut rule = crate::model::sched::window::WindowRule::default();
@@ -73,6 +73,7 @@ pub(super) fn window_rule_from_env() -> crate::model::sched::window::WindowRule 
             ("kill_near", Some(x)) => rule.kill_near_secs = Some(x),
             ("kill_near", None) if value == "none" => rule.kill_near_secs = None,
             ("max_held", Some(x)) => rule.max_held_secs = Some(x),
+            ("max_held", None) if value == "none" => rule.max_held_secs = None,
             _ => {}
         }
     }

@@ -83,6 +83,7 @@ impl QueueCore {
         self.window_rule = on.then(WindowRule::default);
         if !on {
             self.holds.clear();
+            self.held_since.clear();
         }
     }
 
@@ -124,10 +125,11 @@ impl QueueCore {
         }
     }
 
-    /// Holds whose task is no longer queued (started, cancelled, ended) go.
+    /// Holds whose task is no longer queued (started, cancelled, ended) go,
+    /// and with them when it was first held.
     fn drop_stale_holds(&mut self) {
         let batches = &self.batches;
-        self.holds.retain(|(b, t), _| {
+        let queued = |(b, t): &(BatchId, u32)| {
             batches.get(b).is_some_and(|live| {
                 !live.record.cancelled
                     && live
@@ -135,7 +137,9 @@ impl QueueCore {
                         .get(*t as usize)
                         .is_some_and(|t| t.state == TaskState::Queued)
             })
-        });
+        };
+        self.holds.retain(|key, _| queued(key));
+        self.held_since.retain(|key, _| queued(key));
     }
 
     /// The queued tasks of the batches with room, oldest batch first.
@@ -174,6 +178,19 @@ impl QueueCore {
         };
         let kills = t.owner_kills;
         let now = self.now.unix_secs;
+        let held_secs = self
+            .held_since
+            .get(&key)
+            .map_or(0.0, |&since| now.saturating_sub(since).max(0) as f64);
+        if rule.held_enough(held_secs) {
+            // Held long enough in all (`max_held_secs`): placed as usual
+            // from now on, as the simulator's `windows` does.
+            if self.holds.remove(&key).is_some() {
+                tracing::info!(batch = %b.batch, task, "a hold ended: held long enough");
+                self.emit(b.batch, task, Some(HELD_ENOUGH.to_string()));
+            }
+            return;
+        }
         let held = self.holds.get(&key).copied();
         // Windows name hosts by their place in `peers`.
         let mut peers: Vec<PeerId> = Vec::new();
@@ -219,7 +236,7 @@ impl QueueCore {
                 kept.get(&peers[w.host]).into_iter().flatten().copied(),
             )
         });
-        let mut choice = rule.choose(&windows, None, kills);
+        let mut choice = rule.choose_held(&windows, None, kills, held_secs);
         if let Some(h) = held {
             let plan = Plan {
                 host: index(&mut peers, h.peer),
@@ -409,6 +426,7 @@ impl QueueCore {
                     return;
                 };
                 let start_unix = now + w.start_in.round() as i64;
+                self.held_since.entry(key).or_insert(now);
                 let before = self.holds.get(&key).copied();
                 let same = before.is_some_and(|h| h.peer == peer && h.start_unix == start_unix);
                 self.holds.insert(
@@ -608,6 +626,10 @@ fn hold_view(h: &Held) -> HoldView {
 /// What watchers are told when a held task starts now instead, on a free
 /// host about as good as its window.
 const GAVE_WAY: &str = "hold ended: a host free now is about as good";
+
+/// What watchers are told when a task's holds have kept it waiting the
+/// rule's longest ([`WindowRule::max_held_secs`]) and it is placed as usual.
+const HELD_ENOUGH: &str = "hold ended: held long enough";
 
 /// What watchers are told when a task is held.
 fn hold_text(host: &str, start_in: f64, p: f64) -> String {

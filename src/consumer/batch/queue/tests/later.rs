@@ -83,6 +83,16 @@ fn held_for_b(
     a: &SurveyedHost,
     b: &SurveyedHost,
 ) -> (BatchId, Now, Vec<Action>) {
+    held_for_b_from(core, a, b, 2)
+}
+
+/// [`held_for_b`] with b quiet from `hours` on.
+fn held_for_b_from(
+    core: &mut QueueCore,
+    a: &SurveyedHost,
+    b: &SurveyedHost,
+    hours: i64,
+) -> (BatchId, Now, Vec<Action>) {
     let now = start();
     let (id, _) = admit(core, now, long_batch());
     let _ = core.start_survey(now);
@@ -97,7 +107,7 @@ fn held_for_b(
     assert!(peers.contains(&a.peer) && peers.contains(&b.peer));
     assert!(starts.iter().all(|&s| s > now.unix_secs));
 
-    let from = now.unix_secs + 2 * H;
+    let from = now.unix_secs + hours * H;
     let now = after(now, 1);
     let answers = vec![
         (a.peer, forecast(&starts, from, 0.15, 0.15)),
@@ -217,6 +227,38 @@ fn a_held_task_starts_at_once_where_a_better_host_frees() {
     let _ = core.start_survey(now);
     let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone(), c.clone()]));
     assert_eq!(launches(&actions), vec![(0, c.peer)]);
+    assert!(core.view(now, id).unwrap().holds.is_empty());
+}
+
+/// A task held two hours in all (the rule's `max_held_secs`, as the
+/// simulator's `windows`) is placed as usual: here on a, the only free
+/// host, though b's window three hours on is likelier; watchers are told
+/// why. Before the queue counted the time held, it waited for b.
+#[test]
+fn a_task_held_two_hours_in_all_is_placed_as_usual() {
+    let mut core = holding();
+    let (a, b) = (host(0.15), busy(0.9));
+    let (id, now, actions) = held_for_b_from(&mut core, &a, &b, 3);
+    assert!(launches(&actions).is_empty(), "{actions:#?}");
+    assert!(core.view(now, id).unwrap().holds.contains_key(&0));
+    // A minute short of two hours held: still waiting for b.
+    let now = after(start(), 2 * H as u64 - 60);
+    let _ = core.tick(now);
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    assert!(launches(&actions).is_empty(), "{actions:#?}");
+    assert!(core.view(now, id).unwrap().holds.contains_key(&0));
+    // Two hours held: started on a, the hold gone.
+    let now = after(start(), 2 * H as u64 + 60);
+    let _ = core.tick(now);
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    assert_eq!(launches(&actions), vec![(0, a.peer)], "{actions:#?}");
+    let told = events(&actions);
+    assert!(
+        told.iter().any(|e| e == "hold ended: held long enough"),
+        "{told:?}"
+    );
     assert!(core.view(now, id).unwrap().holds.is_empty());
 }
 
