@@ -48,16 +48,16 @@ fn setuid_files_in_images_are_refused_by_default_stripped_by_choice() {
 }
 
 #[test]
-fn later_windows_are_off_by_default_and_turned_on_by_the_batch_section() {
+fn later_windows_are_on_by_default_and_turned_off_by_the_batch_section() {
     let path = Path::new("config.toml");
     assert_eq!(
         Config::default().batch.later_windows,
         crate::consumer::batch::queue::LATER_WINDOWS_DEFAULT
     );
-    assert!(!Config::default().batch.later_windows);
-    let on = Config::parse("[batch]\nlater_windows = true\n", path).unwrap();
-    assert!(on.batch.later_windows);
-    assert_eq!(on.batch.tail_copies, Config::default().batch.tail_copies);
+    assert!(Config::default().batch.later_windows);
+    let off = Config::parse("[batch]\nlater_windows = false\n", path).unwrap();
+    assert!(!off.batch.later_windows);
+    assert_eq!(off.batch.tail_copies, Config::default().batch.tail_copies);
 }
 
 #[test]
@@ -66,7 +66,11 @@ fn the_later_unit_is_an_hour_by_default_and_bounded_to_a_minute_to_an_hour() {
     assert_eq!(Config::default().batch.later_unit_secs, 3600);
     let minute = Config::parse("[batch]\nlater_unit_secs = 60\n", path).unwrap();
     assert_eq!(minute.batch.later_unit_secs, 60);
-    assert!(!minute.batch.later_windows, "the unit turns nothing on");
+    assert_eq!(
+        minute.batch.later_windows,
+        Config::default().batch.later_windows,
+        "the unit turns nothing on or off"
+    );
     for bad in ["0", "59", "3601", "9223372036854775807"] {
         let e = Config::parse(&format!("[batch]\nlater_unit_secs = {bad}\n"), path)
             .unwrap_err()

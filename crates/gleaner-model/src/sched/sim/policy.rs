@@ -25,7 +25,8 @@ pub enum Policy {
     Oracle,
     /// `proactive`, and a task no free host is likely to finish now is
     /// held for the best (host, start) window over the coming hours, with
-    /// exclusion and bounded kills (issue 28; `sim/windows.rs`).
+    /// exclusion and bounded kills (issue 28; `sim/windows.rs`): what the
+    /// batch queue does by default (`[batch] later_windows`).
     #[serde(rename = "windows")]
     Windows,
     /// `proactive` or `windows` with bounded holds, whichever ended the

@@ -368,6 +368,19 @@ fn a_task_a_free_host_is_likely_to_finish_is_never_held() {
     assert_eq!(launches(&actions), vec![(0, a.peer)]);
 }
 
+/// Holds are on unless the node's config turns them off.
+#[test]
+fn a_queue_not_told_otherwise_holds_a_task_no_free_host_can_finish() {
+    let mut core = default_core(3);
+    let (a, b) = (host(0.15), busy(0.9));
+    let now = start();
+    let (_, _) = admit(&mut core, now, long_batch());
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    assert!(launches(&actions).is_empty(), "{actions:#?}");
+    assert_eq!(asks_later(&actions).len(), 1, "{actions:#?}");
+}
+
 #[test]
 fn with_later_windows_off_the_task_starts_where_it_will_be_killed() {
     let mut core = core(3);
