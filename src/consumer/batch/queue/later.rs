@@ -45,9 +45,9 @@ use crate::model::sched::window::{follow_plan, Choice, HostNow, Lapse, Plan, Win
 /// unit from now (an hour: [`LATER_UNIT_SECS`]): hourly over the first
 /// hours, sparser after (forecasts for windows that start later are
 /// coarse: shared/findings/future-windows.md).
-pub(super) const LATER_STARTS: [i64; 11] = [1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24];
+pub const LATER_STARTS: [i64; 11] = [1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24];
 /// Hosts asked about later windows at most, per run length.
-pub(super) const LATER_HOSTS_MAX: usize = 16;
+pub const LATER_HOSTS_MAX: usize = 16;
 /// How long the hosts' answers for later windows are used before they are
 /// asked again (when a task still could use them).
 pub(super) const LATER_FRESH: Duration = Duration::from_secs(15 * 60);

@@ -57,6 +57,7 @@ pub use avoid::AVOID_FOR;
 pub use driver::BatchQueue;
 pub use driver::TICK;
 pub use files::copy_task_results;
+pub use later::{LATER_HOSTS_MAX, LATER_STARTS};
 pub use rounds::{MemberNews, LOOK_EVERY_MAX};
 pub use state::{Action, Launch, Now, QueueCore, LATER_WINDOWS_DEFAULT, TAIL_COPIES_DEFAULT};
 pub use state::{LATER_UNIT_MIN_SECS, LATER_UNIT_SECS};
