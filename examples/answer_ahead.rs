@@ -218,7 +218,14 @@ fn play(
             }
         }
         if arm == Arm::Ahead {
-            ahead.note(window_secs, mem_mib, at);
+            ahead.note(
+                ready::Shape {
+                    window_secs,
+                    mem_mib,
+                    later: false,
+                },
+                at,
+            );
         }
         let cpu = thread_cpu();
         let key = AnswerCache::key(at, window_secs, mem_mib);

@@ -49,12 +49,26 @@ pub const MAX_QUESTIONS: usize = 48;
 /// The spells' hour ([`AnswerCache`] keeps them per UTC hour).
 const HOUR_SECS: i64 = 3_600;
 
-/// A question shape: the window's length and the job's memory, and when
-/// it was last asked (Unix seconds).
+/// How far on a window starting later is prepared: past the time within
+/// which a window reads as starting now (`baselines::later::NOW_SECS`), so
+/// the answer is the later model's, whose fits (one per window length,
+/// job memory and record, whatever the start) every later start then finds.
+pub const LATER_PREPARED_SECS: i64 = 3_600;
+
+/// A question shape: the window's length, the job's memory, and whether
+/// the window starts later than now (a consumer weighing holds asks its
+/// later windows; the node's fits for those are the later model's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Asked {
+pub struct Shape {
     pub window_secs: u64,
     pub mem_mib: u64,
+    pub later: bool,
+}
+
+/// A question shape and when it was last asked (Unix seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Asked {
+    pub shape: Shape,
     pub last_at: i64,
 }
 
@@ -65,29 +79,21 @@ pub struct Questions {
 }
 
 impl Questions {
-    /// Notes a question of `window_secs` for a job of `mem_mib` asked at
-    /// `at`; the oldest shape goes when there are more than [`MAX_QUESTIONS`].
-    pub fn note(&mut self, window_secs: u64, mem_mib: u64, at: i64) {
-        self.asked
-            .retain(|a| (a.window_secs, a.mem_mib) != (window_secs, mem_mib));
-        self.asked.insert(
-            0,
-            Asked {
-                window_secs,
-                mem_mib,
-                last_at: at,
-            },
-        );
+    /// Notes a question of `shape` asked at `at`; the oldest shape goes
+    /// when there are more than [`MAX_QUESTIONS`].
+    pub fn note(&mut self, shape: Shape, at: i64) {
+        self.asked.retain(|a| a.shape != shape);
+        self.asked.insert(0, Asked { shape, last_at: at });
         self.asked.truncate(MAX_QUESTIONS);
     }
 
     /// The shapes to prepare at `now`: those asked within [`REPLAY_SECS`]
     /// before it (or after it, should the clock have stepped back).
-    pub fn recent(&self, now: i64) -> Vec<(u64, u64)> {
+    pub fn recent(&self, now: i64) -> Vec<Shape> {
         self.asked
             .iter()
             .filter(|a| now.saturating_sub(a.last_at) <= REPLAY_SECS)
-            .map(|a| (a.window_secs, a.mem_mib))
+            .map(|a| a.shape)
             .collect()
     }
 }
@@ -113,24 +119,30 @@ pub fn prepare_due(time: i64, stale: i64, asked: bool) -> bool {
     asked && time >= stale
 }
 
-/// Answers each of `questions` (window seconds, job memory) at `at` on
-/// `series` through `answers`, as the node answers a peer: the fits, the
-/// table of the record's hours and the spells this makes are kept where
-/// the next answers on the same record look them up. The answers
+/// Answers each of `questions` at `at` on `series` through `answers` (a
+/// shape asked for a later window, for one starting
+/// [`LATER_PREPARED_SECS`] after `at`), as the node answers a peer: the
+/// fits, the table of the record's hours and the spells this makes are
+/// kept where the next answers on the same record look them up. The answers
 /// themselves are not kept (one kept for `at`'s minute would be given for
 /// another time in it: not the answer made on demand). `request` makes a
 /// question's request as the node does. Returns how many were answered.
 pub fn prepare(
     series: &HostSeries,
-    questions: &[(u64, u64)],
+    questions: &[Shape],
     at: i64,
     answers: &AnswerCache,
     pool: Option<&PoolPrior>,
     request: impl Fn(i64, u64, u64) -> ReportRequest,
 ) -> usize {
     let mut answered = 0;
-    for &(window_secs, mem_mib) in questions {
-        let asked = request(at, window_secs, mem_mib);
+    for q in questions {
+        let start = if q.later {
+            at.saturating_add(LATER_PREPARED_SECS)
+        } else {
+            at
+        };
+        let asked = request(start, q.window_secs, q.mem_mib);
         if answers.answer_with_prior(series, &asked, pool).is_ok() {
             answered += 1;
         }
@@ -158,16 +170,16 @@ impl Default for Ahead {
 }
 
 impl Ahead {
-    /// Notes a question asked at `at`.
-    pub fn note(&self, window_secs: u64, mem_mib: u64, at: i64) {
+    /// Notes a question of `shape` asked at `at`.
+    pub fn note(&self, shape: Shape, at: i64) {
         self.questions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .note(window_secs, mem_mib, at);
+            .note(shape, at);
     }
 
     /// The question shapes to prepare at `now`.
-    pub fn recent(&self, now: i64) -> Vec<(u64, u64)> {
+    pub fn recent(&self, now: i64) -> Vec<Shape> {
         self.questions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -201,21 +213,40 @@ mod tests {
     use super::*;
     use jiff::tz::TimeZone;
 
+    fn now(window_secs: u64, mem_mib: u64) -> Shape {
+        Shape {
+            window_secs,
+            mem_mib,
+            later: false,
+        }
+    }
+
     #[test]
     fn questions_are_kept_newest_first_for_a_day() {
         let mut q = Questions::default();
-        q.note(3600, 256, 1_000);
-        q.note(36_000, 256, 2_000);
-        q.note(3600, 256, 3_000);
-        assert_eq!(q.recent(3_000), vec![(3600, 256), (36_000, 256)]);
+        q.note(now(3600, 256), 1_000);
+        q.note(now(36_000, 256), 2_000);
+        q.note(now(3600, 256), 3_000);
+        assert_eq!(q.recent(3_000), vec![now(3600, 256), now(36_000, 256)]);
         // The 10 h question was last asked more than a day before.
-        assert_eq!(q.recent(2_001 + REPLAY_SECS), vec![(3600, 256)]);
+        assert_eq!(q.recent(2_001 + REPLAY_SECS), vec![now(3600, 256)]);
         assert!(q.recent(3_001 + REPLAY_SECS).is_empty());
+        // The same length and memory asked for a later window is a shape
+        // of its own.
+        let later = Shape {
+            later: true,
+            ..now(3600, 256)
+        };
+        q.note(later, 3_000);
+        assert_eq!(
+            q.recent(3_000),
+            vec![later, now(3600, 256), now(36_000, 256)]
+        );
         for k in 0..(MAX_QUESTIONS as u64 + 5) {
-            q.note(60 + k, 0, 4_000);
+            q.note(now(60 + k, 0), 4_000);
         }
         assert_eq!(q.recent(4_000).len(), MAX_QUESTIONS);
-        assert_eq!(q.recent(4_000)[0], (60 + MAX_QUESTIONS as u64 + 4, 0));
+        assert_eq!(q.recent(4_000)[0], now(60 + MAX_QUESTIONS as u64 + 4, 0));
     }
 
     #[test]
@@ -237,7 +268,7 @@ mod tests {
     fn one_preparation_at_a_time() {
         let ahead = Ahead::default();
         assert!(!ahead.due(10), "nothing asked");
-        ahead.note(3600, 256, 10);
+        ahead.note(now(3600, 256), 10);
         assert!(ahead.due(10));
         assert!(ahead.claim());
         assert!(!ahead.claim());

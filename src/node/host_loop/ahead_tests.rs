@@ -109,7 +109,11 @@ fn after_a_retention_pass_the_next_answer_makes_no_fit() {
         .cut_ahead(now, cutoff, |series| {
             let n = ready::prepare(
                 series,
-                &[(WINDOW, MEM)],
+                &[ready::Shape {
+                    window_secs: WINDOW,
+                    mem_mib: MEM,
+                    later: false,
+                }],
                 last,
                 &answers,
                 None,
@@ -132,6 +136,51 @@ fn after_a_retention_pass_the_next_answer_makes_no_fit() {
     let again = on_demand(&whole, &request(&config, last));
     assert!(fits_made_here() > before, "on demand makes its fits");
     assert_eq!(answer, again);
+}
+
+/// A consumer weighing holds asks a host its TR for windows that start
+/// hours on, which the later model answers from fits of its own: after a
+/// retention pass, a preparation that replays that shape (`later`) makes
+/// them, so the next such answer makes no fit and equals the one made on
+/// demand; replaying only the window starting now leaves them to the
+/// answer (what the node did before it noted later shapes).
+#[test]
+fn after_a_retention_pass_the_next_answer_for_a_later_window_makes_no_fit() {
+    let _one = FITS.lock().unwrap_or_else(PoisonError::into_inner);
+    let dir = tempfile::tempdir().unwrap();
+    let last = START + 21 * 86_400 + 15 * 3600;
+    let store = store_until(dir.path(), last + STEP);
+    let config = Config::default();
+    let now = last + 30;
+    assert!(store.compact(now, 20).unwrap().samples_removed > 0);
+    let cut = store.bulk().series().unwrap();
+    let later_start = last + 5 * 3600;
+    let shape = |later| ready::Shape {
+        window_secs: WINDOW,
+        mem_mib: MEM,
+        later,
+    };
+    for (prepared, makes_fits) in [
+        (vec![shape(false)], true),
+        (vec![shape(false), shape(true)], false),
+    ] {
+        Logistic::shared().clear_fits();
+        let answers = AnswerCache::default();
+        let n = ready::prepare(&cut, &prepared, last, &answers, None, |at, _, _| {
+            request(&config, at)
+        });
+        assert_eq!(n, prepared.len());
+        let before = fits_made_here();
+        let answer = AnswerCache::default()
+            .answer(&cut, &request(&config, later_start))
+            .unwrap();
+        assert_eq!(
+            fits_made_here() > before,
+            makes_fits,
+            "{prepared:?}: fits made by the later answer"
+        );
+        assert_eq!(answer, on_demand(&cut, &request(&config, later_start)));
+    }
 }
 
 #[test]

@@ -18,6 +18,7 @@ use super::series::SeriesCache;
 use super::HostError;
 use crate::clock::Clock;
 use crate::cpu_time::thread_cpu;
+use crate::model::baselines::later::NOW_SECS;
 use crate::model::baselines::pool_prior::PoolPrior;
 use crate::model::baselines::release_shared_grids;
 use crate::model::predict::PredictRequest;
@@ -129,7 +130,13 @@ impl HostReader {
             return (Ok(answer), Duration::ZERO);
         }
         let now = self.clock.unix_secs();
-        self.ahead.note(window_secs, mem_mib, now);
+        let shape = ready::Shape {
+            window_secs,
+            mem_mib,
+            // Past it a window is the later model's (its own fits to prepare).
+            later: at > now.saturating_add(NOW_SECS),
+        };
+        self.ahead.note(shape, now);
         let answers = self.answers.clone();
         let request = ReportRequest::new(self.predict_request(at, window_secs, mem_mib));
         self.blocking_costed(move || {
