@@ -26,11 +26,13 @@ const MEMO_LIMIT: usize = 4_000_000;
 /// rule passing over those that do not hold ([`Ranked`]).
 ///
 /// A task resumed from a checkpoint (or one with no room left for a row)
-/// has its row in one of [`SPARE_ROWS`] spare rows, keyed by the task and
-/// the work it has left: that work is particular to a run, but the rule
+/// has its row in one of up to [`SPARE_ROWS`] spare rows, keyed by the task
+/// and the work it has left: that work is particular to a run, but the rule
 /// asks about the same few tasks at the queue's head after every failure
 /// while they wait, and with checkpoints at this scale most of the tail's
-/// tasks are resumed ones.
+/// tasks are resumed ones. The spare rows hold at most [`SPARE_CELL_LIMIT`]
+/// cells in all (fewer rows on a wide pool): a row is as wide as the main
+/// ones, and 64 of them would grow with the pool unbounded.
 pub(super) struct Memo<'a> {
     hosts: &'a [HostFacts],
     /// Blocks per row (see above).
@@ -44,13 +46,26 @@ pub(super) struct Memo<'a> {
     ranking: Vec<Ranking>,
     /// Per ranked row, its hosts by turnaround (as `cells`, one per host).
     ranked: Vec<u32>,
-    /// The spare rows, a task's at `task % SPARE_ROWS`.
+    /// The spare rows (made at the first one asked for), a task's at
+    /// `task % spare_rows`.
     spare: Vec<SpareRow>,
+    /// How many spare rows there are: [`SPARE_ROWS`], fewer when that
+    /// many would hold more than the limit (see [`Memo::new`]).
+    spare_rows: usize,
 }
 
 /// Spare memo rows (see [`Memo`]): a few more than the tasks the rule
 /// weighs at once ([`super::super::place::LOOKAHEAD`] and one further down).
 const SPARE_ROWS: usize = 64;
+
+/// Most cells the spare rows hold in all (each cell a turnaround and, once
+/// ranked, an entry of the row's ranking: 12 bytes, so about 12 MB). A
+/// quarter of the main rows' [`MEMO_LIMIT`], rounded up so that a pool of
+/// 1,000 hosts with a past (16,000 cells a row) keeps all [`SPARE_ROWS`];
+/// at 10,000 hosts it keeps 6 rows (about 120 MB with 64). Fewer rows only
+/// means a resumed task's row is taken over (and recomputed) more often:
+/// the memo is a cache, and the answers are the same.
+pub(super) const SPARE_CELL_LIMIT: usize = 1 << 20;
 
 /// A memo row for (task, work left) outside the main rows.
 struct SpareRow {
@@ -88,23 +103,39 @@ enum Loc {
 }
 
 impl<'a> Memo<'a> {
-    pub(super) fn new(hosts: &'a [HostFacts], runtimes: &[f64]) -> Memo<'a> {
+    /// A memo whose spare rows hold at most `spare_cells` cells in all
+    /// ([`SPARE_CELL_LIMIT`] but in tests; yet one row however wide): as
+    /// many rows as fit, up to [`SPARE_ROWS`]. The answers are the same
+    /// for any limit.
+    pub(super) fn new(hosts: &'a [HostFacts], runtimes: &[f64], spare_cells: usize) -> Memo<'a> {
         let blocks = if hosts.iter().any(|h| h.back.is_some()) {
             2 * AGES.len()
         } else {
             AGES.len()
         };
+        let width = blocks * hosts.len();
         Memo {
             hosts,
             blocks,
-            width: blocks * hosts.len(),
+            width,
             runtimes: runtimes.to_vec(),
             row_of: vec![u32::MAX; runtimes.len()],
             cells: Vec::new(),
             ranking: Vec::new(),
             ranked: Vec::new(),
             spare: Vec::new(),
+            spare_rows: (spare_cells / width.max(1)).clamp(1, SPARE_ROWS),
         }
+    }
+
+    /// Bytes the spare rows hold now: their turnarounds and their
+    /// rankings' entries.
+    #[cfg(test)]
+    pub(super) fn spare_bytes(&self) -> usize {
+        self.spare
+            .iter()
+            .map(|r| r.cells.len() * 8 + r.ranked.len() * 4)
+            .sum()
     }
 
     /// The row of `task` with `left` reference seconds of it to do: its
@@ -125,7 +156,7 @@ impl<'a> Memo<'a> {
             }
         }
         if self.spare.is_empty() {
-            self.spare = (0..SPARE_ROWS)
+            self.spare = (0..self.spare_rows)
                 .map(|_| SpareRow {
                     task: u32::MAX,
                     left: f64::NAN,
@@ -136,7 +167,7 @@ impl<'a> Memo<'a> {
                 })
                 .collect();
         }
-        let slot = task % SPARE_ROWS;
+        let slot = task % self.spare_rows;
         let spare = &mut self.spare[slot];
         if spare.task != task as u32 || spare.left.to_bits() != left.to_bits() {
             spare.task = task as u32;
@@ -312,5 +343,110 @@ impl Turnarounds for QueueTurnarounds<'_, '_> {
         let &task = self.queue.get(j)?;
         self.memo
             .ranked(task, self.runtimes[task], self.place, self.block_of)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The spare rows' bound: their memory on a wide pool, and the same
+    //! estimate whatever the bound.
+
+    use super::super::plan::EstimatePlan;
+    use super::super::{EstimateHost, EstimateInput, HostView};
+    use super::*;
+    use crate::sched::curve::TrCurve;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    fn host(power: f64, mttf: f64, checkpoint_secs: f64) -> EstimateHost {
+        EstimateHost {
+            view: HostView {
+                power,
+                availability: 1.0,
+                curve: TrCurve::exponential(mttf),
+            },
+            busy_secs: 0.0,
+            recovery_secs: 600.0,
+            down_secs: 0.0,
+            past: None,
+            checkpoint_secs,
+            checkpoint_cost_secs: 0.0,
+            spells: None,
+        }
+    }
+
+    /// 10,000 hosts (80,000 cells a row): 64 spare rows would hold 41 MB
+    /// of turnarounds, more with their rankings, and grow with the pool;
+    /// they hold at most the limit's 12 bytes a cell.
+    #[test]
+    fn the_spare_rows_stay_within_their_limit_on_a_wide_pool() {
+        let hosts: Vec<EstimateHost> = (0..10_000)
+            .map(|g| host(0.5 + (g % 7) as f64 / 14.0, 86_400.0, 0.0))
+            .collect();
+        let facts: Vec<HostFacts> = hosts.iter().map(HostFacts::new).collect();
+        let runtimes = vec![3_600.0; SPARE_ROWS];
+        let mut memo = Memo::new(&facts, &runtimes, SPARE_CELL_LIMIT);
+        let place: Vec<u32> = (0..facts.len() as u32).collect();
+        let block_of = |_: usize| 0;
+        // Every task resumed (half its work left), so each has a spare
+        // row; the first few asked often enough to be ranked.
+        for task in 0..SPARE_ROWS {
+            assert!(memo.get(task, 1_800.0, task, 0).is_finite());
+            if task < 4 {
+                for _ in 0..SPARE_ASKS_BEFORE_RANKING {
+                    let _ = memo.ranked(task, 1_800.0, &place, &block_of);
+                }
+            }
+        }
+        let ranked = memo.spare.iter().filter(|r| !r.ranked.is_empty()).count();
+        assert!(ranked > 0, "no spare row was ranked");
+        assert!(
+            memo.spare_bytes() <= 12 * SPARE_CELL_LIMIT,
+            "{} bytes in {} spare rows",
+            memo.spare_bytes(),
+            memo.spare.len()
+        );
+    }
+
+    /// The memo is a cache: with one spare row (every resumed task's row
+    /// taken over by the next, and hardly ever ranked) or a few, an
+    /// estimate is the same, to the bit, as with the default limit, on a
+    /// pool whose tail waits on resumed tasks (checkpoints every 10 min,
+    /// failures every 1-6 h).
+    #[test]
+    fn the_estimate_is_the_same_whatever_the_spare_rows_limit() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let hosts: Vec<EstimateHost> = (0..24)
+            .map(|_| {
+                host(
+                    rng.random_range(0.3..1.0),
+                    rng.random_range(3_600.0..21_600.0),
+                    600.0,
+                )
+            })
+            .collect();
+        let waiting: Vec<f64> = (0..40)
+            .map(|_| rng.random_range(3_600.0..10_800.0))
+            .collect();
+        let input = EstimateInput {
+            hosts: &hosts,
+            running: &[],
+            waiting: &waiting,
+            longest_first: true,
+            runs: 40,
+            runtime_sigma_log: Some(0.3),
+            held: &[],
+        };
+        let plan = EstimatePlan::new(&input, &mut ChaCha8Rng::seed_from_u64(1)).unwrap();
+        let runs = plan.run_count();
+        let (default, makespans) = plan.finish(vec![plan.runs(0..runs)]);
+        assert!(default.mean_failures > 1.0, "{default:?}");
+        let bits = |m: &[f64]| m.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+        let width = AGES.len() * hosts.len();
+        for cells in [1, 3 * width] {
+            let (e, m) = plan.finish(vec![plan.runs_with_spare_cells(0..runs, cells)]);
+            assert_eq!(e, default, "{cells} cells");
+            assert_eq!(bits(&m), bits(&makespans), "{cells} cells");
+        }
     }
 }

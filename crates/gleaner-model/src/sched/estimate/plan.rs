@@ -5,7 +5,7 @@
 use super::super::place::by_slowdown;
 use super::facts::HostFacts;
 use super::held::{self, Hold};
-use super::memo::Memo;
+use super::memo::{Memo, SPARE_CELL_LIMIT};
 use super::run::Run;
 use super::{Estimate, EstimateError, EstimateInput, Quantiles, MAX_HOSTS, MAX_RUNS, MAX_TASKS};
 use rand::{Rng, SeedableRng};
@@ -116,9 +116,20 @@ impl<'i> EstimatePlan<'i> {
 
     /// Makes runs `range` (clamped to the plan's runs).
     pub fn runs(&self, range: std::ops::Range<usize>) -> EstimatePart {
+        self.runs_with_spare_cells(range, SPARE_CELL_LIMIT)
+    }
+
+    /// [`Self::runs`] with the memo's spare rows holding at most
+    /// `spare_cells` cells ([`Memo::new`]): the same runs for any limit,
+    /// which the tests check.
+    pub(super) fn runs_with_spare_cells(
+        &self,
+        range: std::ops::Range<usize>,
+        spare_cells: usize,
+    ) -> EstimatePart {
         let range = range.start.min(self.input.runs)..range.end.min(self.input.runs);
         let n_tasks = self.runtimes.len();
-        let mut memo = Memo::new(&self.facts, &self.runtimes);
+        let mut memo = Memo::new(&self.facts, &self.runtimes, spare_cells);
         let mut part = EstimatePart {
             first: range.start,
             ends: Vec::with_capacity(range.len() * n_tasks),

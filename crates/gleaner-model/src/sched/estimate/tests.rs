@@ -4,7 +4,7 @@
 
 use super::bootstrap::{rest_of_outage, SpellUrn, MAX_REST_SECS};
 use super::facts::{self, HostFacts};
-use super::memo::{Memo, QueueTurnarounds, SPARE_ASKS_BEFORE_RANKING};
+use super::memo::{Memo, QueueTurnarounds, SPARE_ASKS_BEFORE_RANKING, SPARE_CELL_LIMIT};
 use super::run::Run;
 use super::*;
 use crate::sched::curve::TrCurve;
@@ -116,7 +116,7 @@ fn the_ranked_rows_answer_as_the_scan_does() {
             Some(&task) => facts[g].turnaround_in(left[task], block_of(g)),
             None => f64::INFINITY,
         });
-        let mut memo = Memo::new(&facts, &runtimes);
+        let mut memo = Memo::new(&facts, &runtimes, SPARE_CELL_LIMIT);
         // Asked again and again, as after every failure: spare rows
         // are ranked after SPARE_ASKS_BEFORE_RANKING asks.
         for ask in 0..2 * SPARE_ASKS_BEFORE_RANKING {
