@@ -5,7 +5,7 @@
 use super::super::place::Rule;
 use super::bootstrap::{rest_of_outage, SpellUrn};
 use super::draw::{exponential, standard_normal};
-use super::facts::{block, fits, HostFacts};
+use super::facts::{block, fits, HostFacts, AGES};
 use super::held::Hold;
 use super::memo::{Memo, QueueTurnarounds};
 use super::{EstimateInput, MAX_ATTEMPTS};
@@ -112,9 +112,12 @@ pub(super) struct Run {
     /// submission): the rule reads its curve as of the time up since
     /// ([`super::facts::block`]).
     pub(super) since: Vec<f64>,
-    /// When the rule last looked: a free host whose block has changed
-    /// since may answer differently (see `dispatch`).
-    last_look: f64,
+    /// While `recheck_all` is off: the first time some host's block
+    /// changes (its age reaches the next of [`AGES`]), busy or free. A
+    /// free host whose block changed may answer differently, and so may
+    /// the free hosts a busy one is counted against: from then every free
+    /// host is weighed again (see `dispatch`).
+    next_age: f64,
     /// Hosts that became free since the last dispatch.
     fresh: Vec<usize>,
     /// Hosts that became free since the last dispatch, to be given a
@@ -161,7 +164,7 @@ impl Run {
             rank: Vec::new(),
             back: vec![false; n_hosts],
             since: vec![0.0; n_hosts],
-            last_look: 0.0,
+            next_age: f64::INFINITY,
             fresh: Vec::with_capacity(n_hosts),
             armed: Vec::with_capacity(n_hosts),
             recheck_all: true,
@@ -367,6 +370,7 @@ impl Run {
         self.running = 0;
         self.failures = 0;
         self.recheck_all = true;
+        self.next_age = f64::INFINITY;
         self.queue.clear();
         self.queue.extend(queue_order.iter().copied());
         let sigma = self.sigma;
@@ -502,16 +506,8 @@ impl Run {
         memo: &mut Memo<'_>,
         now: f64,
     ) {
-        if !self.recheck_all && now > self.last_look {
-            // A free host whose curve is read as of a later age since the
-            // last look may now take what it left then.
-            let (back, since, then) = (&self.back, &self.since, self.last_look);
-            self.recheck_all = self
-                .free_list
-                .iter()
-                .any(|&g| block(back[g], then - since[g]) != block(back[g], now - since[g]));
-        }
-        self.last_look = now;
+        self.recheck_all |= now >= self.next_age;
+        let mut settled = false;
         while !self.queue.is_empty() && !self.free_list.is_empty() {
             let (back, since) = (&self.back, &self.since);
             let block_of = |g: usize| block(back[g], now - since[g]);
@@ -550,6 +546,7 @@ impl Run {
                 let pair = rule.pick_pair(&mut turnarounds);
                 if pair.is_none() {
                     self.recheck_all = false;
+                    settled = true;
                     self.fresh.clear();
                 }
                 pair
@@ -559,11 +556,9 @@ impl Run {
                 // busy hosts' waits, which makes an idle host's answer no
                 // better, and a host taking a task shifts the later tasks
                 // forward as it leaves their counts (see `Rule::pick_pair`).
-                // Not so with ages: a busy host read as of a later age
-                // ([`block`]) may weigh worse than at the last look, which
-                // could make an idle host's answer better; that is not
-                // looked at again until the next event (a known gap: the
-                // re-check above looks at free hosts only).
+                // Not so with ages ([`block`]): a busy host read as of a
+                // later age may weigh worse, and an idle host's answer be
+                // better then; `next_age` has every free host weighed again.
                 let mut placed = None;
                 while let Some(host) = self.fresh.pop() {
                     if !is_free[host] {
@@ -585,6 +580,11 @@ impl Run {
                 break;
             };
             self.start(facts, task, host, now);
+        }
+        if settled {
+            // No clock restarts while the re-check is off (a failure turns
+            // it on), so the first block change from here stays the first.
+            self.next_age = next_block_change(&self.since, now);
         }
         // Hosts still idle go down when their failure time comes.
         while let Some(host) = self.armed.pop() {
@@ -671,6 +671,20 @@ impl Run {
         // on is taken).
         self.recheck_all = true;
     }
+}
+
+/// The first time after `now` that some host's block changes ([`block`]):
+/// its age, from its clock's start `since`, reaching the next of [`AGES`]
+/// past the first (a host yet to return is read as of age 0 until then;
+/// infinite: none will change).
+fn next_block_change(since: &[f64], now: f64) -> f64 {
+    since
+        .iter()
+        .filter_map(|&s| {
+            let age = now - s;
+            AGES[1..].iter().find(|&&a| a > age).map(|&a| s + a)
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// Checkpoints written in `work` wall seconds at one every `tau` (0: none):

@@ -675,3 +675,46 @@ fn a_host_up_for_hours_is_weighed_by_what_is_left_of_its_spell() {
     assert!(g.turnaround_in(3_000.0, b1).is_finite());
     assert!(g.turnaround_in(g.horizon_in(b1) + 1.0, b1).is_infinite());
 }
+
+#[test]
+fn a_busy_host_aged_out_of_its_window_lets_an_idle_one_take_the_task() {
+    // Host 0 runs our task for 8,500 s more and is sure to stay up for
+    // 2.5 h, then goes (its TR falls to nothing by 3 h): a 1 h task
+    // still fits once it is free while it is read as of its hour up,
+    // no longer from 2 h up (at 7,200 s). Host 1 (4x slower) and host 2
+    // (10x) never fail and are away until 7,000 s and 7,500 s. At 7,000 s
+    // host 1 leaves the 1 h task to host 0; at 7,500 s host 0, still
+    // busy, is read as of 2 h up: host 1 takes it then, and it ends at
+    // 7,500 + 14,400 s in every run. Before, only the host just freed
+    // (host 2) was weighed then, and host 1 took it at 8,500 s (22,900 s).
+    let mut hosts = vec![
+        host(
+            1.0,
+            TrCurve::new([(9_000.0, 1.0), (9_900.0, 1e-3), (10_800.0, 1e-13)]),
+        ),
+        host(0.25, TrCurve::never_fails()),
+        host(0.1, TrCurve::never_fails()),
+    ];
+    for (h, away) in [(1, 7_000.0), (2, 7_500.0)] {
+        hosts[h].down_secs = away;
+        hosts[h].busy_secs = away;
+    }
+    let running = [RunningTask {
+        host: 0,
+        remaining_secs: 8_500.0,
+    }];
+    let input = EstimateInput {
+        hosts: &hosts,
+        running: &running,
+        waiting: &[3_600.0],
+        longest_first: true,
+        runs: 50,
+        runtime_sigma_log: None,
+        held: &[],
+    };
+    let e = estimate(&input, &mut ChaCha8Rng::seed_from_u64(1))
+        .unwrap()
+        .0;
+    let end = 7_500.0 + 4.0 * 3_600.0;
+    assert_eq!((e.makespan.p10, e.makespan.p90), (end, end), "{e:?}");
+}
