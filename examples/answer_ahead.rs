@@ -44,10 +44,9 @@ use anyhow::{bail, Context};
 use gleaner::cpu_time::thread_cpu;
 use gleaner::history::trace::read_trace;
 use gleaner::model::baselines::{release_shared_grids, HourBias, Logistic};
-use gleaner::model::predict::PredictRequest;
 use gleaner::model::series::HostSeries;
-use gleaner::model::state::Thresholds;
 use gleaner::node::answer::{AnswerCache, HostAnswer};
+use gleaner::node::config::Config;
 use gleaner::node::ready::{self, Ahead};
 use gleaner::report::ReportRequest;
 use std::path::PathBuf;
@@ -125,18 +124,9 @@ fn questions(
     out
 }
 
+/// The node's request with the default config.
 fn request(at: i64, window_secs: u64, mem_mib: u64) -> ReportRequest {
-    // The node's request (`HostReader::predict_request`) with the default config.
-    let mut w = PredictRequest::new(
-        at,
-        window_secs,
-        Thresholds {
-            job_mem_mib: mem_mib,
-            ..Thresholds::default()
-        },
-    );
-    w.days = gleaner::node::config::Config::default().history.days;
-    ReportRequest::new(w)
+    ReportRequest::new(Config::default().predict_request(at, window_secs, mem_mib))
 }
 
 /// Plays the node for one arm.

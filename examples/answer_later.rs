@@ -25,10 +25,9 @@ use gleaner::consumer::batch::queue::{LATER_HOSTS_MAX, LATER_STARTS, LATER_UNIT_
 use gleaner::cpu_time::thread_cpu;
 use gleaner::history::trace::read_trace;
 use gleaner::model::baselines::{release_shared_grids, Logistic};
-use gleaner::model::predict::PredictRequest;
 use gleaner::model::series::HostSeries;
-use gleaner::model::state::Thresholds;
 use gleaner::node::answer::AnswerCache;
+use gleaner::node::config::Config;
 use gleaner::node::ready;
 use gleaner::report::ReportRequest;
 use std::path::PathBuf;
@@ -36,17 +35,9 @@ use std::path::PathBuf;
 /// The history the node keeps (`history::store::DEFAULT_RETENTION_DAYS`).
 const RECORD_DAYS: i64 = 56;
 
+/// The node's request with the default config.
 fn request(start: i64, window_secs: u64, mem_mib: u64) -> ReportRequest {
-    let mut w = PredictRequest::new(
-        start,
-        window_secs,
-        Thresholds {
-            job_mem_mib: mem_mib,
-            ..Thresholds::default()
-        },
-    );
-    w.days = gleaner::node::config::Config::default().history.days;
-    ReportRequest::new(w)
+    ReportRequest::new(Config::default().predict_request(start, window_secs, mem_mib))
 }
 
 /// The retention pass's period (`history.compact_every_secs`'s default)

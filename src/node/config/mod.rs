@@ -27,6 +27,7 @@ pub use validate::RANGES;
 
 use crate::model::owner::Schedule;
 use crate::model::period::PeriodPolicy;
+use crate::model::predict::PredictRequest;
 use crate::model::state::Thresholds;
 use crate::monitor::MonitorConfig;
 use serde::{Deserialize, Serialize};
@@ -114,6 +115,15 @@ impl Config {
     }
 
     /// The model's thresholds, with the working set of the job at hand.
+    /// The request the node answers a question with: the window of
+    /// `window_secs` starting at `at`, for a job of `job_mem_mib`, read
+    /// with this config's thresholds and history days.
+    pub fn predict_request(&self, at: i64, window_secs: u64, job_mem_mib: u64) -> PredictRequest {
+        let mut request = PredictRequest::new(at, window_secs, self.thresholds(job_mem_mib));
+        request.days = self.history.days;
+        request
+    }
+
     pub fn thresholds(&self, job_mem_mib: u64) -> Thresholds {
         Thresholds {
             th1: self.policy.th1,

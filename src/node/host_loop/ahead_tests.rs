@@ -10,7 +10,6 @@ use super::series::SeriesCache;
 use crate::clock::ManualClock;
 use crate::history::store::{HistoryStore, StoreOptions};
 use crate::model::baselines::{fits_made_here, Logistic};
-use crate::model::predict::PredictRequest;
 use crate::model::series::{HostSeries, Sample};
 use crate::node::answer::AnswerCache;
 use crate::node::config::Config;
@@ -78,9 +77,7 @@ fn request_for(config: &Config, at: i64, mem: u64) -> ReportRequest {
 }
 
 fn request_sized(config: &Config, at: i64, window_secs: u64, mem: u64) -> ReportRequest {
-    let mut window = PredictRequest::new(at, window_secs, config.thresholds(mem));
-    window.days = config.history.days;
-    ReportRequest::new(window)
+    ReportRequest::new(config.predict_request(at, window_secs, mem))
 }
 
 /// The answer made on demand: every fit made anew.

@@ -175,9 +175,7 @@ impl HostReader {
         window_secs: u64,
         mem_mib: u64,
     ) -> PredictRequest {
-        let mut request = PredictRequest::new(at, window_secs, self.config.thresholds(mem_mib));
-        request.days = self.config.history.days;
-        request
+        self.config.predict_request(at, window_secs, mem_mib)
     }
 
     /// Sets the pool's prior (`None`: the built-in one): what the host
