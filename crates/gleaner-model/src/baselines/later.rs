@@ -469,7 +469,7 @@ impl LaterCache {
             return Some(f.clone());
         }
         let fitted = Arc::new(make()?);
-        super::logistic::count_fit_made();
+        super::fits_made::count_fit_made();
         let mut fits = self.lock();
         if fits.len() >= MAX_FITS {
             fits.clear();

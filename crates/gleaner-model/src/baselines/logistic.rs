@@ -96,23 +96,6 @@ pub const RECAL_RIDGE: f64 = 10.0;
 /// `logistic+cal`: fewer held-out windows than this, no recalibration.
 const MIN_HOLDOUT: usize = 48;
 
-thread_local! {
-    /// Fits this thread has made ([`fits_made_here`]).
-    static FITS_MADE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-/// How many `logistic` fits (its later model's too) the calling thread
-/// has made so far: a test tells an answer that found its fits ready from
-/// one that made them.
-pub fn fits_made_here() -> u64 {
-    FITS_MADE.with(|n| n.get())
-}
-
-/// Counts a fit made on this thread ([`fits_made_here`]).
-pub(super) fn count_fit_made() {
-    FITS_MADE.with(|n| n.set(n.get() + 1));
-}
-
 /// The `logistic` method (and `logistic+cal`, the same with a per-host
 /// recalibration on held-out days). Clones share one cache.
 #[derive(Clone)]
@@ -694,7 +677,7 @@ impl Logistic {
         }
         let table = self.cache.slots.table_for(series, th)?;
         let fitted = Arc::new(fit(&table, th.job_mem_mib, m, date, midnight));
-        count_fit_made();
+        super::fits_made::count_fit_made();
         let mut inner = self.cache.lock();
         if inner.fits.len() >= MAX_FITS {
             inner.fits.clear();

@@ -46,6 +46,7 @@
 //! evaluation's scoring or the command line.
 
 pub mod blend;
+mod fits_made;
 pub mod freq;
 mod grid;
 pub mod hazard;
@@ -86,11 +87,12 @@ use crate::timeseries::TimeSeriesModel;
 use jiff::Timestamp;
 
 pub use blend::{Blend, Stacked};
+pub use fits_made::fits_made_here;
 pub use freq::Frequency;
 pub use hazard::Hazard;
 pub use hourbias::HourBias;
 pub use linear::LinearBaseline;
-pub use logistic::{fits_made_here, Logistic};
+pub use logistic::Logistic;
 pub use markov::MarkovChain;
 pub use nws::Nws;
 pub use rippp::Rippp;
