@@ -114,7 +114,6 @@ impl Config {
             .unwrap_or_else(jiff::tz::TimeZone::system)
     }
 
-    /// The model's thresholds, with the working set of the job at hand.
     /// The request the node answers a question with: the window of
     /// `window_secs` starting at `at`, for a job of `job_mem_mib`, read
     /// with this config's thresholds and history days.
@@ -124,6 +123,7 @@ impl Config {
         request
     }
 
+    /// The model's thresholds, with the working set of the job at hand.
     pub fn thresholds(&self, job_mem_mib: u64) -> Thresholds {
         Thresholds {
             th1: self.policy.th1,

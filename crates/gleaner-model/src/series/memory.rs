@@ -5,6 +5,7 @@
 //! one (`baselines::slots`) instead of walking every state again.
 
 use super::HostSeries;
+use crate::state::Thresholds;
 
 impl HostSeries {
     /// The spans of time `[from, to)` in which the record reads S4 for a
@@ -14,12 +15,16 @@ impl HostSeries {
     /// record reads S5 from there, as [`HostSeries::window_states`] does).
     /// The last row's span is open: it ends at `i64::MAX`.
     pub fn lacking_memory_spans(&self, job_mem_mib: u64) -> Vec<(i64, i64)> {
+        let th = Thresholds {
+            job_mem_mib,
+            ..Thresholds::default()
+        };
         let mut spans: Vec<(i64, i64)> = Vec::new();
         let max_gap = i64::try_from(self.max_gap_secs).unwrap_or(i64::MAX);
         let n = self.len();
         let mut open: Option<i64> = None;
         for (i, (&free, &up)) in self.free_mib.iter().zip(&self.up).enumerate() {
-            if !(up && u64::from(free) < job_mem_mib) {
+            if !(up && th.lacks_memory(u64::from(free))) {
                 if let Some(from) = open.take() {
                     spans.push((from, self.time.at(i)));
                 }
@@ -43,7 +48,7 @@ impl HostSeries {
 mod tests {
     use super::super::Sample;
     use super::*;
-    use crate::state::{State, Thresholds};
+    use crate::state::State;
     use jiff::tz::TimeZone;
 
     /// Every state the record reads at each second, for a job of `mem`,

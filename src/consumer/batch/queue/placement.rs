@@ -279,6 +279,9 @@ impl QueueCore {
         t.host_gamma = gamma;
         live.running += 1;
         self.holds.remove(&(batch, task));
+        // Started: a later return to the queue holds it afresh, as the
+        // simulator's `windows` does.
+        self.held_since.remove(&(batch, task));
         self.persist(batch, task);
         self.launch(batch, task, host, job_id);
     }
