@@ -24,10 +24,14 @@ pub const NEAR_TIE: f64 = 0.02;
 
 /// The bounded holds of docs/scheduling.md ("Bounded holds"): no window
 /// more than 6 h on, and at most 2 h held in all
-/// (`max_wait=21600,max_held=7200`): since they were measured the default
-/// window rule's, named here for what the duel weighs.
+/// (`max_wait=21600,max_held=7200`), as the duel was measured with (the
+/// default window rule's wait is 2 h since).
 pub fn bounded_holds() -> WindowRule {
-    WindowRule::default()
+    WindowRule {
+        max_wait_secs: Some(6.0 * 3600.0),
+        max_held_secs: Some(2.0 * 3600.0),
+        ..WindowRule::default()
+    }
 }
 
 /// How the two rules' makespans are expected by back-tests (the

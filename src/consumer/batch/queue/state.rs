@@ -183,12 +183,11 @@ pub const TAIL_COPIES_DEFAULT: bool = true;
 
 /// Whether a task no free host is likely to finish waits for a host's
 /// later window when the queue is not told otherwise (`later`): on. The
-/// same rule in the simulator (`windows`, its holds bounded) ends
-/// office-like pools 11 % and mixed ones 5 % sooner than placing every task
-/// at once (`proactive`), with no desktop pool's worst seed past 1.7× the
-/// oracle (office's was 2.3×), at the price of 1.8 % on one owner mix
-/// (docs/scheduling.md, "Which of the must-show's comparisons are beyond
-/// noise", "Holds on by default").
+/// same rule in the simulator (`windows`, its holds within two hours) ends
+/// office-like pools 8 % and mixed ones 4 % sooner than placing every task
+/// at once (`proactive`), no other desktop pool measured later beyond
+/// noise, and no desktop pool's worst seed past 1.74× the oracle (office's
+/// was 2.26×) (docs/scheduling.md, "Holds within two hours").
 pub const LATER_WINDOWS_DEFAULT: bool = true;
 /// The unit of `later::LATER_STARTS` unless the node's config scales it
 /// (`[batch] later_unit_secs`): an hour, the grain of owners' habits and

@@ -271,10 +271,11 @@ fn windows_holds_a_task_that_would_run_into_the_daily_outage() {
         offset: 7 * 86_400 + 8 * 3600,
         power: 1.0,
     }];
-    // The window is five hours on, past the default's longest time held
-    // (two hours: the task would then start and be killed at noon), so
-    // the rule here holds for as long as the window needs.
+    // The window is five hours on, past the default's longest wait and
+    // time held (two hours), so the rule here holds for as long as the
+    // window needs.
     let windows = crate::sched::window::WindowRule {
+        max_wait_secs: None,
         max_held_secs: None,
         ..Default::default()
     };

@@ -232,23 +232,24 @@ fn a_held_task_starts_at_once_where_a_better_host_frees() {
 
 /// A task held two hours in all (the rule's `max_held_secs`, as the
 /// simulator's `windows`) is placed as usual: here on a, the only free
-/// host, though b's window three hours on is likelier; watchers are told
-/// why. Before the queue counted the time held, it waited for b.
+/// host, when b is still busy as its window two hours on comes; watchers
+/// are told why. Before the queue counted the time held, it was held
+/// again for b's next window.
 #[test]
 fn a_task_held_two_hours_in_all_is_placed_as_usual() {
     let mut core = holding();
     let (a, b) = (host(0.15), busy(0.9));
-    let (id, now, actions) = held_for_b_from(&mut core, &a, &b, 3);
+    let (id, now, actions) = held_for_b_from(&mut core, &a, &b, 2);
     assert!(launches(&actions).is_empty(), "{actions:#?}");
     assert!(core.view(now, id).unwrap().holds.contains_key(&0));
-    // A minute short of two hours held: still waiting for b.
-    let now = after(start(), 2 * H as u64 - 60);
+    // An hour held: still waiting for b.
+    let now = after(start(), H as u64);
     let _ = core.tick(now);
     let _ = core.start_survey(now);
     let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
     assert!(launches(&actions).is_empty(), "{actions:#?}");
     assert!(core.view(now, id).unwrap().holds.contains_key(&0));
-    // Two hours held: started on a, the hold gone.
+    // Two hours held, b busy still: started on a, the hold gone.
     let now = after(start(), 2 * H as u64 + 60);
     let _ = core.tick(now);
     let _ = core.start_survey(now);
