@@ -18,7 +18,7 @@ use super::series::SeriesCache;
 use super::HostError;
 use crate::clock::Clock;
 use crate::cpu_time::thread_cpu;
-use crate::model::baselines::later::NOW_SECS;
+use crate::model::baselines::later::starts_later;
 use crate::model::baselines::pool_prior::PoolPrior;
 use crate::model::baselines::release_shared_grids;
 use crate::model::predict::PredictRequest;
@@ -130,17 +130,20 @@ impl HostReader {
             return (Ok(answer), Duration::ZERO);
         }
         let now = self.clock.unix_secs();
-        let shape = ready::Shape {
-            window_secs,
-            mem_mib,
-            // Past it a window is the later model's (its own fits to prepare).
-            later: at > now.saturating_add(NOW_SECS),
-        };
-        self.ahead.note(shape, now);
-        let answers = self.answers.clone();
+        let (answers, ahead) = (self.answers.clone(), self.ahead.clone());
         let request = ReportRequest::new(self.predict_request(at, window_secs, mem_mib));
         self.blocking_costed(move || {
             let series = cache.get(now)?;
+            let shape = ready::Shape {
+                window_secs,
+                mem_mib,
+                // The later model's window (its own fits to prepare), as
+                // the method decides it: by the record's last sample.
+                later: series
+                    .last_time()
+                    .is_some_and(|last| starts_later(last, at)),
+            };
+            ahead.note(shape, now);
             let pool = cache.pool_prior();
             let answer = answers
                 .answer_with_prior(&series, &request, pool.as_deref())

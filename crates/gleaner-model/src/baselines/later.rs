@@ -58,6 +58,12 @@ use std::sync::{Arc, Mutex};
 /// there; the node asks at its clock's now, up to a sampling period or its
 /// series cache's minute after the last sample). Later ones get this model.
 pub const NOW_SECS: i64 = 600;
+
+/// Whether a window starting at `at` is this model's, on a record whose
+/// last sample is at `last`: more than [`NOW_SECS`] after it.
+pub fn starts_later(last: i64, at: i64) -> bool {
+    at.saturating_sub(last) > NOW_SECS
+}
 /// Leads of the training pairs, hours. A query's lead picks the nearest
 /// (log scale) for `cond`; the decays use the exact lead.
 pub const LEADS_H: [i64; 10] = [1, 2, 3, 4, 6, 9, 12, 16, 24, 36];

@@ -821,7 +821,7 @@ impl ReliabilityPredictor for Logistic {
             // window that starts at the last sample, whose present is W's.
             let just_after = series
                 .last_time()
-                .filter(|&last| req.at > last && req.at - last <= later::NOW_SECS);
+                .filter(|&last| req.at > last && !later::starts_later(last, req.at));
             if let Some(last) = just_after {
                 let at_last = PredictRequest {
                     at: last,
