@@ -39,6 +39,15 @@ fn free(h: &SurveyedHost) -> SurveyedHost {
     }
 }
 
+/// Admits a 9 h task at [`start`] and makes the first round, which finds
+/// `hosts`: the batch and the round's actions.
+fn first_round(core: &mut QueueCore, hosts: &[SurveyedHost]) -> (BatchId, Vec<Action>) {
+    let now = start();
+    let (id, _) = admit(core, now, long_batch());
+    let _ = core.start_survey(now);
+    (id, core.on_survey(now, Ok(hosts.to_vec())))
+}
+
 /// The later-window asks among the actions: `(peers, starts, length)`.
 fn asks_later(actions: &[Action]) -> Vec<(Vec<PeerId>, Vec<i64>, u64)> {
     actions
@@ -94,9 +103,7 @@ fn held_for_b_from(
     hours: i64,
 ) -> (BatchId, Now, Vec<Action>) {
     let now = start();
-    let (id, _) = admit(core, now, long_batch());
-    let _ = core.start_survey(now);
-    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    let (id, actions) = first_round(core, &[a.clone(), b.clone()]);
     // Not started on the host that will be taken back: the hosts are asked
     // about later windows first.
     assert!(launches(&actions).is_empty(), "{actions:#?}");
@@ -361,10 +368,7 @@ fn no_task_is_held_for_a_window_past_its_deadline() {
 fn a_task_a_free_host_is_likely_to_finish_is_never_held() {
     let mut core = holding();
     let (a, b) = (host(0.8), busy(0.9));
-    let now = start();
-    let (_, _) = admit(&mut core, now, long_batch());
-    let _ = core.start_survey(now);
-    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    let (_, actions) = first_round(&mut core, &[a.clone(), b.clone()]);
     assert!(asks_later(&actions).is_empty(), "nobody asked about later");
     assert_eq!(launches(&actions), vec![(0, a.peer)]);
 }
@@ -374,10 +378,7 @@ fn a_task_a_free_host_is_likely_to_finish_is_never_held() {
 fn a_queue_not_told_otherwise_holds_a_task_no_free_host_can_finish() {
     let mut core = default_core(3);
     let (a, b) = (host(0.15), busy(0.9));
-    let now = start();
-    let (_, _) = admit(&mut core, now, long_batch());
-    let _ = core.start_survey(now);
-    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    let (_, actions) = first_round(&mut core, &[a.clone(), b.clone()]);
     assert!(launches(&actions).is_empty(), "{actions:#?}");
     assert_eq!(asks_later(&actions).len(), 1, "{actions:#?}");
 }
@@ -386,10 +387,7 @@ fn a_queue_not_told_otherwise_holds_a_task_no_free_host_can_finish() {
 fn with_later_windows_off_the_task_starts_where_it_will_be_killed() {
     let mut core = core(3);
     let (a, b) = (host(0.15), busy(0.9));
-    let now = start();
-    let (_, _) = admit(&mut core, now, long_batch());
-    let _ = core.start_survey(now);
-    let actions = core.on_survey(now, Ok(vec![a.clone(), b.clone()]));
+    let (_, actions) = first_round(&mut core, &[a.clone(), b.clone()]);
     assert!(asks_later(&actions).is_empty());
     assert_eq!(launches(&actions), vec![(0, a.peer)]);
 }
