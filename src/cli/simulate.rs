@@ -77,7 +77,8 @@ pub struct SimulateArgs {
 
     /// Tail copies under the proactive policies (issue 28): once free hosts
     /// outnumber waiting tasks, one extra copy of each running task most at
-    /// risk; the first to finish wins, the other is cancelled. On by
+    /// risk (up to three of one its hosts' owners killed five times); the
+    /// first to finish wins, the others are cancelled. On by
     /// default, as in the node's queue (`[batch] tail_copies`).
     #[arg(long, value_name = "on|off", default_value = on_off(TAIL_COPIES_DEFAULT), action = clap::ArgAction::Set, value_parser = parse_on_off)]
     pub tail_copies: bool,

@@ -1,7 +1,9 @@
 //! Tail copies in the queue's core (issue 28, scope 3): once a survey's
 //! free hosts outnumber the waiting tasks, the running tasks most at risk
-//! get one extra copy each, as [`crate::model::sched::tail::tail_copies`]
-//! picks them (the simulator's rule, `gleaner simulate --tail-copies`).
+//! get one extra copy each (a task its hosts' owners killed again and
+//! again, up to three: `TailRule::copies_allowed`), as
+//! [`crate::model::sched::tail::tail_copies`] picks them (the simulator's
+//! rule, `gleaner simulate --tail-copies`).
 //! A copy is started with the machinery of the other copies: for a batch
 //! without verification, a further attempt whose first landing wins while
 //! the other is killed (`retries`); for a verifying batch, one more replica
@@ -18,6 +20,9 @@ use crate::consumer::rank;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
 use crate::model::sched::tail::{expected_left_secs, tail_copies, TailCandidate, TailRule};
+
+/// The queue's tail rule: the simulator's default.
+const TAIL_RULE: TailRule = TailRule::DEFAULT;
 
 impl QueueCore {
     /// Turns tail copies on or off (for every batch).
@@ -39,10 +44,11 @@ impl QueueCore {
             })
     }
 
-    /// A running task that runs no copy beyond its own: one attempt (no
-    /// tail or deadline copy), or for a verified task every replica it
-    /// wants and no more. At most one tail copy each at a time: when one of
-    /// the two attempts is lost, the other may be copied again.
+    /// A running task that runs fewer copies beside its own attempt than
+    /// the tail rule allows it (one; more once its owners killed it often),
+    /// or for a verified task every replica it wants and no more (one tail
+    /// copy at a time). When an attempt is lost, the others may be copied
+    /// again.
     pub(super) fn may_get_tail_copy(&self, batch: BatchId, task: u32, state: TaskState) -> bool {
         if state != TaskState::Running {
             return false;
@@ -57,7 +63,7 @@ impl QueueCore {
             Some(j) if self.trust.spec(batch).is_some() => {
                 !j.decided && self.copies_in_play(batch, task) == j.wanted
             }
-            _ => t.copies.is_empty(),
+            _ => (t.copies.len() as u64) < u64::from(TAIL_RULE.copies_allowed(t.owner_kills)),
         }
     }
 
@@ -100,6 +106,7 @@ impl QueueCore {
             }
             let window = live.record.runtime_secs;
             let runtime = planned_runtime(window, &live.tasks).median;
+            let verified = self.trust.spec(batch).is_some();
             let mut tasks = Vec::new();
             let mut candidates = Vec::new();
             for (i, t) in live.tasks.iter().enumerate() {
@@ -119,6 +126,13 @@ impl QueueCore {
                     p_finish: view.curve.tr_at(left_secs),
                     work_secs: runtime,
                     kills: t.owner_kills,
+                    // A verified task's replicas are its own attempts, not
+                    // copies beside it (it gets one tail copy at a time).
+                    copies: if verified {
+                        0
+                    } else {
+                        t.copies.len().try_into().unwrap_or(u32::MAX)
+                    },
                 });
             }
             if candidates.is_empty() {
@@ -126,7 +140,7 @@ impl QueueCore {
             }
             let views: Vec<_> = free.iter().map(|h| view_or_guess(h, window)).collect();
             let allowed = |c: usize, h: usize| self.may_copy_on(batch, tasks[c], free[h].peer);
-            let picked = tail_copies(&TailRule::default(), waiting, &views, &candidates, allowed);
+            let picked = tail_copies(&TAIL_RULE, waiting, &views, &candidates, allowed);
             let mut used = HashSet::new();
             for (c, h) in picked {
                 let (task, peer) = (tasks[c], free[h].peer);

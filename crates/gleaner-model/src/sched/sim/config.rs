@@ -45,9 +45,9 @@ pub struct SimConfig {
     pub knowledge: super::Knowledge,
     /// Tail copies (issue 28; `sim/tail.rs`): under the proactive
     /// policies, free hosts left over after every waiting task has had one
-    /// run one extra copy of the running tasks most at risk
-    /// ([`crate::sched::tail`]); the first to finish wins, the other is
-    /// cancelled. The baselines and the oracle never copy.
+    /// run extra copies of the running tasks most at risk
+    /// ([`crate::sched::tail`]: one each, up to three for a task killed
+    /// often); the first to finish wins, the others are cancelled. The baselines and the oracle never copy.
     pub tail_copies: bool,
     /// How tail copies are chosen.
     pub tail: TailRule,

@@ -2,7 +2,8 @@
 //! outnumber the waiting tasks, the running tasks and the free hosts as the
 //! consumer sees them (each attempt's expected end, each host's view from
 //! its past) are handed to [`crate::sched::tail::tail_copies`], and the
-//! copies it picks start. What happens when a copy ends (the first to
+//! copies it picks start (a task killed again and again may run several
+//! at once: `TailRule::copies_allowed`). What happens when a copy ends (the first to
 //! finish wins, the other is cancelled) is `events.rs`'s.
 
 use super::{Forecaster, Sim, Slot};
@@ -18,16 +19,24 @@ impl Sim<'_> {
         {
             return;
         }
-        let mut tasks = Vec::new();
-        let mut candidates = Vec::new();
+        // Each running task's oldest attempt stands for it (its copies
+        // counted beside it).
+        let mut oldest: Vec<Option<(f64, f64, usize)>> = vec![None; self.running.len()];
         for host in 0..self.slots.len() {
             let Slot::Busy(a) = &self.slots[host] else {
                 continue;
             };
-            if self.running[a.task] != 1 {
-                continue;
+            let o = &mut oldest[a.task];
+            if o.is_none_or(|(start, _, _)| a.start < start) {
+                *o = Some((a.start, a.expected_end, host));
             }
-            let (task, start, expected_end) = (a.task, a.start, a.expected_end);
+        }
+        let mut tasks = Vec::new();
+        let mut candidates = Vec::new();
+        for (task, o) in oldest.iter().enumerate() {
+            let Some((start, expected_end, host)) = *o else {
+                continue;
+            };
             let left_secs = expected_left_secs(expected_end - start, self.now - start);
             let p_finish = self.view(host, forecaster).curve.tr_at(left_secs);
             tasks.push(task);
@@ -36,6 +45,7 @@ impl Sim<'_> {
                 p_finish,
                 work_secs: self.left[task],
                 kills: self.task_kills[task],
+                copies: u32::from(self.running[task].saturating_sub(1)),
             });
         }
         if candidates.is_empty() {

@@ -204,3 +204,47 @@ fn retrying_a_failed_host_after_the_lapse_still_spends_retries() {
     assert_eq!(persisted(&actions), vec![(0, TaskState::Failed)]);
     assert_eq!(core.task(id, 0).unwrap().host_failures(), 3);
 }
+
+/// A 3 h task whose hosts' owners took it back `kills` times (each on a
+/// host of its own) runs on a risky host; four spare steady hosts are
+/// then found at each of four looks a minute apart. Returns the copies
+/// started at each look.
+fn copies_at_each_look_after(kills: u32) -> Vec<usize> {
+    let mut core = core(3);
+    core.set_tail_copies(true);
+    let mut new = batch(1);
+    new.runtime_secs = 3 * 3600;
+    new.limit_secs = 6 * 3600;
+    let mut now = start();
+    let (id, _) = admit(&mut core, now, new);
+    for _ in 0..kills {
+        let h = host(0.9);
+        let _ = core.start_survey(now);
+        let actions = core.on_survey(now, Ok(vec![h.clone()]));
+        assert_eq!(launches(&actions), vec![(0, h.peer)]);
+        let _ = core.on_ended(now, id, 0, h.peer, owner_kill());
+        now = after(now, 60);
+    }
+    let risky = host(0.3);
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![risky.clone()]));
+    assert_eq!(launches(&actions), vec![(0, risky.peer)]);
+    let spare: Vec<SurveyedHost> = (0..4).map(|_| host(0.99)).collect();
+    let mut found = vec![risky];
+    found.extend(spare);
+    (0..4)
+        .map(|_| {
+            now = after(now, 60);
+            let _ = core.start_survey(now);
+            launches(&core.on_survey(now, Ok(found.clone()))).len()
+        })
+        .collect()
+}
+
+#[test]
+fn a_task_its_owners_killed_again_and_again_runs_up_to_three_copies_in_the_tail() {
+    use crate::model::sched::tail::TailRule;
+    let often = TailRule::default().kills_for_more;
+    assert_eq!(copies_at_each_look_after(often - 1), vec![1, 0, 0, 0]);
+    assert_eq!(copies_at_each_look_after(often), vec![1, 1, 1, 0]);
+}
