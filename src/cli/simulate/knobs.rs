@@ -1,5 +1,6 @@
 //! The simulator's experiment knobs, read from the environment for sweeps
-//! (`GLEANER_TAIL_RULE`, `GLEANER_WINDOW_RULE`, `GLEANER_DUEL`): not
+//! (`GLEANER_TAIL_RULE`, `GLEANER_TAIL_COPIES`, `GLEANER_WINDOW_RULE`,
+//! `GLEANER_DUEL`): not
 //! settings, so a malformed value or pair is ignored and the rule's default
 //! kept.
 
@@ -23,8 +24,9 @@ fn parse_pairs(v: &str) -> Vec<(String, String, Option<f64>)> {
 }
 
 /// The tail-copy rule: the default, or for sweeps `GLEANER_TAIL_RULE` as
-/// "MIN_GAIN_SECS,MIN_GAIN_SHARE,KILL_EVIDENCE(0|1)" (an experiment's knob,
-/// not a setting: a malformed value is ignored).
+/// "MIN_GAIN_SECS,MIN_GAIN_SHARE,KILL_EVIDENCE(0|1)" and
+/// `GLEANER_TAIL_COPIES` as `KEY=VALUE` pairs (experiments' knobs, not
+/// settings: a malformed value is ignored).
 pub(super) fn tail_rule_from_env() -> crate::model::sched::tail::TailRule {
     let mut rule = crate::model::sched::tail::TailRule::default();
     if let Ok(v) = std::env::var("GLEANER_TAIL_RULE") {
@@ -35,6 +37,18 @@ pub(super) fn tail_rule_from_env() -> crate::model::sched::tail::TailRule {
                 rule.min_gain_share = share;
                 rule.kill_evidence = *kills == "1";
             }
+        }
+    }
+    // How many copies at once (`GLEANER_TAIL_COPIES`: `copies=`,
+    // `kills_for_more=` (a count or `none`), `when_killed=`).
+    let count = |x: f64| x.clamp(0.0, f64::from(u32::MAX)) as u32;
+    for (key, value, num) in pairs("GLEANER_TAIL_COPIES") {
+        match (key.as_str(), num) {
+            ("copies", Some(x)) => rule.copies = count(x),
+            ("kills_for_more", Some(x)) => rule.kills_for_more = count(x),
+            ("kills_for_more", None) if value == "none" => rule.kills_for_more = u32::MAX,
+            ("when_killed", Some(x)) => rule.copies_when_killed = count(x),
+            _ => {}
         }
     }
     rule

@@ -313,10 +313,13 @@ impl QueueCore {
         }
         let name = host.to_base58();
         if t.host.as_deref() == Some(name.as_str()) {
-            // The main attempt ended: the oldest copy takes its place.
+            // The main attempt ended: the oldest copy takes its place, from
+            // when it started (what the tail and deadline rules count the
+            // task's time run from).
             let next = t.copies.remove(0);
             t.host = Some(next.host);
             t.job_id = Some(next.job_id);
+            t.started_unix = Some(next.started_unix);
         } else {
             t.copies.retain(|c| c.host != name);
         }

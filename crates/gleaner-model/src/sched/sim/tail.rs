@@ -33,10 +33,21 @@ impl Sim<'_> {
         }
         let mut tasks = Vec::new();
         let mut candidates = Vec::new();
-        for (task, o) in oldest.iter().enumerate() {
-            let Some((start, expected_end, host)) = *o else {
+        // In the hosts' order (the rule breaks ties by it).
+        for host in 0..self.slots.len() {
+            let Slot::Busy(a) = &self.slots[host] else {
                 continue;
             };
+            let task = a.task;
+            let Some((start, expected_end, oldest_host)) = oldest[task] else {
+                continue;
+            };
+            let copies = u32::from(self.running[task].saturating_sub(1));
+            if oldest_host != host
+                || copies >= self.config.tail.copies_allowed(self.task_kills[task])
+            {
+                continue;
+            }
             let left_secs = expected_left_secs(expected_end - start, self.now - start);
             let p_finish = self.view(host, forecaster).curve.tr_at(left_secs);
             tasks.push(task);
@@ -45,7 +56,7 @@ impl Sim<'_> {
                 p_finish,
                 work_secs: self.left[task],
                 kills: self.task_kills[task],
-                copies: u32::from(self.running[task].saturating_sub(1)),
+                copies,
             });
         }
         if candidates.is_empty() {

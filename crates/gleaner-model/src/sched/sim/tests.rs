@@ -538,3 +538,86 @@ fn never_failing_days(days: usize) -> Timeline {
     let n = days * 1440;
     Timeline::from_cells(0, 60, vec![0; n], vec![1.0; n])
 }
+
+/// Ten days of one-minute cells, revoked (S5) from 11:00 to 11:30 every day.
+fn daily_eleven_oclock_blip() -> Timeline {
+    let n = 10 * 1440;
+    let fail = (0..n)
+        .map(|k| {
+            if (660..690).contains(&(k % 1440)) {
+                5
+            } else {
+                0
+            }
+        })
+        .collect();
+    Timeline::from_cells(0, 60, fail, vec![1.0; n])
+}
+
+/// One 3 h task at 10:00 a week in on four hosts that look alike to the
+/// forecaster (a 6 h MTTF): hosts 0 and 1 at full power, revoked at noon;
+/// host 2 at 0.9, never failing; host 3 at 0.9, away 11:00-11:30 (the
+/// looks in between). Tail copies on, under `rule`.
+fn tail_four(rule: crate::sched::tail::TailRule) -> SimResult {
+    let timelines = [
+        daily_noon_outage(),
+        never_failing(),
+        daily_eleven_oclock_blip(),
+    ];
+    let at = 7 * 86_400 + 10 * 3600;
+    let host = |timeline, power| SimHost {
+        timeline,
+        offset: at,
+        power,
+    };
+    let hosts = [host(0, 1.0), host(0, 1.0), host(1, 0.9), host(2, 0.9)];
+    let curve = TrCurve::exponential(6.0 * 3600.0);
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    simulate(
+        &SimConfig {
+            estimate_runs: 0,
+            tail_copies: true,
+            tail: rule,
+            ..config(Policy::Proactive, vec![3.0 * 3600.0])
+        },
+        &hosts,
+        &timelines,
+        &mut PerTrace(vec![curve.clone(), curve.clone(), curve]),
+        &mut rng,
+        &mut |_| {},
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_task_allowed_more_copies_gets_another_at_the_next_look_while_two_run() {
+    use crate::sched::tail::TailRule;
+    // Any gain is enough here: the rules differ only in the copies allowed.
+    let any_gain = TailRule {
+        min_gain_secs: 0.0,
+        min_gain_share: 0.0,
+        ..TailRule::default()
+    };
+    // One copy at a time: the task runs on hosts 0 and 1 until both are
+    // revoked at noon, then on host 2 from 12:00 (ends 15:20).
+    let one = tail_four(any_gain);
+    // Three allowed from the first kill on (here: from the start): the
+    // look at 11:00 starts a copy on host 2 beside the two (ends 14:20).
+    let three = tail_four(TailRule {
+        kills_for_more: 0,
+        ..any_gain
+    });
+    // Simulated time starts at the hosts' 10:00.
+    let from_ten = |r: &SimResult| r.makespan_secs.unwrap();
+    assert!(
+        (from_ten(&one) - (2.0 + 3.0 / 0.9) * 3600.0).abs() < 61.0,
+        "{one:?}"
+    );
+    assert!(
+        (from_ten(&three) - (1.0 + 3.0 / 0.9) * 3600.0).abs() < 61.0,
+        "{three:?}"
+    );
+    assert!(three.tail_copies > one.tail_copies, "{one:?} {three:?}");
+    assert_eq!((one.finished, three.finished), (1, 1));
+    assert_eq!(three.duplicate_completions, 0);
+}

@@ -78,6 +78,8 @@ fn an_owner_kill_of_one_of_two_copies_counts_and_the_other_runs_on() {
     assert_eq!(t.state, TaskState::Running);
     assert_eq!(t.host.as_deref(), Some(steady.peer.to_base58().as_str()));
     assert_eq!((t.owner_kills, t.host_failures()), (1, 0));
+    // The copy stands for the task from when it started, not the lost attempt.
+    assert_eq!(t.started_unix, Some(now.unix_secs));
 }
 
 #[test]
