@@ -51,19 +51,19 @@ fn never_failing() -> Timeline {
     Timeline::from_cells(0, 60, vec![0; n], vec![1.0; n])
 }
 
-/// Ten days of one-minute cells, revoked (S5) from 12:00 to 13:00 every day.
-fn daily_noon_outage() -> Timeline {
+/// Ten days of one-minute cells, revoked (S5) in the minutes of the day
+/// `minutes` every day.
+fn daily_outage(minutes: std::ops::Range<usize>) -> Timeline {
     let n = 10 * 1440;
     let fail = (0..n)
-        .map(|k| {
-            if (720..780).contains(&(k % 1440)) {
-                5
-            } else {
-                0
-            }
-        })
+        .map(|k| if minutes.contains(&(k % 1440)) { 5 } else { 0 })
         .collect();
     Timeline::from_cells(0, 60, fail, vec![1.0; n])
+}
+
+/// Ten days of one-minute cells, revoked (S5) from 12:00 to 13:00 every day.
+fn daily_noon_outage() -> Timeline {
+    daily_outage(720..780)
 }
 
 #[test]
@@ -539,31 +539,12 @@ fn never_failing_days(days: usize) -> Timeline {
     Timeline::from_cells(0, 60, vec![0; n], vec![1.0; n])
 }
 
-/// Ten days of one-minute cells, revoked (S5) from 11:00 to 11:30 every day.
-fn daily_eleven_oclock_blip() -> Timeline {
-    let n = 10 * 1440;
-    let fail = (0..n)
-        .map(|k| {
-            if (660..690).contains(&(k % 1440)) {
-                5
-            } else {
-                0
-            }
-        })
-        .collect();
-    Timeline::from_cells(0, 60, fail, vec![1.0; n])
-}
-
 /// One 3 h task at 10:00 a week in on four hosts that look alike to the
 /// forecaster (a 6 h MTTF): hosts 0 and 1 at full power, revoked at noon;
 /// host 2 at 0.9, never failing; host 3 at 0.9, away 11:00-11:30 (the
 /// looks in between). Tail copies on, under `rule`.
 fn tail_four(rule: crate::sched::tail::TailRule) -> SimResult {
-    let timelines = [
-        daily_noon_outage(),
-        never_failing(),
-        daily_eleven_oclock_blip(),
-    ];
+    let timelines = [daily_noon_outage(), never_failing(), daily_outage(660..690)];
     let at = 7 * 86_400 + 10 * 3600;
     let host = |timeline, power| SimHost {
         timeline,
