@@ -68,6 +68,13 @@ fn store_until(dir: &std::path::Path, end: i64) -> HistoryStore {
     store
 }
 
+/// The record the retention tests cut: three weeks and fifteen hours of
+/// rows, its last sample (returned with the store) a Wednesday 15:00.
+fn three_weeks(dir: &std::path::Path) -> (i64, HistoryStore) {
+    let last = START + 21 * 86_400 + 15 * 3600;
+    (last, store_until(dir, last + STEP))
+}
+
 fn request(config: &Config, at: i64) -> ReportRequest {
     request_for(config, at, MEM)
 }
@@ -90,8 +97,7 @@ fn on_demand(series: &HostSeries, request: &ReportRequest) -> crate::node::answe
 fn after_a_retention_pass_the_next_answer_makes_no_fit() {
     let _one = FITS.lock().unwrap_or_else(PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
-    let last = START + 21 * 86_400 + 15 * 3600;
-    let store = store_until(dir.path(), last + STEP);
+    let (last, store) = three_weeks(dir.path());
     let cache = SeriesCache::new(store.bulk());
     let config = Config::default();
     let answers = AnswerCache::default();
@@ -145,8 +151,7 @@ fn after_a_retention_pass_the_next_answer_makes_no_fit() {
 fn after_a_retention_pass_the_next_answer_for_a_later_window_makes_no_fit() {
     let _one = FITS.lock().unwrap_or_else(PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
-    let last = START + 21 * 86_400 + 15 * 3600;
-    let store = store_until(dir.path(), last + STEP);
+    let (last, store) = three_weeks(dir.path());
     let config = Config::default();
     let now = last + 30;
     assert!(store.compact(now, 20).unwrap().samples_removed > 0);
@@ -184,8 +189,7 @@ fn after_a_retention_pass_the_next_answer_for_a_later_window_makes_no_fit() {
 fn a_question_while_the_cut_record_is_made_reads_the_held_one() {
     let _one = FITS.lock().unwrap_or_else(PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
-    let last = START + 21 * 86_400 + 15 * 3600;
-    let store = store_until(dir.path(), last + STEP);
+    let (last, store) = three_weeks(dir.path());
     let cache = Arc::new(SeriesCache::new(store.bulk()));
     let config = Config::default();
     let now = last + 30;
@@ -285,8 +289,7 @@ fn a_new_length_after_the_summarys_questions_makes_one_fit() {
     use crate::node::pool_host::publish::LADDER_ASKS_SECS;
     let _one = FITS.lock().unwrap_or_else(PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
-    let last = START + 21 * 86_400 + 15 * 3600;
-    let store = store_until(dir.path(), last + STEP);
+    let (last, store) = three_weeks(dir.path());
     let series = store.bulk().series().unwrap();
     let config = Config::default();
     let ask = |secs: u64| request_sized(&config, last, secs, MEM);
