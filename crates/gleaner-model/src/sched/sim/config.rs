@@ -47,7 +47,8 @@ pub struct SimConfig {
     /// policies, free hosts left over after every waiting task has had one
     /// run extra copies of the running tasks most at risk
     /// ([`crate::sched::tail`]: one each, up to three for a task killed
-    /// often); the first to finish wins, the others are cancelled. The baselines and the oracle never copy.
+    /// often); the first to finish wins, the others are cancelled. The
+    /// baselines and the oracle never copy.
     pub tail_copies: bool,
     /// How tail copies are chosen.
     pub tail: TailRule,

@@ -3,8 +3,8 @@
 //! consumer sees them (each attempt's expected end, each host's view from
 //! its past) are handed to [`crate::sched::tail::tail_copies`], and the
 //! copies it picks start (a task killed again and again may run several
-//! at once: `TailRule::copies_allowed`). What happens when a copy ends (the first to
-//! finish wins, the other is cancelled) is `events.rs`'s.
+//! at once: `TailRule::copies_allowed`). What happens when a copy ends
+//! (the first to finish wins, the others are cancelled) is `events.rs`'s.
 
 use super::{Forecaster, Sim, Slot};
 use crate::sched::tail::{expected_left_secs, tail_copies, TailCandidate};
