@@ -4,7 +4,8 @@
 # (office, home, mixed, world, nights-off, weekends-away), the shared lab
 # samples and the Bitbrains VMs; every policy, tail copies off and on.
 #
-#   examples/desktop-audit.sh pools DIR            # the six desktop pools, 40 traces each
+#   examples/desktop-audit.sh pools DIR [END]      # the six desktop pools, 40 traces each
+#                                                   (ending at END: another submission day)
 #   examples/desktop-audit.sh run DIR OUT [SEEDS]   # simulations (default seeds 1-16) into OUT
 #   examples/desktop-audit.sh summary OUT [A-B]     # the tables (seeds A-B, default 1-16)
 #
@@ -19,11 +20,14 @@ MODE=${1:-}
 case $MODE in
 pools)
     D=$2
+    END=${3:-}
     H=(any office evening nights-off weekends-away)
     Z=(America/New_York Europe/Berlin Asia/Tokyo UTC)
     mkdir -p "$D"/{office,home,mixed,world,nightsoff,weekends}
     for i in $(seq 0 39); do
-        syn() { nice -n 19 "$G" trace synth --days 28 --step 60 "$@" >/dev/null; }
+        # A third argument ends the traces there (`trace synth --end`), so
+        # that the batch is submitted on another day of the week.
+        syn() { nice -n 19 "$G" trace synth --days 28 --step 60 ${END:+--end "$END"} "$@" >/dev/null; }
         syn --seed $((1000 + i)) --habit office --out "$D/office/h$i.csv"
         syn --seed $((2000 + i)) --habit evening --out "$D/home/h$i.csv"
         syn --seed $((5000 + i)) --habit "${H[$((i % 5))]}" --out "$D/mixed/h$i.csv"

@@ -141,8 +141,33 @@ struct Attempt {
 #[derive(Debug, Clone)]
 enum Slot {
     Free,
-    Down { expected_up: f64 },
+    /// Failing since `since`; expected back at `expected_up` (its usual
+    /// outage, `Sim::outage_guess`), or later once that has passed
+    /// ([`back_in`]).
+    Down {
+        since: f64,
+        expected_up: f64,
+    },
     Busy(Attempt),
+}
+
+/// Seconds from `now` until a host down since `since`, first expected back
+/// at `expected_up`, is expected back: its usual outage's end while that
+/// lies ahead; past it, as long again as it has lasted (an outage longer
+/// than the host's usual is one of its long ones, a weekend away or a
+/// holiday, and "as long again" is the median of the Lindy law the
+/// estimate draws such a rest from, `estimate::bootstrap::rest_of_outage`).
+/// An overdue host used to look about to be free for as long as it stayed
+/// away, and the proactive rule kept tasks waiting for it: on weekends-away
+/// submitted on a Friday the batch's last tasks waited for the hosts off
+/// since Friday evening until Monday while twelve hosts stood free
+/// (docs/scheduling.md, "A host away longer than usual").
+fn back_in(since: f64, expected_up: f64, now: f64) -> f64 {
+    if expected_up > now {
+        expected_up - now
+    } else {
+        (now - since).max(0.0)
+    }
 }
 
 /// Runs one simulation. `progress` is called with the share of tasks done.
@@ -313,7 +338,13 @@ impl<'a> Sim<'a> {
             seq: 0,
             now: 0.0,
             queue: order.into(),
-            slots: vec![Slot::Down { expected_up: 0.0 }; hosts.len()],
+            slots: vec![
+                Slot::Down {
+                    since: 0.0,
+                    expected_up: 0.0
+                };
+                hosts.len()
+            ],
             views: vec![blank.clone(); hosts.len()],
             claimed_views: vec![blank; hosts.len()],
             claim_book: claims::ClaimBook::new(hosts.len()),

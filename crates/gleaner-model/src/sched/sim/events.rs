@@ -215,7 +215,10 @@ impl Sim<'_> {
         let h = self.hosts[host];
         let tt = self.trace_time(host, self.now);
         let expected_up = self.now + self.outage_guess(host);
-        self.slots[host] = Slot::Down { expected_up };
+        self.slots[host] = Slot::Down {
+            since: self.now,
+            expected_up,
+        };
         if let Some(up) = self.timelines[h.timeline].next_usable(tt) {
             self.push((up - h.offset as f64).max(self.now), Ev::HostUp { host });
         }

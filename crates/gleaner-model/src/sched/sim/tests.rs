@@ -442,6 +442,57 @@ fn a_host_found_in_its_weekend_off_comes_back_on_monday_morning_in_the_estimate(
     assert!(q.p10 >= 9.0 * 3600.0 - 1.0, "{q:?}");
 }
 
+#[test]
+fn a_host_away_longer_than_usual_is_not_waited_for_while_another_is_free() {
+    // Submitted on the third Friday at 19:00 to a fast host that is off
+    // from 20:00 until Monday 08:00 (its past week's outages average
+    // 21.6 h, so it is expected back on Saturday at 17:36) and a slow one
+    // always up: twenty tasks of an hour's work, two hours each on the
+    // slow host. Once the fast host is overdue, the head of the queue
+    // waited for it (back "any moment", an hour's run there against two)
+    // until Monday while the slow host ran the rest; as long again as
+    // it has been away, it is no longer worth waiting for.
+    let always = Timeline::from_cells(0, 600, vec![0; 28 * 144], vec![1.0; 28 * 144]);
+    let timelines = [weekends_off(), always];
+    let offset = (14 + 4) * 86_400 + 19 * 3600;
+    let hosts = [
+        SimHost {
+            timeline: 0,
+            offset,
+            power: 1.0,
+        },
+        SimHost {
+            timeline: 1,
+            offset,
+            power: 0.5,
+        },
+    ];
+    let mut config = config(Policy::Proactive, vec![3600.0; 20]);
+    config.estimate_runs = 0;
+    let r = run(&config, &hosts, &timelines, TrCurve::never_fails());
+    assert_eq!(r.finished, 20, "{r:?}");
+    // Monday 08:00 is 61 h after the submission; the slow host alone ends
+    // the batch about 40 h in.
+    let makespan = r.makespan_secs.unwrap();
+    assert!(makespan < 50.0 * 3600.0, "{} h", makespan / 3600.0);
+}
+
+#[test]
+fn a_host_overdue_is_expected_back_after_as_long_again() {
+    // Expected back in 3 h: 3 h. Seven hours down, expected back after
+    // five: as long again as the seven.
+    assert_eq!(
+        super::back_in(100.0, 100.0 + 5.0 * 3600.0, 100.0 + 2.0 * 3600.0),
+        3.0 * 3600.0
+    );
+    assert_eq!(
+        super::back_in(100.0, 100.0 + 5.0 * 3600.0, 100.0 + 7.0 * 3600.0),
+        7.0 * 3600.0
+    );
+    // Exactly at the expected time, as long again too (never "any moment").
+    assert_eq!(super::back_in(0.0, 3600.0, 3600.0), 3600.0);
+}
+
 /// Twenty days of one-minute cells, revoked (S5) from 12:00 to 13:00
 /// every day; from minute `for_good` on (if any), revoked for good.
 fn noon_outages(for_good: Option<usize>) -> Timeline {
