@@ -151,17 +151,22 @@ enum Slot {
     Busy(Attempt),
 }
 
-/// Seconds from `now` until a host down since `since`, first expected back
-/// at `expected_up`, is expected back: its usual outage's end while that
-/// lies ahead; past it, as long again as it has lasted (an outage longer
-/// than the host's usual is one of its long ones, a weekend away or a
-/// holiday, and "as long again" is the median of the Lindy law the
-/// estimate draws such a rest from, `estimate::bootstrap::rest_of_outage`).
-/// An overdue host used to look about to be free for as long as it stayed
-/// away, and the proactive rule kept tasks waiting for it: on weekends-away
-/// submitted on a Friday the batch's last tasks waited for the hosts off
-/// since Friday evening until Monday while twelve hosts stood free
-/// (docs/scheduling.md, "A host away longer than usual").
+/// Seconds from `now` until a host the consumer saw go down at `since`,
+/// first expected back at `expected_up`, is expected back: its usual
+/// outage's end while that lies ahead; past it, as long again as it has
+/// lasted (an outage longer than the host's usual is one of its long ones,
+/// a weekend away or a holiday; "as long again" is the median of the Lindy
+/// law the estimate falls back on when no past outage was longer,
+/// `estimate::bootstrap::rest_of_outage`). An overdue host used to look
+/// about to be free for as long as it stayed away, and the proactive rule
+/// kept tasks waiting for it: on weekends-away submitted on a Friday the
+/// batch's last tasks waited for the hosts off since Friday evening until
+/// Monday while twelve hosts stood free (docs/scheduling.md, "A host away
+/// longer than usual"). A host found down at the submission counts from
+/// then (what the consumer saw), not from its outage's start in the trace;
+/// a host only heard failing in a summary (`--knowledge sample`) keeps its
+/// own guess, one usual outage after the last summary that said so
+/// (`knowledge.rs`).
 fn back_in(since: f64, expected_up: f64, now: f64) -> f64 {
     if expected_up > now {
         expected_up - now

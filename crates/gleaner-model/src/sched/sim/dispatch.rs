@@ -68,7 +68,10 @@ impl Sim<'_> {
 
     /// The proactive rule over the free hosts: everyone on a full recheck,
     /// else only the hosts freed since the last look (see `Rule::pick_pair`
-    /// for why the others' answers cannot have improved).
+    /// for why the others' answers cannot have improved while busy hosts'
+    /// waits shrink; a down host's wait grows once it is overdue,
+    /// `back_in`, and the free hosts it held back are asked again at the
+    /// next recheck, `SimConfig::recheck_secs` on).
     pub(super) fn dispatch_proactive(&mut self, forecaster: &mut dyn Forecaster) {
         let asked: Vec<usize> = if self.recheck_all {
             self.free.clone()

@@ -393,7 +393,9 @@ fn a_tail_copy_that_loses_is_cancelled_and_its_work_counted() {
 }
 
 /// Four weeks of ten-minute cells from a Monday 00:00: off (S5) every
-/// weeknight 20:00-08:00 and every weekend, Friday 20:00 to Monday 08:00.
+/// weekend, Friday 20:00 to Monday 08:00, and on weeknights: Tuesday
+/// 00:00-08:00, Tuesday and Wednesday 20:00-08:00, Thursday 20:00-24:00
+/// (Monday evening and Friday morning are on).
 fn weekends_off() -> Timeline {
     let n = 28 * 144;
     let fail = (0..n)
@@ -445,8 +447,8 @@ fn a_host_found_in_its_weekend_off_comes_back_on_monday_morning_in_the_estimate(
 #[test]
 fn a_host_away_longer_than_usual_is_not_waited_for_while_another_is_free() {
     // Submitted on the third Friday at 19:00 to a fast host that is off
-    // from 20:00 until Monday 08:00 (its past week's outages average
-    // 21.6 h, so it is expected back on Saturday at 17:36) and a slow one
+    // from 20:00 until Monday 08:00 (its past week's five outages average
+    // 19.2 h, so it is expected back on Saturday at 15:12) and a slow one
     // always up: twenty tasks of an hour's work, two hours each on the
     // slow host. Once the fast host is overdue, the head of the queue
     // waited for it (back "any moment", an hour's run there against two)
@@ -471,8 +473,9 @@ fn a_host_away_longer_than_usual_is_not_waited_for_while_another_is_free() {
     config.estimate_runs = 0;
     let r = run(&config, &hosts, &timelines, TrCurve::never_fails());
     assert_eq!(r.finished, 20, "{r:?}");
-    // Monday 08:00 is 61 h after the submission; the slow host alone ends
-    // the batch about 40 h in.
+    // Monday 08:00 is 61 h after the submission; with the fast host's
+    // first task done before 20:00, the slow host ends the other nineteen
+    // 38 h in (62 h with the old wait).
     let makespan = r.makespan_secs.unwrap();
     assert!(makespan < 50.0 * 3600.0, "{} h", makespan / 3600.0);
 }
