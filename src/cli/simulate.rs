@@ -38,8 +38,6 @@ use std::time::Instant;
 pub const MAX_HOSTS: usize = 100_000;
 /// Most simulated tasks.
 pub const MAX_TASKS: usize = 1_000_000;
-/// History a host has before its replay starts (predictions need past days).
-pub const WARMUP_SECS: i64 = 14 * 86_400;
 /// Time-bucket of the cached TR curves.
 pub const CURVE_BUCKET_SECS: i64 = 3_600;
 
@@ -90,6 +88,14 @@ pub struct SimulateArgs {
     /// Wall time one checkpoint costs (for proactive+checkpoint).
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
     pub checkpoint_cost: u64,
+
+    /// How far into each trace the batch is submitted (the hosts' history
+    /// before it), at most half the trace. 14 days keeps a trace's own
+    /// weekday and time of day and is as far as a 28-day `trace synth`
+    /// trace (begun on a Monday at 00:00) allows; `320h` submits on the
+    /// Sunday before at 08:00 (`trace synth --end` moves the weekday).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "14d")]
+    pub submit_after: u64,
 
     /// The simulation stops after this long; tasks not done are counted as unfinished.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "90d")]
@@ -241,6 +247,9 @@ pub struct SimulateReport {
     pub threads: usize,
     /// `--summary-heartbeat`, for the runs that placed from summaries.
     pub summary_heartbeat_secs: u64,
+    /// `--submit-after`: how far into each trace the batch was submitted
+    /// (at most half of it).
+    pub submit_after_secs: u64,
 }
 
 /// The pool: hosts with offsets and powers, and one timeline per trace.
@@ -248,6 +257,7 @@ pub fn build_pool(
     series: &[HostSeries],
     n_hosts: usize,
     th: Thresholds,
+    submit_after: i64,
     rng: &mut ChaCha8Rng,
 ) -> anyhow::Result<(Vec<SimHost>, Vec<Timeline>)> {
     let mut timelines = Vec::with_capacity(series.len());
@@ -264,9 +274,10 @@ pub fn build_pool(
     for i in 0..n_hosts {
         let t = i % series.len();
         let tl = &timelines[t];
-        // Start after two weeks of history where the trace allows, and
-        // hosts sharing a trace start up to a week apart.
-        let warmup = WARMUP_SECS.min(tl.span_secs() / 2);
+        // Start after `submit_after` of history (two weeks unless told)
+        // where the trace allows, and hosts sharing a trace start up to a
+        // week apart.
+        let warmup = submit_after.clamp(0, tl.span_secs() / 2);
         let shift = if i < series.len() {
             0
         } else {
@@ -338,7 +349,8 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
     let series: Vec<HostSeries> = traces.into_iter().map(|t| t.series).collect();
     let th = Thresholds::default();
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
-    let (hosts, timelines) = build_pool(&series, n_hosts, th, &mut rng)?;
+    let submit_after = i64::try_from(args.submit_after).unwrap_or(i64::MAX);
+    let (hosts, timelines) = build_pool(&series, n_hosts, th, submit_after, &mut rng)?;
     let runtimes: Vec<f64> = (0..args.tasks)
         .map(|_| args.runtime.draw(&mut rng))
         .collect();
@@ -562,6 +574,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         threads,
         setup_secs,
         summary_heartbeat_secs: args.knowledge.summary_heartbeat,
+        submit_after_secs: args.submit_after,
     };
     if let Some(dir) = &args.svg {
         write_svgs(dir, &report)?;

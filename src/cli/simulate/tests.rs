@@ -1,5 +1,6 @@
 //! Unit tests of `gleaner simulate`'s own parts: the runtime argument's two
-//! forms and the bar chart's escaping of names and bad numbers.
+//! forms, the bar chart's escaping of names and bad numbers, and how far
+//! into each trace the batch is submitted.
 
 use super::svg::bar_chart;
 use super::*;
@@ -33,4 +34,42 @@ fn bar_charts_escape_names_and_survive_bad_numbers() {
     assert!(svg.contains("x&quot;y"));
     assert!(!svg.contains("NaN") && !svg.contains("inf"));
     assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+}
+
+/// Thirty days of one-minute rows from a Monday 00:00 (2025-09-01), all
+/// light: a trace whose time of day and weekday are known.
+fn thirty_days() -> HostSeries {
+    use crate::model::series::Sample;
+    let monday = 1_756_684_800;
+    let mut s = HostSeries::new(60, 120, jiff::tz::TimeZone::UTC);
+    for k in 0..30 * 1440 {
+        s.push(Sample {
+            time: monday + k * 60,
+            cpu: 5.0,
+            free_mib: 1000,
+            up: true,
+        })
+        .unwrap();
+    }
+    s
+}
+
+#[test]
+fn the_batch_is_submitted_as_far_into_each_trace_as_told_at_most_half_way() {
+    let series = [thirty_days()];
+    let th = Thresholds::default();
+    let start = series[0].first_time().unwrap();
+    let offset = |after: i64| {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let (hosts, _) = build_pool(&series, 1, th, after, &mut rng).unwrap();
+        hosts[0].offset - start
+    };
+    // The default, two weeks: Monday 00:00 again; 344 h: Monday 08:00
+    // (within half of thirty days).
+    assert_eq!(offset(14 * 86_400), 14 * 86_400);
+    assert_eq!(offset(344 * 3600), 344 * 3600);
+    // Never past half the trace (the predictors need its history, the
+    // batch its future), nor before it.
+    assert_eq!(offset(29 * 86_400), 15 * 86_400);
+    assert_eq!(offset(-5), 0);
 }
