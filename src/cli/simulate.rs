@@ -89,11 +89,13 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
     pub checkpoint_cost: u64,
 
-    /// How far into each trace the batch is submitted (the hosts' history
-    /// before it), at most half the trace. 14 days keeps a trace's own
-    /// weekday and time of day and is as far as a 28-day `trace synth`
-    /// trace (begun on a Monday at 00:00) allows; `320h` submits on the
-    /// Sunday before at 08:00 (`trace synth --end` moves the weekday).
+    /// How far into each trace the batch is submitted, for the trace's
+    /// first host (the history before it), at most half the trace's rows (a trace ending
+    /// in an outage has no rows for it: its host is submitted earlier).
+    /// 14 days keeps a trace's weekday and time of day and is as far as a
+    /// `trace synth --days 28` trace (begun on a Monday at 00:00) allows;
+    /// `320h` submits on the Sunday before at 08:00 (`trace synth --end`
+    /// moves the weekday).
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "14d")]
     pub submit_after: u64,
 
@@ -247,8 +249,8 @@ pub struct SimulateReport {
     pub threads: usize,
     /// `--summary-heartbeat`, for the runs that placed from summaries.
     pub summary_heartbeat_secs: u64,
-    /// `--submit-after`: how far into each trace the batch was submitted
-    /// (at most half of it).
+    /// `--submit-after` as asked (each trace's host was submitted at most
+    /// half its rows in).
     pub submit_after_secs: u64,
 }
 
