@@ -90,8 +90,9 @@ pub struct SimulateArgs {
     pub checkpoint_cost: u64,
 
     /// How far into each trace the batch is submitted, for the trace's
-    /// first host (the history before it), at most half the trace's rows (a trace ending
-    /// in an outage has no rows for it: its host is submitted earlier).
+    /// first host (the history before it), at most half the trace's rows
+    /// (a trace ending in an outage has no rows for it: its host is
+    /// submitted earlier).
     /// 14 days keeps a trace's weekday and time of day and is as far as a
     /// `trace synth --days 28` trace (begun on a Monday at 00:00) allows;
     /// `320h` submits on the Sunday before at 08:00 (`trace synth --end`

@@ -151,6 +151,21 @@ enum Slot {
     Busy(Attempt),
 }
 
+impl Slot {
+    /// Seconds from `now` until the host is expected free, as the consumer
+    /// sees it: 0 for a free host, a busy host's attempt's expected end, a
+    /// down host's expected return ([`back_in`]); never negative. The one
+    /// wait the placement rule, the windows weighed and the count of hosts
+    /// about to be free read.
+    fn free_in(&self, now: f64) -> f64 {
+        match self {
+            Slot::Free => 0.0,
+            Slot::Down { since, expected_up } => back_in(*since, *expected_up, now),
+            Slot::Busy(a) => (a.expected_end - now).max(0.0),
+        }
+    }
+}
+
 /// Seconds from `now` until a host the consumer saw go down at `since`,
 /// first expected back at `expected_up`, is expected back: its usual
 /// outage's end while that lies ahead; past it, as long again as it has

@@ -3,7 +3,7 @@
 //! `windows`' holds on top of it) and the oracle. Starting the attempt and
 //! what follows is `events.rs`'s.
 
-use super::{back_in, Ev, Forecaster, Policy, Sim, Slot};
+use super::{Ev, Forecaster, Policy, Sim, Slot};
 use crate::sched::place::{by_slowdown, Rule, Scan, LOOKAHEAD};
 use crate::sched::window::Choice;
 use rand::Rng;
@@ -130,10 +130,7 @@ impl Sim<'_> {
                 free_in: |g: usize| match &slots[g] {
                     Slot::Free if passed_over(g) => f64::INFINITY,
                     Slot::Free => 0.0,
-                    Slot::Down { since, expected_up } => {
-                        back_in(*since, *expected_up, now).max(f64::MIN_POSITIVE)
-                    }
-                    Slot::Busy(a) => (a.expected_end - now).max(f64::MIN_POSITIVE),
+                    slot => slot.free_in(now).max(f64::MIN_POSITIVE),
                 },
                 queue_len: queue.len(),
             };
@@ -209,9 +206,7 @@ impl Sim<'_> {
         (0..self.slots.len())
             .filter(|&g| match &self.slots[g] {
                 Slot::Free => !self.passed_over(g),
-                Slot::Down { since, expected_up } => {
-                    back_in(*since, *expected_up, self.now) <= within
-                }
+                slot @ Slot::Down { .. } => slot.free_in(self.now) <= within,
                 Slot::Busy(a) => a.expected_end - self.now <= within,
             })
             .count()

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::sample::{LeafSampler, SamplePlan};
 use super::view::view_bucket;
-use super::{back_in, Ev, Forecaster, Policy, Sim, SimHost, Slot};
+use super::{Ev, Forecaster, Policy, Sim, SimHost, Slot};
 use crate::pace::{Pacer, SimSecs, StatusKey};
 use crate::sched::place::{by_slowdown, HostView, Rule, Scan};
 use crate::sched::probe::{asks_for_with, best_share, best_then_random, ASKS_MAX, ASKS_PER_TASK};
@@ -551,10 +551,10 @@ impl Sim<'_> {
             let known = |g: usize| known_view(s, slots, views, g);
             let free_in = |g: usize| -> f64 {
                 match &slots[g] {
-                    Slot::Busy(a) => return (a.expected_end - now).max(f64::MIN_POSITIVE),
                     Slot::Free if s.asked[g] => return 0.0,
-                    Slot::Down { since, expected_up } if s.asked[g] => {
-                        return back_in(*since, *expected_up, now).max(f64::MIN_POSITIVE)
+                    slot @ Slot::Busy(_) => return slot.free_in(now).max(f64::MIN_POSITIVE),
+                    slot @ Slot::Down { .. } if s.asked[g] => {
+                        return slot.free_in(now).max(f64::MIN_POSITIVE)
                     }
                     _ => {}
                 }

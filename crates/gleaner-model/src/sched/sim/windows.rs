@@ -9,7 +9,7 @@
 //! simulated pool.
 
 use super::result::HoldNote;
-use super::{back_in, Ev, Forecaster, Sim, Slot};
+use super::{Ev, Forecaster, Sim, Slot};
 use crate::sched::window::{
     anchored, counted_tr, follow_plan, later_windows, typical_p, Choice, HostNow, Plan, Window,
     HISTORY_DAYS,
@@ -52,8 +52,7 @@ impl Sim<'_> {
                     self.view(g, forecaster);
                     0.0
                 }
-                Slot::Down { since, expected_up } => back_in(*since, *expected_up, now),
-                Slot::Busy(a) => (a.expected_end - now).max(0.0),
+                slot => slot.free_in(now),
             };
             let view = &self.views[g];
             let wall = view.expected_run_secs(work);
