@@ -91,8 +91,8 @@ pub struct SimulateArgs {
 
     /// How far into each trace the batch is submitted, for the trace's
     /// first host (the history before it), at most half the trace's rows
-    /// (a trace ending in an outage has no rows for it: its host is
-    /// submitted earlier).
+    /// (a warning counts the traces too short, whose hosts are submitted
+    /// earlier in their week than the others).
     /// 14 days keeps a trace's weekday and time of day and is as far as a
     /// `trace synth --days 28` trace (begun on a Monday at 00:00) allows;
     /// `320h` submits on the Sunday before at 08:00 (`trace synth --end`
@@ -253,6 +253,10 @@ pub struct SimulateReport {
     /// `--submit-after` as asked (each trace's host was submitted at most
     /// half its rows in).
     pub submit_after_secs: u64,
+    /// Traces shorter than twice `--submit-after`, whose hosts were
+    /// submitted half-way in (0 when every host shares one instant of its
+    /// week).
+    pub traces_short: usize,
 }
 
 /// The pool: hosts with offsets and powers, and one timeline per trace.
@@ -277,10 +281,8 @@ pub fn build_pool(
     for i in 0..n_hosts {
         let t = i % series.len();
         let tl = &timelines[t];
-        // Start after `submit_after` of history (two weeks unless told)
-        // where the trace allows, and hosts sharing a trace start up to a
-        // week apart.
-        let warmup = submit_after.clamp(0, tl.span_secs() / 2);
+        // Hosts sharing a trace start up to a week apart.
+        let warmup = warmup(tl, submit_after);
         let shift = if i < series.len() {
             0
         } else {
@@ -298,6 +300,22 @@ pub fn build_pool(
         });
     }
     Ok((hosts, timelines))
+}
+
+/// How far into its trace a host is submitted: `submit_after` of history
+/// (two weeks unless told) where the trace allows, at most half of it (the
+/// predictors need its history, the batch its future).
+fn warmup(tl: &Timeline, submit_after: i64) -> i64 {
+    submit_after.clamp(0, tl.span_secs() / 2)
+}
+
+/// Traces too short for `submit_after`, whose hosts were submitted half-way
+/// in, earlier in their week than the others of the pool.
+fn submitted_early(timelines: &[Timeline], submit_after: i64) -> usize {
+    timelines
+        .iter()
+        .filter(|tl| warmup(tl, submit_after) < submit_after)
+        .count()
 }
 
 pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
@@ -354,6 +372,15 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let submit_after = i64::try_from(args.submit_after).unwrap_or(i64::MAX);
     let (hosts, timelines) = build_pool(&series, n_hosts, th, submit_after, &mut rng)?;
+    let traces_short = submitted_early(&timelines, submit_after);
+    if traces_short > 0 {
+        eprintln!(
+            "warning: {traces_short} of {} traces are shorter than twice --submit-after \
+             ({}); their hosts were submitted half-way in, earlier than the others",
+            timelines.len(),
+            crate::human::duration(args.submit_after),
+        );
+    }
     let runtimes: Vec<f64> = (0..args.tasks)
         .map(|_| args.runtime.draw(&mut rng))
         .collect();
@@ -578,6 +605,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
         setup_secs,
         summary_heartbeat_secs: args.knowledge.summary_heartbeat,
         submit_after_secs: args.submit_after,
+        traces_short,
     };
     if let Some(dir) = &args.svg {
         write_svgs(dir, &report)?;

@@ -776,6 +776,14 @@ fn sample_rows(
         };
         t = next;
     }
+    // A host off at the end gets a down row at the last grid time, so every
+    // trace covers its whole span: without it a trace ending in an outage
+    // stops at the outage's start and reads as shorter, and a simulation
+    // submitting half-way in would submit its host before the others.
+    let last_grid = snap_up(cfg.start, step, end) - step;
+    if series.last_time().is_some_and(|last| last < last_grid) {
+        push_row(&mut series, last_grid, 0.0, 0.0, false);
+    }
     series
 }
 

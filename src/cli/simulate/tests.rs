@@ -73,3 +73,17 @@ fn the_batch_is_submitted_as_far_into_each_trace_as_told_at_most_half_way() {
     assert_eq!(offset(29 * 86_400), 15 * 86_400);
     assert_eq!(offset(-5), 0);
 }
+
+#[test]
+fn traces_too_short_for_the_submission_are_counted() {
+    let series = [thirty_days()];
+    let timelines = [Timeline::from_series(
+        &series[0],
+        Thresholds::default(),
+        series[0].first_time().unwrap(),
+        series[0].last_time().unwrap() + i64::from(series[0].step_secs),
+    )
+    .unwrap()];
+    assert_eq!(submitted_early(&timelines, 14 * 86_400), 0);
+    assert_eq!(submitted_early(&timelines, 16 * 86_400), 1);
+}

@@ -273,3 +273,30 @@ fn long_steps_and_odd_starts_still_give_valid_traces() {
     let counts = state_counts(&trace.series);
     assert!(counts[State::S1.index()] > 0);
 }
+
+#[test]
+fn a_trace_ending_in_an_outage_still_covers_its_whole_span() {
+    // Five days from a Monday end on Saturday 00:00, so many weekend-away
+    // owners have switched off on Friday evening.
+    let mut ended_down = 0;
+    for seed in 0..24 {
+        let c = cfg(seed, 5, "UTC", 60).with_habit(Habit::WeekendsAway);
+        let trace = parse_trace(&bytes(&c), Path::new("synth.csv")).unwrap();
+        let s = &trace.series;
+        assert_eq!(s.last_time(), Some(c.end() - 60), "seed {seed}");
+        let last = s.samples().last().unwrap();
+        if last.up {
+            continue;
+        }
+        ended_down += 1;
+        // Down without a break from the outage's first row to the end.
+        let rows: Vec<Sample> = s.samples().collect();
+        let back = rows.iter().rposition(|r| r.up).unwrap();
+        let off = rows[back + 1].time.min(rows[back].time + 60);
+        let m = ((c.end() - 60 - off) / 60) as usize;
+        let mut states = Vec::new();
+        assert!(s.window_states(job_256(), off, 60, m, &mut states));
+        assert!(states.iter().all(|&x| x == State::S5), "seed {seed}");
+    }
+    assert!(ended_down >= 3, "only {ended_down} traces end down");
+}
