@@ -58,6 +58,13 @@ impl HostView {
     }
 }
 
+/// How long a task keeps off a host after an attempt of it ended badly
+/// there (its owner took the machine back, or it failed): an hour, long
+/// enough that a task killed at once goes to the pool's other hosts first,
+/// short against a desktop owner's day. The node's batch queue
+/// (`consumer/batch/queue/avoid.rs`) and the simulator keep to it.
+pub const AVOID_SECS: u64 = 3600;
+
 /// How far down the queue a free host looks for a task it should take
 /// (bounds the work per placement; the queue is longest first, so the tasks
 /// further down are shorter and a weak host fits them better).

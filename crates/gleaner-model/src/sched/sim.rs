@@ -26,6 +26,7 @@
 //! record that discounts their claims). This file
 //! holds the simulation's state and its entry point.
 
+mod avoid;
 mod claims;
 mod config;
 mod dispatch;
@@ -301,6 +302,9 @@ struct Sim<'a> {
     estimate: Option<(Quantiles, f64)>,
     /// Kills each task took (S3, S4, S5).
     task_kills: Vec<u32>,
+    /// Per task: the hosts whose owners killed an attempt of it, and until
+    /// when it keeps off each (`avoid.rs`).
+    avoid: Vec<Vec<(usize, f64)>>,
     /// Per task: held for a later window until this time (`windows`).
     held_until: Vec<f64>,
     /// Per host: the windows held tasks keep on it, (task, start, end).
@@ -391,6 +395,7 @@ impl<'a> Sim<'a> {
             done: 0,
             estimate: None,
             task_kills: vec![0; n],
+            avoid: vec![Vec::new(); n],
             held_until: vec![f64::NEG_INFINITY; n],
             reserved: vec![Vec::new(); hosts.len()],
             plans: vec![None; n],

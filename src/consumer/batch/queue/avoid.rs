@@ -21,11 +21,10 @@ use crate::consumer::batch::record::{TaskRecord, TaskState};
 use crate::model::ids::BatchId;
 
 /// How long a task avoids a host of its `avoid` list after the attempt
-/// that put it there ended. An hour: long enough that a task killed at
-/// once goes to the pool's other hosts first, short against a desktop
-/// owner's day (most sessions that take a machine back are over by then),
-/// and the longest a task every host avoids waits with a free host there.
-pub const AVOID_FOR: Duration = Duration::from_secs(3600);
+/// that put it there ended ([`crate::model::sched::place::AVOID_SECS`],
+/// which the simulator keeps to as well): also the longest a task every
+/// host avoids waits with a free host there.
+pub const AVOID_FOR: Duration = Duration::from_secs(crate::model::sched::place::AVOID_SECS);
 
 impl QueueCore {
     /// Whether `t` (task `task` of `batch`) keeps off `name` now: an entry

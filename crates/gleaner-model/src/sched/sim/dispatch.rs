@@ -3,6 +3,7 @@
 //! `windows`' holds on top of it) and the oracle. Starting the attempt and
 //! what follows is `events.rs`'s.
 
+use super::avoid::keeps_off;
 use super::{Ev, Forecaster, Policy, Sim, Slot};
 use crate::sched::place::{by_slowdown, Rule, Scan, LOOKAHEAD};
 use crate::sched::window::Choice;
@@ -20,18 +21,16 @@ impl Sim<'_> {
             match self.config.policy {
                 Policy::Random | Policy::Power | Policy::TrFreq | Policy::Tr => {
                     while !self.free.is_empty() {
-                        let Some(&task) = self.queue.front() else {
+                        // Every free host, but those a record passes over
+                        // and those the task keeps off.
+                        let Some((pos, free)) = self.fifo_head(&self.placeable()) else {
                             break;
                         };
-                        // Every free host, but those a record passes over.
-                        let free = self.placeable();
-                        if free.is_empty() {
-                            break;
-                        }
+                        let task = self.queue[pos];
                         let i = self.choose_fifo(task, &free, forecaster, rng);
                         let host = free[i];
                         self.take(host);
-                        self.queue.pop_front();
+                        self.queue.remove(pos);
                         self.start(task, host, forecaster);
                     }
                 }
@@ -134,7 +133,12 @@ impl Sim<'_> {
                 },
                 queue_len: queue.len(),
             };
+            // A host the task keeps off at its start is no place for it.
+            let avoid = &self.avoid;
             let turnaround = |j: usize, g: usize| match queue.get(j) {
+                Some(&task) if keeps_off(avoid, task, g, now + slots[g].free_in(now)) => {
+                    f64::INFINITY
+                }
                 Some(&task) => views[g].expected_turnaround(left[task]),
                 None => f64::INFINITY,
             };

@@ -161,6 +161,7 @@ impl Sim<'_> {
         let end = if let Some(i) = cause.failure_index() {
             self.kills[i] += 1;
             self.task_kills[a.task] += 1;
+            self.note_kill(a.task, host);
             if let Some(n) = self.hold_note[a.task].and_then(|i| self.hold_log.get_mut(i)) {
                 n.killed_after = true;
             }

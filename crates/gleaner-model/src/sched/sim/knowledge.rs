@@ -24,6 +24,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use super::avoid::keeps_off;
 use super::sample::{LeafSampler, SamplePlan};
 use super::view::view_bucket;
 use super::{Ev, Forecaster, Policy, Sim, SimHost, Slot};
@@ -496,13 +497,14 @@ impl Sim<'_> {
             None => return false,
         };
         while !free.is_empty() {
-            let Some(&task) = self.queue.front() else {
+            let Some((pos, ok)) = self.fifo_head(&free) else {
                 break;
             };
-            let i = self.choose_fifo(task, &free, forecaster, &mut rng);
-            let host = free.swap_remove(i);
+            let task = self.queue[pos];
+            let host = ok[self.choose_fifo(task, &ok, forecaster, &mut rng)];
+            free.retain(|&g| g != host);
             self.take(host);
-            self.queue.pop_front();
+            self.queue.remove(pos);
             self.start(task, host, forecaster);
             placed = true;
         }
@@ -576,7 +578,9 @@ impl Sim<'_> {
                 free_in,
                 queue_len: queue.len(),
             };
+            let avoid = &self.avoid;
             let turnaround = |j: usize, g: usize| match (queue.get(j), known(g)) {
+                (Some(&task), _) if keeps_off(avoid, task, g, now + free_in(g)) => f64::INFINITY,
                 (Some(&task), Some(v)) => v.expected_turnaround(left[task]),
                 _ => f64::INFINITY,
             };

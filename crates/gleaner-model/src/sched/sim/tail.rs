@@ -74,7 +74,7 @@ impl Sim<'_> {
             self.queue.len(),
             &views,
             &candidates,
-            |_, _| true,
+            |c, h| !self.avoids(tasks[c], free[h], self.now),
         ) {
             let (task, host) = (tasks[c], free[h]);
             self.take(host);

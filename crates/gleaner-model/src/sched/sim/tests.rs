@@ -656,3 +656,32 @@ fn a_task_allowed_more_copies_gets_another_at_the_next_look_while_two_run() {
     assert_eq!((one.finished, three.finished), (1, 1));
     assert_eq!(three.duplicate_completions, 0);
 }
+
+#[test]
+fn a_task_keeps_off_the_host_that_killed_it_for_an_hour() {
+    // A fast host off for five minutes at 01:00 every day (its usual
+    // outage), a host half as fast that never fails; one task of 3 h
+    // submitted at 00:00. The fast host takes it and is taken back at
+    // 01:00. Back at 01:05, it would end the task at 04:05, sooner than the
+    // slow host's 6 h, and the rule used to wait for it; as the node does,
+    // the task keeps off it for an hour and runs on the slow host at once.
+    let timelines = [daily_outage(60..65), never_failing()];
+    let hosts = [
+        SimHost {
+            timeline: 0,
+            offset: 7 * 86_400,
+            power: 1.0,
+        },
+        SimHost {
+            timeline: 1,
+            offset: 7 * 86_400,
+            power: 0.5,
+        },
+    ];
+    let mut config = config(Policy::Proactive, vec![3.0 * 3600.0]);
+    config.estimate_runs = 0;
+    let r = run(&config, &hosts, &timelines, TrCurve::never_fails());
+    assert_eq!(r.kills, [0, 0, 1]);
+    assert_eq!(r.task_host, vec![Some(1)], "{r:?}");
+    assert_eq!(r.makespan_secs, Some(7.0 * 3600.0));
+}

@@ -89,6 +89,8 @@ impl Sim<'_> {
                 },
                 &mut mine,
             );
+            // Nor one that starts while the task keeps off the host.
+            mine.retain(|w| !self.avoids(task, g, now + w.start_in));
             // A window another held task keeps is not offered.
             let kept = &self.reserved[g];
             windows.extend(
