@@ -254,8 +254,7 @@ pub struct SimulateReport {
     /// half its rows in).
     pub submit_after_secs: u64,
     /// Traces shorter than twice `--submit-after`, whose hosts were
-    /// submitted half-way in (0 when every host shares one instant of its
-    /// week).
+    /// submitted half-way in (0 when every trace is long enough).
     pub traces_short: usize,
 }
 

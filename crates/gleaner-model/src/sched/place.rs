@@ -252,6 +252,15 @@ where
         self.queue_len > self.n_hosts() + LOOKAHEAD
     }
 
+    /// The queue position free host `host` takes in the bulk: the head if
+    /// it can run it, else the first of the next [`LOOKAHEAD`] it can (a
+    /// head that keeps off this host, `AVOID_SECS`, or cannot finish
+    /// there does not leave it idle while other tasks wait; the node's
+    /// queue takes the first task a host may start too).
+    fn bulk_position(&self, host: usize, turnarounds: &mut impl Turnarounds) -> Option<usize> {
+        (0..self.queue_len.min(LOOKAHEAD)).find(|&j| turnarounds.can_run(j, host))
+    }
+
     /// Whether at most `j` hosts other than `host` would end the task at
     /// queue position `j` sooner than `mine` (its expected turnaround on `host`).
     fn better_hosts_at_most(
@@ -307,7 +316,7 @@ where
     /// [`pick_task_for_host`]: the queue position free host `host` takes.
     pub fn pick_for_host(&self, host: usize, turnarounds: &mut impl Turnarounds) -> Option<usize> {
         if self.in_bulk() {
-            return turnarounds.can_run(0, host).then_some(0);
+            return self.bulk_position(host, turnarounds);
         }
         let others = self.n_hosts().saturating_sub(1);
         for j in 0..self.queue_len.min(LOOKAHEAD) {
@@ -387,19 +396,23 @@ where
     /// asking each free host would find (ties aside), at the cost of one
     /// count per position instead of one per free host and position.
     /// In the bulk the head goes to the first free host in the rule's
-    /// order (fastest first) that can run it.
+    /// order (fastest first) that can run it; if none can, the first free
+    /// host takes the first of the next positions it can run.
     pub fn pick_pair(&self, turnarounds: &mut impl Turnarounds) -> Option<(usize, usize)> {
         if self.queue_len == 0 {
             return None;
         }
         if self.in_bulk() {
-            return self
+            let mut free = self
                 .free_sorted
                 .unwrap_or(self.order)
                 .iter()
                 .copied()
-                .find(|&g| (self.free_in)(g) == 0.0 && turnarounds.can_run(0, g))
-                .map(|g| (0, g));
+                .filter(|&g| (self.free_in)(g) == 0.0);
+            if let Some(g) = free.clone().find(|&g| turnarounds.can_run(0, g)) {
+                return Some((0, g));
+            }
+            return free.find_map(|g| self.bulk_position(g, turnarounds).map(|j| (j, g)));
         }
         let others = self.n_hosts().saturating_sub(1);
         for j in 0..self.queue_len.min(LOOKAHEAD) {
@@ -428,6 +441,28 @@ mod tests {
             availability,
             curve: TrCurve::exponential(mttf),
         }
+    }
+
+    #[test]
+    fn in_the_bulk_a_host_the_head_keeps_off_takes_the_next_task_it_can_run() {
+        // One free host, twenty tasks waiting (the bulk); the head cannot
+        // run there (it keeps off the host, or cannot finish): the host
+        // takes the next task rather than stand idle.
+        let order = [0];
+        let rule = Rule {
+            order: &order,
+            free_sorted: None,
+            lower: |_: usize, _: usize| 0.0,
+            free_in: |_: usize| 0.0,
+            queue_len: 20,
+        };
+        assert!(rule.in_bulk());
+        let turnaround = |j: usize, _: usize| if j == 0 { f64::INFINITY } else { 3600.0 };
+        assert_eq!(rule.pick_for_host(0, &mut Scan(turnaround)), Some(1));
+        assert_eq!(rule.pick_pair(&mut Scan(turnaround)), Some((1, 0)));
+        // A head it can run still goes first.
+        let any = |_: usize, _: usize| 3600.0;
+        assert_eq!(rule.pick_pair(&mut Scan(any)), Some((0, 0)));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! (docs/scheduling.md, "A task keeps off the host that killed it"). The
 //! oracle, which knows every host's future, keeps off nothing.
 
-use super::{Policy, Sim};
+use super::{Ev, Policy, Sim};
 use crate::sched::place::AVOID_SECS;
 
 impl Sim<'_> {
@@ -25,6 +25,10 @@ impl Sim<'_> {
             Some(e) => e.1 = until,
             None => list.push((host, until)),
         }
+        // When the hour is out the host may take the task again: look
+        // then, as the node's queue does (`watch_avoid`), rather than at
+        // the next event that happens to come.
+        self.push(until, Ev::Recheck);
     }
 
     /// Whether `task` keeps off `host` for a start at time `at`.
@@ -36,6 +40,9 @@ impl Sim<'_> {
     /// may take now, with those hosts: the FIFO policies' head, passing
     /// over a task every free host keeps off.
     pub(super) fn fifo_head(&self, free: &[usize]) -> Option<(usize, Vec<usize>)> {
+        if free.is_empty() {
+            return None;
+        }
         self.queue.iter().enumerate().find_map(|(pos, &task)| {
             let ok: Vec<usize> = free
                 .iter()

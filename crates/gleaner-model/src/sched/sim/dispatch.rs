@@ -70,7 +70,8 @@ impl Sim<'_> {
     /// for why the others' answers cannot have improved while busy hosts'
     /// waits shrink; a down host's wait grows once it is overdue,
     /// `back_in`, and the free hosts it held back are asked again at the
-    /// next recheck, `SimConfig::recheck_secs` on).
+    /// next recheck, `SimConfig::recheck_secs` on; a task's avoidance of a
+    /// host lapses with a recheck of its own, `avoid.rs`).
     pub(super) fn dispatch_proactive(&mut self, forecaster: &mut dyn Forecaster) {
         let asked: Vec<usize> = if self.recheck_all {
             self.free.clone()

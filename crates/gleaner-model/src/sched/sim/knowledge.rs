@@ -502,7 +502,9 @@ impl Sim<'_> {
             };
             let task = self.queue[pos];
             let host = ok[self.choose_fifo(task, &ok, forecaster, &mut rng)];
-            free.retain(|&g| g != host);
+            if let Some(k) = free.iter().position(|&g| g == host) {
+                free.swap_remove(k);
+            }
             self.take(host);
             self.queue.remove(pos);
             self.start(task, host, forecaster);
