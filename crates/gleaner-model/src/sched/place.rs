@@ -252,8 +252,8 @@ where
         self.queue_len > self.n_hosts() + LOOKAHEAD
     }
 
-    /// The queue position free host `host` takes in the bulk: the head if
-    /// it can run it, else the first of the next [`LOOKAHEAD`] it can (a
+    /// The queue position free host `host` takes in the bulk: the first of
+    /// the first [`LOOKAHEAD`] positions it can run, the head first (a
     /// head that keeps off this host, `AVOID_SECS`, or cannot finish
     /// there does not leave it idle while other tasks wait; the node's
     /// queue takes the first task a host may start too).

@@ -91,7 +91,13 @@ enum Ev {
         host: usize,
         epoch: u32,
     },
+    /// The periodic look while tasks wait and hosts stand free (one chain
+    /// at a time: `recheck_pending`).
     Recheck,
+    /// A look of its own, when something known to change at a time comes
+    /// (a held task's reweigh, an avoidance's lapse); it leaves the
+    /// periodic chain alone, which a second `Recheck` would fork.
+    Look,
     /// A placement round from the summaries (`knowledge.rs`).
     Round,
 }

@@ -539,7 +539,8 @@ impl Run {
             };
             let placed = if rule.in_bulk() {
                 // The rule's bulk: the head to the first free host that
-                // can run it. Entering the tail, everyone idle is weighed.
+                // can run it (else a task just behind it to the first free
+                // host that can). Entering the tail, everyone idle is weighed.
                 self.recheck_all = true;
                 rule.pick_pair(&mut turnarounds)
             } else if self.recheck_all {

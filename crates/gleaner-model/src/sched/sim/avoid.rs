@@ -28,7 +28,7 @@ impl Sim<'_> {
         // When the hour is out the host may take the task again: look
         // then, as the node's queue does (`watch_avoid`), rather than at
         // the next event that happens to come.
-        self.push(until, Ev::Recheck);
+        self.push(until, Ev::Look);
     }
 
     /// Whether `task` keeps off `host` for a start at time `at`.

@@ -49,6 +49,7 @@ impl Sim<'_> {
                     self.recheck_pending = false;
                     self.recheck_all = true;
                 }
+                Ev::Look => self.recheck_all = true,
                 Ev::HostUp { host } => {
                     if matches!(self.slots[host], Slot::Down { .. }) {
                         self.host_up(host);

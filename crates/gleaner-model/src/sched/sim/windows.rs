@@ -155,7 +155,7 @@ impl Sim<'_> {
             let start = self.now + w.start_in;
             r.push((task, start, start + w.wall_secs));
         }
-        self.push(self.now + wait, Ev::Recheck);
+        self.push(self.now + wait, Ev::Look);
     }
 
     /// `task` starts on `host`: whatever window it kept is free again.
