@@ -310,7 +310,7 @@ fn warmup(tl: &Timeline, submit_after: i64) -> i64 {
 
 /// Traces too short for `submit_after`, whose hosts were submitted half-way
 /// in, earlier in their week than the others of the pool.
-fn submitted_early(timelines: &[Timeline], submit_after: i64) -> usize {
+fn traces_short(timelines: &[Timeline], submit_after: i64) -> usize {
     timelines
         .iter()
         .filter(|tl| warmup(tl, submit_after) < submit_after)
@@ -371,7 +371,7 @@ pub fn run(args: &SimulateArgs, global_json: bool) -> anyhow::Result<()> {
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let submit_after = i64::try_from(args.submit_after).unwrap_or(i64::MAX);
     let (hosts, timelines) = build_pool(&series, n_hosts, th, submit_after, &mut rng)?;
-    let traces_short = submitted_early(&timelines, submit_after);
+    let traces_short = traces_short(&timelines, submit_after);
     if traces_short > 0 {
         eprintln!(
             "warning: {traces_short} of {} traces are shorter than twice --submit-after \

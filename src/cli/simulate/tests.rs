@@ -84,6 +84,6 @@ fn traces_too_short_for_the_submission_are_counted() {
         series[0].last_time().unwrap() + i64::from(series[0].step_secs),
     )
     .unwrap()];
-    assert_eq!(submitted_early(&timelines, 14 * 86_400), 0);
-    assert_eq!(submitted_early(&timelines, 16 * 86_400), 1);
+    assert_eq!(traces_short(&timelines, 14 * 86_400), 0);
+    assert_eq!(traces_short(&timelines, 16 * 86_400), 1);
 }
