@@ -40,7 +40,9 @@ pub(super) fn tail_rule_from_env() -> crate::model::sched::tail::TailRule {
         }
     }
     // How many copies at once (`GLEANER_TAIL_COPIES`: `copies=`,
-    // `kills_for_more=` (a count or `none`), `when_killed=`).
+    // `kills_for_more=` (a count or `none`), `when_killed=`), and when a
+    // task on the critical path gets one in the bulk (`critical=`, a share
+    // or `none`).
     let count = |x: f64| x.clamp(0.0, f64::from(u32::MAX)) as u32;
     for (key, value, num) in pairs("GLEANER_TAIL_COPIES") {
         match (key.as_str(), num) {
@@ -48,6 +50,8 @@ pub(super) fn tail_rule_from_env() -> crate::model::sched::tail::TailRule {
             ("kills_for_more", Some(x)) => rule.kills_for_more = count(x),
             ("kills_for_more", None) if value == "none" => rule.kills_for_more = u32::MAX,
             ("when_killed", Some(x)) => rule.copies_when_killed = count(x),
+            ("critical", Some(x)) if x > 0.0 => rule.critical_share = Some(x),
+            ("critical", None) if value == "none" => rule.critical_share = None,
             _ => {}
         }
     }

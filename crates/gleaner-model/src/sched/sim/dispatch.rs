@@ -15,6 +15,7 @@ impl Sim<'_> {
         forecaster: &mut dyn Forecaster,
         rng: &mut R,
     ) {
+        self.start_critical_copies(forecaster);
         if self.summaries.is_some() {
             self.dispatch_summaries(forecaster);
         } else if !self.queue.is_empty() && !self.free.is_empty() {

@@ -3,20 +3,59 @@
 //! consumer sees them (each attempt's expected end, each host's view from
 //! its past) are handed to [`crate::sched::tail::tail_copies`], and the
 //! copies it picks start (a task killed again and again may run several
-//! at once: `TailRule::copies_allowed`). What happens when a copy ends
+//! at once: `TailRule::copies_allowed`). A running task expected to end
+//! after the rest of the batch gets its copy even while tasks wait, before
+//! they take the free hosts (`TailRule::critical_share`). What happens when a copy ends
 //! (the first to finish wins, the others are cancelled) is `events.rs`'s.
 
 use super::{Forecaster, Sim, Slot};
-use crate::sched::tail::{expected_left_secs, tail_copies, TailCandidate};
+use crate::sched::tail::{
+    critical_copies, drain_secs, expected_left_secs, tail_copies, TailCandidate,
+};
 
 impl Sim<'_> {
     /// Starts the tail copies the rule picks, if tail copies are on and
     /// free hosts are left over after every waiting task.
     pub(super) fn start_tail_copies(&mut self, forecaster: &mut dyn Forecaster) {
-        if !self.config.tail_copies
-            || !self.config.policy.proactive_rule()
-            || self.free.len() <= self.queue.len()
+        self.start_copies(forecaster, None);
+    }
+
+    /// Starts copies of the running tasks on the batch's critical path
+    /// (`TailRule::critical_share`), on free hosts, before the waiting
+    /// tasks take them.
+    pub(super) fn start_critical_copies(&mut self, forecaster: &mut dyn Forecaster) {
+        if self.config.tail.critical_share.is_none()
+            || self.free.is_empty()
+            || self.queue.is_empty()
         {
+            return;
+        }
+        // The reference work left and the pool's power to do it, as the
+        // consumer sees them.
+        let mut work: f64 = self.queue.iter().map(|&t| self.left[t]).sum();
+        let mut capacity = 0.0;
+        for g in 0..self.slots.len() {
+            let gamma = self.views[g].gamma();
+            match &self.slots[g] {
+                Slot::Busy(a) => {
+                    work += (a.expected_end - self.now).max(0.0) * gamma;
+                    capacity += gamma;
+                }
+                Slot::Free => capacity += gamma,
+                Slot::Down { .. } => {}
+            }
+        }
+        self.start_copies(forecaster, Some(drain_secs(work, capacity)));
+    }
+
+    /// The copies [`crate::sched::tail`] picks: in the tail, or (with
+    /// the batch's other work expected done in `critical` seconds) for
+    /// the tasks on its critical path.
+    fn start_copies(&mut self, forecaster: &mut dyn Forecaster, critical: Option<f64>) {
+        if !self.config.tail_copies || !self.config.policy.proactive_rule() {
+            return;
+        }
+        if critical.is_none() && self.free.len() <= self.queue.len() {
             return;
         }
         // Each running task's oldest attempt stands for it (its copies
@@ -49,6 +88,11 @@ impl Sim<'_> {
                 continue;
             }
             let left_secs = expected_left_secs(expected_end - start, self.now - start);
+            // Only a task on the critical path is looked at (and its host
+            // asked for its view) outside the tail.
+            if critical.is_some_and(|drain| !self.config.tail.on_critical_path(left_secs, drain)) {
+                continue;
+            }
             let p_finish = self.view(host, forecaster).curve.tr_at(left_secs);
             tasks.push(task);
             candidates.push(TailCandidate {
@@ -69,13 +113,18 @@ impl Sim<'_> {
             .iter()
             .map(|&h| self.view(h, forecaster).clone())
             .collect();
-        for (c, h) in tail_copies(
-            &self.config.tail,
-            self.queue.len(),
-            &views,
-            &candidates,
-            |c, h| !self.avoids(tasks[c], free[h], self.now),
-        ) {
+        let allowed = |c: usize, h: usize| !self.avoids(tasks[c], free[h], self.now);
+        let picked = match critical {
+            Some(drain) => critical_copies(&self.config.tail, drain, &views, &candidates, allowed),
+            None => tail_copies(
+                &self.config.tail,
+                self.queue.len(),
+                &views,
+                &candidates,
+                allowed,
+            ),
+        };
+        for (c, h) in picked {
             let (task, host) = (tasks[c], free[h]);
             self.take(host);
             self.start(task, host, forecaster);
