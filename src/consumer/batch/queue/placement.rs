@@ -156,6 +156,8 @@ impl QueueCore {
             .filter(|h| !self.hosts_in_use.contains(&h.peer))
             .map(|h| self.trust.discounted(h))
             .collect();
+        // A task on its batch's critical path gets a copy first (`tail`).
+        self.start_critical_copies(hosts, &mut free);
         // Tasks no free host is likely to finish may be held for a later
         // window (`later`).
         self.weigh_holds(&free);

@@ -19,7 +19,9 @@ use crate::consumer::batch::runtime::planned_runtime;
 use crate::consumer::rank;
 use crate::consumer::survey::SurveyedHost;
 use crate::model::ids::BatchId;
-use crate::model::sched::tail::{expected_left_secs, tail_copies, TailCandidate, TailRule};
+use crate::model::sched::tail::{
+    critical_copies, drain_secs, expected_left_secs, tail_copies, TailCandidate, TailRule,
+};
 
 /// The queue's tail rule: the simulator's default.
 const TAIL_RULE: TailRule = TailRule::DEFAULT;
@@ -73,13 +75,37 @@ impl QueueCore {
         if !self.tail_copies {
             return;
         }
-        let mut free: Vec<SurveyedHost> = hosts
+        let free: Vec<SurveyedHost> = hosts
             .iter()
             .filter(|h| rank::eligible(h) && !self.hosts_in_use.contains(&h.peer))
             .cloned()
             .collect();
-        let waiting = self
-            .batches
+        let waiting = self.waiting_tasks();
+        if free.len() > waiting {
+            self.start_copies(hosts, free, Some(waiting));
+        }
+    }
+
+    /// Before placement: a running task expected to end after the rest of
+    /// its batch (`TailRule::critical_share`) gets a copy on one of `free`
+    /// even while tasks wait; the hosts it takes leave `free`.
+    pub(super) fn start_critical_copies(
+        &mut self,
+        hosts: &[SurveyedHost],
+        free: &mut Vec<SurveyedHost>,
+    ) {
+        if !self.tail_copies || free.is_empty() || self.waiting_tasks() == 0 {
+            return;
+        }
+        let eligible: Vec<SurveyedHost> =
+            free.iter().filter(|h| rank::eligible(h)).cloned().collect();
+        let left = self.start_copies(hosts, eligible, None);
+        free.retain(|h| !rank::eligible(h) || left.iter().any(|l| l.peer == h.peer));
+    }
+
+    /// Queued tasks of the batches not cancelled.
+    fn waiting_tasks(&self) -> usize {
+        self.batches
             .values()
             .filter(|b| !b.record.cancelled)
             .map(|b| {
@@ -88,14 +114,22 @@ impl QueueCore {
                     .filter(|t| t.state == TaskState::Queued)
                     .count()
             })
-            .sum::<usize>();
-        if free.len() <= waiting {
-            return;
-        }
+            .sum()
+    }
+
+    /// Copies on `free`, batches in order of age: in the tail (`waiting`
+    /// tasks wait in all, fewer than the free hosts), or (`None`) for the
+    /// tasks on each batch's critical path. Returns the hosts left free.
+    fn start_copies(
+        &mut self,
+        hosts: &[SurveyedHost],
+        mut free: Vec<SurveyedHost>,
+        waiting: Option<usize>,
+    ) -> Vec<SurveyedHost> {
         let now = self.now.unix_secs;
         let ids: Vec<BatchId> = self.batches.keys().copied().collect();
         for batch in ids {
-            if free.len() <= waiting {
+            if free.is_empty() || waiting.is_some_and(|w| free.len() <= w) {
                 break;
             }
             let Some(live) = self.batches.get(&batch) else {
@@ -105,14 +139,21 @@ impl QueueCore {
                 continue;
             }
             let window = live.record.runtime_secs;
-            let runtime = planned_runtime(window, &live.tasks).median;
+            let planned = planned_runtime(window, &live.tasks);
+            let runtime = planned.median;
             let verified = self.trust.spec(batch).is_some();
             let mut tasks = Vec::new();
             let mut candidates = Vec::new();
+            // The batch's reference work left and the power at hand for it
+            // (its running hosts and the free ones), for its critical path.
+            let queued = live
+                .tasks
+                .iter()
+                .filter(|t| t.state == TaskState::Queued)
+                .count();
+            let mut work = queued as f64 * planned.mean;
+            let mut capacity: f64 = free.iter().map(|h| view_or_guess(h, window).gamma()).sum();
             for (i, t) in live.tasks.iter().enumerate() {
-                if !self.may_get_tail_copy(batch, i as u32, t.state) {
-                    continue;
-                }
                 let Some((started, view)) = running_view(t, hosts, window) else {
                     continue;
                 };
@@ -120,6 +161,11 @@ impl QueueCore {
                     view.expected_run_secs(runtime),
                     (now - started).max(0) as f64,
                 );
+                work += left_secs * view.gamma();
+                capacity += view.gamma();
+                if !self.may_get_tail_copy(batch, i as u32, t.state) {
+                    continue;
+                }
                 tasks.push(i as u32);
                 candidates.push(TailCandidate {
                     left_secs,
@@ -140,7 +186,14 @@ impl QueueCore {
             }
             let views: Vec<_> = free.iter().map(|h| view_or_guess(h, window)).collect();
             let allowed = |c: usize, h: usize| self.may_copy_on(batch, tasks[c], free[h].peer);
-            let picked = tail_copies(&TAIL_RULE, waiting, &views, &candidates, allowed);
+            let picked = match waiting {
+                Some(waiting) => tail_copies(&TAIL_RULE, waiting, &views, &candidates, allowed),
+                None if queued == 0 => Vec::new(),
+                None => {
+                    let drain = drain_secs(work, capacity);
+                    critical_copies(&TAIL_RULE, drain, &views, &candidates, allowed)
+                }
+            };
             let mut used = HashSet::new();
             for (c, h) in picked {
                 let (task, peer) = (tasks[c], free[h].peer);
@@ -154,5 +207,6 @@ impl QueueCore {
             }
             free.retain(|h| !used.contains(&h.peer));
         }
+        free
     }
 }

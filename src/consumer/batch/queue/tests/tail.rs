@@ -266,3 +266,44 @@ fn a_copy_that_lands_after_the_winner_is_discarded_never_moved_in() {
     assert_eq!(t.state, TaskState::Done);
     assert_eq!(t.host.as_deref(), Some(steady.peer.to_base58().as_str()));
 }
+
+/// Eleven 3 h tasks: nine start on steady hosts; 2.5 h on, task 0's
+/// owner takes its host back and it restarts on a risky host. A minute
+/// later one steady host is found free, two tasks still waiting. Returns
+/// the launches of that survey.
+fn a_restart_late_in_the_bulk(copies: bool) -> Vec<(u32, PeerId)> {
+    let mut core = core(3);
+    core.set_tail_copies(copies);
+    let mut new = long_batch();
+    new.sweep = Sweep::Range { start: 0, end: 11 };
+    let now = start();
+    let (id, _) = admit(&mut core, now, new);
+    let first: Vec<SurveyedHost> = (0..9).map(|_| host(0.99)).collect();
+    let _ = core.start_survey(now);
+    assert_eq!(launches(&core.on_survey(now, Ok(first.clone()))).len(), 9);
+    let now = after(now, 9000);
+    let killed = AttemptEnd::OwnerKilled("killed: S3".into());
+    let _ = core.on_ended(now, id, 0, first[0].peer, killed);
+    let risky = host(0.3);
+    let _ = core.start_survey(now);
+    let actions = core.on_survey(now, Ok(vec![risky.clone()]));
+    assert_eq!(launches(&actions), vec![(0, risky.peer)], "task 0 restarts");
+    let now = after(now, 60);
+    let steady = host(0.99);
+    let _ = core.start_survey(now);
+    launches(&core.on_survey(now, Ok(vec![steady])))
+}
+
+#[test]
+fn a_task_restarted_late_in_the_bulk_gets_a_copy_before_the_waiting_tasks() {
+    // The eight others end in half an hour, the two waiting ones soon
+    // after; task 0, restarted on a host likely to be taken back, would
+    // end last: the free host runs a copy of it, not a waiting task (the
+    // tail rule alone copies nothing while two tasks wait for one host).
+    let with = a_restart_late_in_the_bulk(true);
+    assert_eq!(with.len(), 1);
+    assert_eq!(with[0].0, 0, "a copy of the task on the critical path");
+    let without = a_restart_late_in_the_bulk(false);
+    assert_eq!(without.len(), 1);
+    assert_ne!(without[0].0, 0, "without copies a waiting task goes");
+}
