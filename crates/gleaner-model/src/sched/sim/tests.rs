@@ -685,3 +685,46 @@ fn a_task_keeps_off_the_host_that_killed_it_for_an_hour() {
     assert_eq!(r.task_host, vec![Some(1)], "{r:?}");
     assert_eq!(r.makespan_secs, Some(7.0 * 3600.0));
 }
+
+#[test]
+fn a_task_on_the_critical_path_gets_its_copy_while_tasks_wait() {
+    // Three hosts as fast; one 12 h task and eight of 1 h. Host 0, which
+    // takes the long one, is revoked at 10:00. Without the critical rule
+    // its copy waits for the tail (4 h, the short tasks done) and ends at
+    // 16 h; with it, at 1 h the long task would still end after the rest
+    // (11 h left, the rest drains in under 6 h), and a freed host runs its
+    // copy at once, ending at 13 h.
+    let timelines = [daily_outage(600..660), never_failing()];
+    let host = |timeline| SimHost {
+        timeline,
+        offset: 7 * 86_400,
+        power: 1.0,
+    };
+    let hosts = [host(0), host(1), host(1)];
+    let mut runtimes = vec![12.0 * 3600.0];
+    runtimes.extend([3600.0; 8]);
+    let makespan = |critical_share| {
+        let config = SimConfig {
+            estimate_runs: 0,
+            tail_copies: true,
+            tail: crate::sched::tail::TailRule {
+                critical_share,
+                ..Default::default()
+            },
+            ..config(Policy::Proactive, runtimes.clone())
+        };
+        let r = run(
+            &config,
+            &hosts,
+            &timelines,
+            TrCurve::exponential(24.0 * 3600.0),
+        );
+        assert_eq!(r.finished, 9, "{r:?}");
+        assert_eq!(r.kills, [0, 0, 1], "{r:?}");
+        r.makespan_secs.unwrap()
+    };
+    let tail_only = makespan(None);
+    let critical = makespan(crate::sched::tail::TailRule::default().critical_share);
+    assert!((tail_only - 16.0 * 3600.0).abs() < 61.0, "{tail_only}");
+    assert!((critical - 13.0 * 3600.0).abs() < 61.0, "{critical}");
+}
