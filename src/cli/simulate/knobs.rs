@@ -50,7 +50,7 @@ pub(super) fn tail_rule_from_env() -> crate::model::sched::tail::TailRule {
             ("kills_for_more", Some(x)) => rule.kills_for_more = count(x),
             ("kills_for_more", None) if value == "none" => rule.kills_for_more = u32::MAX,
             ("when_killed", Some(x)) => rule.copies_when_killed = count(x),
-            ("critical", Some(x)) if x > 0.0 => rule.critical_share = Some(x),
+            ("critical", Some(x)) if x >= 0.0 => rule.critical_share = Some(x),
             ("critical", None) if value == "none" => rule.critical_share = None,
             _ => {}
         }

@@ -49,9 +49,10 @@ pub struct TailRule {
     /// once: one more at each look, each only if it gains enough.
     pub copies_when_killed: u32,
     /// A running task expected to end more than this many times
-    /// [`drain_secs`] from now (after the rest of the batch: it alone
-    /// sets the makespan) may get a copy while tasks still wait
-    /// ([`critical_copies`]; `None`: only in the tail).
+    /// [`drain_secs`] from now (the time the batch's work left, its own
+    /// included, takes the pool: past it the task alone sets the makespan)
+    /// may get a copy while tasks still wait ([`critical_copies`]; `None`:
+    /// only in the tail).
     pub critical_share: Option<f64>,
 }
 
@@ -247,8 +248,8 @@ pub fn tail_copies(
     out
 }
 
-/// Seconds until the batch's other work is done if the pool shares it
-/// out evenly: `work_secs` of reference work left (the waiting tasks' and
+/// Seconds until the batch's work is done if the pool shares it out
+/// evenly: `work_secs` of reference work left (the waiting tasks' and
 /// the running attempts') over `capacity`, the pool's effective power
 /// (the sum of Γ over its hosts that are up). Infinite with no capacity.
 pub fn drain_secs(work_secs: f64, capacity: f64) -> f64 {
@@ -263,7 +264,8 @@ pub fn drain_secs(work_secs: f64, capacity: f64) -> f64 {
 /// while tasks wait (Kondo, Chien and Casanova replicate the tail; a task
 /// of three times the median run, killed part-way in the bulk, is the tail
 /// from its restart on): among `candidates`, those expected to end later
-/// than [`TailRule::critical_share`] × `drain_secs`, each weighed as
+/// than [`TailRule::critical_share`] × `drain_secs` ([`drain_secs`] of the
+/// batch's work left, theirs included), each weighed as
 /// [`tail_copies`] weighs it with every free host spare. A copy delays
 /// the waiting tasks by its run spread over the pool, a small share of
 /// the makespan the task sets alone. Pairs as [`tail_copies`]'.
@@ -428,8 +430,9 @@ mod tests {
     #[test]
     fn a_task_ending_after_the_rest_of_the_batch_gets_a_copy_while_tasks_wait() {
         let rule = TailRule::default();
-        let free = vec![host(None)];
-        // Ten hours left at even odds; the rest of the batch drains in 4 h.
+        let free = vec![host(None), host(None)];
+        // Ten hours left at even odds; the batch's work drains in 4 h, and
+        // the task of 4 h left is not past 1.5 times that.
         let c = vec![running(4.0 * 3600.0, 0.5), running(10.0 * 3600.0, 0.5)];
         // Tasks wait: no tail copy, but the critical one gets its copy.
         assert!(tail_copies(&rule, 5, &free, &c, |_, _| true).is_empty());

@@ -24,33 +24,41 @@ impl Sim<'_> {
     /// (`TailRule::critical_share`), on free hosts, before the waiting
     /// tasks take them.
     pub(super) fn start_critical_copies(&mut self, forecaster: &mut dyn Forecaster) {
-        if self.config.tail.critical_share.is_none()
+        if !self.config.tail_copies
+            || !self.config.policy.proactive_rule()
+            || self.config.tail.critical_share.is_none()
             || self.free.is_empty()
             || self.queue.is_empty()
         {
             return;
         }
         // The reference work left and the pool's power to do it, as the
-        // consumer sees them.
+        // consumer sees them: each running task once (its copies do the
+        // same work), its time left as the rule counts it. A term that is
+        // not finite (a host of no power) is left out rather than make the
+        // whole pool's drain infinite.
         let mut work: f64 = self.queue.iter().map(|&t| self.left[t]).sum();
         let mut capacity = 0.0;
         for g in 0..self.slots.len() {
             let gamma = self.views[g].gamma();
             match &self.slots[g] {
-                Slot::Busy(a) => {
-                    work += (a.expected_end - self.now).max(0.0) * gamma;
-                    capacity += gamma;
+                Slot::Busy(a) if !a.copy => {
+                    let left = expected_left_secs(a.expected_end - a.start, self.now - a.start);
+                    if (left * gamma).is_finite() {
+                        work += left * gamma;
+                        capacity += gamma;
+                    }
                 }
                 Slot::Free => capacity += gamma,
-                Slot::Down { .. } => {}
+                Slot::Busy(_) | Slot::Down { .. } => {}
             }
         }
         self.start_copies(forecaster, Some(drain_secs(work, capacity)));
     }
 
     /// The copies [`crate::sched::tail`] picks: in the tail, or (with
-    /// the batch's other work expected done in `critical` seconds) for
-    /// the tasks on its critical path.
+    /// the batch's work left taking the pool `critical` seconds) for the
+    /// tasks on its critical path.
     fn start_copies(&mut self, forecaster: &mut dyn Forecaster, critical: Option<f64>) {
         if !self.config.tail_copies || !self.config.policy.proactive_rule() {
             return;
@@ -93,7 +101,13 @@ impl Sim<'_> {
             if critical.is_some_and(|drain| !self.config.tail.on_critical_path(left_secs, drain)) {
                 continue;
             }
-            let p_finish = self.view(host, forecaster).curve.tr_at(left_secs);
+            // Outside the tail the hosts' views are asked without keeping
+            // them: a look that starts no copy changes nothing else.
+            let view = match critical {
+                Some(_) => self.view_at(host, self.now, forecaster),
+                None => self.view(host, forecaster).clone(),
+            };
+            let p_finish = view.curve.tr_at(left_secs);
             tasks.push(task);
             candidates.push(TailCandidate {
                 left_secs,
@@ -111,7 +125,10 @@ impl Sim<'_> {
         free.sort_unstable();
         let views: Vec<_> = free
             .iter()
-            .map(|&h| self.view(h, forecaster).clone())
+            .map(|&h| match critical {
+                Some(_) => self.view_at(h, self.now, forecaster),
+                None => self.view(h, forecaster).clone(),
+            })
             .collect();
         let allowed = |c: usize, h: usize| !self.avoids(tasks[c], free[h], self.now);
         let picked = match critical {

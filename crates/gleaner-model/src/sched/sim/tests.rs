@@ -703,7 +703,7 @@ fn a_task_on_the_critical_path_gets_its_copy_while_tasks_wait() {
     let hosts = [host(0), host(1), host(1)];
     let mut runtimes = vec![12.0 * 3600.0];
     runtimes.extend([3600.0; 8]);
-    let makespan = |critical_share| {
+    let makespan_and_copies = |critical_share| {
         let config = SimConfig {
             estimate_runs: 0,
             tail_copies: true,
@@ -721,10 +721,15 @@ fn a_task_on_the_critical_path_gets_its_copy_while_tasks_wait() {
         );
         assert_eq!(r.finished, 9, "{r:?}");
         assert_eq!(r.kills, [0, 0, 1], "{r:?}");
-        r.makespan_secs.unwrap()
+        (r.makespan_secs.unwrap(), r.tail_copies)
     };
-    let tail_only = makespan(None);
-    let critical = makespan(crate::sched::tail::TailRule::default().critical_share);
+    let (tail_only, _) = makespan_and_copies(None);
+    let (critical, copies) =
+        makespan_and_copies(crate::sched::tail::TailRule::default().critical_share);
+    // Two copies, both of the long task: the critical one at 1 h (it
+    // wins), and once host 0 took its attempt back at 10 h the tail
+    // rule's beside it. None of a short task.
+    assert_eq!(copies, 2);
     assert!((tail_only - 16.0 * 3600.0).abs() < 61.0, "{tail_only}");
     assert!((critical - 13.0 * 3600.0).abs() < 61.0, "{critical}");
 }
