@@ -162,7 +162,8 @@ impl QueueCore {
     }
 
     /// Whether `host` may run a copy of this task: not already one of its
-    /// copies (running or landed), not avoided (`avoid`) or tainted.
+    /// copies (running or landed), not avoided (`avoid`), tainted or
+    /// excluded by its record.
     pub(super) fn may_copy_on(&self, batch: BatchId, task: u32, host: PeerId) -> bool {
         let name = host.to_base58();
         let Some(t) = self.task(batch, task) else {
@@ -176,6 +177,7 @@ impl QueueCore {
                 .get(&(batch, task))
                 .is_some_and(|r| r.contains(&host))
             || self.trust.is_tainted(batch, &host)
+            || self.trust.is_excluded(&host)
         {
             return false;
         }

@@ -119,7 +119,9 @@ impl QueueCore {
 
     /// Copies on `free`, batches in order of age: in the tail (`waiting`
     /// tasks wait in all, fewer than the free hosts), or (`None`) for the
-    /// tasks on each batch's critical path. Returns the hosts left free.
+    /// tasks on each batch's critical path (its work left, queued tasks at
+    /// the planned mean and each running task's time left, over the power
+    /// of its running hosts and of `free`). Returns the hosts left free.
     fn start_copies(
         &mut self,
         hosts: &[SurveyedHost],
@@ -138,6 +140,10 @@ impl QueueCore {
             if live.record.cancelled || live.record.max_running.is_some_and(|m| live.running >= m) {
                 continue;
             }
+            // Copies count against the batch's `max_running`.
+            let room = live.record.max_running.map_or(usize::MAX, |m| {
+                (m as usize).saturating_sub(live.running as usize)
+            });
             let window = live.record.runtime_secs;
             let planned = planned_runtime(window, &live.tasks);
             let runtime = planned.median;
@@ -161,8 +167,12 @@ impl QueueCore {
                     view.expected_run_secs(runtime),
                     (now - started).max(0) as f64,
                 );
-                work += left_secs * view.gamma();
-                capacity += view.gamma();
+                // A term that is not finite (a host of no power) is left
+                // out rather than make the batch's drain infinite.
+                if (left_secs * view.gamma()).is_finite() {
+                    work += left_secs * view.gamma();
+                    capacity += view.gamma();
+                }
                 if !self.may_get_tail_copy(batch, i as u32, t.state) {
                     continue;
                 }
@@ -195,7 +205,7 @@ impl QueueCore {
                 }
             };
             let mut used = HashSet::new();
-            for (c, h) in picked {
+            for (c, h) in picked.into_iter().take(room) {
                 let (task, peer) = (tasks[c], free[h].peer);
                 used.insert(peer);
                 tracing::debug!(%batch, task, host = %peer, "a tail copy of a task at risk");

@@ -185,6 +185,11 @@ impl Trust {
             .map_or(1.0, HostTrack::claim_discount)
     }
 
+    /// Whether `peer`'s record excludes it from every batch.
+    pub(super) fn is_excluded(&self, peer: &PeerId) -> bool {
+        self.standing(peer) == Standing::Excluded
+    }
+
     /// Hosts in the policy's order with every host whose record holds an
     /// offence (an invalid result, a lost job, failures its TR claims
     /// contradict) moved behind those whose record holds none (order kept
@@ -193,7 +198,7 @@ impl Trust {
     pub(super) fn order<T>(&self, batch: BatchId, hosts: Vec<(PeerId, T)>) -> Vec<(PeerId, T)> {
         let (mut clean, bad): (Vec<_>, Vec<_>) = hosts
             .into_iter()
-            .filter(|(p, _)| !self.is_tainted(batch, p) && self.standing(p) != Standing::Excluded)
+            .filter(|(p, _)| !self.is_tainted(batch, p) && !self.is_excluded(p))
             .partition(|(p, _)| self.standing(p) == Standing::Clean);
         clean.extend(bad);
         clean

@@ -267,11 +267,12 @@ fn a_copy_that_lands_after_the_winner_is_discarded_never_moved_in() {
     assert_eq!(t.host.as_deref(), Some(steady.peer.to_base58().as_str()));
 }
 
-/// Eleven 3 h tasks: nine start on steady hosts; 2.5 h on, task 0's
-/// owner takes its host back and it restarts on a risky host. A minute
-/// later one steady host is found free, two tasks still waiting. Returns
-/// the launches of that survey.
-fn a_restart_late_in_the_bulk(copies: bool) -> Vec<(u32, PeerId)> {
+/// Eleven 3 h tasks: nine start on steady hosts. `late`: 2.5 h on, task
+/// 0's owner takes its host back and it restarts on a risky host; else a
+/// minute on, task 9 starts on the risky host. A minute later one steady
+/// host is found free (with the risky one, busy), two tasks still
+/// waiting. Returns the launches of that survey.
+fn a_start_on_a_risky_host(copies: bool, late: bool) -> Vec<(u32, PeerId)> {
     let mut core = core(3);
     core.set_tail_copies(copies);
     let mut new = long_batch();
@@ -281,29 +282,40 @@ fn a_restart_late_in_the_bulk(copies: bool) -> Vec<(u32, PeerId)> {
     let first: Vec<SurveyedHost> = (0..9).map(|_| host(0.99)).collect();
     let _ = core.start_survey(now);
     assert_eq!(launches(&core.on_survey(now, Ok(first.clone()))).len(), 9);
-    let now = after(now, 9000);
-    let killed = AttemptEnd::OwnerKilled("killed: S3".into());
-    let _ = core.on_ended(now, id, 0, first[0].peer, killed);
     let risky = host(0.3);
+    let (now, task) = if late {
+        let now = after(now, 9000);
+        let killed = AttemptEnd::OwnerKilled("killed: S3".into());
+        let _ = core.on_ended(now, id, 0, first[0].peer, killed);
+        (now, 0)
+    } else {
+        (after(now, 60), 9)
+    };
     let _ = core.start_survey(now);
     let actions = core.on_survey(now, Ok(vec![risky.clone()]));
-    assert_eq!(launches(&actions), vec![(0, risky.peer)], "task 0 restarts");
+    assert_eq!(launches(&actions), vec![(task, risky.peer)]);
     let now = after(now, 60);
     let steady = host(0.99);
     let _ = core.start_survey(now);
-    launches(&core.on_survey(now, Ok(vec![steady])))
+    launches(&core.on_survey(now, Ok(vec![steady, risky])))
 }
 
 #[test]
 fn a_task_restarted_late_in_the_bulk_gets_a_copy_before_the_waiting_tasks() {
-    // The eight others end in half an hour, the two waiting ones soon
-    // after; task 0, restarted on a host likely to be taken back, would
-    // end last: the free host runs a copy of it, not a waiting task (the
-    // tail rule alone copies nothing while two tasks wait for one host).
-    let with = a_restart_late_in_the_bulk(true);
+    // Late: the eight others end in half an hour, the two waiting ones
+    // soon after; task 0, restarted on a host likely to be taken back,
+    // would end last: the free host runs a copy of it, not a waiting task
+    // (the tail rule alone copies nothing while two tasks wait for one
+    // host).
+    let with = a_start_on_a_risky_host(true, true);
     assert_eq!(with.len(), 1);
     assert_eq!(with[0].0, 0, "a copy of the task on the critical path");
-    let without = a_restart_late_in_the_bulk(false);
+    let without = a_start_on_a_risky_host(false, true);
     assert_eq!(without.len(), 1);
     assert_ne!(without[0].0, 0, "without copies a waiting task goes");
+    // Early in the bulk the same start is no critical one (every task has
+    // about as long to go): a waiting task goes.
+    let early = a_start_on_a_risky_host(true, false);
+    assert_eq!(early.len(), 1);
+    assert_eq!(early[0].0, 10, "{early:?}");
 }
