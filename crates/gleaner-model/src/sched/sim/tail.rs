@@ -37,12 +37,13 @@ impl Sim<'_> {
         // same work), its time left as the rule counts it. A term that is
         // not finite (a host of no power) is left out rather than make the
         // whole pool's drain infinite.
+        let oldest = self.oldest_attempts();
         let mut work: f64 = self.queue.iter().map(|&t| self.left[t]).sum();
         let mut capacity = 0.0;
         for g in 0..self.slots.len() {
             let gamma = self.views[g].gamma();
             match &self.slots[g] {
-                Slot::Busy(a) if !a.copy => {
+                Slot::Busy(a) if oldest[a.task].is_some_and(|(_, _, host)| host == g) => {
                     let left = expected_left_secs(a.expected_end - a.start, self.now - a.start);
                     if (left * gamma).is_finite() {
                         work += left * gamma;
@@ -56,6 +57,24 @@ impl Sim<'_> {
         self.start_copies(forecaster, Some(drain_secs(work, capacity)));
     }
 
+    /// Each running task's oldest attempt, which stands for it (its
+    /// copies counted beside it; a copy whose first attempt was killed
+    /// becomes it): (start, expected end, host), by task.
+    fn oldest_attempts(&self) -> Vec<Option<(f64, f64, usize)>> {
+        let mut oldest: Vec<Option<(f64, f64, usize)>> = vec![None; self.running.len()];
+        for host in 0..self.slots.len() {
+            let Slot::Busy(a) = &self.slots[host] else {
+                continue;
+            };
+            if let Some(o) = oldest.get_mut(a.task) {
+                if o.is_none_or(|(start, _, _)| a.start < start) {
+                    *o = Some((a.start, a.expected_end, host));
+                }
+            }
+        }
+        oldest
+    }
+
     /// The copies [`crate::sched::tail`] picks: in the tail, or (with
     /// the batch's work left taking the pool `critical` seconds) for the
     /// tasks on its critical path.
@@ -66,18 +85,7 @@ impl Sim<'_> {
         if critical.is_none() && self.free.len() <= self.queue.len() {
             return;
         }
-        // Each running task's oldest attempt stands for it (its copies
-        // counted beside it).
-        let mut oldest: Vec<Option<(f64, f64, usize)>> = vec![None; self.running.len()];
-        for host in 0..self.slots.len() {
-            let Slot::Busy(a) = &self.slots[host] else {
-                continue;
-            };
-            let o = &mut oldest[a.task];
-            if o.is_none_or(|(start, _, _)| a.start < start) {
-                *o = Some((a.start, a.expected_end, host));
-            }
-        }
+        let oldest = self.oldest_attempts();
         let mut tasks = Vec::new();
         let mut candidates = Vec::new();
         // In the hosts' order (the rule breaks ties by it).
