@@ -141,6 +141,7 @@ impl QueueCore {
                             && !taken.contains(&h.peer)
                             && !t.avoid.contains(&h.peer.to_base58())
                             && !refused.is_some_and(|r| r.contains(&h.peer))
+                            && !self.trust.is_excluded(&h.peer)
                     })
                     .map(|h| {
                         let v = view_or_guess(h, window);

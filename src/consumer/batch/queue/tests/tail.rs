@@ -319,3 +319,43 @@ fn a_task_restarted_late_in_the_bulk_gets_a_copy_before_the_waiting_tasks() {
     assert_eq!(early.len(), 1);
     assert_eq!(early[0].0, 10, "{early:?}");
 }
+
+#[test]
+fn copies_count_against_the_batchs_max_running() {
+    // Two tasks at risk, two steady hosts free, nothing waiting: two tail
+    // copies, but with `max_running` 3 only one fits beside the two runs.
+    let copies = |max_running| {
+        let mut core = core(3);
+        core.set_tail_copies(true);
+        let mut new = long_batch();
+        new.sweep = Sweep::Range { start: 0, end: 2 };
+        new.max_running = max_running;
+        let (a, b) = (host(0.3), host(0.3));
+        let (_, actions) = running_then_survey(
+            &mut core,
+            new,
+            &[a.clone(), b.clone()],
+            &[a, b, host(0.99), host(0.99)],
+        );
+        launches(&actions).len()
+    };
+    assert_eq!(copies(None), 2);
+    assert_eq!(copies(Some(3)), 1);
+}
+
+#[test]
+fn a_host_its_record_excludes_gets_no_copy() {
+    let mut core = core(3);
+    core.set_tail_copies(true);
+    let (risky, steady) = (host(0.3), host(0.99));
+    for _ in 0..3 {
+        let _ = core.on_overrun(start(), steady.peer);
+    }
+    let (_, actions) = running_then_survey(
+        &mut core,
+        long_batch(),
+        std::slice::from_ref(&risky),
+        &[risky.clone(), steady],
+    );
+    assert!(launches(&actions).is_empty(), "{actions:?}");
+}
