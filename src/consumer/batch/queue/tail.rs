@@ -97,10 +97,17 @@ impl QueueCore {
         if !self.tail_copies || free.is_empty() || self.waiting_tasks() == 0 {
             return;
         }
-        let eligible: Vec<SurveyedHost> =
-            free.iter().filter(|h| rank::eligible(h)).cloned().collect();
-        let left = self.start_copies(hosts, eligible, None);
-        free.retain(|h| !rank::eligible(h) || left.iter().any(|l| l.peer == h.peer));
+        // Hosts a record excludes take no copy and count as no power.
+        let eligible: Vec<SurveyedHost> = free
+            .iter()
+            .filter(|h| rank::eligible(h) && !self.trust.is_excluded(&h.peer))
+            .cloned()
+            .collect();
+        let left = self.start_copies(hosts, eligible.clone(), None);
+        // The hosts the copies took leave `free`.
+        free.retain(|h| {
+            !eligible.iter().any(|e| e.peer == h.peer) || left.iter().any(|l| l.peer == h.peer)
+        });
     }
 
     /// Queued tasks of the batches not cancelled.

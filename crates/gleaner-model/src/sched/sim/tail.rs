@@ -50,8 +50,9 @@ impl Sim<'_> {
                         capacity += gamma;
                     }
                 }
-                Slot::Free => capacity += gamma,
-                Slot::Busy(_) | Slot::Down { .. } => {}
+                // A free host its record passes over does no work.
+                Slot::Free if !self.passed_over(g) => capacity += gamma,
+                Slot::Free | Slot::Busy(_) | Slot::Down { .. } => {}
             }
         }
         self.start_copies(forecaster, Some(drain_secs(work, capacity)));
