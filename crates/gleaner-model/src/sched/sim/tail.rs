@@ -9,6 +9,7 @@
 //! (the first to finish wins, the others are cancelled) is `events.rs`'s.
 
 use super::{Forecaster, Sim, Slot};
+use crate::sched::place::HostView;
 use crate::sched::tail::{
     critical_copies, drain_secs, expected_left_secs, tail_copies, TailCandidate,
 };
@@ -17,27 +18,30 @@ impl Sim<'_> {
     /// Starts the tail copies the rule picks, if tail copies are on and
     /// free hosts are left over after every waiting task.
     pub(super) fn start_tail_copies(&mut self, forecaster: &mut dyn Forecaster) {
-        self.start_copies(forecaster, None);
+        if self.free.len() > self.queue.len() {
+            self.start_copies(forecaster, false);
+        }
     }
 
     /// Starts copies of the running tasks on the batch's critical path
     /// (`TailRule::critical_share`), on free hosts, before the waiting
     /// tasks take them.
     pub(super) fn start_critical_copies(&mut self, forecaster: &mut dyn Forecaster) {
-        if !self.config.tail_copies
-            || !self.config.policy.proactive_rule()
-            || self.config.tail.critical_share.is_none()
-            || self.free.is_empty()
-            || self.queue.is_empty()
+        if self.config.tail.critical_share.is_some()
+            && !self.free.is_empty()
+            && !self.queue.is_empty()
         {
-            return;
+            self.start_copies(forecaster, true);
         }
-        // The reference work left and the pool's power to do it, as the
-        // consumer sees them: each running task once (its copies do the
-        // same work), its time left as the rule counts it. A term that is
-        // not finite (a host of no power) is left out rather than make the
-        // whole pool's drain infinite.
-        let oldest = self.oldest_attempts();
+    }
+
+    /// Seconds the batch's work left takes the pool ([`drain_secs`]): the
+    /// reference work and the power to do it, as the consumer sees them:
+    /// each running task once, by its `oldest` attempt (its copies do the
+    /// same work), its time left as the rule counts it. A term that is not
+    /// finite (a host of no power) is left out rather than make the whole
+    /// pool's drain infinite.
+    fn drain(&self, oldest: &[Option<(f64, f64, usize)>]) -> f64 {
         let mut work: f64 = self.queue.iter().map(|&t| self.left[t]).sum();
         let mut capacity = 0.0;
         for g in 0..self.slots.len() {
@@ -55,7 +59,7 @@ impl Sim<'_> {
                 Slot::Free | Slot::Busy(_) | Slot::Down { .. } => {}
             }
         }
-        self.start_copies(forecaster, Some(drain_secs(work, capacity)));
+        drain_secs(work, capacity)
     }
 
     /// Each running task's oldest attempt, which stands for it (its
@@ -76,17 +80,30 @@ impl Sim<'_> {
         oldest
     }
 
-    /// The copies [`crate::sched::tail`] picks: in the tail, or (with
-    /// the batch's work left taking the pool `critical` seconds) for the
-    /// tasks on its critical path.
-    fn start_copies(&mut self, forecaster: &mut dyn Forecaster, critical: Option<f64>) {
+    /// `host` as a copy is weighed on it: outside the tail (`critical`)
+    /// asked without keeping the view, so that a look that starts no copy
+    /// changes nothing else.
+    fn copy_view(
+        &mut self,
+        host: usize,
+        critical: bool,
+        forecaster: &mut dyn Forecaster,
+    ) -> HostView {
+        if critical {
+            self.view_at(host, self.now, forecaster)
+        } else {
+            self.view(host, forecaster).clone()
+        }
+    }
+
+    /// The copies [`crate::sched::tail`] picks: in the tail, or
+    /// (`critical`) for the tasks on the batch's critical path.
+    fn start_copies(&mut self, forecaster: &mut dyn Forecaster, critical: bool) {
         if !self.config.tail_copies || !self.config.policy.proactive_rule() {
             return;
         }
-        if critical.is_none() && self.free.len() <= self.queue.len() {
-            return;
-        }
         let oldest = self.oldest_attempts();
+        let drain = critical.then(|| self.drain(&oldest));
         let mut tasks = Vec::new();
         let mut candidates = Vec::new();
         // In the hosts' order (the rule breaks ties by it).
@@ -107,16 +124,13 @@ impl Sim<'_> {
             let left_secs = expected_left_secs(expected_end - start, self.now - start);
             // Only a task on the critical path is looked at (and its host
             // asked for its view) outside the tail.
-            if critical.is_some_and(|drain| !self.config.tail.on_critical_path(left_secs, drain)) {
+            if drain.is_some_and(|drain| !self.config.tail.on_critical_path(left_secs, drain)) {
                 continue;
             }
-            // Outside the tail the hosts' views are asked without keeping
-            // them: a look that starts no copy changes nothing else.
-            let view = match critical {
-                Some(_) => self.view_at(host, self.now, forecaster),
-                None => self.view(host, forecaster).clone(),
-            };
-            let p_finish = view.curve.tr_at(left_secs);
+            let p_finish = self
+                .copy_view(host, critical, forecaster)
+                .curve
+                .tr_at(left_secs);
             tasks.push(task);
             candidates.push(TailCandidate {
                 left_secs,
@@ -134,13 +148,10 @@ impl Sim<'_> {
         free.sort_unstable();
         let views: Vec<_> = free
             .iter()
-            .map(|&h| match critical {
-                Some(_) => self.view_at(h, self.now, forecaster),
-                None => self.view(h, forecaster).clone(),
-            })
+            .map(|&h| self.copy_view(h, critical, forecaster))
             .collect();
         let allowed = |c: usize, h: usize| !self.avoids(tasks[c], free[h], self.now);
-        let picked = match critical {
+        let picked = match drain {
             Some(drain) => critical_copies(&self.config.tail, drain, &views, &candidates, allowed),
             None => tail_copies(
                 &self.config.tail,
