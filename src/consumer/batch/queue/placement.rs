@@ -122,14 +122,8 @@ impl QueueCore {
             .iter()
             .filter(|(_, b)| !b.record.cancelled)
             .map(|(id, b)| {
-                let queued = b
-                    .tasks
-                    .iter()
-                    .filter(|t| t.state == TaskState::Queued)
-                    .count();
-                let room = b.record.max_running.map_or(usize::MAX, |m| {
-                    (m as usize).saturating_sub(b.running as usize)
-                });
+                let queued = b.count_in(TaskState::Queued);
+                let room = b.room();
                 let copies = if b.record.deadline_unix.is_some()
                     || self.trust.spec(*id).is_some()
                     || self.tail_copies

@@ -155,6 +155,19 @@ pub(super) struct LiveBatch {
 }
 
 impl LiveBatch {
+    /// How many of its tasks are in `state`.
+    pub(super) fn count_in(&self, state: TaskState) -> usize {
+        self.tasks.iter().filter(|t| t.state == state).count()
+    }
+
+    /// Attempts it may still start under its `max_running` (unbounded
+    /// without one).
+    pub(super) fn room(&self) -> usize {
+        self.record.max_running.map_or(usize::MAX, |m| {
+            (m as usize).saturating_sub(self.running as usize)
+        })
+    }
+
     /// The numbers of the tasks in `state`, lowest first.
     pub(super) fn tasks_in(&self, state: TaskState) -> Vec<u32> {
         self.tasks

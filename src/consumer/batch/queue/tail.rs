@@ -12,6 +12,8 @@
 
 use std::collections::HashSet;
 
+use libp2p::PeerId;
+
 use super::state::QueueCore;
 use crate::consumer::batch::estimate::{running_view, view_or_guess};
 use crate::consumer::batch::record::TaskState;
@@ -103,11 +105,8 @@ impl QueueCore {
             .filter(|h| rank::eligible(h) && !self.trust.is_excluded(&h.peer))
             .cloned()
             .collect();
-        let left = self.start_copies(hosts, eligible.clone(), None);
-        // The hosts the copies took leave `free`.
-        free.retain(|h| {
-            !eligible.iter().any(|e| e.peer == h.peer) || left.iter().any(|l| l.peer == h.peer)
-        });
+        let used = self.start_copies(hosts, eligible, None);
+        free.retain(|h| !used.contains(&h.peer));
     }
 
     /// Queued tasks of the batches not cancelled.
@@ -115,12 +114,7 @@ impl QueueCore {
         self.batches
             .values()
             .filter(|b| !b.record.cancelled)
-            .map(|b| {
-                b.tasks
-                    .iter()
-                    .filter(|t| t.state == TaskState::Queued)
-                    .count()
-            })
+            .map(|b| b.count_in(TaskState::Queued))
             .sum()
     }
 
@@ -128,13 +122,15 @@ impl QueueCore {
     /// tasks wait in all, fewer than the free hosts), or (`None`) for the
     /// tasks on each batch's critical path (its work left, queued tasks at
     /// the planned mean and each running task's time left, over the power
-    /// of its running hosts and of `free`). Returns the hosts left free.
+    /// of its running hosts and of `free`). Returns the hosts the copies
+    /// took.
     fn start_copies(
         &mut self,
         hosts: &[SurveyedHost],
         mut free: Vec<SurveyedHost>,
         waiting: Option<usize>,
-    ) -> Vec<SurveyedHost> {
+    ) -> HashSet<PeerId> {
+        let mut used = HashSet::new();
         let now = self.now.unix_secs;
         let ids: Vec<BatchId> = self.batches.keys().copied().collect();
         for batch in ids {
@@ -144,13 +140,11 @@ impl QueueCore {
             let Some(live) = self.batches.get(&batch) else {
                 continue;
             };
-            if live.record.cancelled || live.record.max_running.is_some_and(|m| live.running >= m) {
+            // Copies count against the batch's `max_running`.
+            let room = live.room();
+            if live.record.cancelled || room == 0 {
                 continue;
             }
-            // Copies count against the batch's `max_running`.
-            let room = live.record.max_running.map_or(usize::MAX, |m| {
-                (m as usize).saturating_sub(live.running as usize)
-            });
             let window = live.record.runtime_secs;
             let planned = planned_runtime(window, &live.tasks);
             let runtime = planned.median;
@@ -159,13 +153,10 @@ impl QueueCore {
             let mut candidates = Vec::new();
             // The batch's reference work left and the power at hand for it
             // (its running hosts and the free ones), for its critical path.
-            let queued = live
-                .tasks
-                .iter()
-                .filter(|t| t.state == TaskState::Queued)
-                .count();
+            let queued = live.count_in(TaskState::Queued);
+            let views: Vec<_> = free.iter().map(|h| view_or_guess(h, window)).collect();
             let mut work = queued as f64 * planned.mean;
-            let mut capacity: f64 = free.iter().map(|h| view_or_guess(h, window).gamma()).sum();
+            let mut capacity: f64 = views.iter().map(|v| v.gamma()).sum();
             for (i, t) in live.tasks.iter().enumerate() {
                 let Some((started, view)) = running_view(t, hosts, window) else {
                     continue;
@@ -201,7 +192,6 @@ impl QueueCore {
             if candidates.is_empty() {
                 continue;
             }
-            let views: Vec<_> = free.iter().map(|h| view_or_guess(h, window)).collect();
             let allowed = |c: usize, h: usize| self.may_copy_on(batch, tasks[c], free[h].peer);
             let picked = match waiting {
                 Some(waiting) => tail_copies(&TAIL_RULE, waiting, &views, &candidates, allowed),
@@ -211,7 +201,6 @@ impl QueueCore {
                     critical_copies(&TAIL_RULE, drain, &views, &candidates, allowed)
                 }
             };
-            let mut used = HashSet::new();
             for (c, h) in picked.into_iter().take(room) {
                 let (task, peer) = (tasks[c], free[h].peer);
                 used.insert(peer);
@@ -224,6 +213,6 @@ impl QueueCore {
             }
             free.retain(|h| !used.contains(&h.peer));
         }
-        free
+        used
     }
 }
