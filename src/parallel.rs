@@ -96,7 +96,7 @@ pub fn run_jobs<T: Send>(jobs: usize, threads: usize, job: impl Fn(usize) -> T +
 mod tests {
     use super::*;
     use crate::model::sched::curve::TrCurve;
-    use crate::model::sched::estimate::{EstimateHost, PastFailures};
+    use crate::model::sched::estimate::{EstimateHost, PastDay, PastDays, PastFailures};
     use crate::model::sched::HostView;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
@@ -122,6 +122,25 @@ mod tests {
                 checkpoint_secs: if i % 2 == 1 { 900.0 } else { 0.0 },
                 checkpoint_cost_secs: 30.0,
                 spells: None,
+                // And from past days replayed, picked per run.
+                days: (i % 2 == 0).then(|| PastDays {
+                    to_midnight_secs: 3_600.0 * (1 + i) as f64,
+                    weekday: i as u8 % 7,
+                    days: vec![
+                        PastDay {
+                            weekend: false,
+                            outages: vec![(9.0 * 3_600.0, 17.0 * 3_600.0)],
+                        },
+                        PastDay {
+                            weekend: false,
+                            outages: vec![(20.0 * 3_600.0, 86_400.0)],
+                        },
+                        PastDay {
+                            weekend: true,
+                            outages: vec![(0.0, 86_400.0)],
+                        },
+                    ],
+                }),
             })
             .collect();
         let waiting: Vec<f64> = (0..40).map(|i| 600.0 + 97.0 * i as f64).collect();

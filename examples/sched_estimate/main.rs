@@ -85,6 +85,7 @@ fn main() -> anyhow::Result<()> {
                     checkpoint_secs: 0.0,
                     checkpoint_cost_secs: 0.0,
                     spells: None,
+                    days: None,
                 }
             })
             .collect();

@@ -176,6 +176,9 @@ pub fn estimate_batch<R: Rng + ?Sized>(
                 },
                 // Their lengths, resampled after each return.
                 spells: h.spell_lengths.clone(),
+                // Hosts' summaries carry their past week's spell lengths,
+                // not when each fell: no days to replay (docs/scheduling.md).
+                days: None,
                 view,
             }
         })

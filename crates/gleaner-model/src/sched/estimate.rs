@@ -27,7 +27,7 @@
 //! Here: the input and output types and [`estimate`]. The plan that checks
 //! the input and makes the runs in any split is in `plan`, one run in
 //! `run`, what it needs of each host in `facts`, the past spells it
-//! resamples in `bootstrap`, the rule's memo of turnarounds in `memo`,
+//! resamples in `bootstrap`, the past days it replays in `replay`, the rule's memo of turnarounds in `memo`,
 //! held windows in `held`.
 
 use super::curve::TrCurve;
@@ -43,12 +43,14 @@ mod facts;
 mod held;
 mod memo;
 mod plan;
+mod replay;
 mod run;
 #[cfg(test)]
 mod tests;
 
 pub use held::HeldWindow;
 pub use plan::{EstimatePart, EstimatePlan};
+pub use replay::{PastDay, PastDays, DAY_SECS, MAX_DAY_OUTAGES, MAX_PAST_DAYS, REPLAY_DAYS};
 
 /// Most Monte Carlo runs one estimate makes.
 pub const MAX_RUNS: usize = 100_000;
@@ -103,6 +105,11 @@ pub struct EstimateHost {
     /// at the past's rate and a fixed recovery. `None`: those.
     #[serde(default)]
     pub spells: Option<SpellLengths>,
+    /// The host's recent days, when known: after its first failure a run
+    /// reads its failures and returns from them, day by day, rather than
+    /// from `spells` (see [`replay`]). `None`: the renewal draws.
+    #[serde(default)]
+    pub days: Option<PastDays>,
 }
 
 /// A host's failure history: `failures` failure episodes began in
@@ -263,6 +270,8 @@ pub enum EstimateError {
     BadRuntime { task: usize, runtime: f64 },
     #[error("the runtime spread {0} must be finite and between 0 and 5")]
     BadSpread(f64),
+    #[error("host {host}'s past days are refused: {why}")]
+    BadPastDays { host: usize, why: &'static str },
     #[error("hold {hold} is refused: {why}")]
     BadHold { hold: usize, why: &'static str },
 }

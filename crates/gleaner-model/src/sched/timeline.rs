@@ -109,9 +109,42 @@ impl Timeline {
 
     /// Whether trace time `t` falls on a Saturday or Sunday, owner's time.
     pub fn is_weekend(&self, t: f64) -> bool {
+        self.weekday(t) >= 5
+    }
+
+    /// The owner's day of the week at trace time `t` (0 Monday .. 6 Sunday).
+    pub fn weekday(&self, t: f64) -> u8 {
         let day = ((t as i64).saturating_add(self.utc_offset)).div_euclid(86_400);
         // 1970-01-01 was a Thursday: day 0 is weekday 3 counting Monday as 0.
-        (day + 3).rem_euclid(7) >= 5
+        (day + 3).rem_euclid(7) as u8
+    }
+
+    /// The owner's last midnight at or before trace time `t`.
+    pub fn day_start(&self, t: f64) -> f64 {
+        let local = t + self.utc_offset as f64;
+        (local / 86_400.0).floor() * 86_400.0 - self.utc_offset as f64
+    }
+
+    /// The failures in [a, b) as [start, end) trace times, clipped to it,
+    /// ascending and apart.
+    pub fn outages_in(&self, a: f64, b: f64) -> Vec<(f64, f64)> {
+        let mut out = Vec::new();
+        let mut t = a;
+        while t < b {
+            let Some((start, _)) = self.next_failure(t) else {
+                break;
+            };
+            if start >= b {
+                break;
+            }
+            let end = self.next_usable(start).unwrap_or(b).min(b);
+            if end <= start {
+                break;
+            }
+            out.push((start, end));
+            t = end;
+        }
+        out
     }
 
     /// A timeline from cells directly (tests, synthetic hosts).

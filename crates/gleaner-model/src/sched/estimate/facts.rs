@@ -7,6 +7,7 @@
 
 use super::super::curve::{FailureSampler, PreparedCurve, TrCurve};
 use super::bootstrap::SpellBootstrap;
+use super::replay::DayReplay;
 use super::{EstimateHost, PastFailures};
 use rand::Rng;
 
@@ -27,6 +28,8 @@ pub(super) struct HostFacts {
     pub(super) checkpoint: f64,
     pub(super) checkpoint_cost: f64,
     pub(super) bootstrap: Option<SpellBootstrap>,
+    /// The host's past days, which a run replays after its first failure.
+    pub(super) replay: Option<DayReplay>,
     /// The rule's curve for the host once it is back from a failure (or
     /// from the outage it was in at submission): the survival of the
     /// up-spell a run draws after a return ([`back_curve`]). `None`: the
@@ -136,6 +139,7 @@ impl HostFacts {
                 0.0
             },
             bootstrap,
+            replay: host.days.as_ref().and_then(DayReplay::new),
             back: back.as_ref().map(PreparedCurve::new),
             views,
             max_horizon,

@@ -116,6 +116,7 @@ mod tests {
             checkpoint_secs: 0.0,
             checkpoint_cost_secs: 0.0,
             spells: None,
+            days: None,
         }
     }
 

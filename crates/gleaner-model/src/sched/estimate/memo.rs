@@ -372,6 +372,7 @@ mod tests {
             checkpoint_secs,
             checkpoint_cost_secs: 0.0,
             spells: None,
+            days: None,
         }
     }
 

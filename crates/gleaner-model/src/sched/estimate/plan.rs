@@ -61,6 +61,12 @@ impl<'i> EstimatePlan<'i> {
         if n_hosts == 0 {
             return Err(EstimateError::NoHosts);
         }
+        for (host, h) in hosts.iter().enumerate() {
+            if let Some(days) = &h.days {
+                days.check()
+                    .map_err(|why| EstimateError::BadPastDays { host, why })?;
+            }
+        }
         let sigma = input.runtime_sigma_log.unwrap_or(0.0);
         if !(0.0..=5.0).contains(&sigma) {
             return Err(EstimateError::BadSpread(sigma));

@@ -96,6 +96,9 @@ pub(super) struct Run {
     /// Per host: this run's picks from its past spells (used only for
     /// hosts with a [`super::bootstrap::SpellBootstrap`]).
     pub(super) urns: Vec<SpellUrn>,
+    /// Per host: this run's picks of its past days, day by day from the
+    /// submission (used only for hosts with [`HostFacts::replay`]).
+    picks: Vec<Vec<u16>>,
     /// Per host: bumped when it takes a task, so a pending `HostDown` of
     /// an earlier idle spell is recognised as stale.
     epoch: Vec<u32>,
@@ -159,6 +162,7 @@ impl Run {
             next_fail: vec![f64::INFINITY; n_hosts],
             rate: vec![f64::NAN; n_hosts],
             urns: vec![SpellUrn::default(); n_hosts],
+            picks: vec![Vec::new(); n_hosts],
             epoch: vec![0; n_hosts],
             free_list: Vec::with_capacity(n_hosts),
             rank: Vec::new(),
@@ -220,9 +224,9 @@ impl Run {
         now: f64,
         rng: &mut R,
     ) {
-        let back = now + self.outage(facts, host, rng);
+        let back = now + self.outage(facts, host, now, rng);
         self.free_at[host] = back;
-        self.next_fail[host] = back + self.up_spell(facts, host, rng);
+        self.next_fail[host] = back + self.up_spell(facts, host, back, rng);
         self.back[host] = true;
         self.since[host] = back;
         let epoch = self.epoch[host];
@@ -236,9 +240,35 @@ impl Run {
         self.recheck_all = true;
     }
 
-    /// How long a failure keeps `host` away: one of its past outages
+    /// How long a failure at `now` keeps `host` away: with past days, to
+    /// the end of the replayed outage it fell in, else (a failure the
+    /// curve drew where the replayed day was up) a drawn outage, lengthened
+    /// to the replay's next return; without them, one of its past outages
     /// drawn by this run's weights, or its mean recovery.
     pub(super) fn outage<R: Rng + ?Sized>(
+        &mut self,
+        facts: &[HostFacts],
+        host: usize,
+        now: f64,
+        rng: &mut R,
+    ) -> f64 {
+        let drawn = self.drawn_outage(facts, host, rng);
+        let Some(replay) = &facts[host].replay else {
+            return drawn;
+        };
+        let picks = &mut self.picks[host];
+        match replay.next_up(now, picks, rng) {
+            Some(up) if up > now => up - now,
+            Some(_) => replay
+                .next_up(now + drawn, picks, rng)
+                .map_or(drawn, |up| up - now),
+            None => drawn,
+        }
+    }
+
+    /// One of `host`'s past outages drawn by this run's weights, or its
+    /// mean recovery.
+    fn drawn_outage<R: Rng + ?Sized>(
         &mut self,
         facts: &[HostFacts],
         host: usize,
@@ -254,11 +284,33 @@ impl Run {
         fact.recovery
     }
 
-    /// How long `host` stays up after a return: one of its past
-    /// up-spells drawn by this run's weights (a cut one lasts at least its
-    /// length, then at the run's rate), or an exponential at the run's
-    /// rate, or without a past a draw from the curve.
+    /// How long `host` stays up from a return at `from`: with past days,
+    /// to the replay's next outage (past the replayed days, a renewal
+    /// draw from their end); without them, one of its past up-spells
+    /// drawn by this run's weights (a cut one lasts at least its length,
+    /// then at the run's rate), or an exponential at the run's rate, or
+    /// without a past a draw from the curve.
     pub(super) fn up_spell<R: Rng + ?Sized>(
+        &mut self,
+        facts: &[HostFacts],
+        host: usize,
+        from: f64,
+        rng: &mut R,
+    ) -> f64 {
+        if let Some(replay) = &facts[host].replay {
+            if let Some(down) = replay.next_down(from, &mut self.picks[host], rng) {
+                return down - from;
+            }
+            let end = replay.end();
+            if end > from {
+                return end - from + self.drawn_up_spell(facts, host, rng);
+            }
+        }
+        self.drawn_up_spell(facts, host, rng)
+    }
+
+    /// [`Self::up_spell`] without past days.
+    fn drawn_up_spell<R: Rng + ?Sized>(
         &mut self,
         facts: &[HostFacts],
         host: usize,
@@ -283,19 +335,28 @@ impl Run {
         tail(rng)
     }
 
-    /// The host's first failure, seconds from when its clock starts: from
-    /// its curve up to the curve's last window; a draw beyond it (where the
-    /// curve only extrapolates its last segment, flat for a host that
-    /// looked safe then) comes at the run's rate from the host's past,
-    /// when known.
+    /// The host's first failure, seconds from when its clock starts at
+    /// run time `from`: from its curve up to the curve's last window; a
+    /// draw beyond it (where the curve only extrapolates its last segment,
+    /// flat for a host that looked safe then) comes from its past days'
+    /// replay, or at the run's rate from the host's past, when known.
     pub(super) fn first_failure<R: Rng + ?Sized>(
-        &self,
-        fact: &HostFacts,
+        &mut self,
+        facts: &[HostFacts],
         host: usize,
+        from: f64,
         rng: &mut R,
     ) -> f64 {
+        let fact = &facts[host];
         let u = rng.random::<f64>();
         let (last, tr_last) = fact.curve_end;
+        if u < tr_last {
+            if let Some(replay) = &fact.replay {
+                if let Some(down) = replay.next_down(from + last, &mut self.picks[host], rng) {
+                    return down - from;
+                }
+            }
+        }
         let rate = self.rate[host];
         if !rate.is_nan() && u < tr_last {
             last + exponential(rate, rng)
@@ -411,10 +472,11 @@ impl Run {
             // now by its curve at submission, as of the time since.
             self.back[h] = down;
             self.since[h] = if down { from } else { 0.0 };
+            self.picks[h].clear();
             self.next_fail[h] = if down {
-                from + self.up_spell(facts, h, rng)
+                from + self.up_spell(facts, h, from, rng)
             } else {
-                from + self.first_failure(&facts[h], h, rng)
+                from + self.first_failure(facts, h, from, rng)
             };
             if from <= 0.0 {
                 self.host_free(h, 0.0);
@@ -661,7 +723,7 @@ impl Run {
             self.remove_free(host);
         }
         self.next_fail[host] = if rng.random::<f64>() < hold.p {
-            now + run + self.up_spell(facts, host, rng)
+            now + run + self.up_spell(facts, host, now + run, rng)
         } else {
             now + rng.random::<f64>() * run
         };

@@ -27,6 +27,7 @@ fn host(power: f64, curve: TrCurve) -> EstimateHost {
         checkpoint_secs: 0.0,
         checkpoint_cost_secs: 0.0,
         spells: None,
+        days: None,
     }
 }
 
@@ -356,8 +357,8 @@ fn spell_draws(h: &EstimateHost, rate: f64, draws: usize) -> (Vec<f64>, Vec<f64>
         if k % 100 == 0 {
             run.urns[0].clear();
         }
-        up.push(run.up_spell(&facts, 0, &mut rng));
-        out.push(run.outage(&facts, 0, &mut rng));
+        up.push(run.up_spell(&facts, 0, 0.0, &mut rng));
+        out.push(run.outage(&facts, 0, 0.0, &mut rng));
     }
     (up, out)
 }
@@ -717,4 +718,68 @@ fn a_busy_host_aged_out_of_its_window_lets_an_idle_one_take_the_task() {
         .0;
     let end = 7_500.0 + 4.0 * 3_600.0;
     assert_eq!((e.makespan.p10, e.makespan.p90), (end, end), "{e:?}");
+}
+
+/// A host up every weekday and off every weekend, with ten tasks of 6 h
+/// for it alone (60 h of work): submitted on a Friday at noon, two tasks
+/// end before midnight, the third is hit when the weekend begins and the
+/// rest wait for Monday (108 h); submitted on a Monday at noon, 60 h.
+/// Drawn from the spells' lengths alone, the two would be one estimate.
+#[test]
+fn a_batch_submitted_before_the_owners_weekend_off_is_expected_to_wait_it_out() {
+    let week = |weekday: u8| {
+        let mut h = host(1.0, TrCurve::never_fails());
+        h.days = Some(PastDays {
+            to_midnight_secs: 12.0 * 3600.0,
+            weekday,
+            days: vec![
+                PastDay {
+                    weekend: false,
+                    outages: vec![],
+                },
+                PastDay {
+                    weekend: true,
+                    outages: vec![(0.0, DAY_SECS)],
+                },
+            ],
+        });
+        h
+    };
+    let p50 = |weekday: u8| {
+        let hosts = [week(weekday)];
+        let input = EstimateInput {
+            hosts: &hosts,
+            waiting: &[6.0 * 3600.0; 10],
+            runs: 20,
+            ..EstimateInput::default()
+        };
+        let (e, _) = estimate(&input, &mut ChaCha8Rng::seed_from_u64(3)).unwrap();
+        e.makespan.p50 / 3600.0
+    };
+    assert!((p50(4) - 108.0).abs() < 1e-6, "Friday: {} h", p50(4));
+    assert!((p50(0) - 60.0).abs() < 1e-6, "Monday: {} h", p50(0));
+}
+
+#[test]
+fn past_days_that_do_not_hold_together_are_refused_with_their_host() {
+    let mut h = host(1.0, TrCurve::never_fails());
+    h.days = Some(PastDays {
+        to_midnight_secs: 3600.0,
+        weekday: 1,
+        days: vec![PastDay {
+            weekend: false,
+            outages: vec![(7200.0, 3600.0)],
+        }],
+    });
+    let hosts = [host(1.0, TrCurve::never_fails()), h];
+    let input = EstimateInput {
+        hosts: &hosts,
+        waiting: &[3600.0],
+        ..EstimateInput::default()
+    };
+    let err = estimate(&input, &mut ChaCha8Rng::seed_from_u64(1)).unwrap_err();
+    assert!(
+        matches!(err, EstimateError::BadPastDays { host: 1, .. }),
+        "{err}"
+    );
 }

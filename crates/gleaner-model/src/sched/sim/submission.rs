@@ -6,9 +6,11 @@
 use super::{Forecaster, Policy, Sim, SimConfig, SimHost, PAST_LOOKBACK_SECS};
 use crate::sched::curve::young_daly_interval;
 use crate::sched::estimate::{
-    checkpoint_mttf, estimate, Estimate, EstimateError, EstimateHost, EstimateInput, Quantiles,
+    checkpoint_mttf, estimate, Estimate, EstimateError, EstimateHost, EstimateInput, PastDay,
+    PastDays, Quantiles, DAY_SECS, MAX_DAY_OUTAGES,
 };
 use crate::sched::timeline::Timeline;
+use crate::sched::window::HISTORY_DAYS;
 use rand::Rng;
 
 /// How far back the spells of a host down at submission are read: two
@@ -117,6 +119,7 @@ impl Sim<'_> {
                 } else {
                     0.0
                 },
+                days: past_days(tl, self.trace_time(host, 0.0)),
                 spells: Some(tl.past_spell_lengths(
                     self.trace_time(host, 0.0),
                     if down {
@@ -129,4 +132,68 @@ impl Sim<'_> {
         }
         est_hosts
     }
+}
+
+/// Days looked back at most for [`HISTORY_DAYS`] past days of each kind.
+const MAX_LOOKBACK_DAYS: usize = 40;
+
+/// The whole days before trace time `t` the estimate replays: up to
+/// [`HISTORY_DAYS`] of each kind (weekday, weekend), the owner's midnight
+/// to midnight, none before the trace's start; `None` without any.
+pub(super) fn past_days(tl: &Timeline, t: f64) -> Option<PastDays> {
+    let midnight = tl.day_start(t);
+    let mut days = Vec::new();
+    let (mut weekdays, mut weekends) = (0, 0);
+    for d in 1..=MAX_LOOKBACK_DAYS {
+        let start = midnight - d as f64 * DAY_SECS;
+        if start < tl.start() as f64 {
+            break;
+        }
+        // At noon, which no change of clock moves to another day.
+        let weekend = tl.is_weekend(start + DAY_SECS / 2.0);
+        let count = if weekend {
+            &mut weekends
+        } else {
+            &mut weekdays
+        };
+        if *count >= HISTORY_DAYS {
+            continue;
+        }
+        *count += 1;
+        let outages = tl
+            .outages_in(start, start + DAY_SECS)
+            .into_iter()
+            .map(|(a, b)| (a - start, b - start))
+            .collect();
+        days.push(PastDay {
+            weekend,
+            outages: at_most(outages, MAX_DAY_OUTAGES),
+        });
+        if weekdays >= HISTORY_DAYS && weekends >= HISTORY_DAYS {
+            break;
+        }
+    }
+    (!days.is_empty()).then(|| PastDays {
+        to_midnight_secs: (midnight + DAY_SECS - t).clamp(f64::MIN_POSITIVE, DAY_SECS),
+        weekday: tl.weekday(t),
+        days,
+    })
+}
+
+/// `outages` (ascending, apart) with the shortest gaps closed until at
+/// most `max` are left: a host that flickers all day is down all day.
+fn at_most(mut outages: Vec<(f64, f64)>, max: usize) -> Vec<(f64, f64)> {
+    let mut gap = 60.0;
+    while outages.len() > max {
+        let mut merged: Vec<(f64, f64)> = Vec::with_capacity(outages.len());
+        for (a, b) in outages {
+            match merged.last_mut() {
+                Some(last) if a - last.1 <= gap => last.1 = b,
+                _ => merged.push((a, b)),
+            }
+        }
+        outages = merged;
+        gap *= 2.0;
+    }
+    outages
 }

@@ -392,6 +392,10 @@ fn a_tail_copy_that_loses_is_cancelled_and_its_work_counted() {
     assert!((tail.wasted_cpu_secs - tail.tail_cpu_secs).abs() < 1e-6);
 }
 
+/// Trace time of a Monday 00:00 UTC (1970-01-05), which the calendar
+/// (`Timeline::weekday`) and the tests' days agree on.
+const MONDAY: i64 = 4 * 86_400;
+
 /// Four weeks of ten-minute cells from a Monday 00:00: off (S5) every
 /// weekend, Friday 20:00 to Monday 08:00, and on weeknights: Tuesday
 /// 00:00-08:00, Tuesday and Wednesday 20:00-08:00, Thursday 20:00-24:00
@@ -414,7 +418,7 @@ fn weekends_off() -> Timeline {
             }
         })
         .collect();
-    Timeline::from_cells(0, 600, fail, vec![1.0; n])
+    Timeline::from_cells(MONDAY, 600, fail, vec![1.0; n])
 }
 
 #[test]
@@ -425,7 +429,7 @@ fn a_host_found_in_its_weekend_off_comes_back_on_monday_morning_in_the_estimate(
     let timelines = [weekends_off()];
     let hosts = [SimHost {
         timeline: 0,
-        offset: 14 * 86_400,
+        offset: MONDAY + 14 * 86_400,
         power: 1.0,
     }];
     let config = config(Policy::Proactive, vec![3600.0]);
@@ -454,9 +458,9 @@ fn a_host_away_longer_than_usual_is_not_waited_for_while_another_is_free() {
     // waited for it (back "any moment", an hour's run there against two)
     // until Monday while the slow host ran the rest; as long again as
     // it has been away, it is no longer worth waiting for.
-    let always = Timeline::from_cells(0, 600, vec![0; 28 * 144], vec![1.0; 28 * 144]);
+    let always = Timeline::from_cells(MONDAY, 600, vec![0; 28 * 144], vec![1.0; 28 * 144]);
     let timelines = [weekends_off(), always];
-    let offset = (14 + 4) * 86_400 + 19 * 3600;
+    let offset = MONDAY + (14 + 4) * 86_400 + 19 * 3600;
     let hosts = [
         SimHost {
             timeline: 0,
@@ -732,4 +736,30 @@ fn a_task_on_the_critical_path_gets_its_copy_while_tasks_wait() {
     assert_eq!(copies, 2);
     assert!((tail_only - 16.0 * 3600.0).abs() < 61.0, "{tail_only}");
     assert!((critical - 13.0 * 3600.0).abs() < 61.0, "{critical}");
+}
+
+/// The days the estimate replays are whole days before the submission's:
+/// on a host up until the submission and off from then on, none holds an
+/// outage; the owner's calendar sorts them (ten weekdays, ten weekend
+/// days at most) and gives the submission's weekday and time to midnight.
+#[test]
+fn the_estimate_replays_only_days_before_the_submission() {
+    let n = 60 * 144;
+    let at = 40 * 144 + 60; // Day 40 (a Saturday: day 0 is a Monday), 10:00.
+    let fail = (0..n).map(|k| if k >= at { 5 } else { 0 }).collect();
+    let tl = Timeline::from_cells(MONDAY, 600, fail, vec![1.0; n]);
+    let t = (MONDAY + at as i64 * 600) as f64;
+    let days = super::submission::past_days(&tl, t).unwrap();
+    assert_eq!(days.weekday, 5);
+    assert_eq!(days.to_midnight_secs, 14.0 * 3600.0);
+    assert!(days.days.iter().all(|d| d.outages.is_empty()), "{days:?}");
+    let weekends = days.days.iter().filter(|d| d.weekend).count();
+    assert_eq!((days.days.len() - weekends, weekends), (10, 10));
+    // Off from 10:00 on the day before instead: that day (a Friday) holds
+    // the outage to its midnight.
+    let fail = (0..n).map(|k| if k >= at - 144 { 5 } else { 0 }).collect();
+    let tl = Timeline::from_cells(MONDAY, 600, fail, vec![1.0; n]);
+    let days = super::submission::past_days(&tl, t).unwrap();
+    assert_eq!(days.days[0].outages, vec![(10.0 * 3600.0, 86_400.0)]);
+    assert!(!days.days[0].weekend);
 }

@@ -1,0 +1,304 @@
+//! A host's recent days replayed in the estimate's runs (issue 28,
+//! scope 5): the owner's calendar, which the spells' lengths lose.
+//!
+//! Up-spells and outages drawn as a renewal process ([`super::bootstrap`])
+//! keep their lengths but not when they fell: a desktop whose owner is
+//! away every weekend looks the same to them on Friday noon as on Monday
+//! noon. On the desktop pools of docs/scheduling.md the estimate's band
+//! then missed by the day of the week: batches submitted on Monday ended
+//! under its p10 (nights-off 15 of 16, weekends-away 11), those submitted
+//! on Friday over its p50 by 23-39 %. So after a host's first failure
+//! (the predictor's curve still draws that one: it knows the host's state
+//! now) a run reads the host's failures from its past days: each day to
+//! come is one of the host's recent days of the same kind (weekday or
+//! weekend, as [`super::super::window::counted_tr`] counts later windows),
+//! picked at random for each run and each host, and the host is down when
+//! that day was. A day is the owner's, midnight to midnight, so a night
+//! off is not cut in two. The picks vary from run to run, which is what
+//! the band carries of the days the past does not repeat.
+//!
+//! Past [`REPLAY_DAYS`] days from the submission a run falls back to the
+//! renewal draws.
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+/// Seconds in a day.
+pub const DAY_SECS: f64 = 86_400.0;
+/// Most past days an estimate host may carry.
+pub const MAX_PAST_DAYS: usize = 64;
+/// Most outages one past day may hold (one per five minutes).
+pub const MAX_DAY_OUTAGES: usize = 288;
+/// Days after the submission a run replays; past them, renewal draws.
+pub const REPLAY_DAYS: usize = 28;
+
+/// A host's recent whole days, the owner's midnight to midnight, for the
+/// estimate's runs to replay (see the module).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PastDays {
+    /// Seconds from the submission to the owner's next midnight, in (0, 1 day].
+    pub to_midnight_secs: f64,
+    /// The owner's day of the week at the submission (0 Monday .. 6 Sunday).
+    pub weekday: u8,
+    /// Whole past days (any order; most recent first by convention).
+    pub days: Vec<PastDay>,
+}
+
+/// One past day of a host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PastDay {
+    /// A Saturday or a Sunday.
+    pub weekend: bool,
+    /// When a guest could not run, as [start, end) seconds from the day's
+    /// midnight: ascending, apart, within [0, 1 day].
+    pub outages: Vec<(f64, f64)>,
+}
+
+impl PastDays {
+    /// Why these days cannot be replayed, if they cannot.
+    pub fn check(&self) -> Result<(), &'static str> {
+        if !(self.to_midnight_secs > 0.0 && self.to_midnight_secs <= DAY_SECS) {
+            return Err("the time to midnight must be more than 0 and at most a day");
+        }
+        if self.weekday > 6 {
+            return Err("the weekday must be 0 (Monday) to 6 (Sunday)");
+        }
+        if self.days.len() > MAX_PAST_DAYS {
+            return Err("too many past days");
+        }
+        for day in &self.days {
+            if day.outages.len() > MAX_DAY_OUTAGES {
+                return Err("too many outages in one day");
+            }
+            let mut end = f64::NEG_INFINITY;
+            for &(s, e) in &day.outages {
+                if !(s.is_finite() && e.is_finite() && 0.0 <= s && s < e && e <= DAY_SECS) {
+                    return Err("an outage must lie within its day and end after it starts");
+                }
+                if s <= end {
+                    return Err("outages must be ascending and apart");
+                }
+                end = e;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A host's past days sorted by kind for a run's picks.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct DayReplay {
+    to_midnight: f64,
+    weekday: u8,
+    weekdays: Vec<Vec<(f64, f64)>>,
+    weekends: Vec<Vec<(f64, f64)>>,
+}
+
+impl DayReplay {
+    /// From checked days; `None` without any.
+    pub(super) fn new(days: &PastDays) -> Option<DayReplay> {
+        if days.days.is_empty() || days.check().is_err() {
+            return None;
+        }
+        let of = |weekend: bool| -> Vec<Vec<(f64, f64)>> {
+            days.days
+                .iter()
+                .filter(|d| d.weekend == weekend)
+                .map(|d| d.outages.clone())
+                .collect()
+        };
+        Some(DayReplay {
+            to_midnight: days.to_midnight_secs,
+            weekday: days.weekday,
+            weekdays: of(false),
+            weekends: of(true),
+        })
+    }
+
+    /// Run time (seconds from the submission) at which day `k` begins
+    /// (day 0, the submission's, began before it).
+    fn day_start(&self, k: usize) -> f64 {
+        self.to_midnight + (k as f64 - 1.0) * DAY_SECS
+    }
+
+    /// The day run time `t` falls in (`None` past the replayed days).
+    fn day_of(&self, t: f64) -> Option<usize> {
+        let k = ((t - self.to_midnight) / DAY_SECS).floor() + 1.0;
+        (k < REPLAY_DAYS as f64).then(|| k.max(0.0) as usize)
+    }
+
+    /// Day `k`'s outages: this run's pick for it among the past days of
+    /// its kind (of the other kind when the past has none), picked now
+    /// if not yet.
+    fn outages<R: Rng + ?Sized>(
+        &self,
+        k: usize,
+        picks: &mut Vec<u16>,
+        rng: &mut R,
+    ) -> &[(f64, f64)] {
+        let weekend = (usize::from(self.weekday) + k) % 7 >= 5;
+        let (same, other) = if weekend {
+            (&self.weekends, &self.weekdays)
+        } else {
+            (&self.weekdays, &self.weekends)
+        };
+        let pool = if same.is_empty() { other } else { same };
+        while picks.len() <= k {
+            picks.push(rng.random_range(0..pool.len().max(1)) as u16);
+        }
+        pool.get(usize::from(picks[k])).map_or(&[], Vec::as_slice)
+    }
+
+    /// The first run time at or after `t` at which the replay has the host
+    /// down; `None` when it does not within the replayed days.
+    pub(super) fn next_down<R: Rng + ?Sized>(
+        &self,
+        t: f64,
+        picks: &mut Vec<u16>,
+        rng: &mut R,
+    ) -> Option<f64> {
+        let first = self.day_of(t)?;
+        for k in first..REPLAY_DAYS {
+            let start = self.day_start(k);
+            let at = (t - start).max(0.0);
+            if let Some(&(s, _)) = self.outages(k, picks, rng).iter().find(|o| o.1 > at) {
+                return Some(start + s.max(at));
+            }
+        }
+        None
+    }
+
+    /// The first run time at or after `t` at which the replay has the host
+    /// up (an outage over midnight goes on into the next day's pick when
+    /// that day begins down); `None` when it stays down through the
+    /// replayed days.
+    pub(super) fn next_up<R: Rng + ?Sized>(
+        &self,
+        t: f64,
+        picks: &mut Vec<u16>,
+        rng: &mut R,
+    ) -> Option<f64> {
+        let first = self.day_of(t)?;
+        for k in first..REPLAY_DAYS {
+            let start = self.day_start(k);
+            let at = (t - start).max(0.0);
+            match self
+                .outages(k, picks, rng)
+                .iter()
+                .find(|o| o.0 <= at && at < o.1)
+            {
+                None => return Some(start + at),
+                Some(&(_, e)) if e < DAY_SECS => return Some(start + e),
+                Some(_) => {}
+            }
+        }
+        None
+    }
+
+    /// The run time replayed days end at.
+    pub(super) fn end(&self) -> f64 {
+        self.day_start(REPLAY_DAYS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    const H: f64 = 3_600.0;
+
+    /// Submitted on a Friday at noon; weekdays down 9:00-17:00, weekends
+    /// down all day.
+    fn office() -> DayReplay {
+        let weekday = PastDay {
+            weekend: false,
+            outages: vec![(9.0 * H, 17.0 * H)],
+        };
+        let weekend = PastDay {
+            weekend: true,
+            outages: vec![(0.0, DAY_SECS)],
+        };
+        DayReplay::new(&PastDays {
+            to_midnight_secs: 12.0 * H,
+            weekday: 4,
+            days: vec![weekday, weekend],
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn the_replay_follows_the_owners_week_from_the_submission() {
+        let r = office();
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut picks = Vec::new();
+        // Friday 12:00 is in the office: down now, up at 17:00 (5 h on).
+        assert_eq!(r.next_down(0.0, &mut picks, &mut rng), Some(0.0));
+        assert_eq!(r.next_up(0.0, &mut picks, &mut rng), Some(5.0 * H));
+        // From Friday 17:00 the next outage is the weekend, from
+        // Saturday 00:00 (12 h on), and lasts to Monday 9:00 (69 h on),
+        // where Monday's day begins up.
+        assert_eq!(r.next_down(5.0 * H, &mut picks, &mut rng), Some(12.0 * H));
+        assert_eq!(r.next_up(12.0 * H, &mut picks, &mut rng), Some(60.0 * H));
+        assert_eq!(r.next_down(60.0 * H, &mut picks, &mut rng), Some(69.0 * H));
+        // Past the replayed days: no answer.
+        assert_eq!(r.next_down(r.end(), &mut picks, &mut rng), None);
+    }
+
+    #[test]
+    fn each_run_picks_its_days_among_the_past_days_of_their_kind() {
+        let day = |outages| PastDay {
+            weekend: false,
+            outages,
+        };
+        // Two past weekdays: one down at 10:00, one at 14:00. Submitted on
+        // a Monday at midnight.
+        let r = DayReplay::new(&PastDays {
+            to_midnight_secs: DAY_SECS,
+            weekday: 0,
+            days: vec![
+                day(vec![(10.0 * H, 11.0 * H)]),
+                day(vec![(14.0 * H, 15.0 * H)]),
+            ],
+        })
+        .unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let mut seen = [0, 0];
+        for _ in 0..200 {
+            let mut picks = Vec::new();
+            match r.next_down(0.0, &mut picks, &mut rng) {
+                Some(t) if t == 10.0 * H => seen[0] += 1,
+                Some(t) if t == 14.0 * H => seen[1] += 1,
+                other => panic!("{other:?}"),
+            }
+            // A run keeps its pick: asked again, the same day answers.
+            let again = r.next_down(0.0, &mut picks, &mut rng);
+            assert!(again == Some(10.0 * H) || again == Some(14.0 * H));
+        }
+        assert!(seen[0] > 60 && seen[1] > 60, "{seen:?}");
+    }
+
+    #[test]
+    fn days_that_do_not_hold_together_are_refused() {
+        let days = |outages| PastDays {
+            to_midnight_secs: H,
+            weekday: 2,
+            days: vec![PastDay {
+                weekend: false,
+                outages,
+            }],
+        };
+        assert!(days(vec![(0.0, H), (2.0 * H, 3.0 * H)]).check().is_ok());
+        assert!(days(vec![(2.0 * H, H)]).check().is_err());
+        assert!(days(vec![(0.0, 2.0 * H), (H, 3.0 * H)]).check().is_err());
+        assert!(days(vec![(0.0, 2.0 * DAY_SECS)]).check().is_err());
+        assert!(days(vec![(f64::NAN, H)]).check().is_err());
+        let mut bad = days(vec![]);
+        bad.to_midnight_secs = 0.0;
+        assert!(bad.check().is_err());
+        bad.to_midnight_secs = H;
+        bad.weekday = 7;
+        assert!(bad.check().is_err());
+    }
+}
