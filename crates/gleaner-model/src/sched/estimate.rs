@@ -105,9 +105,10 @@ pub struct EstimateHost {
     /// at the past's rate and a fixed recovery. `None`: those.
     #[serde(default)]
     pub spells: Option<SpellLengths>,
-    /// The host's recent days, when known: after its first failure a run
-    /// reads its failures and returns from them, day by day, rather than
-    /// from `spells` (see [`replay`]). `None`: the renewal draws.
+    /// The host's recent days, when known: a run reads its failures and
+    /// returns from them, day by day, rather than from `spells` (the
+    /// curve still draws the first failure up to its last window; see
+    /// [`replay`]). `None`: the renewal draws.
     #[serde(default)]
     pub days: Option<PastDays>,
 }

@@ -114,7 +114,9 @@ impl Timeline {
 
     /// The owner's day of the week at trace time `t` (0 Monday .. 6 Sunday).
     pub fn weekday(&self, t: f64) -> u8 {
-        let day = ((t as i64).saturating_add(self.utc_offset)).div_euclid(86_400);
+        // Floored, as `day_start` is: a cast would move a time in the
+        // last second before a midnight before 1970 into the next day.
+        let day = ((t.floor() as i64).saturating_add(self.utc_offset)).div_euclid(86_400);
         // 1970-01-01 was a Thursday: day 0 is weekday 3 counting Monday as 0.
         (day + 3).rem_euclid(7) as u8
     }
@@ -440,6 +442,28 @@ mod tests {
         let west = line().with_utc_offset(-5 * 3600);
         assert!(!west.is_weekend(saturday + 4.0 * 3600.0));
         assert!(west.is_weekend(saturday + 5.0 * 3600.0));
+        // Its midnight and weekday move with it, and agree at the edge.
+        assert_eq!(
+            west.day_start(saturday + 4.0 * 3600.0),
+            saturday - 19.0 * 3600.0
+        );
+        assert_eq!(
+            west.day_start(saturday + 5.0 * 3600.0),
+            saturday + 5.0 * 3600.0
+        );
+        assert_eq!(west.weekday(saturday + 5.0 * 3600.0 - 0.5), 4);
+        assert_eq!(west.weekday(saturday + 5.0 * 3600.0), 5);
+        assert_eq!(tl.weekday(-0.5), 2, "1969-12-31, a Wednesday");
+        assert_eq!(tl.day_start(-0.5), -86_400.0);
+    }
+
+    #[test]
+    fn outages_in_a_span_are_clipped_to_it() {
+        // Cells of 100 s from 1000: failing in [1500, 1700).
+        let tl = line();
+        assert_eq!(tl.outages_in(1000.0, 2000.0), vec![(1500.0, 1700.0)]);
+        assert_eq!(tl.outages_in(1600.0, 1650.0), vec![(1600.0, 1650.0)]);
+        assert_eq!(tl.outages_in(1000.0, 1500.0), vec![]);
     }
 
     #[test]

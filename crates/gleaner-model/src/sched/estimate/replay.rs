@@ -7,18 +7,27 @@
 //! noon. On the desktop pools of docs/scheduling.md the estimate's band
 //! then missed by the day of the week: batches submitted on Monday ended
 //! under its p10 (nights-off 15 of 16, weekends-away 11), those submitted
-//! on Friday over its p50 by 23-39 %. So after a host's first failure
-//! (the predictor's curve still draws that one: it knows the host's state
-//! now) a run reads the host's failures from its past days: each day to
-//! come is one of the host's recent days of the same kind (weekday or
-//! weekend, as [`super::super::window::counted_tr`] counts later windows),
-//! picked at random for each run and each host, and the host is down when
-//! that day was. A day is the owner's, midnight to midnight, so a night
-//! off is not cut in two. The picks vary from run to run, which is what
-//! the band carries of the days the past does not repeat.
+//! on Friday over its p50 by 23-39 %. So a run reads the host's failures
+//! and returns from its past days: each day to come is one of the host's
+//! recent days of the same kind (weekday or weekend, as
+//! [`super::super::window::counted_tr`] counts later windows), picked at
+//! random for each run and each host, and the host is down when that day
+//! was. A day is the owner's, midnight to midnight, so a night off is not
+//! cut in two. The picks vary from run to run, which is what the band
+//! carries of the days the past does not repeat.
+//!
+//! The predictor's curve, which knows the host's state at submission,
+//! still draws its first failure up to the curve's last window; past it
+//! the replay draws it (from the host's first replayed return when the
+//! curve has no window: the host is up now, whatever the picked day was
+//! at this hour). A host down at submission comes back when both the rest
+//! of its outage and the replay have it back. A failure the curve draws
+//! where the replayed day is up keeps a drawn outage, lengthened to the
+//! replay's next return.
 //!
 //! Past [`REPLAY_DAYS`] days from the submission a run falls back to the
-//! renewal draws.
+//! renewal draws (a host down through the replayed days is away to their
+//! end at least).
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -95,7 +104,8 @@ pub(super) struct DayReplay {
 }
 
 impl DayReplay {
-    /// From checked days; `None` without any.
+    /// From days that pass [`PastDays::check`]; `None` without any or
+    /// when they do not.
     pub(super) fn new(days: &PastDays) -> Option<DayReplay> {
         if days.days.is_empty() || days.check().is_err() {
             return None;
@@ -121,10 +131,23 @@ impl DayReplay {
         self.to_midnight + (k as f64 - 1.0) * DAY_SECS
     }
 
-    /// The day run time `t` falls in (`None` past the replayed days).
+    /// The day run time `t` falls in (`None` past the replayed days, or
+    /// for a `t` that is not a number). Stepped to agree with
+    /// [`Self::day_start`] bit for bit: the division alone may round a
+    /// time at a midnight into the day before.
     fn day_of(&self, t: f64) -> Option<usize> {
-        let k = ((t - self.to_midnight) / DAY_SECS).floor() + 1.0;
-        (k < REPLAY_DAYS as f64).then(|| k.max(0.0) as usize)
+        let guess = ((t - self.to_midnight) / DAY_SECS).floor() + 1.0;
+        if guess.is_nan() || guess >= REPLAY_DAYS as f64 + 1.0 {
+            return None;
+        }
+        let mut k = guess.clamp(0.0, REPLAY_DAYS as f64) as usize;
+        while k > 0 && t < self.day_start(k) {
+            k -= 1;
+        }
+        while k < REPLAY_DAYS && t >= self.day_start(k + 1) {
+            k += 1;
+        }
+        (k < REPLAY_DAYS).then_some(k)
     }
 
     /// Day `k`'s outages: this run's pick for it among the past days of
@@ -149,8 +172,9 @@ impl DayReplay {
         pool.get(usize::from(picks[k])).map_or(&[], Vec::as_slice)
     }
 
-    /// The first run time at or after `t` at which the replay has the host
-    /// down; `None` when it does not within the replayed days.
+    /// The first run time at or after `t` (never before it, whatever the
+    /// rounding) at which the replay has the host down; `None` when it
+    /// does not within the replayed days.
     pub(super) fn next_down<R: Rng + ?Sized>(
         &self,
         t: f64,
@@ -159,19 +183,22 @@ impl DayReplay {
     ) -> Option<f64> {
         let first = self.day_of(t)?;
         for k in first..REPLAY_DAYS {
-            let start = self.day_start(k);
-            let at = (t - start).max(0.0);
-            if let Some(&(s, _)) = self.outages(k, picks, rng).iter().find(|o| o.1 > at) {
-                return Some(start + s.max(at));
+            let found = self
+                .outages(k, picks, rng)
+                .iter()
+                .map(|o| self.span(k, o))
+                .find(|&(_, e)| e > t);
+            if let Some((s, _)) = found {
+                return Some(s.max(t));
             }
         }
         None
     }
 
-    /// The first run time at or after `t` at which the replay has the host
-    /// up (an outage over midnight goes on into the next day's pick when
-    /// that day begins down); `None` when it stays down through the
-    /// replayed days.
+    /// The first run time at or after `t` (never before it) at which the
+    /// replay has the host up (an outage over midnight goes on into the
+    /// next day's pick when that day begins down); `None` when it stays
+    /// down through the replayed days.
     pub(super) fn next_up<R: Rng + ?Sized>(
         &self,
         t: f64,
@@ -179,20 +206,35 @@ impl DayReplay {
         rng: &mut R,
     ) -> Option<f64> {
         let first = self.day_of(t)?;
+        let mut at = t;
         for k in first..REPLAY_DAYS {
-            let start = self.day_start(k);
-            let at = (t - start).max(0.0);
-            match self
+            at = at.max(self.day_start(k));
+            let covering = self
                 .outages(k, picks, rng)
                 .iter()
-                .find(|o| o.0 <= at && at < o.1)
-            {
-                None => return Some(start + at),
-                Some(&(_, e)) if e < DAY_SECS => return Some(start + e),
-                Some(_) => {}
+                .map(|o| (self.span(k, o), o.1 < DAY_SECS))
+                .find(|&((s, e), _)| s <= at && at < e);
+            match covering {
+                None => return Some(at),
+                Some(((_, e), true)) => return Some(e),
+                Some(((_, e), false)) => at = e,
             }
         }
         None
+    }
+
+    /// An outage of day `k` in run time: [start, end), an outage to
+    /// midnight ending where the next day begins. Both answers compare and
+    /// return these very sums, so a failure one gives is down to the other
+    /// and a return up, whatever the rounding.
+    fn span(&self, k: usize, &(s, e): &(f64, f64)) -> (f64, f64) {
+        let start = self.day_start(k);
+        let end = if e < DAY_SECS {
+            start + e
+        } else {
+            self.day_start(k + 1)
+        };
+        (start + s, end)
     }
 
     /// The run time replayed days end at.
@@ -277,6 +319,64 @@ mod tests {
             assert!(again == Some(10.0 * H) || again == Some(14.0 * H));
         }
         assert!(seen[0] > 60 && seen[1] > 60, "{seen:?}");
+    }
+
+    /// Whatever the time to midnight (not a whole second in the node) and
+    /// the days: each day's start is that day's, answers never come
+    /// before the time asked, the host is up at a return (the next outage
+    /// comes after it) and down at a failure.
+    #[test]
+    fn answers_never_come_before_the_time_asked_and_agree_with_each_other() {
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        for _ in 0..300 {
+            let day = |rng: &mut ChaCha8Rng, weekend| {
+                let mut outages = Vec::new();
+                let mut t = 0.0;
+                while rng.random_range(0..3) > 0 {
+                    let s = t + rng.random_range(0.0..8.0 * H);
+                    let e = s + rng.random_range(1.0..10.0 * H);
+                    if e > DAY_SECS || s == t && t > 0.0 {
+                        break;
+                    }
+                    outages.push((s, e));
+                    t = e + 1.0;
+                }
+                if rng.random_range(0..4) == 0 {
+                    outages.push((t.max(20.0 * H), DAY_SECS));
+                }
+                PastDay { weekend, outages }
+            };
+            let days = PastDays {
+                to_midnight_secs: rng.random_range(1e-3..DAY_SECS),
+                weekday: rng.random_range(0..7),
+                days: (0..4).map(|i| day(&mut rng, i % 2 == 0)).collect(),
+            };
+            if days.check().is_err() {
+                continue;
+            }
+            let r = DayReplay::new(&days).unwrap();
+            let mut picks = Vec::new();
+            for k in 0..REPLAY_DAYS {
+                assert_eq!(r.day_of(r.day_start(k).max(0.0)), Some(k), "{days:?}");
+            }
+            for _ in 0..50 {
+                let t = rng.random_range(0.0..r.end());
+                if let Some(up) = r.next_up(t, &mut picks, &mut rng) {
+                    assert!(up >= t, "{up} < {t}: {days:?}");
+                    if let Some(down) = r.next_down(up, &mut picks, &mut rng) {
+                        assert!(down > up, "down at a return {up}: {days:?}");
+                    }
+                }
+                if let Some(down) = r.next_down(t, &mut picks, &mut rng) {
+                    assert!(down >= t, "{down} < {t}: {days:?}");
+                    let up = r.next_up(down, &mut picks, &mut rng);
+                    assert!(
+                        up.is_none_or(|up| up > down),
+                        "up at a failure {down}: {days:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -257,12 +257,14 @@ impl Run {
             return drawn;
         };
         let picks = &mut self.picks[host];
+        // Down through the replayed days: away to their end at least.
+        let through = (replay.end() - now).max(drawn);
         match replay.next_up(now, picks, rng) {
             Some(up) if up > now => up - now,
             Some(_) => replay
                 .next_up(now + drawn, picks, rng)
-                .map_or(drawn, |up| up - now),
-            None => drawn,
+                .map_or(through, |up| up - now),
+            None => through,
         }
     }
 
@@ -350,19 +352,31 @@ impl Run {
         let fact = &facts[host];
         let u = rng.random::<f64>();
         let (last, tr_last) = fact.curve_end;
+        // Past the replayed days (or without any), the draw below from
+        // the curve's last window on, moved to their end.
+        let mut after = 0.0;
         if u < tr_last {
             if let Some(replay) = &fact.replay {
-                if let Some(down) = replay.next_down(from + last, &mut self.picks[host], rng) {
+                let picks = &mut self.picks[host];
+                // A curve of no windows hands over at once: the host is
+                // up now, whatever the picked day was at this hour.
+                let mut handover = Some(from + last);
+                if last <= 0.0 {
+                    handover = replay.next_up(from, picks, rng);
+                }
+                if let Some(down) = handover.and_then(|t| replay.next_down(t, picks, rng)) {
                     return down - from;
                 }
+                after = (replay.end() - from - last).max(0.0);
             }
         }
         let rate = self.rate[host];
-        if !rate.is_nan() && u < tr_last {
-            last + exponential(rate, rng)
-        } else {
-            fact.sampler.failure_time_at(u).unwrap_or(f64::INFINITY)
-        }
+        after
+            + if !rate.is_nan() && u < tr_last {
+                last + exponential(rate, rng)
+            } else {
+                fact.sampler.failure_time_at(u).unwrap_or(f64::INFINITY)
+            }
     }
 
     /// Starts an attempt of `task` on `host` at `now`: its end, or its
@@ -464,15 +478,22 @@ impl Run {
             self.urns[h].clear();
             // Each host's failure clock starts when it is first free.
             let down = host.down_secs.is_finite() && host.down_secs > 0.0;
-            let from = match facts[h].bootstrap.as_ref() {
+            let mut from = match facts[h].bootstrap.as_ref() {
                 Some(b) if down => rest_of_outage(b, host.down_secs, rng),
                 _ => host.busy_secs.max(0.0),
             };
+            self.picks[h].clear();
+            if let (true, Some(replay)) = (down, &facts[h].replay) {
+                // Back when its past has it back too (or, down through
+                // the replayed days, at their end).
+                from = replay
+                    .next_up(from, &mut self.picks[h], rng)
+                    .unwrap_or_else(|| from.max(replay.end()));
+            }
             // A host down now is weighed as back once it returns; one up
             // now by its curve at submission, as of the time since.
             self.back[h] = down;
             self.since[h] = if down { from } else { 0.0 };
-            self.picks[h].clear();
             self.next_fail[h] = if down {
                 from + self.up_spell(facts, h, from, rng)
             } else {

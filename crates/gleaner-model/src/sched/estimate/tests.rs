@@ -722,8 +722,9 @@ fn a_busy_host_aged_out_of_its_window_lets_an_idle_one_take_the_task() {
 
 /// A host up every weekday and off every weekend, with ten tasks of 6 h
 /// for it alone (60 h of work): submitted on a Friday at noon, two tasks
-/// end before midnight, the third is hit when the weekend begins and the
-/// rest wait for Monday (108 h); submitted on a Monday at noon, 60 h.
+/// end before midnight, the third starts as the weekend begins and is hit
+/// at once, and the rest wait for Monday (108 h); submitted on a Monday at
+/// noon, 60 h.
 /// Drawn from the spells' lengths alone, the two would be one estimate.
 #[test]
 fn a_batch_submitted_before_the_owners_weekend_off_is_expected_to_wait_it_out() {
@@ -781,5 +782,91 @@ fn past_days_that_do_not_hold_together_are_refused_with_their_host() {
     assert!(
         matches!(err, EstimateError::BadPastDays { host: 1, .. }),
         "{err}"
+    );
+}
+
+/// Past weekdays down 9:00-17:00, for hosts submitted to on a Monday.
+fn office_days(to_midnight_secs: f64) -> PastDays {
+    PastDays {
+        to_midnight_secs,
+        weekday: 0,
+        days: vec![PastDay {
+            weekend: false,
+            outages: vec![(9.0 * 3600.0, 17.0 * 3600.0)],
+        }],
+    }
+}
+
+/// The curve draws the first failure up to its last window, the replay
+/// after it: a host its curve holds safe for 48 h from Monday 00:00 runs a
+/// 56 h task through Monday's and Tuesday's office hours, which the replay
+/// alone would have ended at 9:00, and ends before Wednesday's 9:00.
+#[test]
+fn the_curve_draws_the_first_failure_and_the_replay_the_rest() {
+    let mut h = host(1.0, TrCurve::new([(48.0 * 3600.0, 1.0)]));
+    h.days = Some(office_days(DAY_SECS));
+    let hosts = [h];
+    let input = EstimateInput {
+        hosts: &hosts,
+        waiting: &[56.0 * 3600.0],
+        runs: 20,
+        ..EstimateInput::default()
+    };
+    let (e, _) = estimate(&input, &mut ChaCha8Rng::seed_from_u64(2)).unwrap();
+    assert_eq!(e.makespan.p90, 56.0 * 3600.0, "{e:?}");
+    assert_eq!(e.mean_failures, 0.0);
+}
+
+/// A host found down at Monday 12:00, three hours into an outage (its
+/// past: outages of 4 h), whose past Mondays have it down until 17:00:
+/// it comes back when its past has it back, not at once to fail again.
+#[test]
+fn a_host_down_at_submission_comes_back_when_its_past_days_have_it_back() {
+    let mut h = host(1.0, TrCurve::never_fails());
+    h.down_secs = 3.0 * 3600.0;
+    h.spells = Some(SpellLengths {
+        outages: vec![4.0 * 3600.0; 5],
+        outages_seen: 5,
+        ..SpellLengths::default()
+    });
+    h.days = Some(office_days(12.0 * 3600.0));
+    let hosts = [h];
+    let input = EstimateInput {
+        hosts: &hosts,
+        waiting: &[3600.0],
+        runs: 50,
+        ..EstimateInput::default()
+    };
+    let (e, _) = estimate(&input, &mut ChaCha8Rng::seed_from_u64(4)).unwrap();
+    assert_eq!(e.mean_failures, 0.0, "{e:?}");
+    assert!(e.makespan.p10 >= 6.0 * 3600.0, "{e:?}");
+}
+
+/// A host whose past days are all down (its owner away) is away through
+/// the replayed days and then drawn as without them: every run ends.
+#[test]
+fn a_host_down_through_its_past_days_returns_after_them() {
+    let mut h = host(1.0, TrCurve::new([(3600.0, 0.5)]));
+    h.recovery_secs = 600.0;
+    h.days = Some(PastDays {
+        to_midnight_secs: DAY_SECS,
+        weekday: 0,
+        days: vec![PastDay {
+            weekend: false,
+            outages: vec![(0.0, DAY_SECS)],
+        }],
+    });
+    let hosts = [h];
+    let input = EstimateInput {
+        hosts: &hosts,
+        waiting: &[2.0 * 3600.0],
+        runs: 20,
+        ..EstimateInput::default()
+    };
+    let (e, _) = estimate(&input, &mut ChaCha8Rng::seed_from_u64(6)).unwrap();
+    assert_eq!(e.unfinished_runs, 0, "{e:?}");
+    assert!(
+        e.makespan.p50 >= (REPLAY_DAYS as f64 - 1.0) * DAY_SECS,
+        "{e:?}"
     );
 }

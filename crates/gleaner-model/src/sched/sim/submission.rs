@@ -197,3 +197,19 @@ fn at_most(mut outages: Vec<(f64, f64)>, max: usize) -> Vec<(f64, f64)> {
     }
     outages
 }
+
+#[cfg(test)]
+mod tests {
+    use super::at_most;
+
+    #[test]
+    fn a_day_of_too_many_outages_has_its_shortest_gaps_closed() {
+        let flicker: Vec<(f64, f64)> = (0..10)
+            .map(|k| (k as f64 * 100.0, k as f64 * 100.0 + 50.0))
+            .collect();
+        assert_eq!(at_most(flicker.clone(), 10), flicker);
+        assert_eq!(at_most(flicker, 9), vec![(0.0, 950.0)]);
+        let apart = vec![(0.0, 10.0), (20.0, 30.0), (1_000.0, 1_010.0)];
+        assert_eq!(at_most(apart, 2), vec![(0.0, 30.0), (1_000.0, 1_010.0)]);
+    }
+}
