@@ -147,7 +147,7 @@ impl QueueCore {
         self.batches
             .iter()
             .filter(|(_, b)| {
-                !b.record.cancelled && b.record.max_running.is_none_or(|m| b.running < m)
+                !b.record.cancelled && b.room() > 0
             })
             .map(|(id, b)| BatchWeigh {
                 batch: *id,

@@ -64,7 +64,7 @@ impl QueueCore {
         // was tried for, or a deadline's watch, takes any free host.
         let mut open: Vec<(BatchId, u32, bool)> = Vec::new();
         for (id, b) in &self.batches {
-            if b.record.cancelled || b.record.max_running.is_some_and(|m| b.running >= m) {
+            if b.record.cancelled || b.room() == 0 {
                 continue;
             }
             if b.record.deadline_unix.is_some()
@@ -215,7 +215,7 @@ impl QueueCore {
     /// The first waiting task of `batch` that may run on `host`.
     pub(super) fn next_task_of(&self, batch: BatchId, host: PeerId) -> Option<u32> {
         let b = self.batches.get(&batch)?;
-        if b.record.cancelled || b.record.max_running.is_some_and(|m| b.running >= m) {
+        if b.record.cancelled || b.room() == 0 {
             return None;
         }
         // A task whose held window on this host is open goes first.

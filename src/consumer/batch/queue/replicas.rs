@@ -199,7 +199,7 @@ impl QueueCore {
     /// The first task of `batch` that wants another copy `host` may run.
     pub(super) fn copy_task_for(&self, batch: BatchId, host: PeerId) -> Option<u32> {
         let b = self.batches.get(&batch)?;
-        if b.record.cancelled || b.record.max_running.is_some_and(|m| b.running >= m) {
+        if b.record.cancelled || b.room() == 0 {
             return None;
         }
         let mut tasks: Vec<u32> = self

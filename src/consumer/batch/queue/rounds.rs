@@ -107,7 +107,7 @@ impl QueueCore {
     fn queued_with_room(&self) -> bool {
         self.batches.values().any(|b| {
             !b.record.cancelled
-                && b.record.max_running.is_none_or(|m| b.running < m)
+                && b.room() > 0
                 && b.tasks.iter().any(|t| t.state == TaskState::Queued)
         })
     }
