@@ -26,9 +26,10 @@
 //!
 //! Here: the input and output types and [`estimate`]. The plan that checks
 //! the input and makes the runs in any split is in `plan`, one run in
-//! `run`, what it needs of each host in `facts`, the past spells it
-//! resamples in `bootstrap`, the past days it replays in `replay`, the rule's memo of turnarounds in `memo`,
-//! held windows in `held`.
+//! `run` (its hosts' failures drawn in `run/failures`), what it needs of
+//! each host in `facts`, the past spells it resamples in `bootstrap`, the
+//! past days it replays in `replay`, the rule's memo of turnarounds in
+//! `memo`, held windows in `held`.
 
 use super::curve::TrCurve;
 use super::place::HostView;

@@ -146,9 +146,7 @@ impl QueueCore {
     fn batches_to_weigh(&self) -> Vec<BatchWeigh> {
         self.batches
             .iter()
-            .filter(|(_, b)| {
-                !b.record.cancelled && b.room() > 0
-            })
+            .filter(|(_, b)| !b.record.cancelled && b.room() > 0)
             .map(|(id, b)| BatchWeigh {
                 batch: *id,
                 window: b.record.runtime_secs,

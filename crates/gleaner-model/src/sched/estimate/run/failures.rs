@@ -1,0 +1,180 @@
+//! What one run draws of a host's failures and returns: its first failure
+//! (from its curve, then its past days' replay or its past's rate), how
+//! long a failure keeps it away, and how long it stays up after a return
+//! (from the replay, else resampled from its past spells).
+
+use super::super::bootstrap::SpellUrn;
+use super::super::draw::exponential;
+use super::super::facts::HostFacts;
+use super::{EventKind, Run};
+use rand::Rng;
+
+impl Run {
+    /// Host `host` failed at `now`: it is away for its recovery, and its
+    /// next failure is drawn from its return: from its past up-spells when
+    /// known (the curve describes a host that has been up in its present
+    /// state, not one just back from a failure; restarting the curve after
+    /// every return repeats its early hazard and overcounted failures 1.85×
+    /// on the shared traces), else from the curve.
+    pub(in super::super) fn host_failed<R: Rng + ?Sized>(
+        &mut self,
+        facts: &[HostFacts],
+        host: usize,
+        now: f64,
+        rng: &mut R,
+    ) {
+        let back = now + self.outage(facts, host, now, rng);
+        self.free_at[host] = back;
+        self.next_fail[host] = back + self.up_spell(facts, host, back, rng);
+        self.back[host] = true;
+        self.since[host] = back;
+        let epoch = self.epoch[host];
+        self.push(
+            back,
+            EventKind::HostFree {
+                host: host as u32,
+                epoch,
+            },
+        );
+        self.recheck_all = true;
+    }
+
+    /// How long a failure at `now` keeps `host` away: with past days, to
+    /// the end of the replayed outage it fell in, else (a failure the
+    /// curve drew where the replayed day was up) a drawn outage, lengthened
+    /// to the replay's next return; without them, one of its past outages
+    /// drawn by this run's weights, or its mean recovery.
+    pub(in super::super) fn outage<R: Rng + ?Sized>(
+        &mut self,
+        facts: &[HostFacts],
+        host: usize,
+        now: f64,
+        rng: &mut R,
+    ) -> f64 {
+        let drawn = self.drawn_outage(facts, host, rng);
+        let Some(replay) = &facts[host].replay else {
+            return drawn;
+        };
+        let picks = &mut self.picks[host];
+        // Down through the replayed days: away to their end at least.
+        let through = (replay.end() - now).max(drawn);
+        match replay.next_up(now, picks, rng) {
+            Some(up) if up > now => up - now,
+            Some(_) => replay
+                .next_up(now + drawn, picks, rng)
+                .map_or(through, |up| up - now),
+            None => through,
+        }
+    }
+
+    /// One of `host`'s past outages drawn by this run's weights, or its
+    /// mean recovery.
+    fn drawn_outage<R: Rng + ?Sized>(
+        &mut self,
+        facts: &[HostFacts],
+        host: usize,
+        rng: &mut R,
+    ) -> f64 {
+        let fact = &facts[host];
+        if let Some(b) = &fact.bootstrap {
+            let i = SpellUrn::pick(&b.outage_mass, &mut self.urns[host].outages, rng);
+            if i > 0 {
+                return b.outages[i - 1].0;
+            }
+        }
+        fact.recovery
+    }
+
+    /// How long `host` stays up from a return at `from`: with past days,
+    /// to the replay's next outage (past the replayed days, a renewal
+    /// draw from their end); without them, one of its past up-spells
+    /// drawn by this run's weights (a cut one lasts at least its length,
+    /// then at the run's rate), or an exponential at the run's rate, or
+    /// without a past a draw from the curve.
+    pub(in super::super) fn up_spell<R: Rng + ?Sized>(
+        &mut self,
+        facts: &[HostFacts],
+        host: usize,
+        from: f64,
+        rng: &mut R,
+    ) -> f64 {
+        if let Some(replay) = &facts[host].replay {
+            if let Some(down) = replay.next_down(from, &mut self.picks[host], rng) {
+                return down - from;
+            }
+            let end = replay.end();
+            if end > from {
+                return end - from + self.drawn_up_spell(facts, host, rng);
+            }
+        }
+        self.drawn_up_spell(facts, host, rng)
+    }
+
+    /// [`Self::up_spell`] without past days.
+    fn drawn_up_spell<R: Rng + ?Sized>(
+        &mut self,
+        facts: &[HostFacts],
+        host: usize,
+        rng: &mut R,
+    ) -> f64 {
+        let fact = &facts[host];
+        let rate = self.rate[host];
+        let tail = |rng: &mut R| {
+            if rate.is_nan() {
+                fact.sampler.sample(rng).unwrap_or(f64::INFINITY)
+            } else {
+                exponential(rate, rng)
+            }
+        };
+        if let Some(b) = &fact.bootstrap {
+            let i = SpellUrn::pick(&b.up_mass, &mut self.urns[host].up, rng);
+            if i > 0 {
+                let (len, _, cut) = b.up[i - 1];
+                return if cut { len + tail(rng) } else { len };
+            }
+        }
+        tail(rng)
+    }
+
+    /// The host's first failure, seconds from when its clock starts at
+    /// run time `from`: from its curve up to the curve's last window; a
+    /// draw beyond it (where the curve only extrapolates its last segment,
+    /// flat for a host that looked safe then) comes from its past days'
+    /// replay, or at the run's rate from the host's past, when known.
+    pub(in super::super) fn first_failure<R: Rng + ?Sized>(
+        &mut self,
+        facts: &[HostFacts],
+        host: usize,
+        from: f64,
+        rng: &mut R,
+    ) -> f64 {
+        let fact = &facts[host];
+        let u = rng.random::<f64>();
+        let (last, tr_last) = fact.curve_end;
+        // Past the replayed days (or without any), the draw below from
+        // the curve's last window on, moved to their end.
+        let mut after = 0.0;
+        if u < tr_last {
+            if let Some(replay) = &fact.replay {
+                let picks = &mut self.picks[host];
+                // A curve of no windows hands over at once: the host is
+                // up now, whatever the picked day was at this hour.
+                let mut handover = Some(from + last);
+                if last <= 0.0 {
+                    handover = replay.next_up(from, picks, rng);
+                }
+                if let Some(down) = handover.and_then(|t| replay.next_down(t, picks, rng)) {
+                    return down - from;
+                }
+                after = (replay.end() - from - last).max(0.0);
+            }
+        }
+        let rate = self.rate[host];
+        after
+            + if !rate.is_nan() && u < tr_last {
+                last + exponential(rate, rng)
+            } else {
+                fact.sampler.failure_time_at(u).unwrap_or(f64::INFINITY)
+            }
+    }
+}
