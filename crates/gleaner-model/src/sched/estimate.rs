@@ -77,9 +77,10 @@ pub struct EstimateHost {
     /// [`bootstrap::rest_of_outage`]): a host found down is more likely in a long
     /// outage than a fresh failure is, the longer it has been down the
     /// longer it is likely to stay, and how long is what the past leaves
-    /// unknown; without them it is away for `busy_secs`. Either way its
-    /// first failure after the return is drawn as after any return (from
-    /// its up-spells or its rate), not from the curve.
+    /// unknown; without them it is away for `busy_secs`. With past days
+    /// (`days`) it comes back only once they have it back too. Either way
+    /// its first failure after the return is drawn as after any return
+    /// (from its past days, its up-spells or its rate), not from the curve.
     #[serde(default)]
     pub down_secs: f64,
     /// What the host's past says of its failures, when known: the up time

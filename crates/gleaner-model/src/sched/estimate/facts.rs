@@ -24,7 +24,7 @@ pub(super) struct HostFacts {
     pub(super) past: Option<PastFailures>,
     /// The curve's last window and its TR there: beyond it, a host with
     /// past days fails when they have it down, else one with a known
-    /// failure rate at that rate (see [`super::run::Run::first_failure`]).
+    /// failure rate at that rate (see [`super::run::Run::first_failure_at`]).
     pub(super) curve_end: (f64, f64),
     pub(super) checkpoint: f64,
     pub(super) checkpoint_cost: f64,
@@ -212,7 +212,7 @@ const BACK_WINDOWS: [f64; 8] = [
 ];
 
 /// TR over window lengths for a host just back from a failure: the chance
-/// that the up-spell a run draws after a return ([`super::run::Run::up_spell`])
+/// that the up-spell a run draws after a return ([`super::run::Run::next_failure_after`])
 /// outlasts the window, averaged over the run's draws. Its past up-spells
 /// by their counts, with the bootstrap's fallback; a cut spell and the
 /// fallback last on at the past's rate, taken over its posterior (Lomax:

@@ -23,7 +23,10 @@
 //! at this hour). A host down at submission comes back when both the rest
 //! of its outage and the replay have it back. A failure the curve draws
 //! where the replayed day is up keeps a drawn outage, lengthened to the
-//! replay's next return.
+//! replay's next return. A held window (`held`) is the one exception: its
+//! task starts when the window opens and is hit or not as the hold's
+//! chance says, whatever the replay has the host doing then; the replay
+//! takes over again from the run's end.
 //!
 //! Past [`REPLAY_DAYS`] days from the submission a run falls back to the
 //! renewal draws (a host down through the replayed days is away to their
@@ -159,17 +162,31 @@ impl DayReplay {
         picks: &mut Vec<u16>,
         rng: &mut R,
     ) -> &[(f64, f64)] {
+        // Days skipped over are picked too, each among its own kind: a
+        // later question may come back to them.
+        while picks.len() <= k {
+            let n = self.pool(picks.len()).len();
+            picks.push(rng.random_range(0..n.max(1)) as u16);
+        }
+        self.pool(k)
+            .get(usize::from(picks[k]))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The past days day `k` is picked among: those of its kind, or of the
+    /// other kind when the past has none.
+    fn pool(&self, k: usize) -> &[Vec<(f64, f64)>] {
         let weekend = (usize::from(self.weekday) + k) % 7 >= 5;
         let (same, other) = if weekend {
             (&self.weekends, &self.weekdays)
         } else {
             (&self.weekdays, &self.weekends)
         };
-        let pool = if same.is_empty() { other } else { same };
-        while picks.len() <= k {
-            picks.push(rng.random_range(0..pool.len().max(1)) as u16);
+        if same.is_empty() {
+            other
+        } else {
+            same
         }
-        pool.get(usize::from(picks[k])).map_or(&[], Vec::as_slice)
     }
 
     /// The first run time at or after `t` (never before it, whatever the
@@ -376,6 +393,39 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// A question that jumps ahead picks the days it skips among their
+    /// own kind: asked of Monday first, then of Saturday, a Friday
+    /// submission's Saturday is the past's one weekend day, down all day.
+    #[test]
+    fn days_skipped_over_are_picked_among_their_own_kind() {
+        let up = PastDay {
+            weekend: false,
+            outages: vec![],
+        };
+        let r = DayReplay::new(&PastDays {
+            to_midnight_secs: 12.0 * H,
+            weekday: 4,
+            days: vec![
+                up.clone(),
+                up.clone(),
+                up.clone(),
+                up,
+                PastDay {
+                    weekend: true,
+                    outages: vec![(0.0, DAY_SECS)],
+                },
+            ],
+        })
+        .unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for _ in 0..100 {
+            let mut picks = Vec::new();
+            // Monday 10:00 (up), then Saturday 10:00.
+            assert_eq!(r.next_up(70.0 * H, &mut picks, &mut rng), Some(70.0 * H));
+            assert_eq!(r.next_down(22.0 * H, &mut picks, &mut rng), Some(22.0 * H));
         }
     }
 

@@ -330,9 +330,9 @@ impl Run {
             self.back[h] = down;
             self.since[h] = if down { from } else { 0.0 };
             self.next_fail[h] = if down {
-                from + self.up_spell(facts, h, from, rng)
+                self.next_failure_after(facts, h, from, rng)
             } else {
-                from + self.first_failure(facts, h, from, rng)
+                self.first_failure_at(facts, h, from, rng)
             };
             if from <= 0.0 {
                 self.host_free(h, 0.0);
@@ -579,7 +579,7 @@ impl Run {
             self.remove_free(host);
         }
         self.next_fail[host] = if rng.random::<f64>() < hold.p {
-            now + run + self.up_spell(facts, host, now + run, rng)
+            self.next_failure_after(facts, host, now + run, rng)
         } else {
             now + rng.random::<f64>() * run
         };

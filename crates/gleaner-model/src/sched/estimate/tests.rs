@@ -357,8 +357,9 @@ fn spell_draws(h: &EstimateHost, rate: f64, draws: usize) -> (Vec<f64>, Vec<f64>
         if k % 100 == 0 {
             run.urns[0].clear();
         }
-        up.push(run.up_spell(&facts, 0, 0.0, &mut rng));
-        out.push(run.outage(&facts, 0, 0.0, &mut rng));
+        // From a return at 0, the run time is the length.
+        up.push(run.next_failure_after(&facts, 0, 0.0, &mut rng));
+        out.push(run.back_at(&facts, 0, 0.0, &mut rng));
     }
     (up, out)
 }
@@ -869,4 +870,42 @@ fn a_host_down_through_its_past_days_returns_after_them() {
         e.makespan.p50 >= (REPLAY_DAYS as f64 - 1.0) * DAY_SECS,
         "{e:?}"
     );
+}
+
+/// A return is a run time the replay has the host up at, to the bit: a
+/// host down every weekday and up on weekends from 10:00 to 11:00, its
+/// midnight not a whole second away, failing at odd times in the first
+/// two days, is back on Saturday at 10:00 and fails next at 11:00, never
+/// at the instant it returns (a return written as now + (up − now) could
+/// round to a hair before 10:00, where the replay still had it down).
+#[test]
+fn a_host_returns_when_its_replay_has_it_up_to_the_bit() {
+    let mut h = host(1.0, TrCurve::never_fails());
+    h.days = Some(PastDays {
+        to_midnight_secs: 12_345.678,
+        weekday: 0,
+        days: vec![
+            PastDay {
+                weekend: false,
+                outages: vec![(0.0, DAY_SECS)],
+            },
+            PastDay {
+                weekend: true,
+                outages: vec![(0.0, 10.0 * 3600.0), (11.0 * 3600.0, DAY_SECS)],
+            },
+        ],
+    });
+    let facts = [HostFacts::new(&h)];
+    let mut run = Run::new(1, &[1.0]);
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    for _ in 0..5_000 {
+        let now = rng.random_range(0.0..2.0 * DAY_SECS);
+        let back = run.back_at(&facts, 0, now, &mut rng);
+        let next = run.next_failure_after(&facts, 0, back, &mut rng);
+        assert!(back > now, "{now} -> {back}");
+        assert!(
+            (next - back - 3600.0).abs() < 1e-6,
+            "{now}: back {back}, next {next}"
+        );
+    }
 }

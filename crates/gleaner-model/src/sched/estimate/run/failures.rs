@@ -1,7 +1,10 @@
 //! What one run draws of a host's failures and returns: its first failure
-//! (from its curve, then its past days' replay or its past's rate), how
-//! long a failure keeps it away, and how long it stays up after a return
-//! (from the replay, else resampled from its past spells).
+//! (from its curve, then its past days' replay or its past's rate), when
+//! a failure lets it back, and when it fails again after a return (from
+//! the replay, else resampled from its past spells). Each answers a run
+//! time, not a duration: the replay's times are kept as they are, since
+//! `now + (t − now)` may round to a hair before `t`, where the replay
+//! still has the host down.
 
 use super::super::bootstrap::SpellUrn;
 use super::super::draw::exponential;
@@ -10,12 +13,13 @@ use super::{EventKind, Run};
 use rand::Rng;
 
 impl Run {
-    /// Host `host` failed at `now`: it is away for its recovery, and its
-    /// next failure is drawn from its return: from its past up-spells when
-    /// known (the curve describes a host that has been up in its present
-    /// state, not one just back from a failure; restarting the curve after
-    /// every return repeats its early hazard and overcounted failures 1.85×
-    /// on the shared traces), else from the curve.
+    /// Host `host` failed at `now`: it is away until [`Self::back_at`],
+    /// and fails next at [`Self::next_failure_after`] its return: from its
+    /// past days or up-spells when known (the curve describes a host that
+    /// has been up in its present state, not one just back from a failure;
+    /// restarting the curve after every return repeats its early hazard
+    /// and overcounted failures 1.85× on the shared traces), else from the
+    /// curve.
     pub(in super::super) fn host_failed<R: Rng + ?Sized>(
         &mut self,
         facts: &[HostFacts],
@@ -23,9 +27,9 @@ impl Run {
         now: f64,
         rng: &mut R,
     ) {
-        let back = now + self.outage(facts, host, now, rng);
+        let back = self.back_at(facts, host, now, rng);
         self.free_at[host] = back;
-        self.next_fail[host] = back + self.up_spell(facts, host, back, rng);
+        self.next_fail[host] = self.next_failure_after(facts, host, back, rng);
         self.back[host] = true;
         self.since[host] = back;
         let epoch = self.epoch[host];
@@ -39,30 +43,28 @@ impl Run {
         self.recheck_all = true;
     }
 
-    /// How long a failure at `now` keeps `host` away: with past days, to
-    /// the end of the replayed outage it fell in, else (a failure the
-    /// curve drew where the replayed day was up) a drawn outage, lengthened
-    /// to the replay's next return; without them, one of its past outages
-    /// drawn by this run's weights, or its mean recovery.
-    pub(in super::super) fn outage<R: Rng + ?Sized>(
+    /// When a failure at `now` lets `host` back: with past days, at the
+    /// end of the replayed outage it fell in, else (a failure the curve
+    /// drew where the replayed day was up) after a drawn outage, put off
+    /// to the replay's next return; without them, after one of its past
+    /// outages drawn by this run's weights, or its mean recovery.
+    pub(in super::super) fn back_at<R: Rng + ?Sized>(
         &mut self,
         facts: &[HostFacts],
         host: usize,
         now: f64,
         rng: &mut R,
     ) -> f64 {
-        let drawn = self.drawn_outage(facts, host, rng);
+        let drawn = now + self.drawn_outage(facts, host, rng);
         let Some(replay) = &facts[host].replay else {
             return drawn;
         };
         let picks = &mut self.picks[host];
         // Down through the replayed days: away to their end at least.
-        let through = (replay.end() - now).max(drawn);
+        let through = drawn.max(replay.end());
         match replay.next_up(now, picks, rng) {
-            Some(up) if up > now => up - now,
-            Some(_) => replay
-                .next_up(now + drawn, picks, rng)
-                .map_or(through, |up| up - now),
+            Some(up) if up > now => up,
+            Some(_) => replay.next_up(drawn, picks, rng).unwrap_or(through),
             None => through,
         }
     }
@@ -85,13 +87,13 @@ impl Run {
         fact.recovery
     }
 
-    /// How long `host` stays up from a return at `from`: with past days,
-    /// to the replay's next outage (past the replayed days, a renewal
-    /// draw from their end); without them, one of its past up-spells
-    /// drawn by this run's weights (a cut one lasts at least its length,
-    /// then at the run's rate), or an exponential at the run's rate, or
-    /// without a past a draw from the curve.
-    pub(in super::super) fn up_spell<R: Rng + ?Sized>(
+    /// When `host`, up from a return at `from`, fails next: with past
+    /// days, at the replay's next outage (past the replayed days, a
+    /// renewal draw from their end); without them, after one of its past
+    /// up-spells drawn by this run's weights (a cut one lasts at least its
+    /// length, then at the run's rate), or an exponential at the run's
+    /// rate, or without a past a draw from the curve.
+    pub(in super::super) fn next_failure_after<R: Rng + ?Sized>(
         &mut self,
         facts: &[HostFacts],
         host: usize,
@@ -100,17 +102,18 @@ impl Run {
     ) -> f64 {
         if let Some(replay) = &facts[host].replay {
             if let Some(down) = replay.next_down(from, &mut self.picks[host], rng) {
-                return down - from;
+                return down;
             }
             let end = replay.end();
             if end > from {
-                return end - from + self.drawn_up_spell(facts, host, rng);
+                return end + self.drawn_up_spell(facts, host, rng);
             }
         }
-        self.drawn_up_spell(facts, host, rng)
+        from + self.drawn_up_spell(facts, host, rng)
     }
 
-    /// [`Self::up_spell`] without past days.
+    /// How long a host stays up after a return without past days (see
+    /// [`Self::next_failure_after`]).
     fn drawn_up_spell<R: Rng + ?Sized>(
         &mut self,
         facts: &[HostFacts],
@@ -136,12 +139,12 @@ impl Run {
         tail(rng)
     }
 
-    /// The host's first failure, seconds from when its clock starts at
-    /// run time `from`: from its curve up to the curve's last window; a
-    /// draw beyond it (where the curve only extrapolates its last segment,
-    /// flat for a host that looked safe then) comes from its past days'
-    /// replay, or at the run's rate from the host's past, when known.
-    pub(in super::super) fn first_failure<R: Rng + ?Sized>(
+    /// The host's first failure, a run time, its clock starting at `from`:
+    /// from its curve up to the curve's last window; a draw beyond it
+    /// (where the curve only extrapolates its last segment, flat for a host
+    /// that looked safe then) comes from its past days' replay, or at the
+    /// run's rate from the host's past, when known.
+    pub(in super::super) fn first_failure_at<R: Rng + ?Sized>(
         &mut self,
         facts: &[HostFacts],
         host: usize,
@@ -164,13 +167,13 @@ impl Run {
                     handover = replay.next_up(from, picks, rng);
                 }
                 if let Some(down) = handover.and_then(|t| replay.next_down(t, picks, rng)) {
-                    return down - from;
+                    return down;
                 }
                 after = (replay.end() - from - last).max(0.0);
             }
         }
         let rate = self.rate[host];
-        after
+        from + after
             + if !rate.is_nan() && u < tr_last {
                 last + exponential(rate, rng)
             } else {
