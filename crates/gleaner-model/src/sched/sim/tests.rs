@@ -5,6 +5,15 @@ use super::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+/// A host on `timeline`, its trace read from `offset`, of relative power `power`.
+fn sim_host(timeline: usize, offset: i64, power: f64) -> SimHost {
+    SimHost {
+        timeline,
+        offset,
+        power,
+    }
+}
+
 /// Forecasts one fixed curve for every host.
 struct Fixed(TrCurve);
 
@@ -71,18 +80,7 @@ fn on_hosts_that_never_fail_every_policy_gives_the_list_schedule() {
     // A week into their traces: a week without a failure tells even
     // `proactive+checkpoint` that a 1 h task needs no checkpoint.
     let timelines = [never_failing()];
-    let hosts = [
-        SimHost {
-            timeline: 0,
-            offset: 7 * 86_400,
-            power: 1.0,
-        },
-        SimHost {
-            timeline: 0,
-            offset: 7 * 86_400,
-            power: 1.0,
-        },
-    ];
+    let hosts = [sim_host(0, 7 * 86_400, 1.0), sim_host(0, 7 * 86_400, 1.0)];
     for policy in Policy::ALL {
         let r = run(
             &config(policy, vec![3600.0; 10]),
@@ -104,11 +102,7 @@ fn on_hosts_that_never_fail_every_policy_gives_the_list_schedule() {
 fn a_host_that_fails_at_noon_kills_a_task_started_at_eleven_unless_one_knows() {
     let timelines = [daily_noon_outage()];
     // Simulation time 0 is 11:00 on the host's first day.
-    let hosts = [SimHost {
-        timeline: 0,
-        offset: 11 * 3600,
-        power: 1.0,
-    }];
+    let hosts = [sim_host(0, 11 * 3600, 1.0)];
     let curve = TrCurve::exponential(86_400.0);
     // A 2 h task at 11:00 is killed at 12:00 (one S5 kill, 1 h of work lost),
     // waits out the outage and runs 13:00-15:00.
@@ -182,11 +176,7 @@ fn no_task_is_lost_or_run_twice() {
         })
         .collect();
     let hosts: Vec<SimHost> = (0..6)
-        .map(|i| SimHost {
-            timeline: i % 3,
-            offset: (i as i64) * 7_919,
-            power: [1.0, 0.6, 0.3][i % 3],
-        })
+        .map(|i| sim_host(i % 3, (i as i64) * 7_919, [1.0, 0.6, 0.3][i % 3]))
         .collect();
     let runtimes: Vec<f64> = (0..60).map(|i| 600.0 + 97.0 * i as f64).collect();
     for policy in Policy::ALL {
@@ -230,18 +220,7 @@ fn a_host_down_at_submission_is_weighed_by_its_view_not_as_ideal() {
         Timeline::from_cells(0, 60, fail, vec![1.0; n]),
         never_failing(),
     ];
-    let hosts = [
-        SimHost {
-            timeline: 0,
-            offset: 86_400,
-            power: 0.4,
-        },
-        SimHost {
-            timeline: 1,
-            offset: 86_400,
-            power: 0.5,
-        },
-    ];
+    let hosts = [sim_host(0, 86_400, 0.4), sim_host(1, 86_400, 0.5)];
     for policy in [Policy::Proactive, Policy::ProactiveCheckpoint] {
         // No estimate: making it views every host (as `gleaner simulate`,
         // which makes its estimates apart, does not).
@@ -266,11 +245,7 @@ fn windows_holds_a_task_that_would_run_into_the_daily_outage() {
     // Submitted at 08:00; the host is revoked every day from 12:00 to
     // 13:00, and its predictor gives a 5 h run a poor chance (M = 3 h).
     let timelines = [daily_noon_outage()];
-    let hosts = [SimHost {
-        timeline: 0,
-        offset: 7 * 86_400 + 8 * 3600,
-        power: 1.0,
-    }];
+    let hosts = [sim_host(0, 7 * 86_400 + 8 * 3600, 1.0)];
     // The window is five hours on, past the default's longest wait and
     // time held (two hours), so the rule here holds for as long as the
     // window needs.
@@ -318,16 +293,8 @@ impl Forecaster for PerTrace {
 /// both at 10:00 a week in, with and without tail copies.
 fn tail_pair(timelines: &[Timeline], tail_copies: bool) -> SimResult {
     let hosts = [
-        SimHost {
-            timeline: 0,
-            offset: 7 * 86_400 + 10 * 3600,
-            power: 1.0,
-        },
-        SimHost {
-            timeline: 1,
-            offset: 7 * 86_400 + 10 * 3600,
-            power: 0.9,
-        },
+        sim_host(0, 7 * 86_400 + 10 * 3600, 1.0),
+        sim_host(1, 7 * 86_400 + 10 * 3600, 0.9),
     ];
     let curve = TrCurve::exponential(6.0 * 3600.0);
     let mut rng = ChaCha8Rng::seed_from_u64(3);
@@ -427,11 +394,7 @@ fn a_host_found_in_its_weekend_off_comes_back_on_monday_morning_in_the_estimate(
     // The week before holds no whole outage that long (the weekend in
     // progress is cut by now); the two weeks before hold the last one.
     let timelines = [weekends_off()];
-    let hosts = [SimHost {
-        timeline: 0,
-        offset: MONDAY + 14 * 86_400,
-        power: 1.0,
-    }];
+    let hosts = [sim_host(0, MONDAY + 14 * 86_400, 1.0)];
     let config = config(Policy::Proactive, vec![3600.0]);
     let mut rng = ChaCha8Rng::seed_from_u64(5);
     let (q, _) = submission_estimate(
@@ -461,18 +424,7 @@ fn a_host_away_longer_than_usual_is_not_waited_for_while_another_is_free() {
     let always = Timeline::from_cells(MONDAY, 600, vec![0; 28 * 144], vec![1.0; 28 * 144]);
     let timelines = [weekends_off(), always];
     let offset = MONDAY + (14 + 4) * 86_400 + 19 * 3600;
-    let hosts = [
-        SimHost {
-            timeline: 0,
-            offset,
-            power: 1.0,
-        },
-        SimHost {
-            timeline: 1,
-            offset,
-            power: 0.5,
-        },
-    ];
+    let hosts = [sim_host(0, offset, 1.0), sim_host(1, offset, 0.5)];
     let mut config = config(Policy::Proactive, vec![3600.0; 20]);
     config.estimate_runs = 0;
     let r = run(&config, &hosts, &timelines, TrCurve::never_fails());
@@ -522,11 +474,7 @@ fn noon_outages(for_good: Option<usize>) -> Timeline {
 /// back-tests at the same hour on earlier days.
 fn noon_pair(timelines: &[Timeline], policy: Policy) -> SimResult {
     let day = 86_400.0;
-    let hosts = [SimHost {
-        timeline: 0,
-        offset: 14 * 86_400 + 11 * 3600,
-        power: 1.0,
-    }];
+    let hosts = [sim_host(0, 14 * 86_400 + 11 * 3600, 1.0)];
     run(
         &SimConfig {
             estimate_runs: 0,
@@ -604,11 +552,7 @@ fn never_failing_days(days: usize) -> Timeline {
 fn tail_four(rule: crate::sched::tail::TailRule) -> SimResult {
     let timelines = [daily_noon_outage(), never_failing(), daily_outage(660..690)];
     let at = 7 * 86_400 + 10 * 3600;
-    let host = |timeline, power| SimHost {
-        timeline,
-        offset: at,
-        power,
-    };
+    let host = |timeline, power| sim_host(timeline, at, power);
     let hosts = [host(0, 1.0), host(0, 1.0), host(1, 0.9), host(2, 0.9)];
     let curve = TrCurve::exponential(6.0 * 3600.0);
     let mut rng = ChaCha8Rng::seed_from_u64(3);
@@ -670,18 +614,7 @@ fn a_task_keeps_off_the_host_that_killed_it_for_an_hour() {
     // slow host's 6 h, and the rule used to wait for it; as the node does,
     // the task keeps off it for an hour and runs on the slow host at once.
     let timelines = [daily_outage(60..65), never_failing()];
-    let hosts = [
-        SimHost {
-            timeline: 0,
-            offset: 7 * 86_400,
-            power: 1.0,
-        },
-        SimHost {
-            timeline: 1,
-            offset: 7 * 86_400,
-            power: 0.5,
-        },
-    ];
+    let hosts = [sim_host(0, 7 * 86_400, 1.0), sim_host(1, 7 * 86_400, 0.5)];
     let mut config = config(Policy::Proactive, vec![3.0 * 3600.0]);
     config.estimate_runs = 0;
     let r = run(&config, &hosts, &timelines, TrCurve::never_fails());
@@ -699,11 +632,7 @@ fn a_task_on_the_critical_path_gets_its_copy_while_tasks_wait() {
     // (11 h left, the rest drains in under 6 h), and a freed host runs its
     // copy at once, ending at 13 h.
     let timelines = [daily_outage(600..660), never_failing()];
-    let host = |timeline| SimHost {
-        timeline,
-        offset: 7 * 86_400,
-        power: 1.0,
-    };
+    let host = |timeline| sim_host(timeline, 7 * 86_400, 1.0);
     let hosts = [host(0), host(1), host(1)];
     let mut runtimes = vec![12.0 * 3600.0];
     runtimes.extend([3600.0; 8]);
