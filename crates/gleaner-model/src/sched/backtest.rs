@@ -250,13 +250,15 @@ mod tests {
     }
 
     /// Twenty days of one-minute cells at full speed, revoked (S5) from
-    /// 12:00 to 13:00 on each of the first ten days; from 01:00 on day
-    /// 10 on, the same (`same_after`) or revoked for good.
+    /// 12:00 to 13:00, 14:00 to 16:00 or 10:00 to 10:10 by turns (days
+    /// unlike each other, so the estimate's replayed days give it a band);
+    /// from 01:00 on day 10 on, the same (`same_after`) or revoked for good.
     fn timeline(same_after: bool) -> Timeline {
         let n = 20 * 1440;
         let fail = (0..n)
             .map(|k| {
-                let noon = (720..780).contains(&(k % 1440));
+                let outage = [720..780, 840..960, 600..610][(k / 1440) % 3].clone();
+                let noon = outage.contains(&(k % 1440));
                 if noon || (k >= 10 * 1440 + 60 && !same_after) {
                     5
                 } else {

@@ -108,9 +108,10 @@ pub struct EstimateHost {
     #[serde(default)]
     pub spells: Option<SpellLengths>,
     /// The host's recent days, when known: a run reads its failures and
-    /// returns from them, day by day, rather than from `spells` (the
-    /// curve still draws the first failure up to its last window; see
-    /// [`replay`]). `None`: the renewal draws.
+    /// returns from them, day by day, its first failure included, rather
+    /// than from the curve and `spells` (see [`replay`]; the rule still
+    /// weighs the host by its curve). `None`: the curve and the renewal
+    /// draws.
     #[serde(default)]
     pub days: Option<PastDays>,
 }

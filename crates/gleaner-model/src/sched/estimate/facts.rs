@@ -22,14 +22,15 @@ pub(super) struct HostFacts {
     pub(super) curve: PreparedCurve,
     pub(super) recovery: f64,
     pub(super) past: Option<PastFailures>,
-    /// The curve's last window and its TR there: beyond it, a host with
-    /// past days fails when they have it down, else one with a known
-    /// failure rate at that rate (see [`super::run::Run::first_failure_at`]).
+    /// The curve's last window and its TR there: beyond it, a host with a
+    /// known failure rate fails at that rate (see
+    /// [`super::run::Run::first_failure_at`]; a host with past days draws
+    /// its first failure from them instead).
     pub(super) curve_end: (f64, f64),
     pub(super) checkpoint: f64,
     pub(super) checkpoint_cost: f64,
     pub(super) bootstrap: Option<SpellBootstrap>,
-    /// The host's past days, which a run replays (past the curve's windows).
+    /// The host's past days, which a run replays.
     pub(super) replay: Option<DayReplay>,
     /// The rule's curve for the host once it is back from a failure (or
     /// from the outage it was in at submission): the survival of the

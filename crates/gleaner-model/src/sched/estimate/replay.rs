@@ -16,17 +16,17 @@
 //! cut in two. The picks vary from run to run, which is what the band
 //! carries of the days the past does not repeat.
 //!
-//! The predictor's curve, which knows the host's state at submission,
-//! still draws its first failure up to the curve's last window; past it
-//! the replay draws it (from the host's first replayed return when the
-//! curve has no window: the host is up now, whatever the picked day was
-//! at this hour). A host down at submission comes back when both the rest
-//! of its outage and the replay have it back. A failure the curve draws
-//! where the replayed day is up keeps a drawn outage, lengthened to the
-//! replay's next return. A held window (`held`) is the one exception: its
-//! task starts when the window opens and is hit or not as the hold's
-//! chance says, whatever the replay has the host doing then; the replay
-//! takes over again from the run's end.
+//! The host's first failure comes from the replay too: the host is up at
+//! submission, so an outage the picked day holds at that hour is passed
+//! over, and its first failure is the replay's next outage after that.
+//! (Drawn from the predictor's curve instead, as a first version did, the
+//! band held 19 fewer of the desktop pools' 288 runs: docs/scheduling.md.) The curve stays what the estimate's rule weighs
+//! hosts by. A host down at submission comes back when both the rest of
+//! its outage and the replay have it back. A held window (`held`) is the
+//! one exception: its task starts when the window opens and is hit or not
+//! as the hold's chance says, whatever the replay has the host doing then;
+//! a hit keeps a drawn outage, put off to the replay's next return, and
+//! the replay takes over again from there.
 //!
 //! Past [`REPLAY_DAYS`] days from the submission a run falls back to the
 //! renewal draws (a host down through the replayed days is away to their

@@ -798,23 +798,24 @@ fn office_days(to_midnight_secs: f64) -> PastDays {
     }
 }
 
-/// The curve draws the first failure up to its last window, the replay
-/// after it: a host its curve holds safe for 48 h from Monday 00:00 runs a
-/// 56 h task through Monday's and Tuesday's office hours, which the replay
-/// alone would have ended at 9:00, and ends before Wednesday's 9:00.
+/// The replay draws a host's first failure too, the host taken as up
+/// through the outage its picked day holds at the submission's hour: a
+/// host found up on a Monday at 12:00, in its past office hours (9:00 to
+/// 17:00), whose curve gives a 20 h run no chance, runs a 20 h task to
+/// Tuesday 8:00, before Tuesday's office hours, unhit.
 #[test]
-fn the_curve_draws_the_first_failure_and_the_replay_the_rest() {
-    let mut h = host(1.0, TrCurve::new([(48.0 * 3600.0, 1.0)]));
-    h.days = Some(office_days(DAY_SECS));
+fn the_replay_draws_the_first_failure_from_the_hosts_first_replayed_return() {
+    let mut h = host(1.0, TrCurve::exponential(3600.0));
+    h.days = Some(office_days(12.0 * 3600.0));
     let hosts = [h];
     let input = EstimateInput {
         hosts: &hosts,
-        waiting: &[56.0 * 3600.0],
+        waiting: &[20.0 * 3600.0],
         runs: 20,
         ..EstimateInput::default()
     };
     let (e, _) = estimate(&input, &mut ChaCha8Rng::seed_from_u64(2)).unwrap();
-    assert_eq!(e.makespan.p90, 56.0 * 3600.0, "{e:?}");
+    assert_eq!(e.makespan.p90, 20.0 * 3600.0, "{e:?}");
     assert_eq!(e.mean_failures, 0.0);
 }
 
@@ -843,12 +844,16 @@ fn a_host_down_at_submission_comes_back_when_its_past_days_have_it_back() {
     assert!(e.makespan.p10 >= 6.0 * 3600.0, "{e:?}");
 }
 
-/// A host whose past days are all down (its owner away) is away through
-/// the replayed days and then drawn as without them: every run ends.
+/// A host found down whose past days are all down (its owner away) is
+/// away through the replayed days and then drawn as without them: every
+/// run ends, none before the replayed days do. (One found up is taken as
+/// up through them: the outage its days hold at that hour is passed over.)
 #[test]
 fn a_host_down_through_its_past_days_returns_after_them() {
     let mut h = host(1.0, TrCurve::new([(3600.0, 0.5)]));
     h.recovery_secs = 600.0;
+    h.busy_secs = 3600.0;
+    h.down_secs = 3600.0;
     h.days = Some(PastDays {
         to_midnight_secs: DAY_SECS,
         weekday: 0,
@@ -857,19 +862,31 @@ fn a_host_down_through_its_past_days_returns_after_them() {
             outages: vec![(0.0, DAY_SECS)],
         }],
     });
-    let hosts = [h];
-    let input = EstimateInput {
-        hosts: &hosts,
-        waiting: &[2.0 * 3600.0],
-        runs: 20,
-        ..EstimateInput::default()
+    let up = EstimateHost {
+        busy_secs: 0.0,
+        down_secs: 0.0,
+        ..h.clone()
     };
-    let (e, _) = estimate(&input, &mut ChaCha8Rng::seed_from_u64(6)).unwrap();
+    let makespan = |host: EstimateHost| {
+        let hosts = [host];
+        let input = EstimateInput {
+            hosts: &hosts,
+            waiting: &[2.0 * 3600.0],
+            runs: 20,
+            ..EstimateInput::default()
+        };
+        estimate(&input, &mut ChaCha8Rng::seed_from_u64(6))
+            .unwrap()
+            .0
+    };
+    let e = makespan(h);
     assert_eq!(e.unfinished_runs, 0, "{e:?}");
     assert!(
-        e.makespan.p50 >= (REPLAY_DAYS as f64 - 1.0) * DAY_SECS,
+        e.makespan.p10 >= (REPLAY_DAYS as f64 - 1.0) * DAY_SECS,
         "{e:?}"
     );
+    let e = makespan(up);
+    assert_eq!(e.makespan.p90, 2.0 * 3600.0, "{e:?}");
 }
 
 /// A return is a run time the replay has the host up at, to the bit: a

@@ -1,5 +1,5 @@
 //! What one run draws of a host's failures and returns: its first failure
-//! (from its curve, then its past days' replay or its past's rate), when
+//! (from its past days' replay, else its curve and its past's rate), when
 //! a failure lets it back, and when it fails again after a return (from
 //! the replay, else resampled from its past spells). Each answers a run
 //! time, not a duration: the replay's times are kept as they are, since
@@ -44,9 +44,9 @@ impl Run {
     }
 
     /// When a failure at `now` lets `host` back: with past days, at the
-    /// end of the replayed outage it fell in, else (a failure the curve
-    /// drew where the replayed day was up) after a drawn outage, put off
-    /// to the replay's next return; without them, after one of its past
+    /// end of the replayed outage it fell in, else (a failure the replay
+    /// did not draw: a held window's) after a drawn outage, put off to the
+    /// replay's next return; without them, after one of its past
     /// outages drawn by this run's weights, or its mean recovery.
     pub(in super::super) fn back_at<R: Rng + ?Sized>(
         &mut self,
@@ -139,11 +139,14 @@ impl Run {
         tail(rng)
     }
 
-    /// The host's first failure, a run time, its clock starting at `from`:
-    /// from its curve up to the curve's last window; a draw beyond it
-    /// (where the curve only extrapolates its last segment, flat for a host
-    /// that looked safe then) comes from its past days' replay, or at the
-    /// run's rate from the host's past, when known.
+    /// The host's first failure, a run time, its clock starting at `from`.
+    /// With past days, where the replay has it down next after its first
+    /// replayed return: the host is up at `from`, so an outage the picked
+    /// day holds at that hour is passed over (past the replayed days, a
+    /// renewal draw from their end). Without them, from its curve up to the
+    /// curve's last window; a draw beyond it (where the curve only
+    /// extrapolates its last segment, flat for a host that looked safe
+    /// then) comes at the run's rate from the host's past, when known.
     pub(in super::super) fn first_failure_at<R: Rng + ?Sized>(
         &mut self,
         facts: &[HostFacts],
@@ -152,32 +155,26 @@ impl Run {
         rng: &mut R,
     ) -> f64 {
         let fact = &facts[host];
-        let u = rng.random::<f64>();
-        let (last, tr_last) = fact.curve_end;
-        // Past the replayed days (or without any), the draw below from
-        // the curve's last window on, moved to their end.
-        let mut after = 0.0;
-        if u < tr_last {
-            if let Some(replay) = &fact.replay {
-                let picks = &mut self.picks[host];
-                // A curve of no windows hands over at once: the host is
-                // up now, whatever the picked day was at this hour.
-                let mut handover = Some(from + last);
-                if last <= 0.0 {
-                    handover = replay.next_up(from, picks, rng);
-                }
-                if let Some(down) = handover.and_then(|t| replay.next_down(t, picks, rng)) {
-                    return down;
-                }
-                after = (replay.end() - from - last).max(0.0);
+        if let Some(replay) = &fact.replay {
+            let picks = &mut self.picks[host];
+            let down = replay
+                .next_up(from, picks, rng)
+                .and_then(|up| replay.next_down(up, picks, rng));
+            if let Some(down) = down {
+                return down;
+            }
+            let end = replay.end();
+            if end > from {
+                return end + self.drawn_up_spell(facts, host, rng);
             }
         }
+        let u = rng.random::<f64>();
+        let (last, tr_last) = fact.curve_end;
         let rate = self.rate[host];
-        from + after
-            + if !rate.is_nan() && u < tr_last {
-                last + exponential(rate, rng)
-            } else {
-                fact.sampler.failure_time_at(u).unwrap_or(f64::INFINITY)
-            }
+        from + if !rate.is_nan() && u < tr_last {
+            last + exponential(rate, rng)
+        } else {
+            fact.sampler.failure_time_at(u).unwrap_or(f64::INFINITY)
+        }
     }
 }
