@@ -258,8 +258,8 @@ mod tests {
         let fail = (0..n)
             .map(|k| {
                 let outage = [720..780, 840..960, 600..610][(k / 1440) % 3].clone();
-                let noon = outage.contains(&(k % 1440));
-                if noon || (k >= 10 * 1440 + 60 && !same_after) {
+                let out = outage.contains(&(k % 1440));
+                if out || (k >= 10 * 1440 + 60 && !same_after) {
                     5
                 } else {
                     0

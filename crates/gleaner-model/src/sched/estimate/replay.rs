@@ -17,16 +17,19 @@
 //! carries of the days the past does not repeat.
 //!
 //! The host's first failure comes from the replay too: the host is up at
-//! submission, so an outage the picked day holds at that hour is passed
-//! over, and its first failure is the replay's next outage after that.
-//! (Drawn from the predictor's curve instead, as a first version did, the
-//! band held 19 fewer of the desktop pools' 288 runs: docs/scheduling.md.) The curve stays what the estimate's rule weighs
-//! hosts by. A host down at submission comes back when both the rest of
-//! its outage and the replay have it back. A held window (`held`) is the
-//! one exception: its task starts when the window opens and is hit or not
-//! as the hold's chance says, whatever the replay has the host doing then;
-//! a hit keeps a drawn outage, put off to the replay's next return, and
-//! the replay takes over again from there.
+//! submission, so an outage its picked day holds at that hour is passed
+//! over (to its end, or to that day's midnight at most: what is seen now
+//! tells nothing of the next day's pick), and its first failure is the
+//! replay's next outage after that. (Drawn from the predictor's curve
+//! instead, as a first version did, the band held 19 fewer of the
+//! desktop pools' 288 runs: docs/scheduling.md.) The curve stays what the
+//! estimate's rule weighs hosts by. A host down at submission comes back
+//! when both the rest of its outage and the replay have it back. A held
+//! window (`held`) is the one exception: its task starts when the window
+//! opens and is hit or not as the hold's chance says, whatever the replay
+//! has the host doing then; a hit ends when the replay has the host back
+//! (where the replay has it up then, after a drawn outage, put off to the
+//! replay's next return), and the replay takes over again from there.
 //!
 //! Past [`REPLAY_DAYS`] days from the submission a run falls back to the
 //! renewal draws (a host down through the replayed days is away to their
@@ -254,6 +257,26 @@ impl DayReplay {
         (start + s, end)
     }
 
+    /// When a host seen up at `t`, where its picked day had it down, is
+    /// exposed to its replay again: at the end of that outage, or at the
+    /// next midnight when the outage runs to it (what is seen now tells
+    /// nothing of the next day's pick); `t` itself when the replay has it
+    /// up. `None` past the replayed days.
+    pub(super) fn passed_over<R: Rng + ?Sized>(
+        &self,
+        t: f64,
+        picks: &mut Vec<u16>,
+        rng: &mut R,
+    ) -> Option<f64> {
+        let k = self.day_of(t)?;
+        let covering = self
+            .outages(k, picks, rng)
+            .iter()
+            .map(|o| self.span(k, o))
+            .find(|&(s, e)| s <= t && t < e);
+        Some(covering.map_or(t, |(_, e)| e))
+    }
+
     /// The run time replayed days end at.
     pub(super) fn end(&self) -> f64 {
         self.day_start(REPLAY_DAYS)
@@ -303,6 +326,25 @@ mod tests {
         assert_eq!(r.next_down(60.0 * H, &mut picks, &mut rng), Some(69.0 * H));
         // Past the replayed days: no answer.
         assert_eq!(r.next_down(r.end(), &mut picks, &mut rng), None);
+    }
+
+    /// A host seen up where its picked day had it down is exposed again
+    /// when that outage ends, or at midnight when it runs to it.
+    #[test]
+    fn an_outage_seen_through_is_passed_over_to_its_end_or_midnight() {
+        let r = office();
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let mut picks = Vec::new();
+        // Friday 12:00, in the office: exposed at 17:00; up at 18:00: then.
+        assert_eq!(r.passed_over(0.0, &mut picks, &mut rng), Some(5.0 * H));
+        assert_eq!(r.passed_over(6.0 * H, &mut picks, &mut rng), Some(6.0 * H));
+        // Saturday 10:00, in a weekend off: exposed at Sunday 00:00 only,
+        // where Sunday's pick has it down again.
+        assert_eq!(
+            r.passed_over(22.0 * H, &mut picks, &mut rng),
+            Some(36.0 * H)
+        );
+        assert_eq!(r.next_down(36.0 * H, &mut picks, &mut rng), Some(36.0 * H));
     }
 
     #[test]

@@ -318,12 +318,19 @@ impl Run {
                 _ => host.busy_secs.max(0.0),
             };
             self.picks[h].clear();
-            if let (true, Some(replay)) = (down, &facts[h].replay) {
-                // Back when its past has it back too (or, down through
-                // the replayed days, at their end).
-                from = replay
-                    .next_up(from, &mut self.picks[h], rng)
-                    .unwrap_or_else(|| from.max(replay.end()));
+            if let Some(replay) = &facts[h].replay {
+                let picks = &mut self.picks[h];
+                // A host down now is back when its past has it back too;
+                // one up now (busy with its owner's work until `from`) is
+                // free when its replay has it up, once past the outage it
+                // is seen out of now (or, down through the replayed days,
+                // at their end).
+                let exposed = replay.passed_over(0.0, picks, rng).unwrap_or(0.0);
+                if down || from > exposed {
+                    from = replay
+                        .next_up(from, picks, rng)
+                        .unwrap_or_else(|| from.max(replay.end()));
+                }
             }
             // A host down now is weighed as back once it returns; one up
             // now by its curve at submission, as of the time since.

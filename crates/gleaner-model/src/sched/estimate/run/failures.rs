@@ -140,10 +140,12 @@ impl Run {
     }
 
     /// The host's first failure, a run time, its clock starting at `from`.
-    /// With past days, where the replay has it down next after its first
-    /// replayed return: the host is up at `from`, so an outage the picked
-    /// day holds at that hour is passed over (past the replayed days, a
-    /// renewal draw from their end). Without them, from its curve up to the
+    /// With past days, where the replay has it down next once the outage
+    /// its picked day holds at the submission is passed over (the host is
+    /// up then; [`super::super::replay::DayReplay::passed_over`], to that
+    /// day's midnight at most), and not before `from` (which `simulate`
+    /// keeps out of a replayed outage); past the replayed days, a renewal
+    /// draw from their end. Without them, from its curve up to the
     /// curve's last window; a draw beyond it (where the curve only
     /// extrapolates its last segment, flat for a host that looked safe
     /// then) comes at the run's rate from the host's past, when known.
@@ -158,15 +160,13 @@ impl Run {
         if let Some(replay) = &fact.replay {
             let picks = &mut self.picks[host];
             let down = replay
-                .next_up(from, picks, rng)
-                .and_then(|up| replay.next_down(up, picks, rng));
+                .passed_over(0.0, picks, rng)
+                .and_then(|exposed| replay.next_down(exposed.max(from), picks, rng));
             if let Some(down) = down {
                 return down;
             }
-            let end = replay.end();
-            if end > from {
-                return end + self.drawn_up_spell(facts, host, rng);
-            }
+            let end = replay.end().max(from);
+            return end + self.drawn_up_spell(facts, host, rng);
         }
         let u = rng.random::<f64>();
         let (last, tr_last) = fact.curve_end;
