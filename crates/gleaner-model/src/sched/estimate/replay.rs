@@ -229,15 +229,10 @@ impl DayReplay {
         let mut at = t;
         for k in first..REPLAY_DAYS {
             at = at.max(self.day_start(k));
-            let covering = self
-                .outages(k, picks, rng)
-                .iter()
-                .map(|o| (self.span(k, o), o.1 < DAY_SECS))
-                .find(|&((s, e), _)| s <= at && at < e);
-            match covering {
+            match self.covering(k, at, picks, rng) {
                 None => return Some(at),
-                Some(((_, e), true)) => return Some(e),
-                Some(((_, e), false)) => at = e,
+                Some((e, false)) => return Some(e),
+                Some((e, true)) => at = e,
             }
         }
         None
@@ -269,12 +264,23 @@ impl DayReplay {
         rng: &mut R,
     ) -> Option<f64> {
         let k = self.day_of(t)?;
-        let covering = self
-            .outages(k, picks, rng)
+        Some(self.covering(k, t, picks, rng).map_or(t, |(e, _)| e))
+    }
+
+    /// The outage of day `k` that run time `t` falls in, if any: its end
+    /// in run time ([`Self::span`]'s) and whether it runs to midnight.
+    fn covering<R: Rng + ?Sized>(
+        &self,
+        k: usize,
+        t: f64,
+        picks: &mut Vec<u16>,
+        rng: &mut R,
+    ) -> Option<(f64, bool)> {
+        self.outages(k, picks, rng)
             .iter()
-            .map(|o| self.span(k, o))
-            .find(|&(s, e)| s <= t && t < e);
-        Some(covering.map_or(t, |(_, e)| e))
+            .map(|o| (self.span(k, o), o.1 >= DAY_SECS))
+            .find(|&((s, e), _)| s <= t && t < e)
+            .map(|((_, e), to_midnight)| (e, to_midnight))
     }
 
     /// The run time replayed days end at.

@@ -104,10 +104,7 @@ impl Run {
             if let Some(down) = replay.next_down(from, &mut self.picks[host], rng) {
                 return down;
             }
-            let end = replay.end();
-            if end > from {
-                return end + self.drawn_up_spell(facts, host, rng);
-            }
+            return replay.end().max(from) + self.drawn_up_spell(facts, host, rng);
         }
         from + self.drawn_up_spell(facts, host, rng)
     }
@@ -158,15 +155,12 @@ impl Run {
     ) -> f64 {
         let fact = &facts[host];
         if let Some(replay) = &fact.replay {
-            let picks = &mut self.picks[host];
-            let down = replay
-                .passed_over(0.0, picks, rng)
-                .and_then(|exposed| replay.next_down(exposed.max(from), picks, rng));
-            if let Some(down) = down {
-                return down;
-            }
-            let end = replay.end().max(from);
-            return end + self.drawn_up_spell(facts, host, rng);
+            // The host is up now: the outage its picked day holds now is
+            // passed over (day 0 is always replayed, so this answers).
+            let exposed = replay
+                .passed_over(0.0, &mut self.picks[host], rng)
+                .map_or(from, |t| t.max(from));
+            return self.next_failure_after(facts, host, exposed, rng);
         }
         let u = rng.random::<f64>();
         let (last, tr_last) = fact.curve_end;
