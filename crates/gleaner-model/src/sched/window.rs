@@ -38,7 +38,7 @@ pub const SLOT_SECS: f64 = 3600.0;
 /// Past days of the same kind counted for a later window (the papers' N).
 pub const HISTORY_DAYS: usize = 10;
 /// Days looked back at most to find [`HISTORY_DAYS`] of the same kind.
-const MAX_LOOKBACK_DAYS: i64 = 40;
+pub const MAX_LOOKBACK_DAYS: i64 = 40;
 /// Kills after which a task is weighed by its likeliest window rather than
 /// its soonest expected finish, and starts now only about as likely.
 pub const KILL_LIMIT: u32 = 2;

@@ -128,10 +128,7 @@ impl QueueCore {
                     || self.trust.spec(*id).is_some()
                     || self.tail_copies
                 {
-                    b.tasks
-                        .iter()
-                        .filter(|t| t.state == TaskState::Running)
-                        .count()
+                    b.count_in(TaskState::Running)
                 } else {
                     0
                 };

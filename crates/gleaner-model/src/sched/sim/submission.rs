@@ -10,7 +10,7 @@ use crate::sched::estimate::{
     PastDays, Quantiles, DAY_SECS, MAX_DAY_OUTAGES,
 };
 use crate::sched::timeline::Timeline;
-use crate::sched::window::HISTORY_DAYS;
+use crate::sched::window::{HISTORY_DAYS, MAX_LOOKBACK_DAYS};
 use rand::Rng;
 
 /// How far back the spells of a host down at submission are read: two
@@ -134,11 +134,9 @@ impl Sim<'_> {
     }
 }
 
-/// Days looked back at most for [`HISTORY_DAYS`] past days of each kind.
-const MAX_LOOKBACK_DAYS: usize = 40;
-
 /// The whole days before trace time `t` the estimate replays: up to
-/// [`HISTORY_DAYS`] of each kind (weekday, weekend), the owner's midnight
+/// [`HISTORY_DAYS`] of each kind (weekday, weekend) within
+/// [`MAX_LOOKBACK_DAYS`] (as `window::counted_tr` looks back), the owner's midnight
 /// to midnight, none before the trace's start; `None` without any.
 pub(super) fn past_days(tl: &Timeline, t: f64) -> Option<PastDays> {
     let midnight = tl.day_start(t);
